@@ -1,0 +1,146 @@
+//! `CliError`: what the user reads when a verb fails, with its exit code and hints.
+//! Every library error is turned into words here, once.
+
+use crate::domain::id::IdError;
+use crate::engine::agents::AgentError;
+use crate::engine::driver::DriverError;
+use crate::engine::inspect::InspectError;
+use crate::engine::model::ModelError;
+use crate::engine::workspace::WorkspaceError;
+use crate::infra::provider::transport::CallError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Bad input: usage or validation (exit 2).
+    Usage,
+    /// The world failed us (exit 1).
+    Runtime,
+}
+
+#[derive(Debug)]
+pub struct CliError {
+    pub kind: Kind,
+    pub message: String,
+    pub hints: Vec<String>,
+}
+
+impl CliError {
+    pub fn usage(message: impl Into<String>) -> CliError {
+        CliError { kind: Kind::Usage, message: message.into(), hints: Vec::new() }
+    }
+
+    pub fn runtime(message: impl Into<String>) -> CliError {
+        CliError { kind: Kind::Runtime, message: message.into(), hints: Vec::new() }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> CliError {
+        self.hints.push(hint.into());
+        self
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        match self.kind {
+            Kind::Usage => 2,
+            Kind::Runtime => 1,
+        }
+    }
+}
+
+impl From<WorkspaceError> for CliError {
+    fn from(e: WorkspaceError) -> Self {
+        match &e {
+            WorkspaceError::NotEmpty(_) => {
+                CliError::usage(e.to_string()).hint("`offshoot new` wants a new or empty directory")
+            }
+            WorkspaceError::NotAWorkspace(_) => {
+                CliError::usage(e.to_string()).hint("create one with `offshoot new PATH`")
+            }
+            WorkspaceError::Config(_) | WorkspaceError::NoLineage(_) => CliError::usage(e.to_string())
+                .hint("`offshoot config edit` opens the config; `offshoot config validate` checks it"),
+            _ => CliError::runtime(e.to_string()),
+        }
+    }
+}
+
+impl From<IdError> for CliError {
+    fn from(e: IdError) -> Self {
+        CliError::usage(e.to_string())
+    }
+}
+
+impl From<AgentError> for CliError {
+    fn from(e: AgentError) -> Self {
+        match e {
+            AgentError::Workspace(w) => w.into(),
+            AgentError::Unknown(_) => {
+                CliError::usage(e.to_string()).hint("`offshoot ls` lists the agents of this workspace")
+            }
+            AgentError::NameTaken(..)
+            | AgentError::UnknownRole { .. }
+            | AgentError::EmptyMessage
+            | AgentError::UnknownRef(_)
+            | AgentError::Id(_)
+            | AgentError::Snapshot(_) => CliError::usage(e.to_string()),
+            _ => CliError::runtime(e.to_string()),
+        }
+    }
+}
+
+impl From<ModelError> for CliError {
+    fn from(e: ModelError) -> Self {
+        match &e {
+            ModelError::MissingKey { var, .. } => {
+                CliError::usage(e.to_string()).hint(format!("export {var}=… and try again; keys are read only from the environment"))
+            }
+            ModelError::UnknownRole { .. } => CliError::usage(e.to_string()),
+            ModelError::Call(call) => call_error(call, e.to_string()),
+            ModelError::Recording { .. } => CliError::runtime(e.to_string()),
+        }
+    }
+}
+
+fn call_error(call: &CallError, message: String) -> CliError {
+    let err = CliError::runtime(message);
+    match call {
+        CallError::Status { status: 401 | 403, .. } => err.hint("the provider refused the API key; check the variable the provider's `api_key_env` names"),
+        CallError::Status { status: 400 | 404 | 422, .. } => {
+            err.hint("the provider refused the request; `offshoot show <agent> --step N` shows what was sent")
+        }
+        CallError::Status { attempts, .. } | CallError::Connect { attempts, .. } | CallError::Stream { attempts, .. }
+            if *attempts > 1 =>
+        {
+            err.hint(format!("gave up after {attempts} attempts; `retry.max_attempts` in the config sets how many"))
+        }
+        CallError::Connect { .. } => err.hint("check the provider's `base_url` (or its `base_url_env` variable)"),
+        CallError::Truncated { .. } => {
+            err.hint("nothing was committed; raise the role's `max_output_tokens` and `offshoot run` the agent")
+        }
+        _ => err,
+    }
+}
+
+impl From<DriverError> for CliError {
+    fn from(e: DriverError) -> Self {
+        match e {
+            DriverError::Model { id, step, source } => {
+                let base: CliError = source.into();
+                CliError { message: format!("step {step} of agent `{id}` failed: {}", base.message), ..base }
+            }
+            DriverError::Workspace(w) => w.into(),
+            DriverError::Unknown(_) => CliError::usage(e.to_string()),
+            DriverError::RoleGone { .. } => CliError::usage(e.to_string()),
+            _ => CliError::runtime(e.to_string()),
+        }
+    }
+}
+
+impl From<InspectError> for CliError {
+    fn from(e: InspectError) -> Self {
+        match e {
+            InspectError::Agent(a) => a.into(),
+            InspectError::Workspace(w) => w.into(),
+            InspectError::NoStep { .. } => CliError::usage(e.to_string()),
+            _ => CliError::runtime(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! Talks to humans: parses the command line, builds the one `Ctx`, runs one verb
+//! (one file each under `verbs/`), and maps errors to words and exit codes. The
+//! only layer that reads environment variables.
+
+pub mod ctx;
+pub mod error;
+pub mod out;
+pub mod progress;
+pub mod verbs;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+pub use ctx::Ctx;
+pub use error::CliError;
+
+/// offshoot: a git-backed harness for LLM agents.
+///
+/// Every agent is a git branch with its own worktree, every model step a commit.
+#[derive(Debug, Parser)]
+#[command(name = "offshoot", version, propagate_version = true)]
+pub struct Cli {
+    /// The workspace directory (default: `OFFSHOOT_WORKSPACE`, else the default
+    /// workspace under the data root, created on first use)
+    #[arg(short = 'w', long, global = true, env = "OFFSHOOT_WORKSPACE")]
+    pub workspace: Option<PathBuf>,
+    /// Print one JSON event or object per line on stdout
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub verb: Verb,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Verb {
+    New(verbs::new::Args),
+    Prompt(verbs::prompt::Args),
+    Send(verbs::send::Args),
+    Run(verbs::run::Args),
+    Fork(verbs::fork::Args),
+    Ls(verbs::ls::Args),
+    Log(verbs::log::Args),
+    Show(verbs::show::Args),
+    #[command(subcommand)]
+    Config(verbs::config::Args),
+    Demo(verbs::demo::Args),
+    Completions(verbs::completions::Args),
+}
+
+/// Runs the parsed command line; returns the exit code.
+pub fn run(cli: Cli) -> i32 {
+    let ctx = Ctx::from_env(cli.workspace, cli.json);
+    let result = match &cli.verb {
+        Verb::New(args) => verbs::new::run(&ctx, args),
+        Verb::Prompt(args) => verbs::prompt::run(&ctx, args),
+        Verb::Send(args) => verbs::send::run(&ctx, args),
+        Verb::Run(args) => verbs::run::run(&ctx, args),
+        Verb::Fork(args) => verbs::fork::run(&ctx, args),
+        Verb::Ls(args) => verbs::ls::run(&ctx, args),
+        Verb::Log(args) => verbs::log::run(&ctx, args),
+        Verb::Show(args) => verbs::show::run(&ctx, args),
+        Verb::Config(args) => verbs::config::run(&ctx, args),
+        Verb::Demo(args) => verbs::demo::run(&ctx, args),
+        Verb::Completions(args) => verbs::completions::run(&ctx, args),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            ctx.out.error(&e);
+            e.exit_code()
+        }
+    }
+}

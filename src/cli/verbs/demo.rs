@@ -1,0 +1,70 @@
+use crate::cli::progress;
+use crate::cli::verbs::prompt::announce;
+use crate::cli::{CliError, Ctx};
+use crate::domain::config::FILE;
+use crate::engine::agents::{self, Spawn};
+use crate::engine::random_u32;
+use crate::engine::workspace::{set_key, validate_files, Workspace};
+use crate::infra::time::Timestamp;
+
+const RECORDING: &str = include_str!("../../../templates/demo/recording.jsonl");
+const GOAL: &str = include_str!("../../../templates/demo/goal.md");
+
+/// Run a recorded session in a fresh workspace, then show where to look
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
+    let root = match ctx.explicit_workspace() {
+        Some(path) => path.clone(),
+        None => {
+            let stamp = Timestamp::now().to_string().replace([':', '-'], "").to_lowercase();
+            ctx.data_root.join("workspaces").join(format!("demo-{stamp}-{:04x}", random_u32() & 0xffff))
+        }
+    };
+    let mut files = ctx.template()?;
+    let mut text = files.iter().find(|(p, _)| p == FILE).map(|(_, b)| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+    for (key, value) in [
+        ("providers.demo.protocol", "replay"),
+        ("providers.demo.recording", "recordings/demo.jsonl"),
+        ("roles.worker.provider", "demo"),
+        ("roles.worker.model", "recorded-demo"),
+    ] {
+        text = set_key(&text, key, value);
+    }
+    files.retain(|(p, _)| p != FILE);
+    files.push((FILE.to_owned(), text.into_bytes()));
+    files.push(("recordings/demo.jsonl".to_owned(), RECORDING.as_bytes().to_vec()));
+    validate_files(&files).map_err(crate::engine::workspace::WorkspaceError::from)?;
+    let ws = Workspace::create(&root, &files)?;
+    ctx.out.progress(&format!("· demo workspace {} (model outputs are replayed from a recording; the tools really run)", root.display()));
+    let spawn = Spawn {
+        role: "worker",
+        lineage: "default",
+        message: GOAL.trim(),
+        name: Some("DemoReport"),
+        now: Timestamp::now(),
+        random: random_u32(),
+    };
+    let id = agents::create_root(&ws, &spawn)?;
+    announce(ctx, &ws, &id);
+    progress::attach(ctx, &ws, &id, false)?;
+    let w = root.display();
+    let lines = [
+        String::new(),
+        "Where to look:".into(),
+        format!("  {w}/agents/{id}/            the agent's worktree (its report is REPORT.md)"),
+        format!("  {w}/agents/{id}/.offshoot/  goal, soul, tool schemas and the transcript"),
+        format!("  {w}/steps/{id}/             each step's request, raw response and tool output"),
+        "Try:".into(),
+        format!("  offshoot -w {w} ls"),
+        format!("  offshoot -w {w} log {id}"),
+        format!("  offshoot -w {w} show {id} --step 2 --request"),
+        format!("  git --git-dir {w}/repo.git log --oneline --stat agents/{id}"),
+        format!("  offshoot -w {w} fork --from agents/{id}~2 \"Also count the lines of REPORT.md\""),
+    ];
+    for line in lines {
+        ctx.out.progress(&line);
+    }
+    Ok(())
+}

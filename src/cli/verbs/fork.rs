@@ -1,0 +1,48 @@
+use crate::cli::progress;
+use crate::cli::verbs::prompt::announce;
+use crate::cli::{CliError, Ctx};
+use crate::engine::agents::{self, Spawn};
+use crate::engine::random_u32;
+use crate::infra::time::Timestamp;
+
+/// Start a new agent that continues any commit of any agent, with a new message
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The commit to continue from: an agent id or name, `agents/<id>`, a sha, `agents/<id>~2`
+    #[arg(long)]
+    pub from: String,
+    pub message: String,
+    /// A unique display name for the new agent
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Start the agent and return at once
+    #[arg(long)]
+    pub detach: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    // An agent id or name stands for its branch tip.
+    let from = match agents::resolve(&ws, &args.from) {
+        Ok(id) => id.branch(),
+        Err(_) => args.from.clone(),
+    };
+    let spawn = Spawn {
+        role: "",
+        lineage: "",
+        message: &args.message,
+        name: args.name.as_deref(),
+        now: Timestamp::now(),
+        random: random_u32(),
+    };
+    let id = agents::fork(&ws, &from, &spawn)?;
+    announce(ctx, &ws, &id);
+    if args.detach {
+        progress::spawn_detached(&ws, &id)?;
+        if !ctx.out.json {
+            ctx.out.line(id.as_str());
+        }
+        return Ok(());
+    }
+    progress::attach(ctx, &ws, &id, false)
+}

@@ -1,0 +1,36 @@
+use crate::cli::{CliError, Ctx};
+use crate::engine::inspect;
+
+/// List the agents of the workspace with their state, steps and tokens
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let states = inspect::states(&ws)?;
+    if ctx.out.json {
+        for s in &states {
+            ctx.out.event(&serde_json::to_value(s).unwrap_or_default());
+        }
+        return Ok(());
+    }
+    if states.is_empty() {
+        ctx.out.progress("· no agents yet; start one with `offshoot prompt \"…\"`");
+        return Ok(());
+    }
+    ctx.out.line(&format!("{:<12} {:<18} {:<8} {:<10} {:>5} {:>9} {:>8}  GOAL", "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT"));
+    for s in states {
+        ctx.out.line(&format!(
+            "{:<12} {:<18} {:<8} {:<10} {:>5} {:>9} {:>8}  {}",
+            s.id,
+            s.name.unwrap_or_default(),
+            s.role,
+            s.state,
+            s.steps,
+            s.input_tokens,
+            s.output_tokens,
+            s.goal
+        ));
+    }
+    Ok(())
+}

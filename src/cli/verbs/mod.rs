@@ -1,0 +1,13 @@
+//! One file per verb: its arguments (the doc comment is its `--help`) and `run`.
+
+pub mod completions;
+pub mod config;
+pub mod demo;
+pub mod fork;
+pub mod log;
+pub mod ls;
+pub mod new;
+pub mod prompt;
+pub mod run;
+pub mod send;
+pub mod show;

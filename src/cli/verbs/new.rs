@@ -1,0 +1,20 @@
+use std::path::PathBuf;
+
+use crate::cli::{CliError, Ctx};
+use crate::engine::workspace::Workspace;
+
+/// Create a workspace (a bare repository with the default config)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where to create it (must not exist or be empty; default: the default workspace)
+    pub path: Option<PathBuf>,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let path = args.path.clone().or_else(|| ctx.explicit_workspace().cloned()).unwrap_or_else(|| ctx.default_workspace());
+    let path = if path.is_absolute() { path } else { std::env::current_dir().map(|d| d.join(&path)).unwrap_or(path) };
+    let ws = Workspace::create(&path, &ctx.template()?)?;
+    ctx.out.line(&ws.layout.root().display().to_string());
+    ctx.out.progress(&format!("· created workspace; use it with `offshoot -w {} prompt \"…\"`", path.display()));
+    Ok(())
+}

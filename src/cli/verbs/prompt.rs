@@ -1,0 +1,61 @@
+use serde_json::json;
+
+use crate::cli::progress;
+use crate::cli::{CliError, Ctx};
+use crate::engine::agents::{self, Spawn};
+use crate::engine::{model, random_u32};
+use crate::infra::time::Timestamp;
+
+/// Start a new agent on a goal and watch it work
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The goal, as the agent's first message
+    pub message: String,
+    /// A unique display name (default: a minted two-word name)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The role to run as
+    #[arg(long, default_value = "worker")]
+    pub role: String,
+    /// The config lineage to follow
+    #[arg(long, default_value = "default")]
+    pub lineage: String,
+    /// Start the agent and return at once (its driver logs to steps/<id>/driver.log)
+    #[arg(long)]
+    pub detach: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let (_, config) = ws.config(&args.lineage)?;
+    // A missing key or unknown role is refused before anything is created.
+    model::plan(&config, &args.lineage, &args.role, &ctx.env)?;
+    let spawn = Spawn {
+        role: &args.role,
+        lineage: &args.lineage,
+        message: &args.message,
+        name: args.name.as_deref(),
+        now: Timestamp::now(),
+        random: random_u32(),
+    };
+    let id = agents::create_root(&ws, &spawn)?;
+    announce(ctx, &ws, &id);
+    if args.detach {
+        progress::spawn_detached(&ws, &id)?;
+        if !ctx.out.json {
+            ctx.out.line(id.as_str());
+        }
+        return Ok(());
+    }
+    progress::attach(ctx, &ws, &id, true)
+}
+
+/// Names a new agent: the first JSON event, or a progress line.
+pub fn announce(ctx: &Ctx, ws: &crate::engine::workspace::Workspace, id: &crate::domain::id::AgentId) {
+    let name = agents::list(ws).ok().and_then(|l| l.into_iter().find(|l| l.id == *id)).and_then(|l| l.facts.name);
+    if ctx.out.json {
+        ctx.out.event(&json!({"type": "agent", "id": id.as_str(), "name": name}));
+    } else {
+        ctx.out.progress(&format!("· agent {id} ({})", name.unwrap_or_default()));
+    }
+}

@@ -1,0 +1,16 @@
+use crate::cli::progress;
+use crate::cli::{CliError, Ctx};
+use crate::engine::agents;
+
+/// Drive an agent until nothing is due (settles interrupted calls, delivers its inbox)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The agent's id or name
+    pub agent: String,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let id = agents::resolve(&ws, &args.agent)?;
+    progress::attach(ctx, &ws, &id, false)
+}

@@ -1,0 +1,424 @@
+//! The typed `offshoot.toml`, its validation (errors name file, line and key) and
+//! its JSON Schema. A config is one commit of a `config/<lineage>` branch: this
+//! file plus `souls/<role>.md` and `skills/<name>/`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::infra::provider::Protocol;
+use crate::infra::tools;
+
+pub const FILE: &str = "offshoot.toml";
+
+/// The embedded default config tree: (path, contents).
+pub const DEFAULT_FILES: &[(&str, &str)] = &[
+    (FILE, include_str!("../../templates/default/offshoot.toml")),
+    ("souls/worker.md", include_str!("../../templates/default/souls/worker.md")),
+    ("souls/compactor.md", include_str!("../../templates/default/souls/compactor.md")),
+];
+
+/// The whole of `offshoot.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Format version; must be 1.
+    pub version: u32,
+    /// Model endpoints by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// What agents can be configured as, by name.
+    #[serde(default)]
+    pub roles: BTreeMap<String, RoleConfig>,
+    #[serde(default)]
+    pub compaction: CompactionConfig,
+    #[serde(default)]
+    pub budgets: BudgetConfig,
+    #[serde(default)]
+    pub retry: RetryConfig,
+    #[serde(default)]
+    pub tool_output: ToolOutputConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub protocol: Protocol,
+    /// Where the API lives (HTTP protocols).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// An environment variable that, when set, overrides `base_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url_env: Option<String>,
+    /// The environment variable holding the API key; keys are never written in config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// `replay`: the recording's path inside the config tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recording: Option<String>,
+    /// `command`: the program and its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Seconds a stream may stay silent before the attempt counts as failed.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_secs: u64,
+    /// `openai-chat`: the request field carrying the output limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens_field: Option<String>,
+}
+
+fn default_idle_timeout() -> u64 {
+    120
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RoleConfig {
+    pub provider: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    #[serde(default = "default_max_output")]
+    pub max_output_tokens: u32,
+    /// The tools this role may run (its grant).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub context: ContextRules,
+}
+
+fn default_max_output() -> u32 {
+    16_000
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContextRules {
+    /// Globs over the agent tree, always composed at the head of the conversation.
+    #[serde(default)]
+    pub pinned: Vec<String>,
+    /// Globs composed after the pinned files, in this order, within the budget.
+    #[serde(default)]
+    pub order: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<u64>,
+    #[serde(default)]
+    pub overflow: Overflow,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Overflow {
+    /// Drop the earliest composed files of the `order` categories first.
+    #[default]
+    DropOldestSummaries,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    #[default]
+    ContextPercent,
+    EveryNSteps,
+    Never,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionConfig {
+    #[serde(default)]
+    pub trigger: Trigger,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
+    #[serde(default = "default_keep_recent")]
+    pub keep_recent_steps: u32,
+}
+
+fn default_keep_recent() -> u32 {
+    2
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig { trigger: Trigger::ContextPercent, percent: Some(70), steps: None, keep_recent_steps: 2 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    #[serde(default = "default_max_depth")]
+    pub max_depth: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u64>,
+}
+
+fn default_max_depth() -> u32 {
+    5
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig { max_depth: 5, max_tokens: None, max_cost_usd: None, max_wall_seconds: None, max_steps: None }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "default_initial_backoff")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff_ms: u64,
+}
+
+fn default_max_attempts() -> u32 {
+    4
+}
+fn default_initial_backoff() -> u64 {
+    500
+}
+fn default_max_backoff() -> u64 {
+    30_000
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig { max_attempts: 4, initial_backoff_ms: 500, max_backoff_ms: 30_000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOutputConfig {
+    #[serde(default = "default_bytes")]
+    pub head_bytes: usize,
+    #[serde(default = "default_bytes")]
+    pub tail_bytes: usize,
+}
+
+fn default_bytes() -> usize {
+    2048
+}
+
+impl Default for ToolOutputConfig {
+    fn default() -> Self {
+        ToolOutputConfig { head_bytes: 2048, tail_bytes: 2048 }
+    }
+}
+
+/// A config that breaks a rule: where, which key, and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}{}: `{key}`: {rule}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub key: String,
+    pub rule: String,
+}
+
+impl Config {
+    /// Parses and validates `text`; `has_file` answers whether a path exists in the
+    /// same config tree (souls, recordings).
+    pub fn parse(text: &str, has_file: &dyn Fn(&str) -> bool) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_at(text, s.start));
+            let key = line.map(|l| key_on_line(text, l)).unwrap_or_default();
+            ConfigError { file: FILE.into(), line, key, rule: e.message().trim().to_owned() }
+        })?;
+        config.validate(text, has_file)?;
+        Ok(config)
+    }
+
+    fn validate(&self, text: &str, has_file: &dyn Fn(&str) -> bool) -> Result<(), ConfigError> {
+        let fail = |key: String, rule: String| ConfigError { file: FILE.into(), line: line_of(text, &key), key, rule };
+        if self.version != 1 {
+            return Err(fail("version".into(), format!("version {} is not supported; use 1", self.version)));
+        }
+        for (name, p) in &self.providers {
+            let key = |k: &str| format!("providers.{name}.{k}");
+            match p.protocol {
+                Protocol::Replay if p.recording.is_none() => {
+                    return Err(fail(key("recording"), "a `replay` provider needs `recording`".into()));
+                }
+                Protocol::Replay => {
+                    let path = p.recording.as_deref().unwrap_or("");
+                    if !has_file(path) {
+                        return Err(fail(key("recording"), format!("`{path}` is not in the config tree")));
+                    }
+                }
+                Protocol::Command if p.command.as_ref().is_none_or(|c| c.is_empty()) => {
+                    return Err(fail(key("command"), "a `command` provider needs a non-empty `command`".into()));
+                }
+                Protocol::Anthropic | Protocol::OpenaiChat | Protocol::OpenaiResponses
+                    if p.base_url.is_none() && p.base_url_env.is_none() =>
+                {
+                    return Err(fail(key("base_url"), format!("a `{}` provider needs `base_url`", p.protocol.name())));
+                }
+                _ => {}
+            }
+            if let Some(url) = &p.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                return Err(fail(key("base_url"), format!("`{url}` must start with http:// or https://")));
+            }
+        }
+        for (name, role) in &self.roles {
+            let key = |k: &str| format!("roles.{name}.{k}");
+            if !self.providers.contains_key(&role.provider) {
+                let known: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+                return Err(fail(
+                    key("provider"),
+                    format!("provider `{}` is not defined; defined: {}", role.provider, known.join(", ")),
+                ));
+            }
+            for tool in &role.tools {
+                if tools::builtin(tool).is_none() {
+                    let known: Vec<&str> = tools::builtin_names().collect();
+                    return Err(fail(key("tools"), format!("tool `{tool}` does not exist; tools: {}", known.join(", "))));
+                }
+            }
+            let soul = format!("souls/{name}.md");
+            if !has_file(&soul) {
+                return Err(fail(format!("roles.{name}"), format!("role `{name}` has no soul: add `{soul}`")));
+            }
+        }
+        match self.compaction.trigger {
+            Trigger::ContextPercent if !matches!(self.compaction.percent, Some(1..=100)) => {
+                return Err(fail("compaction.percent".into(), "`context_percent` needs `percent` from 1 to 100".into()));
+            }
+            Trigger::EveryNSteps if !matches!(self.compaction.steps, Some(1..)) => {
+                return Err(fail("compaction.steps".into(), "`every_n_steps` needs `steps` of at least 1".into()));
+            }
+            _ => {}
+        }
+        if self.retry.max_attempts == 0 {
+            return Err(fail("retry.max_attempts".into(), "must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    pub fn role(&self, name: &str) -> Option<&RoleConfig> {
+        self.roles.get(name)
+    }
+}
+
+/// The JSON Schema of `offshoot.toml`, as checked in at `docs/offshoot.schema.json`.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(Config);
+    serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
+}
+
+fn line_at(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// The dotted key a line sets: its table header above plus the key before `=`.
+fn key_on_line(text: &str, line: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(here) = lines.get(line.saturating_sub(1)) else { return String::new() };
+    let here = here.trim();
+    if let Some(header) = header_name(here) {
+        return header.to_owned();
+    }
+    let key = here.split('=').next().unwrap_or("").trim().trim_matches('"');
+    let table = lines[..line.saturating_sub(1)].iter().rev().find_map(|l| header_name(l.trim()));
+    match table {
+        Some(t) => format!("{t}.{key}"),
+        None => key.to_owned(),
+    }
+}
+
+fn header_name(line: &str) -> Option<&str> {
+    line.strip_prefix('[')?.split(']').next().map(str::trim)
+}
+
+/// The line that sets a dotted key (or opens its table), if the text has one.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let mut table = "";
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(h) = header_name(line) {
+            table = h;
+            if h == key {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        let k = line.split('=').next().unwrap_or("").trim().trim_matches('"');
+        if !k.is_empty() && line.contains('=') {
+            let full = if table.is_empty() { k.to_owned() } else { format!("{table}.{k}") };
+            if full == key {
+                return Some(i + 1);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn defaults_have(path: &str) -> bool {
+        DEFAULT_FILES.iter().any(|(p, _)| *p == path)
+    }
+
+    #[test]
+    fn the_embedded_default_is_valid() {
+        let config = Config::parse(DEFAULT_FILES[0].1, &defaults_have).expect("default config");
+        assert_eq!(config.roles["worker"].tools, vec!["bash", "read_file"]);
+        assert_eq!(config.providers["ollama"].api_key_env, None);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let text = "version = 1\n[roles.worker]\nprovider = \"nowhere\"\nmodel = \"m\"\n";
+        let err = Config::parse(text, &|_| true).expect_err("unknown provider");
+        assert_eq!(err.to_string(), "offshoot.toml:3: `roles.worker.provider`: provider `nowhere` is not defined; defined: ");
+
+        let text = "version = 1\n[retry]\nmax_attempts = \"four\"\n";
+        let err = Config::parse(text, &|_| true).expect_err("bad type");
+        assert_eq!((err.line, err.key.as_str()), (Some(3), "retry.max_attempts"));
+
+        let text = "version = 1\n[retry]\nmax_attempts = 2\nbogus = 1\n";
+        let err = Config::parse(text, &|_| true).expect_err("unknown key");
+        assert_eq!((err.line, err.key.as_str()), (Some(4), "retry.bogus"));
+        assert!(err.rule.contains("unknown field `bogus`"), "{}", err.rule);
+    }
+
+    #[test]
+    fn a_role_without_a_soul_is_refused() {
+        let text = DEFAULT_FILES[0].1;
+        let err = Config::parse(text, &|p| p != "souls/worker.md").expect_err("no soul");
+        assert_eq!(err.key, "roles.worker");
+        assert_eq!(err.rule, "role `worker` has no soul: add `souls/worker.md`");
+    }
+}
+
+#[cfg(test)]
+mod schema_tests {
+    /// The checked-in schema must match the types; `OFFSHOOT_BLESS=1 cargo test`
+    /// rewrites it.
+    #[test]
+    fn checked_in_schema_matches_the_types() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/offshoot.schema.json");
+        let fresh = super::json_schema();
+        if std::env::var_os("OFFSHOOT_BLESS").is_some() {
+            std::fs::write(path, &fresh).expect("write schema");
+        }
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(checked_in == fresh, "docs/offshoot.schema.json is stale: run `OFFSHOOT_BLESS=1 cargo test schema`");
+    }
+}

@@ -1,0 +1,183 @@
+//! Context assembly: the canonical request as a pure function of an agent's tree
+//! at one commit and its role's rules. Frozen head (system, tools), slowly changing
+//! body (pinned and ordered files), append-only tail (the transcript).
+
+use std::collections::BTreeSet;
+
+use serde_json::json;
+
+use super::config::ContextRules;
+use super::glob;
+use super::transcript::{self, Entry};
+use crate::infra::provider::{Block, Request, ToolSpec};
+use crate::infra::tools;
+
+/// What assembly reads from an agent's tree.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub goal: String,
+    pub soul: String,
+    pub name: Option<String>,
+    /// The granted tools' schemas (`.offshoot/tools/*.json`, by file name).
+    pub tools: Vec<ToolSpec>,
+    pub entries: Vec<Entry>,
+    /// Files chosen by [`composed_paths`], with their text, in that order.
+    pub composed: Vec<(String, String)>,
+}
+
+/// Which files of the tree the rules compose: pinned first, then each `order`
+/// glob in turn; transcript entries never, each path once.
+pub fn composed_paths(paths: &[String], rules: &ContextRules) -> Vec<String> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for pattern in rules.pinned.iter().chain(&rules.order) {
+        for p in paths {
+            if p.starts_with(".offshoot/messages/") || !glob::matches(pattern, p) {
+                continue;
+            }
+            if seen.insert(p.clone()) {
+                out.push(p.clone());
+            }
+        }
+    }
+    out
+}
+
+/// A rough token count (4 bytes a token): for budgets, not for billing.
+fn estimate_tokens(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(4)
+}
+
+/// The files kept after the budget: pinned always, ordered ones oldest-first dropped.
+fn within_budget<'a>(composed: &'a [(String, String)], rules: &ContextRules) -> Vec<&'a (String, String)> {
+    let is_pinned = |p: &str| rules.pinned.iter().any(|g| glob::matches(g, p));
+    let Some(budget) = rules.budget_tokens else {
+        return composed.iter().collect();
+    };
+    let mut total: u64 = composed.iter().map(|(_, t)| estimate_tokens(t)).sum();
+    let mut dropped = BTreeSet::new();
+    for (path, text) in composed {
+        if total <= budget {
+            break;
+        }
+        if !is_pinned(path) {
+            total -= estimate_tokens(text);
+            dropped.insert(path.as_str());
+        }
+    }
+    composed.iter().filter(|(p, _)| !dropped.contains(p.as_str())).collect()
+}
+
+pub fn system_prompt(s: &Snapshot) -> String {
+    let mut system = format!("<goal>\n{}\n</goal>\n\n", s.goal.trim_end());
+    if let Some(name) = &s.name {
+        system.push_str(&format!("Your name is {name}.\n\n"));
+    }
+    system.push_str(s.soul.trim_end());
+    system
+}
+
+/// Builds the request a step sends.
+pub fn assemble(s: &Snapshot, model: &str, max_output_tokens: u32, rules: &ContextRules) -> Request {
+    let mut messages = transcript::to_messages(&s.entries);
+    let files: Vec<Block> = within_budget(&s.composed, rules)
+        .into_iter()
+        .map(|(path, text)| Block::text(format!("<file path=\"{path}\">\n{}\n</file>", text.trim_end())))
+        .collect();
+    if let Some(first) = messages.first_mut()
+        && !files.is_empty()
+    {
+        first.content.splice(0..0, files);
+    }
+    Request {
+        model: model.to_owned(),
+        max_output_tokens,
+        system: system_prompt(s),
+        tools: declared_tools(s),
+        messages,
+    }
+}
+
+/// The granted tools plus every tool a `tool_use` of the history names (providers
+/// refuse a history naming undeclared tools). Declared is not callable.
+fn declared_tools(s: &Snapshot) -> Vec<ToolSpec> {
+    let mut out = s.tools.clone();
+    for e in &s.entries {
+        if let Entry::Output { output, .. } = e {
+            for (_, name, _) in output.tool_uses() {
+                if out.iter().any(|t| t.name == name) {
+                    continue;
+                }
+                out.push(tools::builtin(name).map(|b| b.spec()).unwrap_or_else(|| ToolSpec {
+                    name: name.to_owned(),
+                    description: "A tool named in this conversation's history; it is not available to you now.".into(),
+                    input_schema: json!({"type": "object"}),
+                }));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infra::provider::{Output, Role, Stop, Usage};
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            goal: "Count files".into(),
+            soul: "Be careful.".into(),
+            name: Some("PeachHollow".into()),
+            tools: vec![tools::builtin("read_file").expect("builtin").spec()],
+            entries: vec![
+                Entry::Message { number: 1, sender: "user".into(), text: "Count files".into() },
+                Entry::Output {
+                    number: 2,
+                    model: "m".into(),
+                    output: Output {
+                        content: vec![Block::ToolUse { id: "t1".into(), name: "bash".into(), input: json!({"command": "ls"}) }],
+                        usage: Usage::default(),
+                        stop: Stop::ToolUse,
+                    },
+                },
+            ],
+            composed: vec![("AGENTS.md".into(), "Use tabs.\n".into())],
+        }
+    }
+
+    #[test]
+    fn assembles_system_files_transcript_and_history_tools() {
+        let rules = ContextRules { pinned: vec!["AGENTS.md".into()], ..Default::default() };
+        let req = assemble(&snapshot(), "m", 100, &rules);
+        assert_eq!(req.system, "<goal>\nCount files\n</goal>\n\nYour name is PeachHollow.\n\nBe careful.");
+        assert_eq!(req.messages[0].role, Role::User);
+        assert_eq!(
+            req.messages[0].content,
+            vec![Block::text("<file path=\"AGENTS.md\">\nUse tabs.\n</file>"), Block::text("Count files")]
+        );
+        let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, vec!["read_file", "bash"]);
+    }
+
+    #[test]
+    fn composition_follows_rules_and_budget() {
+        let paths: Vec<String> = ["AGENTS.md", ".offshoot/summary/0001.md", ".offshoot/summary/0002.md", ".offshoot/messages/0001-user.md", "src/a.rs"]
+            .map(String::from)
+            .to_vec();
+        let rules = ContextRules {
+            pinned: vec!["AGENTS.md".into()],
+            order: vec![".offshoot/summary/**".into()],
+            budget_tokens: Some(25),
+            ..Default::default()
+        };
+        assert_eq!(composed_paths(&paths, &rules), vec!["AGENTS.md", ".offshoot/summary/0001.md", ".offshoot/summary/0002.md"]);
+        let composed = vec![
+            ("AGENTS.md".to_owned(), "x".repeat(40)),
+            (".offshoot/summary/0001.md".to_owned(), "y".repeat(40)),
+            (".offshoot/summary/0002.md".to_owned(), "z".repeat(40)),
+        ];
+        let kept: Vec<&str> = within_budget(&composed, &rules).iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(kept, vec!["AGENTS.md", ".offshoot/summary/0002.md"]);
+    }
+}

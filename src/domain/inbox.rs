@@ -1,0 +1,61 @@
+//! Inbox deposits: `inbox/<id>/<NNNN>-<sender>.md`, a small header, then the body.
+
+use crate::infra::time::Timestamp;
+
+/// A message waiting for delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deposit {
+    pub from: String,
+    pub at: String,
+    pub epitaph: Option<String>,
+    pub terminal: Option<String>,
+    pub body: String,
+}
+
+impl Deposit {
+    pub fn new(from: &str, at: Timestamp, body: &str) -> Deposit {
+        Deposit { from: from.to_owned(), at: at.to_string(), epitaph: None, terminal: None, body: body.to_owned() }
+    }
+
+    /// The file's text: the header, then the body.
+    pub fn render(&self) -> String {
+        let mut s = format!("---\nfrom: {}\nat: {}\n", self.from, self.at);
+        if let Some(e) = &self.epitaph {
+            s.push_str(&format!("epitaph: {e}\n"));
+        }
+        if let Some(t) = &self.terminal {
+            s.push_str(&format!("terminal: {t}\n"));
+        }
+        s.push_str("---\n");
+        s.push_str(&self.body);
+        s
+    }
+}
+
+/// A deposit file's name: its number and sender, if it is one.
+pub fn parse_name(name: &str) -> Option<(u32, &str)> {
+    let stem = name.strip_suffix(".md")?;
+    let (digits, sender) = stem.split_once('-')?;
+    if digits.len() < 4 || !digits.bytes().all(|b| b.is_ascii_digit()) || sender.is_empty() {
+        return None;
+    }
+    Some((digits.parse().ok()?, sender))
+}
+
+pub fn file_name(number: u32, sender: &str) -> String {
+    format!("{number:04}-{sender}.md")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_header_then_body() {
+        let d = Deposit { from: "user".into(), at: "2026-11-29T22:00:00Z".into(), epitaph: None, terminal: None, body: "hi".into() };
+        assert_eq!(d.render(), "---\nfrom: user\nat: 2026-11-29T22:00:00Z\n---\nhi");
+        assert_eq!(parse_name("0012-user.md"), Some((12, "user")));
+        assert_eq!(parse_name(".tmp-0012-user.md"), None);
+        assert_eq!(file_name(3, "k7q2mx.1"), "0003-k7q2mx.1.md");
+    }
+}

@@ -1,0 +1,54 @@
+//! Where everything of one workspace lives on disk.
+
+use std::path::{Path, PathBuf};
+
+use super::id::AgentId;
+
+/// The paths of one workspace directory.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    pub fn new(root: impl Into<PathBuf>) -> Layout {
+        Layout { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn repo(&self) -> PathBuf {
+        self.root.join("repo.git")
+    }
+
+    pub fn worktree(&self, id: &AgentId) -> PathBuf {
+        self.root.join("agents").join(id.as_str())
+    }
+
+    pub fn steps(&self, id: &AgentId) -> PathBuf {
+        self.root.join("steps").join(id.as_str())
+    }
+
+    pub fn step(&self, id: &AgentId, number: u32) -> PathBuf {
+        self.steps(id).join(format!("{number:04}"))
+    }
+
+    pub fn inbox(&self, id: &AgentId) -> PathBuf {
+        self.root.join("inbox").join(id.as_str())
+    }
+
+    pub fn lock(&self, id: &AgentId) -> PathBuf {
+        self.root.join("locks").join(id.as_str())
+    }
+
+    pub fn driver_log(&self, id: &AgentId) -> PathBuf {
+        self.steps(id).join("driver.log")
+    }
+
+    /// Every directory a workspace has from birth.
+    pub fn skeleton(&self) -> [PathBuf; 4] {
+        ["agents", "steps", "inbox", "locks"].map(|d| self.root.join(d))
+    }
+}

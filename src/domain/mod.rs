@@ -1,0 +1,12 @@
+//! What things are: ids and names, the workspace layout, config, an agent's facts,
+//! the transcript, inbox deposits and context assembly. Pure data in, data out; may
+//! use `infra` for the canonical provider types and tool specs, never for effects.
+
+pub mod agent;
+pub mod config;
+pub mod context;
+pub mod glob;
+pub mod id;
+pub mod inbox;
+pub mod layout;
+pub mod transcript;

@@ -1,0 +1,402 @@
+//! The driver: the step loop of one agent, under its lock.
+//!
+//! Each turn of the loop reads the branch tip and does the first thing due:
+//! settle calls a crash left without results, deliver the inbox, or — when the
+//! transcript ends on the user or tool side — assemble the request from the tip,
+//! call the model, commit its output and run its tool calls, one commit each. When
+//! nothing is due it releases the lock and re-checks the inbox, so a message that
+//! arrived during the release is never stranded. Disk is the truth: a driver killed
+//! at any instruction is continued by the next one.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use crate::domain::agent::{self, AgentFacts};
+use crate::domain::context;
+use crate::domain::id::AgentId;
+use crate::domain::transcript::{self, Entry, Side};
+use crate::infra::git::{CommitId, GitError, Worktree};
+use crate::infra::lock::{LockError, LockGuard};
+use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
+use crate::infra::provider::{sse, Block, Delta, Output, Usage};
+use crate::infra::time::Timestamp;
+use crate::infra::tools::ToolEnv;
+
+use super::inbox::{self, InboxError};
+use super::model::{self, ModelError};
+use super::snapshot::{Loader, SnapshotError};
+use super::toolcall::{self, ToolCallError};
+use super::workspace::{Workspace, WorkspaceError};
+use super::{agents, Env};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("agent `{0}` does not exist")]
+    Unknown(String),
+    #[error("role `{role}` of agent `{id}` no longer exists in config lineage `{lineage}`")]
+    RoleGone { id: String, role: String, lineage: String },
+    #[error("step {step} of agent `{id}` failed: {source}")]
+    Model { id: String, step: u32, source: ModelError },
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+    #[error(transparent)]
+    Tool(#[from] ToolCallError),
+    #[error("cannot write {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+type Result<T> = std::result::Result<T, DriverError>;
+
+/// What a driver reports as it works (the cli turns these into output).
+#[derive(Debug)]
+pub enum Event<'a> {
+    Delivered { sender: &'a str },
+    Settled { tool_use_id: &'a str },
+    StepStarted { step: u32, provider: &'a str, model: &'a str },
+    Delta(&'a Delta),
+    AttemptFailed { attempt: u32, error: &'a str, retry_in_ms: Option<u64> },
+    ToolStarted { name: &'a str, input: &'a Value },
+    ToolFinished { name: &'a str, is_error: bool, summary: &'a str },
+}
+
+pub trait Observer {
+    fn event(&mut self, event: Event<'_>);
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEnd {
+    /// The agent answered; nothing is due until someone writes to it.
+    Answered { text: String },
+    /// Another driver holds the lock (it will drain the inbox).
+    Busy,
+}
+
+enum Turn {
+    Again,
+    Quiet(RunEnd),
+}
+
+/// Runs `id` until nothing is due.
+pub fn run(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
+    let lock_path = ws.layout.lock(id);
+    let Some(mut lock) = LockGuard::try_acquire(&lock_path)? else {
+        return Ok(RunEnd::Busy);
+    };
+    let mut driver = Driver::open(ws, env, id)?;
+    loop {
+        match driver.turn(observer)? {
+            Turn::Again => continue,
+            Turn::Quiet(end) => {
+                drop(lock);
+                // The lost wake-up: a deposit that landed while we held the lock.
+                if inbox::has_pending(&ws.layout, id)
+                    && let Some(again) = LockGuard::try_acquire(&lock_path)?
+                {
+                    lock = again;
+                    continue;
+                }
+                return Ok(end);
+            }
+        }
+    }
+}
+
+/// Runs an agent just created by a prompt; if its very first model call fails, the
+/// agent is removed again so a failed prompt leaves nothing behind.
+pub fn run_fresh(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
+    let result = run(ws, env, id, observer);
+    if let Err(DriverError::Model { .. }) = &result {
+        let tip = ws.repo.branch_tip(&id.branch()).ok().flatten();
+        let progressed = tip
+            .and_then(|t| Loader::default().entries(&ws.repo, t).ok())
+            .is_some_and(|entries| entries.iter().any(|e| e.side() == Side::Assistant));
+        if !progressed {
+            agents::discard(ws, id);
+        }
+    }
+    result
+}
+
+struct Driver<'a> {
+    ws: &'a Workspace,
+    env: &'a Env,
+    id: AgentId,
+    branch: String,
+    worktree: Worktree,
+    loader: Loader,
+    client: model::Client,
+}
+
+impl<'a> Driver<'a> {
+    fn open(ws: &'a Workspace, env: &'a Env, id: &AgentId) -> Result<Driver<'a>> {
+        let branch = id.branch();
+        let tip = ws.repo.branch_tip(&branch)?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
+        let root = ws.layout.worktree(id);
+        if !root.exists() {
+            ws.repo.add_worktree(id.as_str(), &root, &branch)?;
+        }
+        let worktree = Worktree::open(&root)?;
+        let driver =
+            Driver { ws, env, id: id.clone(), branch, worktree, loader: Loader::default(), client: Default::default() };
+        driver.recover(tip)?;
+        Ok(driver)
+    }
+
+    /// After a crash the worktree may hold transcript files no commit has: remove
+    /// them and make the index match the tip (work products stay for the next scan).
+    fn recover(&self, tip: CommitId) -> Result<()> {
+        let committed: Vec<String> = self.ws.repo.list_dir(tip, agent::MESSAGES)?.into_iter().map(|e| e.name).collect();
+        let dir = self.worktree.root().join(agent::MESSAGES);
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !committed.contains(&name) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        self.worktree.reset_index(tip)?;
+        Ok(())
+    }
+
+    fn tip(&self) -> Result<CommitId> {
+        self.ws.repo.branch_tip(&self.branch)?.ok_or_else(|| DriverError::Unknown(self.id.to_string()))
+    }
+
+    fn turn(&mut self, observer: &mut dyn Observer) -> Result<Turn> {
+        let tip = self.tip()?;
+        let entries = self.loader.entries(&self.ws.repo, tip)?;
+        let next = transcript::next_number(entries.iter().map(Entry::number));
+
+        let open = transcript::unanswered_calls(&entries);
+        if !open.is_empty() {
+            self.settle(tip, next, &open, observer)?;
+            return Ok(Turn::Again);
+        }
+        let pending = inbox::pending(&self.ws.layout, &self.id)?;
+        if !pending.is_empty() {
+            self.deliver(tip, next, &entries, pending, observer)?;
+            return Ok(Turn::Again);
+        }
+        if !transcript::warrants_call(&entries) {
+            let text = transcript::final_text(&entries).unwrap_or_default();
+            return Ok(Turn::Quiet(RunEnd::Answered { text }));
+        }
+        let (step, output_name, output) = self.call(tip, next, observer)?;
+        let bytes = serde_json::to_vec(&output).unwrap_or_default();
+        let path = format!("{}/{output_name}", agent::MESSAGES);
+        let mut tip = self.worktree.commit_files(&self.branch, tip, &[(&path, &bytes)], &format!("{output_name}: model output"))?;
+        let mut number = next + 1;
+        for (id, name, input) in output.tool_uses() {
+            tip = self.run_tool(tip, step, number, id, name, input, observer)?;
+            number += 1;
+        }
+        Ok(Turn::Again)
+    }
+
+    fn facts(&self, at: CommitId) -> Result<AgentFacts> {
+        Ok(super::snapshot::read_facts(&self.ws.repo, at)?)
+    }
+
+    /// Answers calls a crash left open, with the worktree as the tools left it.
+    fn settle(&mut self, tip: CommitId, next: u32, open: &[(String, String)], observer: &mut dyn Observer) -> Result<()> {
+        let mut files = Vec::new();
+        for (i, (id, _)) in open.iter().enumerate() {
+            let block = Block::ToolResult {
+                tool_use_id: id.clone(),
+                content: "interrupted; outcome unknown (the driver stopped while this call ran)".into(),
+                is_error: true,
+            };
+            let name = transcript::entry_name(next + i as u32, "tool", Side::Tool);
+            files.push((format!("{}/{name}", agent::MESSAGES), serde_json::to_vec(&block).unwrap_or_default()));
+            observer.event(Event::Settled { tool_use_id: id });
+        }
+        let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
+        self.worktree.commit_all(&self.branch, tip, &refs, "settle interrupted tool calls")?;
+        Ok(())
+    }
+
+    /// Moves each inbox message into the transcript, oldest first, one commit each.
+    fn deliver(
+        &mut self,
+        mut tip: CommitId,
+        mut next: u32,
+        entries: &[Entry],
+        pending: Vec<inbox::Pending>,
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
+        for p in pending {
+            // A crash between the commit and the removal must not deliver twice.
+            let delivered = entries.iter().rev().take(64).any(|e| matches!(e, Entry::Message { text, .. } if *text == p.text));
+            if !delivered {
+                let name = transcript::entry_name(next, &p.sender, Side::User);
+                let path = format!("{}/{name}", agent::MESSAGES);
+                tip = self.worktree.commit_files(&self.branch, tip, &[(&path, p.text.as_bytes())], &format!("{name}: delivered"))?;
+                next += 1;
+                observer.event(Event::Delivered { sender: &p.sender });
+            }
+            std::fs::remove_file(&p.path).map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
+        }
+        Ok(())
+    }
+
+    /// One model call: assemble from `tip`, record, call. Commits nothing; returns
+    /// the step number, the entry name for the output, and the output.
+    fn call(&mut self, tip: CommitId, next: u32, observer: &mut dyn Observer) -> Result<(u32, String, Output)> {
+        let facts = self.facts(tip)?;
+        let (config_commit, config) = self.ws.config(&facts.lineage)?;
+        let role = config.role(&facts.role).ok_or_else(|| DriverError::RoleGone {
+            id: self.id.to_string(),
+            role: facts.role.clone(),
+            lineage: facts.lineage.clone(),
+        })?;
+        let step = next_step(&self.ws.layout.steps(&self.id));
+        let fail = |source: ModelError| DriverError::Model { id: self.id.to_string(), step, source };
+        let plan = model::plan(&config, &facts.lineage, &facts.role, self.env).map_err(fail)?;
+        let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
+        let request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
+        let dir = self.ws.layout.step(&self.id, step);
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| DriverError::Io { path, source }
+        };
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let request_path = dir.join("request.json");
+        std::fs::write(&request_path, request_json(&request)).map_err(io(&request_path))?;
+        observer.event(Event::StepStarted { step, provider: &plan.provider, model: &plan.model });
+
+        let started = Timestamp::now();
+        let response_path = dir.join("response.ndjson");
+        let file = std::fs::File::create(&response_path).map_err(io(&response_path))?;
+        let mut recorder = Recorder { out: std::io::BufWriter::new(file), attempts: Vec::new(), observer };
+        let result = self.client.call(self.ws, config_commit, &plan, &request, &mut recorder);
+        let _ = recorder.out.flush();
+        let ended = Timestamp::now();
+        let entry = transcript::entry_name(next, &transcript::model_origin(&plan.model), Side::Assistant);
+        let (outcome, usage, error) = match &result {
+            Ok(output) => ("ok", output.usage.clone(), None),
+            Err(e) => ("error", Usage::default(), Some(e.to_string())),
+        };
+        let meta = json!({
+            "step": step,
+            "commit": tip.to_string(),
+            "config": config_commit.to_string(),
+            "agent": self.id.as_str(),
+            "provider": plan.provider,
+            "protocol": plan.config.protocol.name(),
+            "model": plan.model,
+            "started": started.to_string(),
+            "ended": ended.to_string(),
+            "millis": ended.millis_since(started),
+            "attempts": recorder.attempts,
+            "usage": usage,
+            "outcome": outcome,
+            "error": error,
+            "entry": result.as_ref().ok().map(|_| entry.clone()),
+        });
+        let meta_path = dir.join("meta.json");
+        std::fs::write(&meta_path, serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
+        result.map(|output| (step, entry, output)).map_err(fail)
+    }
+
+    /// One tool call: grant gate from the config at this step, run, record, commit.
+    #[expect(clippy::too_many_arguments, reason = "one call's coordinates, all needed")]
+    fn run_tool(
+        &mut self,
+        tip: CommitId,
+        step: u32,
+        number: u32,
+        id: &str,
+        name: &str,
+        input: &Value,
+        observer: &mut dyn Observer,
+    ) -> Result<CommitId> {
+        let facts = self.facts(tip)?;
+        let (_, config) = self.ws.config(&facts.lineage)?;
+        let grant = config.role(&facts.role).map(|r| r.tools.clone()).unwrap_or_default();
+        let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(id));
+        let env = ToolEnv {
+            cwd: self.worktree.root().to_owned(),
+            workspace: self.ws.layout.root().to_owned(),
+            agent: self.id.to_string(),
+        };
+        observer.event(Event::ToolStarted { name, input });
+        let result = toolcall::run(
+            id,
+            name,
+            input,
+            &grant,
+            &env,
+            &config.tool_output,
+            &self.ws.layout.root().join(&record_rel),
+            &record_rel,
+        )?;
+        observer.event(Event::ToolFinished { name, is_error: result.is_error, summary: &result.summary });
+        let entry = transcript::entry_name(number, "tool", Side::Tool);
+        let path = format!("{}/{entry}", agent::MESSAGES);
+        let bytes = serde_json::to_vec(&result.block).unwrap_or_default();
+        let message = format!("{entry}: {name} result");
+        let files = [(path.as_str(), bytes.as_slice())];
+        let commit = if result.writes {
+            self.worktree.commit_all(&self.branch, tip, &files, &message)?
+        } else {
+            self.worktree.commit_files(&self.branch, tip, &files, &message)?
+        };
+        Ok(commit)
+    }
+}
+
+/// The canonical request as `request.json` holds it (and `show --request` prints).
+pub fn request_json(request: &crate::infra::provider::Request) -> Vec<u8> {
+    let mut bytes = serde_json::to_vec_pretty(request).unwrap_or_default();
+    bytes.push(b'\n');
+    bytes
+}
+
+/// The next step record number: one past the highest under `steps/<id>/`.
+fn next_step(dir: &Path) -> u32 {
+    let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    names.filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok()).max().unwrap_or(0) + 1
+}
+
+/// Writes every raw event to `response.ndjson` and passes deltas on.
+struct Recorder<'o> {
+    out: std::io::BufWriter<std::fs::File>,
+    attempts: Vec<AttemptRecord>,
+    observer: &'o mut dyn Observer,
+}
+
+impl CallObserver for Recorder<'_> {
+    fn attempt_started(&mut self, attempt: u32) {
+        let _ = writeln!(self.out, "{}", json!({"attempt": attempt, "started": Timestamp::now().to_string()}));
+    }
+
+    fn raw(&mut self, attempt: u32, event: &sse::Event) {
+        let _ = writeln!(self.out, "{}", json!({"attempt": attempt, "event": event.event, "data": event.data}));
+    }
+
+    fn delta(&mut self, delta: &Delta) {
+        self.observer.event(Event::Delta(delta));
+    }
+
+    fn attempt_ended(&mut self, record: &AttemptRecord) {
+        let _ = writeln!(self.out, "{}", json!({"attempt": record.attempt, "ended": record}));
+        if record.error.is_some() {
+            self.observer.event(Event::AttemptFailed {
+                attempt: record.attempt,
+                error: record.error.as_deref().unwrap_or(""),
+                retry_in_ms: record.retry_after_ms,
+            });
+        }
+        self.attempts.push(record.clone());
+    }
+}

@@ -1,0 +1,148 @@
+//! Inspection: the state of agents for `ls`, the conversation for `log`, and a
+//! step's request re-assembled from its recorded commit for `show`.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::domain::context;
+use crate::domain::id::AgentId;
+use crate::domain::transcript::{self, Entry};
+use crate::infra::git::{CommitId, GitError};
+use crate::infra::lock::LockGuard;
+use crate::infra::provider::{Request, Usage};
+
+use super::agents::{self, AgentError};
+use super::inbox;
+use super::snapshot::{Loader, SnapshotError};
+use super::workspace::{Workspace, WorkspaceError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("agent `{id}` has no step {step} (it has {have})")]
+    NoStep { id: String, step: u32, have: u32 },
+    #[error("the record of step {step} is unreadable ({path}): {reason}")]
+    BadRecord { step: u32, path: PathBuf, reason: String },
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+}
+
+type Result<T> = std::result::Result<T, InspectError>;
+
+/// One agent's state for `ls`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AgentState {
+    pub id: String,
+    pub name: Option<String>,
+    pub role: String,
+    /// `running`, `waiting` (messages undelivered), `needs-run` (a call is due
+    /// and no driver holds it), or `answered`.
+    pub state: &'static str,
+    pub steps: u32,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub goal: String,
+}
+
+pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
+    let mut loader = Loader::default();
+    let mut out = Vec::new();
+    for l in agents::list(ws)? {
+        let entries = loader.entries(&ws.repo, l.tip)?;
+        let running = LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(false);
+        let state = if running {
+            "running"
+        } else if inbox::has_pending(&ws.layout, &l.id) {
+            "waiting"
+        } else if transcript::warrants_call(&entries) || !transcript::unanswered_calls(&entries).is_empty() {
+            "needs-run"
+        } else {
+            "answered"
+        };
+        let usage = total_usage(&entries);
+        let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
+        out.push(AgentState {
+            id: l.id.to_string(),
+            name: l.facts.name.clone(),
+            role: l.facts.role.clone(),
+            state,
+            steps: entries.iter().filter(|e| matches!(e, Entry::Output { .. })).count() as u32,
+            input_tokens: usage.input.unwrap_or(0),
+            output_tokens: usage.output.unwrap_or(0),
+            goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
+        });
+    }
+    Ok(out)
+}
+
+/// Usage summed over the model outputs of a transcript (each counted once).
+pub fn total_usage(entries: &[Entry]) -> Usage {
+    let mut total = Usage::default();
+    for e in entries {
+        if let Entry::Output { output, .. } = e {
+            let add = |a: &mut Option<u64>, b: Option<u64>| {
+                if let Some(b) = b {
+                    *a = Some(a.unwrap_or(0) + b);
+                }
+            };
+            add(&mut total.input, output.usage.input);
+            add(&mut total.output, output.usage.output);
+            add(&mut total.cache_read, output.usage.cache_read);
+            add(&mut total.cache_write, output.usage.cache_write);
+            add(&mut total.thinking, output.usage.thinking);
+        }
+    }
+    total
+}
+
+/// The transcript of an agent at its tip.
+pub fn transcript(ws: &Workspace, id: &AgentId) -> Result<Vec<Entry>> {
+    let tip = tip(ws, id)?;
+    Ok(Loader::default().entries(&ws.repo, tip)?)
+}
+
+fn tip(ws: &Workspace, id: &AgentId) -> Result<CommitId> {
+    ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()).into())
+}
+
+/// A step's record: its meta.json.
+pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<Value> {
+    let path = ws.layout.step(id, step).join("meta.json");
+    let have = std::fs::read_dir(ws.layout.steps(id))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .count() as u32;
+    let bytes = std::fs::read(&path).map_err(|_| InspectError::NoStep { id: id.to_string(), step, have })?;
+    serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord { step, path, reason: e.to_string() })
+}
+
+/// Step `step`'s request, re-assembled from the commit and config its record names.
+pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
+    let meta = step_meta(ws, id, step)?;
+    let path = ws.layout.step(id, step).join("meta.json");
+    let commit_of = |key: &str| {
+        meta.get(key)
+            .and_then(Value::as_str)
+            .and_then(|s| git2::Oid::from_str(s).ok())
+            .ok_or_else(|| InspectError::BadRecord { step, path: path.clone(), reason: format!("no `{key}` commit") })
+    };
+    let (commit, config_commit) = (commit_of("commit")?, commit_of("config")?);
+    let config = ws.config_at(config_commit)?;
+    let facts = super::snapshot::read_facts(&ws.repo, commit)?;
+    let role = config.role(&facts.role).ok_or_else(|| InspectError::BadRecord {
+        step,
+        path: path.clone(),
+        reason: format!("role `{}` is not in config {config_commit}", facts.role),
+    })?;
+    let (_, snapshot) = Loader::default().snapshot(&ws.repo, commit, &role.context)?;
+    let model = meta.get("model").and_then(Value::as_str).unwrap_or(&role.model);
+    Ok(context::assemble(&snapshot, model, role.max_output_tokens, &role.context))
+}

@@ -1,0 +1,44 @@
+//! Moves agents: workspaces and config lineages, agent creation and forks, the
+//! inbox, the step loop (driver), model calls and tool calls, inspection. The only
+//! layer where decisions meet side effects; never prints, never reads the
+//! environment (the cli passes what it read).
+
+pub mod agents;
+pub mod driver;
+pub mod inbox;
+pub mod inspect;
+pub mod model;
+pub mod snapshot;
+pub mod toolcall;
+pub mod workspace;
+
+use std::collections::BTreeMap;
+
+/// The environment variables the cli read, passed down (API keys, base URLs).
+#[derive(Debug, Clone, Default)]
+pub struct Env {
+    vars: BTreeMap<String, String>,
+}
+
+impl Env {
+    pub fn new(vars: impl IntoIterator<Item = (String, String)>) -> Env {
+        Env { vars: vars.into_iter().collect() }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.vars.get(name).map(String::as_str).filter(|v| !v.is_empty())
+    }
+}
+
+/// Random bits for ids and names, from the OS.
+pub fn random_u32() -> u32 {
+    use std::io::Read;
+    let mut bytes = [0u8; 4];
+    let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_ok();
+    if filled {
+        u32::from_le_bytes(bytes)
+    } else {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        t.subsec_nanos() ^ std::process::id().rotate_left(16)
+    }
+}

@@ -1,0 +1,129 @@
+//! Model calls: which provider a role uses (with its key and base URL from the
+//! environment the cli read), and one call through the right adapter.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::domain::config::{Config, ProviderConfig};
+use crate::engine::Env;
+use crate::infra::git::CommitId;
+use crate::infra::provider::transport::{CallError, HttpSettings, Observer, RetryPolicy, Transport};
+use crate::infra::provider::{
+    anthropic, command, openai_chat, openai_responses, replay, Decoder, Output, Protocol, Request, WireRequest,
+};
+
+use super::workspace::Workspace;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error("role `{role}` does not exist in config lineage `{lineage}`")]
+    UnknownRole { role: String, lineage: String },
+    #[error("provider `{provider}` needs an API key in `{var}`, which is not set")]
+    MissingKey { provider: String, var: String },
+    #[error("the recording `{path}` of provider `{provider}` cannot be used: {reason}")]
+    Recording { provider: String, path: String, reason: String },
+    #[error(transparent)]
+    Call(#[from] CallError),
+}
+
+/// Everything needed to call one role's model, resolved and checked.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub provider: String,
+    pub config: ProviderConfig,
+    pub base_url: Option<String>,
+    api_key: Option<String>,
+    pub model: String,
+    pub retry: RetryPolicy,
+}
+
+/// Resolves `role` under `config`, failing before any call if a key is missing.
+pub fn plan(config: &Config, lineage: &str, role: &str, env: &Env) -> Result<Plan, ModelError> {
+    let unknown = || ModelError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() };
+    let r = config.role(role).ok_or_else(unknown)?;
+    let p = config.providers.get(&r.provider).ok_or_else(unknown)?;
+    let api_key = match &p.api_key_env {
+        Some(var) => Some(
+            env.get(var)
+                .ok_or_else(|| ModelError::MissingKey { provider: r.provider.clone(), var: var.clone() })?
+                .to_owned(),
+        ),
+        None => None,
+    };
+    let base_url = p.base_url_env.as_deref().and_then(|v| env.get(v)).map(str::to_owned).or_else(|| p.base_url.clone());
+    Ok(Plan {
+        provider: r.provider.clone(),
+        config: p.clone(),
+        base_url,
+        api_key,
+        model: r.model.clone(),
+        retry: RetryPolicy {
+            max_attempts: config.retry.max_attempts,
+            initial_backoff: Duration::from_millis(config.retry.initial_backoff_ms),
+            max_backoff: Duration::from_millis(config.retry.max_backoff_ms),
+        },
+    })
+}
+
+/// Calls models, keeping HTTP connections and parsed recordings between steps.
+#[derive(Default)]
+pub struct Client {
+    transports: HashMap<String, Transport>,
+    recordings: HashMap<(CommitId, String), Vec<Output>>,
+}
+
+impl Client {
+    pub fn call(
+        &mut self,
+        ws: &Workspace,
+        config_commit: CommitId,
+        plan: &Plan,
+        request: &Request,
+        observer: &mut dyn Observer,
+    ) -> Result<Output, ModelError> {
+        let key = plan.api_key.as_deref();
+        let (wire, decoder): (WireRequest, fn() -> Box<dyn Decoder>) = match plan.config.protocol {
+            Protocol::Anthropic => (anthropic::encode(request, key), || Box::<anthropic::StreamDecoder>::default()),
+            Protocol::OpenaiChat => {
+                let field = plan.config.max_tokens_field.as_deref().unwrap_or("max_completion_tokens");
+                (openai_chat::encode(request, key, field), || Box::<openai_chat::StreamDecoder>::default())
+            }
+            Protocol::OpenaiResponses => {
+                (openai_responses::encode(request, key), || Box::<openai_responses::StreamDecoder>::default())
+            }
+            Protocol::Replay => {
+                let outputs = self.recording(ws, config_commit, plan)?;
+                return Ok(replay::call(outputs, request, observer)?);
+            }
+            Protocol::Command => {
+                let argv = plan.config.command.clone().unwrap_or_default();
+                return Ok(command::call(&argv, request, observer)?);
+            }
+        };
+        let base_url = plan.base_url.clone().unwrap_or_default();
+        let settings = HttpSettings {
+            base_url: base_url.clone(),
+            idle_timeout: Duration::from_secs(plan.config.idle_timeout_secs.max(1)),
+            connect_timeout: Duration::from_secs(10),
+            retry: plan.retry.clone(),
+        };
+        let cache_key = format!("{base_url}|{}|{:?}", plan.config.idle_timeout_secs, plan.retry);
+        let transport = self.transports.entry(cache_key).or_insert_with(|| Transport::new(settings));
+        Ok(transport.call(&wire, &decoder, observer)?)
+    }
+
+    fn recording(&mut self, ws: &Workspace, at: CommitId, plan: &Plan) -> Result<&[Output], ModelError> {
+        let path = plan.config.recording.clone().unwrap_or_default();
+        let key = (at, path.clone());
+        if !self.recordings.contains_key(&key) {
+            let fail = |reason: String| ModelError::Recording { provider: plan.provider.clone(), path: path.clone(), reason };
+            let bytes = ws
+                .config_file(at, &path)
+                .map_err(|e| fail(e.to_string()))?
+                .ok_or_else(|| fail("it is not in the config tree".into()))?;
+            let outputs = replay::parse(&String::from_utf8_lossy(&bytes)).map_err(fail)?;
+            self.recordings.insert(key.clone(), outputs);
+        }
+        Ok(self.recordings.get(&key).map(Vec::as_slice).unwrap_or_default())
+    }
+}

@@ -1,0 +1,149 @@
+//! One tool call of a step: the grant gate, the run, the bounded result the model
+//! reads and the full record kept in the step's directory.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::domain::config::ToolOutputConfig;
+use crate::infra::provider::Block;
+use crate::infra::tools::{self, ToolEnv, ToolError, ToolOutput};
+
+/// What a call came to.
+pub struct CallResult {
+    pub block: Block,
+    /// Whether the call may have changed files (so its commit scans the worktree).
+    pub writes: bool,
+    pub is_error: bool,
+    pub summary: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolCallError {
+    #[error("tool `{name}` failed: {message}")]
+    Fatal { name: String, message: String },
+    #[error("cannot write the tool record {path}: {source}")]
+    Record { path: String, source: std::io::Error },
+}
+
+/// A tool-use id made safe as a directory name.
+pub fn record_name(tool_use_id: &str) -> String {
+    tool_use_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+}
+
+/// Runs one call. `grant` is the role's grant read from config at this step;
+/// `record_dir` is `steps/<id>/<NNNN>/tools/<tool_use_id>` and `record_shown` the
+/// same path as the model is told it.
+pub fn run(
+    id: &str,
+    name: &str,
+    input: &Value,
+    grant: &[String],
+    env: &ToolEnv,
+    limits: &ToolOutputConfig,
+    record_dir: &Path,
+    record_shown: &str,
+) -> Result<CallResult, ToolCallError> {
+    let write_record = |file: &str, value: &Value| {
+        let path = record_dir.join(file);
+        std::fs::create_dir_all(record_dir)
+            .and_then(|()| std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap_or_default()))
+            .map_err(|source| ToolCallError::Record { path: path.display().to_string(), source })
+    };
+    write_record("input.json", &json!({"id": id, "name": name, "input": input}))?;
+    let builtin = tools::builtin(name).filter(|_| grant.iter().any(|g| g == name));
+    let (outcome, writes) = match builtin {
+        None => {
+            let allowed = if grant.is_empty() { "none".to_owned() } else { grant.join(", ") };
+            (Err(ToolError::ToModel(format!("tool `{name}` is not available to you; nothing ran. Allowed tools: {allowed}"))), false)
+        }
+        Some(b) => (b.run(env, input), b.writes),
+    };
+    let (text, is_error, summary) = match outcome {
+        Ok(output) => {
+            write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
+            (render(&output, limits, record_shown), output.is_error, output.summary.clone())
+        }
+        Err(ToolError::ToModel(message)) => {
+            write_record("output.json", &json!({"error": message}))?;
+            (message.clone(), true, message)
+        }
+        Err(ToolError::Fatal(message)) => {
+            write_record("output.json", &json!({"fatal": message}))?;
+            return Err(ToolCallError::Fatal { name: name.to_owned(), message });
+        }
+    };
+    Ok(CallResult {
+        block: Block::ToolResult { tool_use_id: id.to_owned(), content: text, is_error },
+        writes,
+        is_error,
+        summary,
+    })
+}
+
+/// The text the model reads: the summary, then each non-empty stream, bounded.
+fn render(output: &ToolOutput, limits: &ToolOutputConfig, record: &str) -> String {
+    let mut text = output.summary.clone();
+    for stream in output.streams.iter().filter(|s| !s.text.is_empty()) {
+        let shown = bound(&stream.text, limits.head_bytes, limits.tail_bytes, &format!("{record}/output.json"));
+        text.push_str(&format!("\n<{name}>\n{}\n</{name}>", shown.trim_end_matches('\n'), name = stream.name));
+    }
+    text
+}
+
+/// The first `head` and last `tail` bytes of `text`, with a marker saying what was
+/// left out and where the whole is kept.
+pub fn bound(text: &str, head: usize, tail: usize, record: &str) -> String {
+    if text.len() <= head + tail {
+        return text.to_owned();
+    }
+    let head_end = text.floor_char_boundary(head);
+    let tail_start = text.ceil_char_boundary(text.len() - tail);
+    let omitted = &text[head_end..tail_start];
+    format!(
+        "{}\n[… {} bytes in {} lines left out of {} bytes in {} lines; the full output is in {record} …]\n{}",
+        &text[..head_end],
+        omitted.len(),
+        omitted.matches('\n').count(),
+        text.len(),
+        text.matches('\n').count() + usize::from(!text.ends_with('\n')),
+        &text[tail_start..]
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_keeps_head_and_tail_and_names_the_record() {
+        assert_eq!(bound("short", 4, 4, "r"), "short");
+        let text = "a\n".repeat(100);
+        let b = bound(&text, 4, 4, "steps/x/0001/tools/t/output.json");
+        assert_eq!(
+            b,
+            "a\na\n\n[… 192 bytes in 96 lines left out of 200 bytes in 100 lines; the full output is in steps/x/0001/tools/t/output.json …]\na\na\n"
+        );
+    }
+
+    #[test]
+    fn an_ungranted_tool_runs_nothing_and_names_the_grant() {
+        let dir = std::env::temp_dir().join(format!("offshoot-toolcall-{}", std::process::id()));
+        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
+        let marker = dir.join("ran");
+        let input = json!({"command": format!("touch {}", marker.display())});
+        let grant = vec!["read_file".to_owned()];
+        let r = run("t1", "bash", &input, &grant, &env, &ToolOutputConfig::default(), &dir.join("rec"), "rec").expect("runs");
+        assert!(r.is_error);
+        assert_eq!(
+            r.block,
+            Block::ToolResult {
+                tool_use_id: "t1".into(),
+                content: "tool `bash` is not available to you; nothing ran. Allowed tools: read_file".into(),
+                is_error: true
+            }
+        );
+        assert!(!marker.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

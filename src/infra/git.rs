@@ -1,0 +1,447 @@
+//! The one door to the repository: libgit2 for reads at a commit, tree edits,
+//! per-step commits of a worktree, worktree creation and compare-and-swap ref updates.
+//! Callers speak of branches, paths and commits, never of argv.
+
+use std::path::{Path, PathBuf};
+
+use git2::{
+    build::TreeUpdateBuilder, FileMode, IndexAddOption, ObjectType, Oid, Repository,
+    RepositoryInitOptions, Signature, TreeWalkMode, TreeWalkResult, WorktreeAddOptions,
+};
+
+/// A commit id, printed as 40 hex digits.
+pub type CommitId = Oid;
+
+/// The identity every harness commit is made with (never the user's git config).
+const AUTHOR_NAME: &str = "offshoot";
+const AUTHOR_EMAIL: &str = "offshoot@localhost";
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("git: {what}: {source}")]
+    Lib { what: String, source: git2::Error },
+    #[error("branch `{branch}` moved while we wrote (expected {expected}, found {found})")]
+    Raced { branch: String, expected: String, found: String },
+    #[error("branch `{branch}` already exists")]
+    BranchExists { branch: String },
+    #[error("cannot write {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+type Result<T> = std::result::Result<T, GitError>;
+
+fn lib(what: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
+    let what = what.into();
+    move |source| GitError::Lib { what, source }
+}
+
+/// One change to a tree: write a file's bytes, or remove a path (file or directory).
+#[derive(Debug, Clone)]
+pub enum TreeEdit {
+    Write { path: String, bytes: Vec<u8> },
+    Remove { path: String },
+}
+
+/// One entry of a directory in a commit's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub oid: Oid,
+    pub is_dir: bool,
+}
+
+/// Facts about one commit.
+#[derive(Debug, Clone)]
+pub struct CommitInfo {
+    pub id: Oid,
+    pub parents: Vec<Oid>,
+    pub summary: String,
+    pub time_secs: i64,
+}
+
+/// The workspace's bare repository.
+pub struct Repo {
+    repo: Repository,
+}
+
+fn branch_ref(branch: &str) -> String {
+    format!("refs/heads/{branch}")
+}
+
+fn signature() -> Result<Signature<'static>> {
+    Signature::now(AUTHOR_NAME, AUTHOR_EMAIL).map_err(lib("make signature"))
+}
+
+fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
+    repo.reference_matching(refname, new, true, expected, msg).map_err(|source| {
+        let found = repo
+            .refname_to_id(refname)
+            .map(|id| id.to_string())
+            .unwrap_or_else(|_| "nothing".into());
+        if found != expected.to_string() {
+            GitError::Raced { branch: refname.to_owned(), expected: expected.to_string(), found }
+        } else {
+            GitError::Lib { what: format!("update {refname}"), source }
+        }
+    })?;
+    Ok(())
+}
+
+fn commit_tree(repo: &Repository, tree: Oid, parents: &[Oid], message: &str) -> Result<Oid> {
+    let sig = signature()?;
+    let tree = repo.find_tree(tree).map_err(lib("find tree"))?;
+    let parents = parents
+        .iter()
+        .map(|p| repo.find_commit(*p).map_err(lib(format!("find commit {p}"))))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+    repo.commit(None, &sig, &sig, message, &tree, &refs).map_err(lib("write commit"))
+}
+
+impl Repo {
+    /// Creates a new bare repository at `path`.
+    pub fn init(path: &Path) -> Result<Repo> {
+        let mut opts = RepositoryInitOptions::new();
+        opts.bare(true).mkpath(true).initial_head("config/default");
+        let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
+        Ok(Repo { repo })
+    }
+
+    pub fn open(path: &Path) -> Result<Repo> {
+        let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
+        Ok(Repo { repo })
+    }
+
+    /// The commit a revision names (`agents/x`, a sha, `agents/x~3`), if any.
+    pub fn resolve_commit(&self, spec: &str) -> Option<Oid> {
+        let object = self.repo.revparse_single(spec).ok()?;
+        object.peel_to_commit().ok().map(|c| c.id())
+    }
+
+    /// The tip of `refs/heads/<branch>`, if the branch exists.
+    pub fn branch_tip(&self, branch: &str) -> Result<Option<Oid>> {
+        match self.repo.refname_to_id(&branch_ref(branch)) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read branch {branch}"), source }),
+        }
+    }
+
+    /// Branches under `prefix` (e.g. `agents/`), with their tips.
+    pub fn branches(&self, prefix: &str) -> Result<Vec<(String, Oid)>> {
+        let glob = format!("refs/heads/{prefix}*");
+        let refs = self.repo.references_glob(&glob).map_err(lib("list branches"))?;
+        let mut out = Vec::new();
+        for r in refs {
+            let r = r.map_err(lib("read branch"))?;
+            if let (Ok(name), Some(id)) = (r.name(), r.target()) {
+                out.push((name.trim_start_matches("refs/heads/").to_owned(), id));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Creates `refs/heads/<branch>` at `commit`; refuses if it exists.
+    pub fn create_branch(&self, branch: &str, commit: Oid, msg: &str) -> Result<()> {
+        let name = branch_ref(branch);
+        if self.repo.refname_to_id(&name).is_ok() {
+            return Err(GitError::BranchExists { branch: branch.to_owned() });
+        }
+        self.repo.reference(&name, commit, false, msg).map_err(lib(format!("create {name}")))?;
+        Ok(())
+    }
+
+    /// Moves a branch from `expected` to `new`, failing if it is elsewhere.
+    pub fn move_branch(&self, branch: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
+        cas_update(&self.repo, &branch_ref(branch), new, expected, msg)
+    }
+
+    pub fn delete_branch(&self, branch: &str) -> Result<()> {
+        let name = branch_ref(branch);
+        match self.repo.find_reference(&name) {
+            Ok(mut r) => r.delete().map_err(lib(format!("delete {name}"))),
+            Err(_) => Ok(()),
+        }
+    }
+
+    pub fn commit_info(&self, id: Oid) -> Result<CommitInfo> {
+        let c = self.repo.find_commit(id).map_err(lib(format!("find commit {id}")))?;
+        Ok(CommitInfo {
+            id,
+            parents: c.parent_ids().collect(),
+            summary: c.summary().ok().flatten().unwrap_or("").to_owned(),
+            time_secs: c.time().seconds(),
+        })
+    }
+
+    /// The bytes of the file at `path` in `commit`, or `None` if there is no such file.
+    pub fn read_file(&self, commit: Oid, path: &str) -> Result<Option<Vec<u8>>> {
+        let tree = self.tree_of(commit)?;
+        let entry = match tree.get_path(Path::new(path)) {
+            Ok(e) => e,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+            Err(source) => return Err(GitError::Lib { what: format!("read {path}"), source }),
+        };
+        if entry.kind() != Some(ObjectType::Blob) {
+            return Ok(None);
+        }
+        self.read_blob(entry.id()).map(Some)
+    }
+
+    pub fn read_blob(&self, oid: Oid) -> Result<Vec<u8>> {
+        let blob = self.repo.find_blob(oid).map_err(lib(format!("read blob {oid}")))?;
+        Ok(blob.content().to_vec())
+    }
+
+    /// The entries of directory `dir` in `commit` (empty if it does not exist).
+    pub fn list_dir(&self, commit: Oid, dir: &str) -> Result<Vec<DirEntry>> {
+        let tree = self.tree_of(commit)?;
+        let sub = if dir.is_empty() {
+            tree
+        } else {
+            match tree.get_path(Path::new(dir)) {
+                Ok(e) if e.kind() == Some(ObjectType::Tree) => {
+                    self.repo.find_tree(e.id()).map_err(lib(format!("read {dir}")))?
+                }
+                _ => return Ok(Vec::new()),
+            }
+        };
+        Ok(sub
+            .iter()
+            .map(|e| DirEntry {
+                name: e.name().unwrap_or_default().to_owned(),
+                oid: e.id(),
+                is_dir: e.kind() == Some(ObjectType::Tree),
+            })
+            .collect())
+    }
+
+    /// Every file path in `commit` at or below `prefix` ("" for all), with its blob
+    /// id, in tree order.
+    pub fn list_files(&self, commit: Oid, prefix: &str) -> Result<Vec<(String, Oid)>> {
+        let tree = self.tree_of(commit)?;
+        let prefix = prefix.trim_end_matches('/');
+        let (tree, root) = if prefix.is_empty() {
+            (tree, String::new())
+        } else {
+            match tree.get_path(Path::new(prefix)) {
+                Ok(e) if e.kind() == Some(ObjectType::Tree) => {
+                    (self.repo.find_tree(e.id()).map_err(lib(format!("read {prefix}")))?, format!("{prefix}/"))
+                }
+                Ok(e) if e.kind() == Some(ObjectType::Blob) => return Ok(vec![(prefix.to_owned(), e.id())]),
+                _ => return Ok(Vec::new()),
+            }
+        };
+        let mut out = Vec::new();
+        tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() == Some(ObjectType::Blob) {
+                out.push((format!("{root}{dir}{}", entry.name().unwrap_or_default()), entry.id()));
+            }
+            TreeWalkResult::Ok
+        })
+        .map_err(lib("walk tree"))?;
+        Ok(out)
+    }
+
+    /// Writes a commit whose tree is `base`'s tree (or empty) with `edits` applied.
+    /// Moves no ref.
+    pub fn commit_edits(
+        &self,
+        parents: &[Oid],
+        base: Option<Oid>,
+        edits: &[TreeEdit],
+        message: &str,
+    ) -> Result<Oid> {
+        let Some(base) = base else {
+            let tree = self.build_tree(edits)?;
+            return commit_tree(&self.repo, tree, parents, message);
+        };
+        let base_tree = self.tree_of(base)?;
+        let mut update = TreeUpdateBuilder::new();
+        for edit in edits {
+            match edit {
+                TreeEdit::Write { path, bytes } => {
+                    let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+                    update.upsert(path.as_str(), blob, FileMode::Blob);
+                }
+                TreeEdit::Remove { path } => {
+                    update.remove(path.as_str());
+                }
+            }
+        }
+        let tree = update.create_updated(&self.repo, &base_tree).map_err(lib("edit tree"))?;
+        commit_tree(&self.repo, tree, parents, message)
+    }
+
+    /// Writes a tree holding exactly the files `edits` write (removals are moot).
+    fn build_tree(&self, edits: &[TreeEdit]) -> Result<Oid> {
+        #[derive(Default)]
+        struct Dir {
+            files: std::collections::BTreeMap<String, Oid>,
+            dirs: std::collections::BTreeMap<String, Dir>,
+        }
+        fn write(repo: &Repository, dir: &Dir) -> Result<Oid> {
+            let mut builder = repo.treebuilder(None).map_err(lib("tree builder"))?;
+            for (name, sub) in &dir.dirs {
+                let id = write(repo, sub)?;
+                builder.insert(name, id, FileMode::Tree.into()).map_err(lib(format!("add {name}")))?;
+            }
+            for (name, blob) in &dir.files {
+                builder.insert(name, *blob, FileMode::Blob.into()).map_err(lib(format!("add {name}")))?;
+            }
+            builder.write().map_err(lib("write tree"))
+        }
+        let mut root = Dir::default();
+        for edit in edits {
+            if let TreeEdit::Write { path, bytes } = edit {
+                let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+                let mut parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+                let Some(file) = parts.pop() else { continue };
+                let dir = parts.into_iter().fold(&mut root, |d, p| d.dirs.entry(p.to_owned()).or_default());
+                dir.files.insert(file.to_owned(), blob);
+            }
+        }
+        write(&self.repo, &root)
+    }
+
+    /// Creates a linked worktree named `name` at `path`, checked out on `branch`.
+    pub fn add_worktree(&self, name: &str, path: &Path, branch: &str) -> Result<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|source| GitError::Io { path: parent.to_owned(), source })?;
+        }
+        let reference = self
+            .repo
+            .find_reference(&branch_ref(branch))
+            .map_err(lib(format!("find branch {branch}")))?;
+        let mut opts = WorktreeAddOptions::new();
+        opts.reference(Some(&reference));
+        self.repo.worktree(name, path, Some(&opts)).map_err(lib(format!("add worktree {name}")))?;
+        Ok(())
+    }
+
+    fn tree_of(&self, commit: Oid) -> Result<git2::Tree<'_>> {
+        let c = self.repo.find_commit(commit).map_err(lib(format!("find commit {commit}")))?;
+        c.tree().map_err(lib(format!("tree of {commit}")))
+    }
+}
+
+/// An agent's linked worktree, through which each step's commit is made.
+pub struct Worktree {
+    repo: Repository,
+    root: PathBuf,
+}
+
+impl Worktree {
+    pub fn open(path: &Path) -> Result<Worktree> {
+        let repo = Repository::open(path).map_err(lib(format!("open worktree {}", path.display())))?;
+        Ok(Worktree { repo, root: path.to_owned() })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Makes the index equal to `commit`'s tree, keeping the files on disk as they are.
+    pub fn reset_index(&self, commit: Oid) -> Result<()> {
+        let tree = self
+            .repo
+            .find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(lib(format!("tree of {commit}")))?;
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        index.read_tree(&tree).map_err(lib("read tree into index"))?;
+        index.write().map_err(lib("write index"))
+    }
+
+    /// Writes `files` into the worktree and commits exactly them on top of `parent`
+    /// (no scan of the rest of the tree), moving `branch` from `parent`.
+    pub fn commit_files(
+        &self,
+        branch: &str,
+        parent: Oid,
+        files: &[(&str, &[u8])],
+        message: &str,
+    ) -> Result<Oid> {
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        for (path, bytes) in files {
+            let full = self.root.join(path);
+            if let Some(dir) = full.parent() {
+                std::fs::create_dir_all(dir).map_err(|source| GitError::Io { path: dir.to_owned(), source })?;
+            }
+            std::fs::write(&full, bytes).map_err(|source| GitError::Io { path: full.clone(), source })?;
+            index.add_path(Path::new(path)).map_err(lib(format!("stage {path}")))?;
+        }
+        self.finish_commit(&mut index, branch, parent, message)
+    }
+
+    /// Writes `files`, then commits every change in the worktree (a full scan:
+    /// additions, modifications and deletions, honouring .gitignore).
+    pub fn commit_all(
+        &self,
+        branch: &str,
+        parent: Oid,
+        files: &[(&str, &[u8])],
+        message: &str,
+    ) -> Result<Oid> {
+        for (path, bytes) in files {
+            let full = self.root.join(path);
+            if let Some(dir) = full.parent() {
+                std::fs::create_dir_all(dir).map_err(|source| GitError::Io { path: dir.to_owned(), source })?;
+            }
+            std::fs::write(&full, bytes).map_err(|source| GitError::Io { path: full.clone(), source })?;
+        }
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        index.add_all(["."], IndexAddOption::DEFAULT, None).map_err(lib("stage worktree"))?;
+        index.update_all(["."], None).map_err(lib("stage deletions"))?;
+        self.finish_commit(&mut index, branch, parent, message)
+    }
+
+    fn finish_commit(&self, index: &mut git2::Index, branch: &str, parent: Oid, message: &str) -> Result<Oid> {
+        index.write().map_err(lib("write index"))?;
+        let tree = index.write_tree().map_err(lib("write tree"))?;
+        let commit = commit_tree(&self.repo, tree, &[parent], message)?;
+        cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
+        Ok(commit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("offshoot-git-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn edits_commit_and_worktree_steps_share_one_history() {
+        let dir = temp_dir("steps");
+        let repo = Repo::init(&dir.join("repo.git")).expect("init");
+        let edits = [TreeEdit::Write { path: ".offshoot/goal.md".into(), bytes: b"goal".to_vec() }];
+        let first = repo.commit_edits(&[], None, &edits, "dispatch").expect("commit");
+        repo.create_branch("agents/a", first, "dispatch").expect("branch");
+        assert!(matches!(repo.create_branch("agents/a", first, "again"), Err(GitError::BranchExists { .. })));
+        repo.add_worktree("a", &dir.join("agents/a"), "agents/a").expect("worktree");
+
+        let wt = Worktree::open(&dir.join("agents/a")).expect("open worktree");
+        let second = wt
+            .commit_files("agents/a", first, &[(".offshoot/messages/0001-user.md", b"hi")], "deliver")
+            .expect("append");
+        std::fs::write(dir.join("agents/a/work.txt"), "product").expect("write");
+        let third = wt.commit_all("agents/a", second, &[], "tool").expect("scan");
+
+        assert_eq!(repo.branch_tip("agents/a").expect("tip"), Some(third));
+        assert_eq!(repo.read_file(third, "work.txt").expect("read"), Some(b"product".to_vec()));
+        assert_eq!(repo.read_file(third, ".offshoot/messages/0001-user.md").expect("read"), Some(b"hi".to_vec()));
+        let names: Vec<_> = repo.list_dir(third, ".offshoot").expect("ls").into_iter().map(|e| e.name).collect();
+        assert_eq!(names, vec!["goal.md", "messages"]);
+        // A stale parent is refused: one writer per branch.
+        let err = wt.commit_files("agents/a", second, &[("x", b"x")], "late").expect_err("must race");
+        assert!(matches!(err, GitError::Raced { .. }), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,9 @@
+//! Talks to the world: git (libgit2), provider wire protocols over HTTP and SSE,
+//! processes, locks, time and the built-in tools. Knows nothing of agents; may use
+//! only the standard library and its crates.
+
+pub mod git;
+pub mod lock;
+pub mod provider;
+pub mod time;
+pub mod tools;

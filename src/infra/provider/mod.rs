@@ -1,0 +1,245 @@
+//! Canonical model requests, content blocks, stream events and usage, and one thin
+//! adapter per wire protocol. Each HTTP adapter is a pair of pure parts (encode a
+//! request; decode a stream) over the shared transport in `transport`.
+
+pub mod anthropic;
+pub mod command;
+pub mod openai_chat;
+pub mod openai_responses;
+pub mod replay;
+pub mod sse;
+pub mod transport;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One piece of message content, in our own terms (the transcript stores these).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        /// The arguments; a JSON string when the model sent text that is not JSON.
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+    /// Anthropic extended thinking; the signature must be sent back untouched.
+    Thinking {
+        thinking: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    /// An OpenAI Responses reasoning item, kept whole (its opaque content included).
+    Reasoning {
+        item: Value,
+    },
+    Image {
+        media_type: String,
+        data: String,
+    },
+}
+
+impl Block {
+    pub fn text(text: impl Into<String>) -> Block {
+        Block::Text { text: text.into() }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+/// One wire message: consecutive same-side transcript entries merged.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<Block>,
+}
+
+/// A tool the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+/// The canonical request: what `request.json` holds and every adapter encodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Request {
+    pub model: String,
+    pub max_output_tokens: u32,
+    pub system: String,
+    pub tools: Vec<ToolSpec>,
+    pub messages: Vec<Message>,
+}
+
+/// Token counts as the provider reported them; absent counters stay absent.
+/// `input` counts every prompt token, cached ones included; `cache_read` and
+/// `cache_write` are the parts of `input` served from or written to the cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<u64>,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    EndTurn,
+    ToolUse,
+    /// Cut off by the output limit: refused, never executed.
+    MaxTokens,
+    Other(String),
+}
+
+/// One complete model output: what the transcript's assistant entry holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Output {
+    pub content: Vec<Block>,
+    #[serde(default)]
+    pub usage: Usage,
+    pub stop: Stop,
+}
+
+impl Output {
+    pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
+        self.content.iter().filter_map(|b| match b {
+            Block::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            _ => None,
+        })
+    }
+
+    pub fn text(&self) -> String {
+        let parts: Vec<&str> = self
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                Block::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        parts.join("")
+    }
+}
+
+/// What a decoder reports as the stream arrives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta {
+    Text(String),
+    Thinking(String),
+    ToolCall { name: String },
+}
+
+/// A stream decoder: fed SSE events in order, then finished into one output.
+pub trait Decoder {
+    /// Consumes one event; returns the live deltas it carried.
+    fn feed(&mut self, event: &sse::Event) -> Result<Vec<Delta>, StreamError>;
+    /// Whether the stream has delivered its terminal event.
+    fn is_done(&self) -> bool;
+    fn finish(self: Box<Self>) -> Result<Output, StreamError>;
+}
+
+/// The provider said something went wrong inside an otherwise healthy stream.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StreamError {
+    #[error("provider reported `{kind}`: {message}")]
+    Reported { kind: String, message: String, retryable: bool },
+    #[error("malformed stream: {0}")]
+    Malformed(String),
+    #[error("stream ended before the response was complete")]
+    Incomplete,
+}
+
+impl StreamError {
+    pub fn retryable(&self) -> bool {
+        match self {
+            StreamError::Reported { retryable, .. } => *retryable,
+            StreamError::Malformed(_) => false,
+            StreamError::Incomplete => true,
+        }
+    }
+}
+
+/// Which wire protocol a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    Anthropic,
+    OpenaiChat,
+    OpenaiResponses,
+    Replay,
+    Command,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Anthropic => "anthropic",
+            Protocol::OpenaiChat => "openai-chat",
+            Protocol::OpenaiResponses => "openai-responses",
+            Protocol::Replay => "replay",
+            Protocol::Command => "command",
+        }
+    }
+}
+
+/// An encoded HTTP request body plus the protocol-specific path and headers.
+pub struct WireRequest {
+    pub path: &'static str,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Parses a tool call's argument text, keeping non-JSON text as a JSON string.
+pub fn parse_arguments(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(Default::default());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()))
+}
+
+/// The argument text to send back for a tool call's input.
+pub fn arguments_text(input: &Value) -> String {
+    match input {
+        Value::String(raw) => raw.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Parses a JSON event payload, naming the stream on failure.
+fn json(data: &str) -> Result<Value, StreamError> {
+    serde_json::from_str(data).map_err(|e| StreamError::Malformed(format!("{e}: {data}")))
+}
+
+fn u64_at(v: &Value, pointer: &str) -> Option<u64> {
+    v.pointer(pointer).and_then(Value::as_u64)
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
+}

@@ -1,0 +1,192 @@
+//! OpenAI Chat Completions (also Ollama, vLLM, llama.cpp, OpenRouter): request
+//! encoding and SSE chunk decoding.
+
+use serde_json::{json, Map, Value};
+
+use super::{arguments_text, json, sse, str_at, u64_at, Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest};
+
+pub fn encode(req: &Request, api_key: Option<&str>, max_tokens_field: &str) -> WireRequest {
+    WireRequest {
+        path: "/chat/completions",
+        headers: bearer(api_key),
+        body: body(req, max_tokens_field).to_string().into_bytes(),
+    }
+}
+
+pub(super) fn bearer(api_key: Option<&str>) -> Vec<(String, String)> {
+    api_key.map(|k| vec![("authorization".to_owned(), format!("Bearer {k}"))]).unwrap_or_default()
+}
+
+pub fn body(req: &Request, max_tokens_field: &str) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": req.system})];
+    for m in &req.messages {
+        match m.role {
+            Role::User => user_messages(&m.content, &mut messages),
+            Role::Assistant => messages.push(assistant_message(&m.content)),
+        }
+    }
+    let tools: Vec<Value> = req
+        .tools
+        .iter()
+        .map(|t| {
+            json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}})
+        })
+        .collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("messages".into(), Value::Array(messages));
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    body.insert(max_tokens_field.into(), json!(req.max_output_tokens));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    Value::Object(body)
+}
+
+/// Tool results become `tool` messages; the rest of the user side one `user` message.
+fn user_messages(content: &[Block], out: &mut Vec<Value>) {
+    let mut parts = Vec::new();
+    for b in content {
+        match b {
+            Block::ToolResult { tool_use_id, content, .. } => {
+                out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
+            }
+            Block::Text { text } => parts.push(json!({"type": "text", "text": text})),
+            Block::Image { media_type, data } => parts.push(
+                json!({"type": "image_url", "image_url": {"url": format!("data:{media_type};base64,{data}")}}),
+            ),
+            _ => {}
+        }
+    }
+    if parts.len() == 1 && parts[0]["type"] == "text" {
+        out.push(json!({"role": "user", "content": parts[0]["text"]}));
+    } else if !parts.is_empty() {
+        out.push(json!({"role": "user", "content": parts}));
+    }
+}
+
+fn assistant_message(content: &[Block]) -> Value {
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for b in content {
+        match b {
+            Block::Text { text: t } => text.push_str(t),
+            Block::ToolUse { id, name, input } => calls.push(
+                json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments_text(input)}}),
+            ),
+            _ => {}
+        }
+    }
+    let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
+    if !calls.is_empty() {
+        m["tool_calls"] = Value::Array(calls);
+    }
+    m
+}
+
+#[derive(Default)]
+struct Call {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Decodes `chat.completion.chunk` events up to `[DONE]`.
+#[derive(Default)]
+pub struct StreamDecoder {
+    text: String,
+    reasoning: String,
+    calls: Vec<Call>,
+    finish: Option<String>,
+    usage: Usage,
+    done: bool,
+}
+
+impl Decoder for StreamDecoder {
+    fn feed(&mut self, event: &sse::Event) -> Result<Vec<Delta>, StreamError> {
+        let data = event.data.trim();
+        if data.is_empty() {
+            return Ok(Vec::new());
+        }
+        if data == "[DONE]" {
+            self.done = true;
+            return Ok(Vec::new());
+        }
+        let v = json(data)?;
+        if let Some(err) = v.get("error") {
+            let kind = str_at(err, "/type").or(str_at(err, "/code")).unwrap_or("error").to_owned();
+            let message = str_at(err, "/message").unwrap_or("").to_owned();
+            let retryable = kind.contains("overloaded") || kind.contains("server_error") || kind.contains("rate_limit");
+            return Err(StreamError::Reported { kind, message, retryable });
+        }
+        let mut deltas = Vec::new();
+        if let Some(choice) = v.pointer("/choices/0") {
+            if let Some(piece) = str_at(choice, "/delta/content") {
+                self.text.push_str(piece);
+                deltas.push(Delta::Text(piece.to_owned()));
+            }
+            if let Some(piece) = str_at(choice, "/delta/reasoning_content").or(str_at(choice, "/delta/reasoning")) {
+                self.reasoning.push_str(piece);
+                deltas.push(Delta::Thinking(piece.to_owned()));
+            }
+            for call in choice.pointer("/delta/tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                let index = u64_at(call, "/index").unwrap_or(self.calls.len().saturating_sub(1) as u64) as usize;
+                while self.calls.len() <= index {
+                    self.calls.push(Call::default());
+                }
+                let c = &mut self.calls[index];
+                if let Some(id) = str_at(call, "/id") {
+                    c.id.push_str(id);
+                }
+                if let Some(name) = str_at(call, "/function/name") {
+                    c.name.push_str(name);
+                    deltas.push(Delta::ToolCall { name: c.name.clone() });
+                }
+                if let Some(args) = str_at(call, "/function/arguments") {
+                    c.arguments.push_str(args);
+                }
+            }
+            if let Some(reason) = str_at(choice, "/finish_reason") {
+                self.finish = Some(reason.to_owned());
+            }
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            self.usage = Usage {
+                input: u64_at(u, "/prompt_tokens"),
+                output: u64_at(u, "/completion_tokens"),
+                cache_read: u64_at(u, "/prompt_tokens_details/cached_tokens"),
+                cache_write: None,
+                thinking: u64_at(u, "/completion_tokens_details/reasoning_tokens"),
+            };
+        }
+        Ok(deltas)
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn finish(self: Box<Self>) -> Result<Output, StreamError> {
+        let Some(finish) = self.finish else {
+            return Err(StreamError::Incomplete);
+        };
+        let mut content = Vec::new();
+        if !self.reasoning.is_empty() {
+            content.push(Block::Thinking { thinking: self.reasoning, signature: None });
+        }
+        if !self.text.is_empty() {
+            content.push(Block::Text { text: self.text });
+        }
+        for c in self.calls {
+            content.push(Block::ToolUse { id: c.id, name: c.name, input: super::parse_arguments(&c.arguments) });
+        }
+        let stop = match finish.as_str() {
+            "stop" => Stop::EndTurn,
+            "tool_calls" | "function_call" => Stop::ToolUse,
+            "length" => Stop::MaxTokens,
+            other => Stop::Other(other.to_owned()),
+        };
+        Ok(Output { content, usage: self.usage, stop })
+    }
+}

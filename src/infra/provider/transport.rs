@@ -1,0 +1,246 @@
+//! The shared HTTP transport: POST a wire request, read its SSE stream through a
+//! decoder, retry what is worth retrying, and report every attempt.
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use super::{sse, Decoder, Delta, Output, Stop, StreamError, WireRequest};
+
+/// How often and how patiently to retry.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+/// Where to send and how long a silent stream may last.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub base_url: String,
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub retry: RetryPolicy,
+}
+
+/// What one attempt came to, for the step record.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AttemptRecord {
+    pub attempt: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    pub millis: u64,
+}
+
+/// Receives everything a call produces as it happens.
+pub trait Observer {
+    fn attempt_started(&mut self, attempt: u32);
+    /// One raw event exactly as the provider sent it (or an error body).
+    fn raw(&mut self, attempt: u32, event: &sse::Event);
+    fn delta(&mut self, delta: &Delta);
+    fn attempt_ended(&mut self, record: &AttemptRecord);
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("HTTP {status} from {url}: {body}")]
+    Status { url: String, status: u16, body: String, attempts: u32 },
+    #[error("cannot reach {url}: {message}")]
+    Connect { url: String, message: String, attempts: u32 },
+    #[error("{source}")]
+    Stream { source: StreamError, attempts: u32 },
+    #[error("the response was cut off by the output limit after {output_tokens:?} tokens")]
+    Truncated { output_tokens: Option<u64> },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One failed attempt, with whether to try again and how soon the server asked.
+struct Failure {
+    error: CallError,
+    retryable: bool,
+    retry_after: Option<Duration>,
+    status: Option<u16>,
+}
+
+/// A reusable HTTP client (keeps connections alive between steps).
+pub struct Transport {
+    agent: ureq::Agent,
+    settings: HttpSettings,
+}
+
+impl Transport {
+    pub fn new(settings: HttpSettings) -> Transport {
+        let config = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(settings.connect_timeout))
+            .timeout_per_read(Some(settings.idle_timeout))
+            .user_agent(concat!("offshoot/", env!("CARGO_PKG_VERSION")))
+            .build();
+        Transport { agent: config.into(), settings }
+    }
+
+    /// Sends `wire`, decoding with a fresh decoder per attempt, until one attempt
+    /// yields a complete output or retries run out.
+    pub fn call(
+        &self,
+        wire: &WireRequest,
+        new_decoder: &dyn Fn() -> Box<dyn Decoder>,
+        observer: &mut dyn Observer,
+    ) -> Result<Output, CallError> {
+        let url = format!("{}{}", self.settings.base_url.trim_end_matches('/'), wire.path);
+        let policy = &self.settings.retry;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            observer.attempt_started(attempt);
+            let started = Instant::now();
+            let result = self.attempt(&url, wire, new_decoder(), attempt, observer);
+            let mut record = AttemptRecord { attempt, status: None, error: None, retry_after_ms: None, millis: 0 };
+            match result {
+                Ok(output) => {
+                    record.status = Some(200);
+                    record.millis = started.elapsed().as_millis() as u64;
+                    observer.attempt_ended(&record);
+                    if output.stop == Stop::MaxTokens {
+                        return Err(CallError::Truncated { output_tokens: output.usage.output });
+                    }
+                    return Ok(output);
+                }
+                Err(failure) => {
+                    record.status = failure.status;
+                    record.error = Some(failure.error.to_string());
+                    record.millis = started.elapsed().as_millis() as u64;
+                    let again = failure.retryable && attempt < policy.max_attempts;
+                    let wait = again.then(|| backoff(policy, attempt, failure.retry_after));
+                    record.retry_after_ms = wait.map(|w| w.as_millis() as u64);
+                    observer.attempt_ended(&record);
+                    match wait {
+                        Some(wait) => std::thread::sleep(wait),
+                        None => return Err(with_attempts(failure.error, attempt)),
+                    }
+                }
+            }
+        }
+    }
+
+    fn attempt(
+        &self,
+        url: &str,
+        wire: &WireRequest,
+        mut decoder: Box<dyn Decoder>,
+        attempt: u32,
+        observer: &mut dyn Observer,
+    ) -> Result<Output, Failure> {
+        let mut req = self.agent.post(url).header("content-type", "application/json").header("accept", "text/event-stream");
+        for (k, v) in &wire.headers {
+            req = req.header(k, v);
+        }
+        let response = req.send(&wire.body[..]).map_err(|e| connect_failure(url, &e))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let retry_after = retry_after(response.headers());
+            let mut body = String::new();
+            let _ = response.into_body().into_reader().take(64 * 1024).read_to_string(&mut body);
+            observer.raw(attempt, &sse::Event { event: format!("http-{status}"), data: body.clone() });
+            let retryable = matches!(status, 408 | 409 | 429 | 500..=599);
+            return Err(Failure {
+                error: CallError::Status { url: url.to_owned(), status, body: summarize(&body), attempts: 0 },
+                retryable,
+                retry_after,
+                status: Some(status),
+            });
+        }
+        let mut reader = response.into_body().into_reader();
+        let mut parser = sse::Parser::default();
+        let mut buf = vec![0u8; 16 * 1024];
+        let stream_failure = |source: StreamError| Failure {
+            retryable: source.retryable(),
+            error: CallError::Stream { source, attempts: 0 },
+            retry_after: None,
+            status: Some(status),
+        };
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    return Err(Failure {
+                        error: CallError::Connect { url: url.to_owned(), message: format!("stream broke: {e}"), attempts: 0 },
+                        retryable: true,
+                        retry_after: None,
+                        status: Some(status),
+                    });
+                }
+            };
+            let events = if n == 0 { parser_finish(&mut parser) } else { parser.push(&buf[..n]) };
+            for event in &events {
+                observer.raw(attempt, event);
+                for delta in decoder.feed(event).map_err(stream_failure)? {
+                    observer.delta(&delta);
+                }
+            }
+            if n == 0 || decoder.is_done() {
+                break;
+            }
+        }
+        decoder.finish().map_err(stream_failure)
+    }
+}
+
+fn parser_finish(parser: &mut sse::Parser) -> Vec<sse::Event> {
+    std::mem::take(parser).finish().into_iter().collect()
+}
+
+fn connect_failure(url: &str, e: &ureq::Error) -> Failure {
+    let retryable = !matches!(e, ureq::Error::BadUri(_) | ureq::Error::Http(_));
+    Failure {
+        error: CallError::Connect { url: url.to_owned(), message: e.to_string(), attempts: 0 },
+        retryable,
+        retry_after: None,
+        status: None,
+    }
+}
+
+fn with_attempts(error: CallError, n: u32) -> CallError {
+    match error {
+        CallError::Status { url, status, body, .. } => CallError::Status { url, status, body, attempts: n },
+        CallError::Connect { url, message, .. } => CallError::Connect { url, message, attempts: n },
+        CallError::Stream { source, .. } => CallError::Stream { source, attempts: n },
+        other => other,
+    }
+}
+
+/// Error bodies are often JSON with a message inside; show that message.
+fn summarize(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let message = parsed.as_ref().and_then(|v| {
+        v.pointer("/error/message").or(v.get("message")).and_then(|m| m.as_str()).map(str::to_owned)
+    });
+    let text = message.unwrap_or_else(|| body.trim().to_owned());
+    if text.len() > 500 { format!("{}…", &text[..text.floor_char_boundary(500)]) } else { text }
+}
+
+fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    get("retry-after").and_then(|v| v.parse::<f64>().ok()).map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+/// Exponential backoff capped at the policy's maximum, with jitter; a server's
+/// `retry-after` takes precedence.
+fn backoff(policy: &RetryPolicy, attempt: u32, asked: Option<Duration>) -> Duration {
+    if let Some(asked) = asked {
+        return asked.min(Duration::from_secs(300));
+    }
+    let exp = policy.initial_backoff.saturating_mul(1u32 << (attempt - 1).min(16));
+    let capped = exp.min(policy.max_backoff);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+    let jitter = 0.5 + f64::from(nanos % 1000) / 2000.0;
+    capped.mul_f64(jitter)
+}

@@ -1,0 +1,136 @@
+//! The built-in tools. A tool gets a working directory and its input and returns
+//! output; it never touches the transcript. Descriptions live in `templates/tools/`.
+
+mod bash;
+mod read_file;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::provider::ToolSpec;
+
+/// What the harness tells every tool about where it runs.
+#[derive(Debug, Clone)]
+pub struct ToolEnv {
+    pub cwd: PathBuf,
+    pub workspace: PathBuf,
+    pub agent: String,
+}
+
+/// One named stream of a tool's output (bounded separately for the model).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Stream {
+    pub name: &'static str,
+    pub text: String,
+}
+
+/// A tool's full, unbounded output.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ToolOutput {
+    /// A first line the model always sees whole (e.g. the exit code).
+    pub summary: String,
+    pub streams: Vec<Stream>,
+    pub is_error: bool,
+}
+
+/// Who must hear about a failure: the model (as an error result), or the driver.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("{0}")]
+    ToModel(String),
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// A built-in tool's contract.
+pub struct Builtin {
+    pub name: &'static str,
+    description: &'static str,
+    schema: &'static str,
+    /// Whether it may change files (its step then commits a worktree scan).
+    pub writes: bool,
+    run: fn(&ToolEnv, &Value) -> Result<ToolOutput, ToolError>,
+}
+
+const BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "bash",
+        description: include_str!("../../../templates/tools/bash.md"),
+        schema: r#"{"type":"object","properties":{"command":{"type":"string","description":"The command line, run with `sh -c`."},"timeout_secs":{"type":"integer","minimum":1,"maximum":3600,"description":"Seconds before the command and everything it started are killed (default 120)."}},"required":["command"]}"#,
+        writes: true,
+        run: bash::run,
+    },
+    Builtin {
+        name: "read_file",
+        description: include_str!("../../../templates/tools/read_file.md"),
+        schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"offset":{"type":"integer","minimum":1,"description":"First line to return, counting from 1 (default 1)."},"limit":{"type":"integer","minimum":1,"description":"How many lines to return (default 2000)."}},"required":["path"]}"#,
+        writes: false,
+        run: read_file::run,
+    },
+];
+
+pub fn builtin(name: &str) -> Option<&'static Builtin> {
+    BUILTINS.iter().find(|b| b.name == name)
+}
+
+pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+    BUILTINS.iter().map(|b| b.name)
+}
+
+impl Builtin {
+    pub fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.to_owned(),
+            description: self.description.trim_end().to_owned(),
+            input_schema: serde_json::from_str(self.schema).unwrap_or(Value::Null),
+        }
+    }
+
+    pub fn run(&self, env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
+        if !input.is_object() {
+            return Err(ToolError::ToModel(format!(
+                "the arguments of this `{}` call are not a JSON object, so nothing ran; call it again with arguments matching its schema",
+                self.name
+            )));
+        }
+        (self.run)(env, input)
+    }
+}
+
+fn str_arg<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+    input
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ToolError::ToModel(format!("`{key}` is required and must be a string")))
+}
+
+fn u64_arg(input: &Value, key: &str) -> Result<Option<u64>, ToolError> {
+    match input.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| ToolError::ToModel(format!("`{key}` must be a positive integer"))),
+    }
+}
+
+/// Resolves a path argument against the working directory.
+fn resolve(env: &ToolEnv, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() { p.to_owned() } else { env.cwd.join(p) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_has_a_valid_schema_and_description() {
+        for b in BUILTINS {
+            let spec = b.spec();
+            assert_eq!(spec.input_schema["type"], "object", "{}", b.name);
+            assert!(spec.description.len() > 40, "{} needs a real description", b.name);
+        }
+    }
+}
