@@ -49,7 +49,10 @@ fn estimate_tokens(text: &str) -> u64 {
 }
 
 /// The files kept after the budget: pinned always, ordered ones oldest-first dropped.
-fn within_budget<'a>(composed: &'a [(String, String)], rules: &ContextRules) -> Vec<&'a (String, String)> {
+fn within_budget<'a>(
+    composed: &'a [(String, String)],
+    rules: &ContextRules,
+) -> Vec<&'a (String, String)> {
     let is_pinned = |p: &str| rules.pinned.iter().any(|g| glob::matches(g, p));
     let Some(budget) = rules.budget_tokens else {
         return composed.iter().collect();
@@ -65,7 +68,10 @@ fn within_budget<'a>(composed: &'a [(String, String)], rules: &ContextRules) -> 
             dropped.insert(path.as_str());
         }
     }
-    composed.iter().filter(|(p, _)| !dropped.contains(p.as_str())).collect()
+    composed
+        .iter()
+        .filter(|(p, _)| !dropped.contains(p.as_str()))
+        .collect()
 }
 
 pub fn system_prompt(s: &Snapshot) -> String {
@@ -78,11 +84,21 @@ pub fn system_prompt(s: &Snapshot) -> String {
 }
 
 /// Builds the request a step sends.
-pub fn assemble(s: &Snapshot, model: &str, max_output_tokens: u32, rules: &ContextRules) -> Request {
+pub fn assemble(
+    s: &Snapshot,
+    model: &str,
+    max_output_tokens: u32,
+    rules: &ContextRules,
+) -> Request {
     let mut messages = transcript::to_messages(&s.entries);
     let files: Vec<Block> = within_budget(&s.composed, rules)
         .into_iter()
-        .map(|(path, text)| Block::text(format!("<file path=\"{path}\">\n{}\n</file>", text.trim_end())))
+        .map(|(path, text)| {
+            Block::text(format!(
+                "<file path=\"{path}\">\n{}\n</file>",
+                text.trim_end()
+            ))
+        })
         .collect();
     if let Some(first) = messages.first_mut()
         && !files.is_empty()
@@ -131,12 +147,20 @@ mod tests {
             name: Some("PeachHollow".into()),
             tools: vec![tools::builtin("read_file").expect("builtin").spec()],
             entries: vec![
-                Entry::Message { number: 1, sender: "user".into(), text: "Count files".into() },
+                Entry::Message {
+                    number: 1,
+                    sender: "user".into(),
+                    text: "Count files".into(),
+                },
                 Entry::Output {
                     number: 2,
                     model: "m".into(),
                     output: Output {
-                        content: vec![Block::ToolUse { id: "t1".into(), name: "bash".into(), input: json!({"command": "ls"}) }],
+                        content: vec![Block::ToolUse {
+                            id: "t1".into(),
+                            name: "bash".into(),
+                            input: json!({"command": "ls"}),
+                        }],
                         usage: Usage::default(),
                         stop: Stop::ToolUse,
                     },
@@ -148,13 +172,22 @@ mod tests {
 
     #[test]
     fn assembles_system_files_transcript_and_history_tools() {
-        let rules = ContextRules { pinned: vec!["AGENTS.md".into()], ..Default::default() };
+        let rules = ContextRules {
+            pinned: vec!["AGENTS.md".into()],
+            ..Default::default()
+        };
         let req = assemble(&snapshot(), "m", 100, &rules);
-        assert_eq!(req.system, "<goal>\nCount files\n</goal>\n\nYour name is PeachHollow.\n\nBe careful.");
+        assert_eq!(
+            req.system,
+            "<goal>\nCount files\n</goal>\n\nYour name is PeachHollow.\n\nBe careful."
+        );
         assert_eq!(req.messages[0].role, Role::User);
         assert_eq!(
             req.messages[0].content,
-            vec![Block::text("<file path=\"AGENTS.md\">\nUse tabs.\n</file>"), Block::text("Count files")]
+            vec![
+                Block::text("<file path=\"AGENTS.md\">\nUse tabs.\n</file>"),
+                Block::text("Count files")
+            ]
         );
         let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, vec!["read_file", "bash"]);
@@ -162,22 +195,38 @@ mod tests {
 
     #[test]
     fn composition_follows_rules_and_budget() {
-        let paths: Vec<String> = ["AGENTS.md", ".offshoot/summary/0001.md", ".offshoot/summary/0002.md", ".offshoot/messages/0001-user.md", "src/a.rs"]
-            .map(String::from)
-            .to_vec();
+        let paths: Vec<String> = [
+            "AGENTS.md",
+            ".offshoot/summary/0001.md",
+            ".offshoot/summary/0002.md",
+            ".offshoot/messages/0001-user.md",
+            "src/a.rs",
+        ]
+        .map(String::from)
+        .to_vec();
         let rules = ContextRules {
             pinned: vec!["AGENTS.md".into()],
             order: vec![".offshoot/summary/**".into()],
             budget_tokens: Some(25),
             ..Default::default()
         };
-        assert_eq!(composed_paths(&paths, &rules), vec!["AGENTS.md", ".offshoot/summary/0001.md", ".offshoot/summary/0002.md"]);
+        assert_eq!(
+            composed_paths(&paths, &rules),
+            vec![
+                "AGENTS.md",
+                ".offshoot/summary/0001.md",
+                ".offshoot/summary/0002.md"
+            ]
+        );
         let composed = vec![
             ("AGENTS.md".to_owned(), "x".repeat(40)),
             (".offshoot/summary/0001.md".to_owned(), "y".repeat(40)),
             (".offshoot/summary/0002.md".to_owned(), "z".repeat(40)),
         ];
-        let kept: Vec<&str> = within_budget(&composed, &rules).iter().map(|(p, _)| p.as_str()).collect();
+        let kept: Vec<&str> = within_budget(&composed, &rules)
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .collect();
         assert_eq!(kept, vec!["AGENTS.md", ".offshoot/summary/0002.md"]);
     }
 }

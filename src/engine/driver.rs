@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::context;
@@ -20,7 +20,7 @@ use crate::domain::transcript::{self, Entry, Side};
 use crate::infra::git::{CommitId, GitError, Worktree};
 use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
-use crate::infra::provider::{sse, Block, Delta, Output, Usage};
+use crate::infra::provider::{Block, Delta, Output, Usage, sse};
 use crate::infra::time::Timestamp;
 use crate::infra::tools::ToolEnv;
 
@@ -29,16 +29,24 @@ use super::model::{self, ModelError};
 use super::snapshot::{Loader, SnapshotError};
 use super::toolcall::{self, ToolCallError};
 use super::workspace::{Workspace, WorkspaceError};
-use super::{agents, Env};
+use super::{Env, agents};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
     #[error("role `{role}` of agent `{id}` no longer exists in config lineage `{lineage}`")]
-    RoleGone { id: String, role: String, lineage: String },
+    RoleGone {
+        id: String,
+        role: String,
+        lineage: String,
+    },
     #[error("step {step} of agent `{id}` failed: {source}")]
-    Model { id: String, step: u32, source: ModelError },
+    Model {
+        id: String,
+        step: u32,
+        source: ModelError,
+    },
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
@@ -52,7 +60,10 @@ pub enum DriverError {
     #[error(transparent)]
     Tool(#[from] ToolCallError),
     #[error("cannot write {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 type Result<T> = std::result::Result<T, DriverError>;
@@ -60,13 +71,32 @@ type Result<T> = std::result::Result<T, DriverError>;
 /// What a driver reports as it works (the cli turns these into output).
 #[derive(Debug)]
 pub enum Event<'a> {
-    Delivered { sender: &'a str },
-    Settled { tool_use_id: &'a str },
-    StepStarted { step: u32, provider: &'a str, model: &'a str },
+    Delivered {
+        sender: &'a str,
+    },
+    Settled {
+        tool_use_id: &'a str,
+    },
+    StepStarted {
+        step: u32,
+        provider: &'a str,
+        model: &'a str,
+    },
     Delta(&'a Delta),
-    AttemptFailed { attempt: u32, error: &'a str, retry_in_ms: Option<u64> },
-    ToolStarted { name: &'a str, input: &'a Value },
-    ToolFinished { name: &'a str, is_error: bool, summary: &'a str },
+    AttemptFailed {
+        attempt: u32,
+        error: &'a str,
+        retry_in_ms: Option<u64>,
+    },
+    ToolStarted {
+        name: &'a str,
+        input: &'a Value,
+    },
+    ToolFinished {
+        name: &'a str,
+        is_error: bool,
+        summary: &'a str,
+    },
 }
 
 pub trait Observer {
@@ -114,7 +144,12 @@ pub fn run(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer)
 
 /// Runs an agent just created by a prompt; if its very first model call fails, the
 /// agent is removed again so a failed prompt leaves nothing behind.
-pub fn run_fresh(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
+pub fn run_fresh(
+    ws: &Workspace,
+    env: &Env,
+    id: &AgentId,
+    observer: &mut dyn Observer,
+) -> Result<RunEnd> {
     let result = run(ws, env, id, observer);
     if let Err(DriverError::Model { .. }) = &result {
         let tip = ws.repo.branch_tip(&id.branch()).ok().flatten();
@@ -141,14 +176,24 @@ struct Driver<'a> {
 impl<'a> Driver<'a> {
     fn open(ws: &'a Workspace, env: &'a Env, id: &AgentId) -> Result<Driver<'a>> {
         let branch = id.branch();
-        let tip = ws.repo.branch_tip(&branch)?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
+        let tip = ws
+            .repo
+            .branch_tip(&branch)?
+            .ok_or_else(|| DriverError::Unknown(id.to_string()))?;
         let root = ws.layout.worktree(id);
         if !root.exists() {
             ws.repo.add_worktree(id.as_str(), &root, &branch)?;
         }
         let worktree = Worktree::open(&root)?;
-        let driver =
-            Driver { ws, env, id: id.clone(), branch, worktree, loader: Loader::default(), client: Default::default() };
+        let driver = Driver {
+            ws,
+            env,
+            id: id.clone(),
+            branch,
+            worktree,
+            loader: Loader::default(),
+            client: Default::default(),
+        };
         driver.recover(tip)?;
         Ok(driver)
     }
@@ -156,7 +201,13 @@ impl<'a> Driver<'a> {
     /// After a crash the worktree may hold transcript files no commit has: remove
     /// them and make the index match the tip (work products stay for the next scan).
     fn recover(&self, tip: CommitId) -> Result<()> {
-        let committed: Vec<String> = self.ws.repo.list_dir(tip, agent::MESSAGES)?.into_iter().map(|e| e.name).collect();
+        let committed: Vec<String> = self
+            .ws
+            .repo
+            .list_dir(tip, agent::MESSAGES)?
+            .into_iter()
+            .map(|e| e.name)
+            .collect();
         let dir = self.worktree.root().join(agent::MESSAGES);
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -169,7 +220,10 @@ impl<'a> Driver<'a> {
     }
 
     fn tip(&self) -> Result<CommitId> {
-        self.ws.repo.branch_tip(&self.branch)?.ok_or_else(|| DriverError::Unknown(self.id.to_string()))
+        self.ws
+            .repo
+            .branch_tip(&self.branch)?
+            .ok_or_else(|| DriverError::Unknown(self.id.to_string()))
     }
 
     fn turn(&mut self, observer: &mut dyn Observer) -> Result<Turn> {
@@ -194,11 +248,14 @@ impl<'a> Driver<'a> {
         let (step, output_name, output) = self.call(tip, next, observer)?;
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
         let path = format!("{}/{output_name}", agent::MESSAGES);
-        let mut tip = self.worktree.commit_files(&self.branch, tip, &[(&path, &bytes)], &format!("{output_name}: model output"))?;
-        let mut number = next + 1;
-        for (id, name, input) in output.tool_uses() {
+        let mut tip = self.worktree.commit_files(
+            &self.branch,
+            tip,
+            &[(&path, &bytes)],
+            &format!("{output_name}: model output"),
+        )?;
+        for (number, (id, name, input)) in (next + 1..).zip(output.tool_uses()) {
             tip = self.run_tool(tip, step, number, id, name, input, observer)?;
-            number += 1;
         }
         Ok(Turn::Again)
     }
@@ -208,20 +265,34 @@ impl<'a> Driver<'a> {
     }
 
     /// Answers calls a crash left open, with the worktree as the tools left it.
-    fn settle(&mut self, tip: CommitId, next: u32, open: &[(String, String)], observer: &mut dyn Observer) -> Result<()> {
+    fn settle(
+        &mut self,
+        tip: CommitId,
+        next: u32,
+        open: &[(String, String)],
+        observer: &mut dyn Observer,
+    ) -> Result<()> {
         let mut files = Vec::new();
         for (i, (id, _)) in open.iter().enumerate() {
             let block = Block::ToolResult {
                 tool_use_id: id.clone(),
-                content: "interrupted; outcome unknown (the driver stopped while this call ran)".into(),
+                content: "interrupted; outcome unknown (the driver stopped while this call ran)"
+                    .into(),
                 is_error: true,
             };
             let name = transcript::entry_name(next + i as u32, "tool", Side::Tool);
-            files.push((format!("{}/{name}", agent::MESSAGES), serde_json::to_vec(&block).unwrap_or_default()));
+            files.push((
+                format!("{}/{name}", agent::MESSAGES),
+                serde_json::to_vec(&block).unwrap_or_default(),
+            ));
             observer.event(Event::Settled { tool_use_id: id });
         }
-        let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
-        self.worktree.commit_all(&self.branch, tip, &refs, "settle interrupted tool calls")?;
+        let refs: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        self.worktree
+            .commit_all(&self.branch, tip, &refs, "settle interrupted tool calls")?;
         Ok(())
     }
 
@@ -236,34 +307,62 @@ impl<'a> Driver<'a> {
     ) -> Result<()> {
         for p in pending {
             // A crash between the commit and the removal must not deliver twice.
-            let delivered = entries.iter().rev().take(64).any(|e| matches!(e, Entry::Message { text, .. } if *text == p.text));
+            let delivered = entries
+                .iter()
+                .rev()
+                .take(64)
+                .any(|e| matches!(e, Entry::Message { text, .. } if *text == p.text));
             if !delivered {
                 let name = transcript::entry_name(next, &p.sender, Side::User);
                 let path = format!("{}/{name}", agent::MESSAGES);
-                tip = self.worktree.commit_files(&self.branch, tip, &[(&path, p.text.as_bytes())], &format!("{name}: delivered"))?;
+                tip = self.worktree.commit_files(
+                    &self.branch,
+                    tip,
+                    &[(&path, p.text.as_bytes())],
+                    &format!("{name}: delivered"),
+                )?;
                 next += 1;
                 observer.event(Event::Delivered { sender: &p.sender });
             }
-            std::fs::remove_file(&p.path).map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
+            std::fs::remove_file(&p.path).map_err(|source| DriverError::Io {
+                path: p.path.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
 
     /// One model call: assemble from `tip`, record, call. Commits nothing; returns
     /// the step number, the entry name for the output, and the output.
-    fn call(&mut self, tip: CommitId, next: u32, observer: &mut dyn Observer) -> Result<(u32, String, Output)> {
+    fn call(
+        &mut self,
+        tip: CommitId,
+        next: u32,
+        observer: &mut dyn Observer,
+    ) -> Result<(u32, String, Output)> {
         let facts = self.facts(tip)?;
         let (config_commit, config) = self.ws.config(&facts.lineage)?;
-        let role = config.role(&facts.role).ok_or_else(|| DriverError::RoleGone {
-            id: self.id.to_string(),
-            role: facts.role.clone(),
-            lineage: facts.lineage.clone(),
-        })?;
+        let role = config
+            .role(&facts.role)
+            .ok_or_else(|| DriverError::RoleGone {
+                id: self.id.to_string(),
+                role: facts.role.clone(),
+                lineage: facts.lineage.clone(),
+            })?;
         let step = next_step(&self.ws.layout.steps(&self.id));
-        let fail = |source: ModelError| DriverError::Model { id: self.id.to_string(), step, source };
+        let fail = |source: ModelError| DriverError::Model {
+            id: self.id.to_string(),
+            step,
+            source,
+        };
         let plan = model::plan(&config, &facts.lineage, &facts.role, self.env).map_err(fail)?;
         let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
-        let request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
+        let request = context::assemble(
+            &snapshot,
+            &plan.model,
+            role.max_output_tokens,
+            &role.context,
+        );
         let dir = self.ws.layout.step(&self.id, step);
         let io = |path: &Path| {
             let path = path.to_owned();
@@ -272,16 +371,30 @@ impl<'a> Driver<'a> {
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let request_path = dir.join("request.json");
         std::fs::write(&request_path, request_json(&request)).map_err(io(&request_path))?;
-        observer.event(Event::StepStarted { step, provider: &plan.provider, model: &plan.model });
+        observer.event(Event::StepStarted {
+            step,
+            provider: &plan.provider,
+            model: &plan.model,
+        });
 
         let started = Timestamp::now();
         let response_path = dir.join("response.ndjson");
         let file = std::fs::File::create(&response_path).map_err(io(&response_path))?;
-        let mut recorder = Recorder { out: std::io::BufWriter::new(file), attempts: Vec::new(), observer };
-        let result = self.client.call(self.ws, config_commit, &plan, &request, &mut recorder);
+        let mut recorder = Recorder {
+            out: std::io::BufWriter::new(file),
+            attempts: Vec::new(),
+            observer,
+        };
+        let result = self
+            .client
+            .call(self.ws, config_commit, &plan, &request, &mut recorder);
         let _ = recorder.out.flush();
         let ended = Timestamp::now();
-        let entry = transcript::entry_name(next, &transcript::model_origin(&plan.model), Side::Assistant);
+        let entry = transcript::entry_name(
+            next,
+            &transcript::model_origin(&plan.model),
+            Side::Assistant,
+        );
         let (outcome, usage, error) = match &result {
             Ok(output) => ("ok", output.usage.clone(), None),
             Err(e) => ("error", Usage::default(), Some(e.to_string())),
@@ -304,12 +417,19 @@ impl<'a> Driver<'a> {
             "entry": result.as_ref().ok().map(|_| entry.clone()),
         });
         let meta_path = dir.join("meta.json");
-        std::fs::write(&meta_path, serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
+        std::fs::write(
+            &meta_path,
+            serde_json::to_vec_pretty(&meta).unwrap_or_default(),
+        )
+        .map_err(io(&meta_path))?;
         result.map(|output| (step, entry, output)).map_err(fail)
     }
 
     /// One tool call: grant gate from the config at this step, run, record, commit.
-    #[expect(clippy::too_many_arguments, reason = "one call's coordinates, all needed")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call's coordinates, all needed"
+    )]
     fn run_tool(
         &mut self,
         tip: CommitId,
@@ -322,34 +442,48 @@ impl<'a> Driver<'a> {
     ) -> Result<CommitId> {
         let facts = self.facts(tip)?;
         let (_, config) = self.ws.config(&facts.lineage)?;
-        let grant = config.role(&facts.role).map(|r| r.tools.clone()).unwrap_or_default();
-        let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(id));
+        let grant = config
+            .role(&facts.role)
+            .map(|r| r.tools.clone())
+            .unwrap_or_default();
+        let record_rel = format!(
+            "steps/{}/{step:04}/tools/{}",
+            self.id,
+            toolcall::record_name(id)
+        );
         let env = ToolEnv {
             cwd: self.worktree.root().to_owned(),
             workspace: self.ws.layout.root().to_owned(),
             agent: self.id.to_string(),
         };
         observer.event(Event::ToolStarted { name, input });
+        let record_dir = self.ws.layout.root().join(&record_rel);
         let result = toolcall::run(
-            id,
-            name,
-            input,
+            &toolcall::Call { id, name, input },
             &grant,
             &env,
             &config.tool_output,
-            &self.ws.layout.root().join(&record_rel),
-            &record_rel,
+            &toolcall::RecordPlace {
+                dir: &record_dir,
+                shown: &record_rel,
+            },
         )?;
-        observer.event(Event::ToolFinished { name, is_error: result.is_error, summary: &result.summary });
+        observer.event(Event::ToolFinished {
+            name,
+            is_error: result.is_error,
+            summary: &result.summary,
+        });
         let entry = transcript::entry_name(number, "tool", Side::Tool);
         let path = format!("{}/{entry}", agent::MESSAGES);
         let bytes = serde_json::to_vec(&result.block).unwrap_or_default();
         let message = format!("{entry}: {name} result");
         let files = [(path.as_str(), bytes.as_slice())];
         let commit = if result.writes {
-            self.worktree.commit_all(&self.branch, tip, &files, &message)?
+            self.worktree
+                .commit_all(&self.branch, tip, &files, &message)?
         } else {
-            self.worktree.commit_files(&self.branch, tip, &files, &message)?
+            self.worktree
+                .commit_files(&self.branch, tip, &files, &message)?
         };
         Ok(commit)
     }
@@ -365,7 +499,11 @@ pub fn request_json(request: &crate::infra::provider::Request) -> Vec<u8> {
 /// The next step record number: one past the highest under `steps/<id>/`.
 fn next_step(dir: &Path) -> u32 {
     let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    names.filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok()).max().unwrap_or(0) + 1
+    names
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1
 }
 
 /// Writes every raw event to `response.ndjson` and passes deltas on.
@@ -377,11 +515,19 @@ struct Recorder<'o> {
 
 impl CallObserver for Recorder<'_> {
     fn attempt_started(&mut self, attempt: u32) {
-        let _ = writeln!(self.out, "{}", json!({"attempt": attempt, "started": Timestamp::now().to_string()}));
+        let _ = writeln!(
+            self.out,
+            "{}",
+            json!({"attempt": attempt, "started": Timestamp::now().to_string()})
+        );
     }
 
     fn raw(&mut self, attempt: u32, event: &sse::Event) {
-        let _ = writeln!(self.out, "{}", json!({"attempt": attempt, "event": event.event, "data": event.data}));
+        let _ = writeln!(
+            self.out,
+            "{}",
+            json!({"attempt": attempt, "event": event.event, "data": event.data})
+        );
     }
 
     fn delta(&mut self, delta: &Delta) {
@@ -389,7 +535,11 @@ impl CallObserver for Recorder<'_> {
     }
 
     fn attempt_ended(&mut self, record: &AttemptRecord) {
-        let _ = writeln!(self.out, "{}", json!({"attempt": record.attempt, "ended": record}));
+        let _ = writeln!(
+            self.out,
+            "{}",
+            json!({"attempt": record.attempt, "ended": record})
+        );
         if record.error.is_some() {
             self.observer.event(Event::AttemptFailed {
                 attempt: record.attempt,

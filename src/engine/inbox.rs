@@ -31,7 +31,11 @@ pub fn deposit(layout: &Layout, id: &AgentId, deposit: &Deposit) -> Result<PathB
         move |source| InboxError { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(err(&dir))?;
-    let temp = dir.join(format!(".tmp-{}-{}", std::process::id(), crate::engine::random_u32()));
+    let temp = dir.join(format!(
+        ".tmp-{}-{}",
+        std::process::id(),
+        crate::engine::random_u32()
+    ));
     std::fs::write(&temp, deposit.render()).map_err(err(&temp))?;
     let mut number = next_number(&dir);
     let claimed = loop {
@@ -39,7 +43,12 @@ pub fn deposit(layout: &Layout, id: &AgentId, deposit: &Deposit) -> Result<PathB
         match std::fs::hard_link(&temp, &target) {
             Ok(()) => break Ok(target),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => number += 1,
-            Err(e) => break Err(InboxError { path: target, source: e }),
+            Err(e) => {
+                break Err(InboxError {
+                    path: target,
+                    source: e,
+                });
+            }
         }
     };
     let _ = std::fs::remove_file(&temp);
@@ -64,10 +73,20 @@ pub fn pending(layout: &Layout, id: &AgentId) -> Result<Vec<Pending>, InboxError
     let mut out = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((number, sender)) = inbox::parse_name(&name) else { continue };
+        let Some((number, sender)) = inbox::parse_name(&name) else {
+            continue;
+        };
         let path = entry.path();
-        let text = std::fs::read_to_string(&path).map_err(|source| InboxError { path: path.clone(), source })?;
-        out.push(Pending { number, sender: sender.to_owned(), text, path });
+        let text = std::fs::read_to_string(&path).map_err(|source| InboxError {
+            path: path.clone(),
+            source,
+        })?;
+        out.push(Pending {
+            number,
+            sender: sender.to_owned(),
+            text,
+            path,
+        });
     }
     out.sort_by_key(|p| p.number);
     Ok(out)

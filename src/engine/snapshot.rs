@@ -19,7 +19,11 @@ pub enum SnapshotError {
     #[error("commit {commit} is not an agent commit: it has no `{path}`")]
     NotAgent { commit: String, path: &'static str },
     #[error("`{path}` at {commit} does not parse: {reason}")]
-    Bad { commit: String, path: String, reason: String },
+    Bad {
+        commit: String,
+        path: String,
+        reason: String,
+    },
 }
 
 type Result<T> = std::result::Result<T, SnapshotError>;
@@ -52,20 +56,31 @@ impl Loader {
     }
 
     /// Everything assembly reads at `commit`, under `rules`.
-    pub fn snapshot(&mut self, repo: &Repo, commit: CommitId, rules: &ContextRules) -> Result<(AgentFacts, Snapshot)> {
+    pub fn snapshot(
+        &mut self,
+        repo: &Repo,
+        commit: CommitId,
+        rules: &ContextRules,
+    ) -> Result<(AgentFacts, Snapshot)> {
         let facts = read_facts(repo, commit)?;
         let text = |path: &'static str| -> Result<String> {
-            let bytes = repo.read_file(commit, path)?.ok_or(SnapshotError::NotAgent { commit: commit.to_string(), path })?;
+            let bytes = repo
+                .read_file(commit, path)?
+                .ok_or(SnapshotError::NotAgent {
+                    commit: commit.to_string(),
+                    path,
+                })?;
             Ok(String::from_utf8_lossy(&bytes).into_owned())
         };
         let mut tools = Vec::new();
         for e in repo.list_dir(commit, agent::TOOLS)? {
             let bytes = repo.read_blob(e.oid)?;
-            let spec: ToolSpec = serde_json::from_slice(&bytes).map_err(|err| SnapshotError::Bad {
-                commit: commit.to_string(),
-                path: format!("{}/{}", agent::TOOLS, e.name),
-                reason: err.to_string(),
-            })?;
+            let spec: ToolSpec =
+                serde_json::from_slice(&bytes).map_err(|err| SnapshotError::Bad {
+                    commit: commit.to_string(),
+                    path: format!("{}/{}", agent::TOOLS, e.name),
+                    reason: err.to_string(),
+                })?;
             tools.push(spec);
         }
         let mut candidates = Vec::new();
@@ -93,13 +108,17 @@ impl Loader {
 }
 
 fn entry_name_matches(entry: &Entry, name: &str) -> bool {
-    crate::domain::transcript::parse_name(name).is_ok_and(|(n, _, side)| n == entry.number() && side == entry.side())
+    crate::domain::transcript::parse_name(name)
+        .is_ok_and(|(n, _, side)| n == entry.number() && side == entry.side())
 }
 
 pub fn read_facts(repo: &Repo, commit: CommitId) -> Result<AgentFacts> {
     let bytes = repo
         .read_file(commit, agent::FACTS)?
-        .ok_or(SnapshotError::NotAgent { commit: commit.to_string(), path: agent::FACTS })?;
+        .ok_or(SnapshotError::NotAgent {
+            commit: commit.to_string(),
+            path: agent::FACTS,
+        })?;
     AgentFacts::parse(&String::from_utf8_lossy(&bytes)).map_err(|reason| SnapshotError::Bad {
         commit: commit.to_string(),
         path: agent::FACTS.into(),

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use crate::domain::config::ToolOutputConfig;
 use crate::infra::provider::Block;
@@ -23,46 +23,92 @@ pub enum ToolCallError {
     #[error("tool `{name}` failed: {message}")]
     Fatal { name: String, message: String },
     #[error("cannot write the tool record {path}: {source}")]
-    Record { path: String, source: std::io::Error },
+    Record {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// A tool-use id made safe as a directory name.
 pub fn record_name(tool_use_id: &str) -> String {
-    tool_use_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+    tool_use_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
-/// Runs one call. `grant` is the role's grant read from config at this step;
-/// `record_dir` is `steps/<id>/<NNNN>/tools/<tool_use_id>` and `record_shown` the
-/// same path as the model is told it.
+/// One tool call as the model made it.
+pub struct Call<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub input: &'a Value,
+}
+
+/// Where a call's full record goes: `steps/<id>/<NNNN>/tools/<tool_use_id>` on
+/// disk, and the same path as the model is told it.
+pub struct RecordPlace<'a> {
+    pub dir: &'a Path,
+    pub shown: &'a str,
+}
+
+/// Runs one call. `grant` is the role's grant read from config at this step.
 pub fn run(
-    id: &str,
-    name: &str,
-    input: &Value,
+    call: &Call,
     grant: &[String],
     env: &ToolEnv,
     limits: &ToolOutputConfig,
-    record_dir: &Path,
-    record_shown: &str,
+    record: &RecordPlace,
 ) -> Result<CallResult, ToolCallError> {
+    let Call { id, name, input } = *call;
     let write_record = |file: &str, value: &Value| {
-        let path = record_dir.join(file);
-        std::fs::create_dir_all(record_dir)
-            .and_then(|()| std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap_or_default()))
-            .map_err(|source| ToolCallError::Record { path: path.display().to_string(), source })
+        let path = record.dir.join(file);
+        std::fs::create_dir_all(record.dir)
+            .and_then(|()| {
+                std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap_or_default())
+            })
+            .map_err(|source| ToolCallError::Record {
+                path: path.display().to_string(),
+                source,
+            })
     };
-    write_record("input.json", &json!({"id": id, "name": name, "input": input}))?;
+    write_record(
+        "input.json",
+        &json!({"id": id, "name": name, "input": input}),
+    )?;
     let builtin = tools::builtin(name).filter(|_| grant.iter().any(|g| g == name));
     let (outcome, writes) = match builtin {
         None => {
-            let allowed = if grant.is_empty() { "none".to_owned() } else { grant.join(", ") };
-            (Err(ToolError::ToModel(format!("tool `{name}` is not available to you; nothing ran. Allowed tools: {allowed}"))), false)
+            let allowed = if grant.is_empty() {
+                "none".to_owned()
+            } else {
+                grant.join(", ")
+            };
+            (
+                Err(ToolError::ToModel(format!(
+                    "tool `{name}` is not available to you; nothing ran. Allowed tools: {allowed}"
+                ))),
+                false,
+            )
         }
         Some(b) => (b.run(env, input), b.writes),
     };
     let (text, is_error, summary) = match outcome {
         Ok(output) => {
-            write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
-            (render(&output, limits, record_shown), output.is_error, output.summary.clone())
+            write_record(
+                "output.json",
+                &serde_json::to_value(&output).unwrap_or(Value::Null),
+            )?;
+            (
+                render(&output, limits, record.shown),
+                output.is_error,
+                output.summary.clone(),
+            )
         }
         Err(ToolError::ToModel(message)) => {
             write_record("output.json", &json!({"error": message}))?;
@@ -70,11 +116,18 @@ pub fn run(
         }
         Err(ToolError::Fatal(message)) => {
             write_record("output.json", &json!({"fatal": message}))?;
-            return Err(ToolCallError::Fatal { name: name.to_owned(), message });
+            return Err(ToolCallError::Fatal {
+                name: name.to_owned(),
+                message,
+            });
         }
     };
     Ok(CallResult {
-        block: Block::ToolResult { tool_use_id: id.to_owned(), content: text, is_error },
+        block: Block::ToolResult {
+            tool_use_id: id.to_owned(),
+            content: text,
+            is_error,
+        },
         writes,
         is_error,
         summary,
@@ -85,8 +138,17 @@ pub fn run(
 fn render(output: &ToolOutput, limits: &ToolOutputConfig, record: &str) -> String {
     let mut text = output.summary.clone();
     for stream in output.streams.iter().filter(|s| !s.text.is_empty()) {
-        let shown = bound(&stream.text, limits.head_bytes, limits.tail_bytes, &format!("{record}/output.json"));
-        text.push_str(&format!("\n<{name}>\n{}\n</{name}>", shown.trim_end_matches('\n'), name = stream.name));
+        let shown = bound(
+            &stream.text,
+            limits.head_bytes,
+            limits.tail_bytes,
+            &format!("{record}/output.json"),
+        );
+        text.push_str(&format!(
+            "\n<{name}>\n{}\n</{name}>",
+            shown.trim_end_matches('\n'),
+            name = stream.name
+        ));
     }
     text
 }
@@ -129,17 +191,32 @@ mod tests {
     #[test]
     fn an_ungranted_tool_runs_nothing_and_names_the_grant() {
         let dir = std::env::temp_dir().join(format!("offshoot-toolcall-{}", std::process::id()));
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
+        let env = ToolEnv {
+            cwd: dir.clone(),
+            workspace: dir.clone(),
+            agent: "a".into(),
+        };
         let marker = dir.join("ran");
         let input = json!({"command": format!("touch {}", marker.display())});
         let grant = vec!["read_file".to_owned()];
-        let r = run("t1", "bash", &input, &grant, &env, &ToolOutputConfig::default(), &dir.join("rec"), "rec").expect("runs");
+        let call = Call {
+            id: "t1",
+            name: "bash",
+            input: &input,
+        };
+        let record = RecordPlace {
+            dir: &dir.join("rec"),
+            shown: "rec",
+        };
+        let r = run(&call, &grant, &env, &ToolOutputConfig::default(), &record).expect("runs");
         assert!(r.is_error);
         assert_eq!(
             r.block,
             Block::ToolResult {
                 tool_use_id: "t1".into(),
-                content: "tool `bash` is not available to you; nothing ran. Allowed tools: read_file".into(),
+                content:
+                    "tool `bash` is not available to you; nothing ran. Allowed tools: read_file"
+                        .into(),
                 is_error: true
             }
         );

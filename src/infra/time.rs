@@ -12,11 +12,17 @@ impl Timestamp {
     }
 
     pub fn unix_seconds(&self) -> u64 {
-        self.0.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs()
+        self.0
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+            .as_secs()
     }
 
     pub fn millis_since(&self, earlier: Timestamp) -> u64 {
-        self.0.duration_since(earlier.0).unwrap_or(Duration::ZERO).as_millis() as u64
+        self.0
+            .duration_since(earlier.0)
+            .unwrap_or(Duration::ZERO)
+            .as_millis() as u64
     }
 }
 

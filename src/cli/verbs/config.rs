@@ -3,7 +3,7 @@ use std::process::Command;
 
 use crate::cli::{CliError, Ctx};
 use crate::domain::config::{Config, FILE};
-use crate::engine::workspace::{set_key, Workspace};
+use crate::engine::workspace::{Workspace, set_key};
 
 /// Show, edit, set or validate the config (each change is a commit on its lineage)
 #[derive(Debug, clap::Subcommand)]
@@ -46,10 +46,20 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Ok(())
         }
         Args::Edit(l) => edit(ctx, &ws, &l.lineage),
-        Args::Set { key, value, lineage } => {
+        Args::Set {
+            key,
+            value,
+            lineage,
+        } => {
             let tip = ws.config_tip(&lineage.lineage)?;
             let text = set_key(&ws.config_text_at(tip)?, key, value);
-            commit(ctx, &ws, &lineage.lineage, text, &format!("config: set {key}"))
+            commit(
+                ctx,
+                &ws,
+                &lineage.lineage,
+                text,
+                &format!("config: set {key}"),
+            )
         }
         Args::Validate { file, lineage } => match file {
             Some(path) => {
@@ -57,24 +67,38 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
                     .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
                 let tip = ws.config_tip(&lineage.lineage)?;
                 let has = |p: &str| ws.config_file(tip, p).ok().flatten().is_some();
-                Config::parse(&text, &has).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+                Config::parse(&text, &has)
+                    .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
                 ctx.out.progress(&format!("· {} is valid", path.display()));
                 Ok(())
             }
             None => {
                 ws.config(&lineage.lineage)?;
-                ctx.out.progress(&format!("· config lineage `{}` is valid", lineage.lineage));
+                ctx.out
+                    .progress(&format!("· config lineage `{}` is valid", lineage.lineage));
                 Ok(())
             }
         },
     }
 }
 
-fn commit(ctx: &Ctx, ws: &Workspace, lineage: &str, text: String, message: &str) -> Result<(), CliError> {
-    match ws.commit_config(lineage, &vec![(FILE.to_owned(), text.into_bytes())], message)? {
+fn commit(
+    ctx: &Ctx,
+    ws: &Workspace,
+    lineage: &str,
+    text: String,
+    message: &str,
+) -> Result<(), CliError> {
+    match ws.commit_config(
+        lineage,
+        &vec![(FILE.to_owned(), text.into_bytes())],
+        message,
+    )? {
         Some(commit) => {
             ctx.out.line(&commit.to_string());
-            ctx.out.progress(&format!("· committed to config/{lineage}; running agents follow it at their next step"));
+            ctx.out.progress(&format!(
+                "· committed to config/{lineage}; running agents follow it at their next step"
+            ));
         }
         None => ctx.out.progress("· nothing changed; nothing was committed"),
     }
@@ -82,11 +106,17 @@ fn commit(ctx: &Ctx, ws: &Workspace, lineage: &str, text: String, message: &str)
 }
 
 fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
-    let editor = ctx.env.get("VISUAL").or(ctx.env.get("EDITOR")).unwrap_or("vi").to_owned();
+    let editor = ctx
+        .env
+        .get("VISUAL")
+        .or(ctx.env.get("EDITOR"))
+        .unwrap_or("vi")
+        .to_owned();
     let tip = ws.config_tip(lineage)?;
     let before = ws.config_text_at(tip)?;
     let path = std::env::temp_dir().join(format!("offshoot-{lineage}-{}.toml", std::process::id()));
-    std::fs::write(&path, &before).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
+    std::fs::write(&path, &before)
+        .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
     let status = Command::new("sh")
         .arg("-c")
         .arg(format!("{editor} \"$1\""))
@@ -96,14 +126,20 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
         .map_err(|e| CliError::runtime(format!("cannot start editor `{editor}`: {e}")))?;
     if !status.success() {
         let _ = std::fs::remove_file(&path);
-        return Err(CliError::runtime(format!("editor `{editor}` exited with {status}; nothing was committed")));
+        return Err(CliError::runtime(format!(
+            "editor `{editor}` exited with {status}; nothing was committed"
+        )));
     }
-    let after = std::fs::read_to_string(&path).map_err(|e| CliError::runtime(format!("cannot read {}: {e}", path.display())))?;
+    let after = std::fs::read_to_string(&path)
+        .map_err(|e| CliError::runtime(format!("cannot read {}: {e}", path.display())))?;
     match commit(ctx, ws, lineage, after, "config: edit") {
         Ok(()) => {
             let _ = std::fs::remove_file(&path);
             Ok(())
         }
-        Err(e) => Err(e.hint(format!("your edit is kept in {}; fix it and run `offshoot config edit` again", path.display()))),
+        Err(e) => Err(e.hint(format!(
+            "your edit is kept in {}; fix it and run `offshoot config edit` again",
+            path.display()
+        ))),
     }
 }

@@ -4,7 +4,7 @@ use crate::cli::{CliError, Ctx};
 use crate::domain::config::FILE;
 use crate::engine::agents::{self, Spawn};
 use crate::engine::random_u32;
-use crate::engine::workspace::{set_key, validate_files, Workspace};
+use crate::engine::workspace::{Workspace, set_key, validate_files};
 use crate::infra::time::Timestamp;
 
 const RECORDING: &str = include_str!("../../../templates/demo/recording.jsonl");
@@ -18,12 +18,21 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let root = match ctx.explicit_workspace() {
         Some(path) => path.clone(),
         None => {
-            let stamp = Timestamp::now().to_string().replace([':', '-'], "").to_lowercase();
-            ctx.data_root.join("workspaces").join(format!("demo-{stamp}-{:04x}", random_u32() & 0xffff))
+            let stamp = Timestamp::now()
+                .to_string()
+                .replace([':', '-'], "")
+                .to_lowercase();
+            ctx.data_root
+                .join("workspaces")
+                .join(format!("demo-{stamp}-{:04x}", random_u32() & 0xffff))
         }
     };
     let mut files = ctx.template()?;
-    let mut text = files.iter().find(|(p, _)| p == FILE).map(|(_, b)| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+    let mut text = files
+        .iter()
+        .find(|(p, _)| p == FILE)
+        .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default();
     for (key, value) in [
         ("providers.demo.protocol", "replay"),
         ("providers.demo.recording", "recordings/demo.jsonl"),
@@ -34,10 +43,16 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     }
     files.retain(|(p, _)| p != FILE);
     files.push((FILE.to_owned(), text.into_bytes()));
-    files.push(("recordings/demo.jsonl".to_owned(), RECORDING.as_bytes().to_vec()));
+    files.push((
+        "recordings/demo.jsonl".to_owned(),
+        RECORDING.as_bytes().to_vec(),
+    ));
     validate_files(&files).map_err(crate::engine::workspace::WorkspaceError::from)?;
     let ws = Workspace::create(&root, &files)?;
-    ctx.out.progress(&format!("· demo workspace {} (model outputs are replayed from a recording; the tools really run)", root.display()));
+    ctx.out.progress(&format!(
+        "· demo workspace {} (model outputs are replayed from a recording; the tools really run)",
+        root.display()
+    ));
     let spawn = Spawn {
         role: "worker",
         lineage: "default",
@@ -61,7 +76,9 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         format!("  offshoot -w {w} log {id}"),
         format!("  offshoot -w {w} show {id} --step 2 --request"),
         format!("  git --git-dir {w}/repo.git log --oneline --stat agents/{id}"),
-        format!("  offshoot -w {w} fork --from agents/{id}~2 \"Also count the lines of REPORT.md\""),
+        format!(
+            "  offshoot -w {w} fork --from agents/{id}~2 \"Also count the lines of REPORT.md\""
+        ),
     ];
     for line in lines {
         ctx.out.progress(&line);

@@ -15,10 +15,14 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     if states.is_empty() {
-        ctx.out.progress("· no agents yet; start one with `offshoot prompt \"…\"`");
+        ctx.out
+            .progress("· no agents yet; start one with `offshoot prompt \"…\"`");
         return Ok(());
     }
-    ctx.out.line(&format!("{:<12} {:<18} {:<8} {:<10} {:>5} {:>9} {:>8}  GOAL", "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT"));
+    ctx.out.line(&format!(
+        "{:<12} {:<18} {:<8} {:<10} {:>5} {:>9} {:>8}  GOAL",
+        "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT"
+    ));
     for s in states {
         ctx.out.line(&format!(
             "{:<12} {:<18} {:<8} {:<10} {:>5} {:>9} {:>8}  {}",

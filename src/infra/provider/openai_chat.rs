@@ -1,9 +1,12 @@
 //! OpenAI Chat Completions (also Ollama, vLLM, llama.cpp, OpenRouter): request
 //! encoding and SSE chunk decoding.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
-use super::{arguments_text, json, sse, str_at, u64_at, Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest};
+use super::{
+    Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest,
+    arguments_text, json, sse, str_at, u64_at,
+};
 
 pub fn encode(req: &Request, api_key: Option<&str>, max_tokens_field: &str) -> WireRequest {
     WireRequest {
@@ -14,7 +17,9 @@ pub fn encode(req: &Request, api_key: Option<&str>, max_tokens_field: &str) -> W
 }
 
 pub(super) fn bearer(api_key: Option<&str>) -> Vec<(String, String)> {
-    api_key.map(|k| vec![("authorization".to_owned(), format!("Bearer {k}"))]).unwrap_or_default()
+    api_key
+        .map(|k| vec![("authorization".to_owned(), format!("Bearer {k}"))])
+        .unwrap_or_default()
 }
 
 pub fn body(req: &Request, max_tokens_field: &str) -> Value {
@@ -115,10 +120,19 @@ impl Decoder for StreamDecoder {
         }
         let v = json(data)?;
         if let Some(err) = v.get("error") {
-            let kind = str_at(err, "/type").or(str_at(err, "/code")).unwrap_or("error").to_owned();
+            let kind = str_at(err, "/type")
+                .or(str_at(err, "/code"))
+                .unwrap_or("error")
+                .to_owned();
             let message = str_at(err, "/message").unwrap_or("").to_owned();
-            let retryable = kind.contains("overloaded") || kind.contains("server_error") || kind.contains("rate_limit");
-            return Err(StreamError::Reported { kind, message, retryable });
+            let retryable = kind.contains("overloaded")
+                || kind.contains("server_error")
+                || kind.contains("rate_limit");
+            return Err(StreamError::Reported {
+                kind,
+                message,
+                retryable,
+            });
         }
         let mut deltas = Vec::new();
         if let Some(choice) = v.pointer("/choices/0") {
@@ -126,12 +140,21 @@ impl Decoder for StreamDecoder {
                 self.text.push_str(piece);
                 deltas.push(Delta::Text(piece.to_owned()));
             }
-            if let Some(piece) = str_at(choice, "/delta/reasoning_content").or(str_at(choice, "/delta/reasoning")) {
+            if let Some(piece) =
+                str_at(choice, "/delta/reasoning_content").or(str_at(choice, "/delta/reasoning"))
+            {
                 self.reasoning.push_str(piece);
                 deltas.push(Delta::Thinking(piece.to_owned()));
             }
-            for call in choice.pointer("/delta/tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                let index = u64_at(call, "/index").unwrap_or(self.calls.len().saturating_sub(1) as u64) as usize;
+            for call in choice
+                .pointer("/delta/tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let index = u64_at(call, "/index")
+                    .unwrap_or(self.calls.len().saturating_sub(1) as u64)
+                    as usize;
                 while self.calls.len() <= index {
                     self.calls.push(Call::default());
                 }
@@ -141,7 +164,9 @@ impl Decoder for StreamDecoder {
                 }
                 if let Some(name) = str_at(call, "/function/name") {
                     c.name.push_str(name);
-                    deltas.push(Delta::ToolCall { name: c.name.clone() });
+                    deltas.push(Delta::ToolCall {
+                        name: c.name.clone(),
+                    });
                 }
                 if let Some(args) = str_at(call, "/function/arguments") {
                     c.arguments.push_str(args);
@@ -173,13 +198,20 @@ impl Decoder for StreamDecoder {
         };
         let mut content = Vec::new();
         if !self.reasoning.is_empty() {
-            content.push(Block::Thinking { thinking: self.reasoning, signature: None });
+            content.push(Block::Thinking {
+                thinking: self.reasoning,
+                signature: None,
+            });
         }
         if !self.text.is_empty() {
             content.push(Block::Text { text: self.text });
         }
         for c in self.calls {
-            content.push(Block::ToolUse { id: c.id, name: c.name, input: super::parse_arguments(&c.arguments) });
+            content.push(Block::ToolUse {
+                id: c.id,
+                name: c.name,
+                input: super::parse_arguments(&c.arguments),
+            });
         }
         let stop = match finish.as_str() {
             "stop" => Stop::EndTurn,
@@ -187,6 +219,10 @@ impl Decoder for StreamDecoder {
             "length" => Stop::MaxTokens,
             other => Stop::Other(other.to_owned()),
         };
-        Ok(Output { content, usage: self.usage, stop })
+        Ok(Output {
+            content,
+            usage: self.usage,
+            stop,
+        })
     }
 }

@@ -3,7 +3,7 @@
 //! being a recording: nothing is generated.
 
 use super::transport::{AttemptRecord, CallError, Observer};
-use super::{sse, Block, Delta, Output, Request, Role};
+use super::{Block, Delta, Output, Request, Role, sse};
 
 /// Parses a recording (one canonical output per line, blank lines ignored).
 pub fn parse(recording: &str) -> Result<Vec<Output>, String> {
@@ -15,8 +15,16 @@ pub fn parse(recording: &str) -> Result<Vec<Output>, String> {
         .collect()
 }
 
-pub fn call(outputs: &[Output], req: &Request, observer: &mut dyn Observer) -> Result<Output, CallError> {
-    let index = req.messages.iter().filter(|m| m.role == Role::Assistant).count();
+pub fn call(
+    outputs: &[Output],
+    req: &Request,
+    observer: &mut dyn Observer,
+) -> Result<Output, CallError> {
+    let index = req
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .count();
     observer.attempt_started(1);
     let Some(output) = outputs.get(index) else {
         return Err(CallError::Other(format!(
@@ -26,7 +34,13 @@ pub fn call(outputs: &[Output], req: &Request, observer: &mut dyn Observer) -> R
         )));
     };
     let line = serde_json::to_string(output).map_err(|e| CallError::Other(e.to_string()))?;
-    observer.raw(1, &sse::Event { event: "replay".into(), data: line });
+    observer.raw(
+        1,
+        &sse::Event {
+            event: "replay".into(),
+            data: line,
+        },
+    );
     for block in &output.content {
         match block {
             Block::Text { text } => observer.delta(&Delta::Text(text.clone())),
@@ -34,6 +48,12 @@ pub fn call(outputs: &[Output], req: &Request, observer: &mut dyn Observer) -> R
             _ => {}
         }
     }
-    observer.attempt_ended(&AttemptRecord { attempt: 1, status: None, error: None, retry_after_ms: None, millis: 0 });
+    observer.attempt_ended(&AttemptRecord {
+        attempt: 1,
+        status: None,
+        error: None,
+        retry_after_ms: None,
+        millis: 0,
+    });
     Ok(output.clone())
 }

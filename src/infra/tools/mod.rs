@@ -118,7 +118,11 @@ fn u64_arg(input: &Value, key: &str) -> Result<Option<u64>, ToolError> {
 /// Resolves a path argument against the working directory.
 fn resolve(env: &ToolEnv, path: &str) -> PathBuf {
     let p = Path::new(path);
-    if p.is_absolute() { p.to_owned() } else { env.cwd.join(p) }
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        env.cwd.join(p)
+    }
 }
 
 #[cfg(test)]
@@ -130,7 +134,11 @@ mod tests {
         for b in BUILTINS {
             let spec = b.spec();
             assert_eq!(spec.input_schema["type"], "object", "{}", b.name);
-            assert!(spec.description.len() > 40, "{} needs a real description", b.name);
+            assert!(
+                spec.description.len() > 40,
+                "{} needs a real description",
+                b.name
+            );
         }
     }
 }

@@ -1,0 +1,10 @@
+//! End-to-end tests: the real `offshoot` binary against the scripted model server.
+
+mod support;
+
+mod conversation;
+mod crash;
+mod errors;
+mod faults;
+mod layering;
+mod verbs;

@@ -1,0 +1,188 @@
+//! `TestWorkspace`: a temp home and workspace, and the real `offshoot` binary run
+//! with a clean environment (no git identity, no API keys unless a test sets them).
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use super::server::Server;
+
+pub struct TestWorkspace {
+    pub root: PathBuf,
+    pub home: PathBuf,
+    pub ws: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+/// A finished command: exit code and both streams as text.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
+    /// Asserts success and returns stdout.
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(
+            self.code, 0,
+            "command failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        &self.stdout
+    }
+}
+
+/// Which wire dialect a test's worker speaks.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Dialect {
+    Anthropic,
+    Chat,
+    Responses,
+}
+
+pub const DIALECTS: [Dialect; 3] = [Dialect::Anthropic, Dialect::Chat, Dialect::Responses];
+
+impl TestWorkspace {
+    /// A fresh home with a workspace made by `offshoot new`.
+    pub fn new(name: &str) -> TestWorkspace {
+        let root =
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).expect("temp root");
+        let home = root.join("home");
+        let ws = root.join("ws");
+        let t = TestWorkspace {
+            root,
+            home,
+            ws,
+            env: Vec::new(),
+        };
+        t.run_bare(&["new", t.ws.to_str().expect("utf-8")]).ok();
+        t.set("retry.initial_backoff_ms", "5");
+        t.set("retry.max_backoff_ms", "20");
+        t
+    }
+
+    pub fn env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+    }
+
+    /// The binary with the test environment, not yet pointed at the workspace.
+    pub fn command_bare(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_offshoot"));
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("OFFSHOOT_HOME", &self.home)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("NO_COLOR", "1");
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    pub fn command(&self) -> Command {
+        let mut c = self.command_bare();
+        c.arg("-w").arg(&self.ws);
+        c
+    }
+
+    pub fn run_bare(&self, args: &[&str]) -> Run {
+        Run::from(
+            self.command_bare()
+                .args(args)
+                .output()
+                .expect("run offshoot"),
+        )
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        Run::from(self.command().args(args).output().expect("run offshoot"))
+    }
+
+    pub fn set(&self, key: &str, value: &str) {
+        self.run(&["config", "set", key, value]).ok();
+    }
+
+    /// Points the worker role at `server` speaking `dialect`, with a test key.
+    pub fn use_server(&mut self, server: &Server, dialect: Dialect) {
+        let (provider, url, var) = match dialect {
+            Dialect::Anthropic => ("anthropic", server.url(), "ANTHROPIC_API_KEY"),
+            Dialect::Chat => ("openai", format!("{}/v1", server.url()), "OPENAI_API_KEY"),
+            Dialect::Responses => (
+                "openai-responses",
+                format!("{}/v1", server.url()),
+                "OPENAI_API_KEY",
+            ),
+        };
+        self.set(&format!("providers.{provider}.base_url"), &url);
+        self.set("roles.worker.provider", provider);
+        self.env(var, "test-key");
+    }
+
+    /// The tip of a branch, read with plain git.
+    pub fn git(&self, args: &[&str]) -> String {
+        let o = Command::new("git")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .arg("--git-dir")
+            .arg(self.ws.join("repo.git"))
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(
+            o.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// The only agent's id (from `ls --json`).
+    pub fn agents(&self) -> Vec<serde_json::Value> {
+        let out = self.run(&["ls", "--json"]);
+        out.ok()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect()
+    }
+
+    pub fn steps_dir(&self, id: &str) -> PathBuf {
+        self.ws.join("steps").join(id)
+    }
+
+    /// Step record directories of an agent (numbered ones only).
+    pub fn step_records(&self, id: &str) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.steps_dir(id))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .map(|e| e.path())
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for TestWorkspace {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
+}
