@@ -1,1 +1,176 @@
-fn main() {}
+//! The step-loop benchmark: an N-step tool loop (each step one `bash` `echo`)
+//! against the scripted Anthropic server with zero model latency, driven in-process
+//! through the same code as `offshoot run`. Reports the harness's time per step, the
+//! floor for the same work without git (the HTTP round trip of the same request, the
+//! tool's process, the record files), overhead at the start and end of the
+//! conversation, and peak memory.
+//!
+//! Run: `cargo bench --bench step_loop -- [STEPS]` (default 1000).
+
+#[path = "../tests/cli/support/server.rs"]
+mod server;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use offshoot::domain::id::AgentId;
+use offshoot::engine::Env;
+use offshoot::engine::agents::{self, Spawn};
+use offshoot::engine::driver::{self, Event, Observer};
+use offshoot::engine::workspace::{Workspace, set_key, template_files};
+use offshoot::infra::provider::{Request, anthropic};
+use offshoot::infra::time::Timestamp;
+use server::{Server, Turn};
+
+/// Records when each step starts.
+struct Clock {
+    starts: Vec<Instant>,
+}
+
+impl Observer for Clock {
+    fn event(&mut self, event: Event<'_>) {
+        if let Event::StepStarted { .. } = event {
+            self.starts.push(Instant::now());
+        }
+    }
+}
+
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn mean_ms(d: &[Duration]) -> f64 {
+    d.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / d.len().max(1) as f64
+}
+
+fn main() {
+    let steps: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1000);
+    let base = std::env::var_os("OFFSHOOT_BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let root = base.join(format!("offshoot-bench-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+
+    let server = Server::start_with(false);
+    let mut turns: Vec<Turn> = (1..=steps).map(|i| Turn::bash(&format!("call_{i}"), "echo step")).collect();
+    turns.push(Turn::text("done"));
+    server.push_turns(turns);
+
+    let mut files = template_files(None).expect("template");
+    for (path, bytes) in files.iter_mut() {
+        if path == "offshoot.toml" {
+            let text = set_key(&String::from_utf8_lossy(bytes), "providers.anthropic.base_url", &server.url());
+            *bytes = text.into_bytes();
+        }
+    }
+    let create_us = file_creation_micros(&root.join("probe"));
+    let ws = Workspace::create(&root.join("ws"), &files).expect("workspace");
+    let env = Env::new([("ANTHROPIC_API_KEY".to_owned(), "bench".to_owned())]);
+    let spawn = Spawn {
+        role: "worker",
+        lineage: "default",
+        message: "Run echo steps.",
+        name: Some("Bench"),
+        now: Timestamp::now(),
+        random: 12345,
+    };
+    let id = agents::create_root(&ws, &spawn).expect("agent");
+    let rss_before = peak_rss_kib();
+
+    let mut clock = Clock { starts: Vec::new() };
+    let started = Instant::now();
+    driver::run(&ws, &env, &id, &mut clock).expect("run");
+    let total = started.elapsed();
+    let rss_after = peak_rss_kib();
+    let per_step: Vec<Duration> = clock.starts.windows(2).map(|w| w[1] - w[0]).collect();
+
+    let floor = floor(&ws, &id, &server, steps);
+    let window = 10.min(steps);
+    let (h_first, h_last) = (mean_ms(&per_step[..window]), mean_ms(&per_step[per_step.len() - window..]));
+    let (f_first, f_last) = (mean_ms(&floor[..window]), mean_ms(&floor[floor.len() - window..]));
+    let (h_all, f_all) = (mean_ms(&per_step), mean_ms(&floor));
+    let size =
+        |n: usize| std::fs::metadata(ws.layout.step(&id, n as u32).join("request.json")).map(|m| m.len()).unwrap_or(0);
+
+    println!(
+        "step loop: {steps} steps of one `bash echo` each, scripted Anthropic server on loopback, zero model latency"
+    );
+    println!("directory                  {} (creating one file there costs {create_us:.0} µs)", base.display());
+    println!("total wall time            {:.2} s", total.as_secs_f64());
+    println!("                           harness/step   floor/step   overhead/step   ratio");
+    println!(
+        "all steps                  {h_all:9.2} ms {f_all:9.2} ms {:12.2} ms {:7.2}x",
+        h_all - f_all,
+        h_all / f_all
+    );
+    println!(
+        "steps 1-{window:<4}              {h_first:9.2} ms {f_first:9.2} ms {:12.2} ms {:7.2}x",
+        h_first - f_first,
+        h_first / f_first
+    );
+    println!(
+        "steps {}-{:<8}         {h_last:9.2} ms {f_last:9.2} ms {:12.2} ms {:7.2}x",
+        steps - window + 1,
+        steps,
+        h_last - f_last,
+        h_last / f_last
+    );
+    println!("request.json size          step 1: {} bytes, step {steps}: {} bytes", size(1), size(steps));
+    println!("peak RSS (bench process, incl. server)  before run: {} KiB, after: {} KiB", rss_before, rss_after);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The same work without git or the harness: for each step, POST that step's
+/// recorded request to the server and read the stream, run the tool's process, and
+/// write new files for the records (request, response, tool output) and the two
+/// transcript entries.
+fn floor(ws: &Workspace, id: &AgentId, server: &Server, steps: usize) -> Vec<Duration> {
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let scratch = ws.layout.root().join("floor");
+    std::fs::create_dir_all(&scratch).expect("scratch");
+    let mut out = Vec::with_capacity(steps);
+    for n in 1..=steps {
+        let recorded = std::fs::read(ws.layout.step(id, n as u32).join("request.json")).expect("request");
+        let request: Request = serde_json::from_slice(&recorded).expect("parse");
+        let wire = anthropic::encode(&request, Some("bench"));
+        server.push(server::Reply::Turn(Turn::bash("call_floor", "echo step")));
+        let t = Instant::now();
+        let response = agent
+            .post(format!("{}{}", server.url(), wire.path))
+            .header("content-type", "application/json")
+            .send(&wire.body[..])
+            .expect("post");
+        let mut body = Vec::new();
+        response.into_body().into_reader().read_to_end(&mut body).expect("read");
+        let tool = Command::new("sh").args(["-c", "echo step"]).output().expect("sh");
+        let dir = scratch.join(format!("{n:04}"));
+        std::fs::create_dir(&dir).expect("step dir");
+        write(&dir.join("request.json"), &recorded);
+        write(&dir.join("response.ndjson"), &body);
+        write(&dir.join("output.json"), &tool.stdout);
+        write(&dir.join("entry-output.json"), &body[..body.len().min(512)]);
+        write(&dir.join("entry-tool.json"), &tool.stdout);
+        out.push(t.elapsed());
+    }
+    out
+}
+
+/// What creating one small new file costs in `dir` (mean of 200), in microseconds.
+fn file_creation_micros(dir: &Path) -> f64 {
+    std::fs::create_dir_all(dir).expect("probe dir");
+    let t = Instant::now();
+    for i in 0..200 {
+        write(&dir.join(format!("f{i}")), b"x");
+    }
+    t.elapsed().as_secs_f64() * 1e6 / 200.0
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).expect("write");
+}

@@ -23,10 +23,7 @@ pub struct Ctx {
 impl Ctx {
     pub fn from_env(workspace: Option<PathBuf>, json: bool) -> Ctx {
         let env = Env::new(std::env::vars());
-        let home = env
-            .get("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("."));
+        let home = env.get("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
         let (data_root, config_root) = match env.get("OFFSHOOT_HOME") {
             Some(root) => (PathBuf::from(root), PathBuf::from(root)),
             None => (
@@ -34,20 +31,11 @@ impl Ctx {
                     .map(PathBuf::from)
                     .unwrap_or_else(|| home.join(".local/share"))
                     .join("offshoot"),
-                env.get("XDG_CONFIG_HOME")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| home.join(".config"))
-                    .join("offshoot"),
+                env.get("XDG_CONFIG_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".config")).join("offshoot"),
             ),
         };
         let out = Out::new(json, env.get("NO_COLOR").is_some());
-        Ctx {
-            env,
-            out,
-            data_root,
-            config_root,
-            workspace,
-        }
+        Ctx { env, out, data_root, config_root, workspace }
     }
 
     pub fn default_workspace(&self) -> PathBuf {
@@ -55,9 +43,7 @@ impl Ctx {
     }
 
     pub fn workspace_path(&self) -> PathBuf {
-        self.workspace
-            .clone()
-            .unwrap_or_else(|| self.default_workspace())
+        self.workspace.clone().unwrap_or_else(|| self.default_workspace())
     }
 
     pub fn explicit_workspace(&self) -> Option<&PathBuf> {
@@ -67,19 +53,14 @@ impl Ctx {
     /// The config a new workspace starts with: embedded defaults, overridden by
     /// files in `<config-root>/template/`.
     pub fn template(&self) -> Result<ConfigFiles, CliError> {
-        Ok(workspace::template_files(Some(
-            &self.config_root.join("template"),
-        ))?)
+        Ok(workspace::template_files(Some(&self.config_root.join("template")))?)
     }
 
     /// Opens the workspace; the default one is created on first use.
     pub fn workspace(&self) -> Result<Workspace, CliError> {
         match &self.workspace {
             Some(path) => Ok(Workspace::open(path)?),
-            None => Ok(Workspace::open_or_create(
-                &self.default_workspace(),
-                &self.template()?,
-            )?),
+            None => Ok(Workspace::open_or_create(&self.default_workspace(), &self.template()?)?),
         }
     }
 }

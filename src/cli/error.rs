@@ -26,19 +26,11 @@ pub struct CliError {
 
 impl CliError {
     pub fn usage(message: impl Into<String>) -> CliError {
-        CliError {
-            kind: Kind::Usage,
-            message: message.into(),
-            hints: Vec::new(),
-        }
+        CliError { kind: Kind::Usage, message: message.into(), hints: Vec::new() }
     }
 
     pub fn runtime(message: impl Into<String>) -> CliError {
-        CliError {
-            kind: Kind::Runtime,
-            message: message.into(),
-            hints: Vec::new(),
-        }
+        CliError { kind: Kind::Runtime, message: message.into(), hints: Vec::new() }
     }
 
     pub fn hint(mut self, hint: impl Into<String>) -> CliError {
@@ -63,10 +55,8 @@ impl From<WorkspaceError> for CliError {
             WorkspaceError::NotAWorkspace(_) => {
                 CliError::usage(e.to_string()).hint("create one with `offshoot new PATH`")
             }
-            WorkspaceError::Config(_) | WorkspaceError::NoLineage(_) => CliError::usage(
-                e.to_string(),
-            )
-            .hint("`offshoot config edit` opens the config; `offshoot config validate` checks it"),
+            WorkspaceError::Config(_) | WorkspaceError::NoLineage(_) => CliError::usage(e.to_string())
+                .hint("`offshoot config edit` opens the config; `offshoot config validate` checks it"),
             _ => CliError::runtime(e.to_string()),
         }
     }
@@ -82,8 +72,9 @@ impl From<AgentError> for CliError {
     fn from(e: AgentError) -> Self {
         match e {
             AgentError::Workspace(w) => w.into(),
-            AgentError::Unknown(_) => CliError::usage(e.to_string())
-                .hint("`offshoot ls` lists the agents of this workspace"),
+            AgentError::Unknown(_) => {
+                CliError::usage(e.to_string()).hint("`offshoot ls` lists the agents of this workspace")
+            }
             AgentError::NameTaken(..)
             | AgentError::UnknownRole { .. }
             | AgentError::EmptyMessage
@@ -98,9 +89,8 @@ impl From<AgentError> for CliError {
 impl From<ModelError> for CliError {
     fn from(e: ModelError) -> Self {
         match &e {
-            ModelError::MissingKey { var, .. } => CliError::usage(e.to_string()).hint(format!(
-                "export {var}=… and try again; keys are read only from the environment"
-            )),
+            ModelError::MissingKey { var, .. } => CliError::usage(e.to_string())
+                .hint(format!("export {var}=… and try again; keys are read only from the environment")),
             ModelError::UnknownRole { .. } => CliError::usage(e.to_string()),
             ModelError::Call(call) => call_error(call, e.to_string()),
             ModelError::Recording { .. } => CliError::runtime(e.to_string()),
@@ -111,11 +101,15 @@ impl From<ModelError> for CliError {
 fn call_error(call: &CallError, message: String) -> CliError {
     let err = CliError::runtime(message);
     match call {
-        CallError::Status { status: 401 | 403, .. } => err.hint("the provider refused the API key; check the variable the provider's `api_key_env` names"),
+        CallError::Status { status: 401 | 403, .. } => {
+            err.hint("the provider refused the API key; check the variable the provider's `api_key_env` names")
+        }
         CallError::Status { status: 400 | 404 | 422, .. } => {
             err.hint("the provider refused the request; `offshoot show <agent> --step N` shows what was sent")
         }
-        CallError::Status { attempts, .. } | CallError::Connect { attempts, .. } | CallError::Stream { attempts, .. }
+        CallError::Status { attempts, .. }
+        | CallError::Connect { attempts, .. }
+        | CallError::Stream { attempts, .. }
             if *attempts > 1 =>
         {
             err.hint(format!("gave up after {attempts} attempts; `retry.max_attempts` in the config sets how many"))
@@ -133,10 +127,7 @@ impl From<DriverError> for CliError {
         match e {
             DriverError::Model { id, step, source } => {
                 let base: CliError = source.into();
-                CliError {
-                    message: format!("step {step} of agent `{id}` failed: {}", base.message),
-                    ..base
-                }
+                CliError { message: format!("step {step} of agent `{id}` failed: {}", base.message), ..base }
             }
             DriverError::Workspace(w) => w.into(),
             DriverError::Unknown(_) => CliError::usage(e.to_string()),

@@ -17,11 +17,7 @@ pub struct Out {
 
 impl Out {
     pub fn new(json: bool, no_color: bool) -> Out {
-        Out {
-            json,
-            color: !no_color && std::io::stderr().is_terminal(),
-            open_line: Cell::new(false),
-        }
+        Out { json, color: !no_color && std::io::stderr().is_terminal(), open_line: Cell::new(false) }
     }
 
     /// Part of the answer, as it streams.
@@ -55,11 +51,7 @@ impl Out {
     /// One line of progress on stderr.
     pub fn progress(&self, text: &str) {
         self.end_stream();
-        let text = if self.color {
-            format!("\x1b[2m{text}\x1b[0m")
-        } else {
-            text.to_owned()
-        };
+        let text = if self.color { format!("\x1b[2m{text}\x1b[0m") } else { text.to_owned() };
         let _ = writeln!(std::io::stderr(), "{text}");
     }
 

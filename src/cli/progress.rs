@@ -20,11 +20,7 @@ struct Live<'a> {
 
 fn one_line(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max {
-        format!("{}…", flat.chars().take(max).collect::<String>())
-    } else {
-        flat
-    }
+    if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
 }
 
 impl Observer for Live<'_> {
@@ -38,28 +34,16 @@ impl Observer for Live<'_> {
                 Event::Settled { tool_use_id } => {
                     json!({"type": "settled", "tool_use_id": tool_use_id})
                 }
-                Event::StepStarted {
-                    step,
-                    provider,
-                    model,
-                } => {
+                Event::StepStarted { step, provider, model } => {
                     json!({"type": "step", "step": step, "provider": provider, "model": model})
                 }
-                Event::AttemptFailed {
-                    attempt,
-                    error,
-                    retry_in_ms,
-                } => {
+                Event::AttemptFailed { attempt, error, retry_in_ms } => {
                     json!({"type": "attempt_failed", "attempt": attempt, "error": error, "retry_in_ms": retry_in_ms})
                 }
                 Event::ToolStarted { name, input } => {
                     json!({"type": "tool_call", "name": name, "input": input})
                 }
-                Event::ToolFinished {
-                    name,
-                    is_error,
-                    summary,
-                } => {
+                Event::ToolFinished { name, is_error, summary } => {
                     json!({"type": "tool_result", "name": name, "is_error": is_error, "summary": summary})
                 }
             };
@@ -69,38 +53,19 @@ impl Observer for Live<'_> {
         match event {
             Event::Delta(Delta::Text(text)) => out.stream(text),
             Event::Delta(_) | Event::Delivered { .. } => {}
-            Event::Settled { tool_use_id } => {
-                out.progress(&format!("· settled interrupted call {tool_use_id}"))
+            Event::Settled { tool_use_id } => out.progress(&format!("· settled interrupted call {tool_use_id}")),
+            Event::StepStarted { step, provider, model } => {
+                out.progress(&format!("· step {step} ({provider}/{model})"))
             }
-            Event::StepStarted {
-                step,
-                provider,
-                model,
-            } => out.progress(&format!("· step {step} ({provider}/{model})")),
-            Event::AttemptFailed {
-                attempt,
-                error,
-                retry_in_ms,
-            } => match retry_in_ms {
-                Some(ms) => out.progress(&format!(
-                    "· attempt {attempt} failed: {error}; retrying in {ms} ms"
-                )),
+            Event::AttemptFailed { attempt, error, retry_in_ms } => match retry_in_ms {
+                Some(ms) => out.progress(&format!("· attempt {attempt} failed: {error}; retrying in {ms} ms")),
                 None => out.progress(&format!("· attempt {attempt} failed: {error}")),
             },
             Event::ToolStarted { name, input } => {
-                let shown = input
-                    .get("command")
-                    .or(input.get("path"))
-                    .and_then(|v| v.as_str())
-                    .map(str::to_owned);
-                out.progress(&format!(
-                    "→ {name} {}",
-                    one_line(&shown.unwrap_or_else(|| input.to_string()), 100)
-                ));
+                let shown = input.get("command").or(input.get("path")).and_then(|v| v.as_str()).map(str::to_owned);
+                out.progress(&format!("→ {name} {}", one_line(&shown.unwrap_or_else(|| input.to_string()), 100)));
             }
-            Event::ToolFinished {
-                is_error, summary, ..
-            } => {
+            Event::ToolFinished { is_error, summary, .. } => {
                 let mark = if is_error { "✗" } else { "←" };
                 out.progress(&format!("  {mark} {}", one_line(summary, 100)));
             }
@@ -112,11 +77,8 @@ impl Observer for Live<'_> {
 /// command just created (removed again if its first call fails).
 pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
     let mut live = Live { ctx };
-    let result = if fresh {
-        driver::run_fresh(ws, &ctx.env, id, &mut live)
-    } else {
-        driver::run(ws, &ctx.env, id, &mut live)
-    };
+    let result =
+        if fresh { driver::run_fresh(ws, &ctx.env, id, &mut live) } else { driver::run(ws, &ctx.env, id, &mut live) };
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
     match result {
@@ -128,12 +90,9 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
         }
         Ok(RunEnd::Busy) => {
             if ctx.out.json {
-                ctx.out
-                    .event(&json!({"type": "end", "outcome": "busy", "agent": id.as_str()}));
+                ctx.out.event(&json!({"type": "end", "outcome": "busy", "agent": id.as_str()}));
             } else {
-                ctx.out.progress(&format!(
-                    "· agent `{id}` is already being driven; it will pick this up"
-                ));
+                ctx.out.progress(&format!("· agent `{id}` is already being driven; it will pick this up"));
             }
             Ok(())
         }
@@ -142,9 +101,7 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
             if fresh_removed {
                 Err(err.hint("the new agent was removed again: nothing was kept"))
             } else {
-                Err(err.hint(format!(
-                    "`offshoot run {id}` continues the agent from where it stopped"
-                )))
+                Err(err.hint(format!("`offshoot run {id}` continues the agent from where it stopped")))
             }
         }
     }
@@ -152,19 +109,14 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
 
 /// Starts `offshoot run <id>` in its own session, output to the agent's driver log.
 pub fn spawn_detached(ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
-    let exe = std::env::current_exe()
-        .map_err(|e| CliError::runtime(format!("cannot find the offshoot binary: {e}")))?;
+    let exe =
+        std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the offshoot binary: {e}")))?;
     let log_path = ws.layout.driver_log(id);
-    let io =
-        |e: std::io::Error| CliError::runtime(format!("cannot open {}: {e}", log_path.display()));
+    let io = |e: std::io::Error| CliError::runtime(format!("cannot open {}: {e}", log_path.display()));
     if let Some(dir) = log_path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
     }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .map_err(io)?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(io)?;
     let err = log.try_clone().map_err(io)?;
     Command::new(exe)
         .arg("--workspace")

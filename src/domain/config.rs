@@ -15,14 +15,8 @@ pub const FILE: &str = "offshoot.toml";
 /// The embedded default config tree: (path, contents).
 pub const DEFAULT_FILES: &[(&str, &str)] = &[
     (FILE, include_str!("../../templates/default/offshoot.toml")),
-    (
-        "souls/worker.md",
-        include_str!("../../templates/default/souls/worker.md"),
-    ),
-    (
-        "souls/compactor.md",
-        include_str!("../../templates/default/souls/compactor.md"),
-    ),
+    ("souls/worker.md", include_str!("../../templates/default/souls/worker.md")),
+    ("souls/compactor.md", include_str!("../../templates/default/souls/compactor.md")),
 ];
 
 /// The whole of `offshoot.toml`.
@@ -149,12 +143,7 @@ fn default_keep_recent() -> u32 {
 
 impl Default for CompactionConfig {
     fn default() -> Self {
-        CompactionConfig {
-            trigger: Trigger::ContextPercent,
-            percent: Some(70),
-            steps: None,
-            keep_recent_steps: 2,
-        }
+        CompactionConfig { trigger: Trigger::ContextPercent, percent: Some(70), steps: None, keep_recent_steps: 2 }
     }
 }
 
@@ -179,13 +168,7 @@ fn default_max_depth() -> u32 {
 
 impl Default for BudgetConfig {
     fn default() -> Self {
-        BudgetConfig {
-            max_depth: 5,
-            max_tokens: None,
-            max_cost_usd: None,
-            max_wall_seconds: None,
-            max_steps: None,
-        }
+        BudgetConfig { max_depth: 5, max_tokens: None, max_cost_usd: None, max_wall_seconds: None, max_steps: None }
     }
 }
 
@@ -212,11 +195,7 @@ fn default_max_backoff() -> u64 {
 
 impl Default for RetryConfig {
     fn default() -> Self {
-        RetryConfig {
-            max_attempts: 4,
-            initial_backoff_ms: 500,
-            max_backoff_ms: 30_000,
-        }
+        RetryConfig { max_attempts: 4, initial_backoff_ms: 500, max_backoff_ms: 30_000 }
     }
 }
 
@@ -235,10 +214,7 @@ fn default_bytes() -> usize {
 
 impl Default for ToolOutputConfig {
     fn default() -> Self {
-        ToolOutputConfig {
-            head_bytes: 2048,
-            tail_bytes: 2048,
-        }
+        ToolOutputConfig { head_bytes: 2048, tail_bytes: 2048 }
     }
 }
 
@@ -259,71 +235,43 @@ impl Config {
         let config: Config = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| line_at(text, s.start));
             let key = line.map(|l| key_on_line(text, l)).unwrap_or_default();
-            ConfigError {
-                file: FILE.into(),
-                line,
-                key,
-                rule: e.message().trim().to_owned(),
-            }
+            ConfigError { file: FILE.into(), line, key, rule: e.message().trim().to_owned() }
         })?;
         config.validate(text, has_file)?;
         Ok(config)
     }
 
     fn validate(&self, text: &str, has_file: &dyn Fn(&str) -> bool) -> Result<(), ConfigError> {
-        let fail = |key: String, rule: String| ConfigError {
-            file: FILE.into(),
-            line: line_of(text, &key),
-            key,
-            rule,
-        };
+        let fail = |key: String, rule: String| ConfigError { file: FILE.into(), line: line_of(text, &key), key, rule };
         if self.version != 1 {
-            return Err(fail(
-                "version".into(),
-                format!("version {} is not supported; use 1", self.version),
-            ));
+            return Err(fail("version".into(), format!("version {} is not supported; use 1", self.version)));
         }
         for (name, p) in &self.providers {
             let key = |k: &str| format!("providers.{name}.{k}");
             match p.protocol {
                 Protocol::Replay if p.recording.is_none() => {
-                    return Err(fail(
-                        key("recording"),
-                        "a `replay` provider needs `recording`".into(),
-                    ));
+                    return Err(fail(key("recording"), "a `replay` provider needs `recording`".into()));
                 }
                 Protocol::Replay => {
                     let path = p.recording.as_deref().unwrap_or("");
                     if !has_file(path) {
-                        return Err(fail(
-                            key("recording"),
-                            format!("`{path}` is not in the config tree"),
-                        ));
+                        return Err(fail(key("recording"), format!("`{path}` is not in the config tree")));
                     }
                 }
                 Protocol::Command if p.command.as_ref().is_none_or(|c| c.is_empty()) => {
-                    return Err(fail(
-                        key("command"),
-                        "a `command` provider needs a non-empty `command`".into(),
-                    ));
+                    return Err(fail(key("command"), "a `command` provider needs a non-empty `command`".into()));
                 }
                 Protocol::Anthropic | Protocol::OpenaiChat | Protocol::OpenaiResponses
                     if p.base_url.is_none() && p.base_url_env.is_none() =>
                 {
-                    return Err(fail(
-                        key("base_url"),
-                        format!("a `{}` provider needs `base_url`", p.protocol.name()),
-                    ));
+                    return Err(fail(key("base_url"), format!("a `{}` provider needs `base_url`", p.protocol.name())));
                 }
                 _ => {}
             }
             if let Some(url) = &p.base_url
                 && !(url.starts_with("http://") || url.starts_with("https://"))
             {
-                return Err(fail(
-                    key("base_url"),
-                    format!("`{url}` must start with http:// or https://"),
-                ));
+                return Err(fail(key("base_url"), format!("`{url}` must start with http:// or https://")));
             }
         }
         for (name, role) in &self.roles {
@@ -332,11 +280,7 @@ impl Config {
                 let known: Vec<&str> = self.providers.keys().map(String::as_str).collect();
                 return Err(fail(
                     key("provider"),
-                    format!(
-                        "provider `{}` is not defined; defined: {}",
-                        role.provider,
-                        known.join(", ")
-                    ),
+                    format!("provider `{}` is not defined; defined: {}", role.provider, known.join(", ")),
                 ));
             }
             for tool in &role.tools {
@@ -350,10 +294,7 @@ impl Config {
             }
             let soul = format!("souls/{name}.md");
             if !has_file(&soul) {
-                return Err(fail(
-                    format!("roles.{name}"),
-                    format!("role `{name}` has no soul: add `{soul}`"),
-                ));
+                return Err(fail(format!("roles.{name}"), format!("role `{name}` has no soul: add `{soul}`")));
             }
         }
         match self.compaction.trigger {
@@ -364,18 +305,12 @@ impl Config {
                 ));
             }
             Trigger::EveryNSteps if !matches!(self.compaction.steps, Some(1..)) => {
-                return Err(fail(
-                    "compaction.steps".into(),
-                    "`every_n_steps` needs `steps` of at least 1".into(),
-                ));
+                return Err(fail("compaction.steps".into(), "`every_n_steps` needs `steps` of at least 1".into()));
             }
             _ => {}
         }
         if self.retry.max_attempts == 0 {
-            return Err(fail(
-                "retry.max_attempts".into(),
-                "must be at least 1".into(),
-            ));
+            return Err(fail("retry.max_attempts".into(), "must be at least 1".into()));
         }
         Ok(())
     }
@@ -392,11 +327,7 @@ pub fn json_schema() -> String {
 }
 
 fn line_at(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())]
-        .bytes()
-        .filter(|&b| b == b'\n')
-        .count()
-        + 1
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
 }
 
 /// The dotted key a line sets: its table header above plus the key before `=`.
@@ -409,16 +340,8 @@ fn key_on_line(text: &str, line: usize) -> String {
     if let Some(header) = header_name(here) {
         return header.to_owned();
     }
-    let key = here
-        .split('=')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .trim_matches('"');
-    let table = lines[..line.saturating_sub(1)]
-        .iter()
-        .rev()
-        .find_map(|l| header_name(l.trim()));
+    let key = here.split('=').next().unwrap_or("").trim().trim_matches('"');
+    let table = lines[..line.saturating_sub(1)].iter().rev().find_map(|l| header_name(l.trim()));
     match table {
         Some(t) => format!("{t}.{key}"),
         None => key.to_owned(),
@@ -441,18 +364,9 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
             }
             continue;
         }
-        let k = line
-            .split('=')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .trim_matches('"');
+        let k = line.split('=').next().unwrap_or("").trim().trim_matches('"');
         if !k.is_empty() && line.contains('=') {
-            let full = if table.is_empty() {
-                k.to_owned()
-            } else {
-                format!("{table}.{k}")
-            };
+            let full = if table.is_empty() { k.to_owned() } else { format!("{table}.{k}") };
             if full == key {
                 return Some(i + 1);
             }
@@ -487,10 +401,7 @@ mod tests {
 
         let text = "version = 1\n[retry]\nmax_attempts = \"four\"\n";
         let err = Config::parse(text, &|_| true).expect_err("bad type");
-        assert_eq!(
-            (err.line, err.key.as_str()),
-            (Some(3), "retry.max_attempts")
-        );
+        assert_eq!((err.line, err.key.as_str()), (Some(3), "retry.max_attempts"));
 
         let text = "version = 1\n[retry]\nmax_attempts = 2\nbogus = 1\n";
         let err = Config::parse(text, &|_| true).expect_err("unknown key");
@@ -519,9 +430,6 @@ mod schema_tests {
             std::fs::write(path, &fresh).expect("write schema");
         }
         let checked_in = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            checked_in == fresh,
-            "docs/offshoot.schema.json is stale: run `OFFSHOOT_BLESS=1 cargo test schema`"
-        );
+        assert!(checked_in == fresh, "docs/offshoot.schema.json is stale: run `OFFSHOOT_BLESS=1 cargo test schema`");
     }
 }

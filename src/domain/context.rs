@@ -14,13 +14,13 @@ use crate::infra::tools;
 
 /// What assembly reads from an agent's tree.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub struct Snapshot<'a> {
     pub goal: String,
     pub soul: String,
     pub name: Option<String>,
     /// The granted tools' schemas (`.offshoot/tools/*.json`, by file name).
     pub tools: Vec<ToolSpec>,
-    pub entries: Vec<Entry>,
+    pub entries: &'a [Entry],
     /// Files chosen by [`composed_paths`], with their text, in that order.
     pub composed: Vec<(String, String)>,
 }
@@ -49,10 +49,7 @@ fn estimate_tokens(text: &str) -> u64 {
 }
 
 /// The files kept after the budget: pinned always, ordered ones oldest-first dropped.
-fn within_budget<'a>(
-    composed: &'a [(String, String)],
-    rules: &ContextRules,
-) -> Vec<&'a (String, String)> {
+fn within_budget<'a>(composed: &'a [(String, String)], rules: &ContextRules) -> Vec<&'a (String, String)> {
     let is_pinned = |p: &str| rules.pinned.iter().any(|g| glob::matches(g, p));
     let Some(budget) = rules.budget_tokens else {
         return composed.iter().collect();
@@ -68,10 +65,7 @@ fn within_budget<'a>(
             dropped.insert(path.as_str());
         }
     }
-    composed
-        .iter()
-        .filter(|(p, _)| !dropped.contains(p.as_str()))
-        .collect()
+    composed.iter().filter(|(p, _)| !dropped.contains(p.as_str())).collect()
 }
 
 pub fn system_prompt(s: &Snapshot) -> String {
@@ -84,41 +78,25 @@ pub fn system_prompt(s: &Snapshot) -> String {
 }
 
 /// Builds the request a step sends.
-pub fn assemble(
-    s: &Snapshot,
-    model: &str,
-    max_output_tokens: u32,
-    rules: &ContextRules,
-) -> Request {
-    let mut messages = transcript::to_messages(&s.entries);
+pub fn assemble(s: &Snapshot, model: &str, max_output_tokens: u32, rules: &ContextRules) -> Request {
+    let mut messages = transcript::to_messages(s.entries);
     let files: Vec<Block> = within_budget(&s.composed, rules)
         .into_iter()
-        .map(|(path, text)| {
-            Block::text(format!(
-                "<file path=\"{path}\">\n{}\n</file>",
-                text.trim_end()
-            ))
-        })
+        .map(|(path, text)| Block::text(format!("<file path=\"{path}\">\n{}\n</file>", text.trim_end())))
         .collect();
     if let Some(first) = messages.first_mut()
         && !files.is_empty()
     {
         first.content.splice(0..0, files);
     }
-    Request {
-        model: model.to_owned(),
-        max_output_tokens,
-        system: system_prompt(s),
-        tools: declared_tools(s),
-        messages,
-    }
+    Request { model: model.to_owned(), max_output_tokens, system: system_prompt(s), tools: declared_tools(s), messages }
 }
 
 /// The granted tools plus every tool a `tool_use` of the history names (providers
 /// refuse a history naming undeclared tools). Declared is not callable.
 fn declared_tools(s: &Snapshot) -> Vec<ToolSpec> {
     let mut out = s.tools.clone();
-    for e in &s.entries {
+    for e in s.entries {
         if let Entry::Output { output, .. } = e {
             for (_, name, _) in output.tool_uses() {
                 if out.iter().any(|t| t.name == name) {
@@ -140,54 +118,46 @@ mod tests {
     use super::*;
     use crate::infra::provider::{Output, Role, Stop, Usage};
 
-    fn snapshot() -> Snapshot {
+    fn entries() -> Vec<Entry> {
+        vec![
+            Entry::Message { number: 1, sender: "user".into(), text: "Count files".into() },
+            Entry::Output {
+                number: 2,
+                model: "m".into(),
+                output: Output {
+                    content: vec![Block::ToolUse {
+                        id: "t1".into(),
+                        name: "bash".into(),
+                        input: json!({"command": "ls"}),
+                    }],
+                    usage: Usage::default(),
+                    stop: Stop::ToolUse,
+                },
+            },
+        ]
+    }
+
+    fn snapshot(entries: &[Entry]) -> Snapshot<'_> {
         Snapshot {
             goal: "Count files".into(),
             soul: "Be careful.".into(),
             name: Some("PeachHollow".into()),
             tools: vec![tools::builtin("read_file").expect("builtin").spec()],
-            entries: vec![
-                Entry::Message {
-                    number: 1,
-                    sender: "user".into(),
-                    text: "Count files".into(),
-                },
-                Entry::Output {
-                    number: 2,
-                    model: "m".into(),
-                    output: Output {
-                        content: vec![Block::ToolUse {
-                            id: "t1".into(),
-                            name: "bash".into(),
-                            input: json!({"command": "ls"}),
-                        }],
-                        usage: Usage::default(),
-                        stop: Stop::ToolUse,
-                    },
-                },
-            ],
+            entries,
             composed: vec![("AGENTS.md".into(), "Use tabs.\n".into())],
         }
     }
 
     #[test]
     fn assembles_system_files_transcript_and_history_tools() {
-        let rules = ContextRules {
-            pinned: vec!["AGENTS.md".into()],
-            ..Default::default()
-        };
-        let req = assemble(&snapshot(), "m", 100, &rules);
-        assert_eq!(
-            req.system,
-            "<goal>\nCount files\n</goal>\n\nYour name is PeachHollow.\n\nBe careful."
-        );
+        let rules = ContextRules { pinned: vec!["AGENTS.md".into()], ..Default::default() };
+        let entries = entries();
+        let req = assemble(&snapshot(&entries), "m", 100, &rules);
+        assert_eq!(req.system, "<goal>\nCount files\n</goal>\n\nYour name is PeachHollow.\n\nBe careful.");
         assert_eq!(req.messages[0].role, Role::User);
         assert_eq!(
             req.messages[0].content,
-            vec![
-                Block::text("<file path=\"AGENTS.md\">\nUse tabs.\n</file>"),
-                Block::text("Count files")
-            ]
+            vec![Block::text("<file path=\"AGENTS.md\">\nUse tabs.\n</file>"), Block::text("Count files")]
         );
         let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, vec!["read_file", "bash"]);
@@ -212,21 +182,14 @@ mod tests {
         };
         assert_eq!(
             composed_paths(&paths, &rules),
-            vec![
-                "AGENTS.md",
-                ".offshoot/summary/0001.md",
-                ".offshoot/summary/0002.md"
-            ]
+            vec!["AGENTS.md", ".offshoot/summary/0001.md", ".offshoot/summary/0002.md"]
         );
         let composed = vec![
             ("AGENTS.md".to_owned(), "x".repeat(40)),
             (".offshoot/summary/0001.md".to_owned(), "y".repeat(40)),
             (".offshoot/summary/0002.md".to_owned(), "z".repeat(40)),
         ];
-        let kept: Vec<&str> = within_budget(&composed, &rules)
-            .iter()
-            .map(|(p, _)| p.as_str())
-            .collect();
+        let kept: Vec<&str> = within_budget(&composed, &rules).iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(kept, vec!["AGENTS.md", ".offshoot/summary/0002.md"]);
     }
 }

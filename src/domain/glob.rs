@@ -11,9 +11,9 @@ fn match_parts(pat: &[&str], parts: &[&str]) -> bool {
     match pat.split_first() {
         None => parts.is_empty(),
         Some((&"**", rest)) => (0..=parts.len()).any(|skip| match_parts(rest, &parts[skip..])),
-        Some((first, rest)) => parts.split_first().is_some_and(|(p, tail)| {
-            component(first.as_bytes(), p.as_bytes()) && match_parts(rest, tail)
-        }),
+        Some((first, rest)) => parts
+            .split_first()
+            .is_some_and(|(p, tail)| component(first.as_bytes(), p.as_bytes()) && match_parts(rest, tail)),
     }
 }
 

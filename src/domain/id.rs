@@ -7,15 +7,11 @@ use std::fmt;
 pub enum IdError {
     #[error("agent id `{0}` must not contain `/` or `..`")]
     PathLike(String),
-    #[error(
-        "agent id `{0}` is not valid: a lowercase letter or digit run, then `.N` per generation"
-    )]
+    #[error("agent id `{0}` is not valid: a lowercase letter or digit run, then `.N` per generation")]
     Malformed(String),
     #[error("name `{0}` must not contain `/` or `..`")]
     NamePathLike(String),
-    #[error(
-        "name `{0}` is not valid: start with a letter, then letters, digits, `-` or `_` (at most 64)"
-    )]
+    #[error("name `{0}` is not valid: start with a letter, then letters, digits, `-` or `_` (at most 64)")]
     NameMalformed(String),
 }
 
@@ -32,17 +28,10 @@ impl AgentId {
         }
         let mut parts = s.split('.');
         let root = parts.next().unwrap_or("");
-        let root_ok = !root.is_empty()
-            && root.len() <= 32
-            && root
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-        let children_ok = parts.all(|p| {
-            !p.is_empty()
-                && p.len() <= 6
-                && p.bytes().all(|b| b.is_ascii_digit())
-                && !p.starts_with('0')
-        });
+        let root_ok =
+            !root.is_empty() && root.len() <= 32 && root.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        let children_ok = parts
+            .all(|p| !p.is_empty() && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_digit()) && !p.starts_with('0'));
         if !root_ok || !children_ok || s.len() > 128 {
             return Err(IdError::Malformed(s.to_owned()));
         }
@@ -51,9 +40,7 @@ impl AgentId {
 
     /// A fresh root id: six base32 characters from 30 random bits.
     pub fn root_from_random(random: u32) -> AgentId {
-        let id = (0..6)
-            .map(|i| BASE32[((random >> (i * 5)) & 31) as usize] as char)
-            .collect();
+        let id = (0..6).map(|i| BASE32[((random >> (i * 5)) & 31) as usize] as char).collect();
         AgentId(id)
     }
 
@@ -88,13 +75,12 @@ pub fn validate_name(name: &str) -> Result<(), IdError> {
 }
 
 const FIRST: &[&str] = &[
-    "Amber", "Birch", "Cedar", "Dusk", "Ember", "Fern", "Granite", "Hazel", "Iris", "Juniper",
-    "Kestrel", "Linden", "Maple", "Nettle", "Oak", "Peach", "Quartz", "Rowan", "Sage", "Thistle",
-    "Umber", "Violet", "Willow", "Yarrow",
+    "Amber", "Birch", "Cedar", "Dusk", "Ember", "Fern", "Granite", "Hazel", "Iris", "Juniper", "Kestrel", "Linden",
+    "Maple", "Nettle", "Oak", "Peach", "Quartz", "Rowan", "Sage", "Thistle", "Umber", "Violet", "Willow", "Yarrow",
 ];
 const SECOND: &[&str] = &[
-    "Brook", "Cove", "Dale", "Field", "Glen", "Harbor", "Hollow", "Isle", "Knoll", "Lake",
-    "Meadow", "Moor", "Park", "Ridge", "Shore", "Spring", "Stone", "Vale", "Wood", "Yard",
+    "Brook", "Cove", "Dale", "Field", "Glen", "Harbor", "Hollow", "Isle", "Knoll", "Lake", "Meadow", "Moor", "Park",
+    "Ridge", "Shore", "Spring", "Stone", "Vale", "Wood", "Yard",
 ];
 
 /// A two-word display name from random bits (`PeachHollow`).
@@ -112,10 +98,7 @@ mod tests {
     fn ids_are_single_safe_components() {
         assert!(AgentId::parse("k7q2mx").is_ok());
         assert!(AgentId::parse("k7q2mx.3.1").is_ok());
-        assert_eq!(
-            AgentId::parse("../etc"),
-            Err(IdError::PathLike("../etc".into()))
-        );
+        assert_eq!(AgentId::parse("../etc"), Err(IdError::PathLike("../etc".into())));
         assert_eq!(AgentId::parse("a/b"), Err(IdError::PathLike("a/b".into())));
         for bad in ["", "K7", "a.", "a.0", "a.x", "a b", ".a"] {
             assert!(AgentId::parse(bad).is_err(), "{bad:?} must be refused");
@@ -129,14 +112,8 @@ mod tests {
     fn names_are_checked_like_ids() {
         assert!(validate_name("PeachHollow").is_ok());
         assert!(validate_name(&mint_name(12345)).is_ok());
-        assert!(matches!(
-            validate_name("a/b"),
-            Err(IdError::NamePathLike(_))
-        ));
+        assert!(matches!(validate_name("a/b"), Err(IdError::NamePathLike(_))));
         assert!(matches!(validate_name(".."), Err(IdError::NamePathLike(_))));
-        assert!(matches!(
-            validate_name("9lives"),
-            Err(IdError::NameMalformed(_))
-        ));
+        assert!(matches!(validate_name("9lives"), Err(IdError::NameMalformed(_))));
     }
 }

@@ -14,13 +14,7 @@ pub struct Deposit {
 
 impl Deposit {
     pub fn new(from: &str, at: Timestamp, body: &str) -> Deposit {
-        Deposit {
-            from: from.to_owned(),
-            at: at.to_string(),
-            epitaph: None,
-            terminal: None,
-            body: body.to_owned(),
-        }
+        Deposit { from: from.to_owned(), at: at.to_string(), epitaph: None, terminal: None, body: body.to_owned() }
     }
 
     /// The file's text: the header, then the body.
@@ -65,10 +59,7 @@ mod tests {
             terminal: None,
             body: "hi".into(),
         };
-        assert_eq!(
-            d.render(),
-            "---\nfrom: user\nat: 2026-11-29T22:00:00Z\n---\nhi"
-        );
+        assert_eq!(d.render(), "---\nfrom: user\nat: 2026-11-29T22:00:00Z\n---\nhi");
         assert_eq!(parse_name("0012-user.md"), Some((12, "user")));
         assert_eq!(parse_name(".tmp-0012-user.md"), None);
         assert_eq!(file_name(3, "k7q2mx.1"), "0003-k7q2mx.1.md");

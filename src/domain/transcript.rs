@@ -19,20 +19,9 @@ pub enum Side {
 /// One transcript entry, parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
-    Message {
-        number: u32,
-        sender: String,
-        text: String,
-    },
-    Output {
-        number: u32,
-        model: String,
-        output: Output,
-    },
-    ToolResult {
-        number: u32,
-        block: Block,
-    },
+    Message { number: u32, sender: String, text: String },
+    Output { number: u32, model: String, output: Output },
+    ToolResult { number: u32, block: Block },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -58,11 +47,7 @@ pub fn parse_name(name: &str) -> Result<(u32, &str, Side), TranscriptError> {
         return Err(bad());
     }
     let number = digits.parse().map_err(|_| bad())?;
-    let side = if side_ext == Side::Assistant && origin == "tool" {
-        Side::Tool
-    } else {
-        side_ext
-    };
+    let side = if side_ext == Side::Assistant && origin == "tool" { Side::Tool } else { side_ext };
     Ok((number, origin, side))
 }
 
@@ -75,29 +60,16 @@ pub fn entry_name(number: u32, origin: &str, side: Side) -> String {
 pub fn model_origin(model: &str) -> String {
     let clean: String = model
         .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
         .collect();
     let clean = clean.trim_matches('.').to_owned();
-    if clean.is_empty() || clean == "tool" {
-        format!("model-{clean}")
-    } else {
-        clean
-    }
+    if clean.is_empty() || clean == "tool" { format!("model-{clean}") } else { clean }
 }
 
 impl Entry {
     pub fn parse(name: &str, bytes: &[u8]) -> Result<Entry, TranscriptError> {
         let (number, origin, side) = parse_name(name)?;
-        let bad = |reason: String| TranscriptError::BadContent {
-            name: name.to_owned(),
-            reason,
-        };
+        let bad = |reason: String| TranscriptError::BadContent { name: name.to_owned(), reason };
         Ok(match side {
             Side::User => Entry::Message {
                 number,
@@ -121,9 +93,7 @@ impl Entry {
 
     pub fn number(&self) -> u32 {
         match self {
-            Entry::Message { number, .. }
-            | Entry::Output { number, .. }
-            | Entry::ToolResult { number, .. } => *number,
+            Entry::Message { number, .. } | Entry::Output { number, .. } | Entry::ToolResult { number, .. } => *number,
         }
     }
 
@@ -153,17 +123,10 @@ pub fn next_number(numbers: impl IntoIterator<Item = u32>) -> u32 {
 pub fn to_messages(entries: &[Entry]) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::new();
     for e in entries {
-        let role = if e.side() == Side::Assistant {
-            Role::Assistant
-        } else {
-            Role::User
-        };
+        let role = if e.side() == Side::Assistant { Role::Assistant } else { Role::User };
         match out.last_mut() {
             Some(last) if last.role == role => last.content.extend(e.blocks()),
-            _ => out.push(Message {
-                role,
-                content: e.blocks(),
-            }),
+            _ => out.push(Message { role, content: e.blocks() }),
         }
     }
     out
@@ -182,10 +145,7 @@ pub fn unanswered_calls(entries: &[Entry]) -> Vec<(String, String)> {
     let answered: HashSet<&str> = entries[pos + 1..]
         .iter()
         .filter_map(|e| match e {
-            Entry::ToolResult {
-                block: Block::ToolResult { tool_use_id, .. },
-                ..
-            } => Some(tool_use_id.as_str()),
+            Entry::ToolResult { block: Block::ToolResult { tool_use_id, .. }, .. } => Some(tool_use_id.as_str()),
             _ => None,
         })
         .collect();
@@ -205,10 +165,7 @@ pub fn paired_len(entries: &[Entry]) -> usize {
     if unanswered_calls(entries).is_empty() {
         return entries.len();
     }
-    entries
-        .iter()
-        .rposition(|e| e.side() == Side::Assistant)
-        .unwrap_or(entries.len())
+    entries.iter().rposition(|e| e.side() == Side::Assistant).unwrap_or(entries.len())
 }
 
 /// The text of the last model output, if the transcript ends in one.
@@ -228,53 +185,31 @@ mod tests {
     fn call(n: u32, ids: &[&str]) -> Entry {
         let content = ids
             .iter()
-            .map(|id| Block::ToolUse {
-                id: (*id).into(),
-                name: "bash".into(),
-                input: json!({"command": "true"}),
-            })
+            .map(|id| Block::ToolUse { id: (*id).into(), name: "bash".into(), input: json!({"command": "true"}) })
             .collect();
         Entry::Output {
             number: n,
             model: "m".into(),
-            output: Output {
-                content,
-                usage: Usage::default(),
-                stop: Stop::ToolUse,
-            },
+            output: Output { content, usage: Usage::default(), stop: Stop::ToolUse },
         }
     }
 
     fn result(n: u32, id: &str) -> Entry {
         Entry::ToolResult {
             number: n,
-            block: Block::ToolResult {
-                tool_use_id: id.into(),
-                content: "ok".into(),
-                is_error: false,
-            },
+            block: Block::ToolResult { tool_use_id: id.into(), content: "ok".into(), is_error: false },
         }
     }
 
     fn user(n: u32) -> Entry {
-        Entry::Message {
-            number: n,
-            sender: "user".into(),
-            text: "hi".into(),
-        }
+        Entry::Message { number: n, sender: "user".into(), text: "hi".into() }
     }
 
     #[test]
     fn names_decide_sides() {
         assert_eq!(parse_name("0001-user.md"), Ok((1, "user", Side::User)));
-        assert_eq!(
-            parse_name("0002-claude-sonnet-4-5.json"),
-            Ok((2, "claude-sonnet-4-5", Side::Assistant))
-        );
-        assert_eq!(
-            parse_name("10000-tool.json"),
-            Ok((10000, "tool", Side::Tool))
-        );
+        assert_eq!(parse_name("0002-claude-sonnet-4-5.json"), Ok((2, "claude-sonnet-4-5", Side::Assistant)));
+        assert_eq!(parse_name("10000-tool.json"), Ok((10000, "tool", Side::Tool)));
         assert!(parse_name("1-user.md").is_err());
         assert!(parse_name("0001.md").is_err());
         assert_eq!(entry_name(3, "tool", Side::Tool), "0003-tool.json");
@@ -285,10 +220,7 @@ mod tests {
     #[test]
     fn unanswered_calls_and_cuts() {
         let t = vec![user(1), call(2, &["a", "b"]), result(3, "a")];
-        assert_eq!(
-            unanswered_calls(&t),
-            vec![("b".to_owned(), "bash".to_owned())]
-        );
+        assert_eq!(unanswered_calls(&t), vec![("b".to_owned(), "bash".to_owned())]);
         assert_eq!(paired_len(&t), 1);
         let done = vec![user(1), call(2, &["a"]), result(3, "a")];
         assert!(unanswered_calls(&done).is_empty());

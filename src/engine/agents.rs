@@ -72,14 +72,9 @@ pub fn create_root(ws: &Workspace, spawn: &Spawn) -> Result<AgentId> {
         forked_from: None,
     };
     let mut edits = dispatch_files(ws, config_tip, &config, &facts)?;
-    edits.push(TreeEdit::Write {
-        path: agent::GOAL.into(),
-        bytes: spawn.message.as_bytes().to_vec(),
-    });
+    edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: spawn.message.as_bytes().to_vec() });
     let subject = format!("dispatch {id}: {}", first_line(spawn.message));
-    let commit = ws
-        .repo
-        .commit_edits(&[config_tip], None, &edits, &subject)?;
+    let commit = ws.repo.commit_edits(&[config_tip], None, &edits, &subject)?;
     start(ws, &id, commit, spawn)?;
     Ok(id)
 }
@@ -87,22 +82,11 @@ pub fn create_root(ws: &Workspace, spawn: &Spawn) -> Result<AgentId> {
 /// Starts an agent that continues the conversation at `from` (any commit of any
 /// agent), with `message` as its next prompt.
 pub fn fork(ws: &Workspace, from: &str, spawn: &Spawn) -> Result<AgentId> {
-    let source = ws
-        .repo
-        .resolve_commit(from)
-        .ok_or_else(|| AgentError::UnknownRef(from.to_owned()))?;
+    let source = ws.repo.resolve_commit(from).ok_or_else(|| AgentError::UnknownRef(from.to_owned()))?;
     let source_facts = snapshot::read_facts(&ws.repo, source)?;
     let (config_tip, config) = ws.config(&source_facts.lineage)?;
     let role = source_facts.role.as_str();
-    let name = check_spawn(
-        ws,
-        &Spawn {
-            role,
-            lineage: &source_facts.lineage,
-            ..*spawn
-        },
-        &config,
-    )?;
+    let name = check_spawn(ws, &Spawn { role, lineage: &source_facts.lineage, ..*spawn }, &config)?;
     let id = fresh_id(ws, spawn.random)?;
     let facts = AgentFacts {
         id: id.to_string(),
@@ -113,13 +97,12 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Spawn) -> Result<AgentId> {
         created: spawn.now.to_string(),
         forked_from: Some(source.to_string()),
     };
-    let mut edits = vec![TreeEdit::Remove {
-        path: agent::TOOLS.into(),
-    }];
+    let mut edits = vec![TreeEdit::Remove { path: agent::TOOLS.into() }];
     edits.extend(dispatch_files(ws, config_tip, &config, &facts)?);
     // A transcript ending in calls without results is cut before those calls.
-    let entries = Loader::default().entries(&ws.repo, source)?;
-    for e in &entries[transcript::paired_len(&entries)..] {
+    let mut loader = Loader::default();
+    let entries = loader.entries(&ws.repo, source)?;
+    for e in &entries[transcript::paired_len(entries)..] {
         let name = ws
             .repo
             .list_dir(source, agent::MESSAGES)?
@@ -127,52 +110,26 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Spawn) -> Result<AgentId> {
             .find(|d| transcript::parse_name(&d.name).is_ok_and(|(n, _, _)| n == e.number()))
             .map(|d| d.name);
         if let Some(name) = name {
-            edits.push(TreeEdit::Remove {
-                path: format!("{}/{name}", agent::MESSAGES),
-            });
+            edits.push(TreeEdit::Remove { path: format!("{}/{name}", agent::MESSAGES) });
         }
     }
-    let subject = format!(
-        "fork {id} from {}: {}",
-        &source.to_string()[..12],
-        first_line(spawn.message)
-    );
-    let commit = ws
-        .repo
-        .commit_edits(&[source], Some(source), &edits, &subject)?;
-    start(
-        ws,
-        &id,
-        commit,
-        &Spawn {
-            role,
-            lineage: &source_facts.lineage,
-            ..*spawn
-        },
-    )?;
+    let subject = format!("fork {id} from {}: {}", &source.to_string()[..12], first_line(spawn.message));
+    let commit = ws.repo.commit_edits(&[source], Some(source), &edits, &subject)?;
+    start(ws, &id, commit, &Spawn { role, lineage: &source_facts.lineage, ..*spawn })?;
     Ok(id)
 }
 
 /// Validates a spawn before anything is written; returns the agent's name (the
 /// one asked for, or a fresh two-word one).
-fn check_spawn(
-    ws: &Workspace,
-    spawn: &Spawn,
-    config: &crate::domain::config::Config,
-) -> Result<String> {
+fn check_spawn(ws: &Workspace, spawn: &Spawn, config: &crate::domain::config::Config) -> Result<String> {
     if spawn.message.trim().is_empty() {
         return Err(AgentError::EmptyMessage);
     }
     if config.role(spawn.role).is_none() {
-        return Err(AgentError::UnknownRole {
-            role: spawn.role.to_owned(),
-            lineage: spawn.lineage.to_owned(),
-        });
+        return Err(AgentError::UnknownRole { role: spawn.role.to_owned(), lineage: spawn.lineage.to_owned() });
     }
-    let taken: Vec<(String, String)> = list(ws)?
-        .into_iter()
-        .filter_map(|l| l.facts.name.map(|n| (n, l.id.to_string())))
-        .collect();
+    let taken: Vec<(String, String)> =
+        list(ws)?.into_iter().filter_map(|l| l.facts.name.map(|n| (n, l.id.to_string()))).collect();
     if let Some(name) = spawn.name {
         id::validate_name(name)?;
         if let Some((_, holder)) = taken.iter().find(|(n, _)| n == name) {
@@ -216,26 +173,14 @@ fn dispatch_files(
     let soul_path = format!("souls/{}.md", facts.role);
     let soul = ws.config_file(config_tip, &soul_path)?.unwrap_or_default();
     let mut edits = vec![
-        TreeEdit::Write {
-            path: agent::FACTS.into(),
-            bytes: facts.to_toml().into_bytes(),
-        },
-        TreeEdit::Write {
-            path: agent::SOUL.into(),
-            bytes: soul,
-        },
+        TreeEdit::Write { path: agent::FACTS.into(), bytes: facts.to_toml().into_bytes() },
+        TreeEdit::Write { path: agent::SOUL.into(), bytes: soul },
     ];
-    let grant = config
-        .role(&facts.role)
-        .map(|r| r.tools.clone())
-        .unwrap_or_default();
+    let grant = config.role(&facts.role).map(|r| r.tools.clone()).unwrap_or_default();
     for name in grant {
         if let Some(b) = tools::builtin(&name) {
             let spec = serde_json::to_vec_pretty(&b.spec()).unwrap_or_default();
-            edits.push(TreeEdit::Write {
-                path: format!("{}/{name}.json", agent::TOOLS),
-                bytes: spec,
-            });
+            edits.push(TreeEdit::Write { path: format!("{}/{name}.json", agent::TOOLS), bytes: spec });
         }
     }
     Ok(edits)
@@ -244,18 +189,13 @@ fn dispatch_files(
 /// Branch, worktree, then the first message; undoes what it made if a later part fails.
 fn start(ws: &Workspace, id: &AgentId, commit: CommitId, spawn: &Spawn) -> Result<()> {
     ws.repo.create_branch(&id.branch(), commit, "dispatch")?;
-    let made = ws
-        .repo
-        .add_worktree(id.as_str(), &ws.layout.worktree(id), &id.branch())
-        .map_err(AgentError::from)
-        .and_then(|()| {
-            inbox::deposit(
-                &ws.layout,
-                id,
-                &Deposit::new("user", spawn.now, spawn.message),
-            )?;
-            Ok(())
-        });
+    let made =
+        ws.repo.add_worktree(id.as_str(), &ws.layout.worktree(id), &id.branch()).map_err(AgentError::from).and_then(
+            |()| {
+                inbox::deposit(&ws.layout, id, &Deposit::new("user", spawn.now, spawn.message))?;
+                Ok(())
+            },
+        );
     if made.is_err() {
         discard(ws, id);
     }

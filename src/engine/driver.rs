@@ -36,17 +36,9 @@ pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
     #[error("role `{role}` of agent `{id}` no longer exists in config lineage `{lineage}`")]
-    RoleGone {
-        id: String,
-        role: String,
-        lineage: String,
-    },
+    RoleGone { id: String, role: String, lineage: String },
     #[error("step {step} of agent `{id}` failed: {source}")]
-    Model {
-        id: String,
-        step: u32,
-        source: ModelError,
-    },
+    Model { id: String, step: u32, source: ModelError },
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
@@ -60,10 +52,7 @@ pub enum DriverError {
     #[error(transparent)]
     Tool(#[from] ToolCallError),
     #[error("cannot write {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 }
 
 type Result<T> = std::result::Result<T, DriverError>;
@@ -71,32 +60,13 @@ type Result<T> = std::result::Result<T, DriverError>;
 /// What a driver reports as it works (the cli turns these into output).
 #[derive(Debug)]
 pub enum Event<'a> {
-    Delivered {
-        sender: &'a str,
-    },
-    Settled {
-        tool_use_id: &'a str,
-    },
-    StepStarted {
-        step: u32,
-        provider: &'a str,
-        model: &'a str,
-    },
+    Delivered { sender: &'a str },
+    Settled { tool_use_id: &'a str },
+    StepStarted { step: u32, provider: &'a str, model: &'a str },
     Delta(&'a Delta),
-    AttemptFailed {
-        attempt: u32,
-        error: &'a str,
-        retry_in_ms: Option<u64>,
-    },
-    ToolStarted {
-        name: &'a str,
-        input: &'a Value,
-    },
-    ToolFinished {
-        name: &'a str,
-        is_error: bool,
-        summary: &'a str,
-    },
+    AttemptFailed { attempt: u32, error: &'a str, retry_in_ms: Option<u64> },
+    ToolStarted { name: &'a str, input: &'a Value },
+    ToolFinished { name: &'a str, is_error: bool, summary: &'a str },
 }
 
 pub trait Observer {
@@ -144,18 +114,15 @@ pub fn run(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer)
 
 /// Runs an agent just created by a prompt; if its very first model call fails, the
 /// agent is removed again so a failed prompt leaves nothing behind.
-pub fn run_fresh(
-    ws: &Workspace,
-    env: &Env,
-    id: &AgentId,
-    observer: &mut dyn Observer,
-) -> Result<RunEnd> {
+pub fn run_fresh(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
     let result = run(ws, env, id, observer);
     if let Err(DriverError::Model { .. }) = &result {
         let tip = ws.repo.branch_tip(&id.branch()).ok().flatten();
         let progressed = tip
-            .and_then(|t| Loader::default().entries(&ws.repo, t).ok())
-            .is_some_and(|entries| entries.iter().any(|e| e.side() == Side::Assistant));
+            .and_then(|t| {
+                Loader::default().entries(&ws.repo, t).map(|e| e.iter().any(|e| e.side() == Side::Assistant)).ok()
+            })
+            .unwrap_or(false);
         if !progressed {
             agents::discard(ws, id);
         }
@@ -171,15 +138,14 @@ struct Driver<'a> {
     worktree: Worktree,
     loader: Loader,
     client: model::Client,
+    /// The next step record number, read from disk once (we hold the lock).
+    next_step: Option<u32>,
 }
 
 impl<'a> Driver<'a> {
     fn open(ws: &'a Workspace, env: &'a Env, id: &AgentId) -> Result<Driver<'a>> {
         let branch = id.branch();
-        let tip = ws
-            .repo
-            .branch_tip(&branch)?
-            .ok_or_else(|| DriverError::Unknown(id.to_string()))?;
+        let tip = ws.repo.branch_tip(&branch)?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
         let root = ws.layout.worktree(id);
         if !root.exists() {
             ws.repo.add_worktree(id.as_str(), &root, &branch)?;
@@ -193,6 +159,7 @@ impl<'a> Driver<'a> {
             worktree,
             loader: Loader::default(),
             client: Default::default(),
+            next_step: None,
         };
         driver.recover(tip)?;
         Ok(driver)
@@ -201,13 +168,7 @@ impl<'a> Driver<'a> {
     /// After a crash the worktree may hold transcript files no commit has: remove
     /// them and make the index match the tip (work products stay for the next scan).
     fn recover(&self, tip: CommitId) -> Result<()> {
-        let committed: Vec<String> = self
-            .ws
-            .repo
-            .list_dir(tip, agent::MESSAGES)?
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
+        let committed: Vec<String> = self.ws.repo.list_dir(tip, agent::MESSAGES)?.into_iter().map(|e| e.name).collect();
         let dir = self.worktree.root().join(agent::MESSAGES);
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -220,30 +181,38 @@ impl<'a> Driver<'a> {
     }
 
     fn tip(&self) -> Result<CommitId> {
-        self.ws
-            .repo
-            .branch_tip(&self.branch)?
-            .ok_or_else(|| DriverError::Unknown(self.id.to_string()))
+        self.ws.repo.branch_tip(&self.branch)?.ok_or_else(|| DriverError::Unknown(self.id.to_string()))
     }
 
     fn turn(&mut self, observer: &mut dyn Observer) -> Result<Turn> {
         let tip = self.tip()?;
         let entries = self.loader.entries(&self.ws.repo, tip)?;
         let next = transcript::next_number(entries.iter().map(Entry::number));
+        let open = transcript::unanswered_calls(entries);
+        let warrants = transcript::warrants_call(entries);
+        let final_text = transcript::final_text(entries).unwrap_or_default();
+        // What a crash may have delivered already (the newest messages' texts).
+        let recent: Vec<String> = entries
+            .iter()
+            .rev()
+            .take(64)
+            .filter_map(|e| match e {
+                Entry::Message { text, .. } => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
 
-        let open = transcript::unanswered_calls(&entries);
         if !open.is_empty() {
             self.settle(tip, next, &open, observer)?;
             return Ok(Turn::Again);
         }
         let pending = inbox::pending(&self.ws.layout, &self.id)?;
         if !pending.is_empty() {
-            self.deliver(tip, next, &entries, pending, observer)?;
+            self.deliver(tip, next, &recent, pending, observer)?;
             return Ok(Turn::Again);
         }
-        if !transcript::warrants_call(&entries) {
-            let text = transcript::final_text(&entries).unwrap_or_default();
-            return Ok(Turn::Quiet(RunEnd::Answered { text }));
+        if !warrants {
+            return Ok(Turn::Quiet(RunEnd::Answered { text: final_text }));
         }
         let (step, output_name, output) = self.call(tip, next, observer)?;
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
@@ -276,23 +245,15 @@ impl<'a> Driver<'a> {
         for (i, (id, _)) in open.iter().enumerate() {
             let block = Block::ToolResult {
                 tool_use_id: id.clone(),
-                content: "interrupted; outcome unknown (the driver stopped while this call ran)"
-                    .into(),
+                content: "interrupted; outcome unknown (the driver stopped while this call ran)".into(),
                 is_error: true,
             };
             let name = transcript::entry_name(next + i as u32, "tool", Side::Tool);
-            files.push((
-                format!("{}/{name}", agent::MESSAGES),
-                serde_json::to_vec(&block).unwrap_or_default(),
-            ));
+            files.push((format!("{}/{name}", agent::MESSAGES), serde_json::to_vec(&block).unwrap_or_default()));
             observer.event(Event::Settled { tool_use_id: id });
         }
-        let refs: Vec<(&str, &[u8])> = files
-            .iter()
-            .map(|(p, b)| (p.as_str(), b.as_slice()))
-            .collect();
-        self.worktree
-            .commit_all(&self.branch, tip, &refs, "settle interrupted tool calls")?;
+        let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
+        self.worktree.commit_all(&self.branch, tip, &refs, &[agent::MESSAGES], "settle interrupted tool calls")?;
         Ok(())
     }
 
@@ -301,18 +262,13 @@ impl<'a> Driver<'a> {
         &mut self,
         mut tip: CommitId,
         mut next: u32,
-        entries: &[Entry],
+        recent: &[String],
         pending: Vec<inbox::Pending>,
         observer: &mut dyn Observer,
     ) -> Result<()> {
         for p in pending {
             // A crash between the commit and the removal must not deliver twice.
-            let delivered = entries
-                .iter()
-                .rev()
-                .take(64)
-                .any(|e| matches!(e, Entry::Message { text, .. } if *text == p.text));
-            if !delivered {
+            if !recent.contains(&p.text) {
                 let name = transcript::entry_name(next, &p.sender, Side::User);
                 let path = format!("{}/{name}", agent::MESSAGES);
                 tip = self.worktree.commit_files(
@@ -324,45 +280,27 @@ impl<'a> Driver<'a> {
                 next += 1;
                 observer.event(Event::Delivered { sender: &p.sender });
             }
-            std::fs::remove_file(&p.path).map_err(|source| DriverError::Io {
-                path: p.path.clone(),
-                source,
-            })?;
+            std::fs::remove_file(&p.path).map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
         }
         Ok(())
     }
 
     /// One model call: assemble from `tip`, record, call. Commits nothing; returns
     /// the step number, the entry name for the output, and the output.
-    fn call(
-        &mut self,
-        tip: CommitId,
-        next: u32,
-        observer: &mut dyn Observer,
-    ) -> Result<(u32, String, Output)> {
+    fn call(&mut self, tip: CommitId, next: u32, observer: &mut dyn Observer) -> Result<(u32, String, Output)> {
         let facts = self.facts(tip)?;
         let (config_commit, config) = self.ws.config(&facts.lineage)?;
-        let role = config
-            .role(&facts.role)
-            .ok_or_else(|| DriverError::RoleGone {
-                id: self.id.to_string(),
-                role: facts.role.clone(),
-                lineage: facts.lineage.clone(),
-            })?;
-        let step = next_step(&self.ws.layout.steps(&self.id));
-        let fail = |source: ModelError| DriverError::Model {
+        let role = config.role(&facts.role).ok_or_else(|| DriverError::RoleGone {
             id: self.id.to_string(),
-            step,
-            source,
-        };
+            role: facts.role.clone(),
+            lineage: facts.lineage.clone(),
+        })?;
+        let step = self.next_step.unwrap_or_else(|| next_step(&self.ws.layout.steps(&self.id)));
+        self.next_step = Some(step + 1);
+        let fail = |source: ModelError| DriverError::Model { id: self.id.to_string(), step, source };
         let plan = model::plan(&config, &facts.lineage, &facts.role, self.env).map_err(fail)?;
         let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
-        let request = context::assemble(
-            &snapshot,
-            &plan.model,
-            role.max_output_tokens,
-            &role.context,
-        );
+        let request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
         let dir = self.ws.layout.step(&self.id, step);
         let io = |path: &Path| {
             let path = path.to_owned();
@@ -371,30 +309,16 @@ impl<'a> Driver<'a> {
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let request_path = dir.join("request.json");
         std::fs::write(&request_path, request_json(&request)).map_err(io(&request_path))?;
-        observer.event(Event::StepStarted {
-            step,
-            provider: &plan.provider,
-            model: &plan.model,
-        });
+        observer.event(Event::StepStarted { step, provider: &plan.provider, model: &plan.model });
 
         let started = Timestamp::now();
         let response_path = dir.join("response.ndjson");
         let file = std::fs::File::create(&response_path).map_err(io(&response_path))?;
-        let mut recorder = Recorder {
-            out: std::io::BufWriter::new(file),
-            attempts: Vec::new(),
-            observer,
-        };
-        let result = self
-            .client
-            .call(self.ws, config_commit, &plan, &request, &mut recorder);
+        let mut recorder = Recorder { out: std::io::BufWriter::new(file), attempts: Vec::new(), observer };
+        let result = self.client.call(self.ws, config_commit, &plan, &request, &mut recorder);
         let _ = recorder.out.flush();
         let ended = Timestamp::now();
-        let entry = transcript::entry_name(
-            next,
-            &transcript::model_origin(&plan.model),
-            Side::Assistant,
-        );
+        let entry = transcript::entry_name(next, &transcript::model_origin(&plan.model), Side::Assistant);
         let (outcome, usage, error) = match &result {
             Ok(output) => ("ok", output.usage.clone(), None),
             Err(e) => ("error", Usage::default(), Some(e.to_string())),
@@ -417,19 +341,12 @@ impl<'a> Driver<'a> {
             "entry": result.as_ref().ok().map(|_| entry.clone()),
         });
         let meta_path = dir.join("meta.json");
-        std::fs::write(
-            &meta_path,
-            serde_json::to_vec_pretty(&meta).unwrap_or_default(),
-        )
-        .map_err(io(&meta_path))?;
+        std::fs::write(&meta_path, serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         result.map(|output| (step, entry, output)).map_err(fail)
     }
 
     /// One tool call: grant gate from the config at this step, run, record, commit.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one call's coordinates, all needed"
-    )]
+    #[expect(clippy::too_many_arguments, reason = "one call's coordinates, all needed")]
     fn run_tool(
         &mut self,
         tip: CommitId,
@@ -442,15 +359,8 @@ impl<'a> Driver<'a> {
     ) -> Result<CommitId> {
         let facts = self.facts(tip)?;
         let (_, config) = self.ws.config(&facts.lineage)?;
-        let grant = config
-            .role(&facts.role)
-            .map(|r| r.tools.clone())
-            .unwrap_or_default();
-        let record_rel = format!(
-            "steps/{}/{step:04}/tools/{}",
-            self.id,
-            toolcall::record_name(id)
-        );
+        let grant = config.role(&facts.role).map(|r| r.tools.clone()).unwrap_or_default();
+        let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(id));
         let env = ToolEnv {
             cwd: self.worktree.root().to_owned(),
             workspace: self.ws.layout.root().to_owned(),
@@ -463,27 +373,18 @@ impl<'a> Driver<'a> {
             &grant,
             &env,
             &config.tool_output,
-            &toolcall::RecordPlace {
-                dir: &record_dir,
-                shown: &record_rel,
-            },
+            &toolcall::RecordPlace { dir: &record_dir, shown: &record_rel },
         )?;
-        observer.event(Event::ToolFinished {
-            name,
-            is_error: result.is_error,
-            summary: &result.summary,
-        });
+        observer.event(Event::ToolFinished { name, is_error: result.is_error, summary: &result.summary });
         let entry = transcript::entry_name(number, "tool", Side::Tool);
         let path = format!("{}/{entry}", agent::MESSAGES);
         let bytes = serde_json::to_vec(&result.block).unwrap_or_default();
         let message = format!("{entry}: {name} result");
         let files = [(path.as_str(), bytes.as_slice())];
         let commit = if result.writes {
-            self.worktree
-                .commit_all(&self.branch, tip, &files, &message)?
+            self.worktree.commit_all(&self.branch, tip, &files, &[agent::MESSAGES], &message)?
         } else {
-            self.worktree
-                .commit_files(&self.branch, tip, &files, &message)?
+            self.worktree.commit_files(&self.branch, tip, &files, &message)?
         };
         Ok(commit)
     }
@@ -499,11 +400,7 @@ pub fn request_json(request: &crate::infra::provider::Request) -> Vec<u8> {
 /// The next step record number: one past the highest under `steps/<id>/`.
 fn next_step(dir: &Path) -> u32 {
     let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    names
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .max()
-        .unwrap_or(0)
-        + 1
+    names.filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok()).max().unwrap_or(0) + 1
 }
 
 /// Writes every raw event to `response.ndjson` and passes deltas on.
@@ -515,19 +412,11 @@ struct Recorder<'o> {
 
 impl CallObserver for Recorder<'_> {
     fn attempt_started(&mut self, attempt: u32) {
-        let _ = writeln!(
-            self.out,
-            "{}",
-            json!({"attempt": attempt, "started": Timestamp::now().to_string()})
-        );
+        let _ = writeln!(self.out, "{}", json!({"attempt": attempt, "started": Timestamp::now().to_string()}));
     }
 
     fn raw(&mut self, attempt: u32, event: &sse::Event) {
-        let _ = writeln!(
-            self.out,
-            "{}",
-            json!({"attempt": attempt, "event": event.event, "data": event.data})
-        );
+        let _ = writeln!(self.out, "{}", json!({"attempt": attempt, "event": event.event, "data": event.data}));
     }
 
     fn delta(&mut self, delta: &Delta) {
@@ -535,11 +424,7 @@ impl CallObserver for Recorder<'_> {
     }
 
     fn attempt_ended(&mut self, record: &AttemptRecord) {
-        let _ = writeln!(
-            self.out,
-            "{}",
-            json!({"attempt": record.attempt, "ended": record})
-        );
+        let _ = writeln!(self.out, "{}", json!({"attempt": record.attempt, "ended": record}));
         if record.error.is_some() {
             self.observer.event(Event::AttemptFailed {
                 attempt: record.attempt,

@@ -31,11 +31,7 @@ pub fn deposit(layout: &Layout, id: &AgentId, deposit: &Deposit) -> Result<PathB
         move |source| InboxError { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(err(&dir))?;
-    let temp = dir.join(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        crate::engine::random_u32()
-    ));
+    let temp = dir.join(format!(".tmp-{}-{}", std::process::id(), crate::engine::random_u32()));
     std::fs::write(&temp, deposit.render()).map_err(err(&temp))?;
     let mut number = next_number(&dir);
     let claimed = loop {
@@ -44,10 +40,7 @@ pub fn deposit(layout: &Layout, id: &AgentId, deposit: &Deposit) -> Result<PathB
             Ok(()) => break Ok(target),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => number += 1,
             Err(e) => {
-                break Err(InboxError {
-                    path: target,
-                    source: e,
-                });
+                break Err(InboxError { path: target, source: e });
             }
         }
     };
@@ -57,11 +50,7 @@ pub fn deposit(layout: &Layout, id: &AgentId, deposit: &Deposit) -> Result<PathB
 
 fn next_number(dir: &Path) -> u32 {
     let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    names
-        .filter_map(|e| inbox::parse_name(&e.file_name().to_string_lossy()).map(|(n, _)| n))
-        .max()
-        .unwrap_or(0)
-        + 1
+    names.filter_map(|e| inbox::parse_name(&e.file_name().to_string_lossy()).map(|(n, _)| n)).max().unwrap_or(0) + 1
 }
 
 /// The undelivered messages, oldest first.
@@ -77,16 +66,8 @@ pub fn pending(layout: &Layout, id: &AgentId) -> Result<Vec<Pending>, InboxError
             continue;
         };
         let path = entry.path();
-        let text = std::fs::read_to_string(&path).map_err(|source| InboxError {
-            path: path.clone(),
-            source,
-        })?;
-        out.push(Pending {
-            number,
-            sender: sender.to_owned(),
-            text,
-            path,
-        });
+        let text = std::fs::read_to_string(&path).map_err(|source| InboxError { path: path.clone(), source })?;
+        out.push(Pending { number, sender: sender.to_owned(), text, path });
     }
     out.sort_by_key(|p| p.number);
     Ok(out)

@@ -22,11 +22,7 @@ pub enum InspectError {
     #[error("agent `{id}` has no step {step} (it has {have})")]
     NoStep { id: String, step: u32, have: u32 },
     #[error("the record of step {step} is unreadable ({path}): {reason}")]
-    BadRecord {
-        step: u32,
-        path: PathBuf,
-        reason: String,
-    },
+    BadRecord { step: u32, path: PathBuf, reason: String },
     #[error(transparent)]
     Agent(#[from] AgentError),
     #[error(transparent)]
@@ -64,34 +60,22 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             "running"
         } else if inbox::has_pending(&ws.layout, &l.id) {
             "waiting"
-        } else if transcript::warrants_call(&entries)
-            || !transcript::unanswered_calls(&entries).is_empty()
-        {
+        } else if transcript::warrants_call(&entries) || !transcript::unanswered_calls(&entries).is_empty() {
             "needs-run"
         } else {
             "answered"
         };
         let usage = total_usage(&entries);
-        let goal = ws
-            .repo
-            .read_file(l.tip, crate::domain::agent::GOAL)?
-            .unwrap_or_default();
+        let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
         out.push(AgentState {
             id: l.id.to_string(),
             name: l.facts.name.clone(),
             role: l.facts.role.clone(),
             state,
-            steps: entries
-                .iter()
-                .filter(|e| matches!(e, Entry::Output { .. }))
-                .count() as u32,
+            steps: entries.iter().filter(|e| matches!(e, Entry::Output { .. })).count() as u32,
             input_tokens: usage.input.unwrap_or(0),
             output_tokens: usage.output.unwrap_or(0),
-            goal: String::from_utf8_lossy(&goal)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .to_owned(),
+            goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
         });
     }
     Ok(out)
@@ -120,13 +104,11 @@ pub fn total_usage(entries: &[Entry]) -> Usage {
 /// The transcript of an agent at its tip.
 pub fn transcript(ws: &Workspace, id: &AgentId) -> Result<Vec<Entry>> {
     let tip = tip(ws, id)?;
-    Ok(Loader::default().entries(&ws.repo, tip)?)
+    Ok(Loader::default().entries(&ws.repo, tip)?.to_vec())
 }
 
 fn tip(ws: &Workspace, id: &AgentId) -> Result<CommitId> {
-    ws.repo
-        .branch_tip(&id.branch())?
-        .ok_or_else(|| AgentError::Unknown(id.to_string()).into())
+    ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()).into())
 }
 
 /// A step's record: its meta.json.
@@ -138,16 +120,8 @@ pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<Value> {
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
         .count() as u32;
-    let bytes = std::fs::read(&path).map_err(|_| InspectError::NoStep {
-        id: id.to_string(),
-        step,
-        have,
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord {
-        step,
-        path,
-        reason: e.to_string(),
-    })
+    let bytes = std::fs::read(&path).map_err(|_| InspectError::NoStep { id: id.to_string(), step, have })?;
+    serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord { step, path, reason: e.to_string() })
 }
 
 /// Step `step`'s request, re-assembled from the commit and config its record names.
@@ -158,31 +132,18 @@ pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
         meta.get(key)
             .and_then(Value::as_str)
             .and_then(|s| git2::Oid::from_str(s).ok())
-            .ok_or_else(|| InspectError::BadRecord {
-                step,
-                path: path.clone(),
-                reason: format!("no `{key}` commit"),
-            })
+            .ok_or_else(|| InspectError::BadRecord { step, path: path.clone(), reason: format!("no `{key}` commit") })
     };
     let (commit, config_commit) = (commit_of("commit")?, commit_of("config")?);
     let config = ws.config_at(config_commit)?;
     let facts = super::snapshot::read_facts(&ws.repo, commit)?;
-    let role = config
-        .role(&facts.role)
-        .ok_or_else(|| InspectError::BadRecord {
-            step,
-            path: path.clone(),
-            reason: format!("role `{}` is not in config {config_commit}", facts.role),
-        })?;
-    let (_, snapshot) = Loader::default().snapshot(&ws.repo, commit, &role.context)?;
-    let model = meta
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or(&role.model);
-    Ok(context::assemble(
-        &snapshot,
-        model,
-        role.max_output_tokens,
-        &role.context,
-    ))
+    let role = config.role(&facts.role).ok_or_else(|| InspectError::BadRecord {
+        step,
+        path: path.clone(),
+        reason: format!("role `{}` is not in config {config_commit}", facts.role),
+    })?;
+    let mut loader = Loader::default();
+    let (_, snapshot) = loader.snapshot(&ws.repo, commit, &role.context)?;
+    let model = meta.get("model").and_then(Value::as_str).unwrap_or(&role.model);
+    Ok(context::assemble(&snapshot, model, role.max_output_tokens, &role.context))
 }

@@ -22,16 +22,11 @@ pub struct Env {
 
 impl Env {
     pub fn new(vars: impl IntoIterator<Item = (String, String)>) -> Env {
-        Env {
-            vars: vars.into_iter().collect(),
-        }
+        Env { vars: vars.into_iter().collect() }
     }
 
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.vars
-            .get(name)
-            .map(String::as_str)
-            .filter(|v| !v.is_empty())
+        self.vars.get(name).map(String::as_str).filter(|v| !v.is_empty())
     }
 }
 
@@ -39,15 +34,11 @@ impl Env {
 pub fn random_u32() -> u32 {
     use std::io::Read;
     let mut bytes = [0u8; 4];
-    let filled = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
+    let filled = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_ok();
     if filled {
         u32::from_le_bytes(bytes)
     } else {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         t.subsec_nanos() ^ std::process::id().rotate_left(16)
     }
 }

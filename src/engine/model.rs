@@ -7,12 +7,9 @@ use std::time::Duration;
 use crate::domain::config::{Config, ProviderConfig};
 use crate::engine::Env;
 use crate::infra::git::CommitId;
-use crate::infra::provider::transport::{
-    CallError, HttpSettings, Observer, RetryPolicy, Transport,
-};
+use crate::infra::provider::transport::{CallError, HttpSettings, Observer, RetryPolicy, Transport};
 use crate::infra::provider::{
-    Decoder, Output, Protocol, Request, WireRequest, anthropic, command, openai_chat,
-    openai_responses, replay,
+    Decoder, Output, Protocol, Request, WireRequest, anthropic, command, openai_chat, openai_responses, replay,
 };
 
 use super::workspace::Workspace;
@@ -24,11 +21,7 @@ pub enum ModelError {
     #[error("provider `{provider}` needs an API key in `{var}`, which is not set")]
     MissingKey { provider: String, var: String },
     #[error("the recording `{path}` of provider `{provider}` cannot be used: {reason}")]
-    Recording {
-        provider: String,
-        path: String,
-        reason: String,
-    },
+    Recording { provider: String, path: String, reason: String },
     #[error(transparent)]
     Call(#[from] CallError),
 }
@@ -46,29 +39,18 @@ pub struct Plan {
 
 /// Resolves `role` under `config`, failing before any call if a key is missing.
 pub fn plan(config: &Config, lineage: &str, role: &str, env: &Env) -> Result<Plan, ModelError> {
-    let unknown = || ModelError::UnknownRole {
-        role: role.to_owned(),
-        lineage: lineage.to_owned(),
-    };
+    let unknown = || ModelError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() };
     let r = config.role(role).ok_or_else(unknown)?;
     let p = config.providers.get(&r.provider).ok_or_else(unknown)?;
     let api_key = match &p.api_key_env {
         Some(var) => Some(
             env.get(var)
-                .ok_or_else(|| ModelError::MissingKey {
-                    provider: r.provider.clone(),
-                    var: var.clone(),
-                })?
+                .ok_or_else(|| ModelError::MissingKey { provider: r.provider.clone(), var: var.clone() })?
                 .to_owned(),
         ),
         None => None,
     };
-    let base_url = p
-        .base_url_env
-        .as_deref()
-        .and_then(|v| env.get(v))
-        .map(str::to_owned)
-        .or_else(|| p.base_url.clone());
+    let base_url = p.base_url_env.as_deref().and_then(|v| env.get(v)).map(str::to_owned).or_else(|| p.base_url.clone());
     Ok(Plan {
         provider: r.provider.clone(),
         config: p.clone(),
@@ -101,22 +83,14 @@ impl Client {
     ) -> Result<Output, ModelError> {
         let key = plan.api_key.as_deref();
         let (wire, decoder): (WireRequest, fn() -> Box<dyn Decoder>) = match plan.config.protocol {
-            Protocol::Anthropic => (anthropic::encode(request, key), || {
-                Box::<anthropic::StreamDecoder>::default()
-            }),
+            Protocol::Anthropic => (anthropic::encode(request, key), || Box::<anthropic::StreamDecoder>::default()),
             Protocol::OpenaiChat => {
-                let field = plan
-                    .config
-                    .max_tokens_field
-                    .as_deref()
-                    .unwrap_or("max_completion_tokens");
-                (openai_chat::encode(request, key, field), || {
-                    Box::<openai_chat::StreamDecoder>::default()
-                })
+                let field = plan.config.max_tokens_field.as_deref().unwrap_or("max_completion_tokens");
+                (openai_chat::encode(request, key, field), || Box::<openai_chat::StreamDecoder>::default())
             }
-            Protocol::OpenaiResponses => (openai_responses::encode(request, key), || {
-                Box::<openai_responses::StreamDecoder>::default()
-            }),
+            Protocol::OpenaiResponses => {
+                (openai_responses::encode(request, key), || Box::<openai_responses::StreamDecoder>::default())
+            }
             Protocol::Replay => {
                 let outputs = self.recording(ws, config_commit, plan)?;
                 return Ok(replay::call(outputs, request, observer)?);
@@ -133,31 +107,17 @@ impl Client {
             connect_timeout: Duration::from_secs(10),
             retry: plan.retry.clone(),
         };
-        let cache_key = format!(
-            "{base_url}|{}|{:?}",
-            plan.config.idle_timeout_secs, plan.retry
-        );
-        let transport = self
-            .transports
-            .entry(cache_key)
-            .or_insert_with(|| Transport::new(settings));
+        let cache_key = format!("{base_url}|{}|{:?}", plan.config.idle_timeout_secs, plan.retry);
+        let transport = self.transports.entry(cache_key).or_insert_with(|| Transport::new(settings));
         Ok(transport.call(&wire, &decoder, observer)?)
     }
 
-    fn recording(
-        &mut self,
-        ws: &Workspace,
-        at: CommitId,
-        plan: &Plan,
-    ) -> Result<&[Output], ModelError> {
+    fn recording(&mut self, ws: &Workspace, at: CommitId, plan: &Plan) -> Result<&[Output], ModelError> {
         let path = plan.config.recording.clone().unwrap_or_default();
         let key = (at, path.clone());
         if !self.recordings.contains_key(&key) {
-            let fail = |reason: String| ModelError::Recording {
-                provider: plan.provider.clone(),
-                path: path.clone(),
-                reason,
-            };
+            let fail =
+                |reason: String| ModelError::Recording { provider: plan.provider.clone(), path: path.clone(), reason };
             let bytes = ws
                 .config_file(at, &path)
                 .map_err(|e| fail(e.to_string()))?
@@ -165,10 +125,6 @@ impl Client {
             let outputs = replay::parse(&String::from_utf8_lossy(&bytes)).map_err(fail)?;
             self.recordings.insert(key.clone(), outputs);
         }
-        Ok(self
-            .recordings
-            .get(&key)
-            .map(Vec::as_slice)
-            .unwrap_or_default())
+        Ok(self.recordings.get(&key).map(Vec::as_slice).unwrap_or_default())
     }
 }

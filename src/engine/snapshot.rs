@@ -1,12 +1,10 @@
 //! Reads what assembly needs from an agent's tree at one commit. Transcript entries
 //! are immutable, so parsed entries are kept by blob id across steps.
 
-use std::collections::HashMap;
-
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::config::ContextRules;
 use crate::domain::context::{self, Snapshot};
-use crate::domain::transcript::{Entry, TranscriptError};
+use crate::domain::transcript::{self, Entry, TranscriptError};
 use crate::infra::git::{CommitId, GitError, Repo};
 use crate::infra::provider::ToolSpec;
 
@@ -19,40 +17,43 @@ pub enum SnapshotError {
     #[error("commit {commit} is not an agent commit: it has no `{path}`")]
     NotAgent { commit: String, path: &'static str },
     #[error("`{path}` at {commit} does not parse: {reason}")]
-    Bad {
-        commit: String,
-        path: String,
-        reason: String,
-    },
+    Bad { commit: String, path: String, reason: String },
 }
 
 type Result<T> = std::result::Result<T, SnapshotError>;
 
-/// Reads snapshots, remembering parsed transcript entries by blob id.
+/// Reads snapshots. Entries are immutable, so the transcript last read is kept and
+/// a later read parses only what is new (a step's read costs one tree listing).
 #[derive(Default)]
 pub struct Loader {
-    entries: HashMap<git2::Oid, Entry>,
+    listing: Vec<(String, git2::Oid)>,
+    parsed: Vec<Entry>,
 }
 
 impl Loader {
     /// The transcript at `commit`, in numeric order.
-    pub fn entries(&mut self, repo: &Repo, commit: CommitId) -> Result<Vec<Entry>> {
-        let mut listed = repo.list_dir(commit, agent::MESSAGES)?;
-        listed.retain(|e| !e.is_dir);
-        let mut out = Vec::with_capacity(listed.len());
-        for e in listed {
-            let entry = match self.entries.get(&e.oid) {
-                Some(entry) if entry_name_matches(entry, &e.name) => entry.clone(),
-                _ => {
-                    let parsed = Entry::parse(&e.name, &repo.read_blob(e.oid)?)?;
-                    self.entries.insert(e.oid, parsed.clone());
-                    parsed
-                }
-            };
-            out.push(entry);
+    pub fn entries(&mut self, repo: &Repo, commit: CommitId) -> Result<&[Entry]> {
+        let mut listed: Vec<(u32, String, git2::Oid)> = Vec::new();
+        for e in repo.list_dir(commit, agent::MESSAGES)? {
+            if !e.is_dir {
+                let (number, _, _) = transcript::parse_name(&e.name)?;
+                listed.push((number, e.name, e.oid));
+            }
         }
-        out.sort_by_key(Entry::number);
-        Ok(out)
+        listed.sort_by_key(|(n, _, _)| *n);
+        let kept = self
+            .listing
+            .iter()
+            .zip(&listed)
+            .take_while(|((name, oid), (_, new_name, new_oid))| name == new_name && oid == new_oid)
+            .count();
+        self.listing.truncate(kept);
+        self.parsed.truncate(kept);
+        for (_, name, oid) in listed.into_iter().skip(kept) {
+            self.parsed.push(Entry::parse(&name, &repo.read_blob(oid)?)?);
+            self.listing.push((name, oid));
+        }
+        Ok(&self.parsed)
     }
 
     /// Everything assembly reads at `commit`, under `rules`.
@@ -61,26 +62,21 @@ impl Loader {
         repo: &Repo,
         commit: CommitId,
         rules: &ContextRules,
-    ) -> Result<(AgentFacts, Snapshot)> {
+    ) -> Result<(AgentFacts, Snapshot<'_>)> {
         let facts = read_facts(repo, commit)?;
         let text = |path: &'static str| -> Result<String> {
-            let bytes = repo
-                .read_file(commit, path)?
-                .ok_or(SnapshotError::NotAgent {
-                    commit: commit.to_string(),
-                    path,
-                })?;
+            let bytes =
+                repo.read_file(commit, path)?.ok_or(SnapshotError::NotAgent { commit: commit.to_string(), path })?;
             Ok(String::from_utf8_lossy(&bytes).into_owned())
         };
         let mut tools = Vec::new();
         for e in repo.list_dir(commit, agent::TOOLS)? {
             let bytes = repo.read_blob(e.oid)?;
-            let spec: ToolSpec =
-                serde_json::from_slice(&bytes).map_err(|err| SnapshotError::Bad {
-                    commit: commit.to_string(),
-                    path: format!("{}/{}", agent::TOOLS, e.name),
-                    reason: err.to_string(),
-                })?;
+            let spec: ToolSpec = serde_json::from_slice(&bytes).map_err(|err| SnapshotError::Bad {
+                commit: commit.to_string(),
+                path: format!("{}/{}", agent::TOOLS, e.name),
+                reason: err.to_string(),
+            })?;
             tools.push(spec);
         }
         let mut candidates = Vec::new();
@@ -107,18 +103,10 @@ impl Loader {
     }
 }
 
-fn entry_name_matches(entry: &Entry, name: &str) -> bool {
-    crate::domain::transcript::parse_name(name)
-        .is_ok_and(|(n, _, side)| n == entry.number() && side == entry.side())
-}
-
 pub fn read_facts(repo: &Repo, commit: CommitId) -> Result<AgentFacts> {
     let bytes = repo
         .read_file(commit, agent::FACTS)?
-        .ok_or(SnapshotError::NotAgent {
-            commit: commit.to_string(),
-            path: agent::FACTS,
-        })?;
+        .ok_or(SnapshotError::NotAgent { commit: commit.to_string(), path: agent::FACTS })?;
     AgentFacts::parse(&String::from_utf8_lossy(&bytes)).map_err(|reason| SnapshotError::Bad {
         commit: commit.to_string(),
         path: agent::FACTS.into(),

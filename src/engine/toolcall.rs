@@ -23,24 +23,12 @@ pub enum ToolCallError {
     #[error("tool `{name}` failed: {message}")]
     Fatal { name: String, message: String },
     #[error("cannot write the tool record {path}: {source}")]
-    Record {
-        path: String,
-        source: std::io::Error,
-    },
+    Record { path: String, source: std::io::Error },
 }
 
 /// A tool-use id made safe as a directory name.
 pub fn record_name(tool_use_id: &str) -> String {
-    tool_use_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    tool_use_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
 /// One tool call as the model made it.
@@ -69,26 +57,14 @@ pub fn run(
     let write_record = |file: &str, value: &Value| {
         let path = record.dir.join(file);
         std::fs::create_dir_all(record.dir)
-            .and_then(|()| {
-                std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap_or_default())
-            })
-            .map_err(|source| ToolCallError::Record {
-                path: path.display().to_string(),
-                source,
-            })
+            .and_then(|()| std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap_or_default()))
+            .map_err(|source| ToolCallError::Record { path: path.display().to_string(), source })
     };
-    write_record(
-        "input.json",
-        &json!({"id": id, "name": name, "input": input}),
-    )?;
+    write_record("input.json", &json!({"id": id, "name": name, "input": input}))?;
     let builtin = tools::builtin(name).filter(|_| grant.iter().any(|g| g == name));
     let (outcome, writes) = match builtin {
         None => {
-            let allowed = if grant.is_empty() {
-                "none".to_owned()
-            } else {
-                grant.join(", ")
-            };
+            let allowed = if grant.is_empty() { "none".to_owned() } else { grant.join(", ") };
             (
                 Err(ToolError::ToModel(format!(
                     "tool `{name}` is not available to you; nothing ran. Allowed tools: {allowed}"
@@ -100,15 +76,8 @@ pub fn run(
     };
     let (text, is_error, summary) = match outcome {
         Ok(output) => {
-            write_record(
-                "output.json",
-                &serde_json::to_value(&output).unwrap_or(Value::Null),
-            )?;
-            (
-                render(&output, limits, record.shown),
-                output.is_error,
-                output.summary.clone(),
-            )
+            write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
+            (render(&output, limits, record.shown), output.is_error, output.summary.clone())
         }
         Err(ToolError::ToModel(message)) => {
             write_record("output.json", &json!({"error": message}))?;
@@ -116,18 +85,11 @@ pub fn run(
         }
         Err(ToolError::Fatal(message)) => {
             write_record("output.json", &json!({"fatal": message}))?;
-            return Err(ToolCallError::Fatal {
-                name: name.to_owned(),
-                message,
-            });
+            return Err(ToolCallError::Fatal { name: name.to_owned(), message });
         }
     };
     Ok(CallResult {
-        block: Block::ToolResult {
-            tool_use_id: id.to_owned(),
-            content: text,
-            is_error,
-        },
+        block: Block::ToolResult { tool_use_id: id.to_owned(), content: text, is_error },
         writes,
         is_error,
         summary,
@@ -138,17 +100,8 @@ pub fn run(
 fn render(output: &ToolOutput, limits: &ToolOutputConfig, record: &str) -> String {
     let mut text = output.summary.clone();
     for stream in output.streams.iter().filter(|s| !s.text.is_empty()) {
-        let shown = bound(
-            &stream.text,
-            limits.head_bytes,
-            limits.tail_bytes,
-            &format!("{record}/output.json"),
-        );
-        text.push_str(&format!(
-            "\n<{name}>\n{}\n</{name}>",
-            shown.trim_end_matches('\n'),
-            name = stream.name
-        ));
+        let shown = bound(&stream.text, limits.head_bytes, limits.tail_bytes, &format!("{record}/output.json"));
+        text.push_str(&format!("\n<{name}>\n{}\n</{name}>", shown.trim_end_matches('\n'), name = stream.name));
     }
     text
 }
@@ -191,32 +144,19 @@ mod tests {
     #[test]
     fn an_ungranted_tool_runs_nothing_and_names_the_grant() {
         let dir = std::env::temp_dir().join(format!("offshoot-toolcall-{}", std::process::id()));
-        let env = ToolEnv {
-            cwd: dir.clone(),
-            workspace: dir.clone(),
-            agent: "a".into(),
-        };
+        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
         let marker = dir.join("ran");
         let input = json!({"command": format!("touch {}", marker.display())});
         let grant = vec!["read_file".to_owned()];
-        let call = Call {
-            id: "t1",
-            name: "bash",
-            input: &input,
-        };
-        let record = RecordPlace {
-            dir: &dir.join("rec"),
-            shown: "rec",
-        };
+        let call = Call { id: "t1", name: "bash", input: &input };
+        let record = RecordPlace { dir: &dir.join("rec"), shown: "rec" };
         let r = run(&call, &grant, &env, &ToolOutputConfig::default(), &record).expect("runs");
         assert!(r.is_error);
         assert_eq!(
             r.block,
             Block::ToolResult {
                 tool_use_id: "t1".into(),
-                content:
-                    "tool `bash` is not available to you; nothing ran. Allowed tools: read_file"
-                        .into(),
+                content: "tool `bash` is not available to you; nothing ran. Allowed tools: read_file".into(),
                 is_error: true
             }
         );

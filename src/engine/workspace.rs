@@ -16,10 +16,7 @@ pub enum WorkspaceError {
     #[error("config lineage `{0}` does not exist")]
     NoLineage(String),
     #[error("cannot write {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
@@ -29,10 +26,7 @@ pub enum WorkspaceError {
 type Result<T> = std::result::Result<T, WorkspaceError>;
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
-    move |source| WorkspaceError::Io {
-        path: path.to_owned(),
-        source,
-    }
+    move |source| WorkspaceError::Io { path: path.to_owned(), source }
 }
 
 /// An open workspace: its layout and its repository.
@@ -47,10 +41,8 @@ pub type ConfigFiles = Vec<(String, Vec<u8>)>;
 /// The embedded default config, with any file in `override_dir` replacing the
 /// embedded file of the same path (and adding new ones).
 pub fn template_files(override_dir: Option<&Path>) -> Result<ConfigFiles> {
-    let mut files: ConfigFiles = config::DEFAULT_FILES
-        .iter()
-        .map(|(p, t)| ((*p).to_owned(), t.as_bytes().to_vec()))
-        .collect();
+    let mut files: ConfigFiles =
+        config::DEFAULT_FILES.iter().map(|(p, t)| ((*p).to_owned(), t.as_bytes().to_vec())).collect();
     let Some(dir) = override_dir.filter(|d| d.is_dir()) else {
         return Ok(files);
     };
@@ -62,11 +54,7 @@ pub fn template_files(override_dir: Option<&Path>) -> Result<ConfigFiles> {
                 stack.push(path);
                 continue;
             }
-            let rel = path
-                .strip_prefix(dir)
-                .unwrap_or(&path)
-                .to_string_lossy()
-                .replace('\\', "/");
+            let rel = path.strip_prefix(dir).unwrap_or(&path).to_string_lossy().replace('\\', "/");
             let bytes = std::fs::read(&path).map_err(io(&path))?;
             files.retain(|(p, _)| *p != rel);
             files.push((rel, bytes));
@@ -108,13 +96,8 @@ impl Workspace {
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
         let repo = Repo::init(&layout.repo())?;
-        let edits: Vec<TreeEdit> = files
-            .iter()
-            .map(|(p, b)| TreeEdit::Write {
-                path: p.clone(),
-                bytes: b.clone(),
-            })
-            .collect();
+        let edits: Vec<TreeEdit> =
+            files.iter().map(|(p, b)| TreeEdit::Write { path: p.clone(), bytes: b.clone() }).collect();
         let commit = repo.commit_edits(&[], None, &edits, "config: initial configuration")?;
         repo.create_branch("config/default", commit, "config: initial configuration")?;
         Ok(Workspace { layout, repo })
@@ -132,17 +115,11 @@ impl Workspace {
     /// Opens `root`, creating it first if it does not exist or is empty.
     pub fn open_or_create(root: &Path, files: &ConfigFiles) -> Result<Workspace> {
         let empty = !root.exists() || std::fs::read_dir(root).map_err(io(root))?.next().is_none();
-        if empty {
-            Self::create(root, files)
-        } else {
-            Self::open(root)
-        }
+        if empty { Self::create(root, files) } else { Self::open(root) }
     }
 
     pub fn config_tip(&self, lineage: &str) -> Result<CommitId> {
-        self.repo
-            .branch_tip(&format!("config/{lineage}"))?
-            .ok_or_else(|| WorkspaceError::NoLineage(lineage.to_owned()))
+        self.repo.branch_tip(&format!("config/{lineage}"))?.ok_or_else(|| WorkspaceError::NoLineage(lineage.to_owned()))
     }
 
     /// The config of `lineage` at commit `at`, parsed and validated.
@@ -169,20 +146,12 @@ impl Workspace {
 
     /// Authors a config commit on `lineage` writing `changes`; validates the result
     /// first. `None` when nothing would change.
-    pub fn commit_config(
-        &self,
-        lineage: &str,
-        changes: &ConfigFiles,
-        message: &str,
-    ) -> Result<Option<CommitId>> {
+    pub fn commit_config(&self, lineage: &str, changes: &ConfigFiles, message: &str) -> Result<Option<CommitId>> {
         let tip = self.config_tip(lineage)?;
         let mut changed = Vec::new();
         for (path, bytes) in changes {
             if self.repo.read_file(tip, path)?.as_deref() != Some(bytes.as_slice()) {
-                changed.push(TreeEdit::Write {
-                    path: path.clone(),
-                    bytes: bytes.clone(),
-                });
+                changed.push(TreeEdit::Write { path: path.clone(), bytes: bytes.clone() });
             }
         }
         if changed.is_empty() {
@@ -193,15 +162,11 @@ impl Workspace {
             None => self.config_text_at(tip)?,
         };
         let has = |path: &str| {
-            changes.iter().any(|(p, _)| p == path)
-                || self.repo.read_file(tip, path).ok().flatten().is_some()
+            changes.iter().any(|(p, _)| p == path) || self.repo.read_file(tip, path).ok().flatten().is_some()
         };
         Config::parse(&text, &has)?;
-        let commit = self
-            .repo
-            .commit_edits(&[tip], Some(tip), &changed, message)?;
-        self.repo
-            .move_branch(&format!("config/{lineage}"), commit, tip, message)?;
+        let commit = self.repo.commit_edits(&[tip], Some(tip), &changed, message)?;
+        self.repo.move_branch(&format!("config/{lineage}"), commit, tip, message)?;
         Ok(Some(commit))
     }
 }
@@ -253,10 +218,7 @@ pub fn set_key(text: &str, key: &str, value: &str) -> String {
 
 /// The index of the last non-blank line in `lines[from..to]`, or `from - 1`.
 fn last_content_line(lines: &[String], from: usize, to: usize) -> usize {
-    (from..to)
-        .rev()
-        .find(|&i| !lines[i].trim().is_empty())
-        .unwrap_or(from.saturating_sub(1))
+    (from..to).rev().find(|&i| !lines[i].trim().is_empty()).unwrap_or(from.saturating_sub(1))
 }
 
 fn render_value(value: &str) -> String {
@@ -274,8 +236,7 @@ mod tests {
 
     #[test]
     fn set_key_edits_in_place_adds_to_tables_and_makes_new_ones() {
-        let text =
-            "# top\nversion = 1\n\n[retry]\nmax_attempts = 4\n\n[tool_output]\nhead_bytes = 1\n";
+        let text = "# top\nversion = 1\n\n[retry]\nmax_attempts = 4\n\n[tool_output]\nhead_bytes = 1\n";
         assert_eq!(
             set_key(text, "retry.max_attempts", "7"),
             "# top\nversion = 1\n\n[retry]\nmax_attempts = 7\n\n[tool_output]\nhead_bytes = 1\n"
@@ -288,9 +249,6 @@ mod tests {
             set_key(text, "providers.x.base_url", "http://h:1"),
             format!("{text}\n[providers.x]\nbase_url = \"http://h:1\"\n")
         );
-        assert_eq!(
-            set_key(text, "tool_output.tail_bytes", "5"),
-            format!("{text}tail_bytes = 5\n")
-        );
+        assert_eq!(set_key(text, "tool_output.tail_bytes", "5"), format!("{text}tail_bytes = 5\n"));
     }
 }

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use git2::{
-    FileMode, IndexAddOption, ObjectType, Oid, Repository, RepositoryInitOptions, Signature,
-    TreeWalkMode, TreeWalkResult, WorktreeAddOptions, build::TreeUpdateBuilder,
+    FileMode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature, TreeWalkMode, TreeWalkResult,
+    WorktreeAddOptions, build::TreeUpdateBuilder,
 };
 
 /// A commit id, printed as 40 hex digits.
@@ -21,18 +21,11 @@ pub enum GitError {
     #[error("git: {what}: {source}")]
     Lib { what: String, source: git2::Error },
     #[error("branch `{branch}` moved while we wrote (expected {expected}, found {found})")]
-    Raced {
-        branch: String,
-        expected: String,
-        found: String,
-    },
+    Raced { branch: String, expected: String, found: String },
     #[error("branch `{branch}` already exists")]
     BranchExists { branch: String },
     #[error("cannot write {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 }
 
 type Result<T> = std::result::Result<T, GitError>;
@@ -75,30 +68,27 @@ fn branch_ref(branch: &str) -> String {
     format!("refs/heads/{branch}")
 }
 
+/// libgit2's strict object creation re-reads every entry of a tree being written to
+/// check it exists; our trees only name objects we just wrote or read, and the
+/// check makes each commit cost grow with the transcript's length.
+fn relax_object_checks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| git2::opts::strict_object_creation(false));
+}
+
 fn signature() -> Result<Signature<'static>> {
     Signature::now(AUTHOR_NAME, AUTHOR_EMAIL).map_err(lib("make signature"))
 }
 
 fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
-    repo.reference_matching(refname, new, true, expected, msg)
-        .map_err(|source| {
-            let found = repo
-                .refname_to_id(refname)
-                .map(|id| id.to_string())
-                .unwrap_or_else(|_| "nothing".into());
-            if found != expected.to_string() {
-                GitError::Raced {
-                    branch: refname.to_owned(),
-                    expected: expected.to_string(),
-                    found,
-                }
-            } else {
-                GitError::Lib {
-                    what: format!("update {refname}"),
-                    source,
-                }
-            }
-        })?;
+    repo.reference_matching(refname, new, true, expected, msg).map_err(|source| {
+        let found = repo.refname_to_id(refname).map(|id| id.to_string()).unwrap_or_else(|_| "nothing".into());
+        if found != expected.to_string() {
+            GitError::Raced { branch: refname.to_owned(), expected: expected.to_string(), found }
+        } else {
+            GitError::Lib { what: format!("update {refname}"), source }
+        }
+    })?;
     Ok(())
 }
 
@@ -107,27 +97,24 @@ fn commit_tree(repo: &Repository, tree: Oid, parents: &[Oid], message: &str) -> 
     let tree = repo.find_tree(tree).map_err(lib("find tree"))?;
     let parents = parents
         .iter()
-        .map(|p| {
-            repo.find_commit(*p)
-                .map_err(lib(format!("find commit {p}")))
-        })
+        .map(|p| repo.find_commit(*p).map_err(lib(format!("find commit {p}"))))
         .collect::<Result<Vec<_>>>()?;
     let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
-    repo.commit(None, &sig, &sig, message, &tree, &refs)
-        .map_err(lib("write commit"))
+    repo.commit(None, &sig, &sig, message, &tree, &refs).map_err(lib("write commit"))
 }
 
 impl Repo {
     /// Creates a new bare repository at `path`.
     pub fn init(path: &Path) -> Result<Repo> {
+        relax_object_checks();
         let mut opts = RepositoryInitOptions::new();
         opts.bare(true).mkpath(true).initial_head("config/default");
-        let repo =
-            Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
+        let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
         Ok(Repo { repo })
     }
 
     pub fn open(path: &Path) -> Result<Repo> {
+        relax_object_checks();
         let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
         Ok(Repo { repo })
     }
@@ -143,20 +130,14 @@ impl Repo {
         match self.repo.refname_to_id(&branch_ref(branch)) {
             Ok(id) => Ok(Some(id)),
             Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-            Err(source) => Err(GitError::Lib {
-                what: format!("read branch {branch}"),
-                source,
-            }),
+            Err(source) => Err(GitError::Lib { what: format!("read branch {branch}"), source }),
         }
     }
 
     /// Branches under `prefix` (e.g. `agents/`), with their tips.
     pub fn branches(&self, prefix: &str) -> Result<Vec<(String, Oid)>> {
         let glob = format!("refs/heads/{prefix}*");
-        let refs = self
-            .repo
-            .references_glob(&glob)
-            .map_err(lib("list branches"))?;
+        let refs = self.repo.references_glob(&glob).map_err(lib("list branches"))?;
         let mut out = Vec::new();
         for r in refs {
             let r = r.map_err(lib("read branch"))?;
@@ -172,13 +153,9 @@ impl Repo {
     pub fn create_branch(&self, branch: &str, commit: Oid, msg: &str) -> Result<()> {
         let name = branch_ref(branch);
         if self.repo.refname_to_id(&name).is_ok() {
-            return Err(GitError::BranchExists {
-                branch: branch.to_owned(),
-            });
+            return Err(GitError::BranchExists { branch: branch.to_owned() });
         }
-        self.repo
-            .reference(&name, commit, false, msg)
-            .map_err(lib(format!("create {name}")))?;
+        self.repo.reference(&name, commit, false, msg).map_err(lib(format!("create {name}")))?;
         Ok(())
     }
 
@@ -196,10 +173,7 @@ impl Repo {
     }
 
     pub fn commit_info(&self, id: Oid) -> Result<CommitInfo> {
-        let c = self
-            .repo
-            .find_commit(id)
-            .map_err(lib(format!("find commit {id}")))?;
+        let c = self.repo.find_commit(id).map_err(lib(format!("find commit {id}")))?;
         Ok(CommitInfo {
             id,
             parents: c.parent_ids().collect(),
@@ -215,10 +189,7 @@ impl Repo {
             Ok(e) => e,
             Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
             Err(source) => {
-                return Err(GitError::Lib {
-                    what: format!("read {path}"),
-                    source,
-                });
+                return Err(GitError::Lib { what: format!("read {path}"), source });
             }
         };
         if entry.kind() != Some(ObjectType::Blob) {
@@ -228,10 +199,7 @@ impl Repo {
     }
 
     pub fn read_blob(&self, oid: Oid) -> Result<Vec<u8>> {
-        let blob = self
-            .repo
-            .find_blob(oid)
-            .map_err(lib(format!("read blob {oid}")))?;
+        let blob = self.repo.find_blob(oid).map_err(lib(format!("read blob {oid}")))?;
         Ok(blob.content().to_vec())
     }
 
@@ -242,10 +210,9 @@ impl Repo {
             tree
         } else {
             match tree.get_path(Path::new(dir)) {
-                Ok(e) if e.kind() == Some(ObjectType::Tree) => self
-                    .repo
-                    .find_tree(e.id())
-                    .map_err(lib(format!("read {dir}")))?,
+                Ok(e) if e.kind() == Some(ObjectType::Tree) => {
+                    self.repo.find_tree(e.id()).map_err(lib(format!("read {dir}")))?
+                }
                 _ => return Ok(Vec::new()),
             }
         };
@@ -268,12 +235,9 @@ impl Repo {
             (tree, String::new())
         } else {
             match tree.get_path(Path::new(prefix)) {
-                Ok(e) if e.kind() == Some(ObjectType::Tree) => (
-                    self.repo
-                        .find_tree(e.id())
-                        .map_err(lib(format!("read {prefix}")))?,
-                    format!("{prefix}/"),
-                ),
+                Ok(e) if e.kind() == Some(ObjectType::Tree) => {
+                    (self.repo.find_tree(e.id()).map_err(lib(format!("read {prefix}")))?, format!("{prefix}/"))
+                }
                 Ok(e) if e.kind() == Some(ObjectType::Blob) => {
                     return Ok(vec![(prefix.to_owned(), e.id())]);
                 }
@@ -283,10 +247,7 @@ impl Repo {
         let mut out = Vec::new();
         tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
             if entry.kind() == Some(ObjectType::Blob) {
-                out.push((
-                    format!("{root}{dir}{}", entry.name().unwrap_or_default()),
-                    entry.id(),
-                ));
+                out.push((format!("{root}{dir}{}", entry.name().unwrap_or_default()), entry.id()));
             }
             TreeWalkResult::Ok
         })
@@ -296,13 +257,7 @@ impl Repo {
 
     /// Writes a commit whose tree is `base`'s tree (or empty) with `edits` applied.
     /// Moves no ref.
-    pub fn commit_edits(
-        &self,
-        parents: &[Oid],
-        base: Option<Oid>,
-        edits: &[TreeEdit],
-        message: &str,
-    ) -> Result<Oid> {
+    pub fn commit_edits(&self, parents: &[Oid], base: Option<Oid>, edits: &[TreeEdit], message: &str) -> Result<Oid> {
         let Some(base) = base else {
             let tree = self.build_tree(edits)?;
             return commit_tree(&self.repo, tree, parents, message);
@@ -312,10 +267,7 @@ impl Repo {
         for edit in edits {
             match edit {
                 TreeEdit::Write { path, bytes } => {
-                    let blob = self
-                        .repo
-                        .blob(bytes)
-                        .map_err(lib(format!("write blob {path}")))?;
+                    let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
                     update.upsert(path.as_str(), blob, FileMode::Blob);
                 }
                 TreeEdit::Remove { path } => {
@@ -323,9 +275,7 @@ impl Repo {
                 }
             }
         }
-        let tree = update
-            .create_updated(&self.repo, &base_tree)
-            .map_err(lib("edit tree"))?;
+        let tree = update.create_updated(&self.repo, &base_tree).map_err(lib("edit tree"))?;
         commit_tree(&self.repo, tree, parents, message)
     }
 
@@ -340,29 +290,20 @@ impl Repo {
             let mut builder = repo.treebuilder(None).map_err(lib("tree builder"))?;
             for (name, sub) in &dir.dirs {
                 let id = write(repo, sub)?;
-                builder
-                    .insert(name, id, FileMode::Tree.into())
-                    .map_err(lib(format!("add {name}")))?;
+                builder.insert(name, id, FileMode::Tree.into()).map_err(lib(format!("add {name}")))?;
             }
             for (name, blob) in &dir.files {
-                builder
-                    .insert(name, *blob, FileMode::Blob.into())
-                    .map_err(lib(format!("add {name}")))?;
+                builder.insert(name, *blob, FileMode::Blob.into()).map_err(lib(format!("add {name}")))?;
             }
             builder.write().map_err(lib("write tree"))
         }
         let mut root = Dir::default();
         for edit in edits {
             if let TreeEdit::Write { path, bytes } = edit {
-                let blob = self
-                    .repo
-                    .blob(bytes)
-                    .map_err(lib(format!("write blob {path}")))?;
+                let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
                 let mut parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
                 let Some(file) = parts.pop() else { continue };
-                let dir = parts
-                    .into_iter()
-                    .fold(&mut root, |d, p| d.dirs.entry(p.to_owned()).or_default());
+                let dir = parts.into_iter().fold(&mut root, |d, p| d.dirs.entry(p.to_owned()).or_default());
                 dir.files.insert(file.to_owned(), blob);
             }
         }
@@ -372,28 +313,17 @@ impl Repo {
     /// Creates a linked worktree named `name` at `path`, checked out on `branch`.
     pub fn add_worktree(&self, name: &str, path: &Path, branch: &str) -> Result<()> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| GitError::Io {
-                path: parent.to_owned(),
-                source,
-            })?;
+            std::fs::create_dir_all(parent).map_err(|source| GitError::Io { path: parent.to_owned(), source })?;
         }
-        let reference = self
-            .repo
-            .find_reference(&branch_ref(branch))
-            .map_err(lib(format!("find branch {branch}")))?;
+        let reference = self.repo.find_reference(&branch_ref(branch)).map_err(lib(format!("find branch {branch}")))?;
         let mut opts = WorktreeAddOptions::new();
         opts.reference(Some(&reference));
-        self.repo
-            .worktree(name, path, Some(&opts))
-            .map_err(lib(format!("add worktree {name}")))?;
+        self.repo.worktree(name, path, Some(&opts)).map_err(lib(format!("add worktree {name}")))?;
         Ok(())
     }
 
     fn tree_of(&self, commit: Oid) -> Result<git2::Tree<'_>> {
-        let c = self
-            .repo
-            .find_commit(commit)
-            .map_err(lib(format!("find commit {commit}")))?;
+        let c = self.repo.find_commit(commit).map_err(lib(format!("find commit {commit}")))?;
         c.tree().map_err(lib(format!("tree of {commit}")))
     }
 }
@@ -406,12 +336,9 @@ pub struct Worktree {
 
 impl Worktree {
     pub fn open(path: &Path) -> Result<Worktree> {
-        let repo =
-            Repository::open(path).map_err(lib(format!("open worktree {}", path.display())))?;
-        Ok(Worktree {
-            repo,
-            root: path.to_owned(),
-        })
+        relax_object_checks();
+        let repo = Repository::open(path).map_err(lib(format!("open worktree {}", path.display())))?;
+        Ok(Worktree { repo, root: path.to_owned() })
     }
 
     pub fn root(&self) -> &Path {
@@ -420,86 +347,114 @@ impl Worktree {
 
     /// Makes the index equal to `commit`'s tree, keeping the files on disk as they are.
     pub fn reset_index(&self, commit: Oid) -> Result<()> {
-        let tree = self
-            .repo
-            .find_commit(commit)
-            .and_then(|c| c.tree())
-            .map_err(lib(format!("tree of {commit}")))?;
+        let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
         let mut index = self.repo.index().map_err(lib("open index"))?;
-        index
-            .read_tree(&tree)
-            .map_err(lib("read tree into index"))?;
+        index.read_tree(&tree).map_err(lib("read tree into index"))?;
         index.write().map_err(lib("write index"))
     }
 
     /// Writes `files` into the worktree and commits exactly them on top of `parent`
     /// (no scan of the rest of the tree), moving `branch` from `parent`.
-    pub fn commit_files(
-        &self,
-        branch: &str,
-        parent: Oid,
-        files: &[(&str, &[u8])],
-        message: &str,
-    ) -> Result<Oid> {
+    pub fn commit_files(&self, branch: &str, parent: Oid, files: &[(&str, &[u8])], message: &str) -> Result<Oid> {
         let mut index = self.repo.index().map_err(lib("open index"))?;
         for (path, bytes) in files {
             let full = self.root.join(path);
             if let Some(dir) = full.parent() {
-                std::fs::create_dir_all(dir).map_err(|source| GitError::Io {
-                    path: dir.to_owned(),
-                    source,
-                })?;
+                std::fs::create_dir_all(dir).map_err(|source| GitError::Io { path: dir.to_owned(), source })?;
             }
-            std::fs::write(&full, bytes).map_err(|source| GitError::Io {
-                path: full.clone(),
-                source,
-            })?;
-            index
-                .add_path(Path::new(path))
-                .map_err(lib(format!("stage {path}")))?;
+            std::fs::write(&full, bytes).map_err(|source| GitError::Io { path: full.clone(), source })?;
+            index.add_path(Path::new(path)).map_err(lib(format!("stage {path}")))?;
         }
         self.finish_commit(&mut index, branch, parent, message)
     }
 
-    /// Writes `files`, then commits every change in the worktree (a full scan:
-    /// additions, modifications and deletions, honouring .gitignore).
+    /// Writes `files`, then commits every change in the worktree (a scan: additions,
+    /// modifications and deletions, honouring .gitignore) except below the `skip`
+    /// directories, which the caller changes only through `files`.
     pub fn commit_all(
         &self,
         branch: &str,
         parent: Oid,
         files: &[(&str, &[u8])],
+        skip: &[&str],
         message: &str,
     ) -> Result<Oid> {
+        let mut index = self.repo.index().map_err(lib("open index"))?;
         for (path, bytes) in files {
             let full = self.root.join(path);
             if let Some(dir) = full.parent() {
-                std::fs::create_dir_all(dir).map_err(|source| GitError::Io {
-                    path: dir.to_owned(),
-                    source,
-                })?;
+                std::fs::create_dir_all(dir).map_err(|source| GitError::Io { path: dir.to_owned(), source })?;
             }
-            std::fs::write(&full, bytes).map_err(|source| GitError::Io {
-                path: full.clone(),
-                source,
-            })?;
+            std::fs::write(&full, bytes).map_err(|source| GitError::Io { path: full.clone(), source })?;
+            index.add_path(Path::new(path)).map_err(lib(format!("stage {path}")))?;
         }
-        let mut index = self.repo.index().map_err(lib("open index"))?;
-        index
-            .add_all(["."], IndexAddOption::DEFAULT, None)
-            .map_err(lib("stage worktree"))?;
-        index
-            .update_all(["."], None)
-            .map_err(lib("stage deletions"))?;
+        let specs = self.scan_roots(&index, skip);
+        if !specs.is_empty() {
+            self.stage_changes(&mut index, &specs)?;
+        }
         self.finish_commit(&mut index, branch, parent, message)
     }
 
-    fn finish_commit(
-        &self,
-        index: &mut git2::Index,
-        branch: &str,
-        parent: Oid,
-        message: &str,
-    ) -> Result<Oid> {
+    /// Stages every addition, change and deletion below `roots` (taken as literal
+    /// paths, so libgit2 walks only those subtrees).
+    fn stage_changes(&self, index: &mut git2::Index, roots: &[String]) -> Result<()> {
+        let mut opts = git2::DiffOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true).disable_pathspec_match(true).include_typechange(true);
+        for r in roots {
+            opts.pathspec(r);
+        }
+        let diff = self.repo.diff_index_to_workdir(Some(index), Some(&mut opts)).map_err(lib("scan worktree"))?;
+        let mut changed = Vec::new();
+        for delta in diff.deltas() {
+            let Some(path) = delta.new_file().path().or(delta.old_file().path()) else { continue };
+            changed.push((path.to_owned(), delta.status() == git2::Delta::Deleted));
+        }
+        for (path, deleted) in changed {
+            if deleted {
+                index.remove_path(&path).map_err(lib(format!("unstage {}", path.display())))?;
+            } else {
+                index.add_path(&path).map_err(lib(format!("stage {}", path.display())))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The paths to scan: every top-level entry on disk or in the index, with the
+    /// ancestors of `skip` directories replaced by their other children.
+    fn scan_roots(&self, index: &git2::Index, skip: &[&str]) -> Vec<String> {
+        let tracked: Vec<String> = index.iter().map(|e| String::from_utf8_lossy(&e.path).into_owned()).collect();
+        let children = |dir: &str| -> std::collections::BTreeSet<String> {
+            let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+            let mut names = std::collections::BTreeSet::new();
+            for entry in std::fs::read_dir(self.root.join(dir)).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !(dir.is_empty() && name == ".git") {
+                    names.insert(format!("{prefix}{name}"));
+                }
+            }
+            for path in tracked.iter().filter_map(|p| p.strip_prefix(&prefix)) {
+                let first = path.split('/').next().unwrap_or(path);
+                names.insert(format!("{prefix}{first}"));
+            }
+            names
+        };
+        let mut out = Vec::new();
+        let mut pending: Vec<String> = children("").into_iter().collect();
+        while let Some(path) = pending.pop() {
+            if skip.contains(&path.as_str()) {
+                continue;
+            }
+            if skip.iter().any(|s| s.starts_with(&format!("{path}/"))) {
+                pending.extend(children(&path));
+            } else {
+                out.push(path);
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn finish_commit(&self, index: &mut git2::Index, branch: &str, parent: Oid, message: &str) -> Result<Oid> {
         index.write().map_err(lib("write index"))?;
         let tree = index.write_tree().map_err(lib("write tree"))?;
         let commit = commit_tree(&self.repo, tree, &[parent], message)?;
@@ -522,57 +477,28 @@ mod tests {
     fn edits_commit_and_worktree_steps_share_one_history() {
         let dir = temp_dir("steps");
         let repo = Repo::init(&dir.join("repo.git")).expect("init");
-        let edits = [TreeEdit::Write {
-            path: ".offshoot/goal.md".into(),
-            bytes: b"goal".to_vec(),
-        }];
-        let first = repo
-            .commit_edits(&[], None, &edits, "dispatch")
-            .expect("commit");
-        repo.create_branch("agents/a", first, "dispatch")
-            .expect("branch");
-        assert!(matches!(
-            repo.create_branch("agents/a", first, "again"),
-            Err(GitError::BranchExists { .. })
-        ));
-        repo.add_worktree("a", &dir.join("agents/a"), "agents/a")
-            .expect("worktree");
+        let edits = [TreeEdit::Write { path: ".offshoot/goal.md".into(), bytes: b"goal".to_vec() }];
+        let first = repo.commit_edits(&[], None, &edits, "dispatch").expect("commit");
+        repo.create_branch("agents/a", first, "dispatch").expect("branch");
+        assert!(matches!(repo.create_branch("agents/a", first, "again"), Err(GitError::BranchExists { .. })));
+        repo.add_worktree("a", &dir.join("agents/a"), "agents/a").expect("worktree");
 
         let wt = Worktree::open(&dir.join("agents/a")).expect("open worktree");
         let second = wt
-            .commit_files(
-                "agents/a",
-                first,
-                &[(".offshoot/messages/0001-user.md", b"hi")],
-                "deliver",
-            )
+            .commit_files("agents/a", first, &[(".offshoot/messages/0001-user.md", b"hi")], "deliver")
             .expect("append");
         std::fs::write(dir.join("agents/a/work.txt"), "product").expect("write");
-        let third = wt
-            .commit_all("agents/a", second, &[], "tool")
-            .expect("scan");
+        std::fs::write(dir.join("agents/a/.offshoot/messages/stray"), "x").expect("write");
+        let third = wt.commit_all("agents/a", second, &[], &[".offshoot/messages"], "tool").expect("scan");
 
         assert_eq!(repo.branch_tip("agents/a").expect("tip"), Some(third));
-        assert_eq!(
-            repo.read_file(third, "work.txt").expect("read"),
-            Some(b"product".to_vec())
-        );
-        assert_eq!(
-            repo.read_file(third, ".offshoot/messages/0001-user.md")
-                .expect("read"),
-            Some(b"hi".to_vec())
-        );
-        let names: Vec<_> = repo
-            .list_dir(third, ".offshoot")
-            .expect("ls")
-            .into_iter()
-            .map(|e| e.name)
-            .collect();
+        assert_eq!(repo.read_file(third, "work.txt").expect("read"), Some(b"product".to_vec()));
+        assert_eq!(repo.read_file(third, ".offshoot/messages/stray").expect("read"), None);
+        assert_eq!(repo.read_file(third, ".offshoot/messages/0001-user.md").expect("read"), Some(b"hi".to_vec()));
+        let names: Vec<_> = repo.list_dir(third, ".offshoot").expect("ls").into_iter().map(|e| e.name).collect();
         assert_eq!(names, vec!["goal.md", "messages"]);
         // A stale parent is refused: one writer per branch.
-        let err = wt
-            .commit_files("agents/a", second, &[("x", b"x")], "late")
-            .expect_err("must race");
+        let err = wt.commit_files("agents/a", second, &[("x", b"x")], "late").expect_err("must race");
         assert!(matches!(err, GitError::Raced { .. }), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -7,15 +7,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("cannot open lock file {path}: {source}")]
-    Open {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Open { path: PathBuf, source: std::io::Error },
     #[error("cannot lock {path}: {source}")]
-    Lock {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Lock { path: PathBuf, source: std::io::Error },
 }
 
 /// A held lock; released when dropped (or when the process dies).
@@ -33,25 +27,17 @@ impl LockGuard {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|source| LockError::Open {
-                path: path.to_owned(),
-                source,
-            })?;
+            .map_err(|source| LockError::Open { path: path.to_owned(), source })?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
             Err(std::fs::TryLockError::Error(source)) => {
-                return Err(LockError::Lock {
-                    path: path.to_owned(),
-                    source,
-                });
+                return Err(LockError::Lock { path: path.to_owned(), source });
             }
         }
         let pid = std::process::id().to_string();
         // The pid is informational (for `stop`); a failure to write it does not unlock.
-        let _ = file
-            .set_len(0)
-            .and_then(|()| file.write_all(pid.as_bytes()));
+        let _ = file.set_len(0).and_then(|()| file.write_all(pid.as_bytes()));
         Ok(Some(LockGuard { file }))
     }
 
@@ -60,17 +46,11 @@ impl LockGuard {
         if !path.exists() {
             return Ok(false);
         }
-        let file = File::open(path).map_err(|source| LockError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
+        let file = File::open(path).map_err(|source| LockError::Open { path: path.to_owned(), source })?;
         match file.try_lock_shared() {
             Ok(()) => Ok(false),
             Err(std::fs::TryLockError::WouldBlock) => Ok(true),
-            Err(std::fs::TryLockError::Error(source)) => Err(LockError::Lock {
-                path: path.to_owned(),
-                source,
-            }),
+            Err(std::fs::TryLockError::Error(source)) => Err(LockError::Lock { path: path.to_owned(), source }),
         }
     }
 }

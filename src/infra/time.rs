@@ -12,17 +12,11 @@ impl Timestamp {
     }
 
     pub fn unix_seconds(&self) -> u64 {
-        self.0
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or(Duration::ZERO)
-            .as_secs()
+        self.0.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs()
     }
 
     pub fn millis_since(&self, earlier: Timestamp) -> u64 {
-        self.0
-            .duration_since(earlier.0)
-            .unwrap_or(Duration::ZERO)
-            .as_millis() as u64
+        self.0.duration_since(earlier.0).unwrap_or(Duration::ZERO).as_millis() as u64
     }
 }
 
@@ -31,13 +25,7 @@ impl std::fmt::Display for Timestamp {
         let secs = self.unix_seconds();
         let (days, rem) = (secs / 86_400, secs % 86_400);
         let (y, m, d) = civil_from_days(days as i64);
-        write!(
-            f,
-            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-            rem / 3600,
-            rem % 3600 / 60,
-            rem % 60
-        )
+        write!(f, "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
     }
 }
 

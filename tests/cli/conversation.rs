@@ -25,23 +25,12 @@ fn twenty_steps(dialect: Dialect) {
     let server = Server::start();
     let mut t = TestWorkspace::new(&format!("conv-{dialect:?}"));
     t.use_server(&server, dialect);
-    let mut turns: Vec<Turn> = (1..=20)
-        .map(|i| Turn::bash(&format!("call_{i}"), &format!("echo step {i}")))
-        .collect();
+    let mut turns: Vec<Turn> = (1..=20).map(|i| Turn::bash(&format!("call_{i}"), &format!("echo step {i}"))).collect();
     turns.push(Turn::text("All twenty steps are done."));
     server.push_turns(turns);
 
-    let run = t.run(&[
-        "prompt",
-        "--name",
-        "Twenty",
-        "Run twenty echo steps, one per call.",
-    ]);
-    assert!(
-        run.ok().contains("All twenty steps are done."),
-        "{}",
-        run.stdout
-    );
+    let run = t.run(&["prompt", "--name", "Twenty", "Run twenty echo steps, one per call."]);
+    assert!(run.ok().contains("All twenty steps are done."), "{}", run.stdout);
     let agents = t.agents();
     assert_eq!(agents.len(), 1);
     let id = agents[0]["id"].as_str().expect("id").to_owned();
@@ -56,15 +45,9 @@ fn twenty_steps(dialect: Dialect) {
     assert_eq!(commits.lines().count(), 43);
     let dispatch = commits.lines().last().expect("dispatch");
     let dispatch_tree = t.git(&["ls-tree", "-r", "--name-only", dispatch]);
-    assert!(
-        !dispatch_tree.contains(".offshoot/messages/"),
-        "{dispatch_tree}"
-    );
+    assert!(!dispatch_tree.contains(".offshoot/messages/"), "{dispatch_tree}");
     assert!(dispatch_tree.contains(".offshoot/goal.md"));
-    let last_tool = t.git(&[
-        "show",
-        &format!("{branch}:.offshoot/messages/0041-tool.json"),
-    ]);
+    let last_tool = t.git(&["show", &format!("{branch}:.offshoot/messages/0041-tool.json")]);
     assert!(last_tool.contains("step 20"), "{last_tool}");
 
     // 21 step records; show re-assembles step 5's request byte for byte.
@@ -78,10 +61,7 @@ fn twenty_steps(dialect: Dialect) {
     assert_eq!(meta["usage"]["input"], 100);
 
     // Prefix stability: system, tools and earlier messages never change.
-    let requests: Vec<Value> = records
-        .iter()
-        .map(|r| read_json(&r.join("request.json")))
-        .collect();
+    let requests: Vec<Value> = records.iter().map(|r| read_json(&r.join("request.json"))).collect();
     for pair in requests.windows(2) {
         assert_eq!(pair[0]["system"], pair[1]["system"]);
         assert_eq!(pair[0]["tools"], pair[1]["tools"]);
@@ -91,28 +71,15 @@ fn twenty_steps(dialect: Dialect) {
     }
     let wire = server.requests();
     assert_eq!(wire.len(), 21);
-    let list_key = if dialect == Dialect::Responses {
-        "input"
-    } else {
-        "messages"
-    };
+    let list_key = if dialect == Dialect::Responses { "input" } else { "messages" };
     for pair in wire.windows(2) {
         let (mut a, mut b) = (pair[0].body.clone(), pair[1].body.clone());
         strip_cache_control(&mut a);
         strip_cache_control(&mut b);
-        let (a_list, b_list) = (
-            a[list_key].as_array().expect("list"),
-            b[list_key].as_array().expect("list"),
-        );
+        let (a_list, b_list) = (a[list_key].as_array().expect("list"), b[list_key].as_array().expect("list"));
         assert_eq!(a_list[..], b_list[..a_list.len()]);
         assert_eq!(a["tools"].to_string(), b["tools"].to_string());
-        let system = |v: &Value| {
-            v.get("system")
-                .or(v.get("instructions"))
-                .cloned()
-                .unwrap_or(json!(null))
-                .to_string()
-        };
+        let system = |v: &Value| v.get("system").or(v.get("instructions")).cloned().unwrap_or(json!(null)).to_string();
         assert_eq!(system(&a), system(&b));
     }
     match dialect {

@@ -19,51 +19,22 @@ fn a_killed_driver_is_settled_and_continued_by_the_next() {
     let mut t = TestWorkspace::new("crash");
     t.use_server(&server, Dialect::Anthropic);
     server.push_turns([
-        Turn::bash(
-            "call_1",
-            "echo $$ > started; echo partial > work.txt; sleep 30",
-        ),
+        Turn::bash("call_1", "echo $$ > started; echo partial > work.txt; sleep 30"),
         Turn::text("finished after the crash"),
     ]);
     let run = t.run(&["prompt", "--detach", "--name", "Crashy", "do slow work"]);
     let id = run.ok().trim().to_owned();
     let tree = t.ws.join("agents").join(&id);
-    wait_for("the tool to start", || {
-        std::fs::read_to_string(tree.join("started")).is_ok_and(|s| s.ends_with('\n'))
-    });
-    let tool_group = std::fs::read_to_string(tree.join("started"))
-        .expect("pid")
-        .trim()
-        .to_owned();
-    let driver_pid = std::fs::read_to_string(t.ws.join("locks").join(&id))
-        .expect("lock pid")
-        .trim()
-        .to_owned();
-    assert!(
-        std::process::Command::new("kill")
-            .args(["-9", &driver_pid])
-            .status()
-            .expect("kill")
-            .success()
-    );
-    wait_for("the driver to die", || {
-        !std::path::Path::new(&format!("/proc/{driver_pid}")).exists()
-    });
-    let _ = std::process::Command::new("kill")
-        .args(["-9", "--", &format!("-{tool_group}")])
-        .status();
+    wait_for("the tool to start", || std::fs::read_to_string(tree.join("started")).is_ok_and(|s| s.ends_with('\n')));
+    let tool_group = std::fs::read_to_string(tree.join("started")).expect("pid").trim().to_owned();
+    let driver_pid = std::fs::read_to_string(t.ws.join("locks").join(&id)).expect("lock pid").trim().to_owned();
+    assert!(std::process::Command::new("kill").args(["-9", &driver_pid]).status().expect("kill").success());
+    wait_for("the driver to die", || !std::path::Path::new(&format!("/proc/{driver_pid}")).exists());
+    let _ = std::process::Command::new("kill").args(["-9", "--", &format!("-{tool_group}")]).status();
 
     let run = t.run(&["run", &id]);
-    assert!(
-        run.ok().contains("finished after the crash"),
-        "{}",
-        run.stdout
-    );
-    assert!(
-        run.stderr.contains("settled interrupted call call_1"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.ok().contains("finished after the crash"), "{}", run.stdout);
+    assert!(run.stderr.contains("settled interrupted call call_1"), "{}", run.stderr);
 
     // The interrupted call got an error result, sent to the model with the rest.
     let second = &server.requests()[1].body;
@@ -71,35 +42,20 @@ fn a_killed_driver_is_settled_and_continued_by_the_next() {
     assert_eq!(result["type"], "tool_result");
     assert_eq!(result["tool_use_id"], "call_1");
     assert_eq!(result["is_error"], true);
-    assert!(
-        result["content"]
-            .as_str()
-            .expect("text")
-            .starts_with("interrupted; outcome unknown")
-    );
+    assert!(result["content"].as_str().expect("text").starts_with("interrupted; outcome unknown"));
     // What the tool wrote before dying is committed with the settlement.
-    assert_eq!(
-        t.git(&["show", &format!("agents/{id}:work.txt")]),
-        "partial\n"
-    );
+    assert_eq!(t.git(&["show", &format!("agents/{id}:work.txt")]), "partial\n");
     // Every tool_use has its result.
     let log = t.run(&["log", "--json", &id]);
-    let entries: Vec<serde_json::Value> = log
-        .ok()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let entries: Vec<serde_json::Value> = log.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
     let uses: Vec<&serde_json::Value> = entries
         .iter()
         .flat_map(|e| e["output"]["content"].as_array().into_iter().flatten())
         .filter(|b| b["type"] == "tool_use")
         .map(|b| &b["id"])
         .collect();
-    let results: Vec<&serde_json::Value> = entries
-        .iter()
-        .filter(|e| e["side"] == "tool")
-        .map(|e| &e["result"]["tool_use_id"])
-        .collect();
+    let results: Vec<&serde_json::Value> =
+        entries.iter().filter(|e| e["side"] == "tool").map(|e| &e["result"]["tool_use_id"]).collect();
     assert_eq!(uses, results);
     t.git(&["fsck", "--strict"]);
     assert_eq!(t.agents()[0]["state"], "answered");

@@ -21,12 +21,7 @@ fn malformed_config_is_refused_with_file_line_and_key() {
     );
     let run = t.run(&["config", "set", "roles.worker.provider", "nowhere"]);
     assert_eq!(run.code, 2);
-    assert!(
-        run.stderr
-            .contains("`roles.worker.provider`: provider `nowhere` is not defined"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("`roles.worker.provider`: provider `nowhere` is not defined"), "{}", run.stderr);
     assert_eq!(config_tip(&t), before, "a refused edit must author nothing");
 
     let bad = t.root.join("bad.toml");
@@ -39,30 +34,20 @@ fn malformed_config_is_refused_with_file_line_and_key() {
     );
     assert_eq!(run.code, 2);
     assert!(
-        run.stderr
-            .contains("offshoot.toml:8: `roles.worker.tools`: tool `teleport` does not exist"),
+        run.stderr.contains("offshoot.toml:8: `roles.worker.tools`: tool `teleport` does not exist"),
         "{}",
         run.stderr
     );
     let run = validate("version = 1\n[providers.p]\nprotocol = \"ollama\"\n");
     assert_eq!(run.code, 2);
-    assert!(
-        run.stderr
-            .contains("offshoot.toml:3: `providers.p.protocol`: unknown variant `ollama`"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("offshoot.toml:3: `providers.p.protocol`: unknown variant `ollama`"), "{}", run.stderr);
 }
 
 #[test]
 fn a_bad_template_creates_no_workspace() {
     let t = TestWorkspace::new("err-template");
     std::fs::create_dir_all(t.home.join("template")).expect("dir");
-    std::fs::write(
-        t.home.join("template/offshoot.toml"),
-        "version = 1\n[roles\n",
-    )
-    .expect("write");
+    std::fs::write(t.home.join("template/offshoot.toml"), "version = 1\n[roles\n").expect("write");
     let target = t.root.join("never");
     let run = t.run_bare(&["new", target.to_str().expect("utf-8")]);
     assert_eq!(run.code, 2, "{}", run.stderr);
@@ -77,22 +62,12 @@ fn unknown_role_and_missing_key_create_nothing() {
     t.use_server(&server, Dialect::Anthropic);
     let run = t.run(&["prompt", "--role", "wizard", "hi"]);
     assert_eq!(run.code, 2);
-    assert!(
-        run.stderr
-            .contains("role `wizard` does not exist in config lineage `default`"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("role `wizard` does not exist in config lineage `default`"), "{}", run.stderr);
 
     t.env("ANTHROPIC_API_KEY", "");
     let run = t.run(&["prompt", "hi"]);
     assert_eq!(run.code, 2);
-    assert!(
-        run.stderr
-            .contains("needs an API key in `ANTHROPIC_API_KEY`, which is not set"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("needs an API key in `ANTHROPIC_API_KEY`, which is not set"), "{}", run.stderr);
     assert!(t.agents().is_empty());
     assert!(server.requests().is_empty());
 }
@@ -103,33 +78,16 @@ fn unknown_agents_and_path_like_ids_are_refused() {
     t.env("ANTHROPIC_API_KEY", "k");
     let run = t.run(&["log", "nosuch"]);
     assert_eq!(run.code, 2);
-    assert!(
-        run.stderr.contains("error: agent `nosuch` does not exist"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("hint: `offshoot ls` lists the agents"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("error: agent `nosuch` does not exist"), "{}", run.stderr);
+    assert!(run.stderr.contains("hint: `offshoot ls` lists the agents"), "{}", run.stderr);
     for bad in ["../etc", "a/b", ".."] {
         let run = t.run(&["send", bad, "hi"]);
         assert_eq!(run.code, 2, "{bad}");
-        assert!(
-            run.stderr.contains("must not contain `/` or `..`"),
-            "{}",
-            run.stderr
-        );
+        assert!(run.stderr.contains("must not contain `/` or `..`"), "{}", run.stderr);
     }
     let run = t.run(&["prompt", "--name", "evil/name", "hi"]);
     assert_eq!(run.code, 2);
-    assert!(
-        run.stderr
-            .contains("name `evil/name` must not contain `/` or `..`"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("name `evil/name` must not contain `/` or `..`"), "{}", run.stderr);
     assert!(t.agents().is_empty());
 }
 
@@ -142,11 +100,7 @@ fn new_refuses_a_non_empty_target() {
     let run = t.run_bare(&["new", target.to_str().expect("utf-8")]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("is not empty"), "{}", run.stderr);
-    let left: Vec<_> = std::fs::read_dir(&target)
-        .expect("ls")
-        .flatten()
-        .map(|e| e.file_name())
-        .collect();
+    let left: Vec<_> = std::fs::read_dir(&target).expect("ls").flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("keep.txt")]);
 }
 
@@ -154,22 +108,14 @@ fn new_refuses_a_non_empty_target() {
 fn unreachable_base_url_fails_and_keeps_nothing() {
     let mut t = TestWorkspace::new("err-unreachable");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let dead = format!(
-        "http://127.0.0.1:{}",
-        listener.local_addr().expect("addr").port()
-    );
+    let dead = format!("http://127.0.0.1:{}", listener.local_addr().expect("addr").port());
     drop(listener);
     t.set("providers.anthropic.base_url", &dead);
     t.set("retry.max_attempts", "2");
     t.env("ANTHROPIC_API_KEY", "k");
     let run = t.run(&["prompt", "hi"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
-    assert!(
-        run.stderr
-            .contains(&format!("cannot reach {dead}/v1/messages")),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains(&format!("cannot reach {dead}/v1/messages")), "{}", run.stderr);
     assert!(run.stderr.contains("nothing was kept"), "{}", run.stderr);
     assert!(t.agents().is_empty());
 }
@@ -189,8 +135,7 @@ fn provider_refusals_are_not_retried_and_keep_nothing() {
         let run = t.run(&["prompt", "hi"]);
         assert_eq!(run.code, 1);
         assert!(
-            run.stderr.contains(&format!("HTTP {code}"))
-                && run.stderr.contains("invalid x-api-key"),
+            run.stderr.contains(&format!("HTTP {code}")) && run.stderr.contains("invalid x-api-key"),
             "{}",
             run.stderr
         );

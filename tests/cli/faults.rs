@@ -30,21 +30,14 @@ fn rate_limit_with_retry_after_is_honoured_and_recorded() {
     let started = std::time::Instant::now();
     let run = t.run(&["prompt", "hello"]);
     assert!(run.ok().contains("after the wait"));
-    assert!(
-        started.elapsed() >= Duration::from_secs(1),
-        "retry-after was not honoured"
-    );
+    assert!(started.elapsed() >= Duration::from_secs(1), "retry-after was not honoured");
     let id = only_agent(&t);
     let m = meta(&t, &id, 1);
     assert_eq!(m["attempts"].as_array().expect("attempts").len(), 2);
     assert_eq!(m["attempts"][0]["status"], 429);
     assert_eq!(m["attempts"][0]["retry_after_ms"], 1000);
-    let raw =
-        std::fs::read_to_string(t.step_records(&id)[0].join("response.ndjson")).expect("ndjson");
-    assert!(
-        raw.contains("slow down") && raw.contains("message_stop"),
-        "{raw}"
-    );
+    let raw = std::fs::read_to_string(t.step_records(&id)[0].join("response.ndjson")).expect("ndjson");
+    assert!(raw.contains("slow down") && raw.contains("message_stop"), "{raw}");
 }
 
 #[test]
@@ -53,50 +46,19 @@ fn server_errors_and_broken_streams_are_retried() {
         let server = Server::start();
         let mut t = TestWorkspace::new(&format!("fault-5xx-{dialect:?}"));
         t.use_server(&server, dialect);
-        t.set(
-            &format!("providers.{}.idle_timeout_secs", provider(dialect)),
-            "1",
-        );
-        server.push(Reply::Status {
-            code: 500,
-            retry_after: None,
-            body: "{}".into(),
-        });
-        server.push(Reply::ResetMidStream(Turn::text(
-            "this answer breaks off halfway through the stream",
-        )));
-        server.push(Reply::Stall(
-            Turn::text("this one goes silent"),
-            Duration::from_secs(5),
-        ));
+        t.set(&format!("providers.{}.idle_timeout_secs", provider(dialect)), "1");
+        server.push(Reply::Status { code: 500, retry_after: None, body: "{}".into() });
+        server.push(Reply::ResetMidStream(Turn::text("this answer breaks off halfway through the stream")));
+        server.push(Reply::Stall(Turn::text("this one goes silent"), Duration::from_secs(5)));
         server.push(Reply::Turn(Turn::text("whole at last")));
         let run = t.run(&["prompt", "hello"]);
-        assert!(
-            run.ok().ends_with("whole at last\n"),
-            "{dialect:?}: {}",
-            run.stdout
-        );
+        assert!(run.ok().ends_with("whole at last\n"), "{dialect:?}: {}", run.stdout);
         let m = meta(&t, &only_agent(&t), 1);
         let attempts = m["attempts"].as_array().expect("attempts");
         assert_eq!(attempts.len(), 4, "{dialect:?}: {m}");
         assert_eq!(attempts[0]["status"], 500);
-        assert!(
-            attempts[1]["error"]
-                .as_str()
-                .expect("error")
-                .contains("stream"),
-            "{}",
-            attempts[1]
-        );
-        assert!(
-            attempts[2]["error"]
-                .as_str()
-                .expect("error")
-                .to_lowercase()
-                .contains("timeout"),
-            "{}",
-            attempts[2]
-        );
+        assert!(attempts[1]["error"].as_str().expect("error").contains("stream"), "{}", attempts[1]);
+        assert!(attempts[2]["error"].as_str().expect("error").to_lowercase().contains("timeout"), "{}", attempts[2]);
         // Only the complete answer was committed.
         let log = t.run(&["log", &only_agent(&t)]);
         assert!(!log.ok().contains("breaks off"), "{}", log.stdout);
@@ -126,16 +88,8 @@ fn overloaded_past_max_attempts_fails_and_keeps_nothing() {
     }
     let run = t.run(&["prompt", "hello"]);
     assert_eq!(run.code, 1, "{}", run.stderr);
-    assert!(
-        run.stderr.contains("HTTP 529") && run.stderr.contains("Overloaded"),
-        "{}",
-        run.stderr
-    );
-    assert!(
-        run.stderr.contains("gave up after 3 attempts"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("HTTP 529") && run.stderr.contains("Overloaded"), "{}", run.stderr);
+    assert!(run.stderr.contains("gave up after 3 attempts"), "{}", run.stderr);
     assert_eq!(server.requests().len(), 3);
     assert!(t.agents().is_empty());
     assert_eq!(t.git(&["branch", "--list", "agents/*"]), "");
@@ -154,25 +108,13 @@ fn truncated_output_is_refused_and_never_executed() {
         server.push(Reply::Truncated(Turn::bash("call_9", "touch EXECUTED")));
         let run = t.run(&["send", "Cut", "now do something"]);
         assert_eq!(run.code, 1, "{dialect:?}: {}", run.stderr);
-        assert!(
-            run.stderr.contains("cut off by the output limit"),
-            "{}",
-            run.stderr
-        );
+        assert!(run.stderr.contains("cut off by the output limit"), "{}", run.stderr);
         assert!(!t.ws.join("agents").join(&id).join("EXECUTED").exists());
         // The delivered message is committed; the truncated output is not.
         let after = t.git(&["rev-list", &format!("{}..agents/{id}", before.trim())]);
         assert_eq!(after.lines().count(), 1);
-        let tip_files = t.git(&[
-            "ls-tree",
-            "--name-only",
-            &format!("agents/{id}"),
-            ".offshoot/messages/",
-        ]);
-        assert_eq!(
-            tip_files.lines().last(),
-            Some(".offshoot/messages/0003-user.md")
-        );
+        let tip_files = t.git(&["ls-tree", "--name-only", &format!("agents/{id}"), ".offshoot/messages/"]);
+        assert_eq!(tip_files.lines().last(), Some(".offshoot/messages/0003-user.md"));
     }
 }
 
@@ -182,17 +124,10 @@ fn malformed_tool_arguments_get_an_error_result_and_the_conversation_goes_on() {
         let server = Server::start();
         let mut t = TestWorkspace::new(&format!("fault-args-{dialect:?}"));
         t.use_server(&server, dialect);
-        server.push(Reply::Turn(Turn::call(
-            "call_1",
-            "bash",
-            "{\"command\": \"echo hi",
-        )));
+        server.push(Reply::Turn(Turn::call("call_1", "bash", "{\"command\": \"echo hi")));
         server.push(Reply::Turn(Turn::text("recovered")));
         t.run(&["prompt", "go"]).ok();
         let second = server.requests()[1].body.to_string();
-        assert!(
-            second.contains("not a JSON object, so nothing ran"),
-            "{dialect:?}: {second}"
-        );
+        assert!(second.contains("not a JSON object, so nothing ran"), "{dialect:?}: {second}");
     }
 }

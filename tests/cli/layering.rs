@@ -11,10 +11,7 @@ fn uses_in(dir: &Path, out: &mut Vec<(String, String)>) {
             let text = std::fs::read_to_string(&path).expect("read");
             for line in text.lines() {
                 let line = line.trim();
-                if line.starts_with("use crate::")
-                    || line.starts_with("pub use crate::")
-                    || line.contains(" crate::")
-                {
+                if line.starts_with("use crate::") || line.starts_with("pub use crate::") || line.contains(" crate::") {
                     out.push((path.display().to_string(), line.to_owned()));
                 }
             }
@@ -25,11 +22,8 @@ fn uses_in(dir: &Path, out: &mut Vec<(String, String)>) {
 #[test]
 fn no_layer_reaches_upward() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let rules = [
-        ("infra", &["domain", "engine", "cli"][..]),
-        ("domain", &["engine", "cli"][..]),
-        ("engine", &["cli"][..]),
-    ];
+    let rules =
+        [("infra", &["domain", "engine", "cli"][..]), ("domain", &["engine", "cli"][..]), ("engine", &["cli"][..])];
     let mut violations = Vec::new();
     for (layer, forbidden) in rules {
         let mut uses = Vec::new();
@@ -42,11 +36,7 @@ fn no_layer_reaches_upward() {
             }
         }
     }
-    assert!(
-        violations.is_empty(),
-        "upward uses:\n{}",
-        violations.join("\n")
-    );
+    assert!(violations.is_empty(), "upward uses:\n{}", violations.join("\n"));
 }
 
 #[test]
@@ -70,8 +60,5 @@ fn only_cli_reads_the_environment() {
             }
         }
     }
-    assert!(
-        offenders.is_empty(),
-        "environment read outside cli: {offenders:?}"
-    );
+    assert!(offenders.is_empty(), "environment read outside cli: {offenders:?}");
 }

@@ -10,25 +10,12 @@ fn demo_runs_with_no_identity_and_no_key() {
     let t = TestWorkspace::new("demo");
     let run = t.run_bare(&["demo"]);
     assert!(run.ok().contains("REPORT.md is written"), "{}", run.stdout);
-    assert!(
-        run.stderr.contains("Where to look:") && run.stderr.contains("offshoot -w"),
-        "{}",
-        run.stderr
-    );
-    let demos: Vec<_> = std::fs::read_dir(t.home.join("workspaces"))
-        .expect("ls")
-        .flatten()
-        .collect();
+    assert!(run.stderr.contains("Where to look:") && run.stderr.contains("offshoot -w"), "{}", run.stderr);
+    let demos: Vec<_> = std::fs::read_dir(t.home.join("workspaces")).expect("ls").flatten().collect();
     assert_eq!(demos.len(), 1);
     let ws = demos[0].path();
-    let agent = std::fs::read_dir(ws.join("agents"))
-        .expect("agents")
-        .flatten()
-        .next()
-        .expect("agent")
-        .path();
-    let report =
-        std::fs::read_to_string(agent.join("REPORT.md")).expect("the demo writes a report");
+    let agent = std::fs::read_dir(ws.join("agents")).expect("agents").flatten().next().expect("agent").path();
+    let report = std::fs::read_to_string(agent.join("REPORT.md")).expect("the demo writes a report");
     assert!(report.starts_with("# Machine report"), "{report}");
 }
 
@@ -47,17 +34,9 @@ fn send_continues_a_finished_agent_and_json_events_describe_the_run() {
     let server = Server::start();
     let mut t = TestWorkspace::new("send");
     t.use_server(&server, Dialect::Chat);
-    server.push_turns([
-        Turn::text("first"),
-        Turn::bash("call_1", "echo second"),
-        Turn::text("second done"),
-    ]);
+    server.push_turns([Turn::text("first"), Turn::bash("call_1", "echo second"), Turn::text("second done")]);
     let run = t.run(&["prompt", "--json", "--name", "Chatty", "one"]);
-    let events: Vec<Value> = run
-        .ok()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let events: Vec<Value> = run.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
     assert_eq!(events[0]["type"], "agent");
     assert_eq!(events[0]["name"], "Chatty");
     assert!(events.iter().any(|e| e["type"] == "text"));
@@ -65,29 +44,15 @@ fn send_continues_a_finished_agent_and_json_events_describe_the_run() {
     assert_eq!(events.last().expect("end")["text"], "first");
 
     let run = t.run(&["send", "--json", "Chatty", "two"]);
-    let events: Vec<Value> = run
-        .ok()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect();
+    let events: Vec<Value> = run.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
     let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
-    assert!(
-        kinds.contains(&"tool_call") && kinds.contains(&"tool_result"),
-        "{kinds:?}"
-    );
+    assert!(kinds.contains(&"tool_call") && kinds.contains(&"tool_result"), "{kinds:?}");
     assert_eq!(events.last().expect("end")["text"], "second done");
     // One branch, continued: the third request carries the whole conversation.
     let third = &server.requests()[2].body;
-    let contents: Vec<&str> = third["messages"]
-        .as_array()
-        .expect("m")
-        .iter()
-        .filter_map(|m| m["content"].as_str())
-        .collect();
-    assert!(
-        contents.iter().any(|c| c.ends_with("one")) && contents.iter().any(|c| c.ends_with("two")),
-        "{contents:?}"
-    );
+    let contents: Vec<&str> =
+        third["messages"].as_array().expect("m").iter().filter_map(|m| m["content"].as_str()).collect();
+    assert!(contents.iter().any(|c| c.ends_with("one")) && contents.iter().any(|c| c.ends_with("two")), "{contents:?}");
     assert_eq!(t.agents().len(), 1);
 }
 
@@ -96,46 +61,26 @@ fn fork_continues_from_an_earlier_commit_and_cuts_unpaired_calls() {
     let server = Server::start();
     let mut t = TestWorkspace::new("fork");
     t.use_server(&server, Dialect::Anthropic);
-    server.push_turns([
-        Turn::bash("call_1", "echo one > one.txt"),
-        Turn::text("made one"),
-    ]);
+    server.push_turns([Turn::bash("call_1", "echo one > one.txt"), Turn::text("made one")]);
     t.run(&["prompt", "--name", "Origin", "make one"]).ok();
     let origin = t.agents()[0]["id"].as_str().expect("id").to_owned();
 
     // agents/<id>~2 ends in the model output whose call has no result yet.
     server.push(Reply::Turn(Turn::text("forked answer")));
-    let run = t.run(&[
-        "fork",
-        "--from",
-        &format!("agents/{origin}~2"),
-        "--name",
-        "Branchy",
-        "try again",
-    ]);
+    let run = t.run(&["fork", "--from", &format!("agents/{origin}~2"), "--name", "Branchy", "try again"]);
     assert!(run.ok().contains("forked answer"), "{}", run.stderr);
     let fork_req = &server.requests()[2].body;
     let messages = fork_req["messages"].as_array().expect("messages");
     // The unpaired call was cut: the goal entry, then the new prompt, merged as one user turn.
     assert_eq!(messages.len(), 1, "{fork_req}");
     assert!(!fork_req.to_string().contains("call_1"));
-    let ids: Vec<String> = t
-        .agents()
-        .iter()
-        .map(|a| a["id"].as_str().expect("id").to_owned())
-        .collect();
+    let ids: Vec<String> = t.agents().iter().map(|a| a["id"].as_str().expect("id").to_owned()).collect();
     assert_eq!(ids.len(), 2);
     let fork = ids.iter().find(|i| **i != origin).expect("fork id");
     let facts = t.git(&["show", &format!("agents/{fork}:.offshoot/agent.toml")]);
-    assert!(
-        facts.contains("forked_from") && facts.contains("name = \"Branchy\""),
-        "{facts}"
-    );
+    assert!(facts.contains("forked_from") && facts.contains("name = \"Branchy\""), "{facts}");
     // The origin is untouched; the fork kept its work product state at the fork point.
-    assert_eq!(
-        t.git(&["show", &format!("agents/{origin}:one.txt")]),
-        "one\n"
-    );
+    assert_eq!(t.git(&["show", &format!("agents/{origin}:one.txt")]), "one\n");
 }
 
 #[test]
@@ -144,24 +89,12 @@ fn config_edit_commits_changes_and_says_when_nothing_changed() {
     let before = t.git(&["rev-parse", "config/default"]);
     t.env("EDITOR", "true");
     let run = t.run(&["config", "edit"]);
-    assert!(
-        run.stderr
-            .contains("nothing changed; nothing was committed"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("nothing changed; nothing was committed"), "{}", run.stderr);
     assert_eq!(t.git(&["rev-parse", "config/default"]), before);
 
     let script = t.root.join("edit.sh");
-    std::fs::write(
-        &script,
-        "#!/bin/sh\nsed -i 's/^max_attempts = .*/max_attempts = 9/' \"$1\"\n",
-    )
-    .expect("script");
-    std::process::Command::new("chmod")
-        .args(["+x", script.to_str().expect("utf-8")])
-        .status()
-        .expect("chmod");
+    std::fs::write(&script, "#!/bin/sh\nsed -i 's/^max_attempts = .*/max_attempts = 9/' \"$1\"\n").expect("script");
+    std::process::Command::new("chmod").args(["+x", script.to_str().expect("utf-8")]).status().expect("chmod");
     t.env("EDITOR", script.to_str().expect("utf-8"));
     let run = t.run(&["config", "edit"]);
     let commit = run.ok().trim().to_owned();

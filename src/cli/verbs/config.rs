@@ -46,20 +46,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Ok(())
         }
         Args::Edit(l) => edit(ctx, &ws, &l.lineage),
-        Args::Set {
-            key,
-            value,
-            lineage,
-        } => {
+        Args::Set { key, value, lineage } => {
             let tip = ws.config_tip(&lineage.lineage)?;
             let text = set_key(&ws.config_text_at(tip)?, key, value);
-            commit(
-                ctx,
-                &ws,
-                &lineage.lineage,
-                text,
-                &format!("config: set {key}"),
-            )
+            commit(ctx, &ws, &lineage.lineage, text, &format!("config: set {key}"))
         }
         Args::Validate { file, lineage } => match file {
             Some(path) => {
@@ -67,38 +57,24 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
                     .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
                 let tip = ws.config_tip(&lineage.lineage)?;
                 let has = |p: &str| ws.config_file(tip, p).ok().flatten().is_some();
-                Config::parse(&text, &has)
-                    .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+                Config::parse(&text, &has).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
                 ctx.out.progress(&format!("· {} is valid", path.display()));
                 Ok(())
             }
             None => {
                 ws.config(&lineage.lineage)?;
-                ctx.out
-                    .progress(&format!("· config lineage `{}` is valid", lineage.lineage));
+                ctx.out.progress(&format!("· config lineage `{}` is valid", lineage.lineage));
                 Ok(())
             }
         },
     }
 }
 
-fn commit(
-    ctx: &Ctx,
-    ws: &Workspace,
-    lineage: &str,
-    text: String,
-    message: &str,
-) -> Result<(), CliError> {
-    match ws.commit_config(
-        lineage,
-        &vec![(FILE.to_owned(), text.into_bytes())],
-        message,
-    )? {
+fn commit(ctx: &Ctx, ws: &Workspace, lineage: &str, text: String, message: &str) -> Result<(), CliError> {
+    match ws.commit_config(lineage, &vec![(FILE.to_owned(), text.into_bytes())], message)? {
         Some(commit) => {
             ctx.out.line(&commit.to_string());
-            ctx.out.progress(&format!(
-                "· committed to config/{lineage}; running agents follow it at their next step"
-            ));
+            ctx.out.progress(&format!("· committed to config/{lineage}; running agents follow it at their next step"));
         }
         None => ctx.out.progress("· nothing changed; nothing was committed"),
     }
@@ -106,17 +82,11 @@ fn commit(
 }
 
 fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
-    let editor = ctx
-        .env
-        .get("VISUAL")
-        .or(ctx.env.get("EDITOR"))
-        .unwrap_or("vi")
-        .to_owned();
+    let editor = ctx.env.get("VISUAL").or(ctx.env.get("EDITOR")).unwrap_or("vi").to_owned();
     let tip = ws.config_tip(lineage)?;
     let before = ws.config_text_at(tip)?;
     let path = std::env::temp_dir().join(format!("offshoot-{lineage}-{}.toml", std::process::id()));
-    std::fs::write(&path, &before)
-        .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
+    std::fs::write(&path, &before).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
     let status = Command::new("sh")
         .arg("-c")
         .arg(format!("{editor} \"$1\""))
@@ -126,9 +96,7 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
         .map_err(|e| CliError::runtime(format!("cannot start editor `{editor}`: {e}")))?;
     if !status.success() {
         let _ = std::fs::remove_file(&path);
-        return Err(CliError::runtime(format!(
-            "editor `{editor}` exited with {status}; nothing was committed"
-        )));
+        return Err(CliError::runtime(format!("editor `{editor}` exited with {status}; nothing was committed")));
     }
     let after = std::fs::read_to_string(&path)
         .map_err(|e| CliError::runtime(format!("cannot read {}: {e}", path.display())))?;
@@ -137,9 +105,8 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
             let _ = std::fs::remove_file(&path);
             Ok(())
         }
-        Err(e) => Err(e.hint(format!(
-            "your edit is kept in {}; fix it and run `offshoot config edit` again",
-            path.display()
-        ))),
+        Err(e) => {
+            Err(e.hint(format!("your edit is kept in {}; fix it and run `offshoot config edit` again", path.display())))
+        }
     }
 }

@@ -18,21 +18,13 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let root = match ctx.explicit_workspace() {
         Some(path) => path.clone(),
         None => {
-            let stamp = Timestamp::now()
-                .to_string()
-                .replace([':', '-'], "")
-                .to_lowercase();
-            ctx.data_root
-                .join("workspaces")
-                .join(format!("demo-{stamp}-{:04x}", random_u32() & 0xffff))
+            let stamp = Timestamp::now().to_string().replace([':', '-'], "").to_lowercase();
+            ctx.data_root.join("workspaces").join(format!("demo-{stamp}-{:04x}", random_u32() & 0xffff))
         }
     };
     let mut files = ctx.template()?;
-    let mut text = files
-        .iter()
-        .find(|(p, _)| p == FILE)
-        .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
-        .unwrap_or_default();
+    let mut text =
+        files.iter().find(|(p, _)| p == FILE).map(|(_, b)| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
     for (key, value) in [
         ("providers.demo.protocol", "replay"),
         ("providers.demo.recording", "recordings/demo.jsonl"),
@@ -43,10 +35,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     }
     files.retain(|(p, _)| p != FILE);
     files.push((FILE.to_owned(), text.into_bytes()));
-    files.push((
-        "recordings/demo.jsonl".to_owned(),
-        RECORDING.as_bytes().to_vec(),
-    ));
+    files.push(("recordings/demo.jsonl".to_owned(), RECORDING.as_bytes().to_vec()));
     validate_files(&files).map_err(crate::engine::workspace::WorkspaceError::from)?;
     let ws = Workspace::create(&root, &files)?;
     ctx.out.progress(&format!(
@@ -76,9 +65,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         format!("  offshoot -w {w} log {id}"),
         format!("  offshoot -w {w} show {id} --step 2 --request"),
         format!("  git --git-dir {w}/repo.git log --oneline --stat agents/{id}"),
-        format!(
-            "  offshoot -w {w} fork --from agents/{id}~2 \"Also count the lines of REPORT.md\""
-        ),
+        format!("  offshoot -w {w} fork --from agents/{id}~2 \"Also count the lines of REPORT.md\""),
     ];
     for line in lines {
         ctx.out.progress(&line);

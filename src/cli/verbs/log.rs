@@ -27,16 +27,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 
 fn entry_json(entry: &Entry) -> serde_json::Value {
     match entry {
-        Entry::Message {
-            number,
-            sender,
-            text,
-        } => json!({"n": number, "side": "user", "from": sender, "text": text}),
-        Entry::Output {
-            number,
-            model,
-            output,
-        } => json!({"n": number, "side": "assistant", "model": model, "output": output}),
+        Entry::Message { number, sender, text } => json!({"n": number, "side": "user", "from": sender, "text": text}),
+        Entry::Output { number, model, output } => {
+            json!({"n": number, "side": "assistant", "model": model, "output": output})
+        }
         Entry::ToolResult { number, block } => {
             json!({"n": number, "side": "tool", "result": block})
         }
@@ -48,52 +42,33 @@ fn clip(text: &str, lines: usize) -> String {
     if all.len() <= lines {
         return text.trim_end().to_owned();
     }
-    format!(
-        "{}\n… ({} more lines)",
-        all[..lines].join("\n"),
-        all.len() - lines
-    )
+    format!("{}\n… ({} more lines)", all[..lines].join("\n"), all.len() - lines)
 }
 
 fn render(entry: &Entry) -> String {
     match entry {
-        Entry::Message {
-            number,
-            sender,
-            text,
-        } => {
+        Entry::Message { number, sender, text } => {
             let body = text.split_once("\n---\n").map(|(_, b)| b).unwrap_or(text);
             format!("── {number:04} {sender}\n{}\n", body.trim_end())
         }
-        Entry::Output {
-            number,
-            model,
-            output,
-        } => {
+        Entry::Output { number, model, output } => {
             let mut s = format!("── {number:04} {model}\n");
             for b in &output.content {
                 match b {
                     Block::Text { text } => s.push_str(&format!("{}\n", text.trim_end())),
                     Block::ToolUse { name, input, .. } => {
-                        let arg = input
-                            .get("command")
-                            .or(input.get("path"))
-                            .and_then(|v| v.as_str());
+                        let arg = input.get("command").or(input.get("path")).and_then(|v| v.as_str());
                         let shown = arg.map(str::to_owned).unwrap_or_else(|| input.to_string());
                         s.push_str(&format!("→ {name} {}\n", clip(&shown, 3)));
                     }
-                    Block::Thinking { thinking, .. } => {
-                        s.push_str(&format!("(thinking: {} chars)\n", thinking.len()))
-                    }
+                    Block::Thinking { thinking, .. } => s.push_str(&format!("(thinking: {} chars)\n", thinking.len())),
                     _ => {}
                 }
             }
             s
         }
         Entry::ToolResult { number, block } => match block {
-            Block::ToolResult {
-                content, is_error, ..
-            } => {
+            Block::ToolResult { content, is_error, .. } => {
                 let mark = if *is_error { "✗" } else { "←" };
                 format!("── {number:04} tool {mark}\n{}\n", clip(content, 8))
             }

@@ -15,8 +15,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     if states.is_empty() {
-        ctx.out
-            .progress("· no agents yet; start one with `offshoot prompt \"…\"`");
+        ctx.out.progress("· no agents yet; start one with `offshoot prompt \"…\"`");
         return Ok(());
     }
     ctx.out.line(&format!(

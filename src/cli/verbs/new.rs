@@ -11,23 +11,11 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
-    let path = args
-        .path
-        .clone()
-        .or_else(|| ctx.explicit_workspace().cloned())
-        .unwrap_or_else(|| ctx.default_workspace());
-    let path = if path.is_absolute() {
-        path
-    } else {
-        std::env::current_dir()
-            .map(|d| d.join(&path))
-            .unwrap_or(path)
-    };
+    let path =
+        args.path.clone().or_else(|| ctx.explicit_workspace().cloned()).unwrap_or_else(|| ctx.default_workspace());
+    let path = if path.is_absolute() { path } else { std::env::current_dir().map(|d| d.join(&path)).unwrap_or(path) };
     let ws = Workspace::create(&path, &ctx.template()?)?;
     ctx.out.line(&ws.layout.root().display().to_string());
-    ctx.out.progress(&format!(
-        "· created workspace; use it with `offshoot -w {} prompt \"…\"`",
-        path.display()
-    ));
+    ctx.out.progress(&format!("· created workspace; use it with `offshoot -w {} prompt \"…\"`", path.display()));
     Ok(())
 }

@@ -51,20 +51,11 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 }
 
 /// Names a new agent: the first JSON event, or a progress line.
-pub fn announce(
-    ctx: &Ctx,
-    ws: &crate::engine::workspace::Workspace,
-    id: &crate::domain::id::AgentId,
-) {
-    let name = agents::list(ws)
-        .ok()
-        .and_then(|l| l.into_iter().find(|l| l.id == *id))
-        .and_then(|l| l.facts.name);
+pub fn announce(ctx: &Ctx, ws: &crate::engine::workspace::Workspace, id: &crate::domain::id::AgentId) {
+    let name = agents::list(ws).ok().and_then(|l| l.into_iter().find(|l| l.id == *id)).and_then(|l| l.facts.name);
     if ctx.out.json {
-        ctx.out
-            .event(&json!({"type": "agent", "id": id.as_str(), "name": name}));
+        ctx.out.event(&json!({"type": "agent", "id": id.as_str(), "name": name}));
     } else {
-        ctx.out
-            .progress(&format!("· agent {id} ({})", name.unwrap_or_default()));
+        ctx.out.progress(&format!("· agent {id} ({})", name.unwrap_or_default()));
     }
 }

@@ -22,12 +22,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
-    inbox::deposit(
-        &ws.layout,
-        &id,
-        &Deposit::new("user", Timestamp::now(), &args.message),
-    )
-    .map_err(|e| CliError::runtime(e.to_string()))?;
+    inbox::deposit(&ws.layout, &id, &Deposit::new("user", Timestamp::now(), &args.message))
+        .map_err(|e| CliError::runtime(e.to_string()))?;
     let busy = LockGuard::is_held(&ws.layout.lock(&id)).unwrap_or(false);
     if args.detach || busy {
         if !busy {

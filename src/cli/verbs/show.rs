@@ -19,12 +19,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let id = agents::resolve(&ws, &args.agent)?;
     if args.request {
         let request = inspect::reassemble(&ws, &id, args.step)?;
-        ctx.out
-            .stream(&String::from_utf8_lossy(&driver::request_json(&request)));
+        ctx.out.stream(&String::from_utf8_lossy(&driver::request_json(&request)));
         return Ok(());
     }
     let meta = inspect::step_meta(&ws, &id, args.step)?;
-    ctx.out
-        .line(&serde_json::to_string_pretty(&meta).unwrap_or_default());
+    ctx.out.line(&serde_json::to_string_pretty(&meta).unwrap_or_default());
     Ok(())
 }

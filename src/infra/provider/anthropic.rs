@@ -4,8 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest, json, sse,
-    str_at, u64_at,
+    Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest, json, sse, str_at, u64_at,
 };
 
 const API_VERSION: &str = "2023-06-01";
@@ -15,11 +14,7 @@ pub fn encode(req: &Request, api_key: Option<&str>) -> WireRequest {
     if let Some(key) = api_key {
         headers.push(("x-api-key".to_owned(), key.to_owned()));
     }
-    WireRequest {
-        path: "/v1/messages",
-        headers,
-        body: body(req).to_string().into_bytes(),
-    }
+    WireRequest { path: "/v1/messages", headers, body: body(req).to_string().into_bytes() }
 }
 
 fn cache_mark() -> Value {
@@ -57,10 +52,7 @@ pub fn body(req: &Request) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("max_tokens".into(), json!(req.max_output_tokens));
-    body.insert(
-        "system".into(),
-        json!([{"type": "text", "text": req.system, "cache_control": cache_mark()}]),
-    );
+    body.insert("system".into(), json!([{"type": "text", "text": req.system, "cache_control": cache_mark()}]));
     body.insert("messages".into(), Value::Array(messages));
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
@@ -80,22 +72,14 @@ fn block(b: &Block) -> Option<Value> {
             };
             json!({"type": "tool_use", "id": id, "name": name, "input": input})
         }
-        Block::ToolResult {
-            tool_use_id,
-            content,
-            is_error,
-        } => {
-            let mut v =
-                json!({"type": "tool_result", "tool_use_id": tool_use_id, "content": content});
+        Block::ToolResult { tool_use_id, content, is_error } => {
+            let mut v = json!({"type": "tool_result", "tool_use_id": tool_use_id, "content": content});
             if *is_error {
                 v["is_error"] = json!(true);
             }
             v
         }
-        Block::Thinking {
-            thinking,
-            signature,
-        } => {
+        Block::Thinking { thinking, signature } => {
             json!({"type": "thinking", "thinking": thinking, "signature": signature.clone().unwrap_or_default()})
         }
         Block::RedactedThinking { data } => json!({"type": "redacted_thinking", "data": data}),
@@ -108,15 +92,8 @@ fn block(b: &Block) -> Option<Value> {
 
 enum Partial {
     Text(String),
-    ToolUse {
-        id: String,
-        name: String,
-        json: String,
-    },
-    Thinking {
-        text: String,
-        signature: Option<String>,
-    },
+    ToolUse { id: String, name: String, json: String },
+    Thinking { text: String, signature: Option<String> },
     Redacted(String),
 }
 
@@ -145,21 +122,13 @@ impl Decoder for StreamDecoder {
                     "tool_use" => {
                         let name = str_at(&b, "/name").unwrap_or("").to_owned();
                         deltas.push(Delta::ToolCall { name: name.clone() });
-                        Partial::ToolUse {
-                            id: str_at(&b, "/id").unwrap_or("").to_owned(),
-                            name,
-                            json: String::new(),
-                        }
+                        Partial::ToolUse { id: str_at(&b, "/id").unwrap_or("").to_owned(), name, json: String::new() }
                     }
                     "thinking" => Partial::Thinking {
                         text: str_at(&b, "/thinking").unwrap_or("").to_owned(),
-                        signature: str_at(&b, "/signature")
-                            .filter(|s| !s.is_empty())
-                            .map(str::to_owned),
+                        signature: str_at(&b, "/signature").filter(|s| !s.is_empty()).map(str::to_owned),
                     },
-                    "redacted_thinking" => {
-                        Partial::Redacted(str_at(&b, "/data").unwrap_or("").to_owned())
-                    }
+                    "redacted_thinking" => Partial::Redacted(str_at(&b, "/data").unwrap_or("").to_owned()),
                     _ => Partial::Text(str_at(&b, "/text").unwrap_or("").to_owned()),
                 };
                 self.blocks.push(partial);
@@ -168,9 +137,7 @@ impl Decoder for StreamDecoder {
                 let d = v.get("delta").cloned().unwrap_or(Value::Null);
                 let index = u64_at(&v, "/index").unwrap_or(0) as usize;
                 let Some(partial) = self.blocks.get_mut(index) else {
-                    return Err(StreamError::Malformed(format!(
-                        "delta for unknown block {index}"
-                    )));
+                    return Err(StreamError::Malformed(format!("delta for unknown block {index}")));
                 };
                 match (partial, str_at(&d, "/type").unwrap_or("")) {
                     (Partial::Text(text), "text_delta") => {
@@ -191,9 +158,7 @@ impl Decoder for StreamDecoder {
                         s.push_str(str_at(&d, "/signature").unwrap_or(""));
                     }
                     (_, other) => {
-                        return Err(StreamError::Malformed(format!(
-                            "delta `{other}` does not fit block {index}"
-                        )));
+                        return Err(StreamError::Malformed(format!("delta `{other}` does not fit block {index}")));
                     }
                 }
             }
@@ -206,16 +171,9 @@ impl Decoder for StreamDecoder {
             "message_stop" => self.done = true,
             "error" => {
                 let kind = str_at(&v, "/error/type").unwrap_or("error").to_owned();
-                let retryable = matches!(
-                    kind.as_str(),
-                    "overloaded_error" | "api_error" | "rate_limit_error"
-                );
+                let retryable = matches!(kind.as_str(), "overloaded_error" | "api_error" | "rate_limit_error");
                 let message = str_at(&v, "/error/message").unwrap_or("").to_owned();
-                return Err(StreamError::Reported {
-                    kind,
-                    message,
-                    retryable,
-                });
+                return Err(StreamError::Reported { kind, message, retryable });
             }
             _ => {}
         }
@@ -235,15 +193,10 @@ impl Decoder for StreamDecoder {
             .into_iter()
             .map(|p| match p {
                 Partial::Text(text) => Block::Text { text },
-                Partial::ToolUse { id, name, json } => Block::ToolUse {
-                    id,
-                    name,
-                    input: super::parse_arguments(&json),
-                },
-                Partial::Thinking { text, signature } => Block::Thinking {
-                    thinking: text,
-                    signature,
-                },
+                Partial::ToolUse { id, name, json } => {
+                    Block::ToolUse { id, name, input: super::parse_arguments(&json) }
+                }
+                Partial::Thinking { text, signature } => Block::Thinking { thinking: text, signature },
                 Partial::Redacted(data) => Block::RedactedThinking { data },
             })
             .collect();
@@ -254,11 +207,7 @@ impl Decoder for StreamDecoder {
             Some(other) => Stop::Other(other.to_owned()),
             None => return Err(StreamError::Incomplete),
         };
-        Ok(Output {
-            content,
-            usage: self.usage,
-            stop,
-        })
+        Ok(Output { content, usage: self.usage, stop })
     }
 }
 

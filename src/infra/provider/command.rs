@@ -10,15 +10,9 @@ use serde_json::Value;
 use super::transport::{AttemptRecord, CallError, Observer};
 use super::{Delta, Output, Request, Stop, sse};
 
-pub fn call(
-    argv: &[String],
-    req: &Request,
-    observer: &mut dyn Observer,
-) -> Result<Output, CallError> {
+pub fn call(argv: &[String], req: &Request, observer: &mut dyn Observer) -> Result<Output, CallError> {
     let Some((program, args)) = argv.split_first() else {
-        return Err(CallError::Other(
-            "the command provider has an empty `command`".into(),
-        ));
+        return Err(CallError::Other("the command provider has an empty `command`".into()));
     };
     observer.attempt_started(1);
     let started = std::time::Instant::now();
@@ -41,36 +35,21 @@ pub fn call(
             if line.trim().is_empty() {
                 continue;
             }
-            observer.raw(
-                1,
-                &sse::Event {
-                    event: "command".into(),
-                    data: line.clone(),
-                },
-            );
-            let v: Value = serde_json::from_str(&line).map_err(|e| {
-                CallError::Other(format!(
-                    "`{program}` printed a line that is not JSON ({e}): {line}"
-                ))
-            })?;
+            observer.raw(1, &sse::Event { event: "command".into(), data: line.clone() });
+            let v: Value = serde_json::from_str(&line)
+                .map_err(|e| CallError::Other(format!("`{program}` printed a line that is not JSON ({e}): {line}")))?;
             match v.get("type").and_then(Value::as_str) {
-                Some("text") => {
-                    observer.delta(&Delta::Text(v["text"].as_str().unwrap_or("").to_owned()))
-                }
+                Some("text") => observer.delta(&Delta::Text(v["text"].as_str().unwrap_or("").to_owned())),
                 Some("output") => {
                     output = Some(serde_json::from_value::<Output>(v).map_err(|e| {
-                        CallError::Other(format!(
-                            "`{program}` printed an output that does not parse: {e}"
-                        ))
+                        CallError::Other(format!("`{program}` printed an output that does not parse: {e}"))
                     })?);
                 }
                 _ => {}
             }
         }
     }
-    let result = child
-        .wait_with_output()
-        .map_err(|e| CallError::Other(format!("waiting for `{program}`: {e}")))?;
+    let result = child.wait_with_output().map_err(|e| CallError::Other(format!("waiting for `{program}`: {e}")))?;
     let mut record = AttemptRecord {
         attempt: 1,
         status: None,
@@ -82,18 +61,12 @@ pub fn call(
         let stderr = String::from_utf8_lossy(&result.stderr).trim().to_owned();
         record.error = Some(format!("{} {stderr}", result.status));
         observer.attempt_ended(&record);
-        return Err(CallError::Other(format!(
-            "`{program}` failed ({}): {stderr}",
-            result.status
-        )));
+        return Err(CallError::Other(format!("`{program}` failed ({}): {stderr}", result.status)));
     }
     observer.attempt_ended(&record);
-    let output =
-        output.ok_or_else(|| CallError::Other(format!("`{program}` printed no `output` line")))?;
+    let output = output.ok_or_else(|| CallError::Other(format!("`{program}` printed no `output` line")))?;
     if output.stop == Stop::MaxTokens {
-        return Err(CallError::Truncated {
-            output_tokens: output.usage.output,
-        });
+        return Err(CallError::Truncated { output_tokens: output.usage.output });
     }
     Ok(output)
 }

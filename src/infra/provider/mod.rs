@@ -168,11 +168,7 @@ pub trait Decoder {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StreamError {
     #[error("provider reported `{kind}`: {message}")]
-    Reported {
-        kind: String,
-        message: String,
-        retryable: bool,
-    },
+    Reported { kind: String, message: String, retryable: bool },
     #[error("malformed stream: {0}")]
     Malformed(String),
     #[error("stream ended before the response was complete")]

@@ -4,8 +4,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest,
-    arguments_text, json, sse, str_at, u64_at,
+    Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest, arguments_text, json, sse,
+    str_at, u64_at,
 };
 
 pub fn encode(req: &Request, api_key: Option<&str>, max_tokens_field: &str) -> WireRequest {
@@ -17,9 +17,7 @@ pub fn encode(req: &Request, api_key: Option<&str>, max_tokens_field: &str) -> W
 }
 
 pub(super) fn bearer(api_key: Option<&str>) -> Vec<(String, String)> {
-    api_key
-        .map(|k| vec![("authorization".to_owned(), format!("Bearer {k}"))])
-        .unwrap_or_default()
+    api_key.map(|k| vec![("authorization".to_owned(), format!("Bearer {k}"))]).unwrap_or_default()
 }
 
 pub fn body(req: &Request, max_tokens_field: &str) -> Value {
@@ -58,9 +56,8 @@ fn user_messages(content: &[Block], out: &mut Vec<Value>) {
                 out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
             }
             Block::Text { text } => parts.push(json!({"type": "text", "text": text})),
-            Block::Image { media_type, data } => parts.push(
-                json!({"type": "image_url", "image_url": {"url": format!("data:{media_type};base64,{data}")}}),
-            ),
+            Block::Image { media_type, data } => parts
+                .push(json!({"type": "image_url", "image_url": {"url": format!("data:{media_type};base64,{data}")}})),
             _ => {}
         }
     }
@@ -120,19 +117,10 @@ impl Decoder for StreamDecoder {
         }
         let v = json(data)?;
         if let Some(err) = v.get("error") {
-            let kind = str_at(err, "/type")
-                .or(str_at(err, "/code"))
-                .unwrap_or("error")
-                .to_owned();
+            let kind = str_at(err, "/type").or(str_at(err, "/code")).unwrap_or("error").to_owned();
             let message = str_at(err, "/message").unwrap_or("").to_owned();
-            let retryable = kind.contains("overloaded")
-                || kind.contains("server_error")
-                || kind.contains("rate_limit");
-            return Err(StreamError::Reported {
-                kind,
-                message,
-                retryable,
-            });
+            let retryable = kind.contains("overloaded") || kind.contains("server_error") || kind.contains("rate_limit");
+            return Err(StreamError::Reported { kind, message, retryable });
         }
         let mut deltas = Vec::new();
         if let Some(choice) = v.pointer("/choices/0") {
@@ -140,21 +128,12 @@ impl Decoder for StreamDecoder {
                 self.text.push_str(piece);
                 deltas.push(Delta::Text(piece.to_owned()));
             }
-            if let Some(piece) =
-                str_at(choice, "/delta/reasoning_content").or(str_at(choice, "/delta/reasoning"))
-            {
+            if let Some(piece) = str_at(choice, "/delta/reasoning_content").or(str_at(choice, "/delta/reasoning")) {
                 self.reasoning.push_str(piece);
                 deltas.push(Delta::Thinking(piece.to_owned()));
             }
-            for call in choice
-                .pointer("/delta/tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let index = u64_at(call, "/index")
-                    .unwrap_or(self.calls.len().saturating_sub(1) as u64)
-                    as usize;
+            for call in choice.pointer("/delta/tool_calls").and_then(Value::as_array).into_iter().flatten() {
+                let index = u64_at(call, "/index").unwrap_or(self.calls.len().saturating_sub(1) as u64) as usize;
                 while self.calls.len() <= index {
                     self.calls.push(Call::default());
                 }
@@ -164,9 +143,7 @@ impl Decoder for StreamDecoder {
                 }
                 if let Some(name) = str_at(call, "/function/name") {
                     c.name.push_str(name);
-                    deltas.push(Delta::ToolCall {
-                        name: c.name.clone(),
-                    });
+                    deltas.push(Delta::ToolCall { name: c.name.clone() });
                 }
                 if let Some(args) = str_at(call, "/function/arguments") {
                     c.arguments.push_str(args);
@@ -198,20 +175,13 @@ impl Decoder for StreamDecoder {
         };
         let mut content = Vec::new();
         if !self.reasoning.is_empty() {
-            content.push(Block::Thinking {
-                thinking: self.reasoning,
-                signature: None,
-            });
+            content.push(Block::Thinking { thinking: self.reasoning, signature: None });
         }
         if !self.text.is_empty() {
             content.push(Block::Text { text: self.text });
         }
         for c in self.calls {
-            content.push(Block::ToolUse {
-                id: c.id,
-                name: c.name,
-                input: super::parse_arguments(&c.arguments),
-            });
+            content.push(Block::ToolUse { id: c.id, name: c.name, input: super::parse_arguments(&c.arguments) });
         }
         let stop = match finish.as_str() {
             "stop" => Stop::EndTurn,
@@ -219,10 +189,6 @@ impl Decoder for StreamDecoder {
             "length" => Stop::MaxTokens,
             other => Stop::Other(other.to_owned()),
         };
-        Ok(Output {
-            content,
-            usage: self.usage,
-            stop,
-        })
+        Ok(Output { content, usage: self.usage, stop })
     }
 }

@@ -4,8 +4,8 @@
 use serde_json::{Map, Value, json};
 
 use super::{
-    Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest,
-    arguments_text, json, sse, str_at, u64_at,
+    Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest, arguments_text, json, sse,
+    str_at, u64_at,
 };
 
 pub fn encode(req: &Request, api_key: Option<&str>) -> WireRequest {
@@ -28,7 +28,9 @@ pub fn body(req: &Request) -> Value {
     let tools: Vec<Value> = req
         .tools
         .iter()
-        .map(|t| json!({"type": "function", "name": t.name, "description": t.description, "parameters": t.input_schema}))
+        .map(
+            |t| json!({"type": "function", "name": t.name, "description": t.description, "parameters": t.input_schema}),
+        )
         .collect();
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
@@ -51,14 +53,7 @@ fn item(role: Role, b: &Block) -> Option<Value> {
         }
         (Role::User, Block::Image { media_type, data }) => json!({"role": "user", "content": [
             {"type": "input_image", "image_url": format!("data:{media_type};base64,{data}")}]}),
-        (
-            Role::User,
-            Block::ToolResult {
-                tool_use_id,
-                content,
-                ..
-            },
-        ) => {
+        (Role::User, Block::ToolResult { tool_use_id, content, .. }) => {
             json!({"type": "function_call_output", "call_id": tool_use_id, "output": content})
         }
         (Role::Assistant, Block::Text { text }) => json!({"type": "message", "role": "assistant",
@@ -87,23 +82,15 @@ impl Decoder for StreamDecoder {
             return Ok(Vec::new());
         }
         let v = json(&event.data)?;
-        let kind = str_at(&v, "/type")
-            .unwrap_or(event.event.as_str())
-            .to_owned();
+        let kind = str_at(&v, "/type").unwrap_or(event.event.as_str()).to_owned();
         let mut deltas = Vec::new();
         match kind.as_str() {
-            "response.output_text.delta" => {
-                deltas.push(Delta::Text(str_at(&v, "/delta").unwrap_or("").to_owned()))
-            }
+            "response.output_text.delta" => deltas.push(Delta::Text(str_at(&v, "/delta").unwrap_or("").to_owned())),
             "response.reasoning_summary_text.delta" => {
-                deltas.push(Delta::Thinking(
-                    str_at(&v, "/delta").unwrap_or("").to_owned(),
-                ));
+                deltas.push(Delta::Thinking(str_at(&v, "/delta").unwrap_or("").to_owned()));
             }
             "response.output_item.added" if str_at(&v, "/item/type") == Some("function_call") => {
-                deltas.push(Delta::ToolCall {
-                    name: str_at(&v, "/item/name").unwrap_or("").to_owned(),
-                });
+                deltas.push(Delta::ToolCall { name: str_at(&v, "/item/name").unwrap_or("").to_owned() });
             }
             "response.output_item.done" => {
                 if let Some(item) = v.get("item") {
@@ -113,8 +100,7 @@ impl Decoder for StreamDecoder {
             "response.completed" | "response.incomplete" => {
                 let r = v.get("response").cloned().unwrap_or(Value::Null);
                 self.status = str_at(&r, "/status").map(str::to_owned);
-                self.incomplete_reason =
-                    str_at(&r, "/incomplete_details/reason").map(str::to_owned);
+                self.incomplete_reason = str_at(&r, "/incomplete_details/reason").map(str::to_owned);
                 if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
                     self.usage = Usage {
                         input: u64_at(u, "/input_tokens"),
@@ -127,23 +113,12 @@ impl Decoder for StreamDecoder {
                 self.done = true;
             }
             "response.failed" | "error" => {
-                let err = v
-                    .pointer("/response/error")
-                    .or(v.get("error"))
-                    .unwrap_or(&v);
-                let code = str_at(err, "/code")
-                    .or(str_at(err, "/type"))
-                    .unwrap_or("error")
-                    .to_owned();
+                let err = v.pointer("/response/error").or(v.get("error")).unwrap_or(&v);
+                let code = str_at(err, "/code").or(str_at(err, "/type")).unwrap_or("error").to_owned();
                 let message = str_at(err, "/message").unwrap_or("").to_owned();
-                let retryable = code.contains("server_error")
-                    || code.contains("overloaded")
-                    || code.contains("rate_limit");
-                return Err(StreamError::Reported {
-                    kind: code,
-                    message,
-                    retryable,
-                });
+                let retryable =
+                    code.contains("server_error") || code.contains("overloaded") || code.contains("rate_limit");
+                return Err(StreamError::Reported { kind: code, message, retryable });
             }
             _ => {}
         }
@@ -163,12 +138,7 @@ impl Decoder for StreamDecoder {
         for item in self.items {
             match str_at(&item, "/type").unwrap_or("") {
                 "message" => {
-                    for part in item
-                        .get("content")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                    {
+                    for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
                         if let Some(text) = str_at(part, "/text") {
                             content.push(Block::text(text));
                         }
@@ -192,10 +162,6 @@ impl Decoder for StreamDecoder {
             _ if called => Stop::ToolUse,
             _ => Stop::EndTurn,
         };
-        Ok(Output {
-            content,
-            usage: self.usage,
-            stop,
-        })
+        Ok(Output { content, usage: self.usage, stop })
     }
 }

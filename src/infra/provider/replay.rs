@@ -15,16 +15,8 @@ pub fn parse(recording: &str) -> Result<Vec<Output>, String> {
         .collect()
 }
 
-pub fn call(
-    outputs: &[Output],
-    req: &Request,
-    observer: &mut dyn Observer,
-) -> Result<Output, CallError> {
-    let index = req
-        .messages
-        .iter()
-        .filter(|m| m.role == Role::Assistant)
-        .count();
+pub fn call(outputs: &[Output], req: &Request, observer: &mut dyn Observer) -> Result<Output, CallError> {
+    let index = req.messages.iter().filter(|m| m.role == Role::Assistant).count();
     observer.attempt_started(1);
     let Some(output) = outputs.get(index) else {
         return Err(CallError::Other(format!(
@@ -34,13 +26,7 @@ pub fn call(
         )));
     };
     let line = serde_json::to_string(output).map_err(|e| CallError::Other(e.to_string()))?;
-    observer.raw(
-        1,
-        &sse::Event {
-            event: "replay".into(),
-            data: line,
-        },
-    );
+    observer.raw(1, &sse::Event { event: "replay".into(), data: line });
     for block in &output.content {
         match block {
             Block::Text { text } => observer.delta(&Delta::Text(text.clone())),
@@ -48,12 +34,6 @@ pub fn call(
             _ => {}
         }
     }
-    observer.attempt_ended(&AttemptRecord {
-        attempt: 1,
-        status: None,
-        error: None,
-        retry_after_ms: None,
-        millis: 0,
-    });
+    observer.attempt_ended(&AttemptRecord { attempt: 1, status: None, error: None, retry_after_ms: None, millis: 0 });
     Ok(output.clone())
 }

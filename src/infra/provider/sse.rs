@@ -57,10 +57,7 @@ impl Parser {
         }
         let text = String::from_utf8_lossy(line);
         let (field, value) = match text.find(':') {
-            Some(i) => (
-                &text[..i],
-                text[i + 1..].strip_prefix(' ').unwrap_or(&text[i + 1..]),
-            ),
+            Some(i) => (&text[..i], text[i + 1..].strip_prefix(' ').unwrap_or(&text[i + 1..])),
             None => (&text[..], ""),
         };
         match field {
@@ -91,18 +88,9 @@ mod tests {
             ev
         };
         let expected = vec![
-            Event {
-                event: "a".into(),
-                data: "{\"x\":1}".into(),
-            },
-            Event {
-                event: "".into(),
-                data: "one\ntwo".into(),
-            },
-            Event {
-                event: "b".into(),
-                data: "tail".into(),
-            },
+            Event { event: "a".into(), data: "{\"x\":1}".into() },
+            Event { event: "".into(), data: "one\ntwo".into() },
+            Event { event: "b".into(), data: "tail".into() },
         ];
         assert_eq!(whole, expected);
         for cut in 0..stream.len() {

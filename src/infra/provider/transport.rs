@@ -48,18 +48,9 @@ pub trait Observer {
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     #[error("HTTP {status} from {url}: {body}")]
-    Status {
-        url: String,
-        status: u16,
-        body: String,
-        attempts: u32,
-    },
+    Status { url: String, status: u16, body: String, attempts: u32 },
     #[error("cannot reach {url}: {message}")]
-    Connect {
-        url: String,
-        message: String,
-        attempts: u32,
-    },
+    Connect { url: String, message: String, attempts: u32 },
     #[error("{source}")]
     Stream { source: StreamError, attempts: u32 },
     #[error("the response was cut off by the output limit after {output_tokens:?} tokens")]
@@ -90,10 +81,7 @@ impl Transport {
             .timeout_per_read(Some(settings.idle_timeout))
             .user_agent(concat!("offshoot/", env!("CARGO_PKG_VERSION")))
             .build();
-        Transport {
-            agent: config.into(),
-            settings,
-        }
+        Transport { agent: config.into(), settings }
     }
 
     /// Sends `wire`, decoding with a fresh decoder per attempt, until one attempt
@@ -104,11 +92,7 @@ impl Transport {
         new_decoder: &dyn Fn() -> Box<dyn Decoder>,
         observer: &mut dyn Observer,
     ) -> Result<Output, CallError> {
-        let url = format!(
-            "{}{}",
-            self.settings.base_url.trim_end_matches('/'),
-            wire.path
-        );
+        let url = format!("{}{}", self.settings.base_url.trim_end_matches('/'), wire.path);
         let policy = &self.settings.retry;
         let mut attempt = 0;
         loop {
@@ -116,22 +100,14 @@ impl Transport {
             observer.attempt_started(attempt);
             let started = Instant::now();
             let result = self.attempt(&url, wire, new_decoder(), attempt, observer);
-            let mut record = AttemptRecord {
-                attempt,
-                status: None,
-                error: None,
-                retry_after_ms: None,
-                millis: 0,
-            };
+            let mut record = AttemptRecord { attempt, status: None, error: None, retry_after_ms: None, millis: 0 };
             match result {
                 Ok(output) => {
                     record.status = Some(200);
                     record.millis = started.elapsed().as_millis() as u64;
                     observer.attempt_ended(&record);
                     if output.stop == Stop::MaxTokens {
-                        return Err(CallError::Truncated {
-                            output_tokens: output.usage.output,
-                        });
+                        return Err(CallError::Truncated { output_tokens: output.usage.output });
                     }
                     return Ok(output);
                 }
@@ -160,41 +136,21 @@ impl Transport {
         attempt: u32,
         observer: &mut dyn Observer,
     ) -> Result<Output, Failure> {
-        let mut req = self
-            .agent
-            .post(url)
-            .header("content-type", "application/json")
-            .header("accept", "text/event-stream");
+        let mut req =
+            self.agent.post(url).header("content-type", "application/json").header("accept", "text/event-stream");
         for (k, v) in &wire.headers {
             req = req.header(k, v);
         }
-        let response = req
-            .send(&wire.body[..])
-            .map_err(|e| connect_failure(url, &e))?;
+        let response = req.send(&wire.body[..]).map_err(|e| connect_failure(url, &e))?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let retry_after = retry_after(response.headers());
             let mut body = String::new();
-            let _ = response
-                .into_body()
-                .into_reader()
-                .take(64 * 1024)
-                .read_to_string(&mut body);
-            observer.raw(
-                attempt,
-                &sse::Event {
-                    event: format!("http-{status}"),
-                    data: body.clone(),
-                },
-            );
+            let _ = response.into_body().into_reader().take(64 * 1024).read_to_string(&mut body);
+            observer.raw(attempt, &sse::Event { event: format!("http-{status}"), data: body.clone() });
             let retryable = matches!(status, 408 | 409 | 429 | 500..=599);
             return Err(Failure {
-                error: CallError::Status {
-                    url: url.to_owned(),
-                    status,
-                    body: summarize(&body),
-                    attempts: 0,
-                },
+                error: CallError::Status { url: url.to_owned(), status, body: summarize(&body), attempts: 0 },
                 retryable,
                 retry_after,
                 status: Some(status),
@@ -205,10 +161,7 @@ impl Transport {
         let mut buf = vec![0u8; 16 * 1024];
         let stream_failure = |source: StreamError| Failure {
             retryable: source.retryable(),
-            error: CallError::Stream {
-                source,
-                attempts: 0,
-            },
+            error: CallError::Stream { source, attempts: 0 },
             retry_after: None,
             status: Some(status),
         };
@@ -228,11 +181,7 @@ impl Transport {
                     });
                 }
             };
-            let events = if n == 0 {
-                parser_finish(&mut parser)
-            } else {
-                parser.push(&buf[..n])
-            };
+            let events = if n == 0 { parser_finish(&mut parser) } else { parser.push(&buf[..n]) };
             for event in &events {
                 observer.raw(attempt, event);
                 for delta in decoder.feed(event).map_err(stream_failure)? {
@@ -254,11 +203,7 @@ fn parser_finish(parser: &mut sse::Parser) -> Vec<sse::Event> {
 fn connect_failure(url: &str, e: &ureq::Error) -> Failure {
     let retryable = !matches!(e, ureq::Error::BadUri(_) | ureq::Error::Http(_));
     Failure {
-        error: CallError::Connect {
-            url: url.to_owned(),
-            message: e.to_string(),
-            attempts: 0,
-        },
+        error: CallError::Connect { url: url.to_owned(), message: e.to_string(), attempts: 0 },
         retryable,
         retry_after: None,
         status: None,
@@ -267,23 +212,9 @@ fn connect_failure(url: &str, e: &ureq::Error) -> Failure {
 
 fn with_attempts(error: CallError, n: u32) -> CallError {
     match error {
-        CallError::Status {
-            url, status, body, ..
-        } => CallError::Status {
-            url,
-            status,
-            body,
-            attempts: n,
-        },
-        CallError::Connect { url, message, .. } => CallError::Connect {
-            url,
-            message,
-            attempts: n,
-        },
-        CallError::Stream { source, .. } => CallError::Stream {
-            source,
-            attempts: n,
-        },
+        CallError::Status { url, status, body, .. } => CallError::Status { url, status, body, attempts: n },
+        CallError::Connect { url, message, .. } => CallError::Connect { url, message, attempts: n },
+        CallError::Stream { source, .. } => CallError::Stream { source, attempts: n },
         other => other,
     }
 }
@@ -291,33 +222,19 @@ fn with_attempts(error: CallError, n: u32) -> CallError {
 /// Error bodies are often JSON with a message inside; show that message.
 fn summarize(body: &str) -> String {
     let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
-    let message = parsed.as_ref().and_then(|v| {
-        v.pointer("/error/message")
-            .or(v.get("message"))
-            .and_then(|m| m.as_str())
-            .map(str::to_owned)
-    });
+    let message = parsed
+        .as_ref()
+        .and_then(|v| v.pointer("/error/message").or(v.get("message")).and_then(|m| m.as_str()).map(str::to_owned));
     let text = message.unwrap_or_else(|| body.trim().to_owned());
-    if text.len() > 500 {
-        format!("{}…", &text[..text.floor_char_boundary(500)])
-    } else {
-        text
-    }
+    if text.len() > 500 { format!("{}…", &text[..text.floor_char_boundary(500)]) } else { text }
 }
 
 fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
-    let get = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
     }
-    get("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+    get("retry-after").and_then(|v| v.parse::<f64>().ok()).map(|s| Duration::from_secs_f64(s.max(0.0)))
 }
 
 /// Exponential backoff capped at the policy's maximum, with jitter; a server's
@@ -326,14 +243,9 @@ fn backoff(policy: &RetryPolicy, attempt: u32, asked: Option<Duration>) -> Durat
     if let Some(asked) = asked {
         return asked.min(Duration::from_secs(300));
     }
-    let exp = policy
-        .initial_backoff
-        .saturating_mul(1u32 << (attempt - 1).min(16));
+    let exp = policy.initial_backoff.saturating_mul(1u32 << (attempt - 1).min(16));
     let capped = exp.min(policy.max_backoff);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .subsec_nanos();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
     let jitter = 0.5 + f64::from(nanos % 1000) / 2000.0;
     capped.mul_f64(jitter)
 }

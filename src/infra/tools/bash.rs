@@ -14,16 +14,9 @@ const DEFAULT_TIMEOUT_SECS: u64 = 120;
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let command = str_arg(input, "command")?;
-    let timeout = Duration::from_secs(
-        u64_arg(input, "timeout_secs")?
-            .unwrap_or(DEFAULT_TIMEOUT_SECS)
-            .clamp(1, 3600),
-    );
+    let timeout = Duration::from_secs(u64_arg(input, "timeout_secs")?.unwrap_or(DEFAULT_TIMEOUT_SECS).clamp(1, 3600));
     if !env.cwd.is_dir() {
-        return Err(ToolError::ToModel(format!(
-            "the working directory {} does not exist",
-            env.cwd.display()
-        )));
+        return Err(ToolError::ToModel(format!("the working directory {} does not exist", env.cwd.display())));
     }
     let mut child = Command::new("sh")
         .arg("-c")
@@ -58,25 +51,13 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     let stderr = stderr.join().unwrap_or_default();
     let code = status.and_then(|s| s.ok()).and_then(|s| s.code());
     let summary = match (timed_out, code) {
-        (true, _) => format!(
-            "timed out after {} s; the command and its processes were killed",
-            timeout.as_secs()
-        ),
+        (true, _) => format!("timed out after {} s; the command and its processes were killed", timeout.as_secs()),
         (false, Some(code)) => format!("exit code {code}"),
         (false, None) => "killed by a signal".to_owned(),
     };
     Ok(ToolOutput {
         summary,
-        streams: vec![
-            Stream {
-                name: "stdout",
-                text: stdout,
-            },
-            Stream {
-                name: "stderr",
-                text: stderr,
-            },
-        ],
+        streams: vec![Stream { name: "stdout", text: stdout }, Stream { name: "stderr", text: stderr }],
         is_error: timed_out || code != Some(0),
     })
 }
@@ -105,20 +86,12 @@ mod tests {
     use serde_json::json;
 
     fn env() -> ToolEnv {
-        ToolEnv {
-            cwd: std::env::temp_dir(),
-            workspace: "/ws".into(),
-            agent: "abc".into(),
-        }
+        ToolEnv { cwd: std::env::temp_dir(), workspace: "/ws".into(), agent: "abc".into() }
     }
 
     #[test]
     fn reports_exit_code_both_streams_and_environment() {
-        let out = run(
-            &env(),
-            &json!({"command": "echo $OFFSHOOT_AGENT; echo oops >&2; exit 3"}),
-        )
-        .expect("runs");
+        let out = run(&env(), &json!({"command": "echo $OFFSHOOT_AGENT; echo oops >&2; exit 3"})).expect("runs");
         assert_eq!(out.summary, "exit code 3");
         assert!(out.is_error);
         assert_eq!(out.streams[0].text, "abc\n");
@@ -128,16 +101,8 @@ mod tests {
     #[test]
     fn timeout_kills_the_whole_group() {
         let started = std::time::Instant::now();
-        let out = run(
-            &env(),
-            &json!({"command": "sleep 30 & sleep 30", "timeout_secs": 1}),
-        )
-        .expect("runs");
-        assert!(
-            out.summary.starts_with("timed out after 1 s"),
-            "{}",
-            out.summary
-        );
+        let out = run(&env(), &json!({"command": "sleep 30 & sleep 30", "timeout_secs": 1})).expect("runs");
+        assert!(out.summary.starts_with("timed out after 1 s"), "{}", out.summary);
         assert!(started.elapsed() < Duration::from_secs(10));
     }
 

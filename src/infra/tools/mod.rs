@@ -108,21 +108,16 @@ fn str_arg<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
 fn u64_arg(input: &Value, key: &str) -> Result<Option<u64>, ToolError> {
     match input.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .map(Some)
-            .ok_or_else(|| ToolError::ToModel(format!("`{key}` must be a positive integer"))),
+        Some(v) => {
+            v.as_u64().map(Some).ok_or_else(|| ToolError::ToModel(format!("`{key}` must be a positive integer")))
+        }
     }
 }
 
 /// Resolves a path argument against the working directory.
 fn resolve(env: &ToolEnv, path: &str) -> PathBuf {
     let p = Path::new(path);
-    if p.is_absolute() {
-        p.to_owned()
-    } else {
-        env.cwd.join(p)
-    }
+    if p.is_absolute() { p.to_owned() } else { env.cwd.join(p) }
 }
 
 #[cfg(test)]
@@ -134,11 +129,7 @@ mod tests {
         for b in BUILTINS {
             let spec = b.spec();
             assert_eq!(spec.input_schema["type"], "object", "{}", b.name);
-            assert!(
-                spec.description.len() > 40,
-                "{} needs a real description",
-                b.name
-            );
+            assert!(spec.description.len() > 40, "{} needs a real description", b.name);
         }
     }
 }

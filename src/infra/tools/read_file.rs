@@ -12,12 +12,9 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     let offset = u64_arg(input, "offset")?.unwrap_or(1).max(1);
     let limit = u64_arg(input, "limit")?.unwrap_or(DEFAULT_LIMIT).max(1);
     let full = resolve(env, path);
-    let meta = std::fs::metadata(&full)
-        .map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
+    let meta = std::fs::metadata(&full).map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
     if meta.is_dir() {
-        return Err(ToolError::ToModel(format!(
-            "`{path}` is a directory; use `bash` with `ls` to list it"
-        )));
+        return Err(ToolError::ToModel(format!("`{path}` is a directory; use `bash` with `ls` to list it")));
     }
     if meta.len() > MAX_BYTES {
         return Err(ToolError::ToModel(format!(
@@ -25,49 +22,29 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
             meta.len()
         )));
     }
-    let bytes = std::fs::read(&full)
-        .map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
+    let bytes = std::fs::read(&full).map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
     if bytes[..bytes.len().min(8192)].contains(&0) || std::str::from_utf8(&bytes).is_err() {
-        return Err(ToolError::ToModel(format!(
-            "`{path}` is a binary file of {} bytes; it was not read",
-            bytes.len()
-        )));
+        return Err(ToolError::ToModel(format!("`{path}` is a binary file of {} bytes; it was not read", bytes.len())));
     }
     let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().collect();
     let total = lines.len() as u64;
     if total == 0 {
-        return Ok(ToolOutput {
-            summary: format!("`{path}` is empty"),
-            streams: Vec::new(),
-            is_error: false,
-        });
+        return Ok(ToolOutput { summary: format!("`{path}` is empty"), streams: Vec::new(), is_error: false });
     }
     if offset > total {
-        return Err(ToolError::ToModel(format!(
-            "`{path}` has {total} lines; offset {offset} is past the end"
-        )));
+        return Err(ToolError::ToModel(format!("`{path}` has {total} lines; offset {offset} is past the end")));
     }
     let end = (offset - 1 + limit).min(total);
     let mut body = String::new();
-    for (i, line) in lines[(offset - 1) as usize..end as usize]
-        .iter()
-        .enumerate()
-    {
+    for (i, line) in lines[(offset - 1) as usize..end as usize].iter().enumerate() {
         body.push_str(&format!("{:>6}\t{line}\n", offset + i as u64));
     }
     let mut summary = format!("`{path}`: lines {offset}-{end} of {total}");
     if end < total {
         summary.push_str(&format!("; continue with offset {}", end + 1));
     }
-    Ok(ToolOutput {
-        summary,
-        streams: vec![Stream {
-            name: "content",
-            text: body,
-        }],
-        is_error: false,
-    })
+    Ok(ToolOutput { summary, streams: vec![Stream { name: "content", text: body }], is_error: false })
 }
 
 #[cfg(test)]
@@ -81,22 +58,12 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("f.txt"), "a\nb\nc\n").expect("write");
         std::fs::write(dir.join("bin"), [0u8, 1, 2]).expect("write");
-        let env = ToolEnv {
-            cwd: dir.clone(),
-            workspace: dir.clone(),
-            agent: "a".into(),
-        };
+        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
         let out = run(&env, &json!({"path": "f.txt", "offset": 2, "limit": 1})).expect("reads");
-        assert_eq!(
-            out.summary,
-            "`f.txt`: lines 2-2 of 3; continue with offset 3"
-        );
+        assert_eq!(out.summary, "`f.txt`: lines 2-2 of 3; continue with offset 3");
         assert_eq!(out.streams[0].text, "     2\tb\n");
         let err = run(&env, &json!({"path": "bin"})).expect_err("binary");
-        assert_eq!(
-            err.to_string(),
-            "`bin` is a binary file of 3 bytes; it was not read"
-        );
+        assert_eq!(err.to_string(), "`bin` is a binary file of 3 bytes; it was not read");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -28,12 +28,7 @@ pub struct Turn {
 
 impl Turn {
     pub fn text(text: &str) -> Turn {
-        Turn {
-            text: Some(text.into()),
-            input_tokens: 100,
-            output_tokens: 10,
-            ..Default::default()
-        }
+        Turn { text: Some(text.into()), input_tokens: 100, output_tokens: 10, ..Default::default() }
     }
 
     pub fn bash(id: &str, command: &str) -> Turn {
@@ -84,10 +79,7 @@ pub struct Recorded {
 
 impl Recorded {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 }
 
@@ -123,11 +115,7 @@ impl Server {
                 std::thread::spawn(move || serve(stream, state, record));
             }
         });
-        Server {
-            port,
-            state,
-            record,
-        }
+        Server { port, state, record }
     }
 
     pub fn url(&self) -> String {
@@ -169,6 +157,7 @@ enum Dialect {
 }
 
 fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
+    let _ = stream.set_nodelay(true);
     let mut reader = BufReader::new(stream.try_clone().expect("clone"));
     let mut writer = stream;
     loop {
@@ -195,12 +184,7 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
             let mut s = state.lock().expect("state");
             s.served += 1;
             if record {
-                s.requests.push(Recorded {
-                    path: path.clone(),
-                    headers: headers.clone(),
-                    body: body.clone(),
-                    raw,
-                });
+                s.requests.push(Recorded { path: path.clone(), headers: headers.clone(), body: body.clone(), raw });
             }
             match s.script.pop_front() {
                 Some(r) => r,
@@ -211,33 +195,20 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
                 None => Reply::Status {
                     code: 400,
                     retry_after: None,
-                    body: error_body(
-                        dialect,
-                        "invalid_request_error",
-                        "the scripted server has no reply left",
-                    ),
+                    body: error_body(dialect, "invalid_request_error", "the scripted server has no reply left"),
                 },
             }
         };
         if let Err(problem) = check_request(dialect, &body) {
-            let _ = respond_status(
-                &mut writer,
-                400,
-                None,
-                &error_body(dialect, "invalid_request_error", &problem),
-            );
+            let _ = respond_status(&mut writer, 400, None, &error_body(dialect, "invalid_request_error", &problem));
             continue;
         }
         let ok = match reply {
-            Reply::Status {
-                code,
-                retry_after,
-                body,
-            } => respond_status(&mut writer, code, retry_after.as_deref(), &body),
-            Reply::Turn(turn) => respond_stream(&mut writer, &events(dialect, &turn, false), None),
-            Reply::Truncated(turn) => {
-                respond_stream(&mut writer, &events(dialect, &turn, true), None)
+            Reply::Status { code, retry_after, body } => {
+                respond_status(&mut writer, code, retry_after.as_deref(), &body)
             }
+            Reply::Turn(turn) => respond_stream(&mut writer, &events(dialect, &turn, false), None),
+            Reply::Truncated(turn) => respond_stream(&mut writer, &events(dialect, &turn, true), None),
             Reply::ResetMidStream(turn) => {
                 let all = events(dialect, &turn, false);
                 let _ = respond_stream(&mut writer, &all[..all.len() / 2], Some(Duration::ZERO));
@@ -299,16 +270,9 @@ fn read_request(reader: &mut BufReader<TcpStream>) -> Option<RawRequest> {
     Some((path, headers, body))
 }
 
-fn respond_status(
-    w: &mut TcpStream,
-    code: u16,
-    retry_after: Option<&str>,
-    body: &str,
-) -> std::io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {code} Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
-        body.len()
-    );
+fn respond_status(w: &mut TcpStream, code: u16, retry_after: Option<&str>, body: &str) -> std::io::Result<()> {
+    let mut head =
+        format!("HTTP/1.1 {code} Error\r\ncontent-type: application/json\r\ncontent-length: {}\r\n", body.len());
     if let Some(ra) = retry_after {
         head.push_str(&format!("retry-after: {ra}\r\n"));
     }
@@ -320,18 +284,11 @@ fn respond_status(
 
 /// Writes an SSE response in chunks; with `cut`, stops after the given events
 /// (sleeping `cut` first) without the closing chunk.
-fn respond_stream(
-    w: &mut TcpStream,
-    events: &[(String, String)],
-    cut: Option<Duration>,
-) -> std::io::Result<()> {
+fn respond_stream(w: &mut TcpStream, events: &[(String, String)], cut: Option<Duration>) -> std::io::Result<()> {
     w.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")?;
     for (event, data) in events {
-        let frame = if event.is_empty() {
-            format!("data: {data}\n\n")
-        } else {
-            format!("event: {event}\ndata: {data}\n\n")
-        };
+        let frame =
+            if event.is_empty() { format!("data: {data}\n\n") } else { format!("event: {event}\ndata: {data}\n\n") };
         w.write_all(format!("{:x}\r\n{frame}\r\n", frame.len()).as_bytes())?;
     }
     w.flush()?;
@@ -345,9 +302,7 @@ fn respond_stream(
 
 pub fn error_body(dialect_path: impl Into<DialectName>, kind: &str, message: &str) -> String {
     match dialect_path.into().0 {
-        Dialect::Anthropic => {
-            json!({"type": "error", "error": {"type": kind, "message": message}}).to_string()
-        }
+        Dialect::Anthropic => json!({"type": "error", "error": {"type": kind, "message": message}}).to_string(),
         _ => json!({"error": {"type": kind, "message": message, "code": null}}).to_string(),
     }
 }
@@ -408,10 +363,7 @@ fn anthropic_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
             "content_block_delta",
             json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": signature}}),
         );
-        push(
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": index}),
-        );
+        push("content_block_stop", json!({"type": "content_block_stop", "index": index}));
         index += 1;
     }
     if let Some(text) = &t.text {
@@ -426,10 +378,7 @@ fn anthropic_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
                 json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": p}}),
             );
         }
-        push(
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": index}),
-        );
+        push("content_block_stop", json!({"type": "content_block_stop", "index": index}));
         index += 1;
     }
     for (id, name, args) in &t.calls {
@@ -443,10 +392,7 @@ fn anthropic_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
                 json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": p}}),
             );
         }
-        push(
-            "content_block_stop",
-            json!({"type": "content_block_stop", "index": index}),
-        );
+        push("content_block_stop", json!({"type": "content_block_stop", "index": index}));
         index += 1;
     }
     let stop = if truncated {
@@ -466,13 +412,14 @@ fn anthropic_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
 
 fn chat_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
     let chunk = |delta: Value, finish: Value| {
-        ("".to_owned(), json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "scripted",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}).to_string())
+        (
+            "".to_owned(),
+            json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "scripted",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            .to_string(),
+        )
     };
-    let mut ev = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
+    let mut ev = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
     if let Some((thinking, _)) = &t.thinking {
         for p in pieces(thinking) {
             ev.push(chunk(json!({"reasoning_content": p}), Value::Null));
@@ -486,10 +433,7 @@ fn chat_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
     for (i, (id, name, args)) in t.calls.iter().enumerate() {
         ev.push(chunk(json!({"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}), Value::Null));
         for p in pieces(args) {
-            ev.push(chunk(
-                json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}),
-                Value::Null,
-            ));
+            ev.push(chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]}), Value::Null));
         }
     }
     let finish = if truncated {
@@ -528,10 +472,7 @@ fn responses_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
             "response.output_item.added",
             json!({"output_index": i, "item": {"id": format!("rs_{i}"), "type": "reasoning", "summary": []}}),
         );
-        push(
-            "response.output_item.done",
-            json!({"output_index": i, "item": item}),
-        );
+        push("response.output_item.done", json!({"output_index": i, "item": item}));
         output.push(item);
     }
     if let Some(text) = &t.text {
@@ -547,15 +488,9 @@ fn responses_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
                 json!({"item_id": id, "output_index": i, "content_index": 0, "delta": p}),
             );
         }
-        push(
-            "response.output_text.done",
-            json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}),
-        );
+        push("response.output_text.done", json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}));
         let item = json!({"id": id, "type": "message", "status": "completed", "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]});
-        push(
-            "response.output_item.done",
-            json!({"output_index": i, "item": item}),
-        );
+        push("response.output_item.done", json!({"output_index": i, "item": item}));
         output.push(item);
     }
     for (call_id, name, args) in &t.calls {
@@ -566,20 +501,11 @@ fn responses_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
             json!({"output_index": i, "item": {"id": id, "type": "function_call", "status": "in_progress", "call_id": call_id, "name": name, "arguments": ""}}),
         );
         for p in pieces(args) {
-            push(
-                "response.function_call_arguments.delta",
-                json!({"item_id": id, "output_index": i, "delta": p}),
-            );
+            push("response.function_call_arguments.delta", json!({"item_id": id, "output_index": i, "delta": p}));
         }
-        push(
-            "response.function_call_arguments.done",
-            json!({"item_id": id, "output_index": i, "arguments": args}),
-        );
+        push("response.function_call_arguments.done", json!({"item_id": id, "output_index": i, "arguments": args}));
         let item = json!({"id": id, "type": "function_call", "status": "completed", "call_id": call_id, "name": name, "arguments": args});
-        push(
-            "response.output_item.done",
-            json!({"output_index": i, "item": item}),
-        );
+        push("response.output_item.done", json!({"output_index": i, "item": item}));
         output.push(item);
     }
     let usage = json!({"input_tokens": t.input_tokens, "input_tokens_details": {"cached_tokens": t.cache_read},
@@ -613,20 +539,13 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|t| {
-            t["name"]
-                .as_str()
-                .or(t["function"]["name"].as_str())
-                .map(str::to_owned)
-        })
+        .filter_map(|t| t["name"].as_str().or(t["function"]["name"].as_str()).map(str::to_owned))
         .collect();
     let check_declared = |name: &str| {
         if declared.iter().any(|d| d == name) {
             Ok(())
         } else {
-            Err(format!(
-                "tool `{name}` is used in the history but not declared in `tools`"
-            ))
+            Err(format!("tool `{name}` is used in the history but not declared in `tools`"))
         }
     };
     match dialect {
@@ -634,25 +553,18 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
             if body["max_tokens"].as_u64().is_none() {
                 return Err("`max_tokens` is required".into());
             }
-            let messages = body["messages"]
-                .as_array()
-                .ok_or("`messages` must be an array")?;
+            let messages = body["messages"].as_array().ok_or("`messages` must be an array")?;
             if messages.first().is_none_or(|m| m["role"] != "user") {
                 return Err("the first message must be `user`".into());
             }
             for (i, m) in messages.iter().enumerate() {
-                let content = m["content"]
-                    .as_array()
-                    .ok_or(format!("messages.{i}.content must be an array"))?;
+                let content = m["content"].as_array().ok_or(format!("messages.{i}.content must be an array"))?;
                 if content.is_empty() {
                     return Err(format!("messages.{i}: content must not be empty"));
                 }
                 if m["role"] == "assistant" {
-                    let uses: Vec<&str> = content
-                        .iter()
-                        .filter(|b| b["type"] == "tool_use")
-                        .filter_map(|b| b["id"].as_str())
-                        .collect();
+                    let uses: Vec<&str> =
+                        content.iter().filter(|b| b["type"] == "tool_use").filter_map(|b| b["id"].as_str()).collect();
                     for b in content.iter().filter(|b| b["type"] == "tool_use") {
                         check_declared(b["name"].as_str().unwrap_or(""))?;
                         if !b["input"].is_object() {
@@ -660,7 +572,9 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
                         }
                     }
                     if !uses.is_empty() {
-                        let next = messages.get(i + 1).ok_or(format!("messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after"))?;
+                        let next = messages.get(i + 1).ok_or(format!(
+                            "messages.{i}: `tool_use` ids were found without `tool_result` blocks immediately after"
+                        ))?;
                         let results: Vec<&str> = next["content"]
                             .as_array()
                             .into_iter()
@@ -682,9 +596,7 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
             }
         }
         Dialect::Chat => {
-            let messages = body["messages"]
-                .as_array()
-                .ok_or("`messages` must be an array")?;
+            let messages = body["messages"].as_array().ok_or("`messages` must be an array")?;
             let mut open: Vec<String> = Vec::new();
             for (i, m) in messages.iter().enumerate() {
                 let role = m["role"].as_str().unwrap_or("");
@@ -698,9 +610,7 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
                         for c in m["tool_calls"].as_array().into_iter().flatten() {
                             check_declared(c["function"]["name"].as_str().unwrap_or(""))?;
                             if !c["function"]["arguments"].is_string() {
-                                return Err(format!(
-                                    "messages.{i}: tool_calls arguments must be a string"
-                                ));
+                                return Err(format!("messages.{i}: tool_calls arguments must be a string"));
                             }
                             open.push(c["id"].as_str().unwrap_or("").to_owned());
                         }
@@ -708,9 +618,7 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
                     "tool" => {
                         let id = m["tool_call_id"].as_str().unwrap_or("");
                         let Some(pos) = open.iter().position(|o| o == id) else {
-                            return Err(format!(
-                                "messages.{i}: tool message for unknown tool_call_id `{id}`"
-                            ));
+                            return Err(format!("messages.{i}: tool message for unknown tool_call_id `{id}`"));
                         };
                         open.remove(pos);
                     }
@@ -719,10 +627,7 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
                 }
             }
             if !open.is_empty() {
-                return Err(
-                    "an assistant message with 'tool_calls' must be followed by tool messages"
-                        .into(),
-                );
+                return Err("an assistant message with 'tool_calls' must be followed by tool messages".into());
             }
         }
         Dialect::Responses => {
@@ -735,9 +640,7 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
                         check_declared(item["name"].as_str().unwrap_or(""))?;
                         calls.push(item["call_id"].as_str().unwrap_or("").to_owned());
                     }
-                    Some("function_call_output") => {
-                        outputs.push(item["call_id"].as_str().unwrap_or("").to_owned())
-                    }
+                    Some("function_call_output") => outputs.push(item["call_id"].as_str().unwrap_or("").to_owned()),
                     Some("reasoning") if item["encrypted_content"].as_str().is_none() => {
                         return Err("reasoning items must carry their encrypted_content when store is false".into());
                     }

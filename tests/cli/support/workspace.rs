@@ -34,11 +34,7 @@ impl Run {
     /// Asserts success and returns stdout.
     #[track_caller]
     pub fn ok(&self) -> &str {
-        assert_eq!(
-            self.code, 0,
-            "command failed\nstdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
-        );
+        assert_eq!(self.code, 0, "command failed\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
         &self.stdout
     }
 }
@@ -56,18 +52,12 @@ pub const DIALECTS: [Dialect; 3] = [Dialect::Anthropic, Dialect::Chat, Dialect::
 impl TestWorkspace {
     /// A fresh home with a workspace made by `offshoot new`.
     pub fn new(name: &str) -> TestWorkspace {
-        let root =
-            Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).expect("temp root");
         let home = root.join("home");
         let ws = root.join("ws");
-        let t = TestWorkspace {
-            root,
-            home,
-            ws,
-            env: Vec::new(),
-        };
+        let t = TestWorkspace { root, home, ws, env: Vec::new() };
         t.run_bare(&["new", t.ws.to_str().expect("utf-8")]).ok();
         t.set("retry.initial_backoff_ms", "5");
         t.set("retry.max_backoff_ms", "20");
@@ -102,12 +92,7 @@ impl TestWorkspace {
     }
 
     pub fn run_bare(&self, args: &[&str]) -> Run {
-        Run::from(
-            self.command_bare()
-                .args(args)
-                .output()
-                .expect("run offshoot"),
-        )
+        Run::from(self.command_bare().args(args).output().expect("run offshoot"))
     }
 
     pub fn run(&self, args: &[&str]) -> Run {
@@ -123,11 +108,7 @@ impl TestWorkspace {
         let (provider, url, var) = match dialect {
             Dialect::Anthropic => ("anthropic", server.url(), "ANTHROPIC_API_KEY"),
             Dialect::Chat => ("openai", format!("{}/v1", server.url()), "OPENAI_API_KEY"),
-            Dialect::Responses => (
-                "openai-responses",
-                format!("{}/v1", server.url()),
-                "OPENAI_API_KEY",
-            ),
+            Dialect::Responses => ("openai-responses", format!("{}/v1", server.url()), "OPENAI_API_KEY"),
         };
         self.set(&format!("providers.{provider}.base_url"), &url);
         self.set("roles.worker.provider", provider);
@@ -144,21 +125,14 @@ impl TestWorkspace {
             .args(args)
             .output()
             .expect("git");
-        assert!(
-            o.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
     /// The only agent's id (from `ls --json`).
     pub fn agents(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["ls", "--json"]);
-        out.ok()
-            .lines()
-            .map(|l| serde_json::from_str(l).expect("json line"))
-            .collect()
+        out.ok().lines().map(|l| serde_json::from_str(l).expect("json line")).collect()
     }
 
     pub fn steps_dir(&self, id: &str) -> PathBuf {
