@@ -60,12 +60,12 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             "running"
         } else if inbox::has_pending(&ws.layout, &l.id) {
             "waiting"
-        } else if transcript::warrants_call(&entries) || !transcript::unanswered_calls(&entries).is_empty() {
+        } else if transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty() {
             "needs-run"
         } else {
             "answered"
         };
-        let usage = total_usage(&entries);
+        let usage = total_usage(entries);
         let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
         out.push(AgentState {
             id: l.id.to_string(),
