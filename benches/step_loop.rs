@@ -1,3 +1,5 @@
+#![expect(clippy::print_stdout, reason = "a benchmark's report is its output")]
+
 //! The step-loop benchmark: an N-step tool loop (each step one `bash` `echo`)
 //! against the scripted Anthropic server with zero model latency, driven in-process
 //! through the same code as `offshoot run`. Reports the harness's time per step, the
@@ -51,6 +53,12 @@ fn mean_ms(d: &[Duration]) -> f64 {
     d.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / d.len().max(1) as f64
 }
 
+fn median_ms(d: &[Duration]) -> f64 {
+    let mut v: Vec<f64> = d.iter().map(|x| x.as_secs_f64() * 1000.0).collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 fn main() {
     let steps: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1000);
     let base = std::env::var_os("OFFSHOOT_BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
@@ -91,9 +99,9 @@ fn main() {
     let per_step: Vec<Duration> = clock.starts.windows(2).map(|w| w[1] - w[0]).collect();
 
     let floor = floor(&ws, &id, &server, steps);
-    let window = 10.min(steps);
-    let (h_first, h_last) = (mean_ms(&per_step[..window]), mean_ms(&per_step[per_step.len() - window..]));
-    let (f_first, f_last) = (mean_ms(&floor[..window]), mean_ms(&floor[floor.len() - window..]));
+    let window = 50.min(steps / 2).max(1);
+    let (h_first, h_last) = (median_ms(&per_step[..window]), median_ms(&per_step[per_step.len() - window..]));
+    let (f_first, f_last) = (median_ms(&floor[..window]), median_ms(&floor[floor.len() - window..]));
     let (h_all, f_all) = (mean_ms(&per_step), mean_ms(&floor));
     let size =
         |n: usize| std::fs::metadata(ws.layout.step(&id, n as u32).join("request.json")).map(|m| m.len()).unwrap_or(0);
@@ -101,28 +109,19 @@ fn main() {
     println!(
         "step loop: {steps} steps of one `bash echo` each, scripted Anthropic server on loopback, zero model latency"
     );
-    println!("directory                  {} (creating one file there costs {create_us:.0} µs)", base.display());
-    println!("total wall time            {:.2} s", total.as_secs_f64());
-    println!("                           harness/step   floor/step   overhead/step   ratio");
+    println!("directory: {} (creating one new file there costs {create_us:.0} µs)", base.display());
+    println!("total wall time: {:.2} s", total.as_secs_f64());
+    println!("{:<28} {:>13} {:>13} {:>15} {:>7}", "", "harness/step", "floor/step", "overhead/step", "ratio");
+    let row = |label: String, h: f64, f: f64| {
+        println!("{label:<28} {h:>10.2} ms {f:>10.2} ms {:>12.2} ms {:>6.2}x", h - f, h / f);
+    };
+    row("all steps (mean)".into(), h_all, f_all);
+    row(format!("steps 1-{window} (median)"), h_first, f_first);
+    row(format!("steps {}-{steps} (median)", steps - window + 1), h_last, f_last);
+    println!("request.json size: step 1 {} bytes, step {steps} {} bytes", size(1), size(steps));
     println!(
-        "all steps                  {h_all:9.2} ms {f_all:9.2} ms {:12.2} ms {:7.2}x",
-        h_all - f_all,
-        h_all / f_all
+        "peak RSS of the bench process (driver and server): {rss_before} KiB before the run, {rss_after} KiB after"
     );
-    println!(
-        "steps 1-{window:<4}              {h_first:9.2} ms {f_first:9.2} ms {:12.2} ms {:7.2}x",
-        h_first - f_first,
-        h_first / f_first
-    );
-    println!(
-        "steps {}-{:<8}         {h_last:9.2} ms {f_last:9.2} ms {:12.2} ms {:7.2}x",
-        steps - window + 1,
-        steps,
-        h_last - f_last,
-        h_last / f_last
-    );
-    println!("request.json size          step 1: {} bytes, step {steps}: {} bytes", size(1), size(steps));
-    println!("peak RSS (bench process, incl. server)  before run: {} KiB, after: {} KiB", rss_before, rss_after);
     let _ = std::fs::remove_dir_all(&root);
 }
 

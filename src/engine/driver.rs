@@ -93,23 +93,34 @@ pub fn run(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer)
     let Some(mut lock) = LockGuard::try_acquire(&lock_path)? else {
         return Ok(RunEnd::Busy);
     };
-    let mut driver = Driver::open(ws, env, id)?;
     loop {
-        match driver.turn(observer)? {
-            Turn::Again => continue,
-            Turn::Quiet(end) => {
-                drop(lock);
-                // The lost wake-up: a deposit that landed while we held the lock.
-                if inbox::has_pending(&ws.layout, id)
-                    && let Some(again) = LockGuard::try_acquire(&lock_path)?
-                {
-                    lock = again;
-                    continue;
-                }
-                return Ok(end);
-            }
+        let end = drive(ws, env, id, observer)?;
+        drop(lock);
+        // The lost wake-up: a deposit that landed while we held the lock.
+        if !inbox::has_pending(&ws.layout, id) {
+            return Ok(end);
+        }
+        match LockGuard::try_acquire(&lock_path)? {
+            Some(again) => lock = again,
+            None => return Ok(end),
         }
     }
+}
+
+/// Turns the loop under a held lock until nothing is due; leaves the index synced.
+fn drive(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
+    let mut driver = Driver::open(ws, env, id)?;
+    let result = loop {
+        match driver.turn(observer) {
+            Ok(Turn::Again) => continue,
+            Ok(Turn::Quiet(end)) => break Ok(end),
+            Err(e) => break Err(e),
+        }
+    };
+    let synced = driver.worktree.sync_index();
+    let end = result?;
+    synced?;
+    Ok(end)
 }
 
 /// Runs an agent just created by a prompt; if its very first model call fails, the
@@ -392,7 +403,7 @@ impl<'a> Driver<'a> {
 
 /// The canonical request as `request.json` holds it (and `show --request` prints).
 pub fn request_json(request: &crate::infra::provider::Request) -> Vec<u8> {
-    let mut bytes = serde_json::to_vec_pretty(request).unwrap_or_default();
+    let mut bytes = serde_json::to_vec(request).unwrap_or_default();
     bytes.push(b'\n');
     bytes
 }

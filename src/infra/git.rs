@@ -329,16 +329,23 @@ impl Repo {
 }
 
 /// An agent's linked worktree, through which each step's commit is made.
+///
+/// The index is kept in memory while steps are committed and written to disk by
+/// [`Worktree::sync_index`] (a crashed driver's successor resets it from the tip).
+/// Transcript appends build their tree from the parent's tree and only note the
+/// path, which the next scan stages: an append costs no index work.
 pub struct Worktree {
     repo: Repository,
     root: PathBuf,
+    /// Paths committed by appends and not yet staged in the in-memory index.
+    unstaged: std::cell::RefCell<Vec<String>>,
 }
 
 impl Worktree {
     pub fn open(path: &Path) -> Result<Worktree> {
         relax_object_checks();
         let repo = Repository::open(path).map_err(lib(format!("open worktree {}", path.display())))?;
-        Ok(Worktree { repo, root: path.to_owned() })
+        Ok(Worktree { repo, root: path.to_owned(), unstaged: Default::default() })
     }
 
     pub fn root(&self) -> &Path {
@@ -347,6 +354,7 @@ impl Worktree {
 
     /// Makes the index equal to `commit`'s tree, keeping the files on disk as they are.
     pub fn reset_index(&self, commit: Oid) -> Result<()> {
+        self.unstaged.borrow_mut().clear();
         let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
         let mut index = self.repo.index().map_err(lib("open index"))?;
         index.read_tree(&tree).map_err(lib("read tree into index"))?;
@@ -354,18 +362,35 @@ impl Worktree {
     }
 
     /// Writes `files` into the worktree and commits exactly them on top of `parent`
-    /// (no scan of the rest of the tree), moving `branch` from `parent`.
+    /// (its tree plus these files; no scan, no index), moving `branch` from `parent`.
     pub fn commit_files(&self, branch: &str, parent: Oid, files: &[(&str, &[u8])], message: &str) -> Result<Oid> {
-        let mut index = self.repo.index().map_err(lib("open index"))?;
+        let base = self.repo.find_commit(parent).and_then(|c| c.tree()).map_err(lib(format!("tree of {parent}")))?;
+        let mut update = TreeUpdateBuilder::new();
         for (path, bytes) in files {
-            let full = self.root.join(path);
-            if let Some(dir) = full.parent() {
-                std::fs::create_dir_all(dir).map_err(|source| GitError::Io { path: dir.to_owned(), source })?;
-            }
-            std::fs::write(&full, bytes).map_err(|source| GitError::Io { path: full.clone(), source })?;
-            index.add_path(Path::new(path)).map_err(lib(format!("stage {path}")))?;
+            write_file(&self.root.join(path), bytes)?;
+            let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+            update.upsert(*path, blob, FileMode::Blob);
         }
-        self.finish_commit(&mut index, branch, parent, message)
+        let tree = update.create_updated(&self.repo, &base).map_err(lib("edit tree"))?;
+        let commit = commit_tree(&self.repo, tree, &[parent], message)?;
+        cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
+        self.unstaged.borrow_mut().extend(files.iter().map(|(p, _)| (*p).to_owned()));
+        Ok(commit)
+    }
+
+    /// Stages what appends committed and writes the index to disk, so plain git
+    /// sees a clean worktree.
+    pub fn sync_index(&self) -> Result<()> {
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        self.stage_appended(&mut index)?;
+        index.write().map_err(lib("write index"))
+    }
+
+    fn stage_appended(&self, index: &mut git2::Index) -> Result<()> {
+        for path in self.unstaged.borrow_mut().drain(..) {
+            index.add_path(Path::new(&path)).map_err(lib(format!("stage {path}")))?;
+        }
+        Ok(())
     }
 
     /// Writes `files`, then commits every change in the worktree (a scan: additions,
@@ -380,12 +405,9 @@ impl Worktree {
         message: &str,
     ) -> Result<Oid> {
         let mut index = self.repo.index().map_err(lib("open index"))?;
+        self.stage_appended(&mut index)?;
         for (path, bytes) in files {
-            let full = self.root.join(path);
-            if let Some(dir) = full.parent() {
-                std::fs::create_dir_all(dir).map_err(|source| GitError::Io { path: dir.to_owned(), source })?;
-            }
-            std::fs::write(&full, bytes).map_err(|source| GitError::Io { path: full.clone(), source })?;
+            write_file(&self.root.join(path), bytes)?;
             index.add_path(Path::new(path)).map_err(lib(format!("stage {path}")))?;
         }
         let specs = self.scan_roots(&index, skip);
@@ -455,12 +477,18 @@ impl Worktree {
     }
 
     fn finish_commit(&self, index: &mut git2::Index, branch: &str, parent: Oid, message: &str) -> Result<Oid> {
-        index.write().map_err(lib("write index"))?;
         let tree = index.write_tree().map_err(lib("write tree"))?;
         let commit = commit_tree(&self.repo, tree, &[parent], message)?;
         cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
         Ok(commit)
     }
+}
+
+fn write_file(full: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = full.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| GitError::Io { path: dir.to_owned(), source })?;
+    }
+    std::fs::write(full, bytes).map_err(|source| GitError::Io { path: full.to_owned(), source })
 }
 
 #[cfg(test)]

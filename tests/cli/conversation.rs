@@ -97,6 +97,15 @@ fn twenty_steps(dialect: Dialect) {
         + &std::fs::read_to_string(records[0].join("meta.json")).expect("read");
     assert!(!steps_text.contains("test-key"));
     t.git(&["fsck", "--strict"]);
+    // Plain git in the agent's worktree sees exactly the tip.
+    let status = std::process::Command::new("git")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .arg("-C")
+        .arg(t.ws.join("agents").join(&id))
+        .args(["status", "--porcelain"])
+        .output()
+        .expect("git status");
+    assert_eq!(String::from_utf8_lossy(&status.stdout), "");
 }
 
 #[test]

@@ -188,7 +188,12 @@ impl Transport {
                     observer.delta(&delta);
                 }
             }
-            if n == 0 || decoder.is_done() {
+            if n == 0 {
+                break;
+            }
+            if decoder.is_done() {
+                // Read to the end of the body so the connection can be reused.
+                let _ = std::io::copy(&mut (&mut reader).take(64 * 1024), &mut std::io::sink());
                 break;
             }
         }
