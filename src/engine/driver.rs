@@ -10,10 +10,12 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use serde_json::{Value, json};
 
 use crate::domain::agent::{self, AgentFacts};
+use crate::domain::config::Config;
 use crate::domain::context;
 use crate::domain::id::AgentId;
 use crate::domain::transcript::{self, Entry, Side};
@@ -151,6 +153,11 @@ struct Driver<'a> {
     client: model::Client,
     /// The next step record number, read from disk once (we hold the lock).
     next_step: Option<u32>,
+    /// `agent.toml`, immutable after dispatch.
+    facts: AgentFacts,
+    /// The config last parsed, by its commit (config is followed: re-read when the
+    /// lineage tip moves).
+    config: Option<(CommitId, Rc<Config>)>,
 }
 
 impl<'a> Driver<'a> {
@@ -171,6 +178,8 @@ impl<'a> Driver<'a> {
             loader: Loader::default(),
             client: Default::default(),
             next_step: None,
+            facts: super::snapshot::read_facts(&ws.repo, tip)?,
+            config: None,
         };
         driver.recover(tip)?;
         Ok(driver)
@@ -240,8 +249,17 @@ impl<'a> Driver<'a> {
         Ok(Turn::Again)
     }
 
-    fn facts(&self, at: CommitId) -> Result<AgentFacts> {
-        Ok(super::snapshot::read_facts(&self.ws.repo, at)?)
+    /// The config at the agent's lineage tip, parsed once per config commit.
+    fn config(&mut self) -> Result<(CommitId, Rc<Config>)> {
+        let tip = self.ws.config_tip(&self.facts.lineage)?;
+        if let Some((at, config)) = &self.config
+            && *at == tip
+        {
+            return Ok((tip, config.clone()));
+        }
+        let config = Rc::new(self.ws.config_at(tip)?);
+        self.config = Some((tip, config.clone()));
+        Ok((tip, config))
     }
 
     /// Answers calls a crash left open, with the worktree as the tools left it.
@@ -299,8 +317,8 @@ impl<'a> Driver<'a> {
     /// One model call: assemble from `tip`, record, call. Commits nothing; returns
     /// the step number, the entry name for the output, and the output.
     fn call(&mut self, tip: CommitId, next: u32, observer: &mut dyn Observer) -> Result<(u32, String, Output)> {
-        let facts = self.facts(tip)?;
-        let (config_commit, config) = self.ws.config(&facts.lineage)?;
+        let facts = self.facts.clone();
+        let (config_commit, config) = self.config()?;
         let role = config.role(&facts.role).ok_or_else(|| DriverError::RoleGone {
             id: self.id.to_string(),
             role: facts.role.clone(),
@@ -368,9 +386,8 @@ impl<'a> Driver<'a> {
         input: &Value,
         observer: &mut dyn Observer,
     ) -> Result<CommitId> {
-        let facts = self.facts(tip)?;
-        let (_, config) = self.ws.config(&facts.lineage)?;
-        let grant = config.role(&facts.role).map(|r| r.tools.clone()).unwrap_or_default();
+        let (_, config) = self.config()?;
+        let grant = config.role(&self.facts.role).map(|r| r.tools.clone()).unwrap_or_default();
         let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(id));
         let env = ToolEnv {
             cwd: self.worktree.root().to_owned(),

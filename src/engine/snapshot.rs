@@ -26,6 +26,7 @@ type Result<T> = std::result::Result<T, SnapshotError>;
 /// a later read parses only what is new (a step's read costs one tree listing).
 #[derive(Default)]
 pub struct Loader {
+    commit: Option<CommitId>,
     listing: Vec<(String, git2::Oid)>,
     parsed: Vec<Entry>,
 }
@@ -33,6 +34,10 @@ pub struct Loader {
 impl Loader {
     /// The transcript at `commit`, in numeric order.
     pub fn entries(&mut self, repo: &Repo, commit: CommitId) -> Result<&[Entry]> {
+        if self.commit == Some(commit) {
+            return Ok(&self.parsed);
+        }
+        self.commit = None;
         let mut listed: Vec<(u32, String, git2::Oid)> = Vec::new();
         for e in repo.list_dir(commit, agent::MESSAGES)? {
             if !e.is_dir {
@@ -53,6 +58,7 @@ impl Loader {
             self.parsed.push(Entry::parse(&name, &repo.read_blob(oid)?)?);
             self.listing.push((name, oid));
         }
+        self.commit = Some(commit);
         Ok(&self.parsed)
     }
 

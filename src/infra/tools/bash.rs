@@ -72,12 +72,14 @@ fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<St
     })
 }
 
-fn kill_group(pid: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+/// Sends SIGKILL to the process group `pgid` (the shell and all it started).
+#[expect(unsafe_code, reason = "kill(2) has no wrapper in std; it takes two integers and touches no memory")]
+fn kill_group(pgid: u32) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
+    // SAFETY: kill(2) reads no memory of ours; a group that is gone only yields ESRCH.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
 }
 
 #[cfg(test)]
