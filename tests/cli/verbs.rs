@@ -110,3 +110,58 @@ fn completions_print_a_script() {
     let t = TestWorkspace::new("completions");
     assert!(t.run(&["completions", "bash"]).ok().contains("offshoot"));
 }
+
+#[test]
+fn base_url_comes_from_the_standard_variable_and_ollama_needs_no_key() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("base-url-env");
+    t.env("ANTHROPIC_BASE_URL", &server.url());
+    t.env("ANTHROPIC_API_KEY", "from-env");
+    server.push(Reply::Turn(Turn::text("via the variable")));
+    assert!(t.run(&["prompt", "hi"]).ok().contains("via the variable"));
+    assert_eq!(server.requests()[0].header("x-api-key"), Some("from-env"));
+
+    t.set("providers.ollama.base_url", &format!("{}/v1", server.url()));
+    t.set("roles.worker.provider", "ollama");
+    t.set("roles.worker.model", "llama3.2:3b");
+    t.env("ANTHROPIC_API_KEY", "");
+    server.push(Reply::Turn(Turn::text("local model")));
+    assert!(t.run(&["prompt", "hi"]).ok().contains("local model"));
+    let req = &server.requests()[1];
+    assert_eq!(req.header("authorization"), None);
+    assert_eq!(req.body["max_tokens"], 16000);
+    assert_eq!(req.body["model"], "llama3.2:3b");
+    // The model id is made safe as the transcript entry's origin.
+    let mut names = String::new();
+    for a in t.agents() {
+        let branch = format!("agents/{}", a["id"].as_str().expect("id"));
+        names.push_str(&t.git(&["ls-tree", "--name-only", &branch, ".offshoot/messages/"]));
+    }
+    assert!(names.contains("0002-llama3.2_3b.json") && names.contains("0002-claude-sonnet-4-5.json"), "{names}");
+}
+
+#[test]
+fn the_command_protocol_runs_an_external_adapter() {
+    let mut t = TestWorkspace::new("command-provider");
+    let adapter = t.root.join("adapter.py");
+    std::fs::write(
+        &adapter,
+        r#"import json, sys
+req = json.load(sys.stdin)
+n = sum(1 for m in req["messages"] if m["role"] == "assistant")
+if n == 0:
+    print(json.dumps({"type": "output", "content": [{"type": "tool_use", "id": "c1", "name": "bash", "input": {"command": "echo from-tool"}}], "usage": {"input": 5}, "stop": "tool_use"}))
+else:
+    result = req["messages"][-1]["content"][0]["content"]
+    print(json.dumps({"type": "output", "content": [{"type": "text", "text": "saw: " + result.split()[-2]}], "usage": {}, "stop": "end_turn"}))
+"#,
+    )
+    .expect("adapter");
+    let command = format!("[\"python3\", \"{}\"]", adapter.display());
+    let run = t.run(&["config", "set", "providers.ext.protocol", "command", "providers.ext.command", &command]);
+    run.ok();
+    t.set("roles.worker.provider", "ext");
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let run = t.run(&["prompt", "use the adapter"]);
+    assert_eq!(run.ok(), "saw: from-tool\n");
+}

@@ -12,11 +12,11 @@ pub enum Args {
     Show(Lineage),
     /// Edit offshoot.toml in $EDITOR and commit the result if it is valid
     Edit(Lineage),
-    /// Set one dotted key (e.g. `providers.anthropic.base_url`) and commit
+    /// Set dotted keys (e.g. `providers.anthropic.base_url URL`) and commit them as one change
     Set {
-        key: String,
-        /// A TOML value (`42`, `true`, `["a"]`); anything else is taken as a string
-        value: String,
+        /// KEY VALUE pairs; a value is TOML (`42`, `true`, `["a"]`) if it parses, else a string
+        #[arg(num_args = 2.., value_names = ["KEY", "VALUE"], required = true)]
+        pairs: Vec<String>,
         #[command(flatten)]
         lineage: Lineage,
     },
@@ -46,10 +46,18 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Ok(())
         }
         Args::Edit(l) => edit(ctx, &ws, &l.lineage),
-        Args::Set { key, value, lineage } => {
+        Args::Set { pairs, lineage } => {
+            if pairs.len() % 2 != 0 {
+                return Err(CliError::usage("`config set` takes KEY VALUE pairs; the last key has no value"));
+            }
             let tip = ws.config_tip(&lineage.lineage)?;
-            let text = set_key(&ws.config_text_at(tip)?, key, value);
-            commit(ctx, &ws, &lineage.lineage, text, &format!("config: set {key}"))
+            let mut text = ws.config_text_at(tip)?;
+            let mut keys = Vec::new();
+            for pair in pairs.chunks(2) {
+                text = set_key(&text, &pair[0], &pair[1]);
+                keys.push(pair[0].as_str());
+            }
+            commit(ctx, &ws, &lineage.lineage, text, &format!("config: set {}", keys.join(", ")))
         }
         Args::Validate { file, lineage } => match file {
             Some(path) => {

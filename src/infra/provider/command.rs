@@ -29,6 +29,7 @@ pub fn call(argv: &[String], req: &Request, observer: &mut dyn Observer) -> Resu
         let _ = stdin.write_all(&body);
     }
     let mut output = None;
+    let mut streamed = false;
     if let Some(stdout) = child.stdout.take() {
         for line in BufReader::new(stdout).lines() {
             let line = line.map_err(|e| CallError::Other(format!("reading `{program}`: {e}")))?;
@@ -39,7 +40,10 @@ pub fn call(argv: &[String], req: &Request, observer: &mut dyn Observer) -> Resu
             let v: Value = serde_json::from_str(&line)
                 .map_err(|e| CallError::Other(format!("`{program}` printed a line that is not JSON ({e}): {line}")))?;
             match v.get("type").and_then(Value::as_str) {
-                Some("text") => observer.delta(&Delta::Text(v["text"].as_str().unwrap_or("").to_owned())),
+                Some("text") => {
+                    streamed = true;
+                    observer.delta(&Delta::Text(v["text"].as_str().unwrap_or("").to_owned()));
+                }
                 Some("output") => {
                     output = Some(serde_json::from_value::<Output>(v).map_err(|e| {
                         CallError::Other(format!("`{program}` printed an output that does not parse: {e}"))
@@ -65,6 +69,10 @@ pub fn call(argv: &[String], req: &Request, observer: &mut dyn Observer) -> Resu
     }
     observer.attempt_ended(&record);
     let output = output.ok_or_else(|| CallError::Other(format!("`{program}` printed no `output` line")))?;
+    if !streamed {
+        // An adapter that does not stream still shows its answer.
+        observer.delta(&Delta::Text(output.text()));
+    }
     if output.stop == Stop::MaxTokens {
         return Err(CallError::Truncated { output_tokens: output.usage.output });
     }
