@@ -119,7 +119,7 @@ fn drive(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -
             Err(e) => break Err(e),
         }
     };
-    let synced = driver.worktree.sync_index();
+    let synced = driver.tip().and_then(|tip| Ok(driver.worktree.sync_index(tip)?));
     let end = result?;
     synced?;
     Ok(end)
@@ -168,7 +168,7 @@ impl<'a> Driver<'a> {
         if !root.exists() {
             ws.repo.add_worktree(id.as_str(), &root, &branch)?;
         }
-        let worktree = Worktree::open(&root)?;
+        let worktree = Worktree::open(&root, agent::MESSAGES)?;
         let driver = Driver {
             ws,
             env,
@@ -282,7 +282,7 @@ impl<'a> Driver<'a> {
             observer.event(Event::Settled { tool_use_id: id });
         }
         let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
-        self.worktree.commit_all(&self.branch, tip, &refs, &[agent::MESSAGES], "settle interrupted tool calls")?;
+        self.worktree.commit_all(&self.branch, tip, &refs, "settle interrupted tool calls")?;
         Ok(())
     }
 
@@ -410,7 +410,7 @@ impl<'a> Driver<'a> {
         let message = format!("{entry}: {name} result");
         let files = [(path.as_str(), bytes.as_slice())];
         let commit = if result.writes {
-            self.worktree.commit_all(&self.branch, tip, &files, &[agent::MESSAGES], &message)?
+            self.worktree.commit_all(&self.branch, tip, &files, &message)?
         } else {
             self.worktree.commit_files(&self.branch, tip, &files, &message)?
         };

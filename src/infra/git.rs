@@ -26,6 +26,8 @@ pub enum GitError {
     BranchExists { branch: String },
     #[error("cannot write {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("`{path}` is not in {dir}")]
+    Outside { path: String, dir: String },
 }
 
 type Result<T> = std::result::Result<T, GitError>;
@@ -330,91 +332,128 @@ impl Repo {
 
 /// An agent's linked worktree, through which each step's commit is made.
 ///
-/// The index is kept in memory while steps are committed and written to disk by
-/// [`Worktree::sync_index`] (a crashed driver's successor resets it from the tip).
-/// Transcript appends build their tree from the parent's tree and only note the
-/// path, which the next scan stages: an append costs no index work.
+/// One directory of it (the transcript) is written only by the harness: its files
+/// go in through [`Worktree::commit_files`] and [`Worktree::commit_all`], its tree is
+/// extended from the parent's raw tree bytes (no parse, no sort, no index), and it
+/// is kept out of the index and out of the scan. The index serves as the stat cache
+/// of the work products; it lives in memory while a driver holds the lock and is
+/// written by [`Worktree::sync_index`] (with the transcript added back, so plain
+/// git sees a clean tree). A driver that starts resets it from the tip.
 pub struct Worktree {
     repo: Repository,
     root: PathBuf,
-    /// Paths committed by appends and not yet staged in the in-memory index.
-    unstaged: std::cell::RefCell<Vec<String>>,
+    /// The harness-owned directory, relative to the root (`.offshoot/messages`).
+    owned: String,
+    /// The raw bytes of the owned directory's tree last written, by its id.
+    owned_tree: std::cell::RefCell<Option<(Oid, Vec<u8>)>>,
 }
 
 impl Worktree {
-    pub fn open(path: &Path) -> Result<Worktree> {
+    pub fn open(path: &Path, owned: &str) -> Result<Worktree> {
         relax_object_checks();
         let repo = Repository::open(path).map_err(lib(format!("open worktree {}", path.display())))?;
-        Ok(Worktree { repo, root: path.to_owned(), unstaged: Default::default() })
+        Ok(Worktree {
+            repo,
+            root: path.to_owned(),
+            owned: owned.trim_end_matches('/').to_owned(),
+            owned_tree: Default::default(),
+        })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    /// Makes the index equal to `commit`'s tree, keeping the files on disk as they are.
+    /// Makes the in-memory index equal to `commit`'s tree less the owned directory,
+    /// keeping the files on disk as they are.
     pub fn reset_index(&self, commit: Oid) -> Result<()> {
-        self.unstaged.borrow_mut().clear();
         let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
         let mut index = self.repo.index().map_err(lib("open index"))?;
         index.read_tree(&tree).map_err(lib("read tree into index"))?;
-        index.write().map_err(lib("write index"))
-    }
-
-    /// Writes `files` into the worktree and commits exactly them on top of `parent`
-    /// (its tree plus these files; no scan, no index), moving `branch` from `parent`.
-    pub fn commit_files(&self, branch: &str, parent: Oid, files: &[(&str, &[u8])], message: &str) -> Result<Oid> {
-        let base = self.repo.find_commit(parent).and_then(|c| c.tree()).map_err(lib(format!("tree of {parent}")))?;
-        let mut update = TreeUpdateBuilder::new();
-        for (path, bytes) in files {
-            write_file(&self.root.join(path), bytes)?;
-            let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
-            update.upsert(*path, blob, FileMode::Blob);
-        }
-        let tree = update.create_updated(&self.repo, &base).map_err(lib("edit tree"))?;
-        let commit = commit_tree(&self.repo, tree, &[parent], message)?;
-        cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
-        self.unstaged.borrow_mut().extend(files.iter().map(|(p, _)| (*p).to_owned()));
-        Ok(commit)
-    }
-
-    /// Stages what appends committed and writes the index to disk, so plain git
-    /// sees a clean worktree.
-    pub fn sync_index(&self) -> Result<()> {
-        let mut index = self.repo.index().map_err(lib("open index"))?;
-        self.stage_appended(&mut index)?;
-        index.write().map_err(lib("write index"))
-    }
-
-    fn stage_appended(&self, index: &mut git2::Index) -> Result<()> {
-        for path in self.unstaged.borrow_mut().drain(..) {
-            index.add_path(Path::new(&path)).map_err(lib(format!("stage {path}")))?;
-        }
+        index.remove_dir(Path::new(&self.owned), 0).map_err(lib("unstage the owned directory"))?;
         Ok(())
     }
 
-    /// Writes `files`, then commits every change in the worktree (a scan: additions,
-    /// modifications and deletions, honouring .gitignore) except below the `skip`
-    /// directories, which the caller changes only through `files`.
-    pub fn commit_all(
-        &self,
-        branch: &str,
-        parent: Oid,
-        files: &[(&str, &[u8])],
-        skip: &[&str],
-        message: &str,
-    ) -> Result<Oid> {
+    /// Writes `files` (all in the owned directory) and commits exactly them on top of
+    /// `parent`: no scan, no index.
+    pub fn commit_files(&self, branch: &str, parent: Oid, files: &[(&str, &[u8])], message: &str) -> Result<Oid> {
+        let base = self.repo.find_commit(parent).and_then(|c| c.tree()).map_err(lib(format!("tree of {parent}")))?;
+        let owned = self.extend_owned(&base, files)?;
+        let mut update = TreeUpdateBuilder::new();
+        update.upsert(self.owned.as_str(), owned, FileMode::Tree);
+        let tree = update.create_updated(&self.repo, &base).map_err(lib("edit tree"))?;
+        self.finish(tree, branch, parent, message)
+    }
+
+    /// Writes `files` (all in the owned directory), then commits them with every
+    /// change to the rest of the worktree: additions, modifications and deletions,
+    /// honouring .gitignore.
+    pub fn commit_all(&self, branch: &str, parent: Oid, files: &[(&str, &[u8])], message: &str) -> Result<Oid> {
+        let base = self.repo.find_commit(parent).and_then(|c| c.tree()).map_err(lib(format!("tree of {parent}")))?;
+        let owned = self.extend_owned(&base, files)?;
         let mut index = self.repo.index().map_err(lib("open index"))?;
-        self.stage_appended(&mut index)?;
+        let roots = self.scan_roots(&index);
+        if !roots.is_empty() {
+            self.stage_changes(&mut index, &roots)?;
+        }
+        let scanned = index.write_tree().map_err(lib("write tree"))?;
+        let scanned = self.repo.find_tree(scanned).map_err(lib("find tree"))?;
+        let mut update = TreeUpdateBuilder::new();
+        update.upsert(self.owned.as_str(), owned, FileMode::Tree);
+        let tree = update.create_updated(&self.repo, &scanned).map_err(lib("edit tree"))?;
+        self.finish(tree, branch, parent, message)
+    }
+
+    /// Writes the index to disk with the owned directory's files staged as well.
+    pub fn sync_index(&self, tip: Oid) -> Result<()> {
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        let tree = self.repo.find_commit(tip).and_then(|c| c.tree()).map_err(lib(format!("tree of {tip}")))?;
+        if let Ok(entry) = tree.get_path(Path::new(&self.owned)) {
+            let owned = self.repo.find_tree(entry.id()).map_err(lib("read owned tree"))?;
+            for e in owned.iter() {
+                let path = format!("{}/{}", self.owned, e.name().unwrap_or_default());
+                index.add_path(Path::new(&path)).map_err(lib(format!("stage {path}")))?;
+            }
+        }
+        index.write().map_err(lib("write index"))?;
+        index.remove_dir(Path::new(&self.owned), 0).map_err(lib("unstage the owned directory"))
+    }
+
+    /// Writes `files` to disk and returns the owned directory's tree with them added.
+    fn extend_owned(&self, base: &git2::Tree<'_>, files: &[(&str, &[u8])]) -> Result<Oid> {
+        let prefix = format!("{}/", self.owned);
+        let mut added = Vec::with_capacity(files.len());
         for (path, bytes) in files {
+            let Some(name) = path.strip_prefix(&prefix).filter(|n| !n.is_empty() && !n.contains('/')) else {
+                return Err(GitError::Outside { path: (*path).to_owned(), dir: self.owned.clone() });
+            };
             write_file(&self.root.join(path), bytes)?;
-            index.add_path(Path::new(path)).map_err(lib(format!("stage {path}")))?;
+            let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+            added.push((name.as_bytes(), blob));
         }
-        let specs = self.scan_roots(&index, skip);
-        if !specs.is_empty() {
-            self.stage_changes(&mut index, &specs)?;
-        }
-        self.finish_commit(&mut index, branch, parent, message)
+        let current = base.get_path(Path::new(&self.owned)).ok().map(|e| e.id());
+        let mut cache = self.owned_tree.borrow_mut();
+        let raw = match (current, cache.take()) {
+            (Some(id), Some((cached, bytes))) if cached == id => bytes,
+            (Some(id), _) => {
+                let odb = self.repo.odb().map_err(lib("open odb"))?;
+                let object = odb.read(id).map_err(lib(format!("read tree {id}")))?;
+                object.data().to_vec()
+            }
+            (None, _) => Vec::new(),
+        };
+        let bytes = raw_tree_with(&raw, &mut added)
+            .ok_or_else(|| GitError::Outside { path: self.owned.clone(), dir: "a directory of files only".into() })?;
+        let odb = self.repo.odb().map_err(lib("open odb"))?;
+        let id = odb.write(ObjectType::Tree, &bytes).map_err(lib("write tree"))?;
+        *cache = Some((id, bytes));
+        Ok(id)
+    }
+
+    fn finish(&self, tree: Oid, branch: &str, parent: Oid, message: &str) -> Result<Oid> {
+        let commit = commit_tree(&self.repo, tree, &[parent], message)?;
+        cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
+        Ok(commit)
     }
 
     /// Stages every addition, change and deletion below `roots` (taken as literal
@@ -442,8 +481,8 @@ impl Worktree {
     }
 
     /// The paths to scan: every top-level entry on disk or in the index, with the
-    /// ancestors of `skip` directories replaced by their other children.
-    fn scan_roots(&self, index: &git2::Index, skip: &[&str]) -> Vec<String> {
+    /// ancestors of the owned directory replaced by their other children.
+    fn scan_roots(&self, index: &git2::Index) -> Vec<String> {
         let tracked: Vec<String> = index.iter().map(|e| String::from_utf8_lossy(&e.path).into_owned()).collect();
         let children = |dir: &str| -> std::collections::BTreeSet<String> {
             let prefix = if dir.is_empty() { String::new() } else { format!("{dir}/") };
@@ -463,10 +502,10 @@ impl Worktree {
         let mut out = Vec::new();
         let mut pending: Vec<String> = children("").into_iter().collect();
         while let Some(path) = pending.pop() {
-            if skip.contains(&path.as_str()) {
+            if path == self.owned {
                 continue;
             }
-            if skip.iter().any(|s| s.starts_with(&format!("{path}/"))) {
+            if self.owned.starts_with(&format!("{path}/")) {
                 pending.extend(children(&path));
             } else {
                 out.push(path);
@@ -475,13 +514,44 @@ impl Worktree {
         out.sort();
         out
     }
+}
 
-    fn finish_commit(&self, index: &mut git2::Index, branch: &str, parent: Oid, message: &str) -> Result<Oid> {
-        let tree = index.write_tree().map_err(lib("write tree"))?;
-        let commit = commit_tree(&self.repo, tree, &[parent], message)?;
-        cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
-        Ok(commit)
+/// A raw tree (git's binary format) with blob entries `added` inserted in git's
+/// order, replacing entries of the same name; `None` if the tree holds anything but
+/// plain files (whose order rules differ).
+fn raw_tree_with(raw: &[u8], added: &mut [(&[u8], Oid)]) -> Option<Vec<u8>> {
+    added.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = Vec::with_capacity(raw.len() + added.len() * 64);
+    let mut next = added.iter().peekable();
+    let mut at = 0;
+    while at < raw.len() {
+        let space = at + raw[at..].iter().position(|&b| b == b' ')?;
+        let nul = space + raw[space..].iter().position(|&b| b == 0)?;
+        let end = nul + 21;
+        if end > raw.len() || &raw[at..space] != b"100644" && &raw[at..space] != b"100755" {
+            return None;
+        }
+        let name = &raw[space + 1..nul];
+        while let Some((n, id)) = next.next_if(|(new, _)| *new < name) {
+            push_blob_entry(&mut out, n, *id);
+        }
+        match next.next_if(|(new, _)| *new == name) {
+            Some((n, id)) => push_blob_entry(&mut out, n, *id),
+            None => out.extend_from_slice(&raw[at..end]),
+        }
+        at = end;
     }
+    for (n, id) in next {
+        push_blob_entry(&mut out, n, *id);
+    }
+    Some(out)
+}
+
+fn push_blob_entry(out: &mut Vec<u8>, name: &[u8], id: Oid) {
+    out.extend_from_slice(b"100644 ");
+    out.extend_from_slice(name);
+    out.push(0);
+    out.extend_from_slice(id.as_bytes());
 }
 
 fn write_file(full: &Path, bytes: &[u8]) -> Result<()> {
@@ -511,13 +581,14 @@ mod tests {
         assert!(matches!(repo.create_branch("agents/a", first, "again"), Err(GitError::BranchExists { .. })));
         repo.add_worktree("a", &dir.join("agents/a"), "agents/a").expect("worktree");
 
-        let wt = Worktree::open(&dir.join("agents/a")).expect("open worktree");
+        let wt = Worktree::open(&dir.join("agents/a"), ".offshoot/messages").expect("open worktree");
         let second = wt
             .commit_files("agents/a", first, &[(".offshoot/messages/0001-user.md", b"hi")], "deliver")
             .expect("append");
         std::fs::write(dir.join("agents/a/work.txt"), "product").expect("write");
         std::fs::write(dir.join("agents/a/.offshoot/messages/stray"), "x").expect("write");
-        let third = wt.commit_all("agents/a", second, &[], &[".offshoot/messages"], "tool").expect("scan");
+        let third =
+            wt.commit_all("agents/a", second, &[(".offshoot/messages/0002-tool.json", b"{}")], "tool").expect("scan");
 
         assert_eq!(repo.branch_tip("agents/a").expect("tip"), Some(third));
         assert_eq!(repo.read_file(third, "work.txt").expect("read"), Some(b"product".to_vec()));
@@ -526,8 +597,35 @@ mod tests {
         let names: Vec<_> = repo.list_dir(third, ".offshoot").expect("ls").into_iter().map(|e| e.name).collect();
         assert_eq!(names, vec!["goal.md", "messages"]);
         // A stale parent is refused: one writer per branch.
-        let err = wt.commit_files("agents/a", second, &[("x", b"x")], "late").expect_err("must race");
+        let late = [(".offshoot/messages/0003-x.md", &b"x"[..])];
+        let err = wt.commit_files("agents/a", second, &late, "late").expect_err("must race");
         assert!(matches!(err, GitError::Raced { .. }), "{err}");
+        let err = wt.commit_files("agents/a", third, &[("elsewhere.txt", b"x")], "outside").expect_err("outside");
+        assert!(matches!(err, GitError::Outside { .. }), "{err}");
+        // The raw-extended tree is exactly what git itself would write.
+        let listed: Vec<_> =
+            repo.list_dir(third, ".offshoot/messages").expect("ls").into_iter().map(|e| e.name).collect();
+        assert_eq!(listed, vec!["0001-user.md", "0002-tool.json"]);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn raw_tree_insertion_keeps_git_order() {
+        let id = |b: u8| Oid::from_bytes(&[b; 20]).expect("oid");
+        let mut first = [(&b"0002-b.json"[..], id(2)), (&b"0001-a.md"[..], id(1))];
+        let raw = raw_tree_with(&[], &mut first).expect("tree");
+        let mut more = [(&b"10000-z.md"[..], id(4)), (&b"0003-c.md"[..], id(3)), (&b"0001-a.md"[..], id(5))];
+        let raw = raw_tree_with(&raw, &mut more).expect("tree");
+        let mut names = Vec::new();
+        let mut at = 0;
+        while at < raw.len() {
+            let nul = at + raw[at..].iter().position(|&b| b == 0).expect("nul");
+            names.push(String::from_utf8_lossy(&raw[at + 7..nul]).into_owned());
+            at = nul + 21;
+        }
+        assert_eq!(names, vec!["0001-a.md", "0002-b.json", "0003-c.md", "10000-z.md"]);
+        let mut with_dir = Vec::from(&b"40000 sub\0"[..]);
+        with_dir.extend_from_slice(id(9).as_bytes());
+        assert!(raw_tree_with(&with_dir, &mut []).is_none());
     }
 }
