@@ -144,3 +144,42 @@ fn provider_refusals_are_not_retried_and_keep_nothing() {
         assert!(t.agents().is_empty());
     }
 }
+
+#[test]
+fn a_broken_edit_is_refused_and_kept_for_fixing() {
+    let mut t = TestWorkspace::new("err-edit");
+    let before = config_tip(&t);
+    let script = t.root.join("break.sh");
+    std::fs::write(&script, "#!/bin/sh\nprintf 'version = 1\\n[roles.worker\\n' > \"$1\"\n").expect("script");
+    std::process::Command::new("chmod").args(["+x", script.to_str().expect("utf-8")]).status().expect("chmod");
+    t.env("EDITOR", script.to_str().expect("utf-8"));
+    let run = t.run(&["config", "edit"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("error: offshoot.toml:2:"), "{}", run.stderr);
+    assert!(run.stderr.contains("hint: your edit is kept in"), "{}", run.stderr);
+    assert_eq!(config_tip(&t), before);
+}
+
+#[test]
+fn a_config_broken_behind_our_back_stops_every_verb_before_it_acts() {
+    let t = TestWorkspace::new("err-broken-lineage");
+    // Commit an invalid offshoot.toml with plain git, as a user could.
+    let repo = t.ws.join("repo.git");
+    let blob = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd {} && b=$(printf 'version = 1\\nunknown = 3\\n' | git --git-dir=. hash-object -w --stdin) && \
+             t=$(printf '100644 blob %s\\toffshoot.toml\\n' $b | git --git-dir=. mktree) && \
+             c=$(git --git-dir=. -c user.name=u -c user.email=u@x commit-tree $t -p config/default -m broken) && \
+             git --git-dir=. update-ref refs/heads/config/default $c",
+            repo.display()
+        ))
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git");
+    assert!(blob.status.success(), "{}", String::from_utf8_lossy(&blob.stderr));
+    let run = t.run(&["prompt", "hi"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("offshoot.toml:2: `unknown`: unknown field `unknown`"), "{}", run.stderr);
+    assert!(t.agents().is_empty());
+}
