@@ -127,8 +127,8 @@ fn main() {
 
 /// The same work without git or the harness: for each step, POST that step's
 /// recorded request to the server and read the stream, run the tool's process, and
-/// write new files for the records (request, response, tool output) and the two
-/// transcript entries.
+/// write the same new files the harness writes outside git (the step record with its
+/// tool record, and the two transcript entries).
 fn floor(ws: &Workspace, id: &AgentId, server: &Server, steps: usize) -> Vec<Duration> {
     let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
     let scratch = ws.layout.root().join("floor");
@@ -148,13 +148,18 @@ fn floor(ws: &Workspace, id: &AgentId, server: &Server, steps: usize) -> Vec<Dur
         let mut body = Vec::new();
         response.into_body().into_reader().read_to_end(&mut body).expect("read");
         let tool = Command::new("sh").args(["-c", "echo step"]).output().expect("sh");
+        // The files the harness writes outside git: the step record and the two
+        // transcript entries in the worktree.
         let dir = scratch.join(format!("{n:04}"));
-        std::fs::create_dir(&dir).expect("step dir");
+        let tool_dir = dir.join("tools").join("call_floor");
+        std::fs::create_dir_all(&tool_dir).expect("step dirs");
         write(&dir.join("request.json"), &recorded);
         write(&dir.join("response.ndjson"), &body);
-        write(&dir.join("output.json"), &tool.stdout);
-        write(&dir.join("entry-output.json"), &body[..body.len().min(512)]);
-        write(&dir.join("entry-tool.json"), &tool.stdout);
+        write(&dir.join("meta.json"), b"{\"outcome\":\"ok\"}");
+        write(&tool_dir.join("input.json"), b"{\"command\":\"echo step\"}");
+        write(&tool_dir.join("output.json"), &tool.stdout);
+        write(&scratch.join(format!("{:04}-model.json", 2 * n)), &body[..body.len().min(512)]);
+        write(&scratch.join(format!("{:04}-tool.json", 2 * n + 1)), &tool.stdout);
         out.push(t.elapsed());
     }
     out

@@ -107,6 +107,28 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
     }
 }
 
+/// Follows up the creation of `id`: names it (the first JSON event, or a progress
+/// line), then either starts a detached driver and prints the id, or attaches.
+pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool) -> Result<(), CliError> {
+    let name = crate::engine::agents::list(ws)
+        .ok()
+        .and_then(|l| l.into_iter().find(|l| l.id == *id))
+        .and_then(|l| l.facts.name);
+    if ctx.out.json {
+        ctx.out.event(&json!({"type": "agent", "id": id.as_str(), "name": name}));
+    } else {
+        ctx.out.progress(&format!("· agent {id} ({})", name.unwrap_or_default()));
+    }
+    if !detach {
+        return attach(ctx, ws, id, fresh);
+    }
+    spawn_detached(ws, id)?;
+    if !ctx.out.json {
+        ctx.out.line(id.as_str());
+    }
+    Ok(())
+}
+
 /// Starts `offshoot run <id>` in its own session, output to the agent's driver log.
 pub fn spawn_detached(ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
     let exe =

@@ -1,5 +1,4 @@
 use crate::cli::progress;
-use crate::cli::verbs::prompt::announce;
 use crate::cli::{CliError, Ctx};
 use crate::domain::config::FILE;
 use crate::engine::agents::{self, Spawn};
@@ -51,8 +50,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         random: random_u32(),
     };
     let id = agents::create_root(&ws, &spawn)?;
-    announce(ctx, &ws, &id);
-    progress::attach(ctx, &ws, &id, false)?;
+    progress::launch(ctx, &ws, &id, false, false)?;
     let w = root.display();
     let lines = [
         String::new(),

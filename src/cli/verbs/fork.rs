@@ -1,5 +1,4 @@
 use crate::cli::progress;
-use crate::cli::verbs::prompt::announce;
 use crate::cli::{CliError, Ctx};
 use crate::engine::agents::{self, Spawn};
 use crate::engine::random_u32;
@@ -36,13 +35,5 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         random: random_u32(),
     };
     let id = agents::fork(&ws, &from, &spawn)?;
-    announce(ctx, &ws, &id);
-    if args.detach {
-        progress::spawn_detached(&ws, &id)?;
-        if !ctx.out.json {
-            ctx.out.line(id.as_str());
-        }
-        return Ok(());
-    }
-    progress::attach(ctx, &ws, &id, false)
+    progress::launch(ctx, &ws, &id, args.detach, false)
 }

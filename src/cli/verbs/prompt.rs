@@ -1,5 +1,3 @@
-use serde_json::json;
-
 use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
 use crate::engine::agents::{self, Spawn};
@@ -39,23 +37,5 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         random: random_u32(),
     };
     let id = agents::create_root(&ws, &spawn)?;
-    announce(ctx, &ws, &id);
-    if args.detach {
-        progress::spawn_detached(&ws, &id)?;
-        if !ctx.out.json {
-            ctx.out.line(id.as_str());
-        }
-        return Ok(());
-    }
-    progress::attach(ctx, &ws, &id, true)
-}
-
-/// Names a new agent: the first JSON event, or a progress line.
-pub fn announce(ctx: &Ctx, ws: &crate::engine::workspace::Workspace, id: &crate::domain::id::AgentId) {
-    let name = agents::list(ws).ok().and_then(|l| l.into_iter().find(|l| l.id == *id)).and_then(|l| l.facts.name);
-    if ctx.out.json {
-        ctx.out.event(&json!({"type": "agent", "id": id.as_str(), "name": name}));
-    } else {
-        ctx.out.progress(&format!("· agent {id} ({})", name.unwrap_or_default()));
-    }
+    progress::launch(ctx, &ws, &id, args.detach, true)
 }

@@ -1,7 +1,8 @@
 //! The Anthropic Messages API: request encoding (with our cache breakpoints) and
 //! SSE stream decoding.
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::{
     Block, Decoder, Delta, Output, Request, Role, Stop, StreamError, Usage, WireRequest, json, sse, str_at, u64_at,
@@ -14,77 +15,170 @@ pub fn encode(req: &Request, api_key: Option<&str>) -> WireRequest {
     if let Some(key) = api_key {
         headers.push(("x-api-key".to_owned(), key.to_owned()));
     }
-    WireRequest { path: "/v1/messages", headers, body: body(req).to_string().into_bytes() }
+    WireRequest { path: "/v1/messages", headers, body: serde_json::to_vec(&body(req)).unwrap_or_default() }
 }
 
-fn cache_mark() -> Value {
-    json!({"type": "ephemeral"})
-}
-
-/// The wire body. Breakpoints go on the system prompt, the last tool and the last
-/// block of the last message, so each request reads the previous one's prefix.
-pub fn body(req: &Request) -> Value {
-    let mut tools: Vec<Value> = req
+/// The wire body, borrowing from the request (it is serialised once per step and
+/// grows with the conversation). Breakpoints go on the system prompt, the last tool
+/// and the last block of the last message, so each request reads the previous
+/// one's prefix from the cache.
+pub fn body(req: &Request) -> Body<'_> {
+    let mut tools: Vec<WireTool<'_>> = req
         .tools
         .iter()
-        .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
-        .collect();
-    if let Some(Value::Object(last)) = tools.last_mut() {
-        last.insert("cache_control".into(), cache_mark());
-    }
-    let mut messages: Vec<Value> = req
-        .messages
-        .iter()
-        .map(|m| {
-            let role = match m.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            let content: Vec<Value> = m.content.iter().filter_map(block).collect();
-            json!({"role": role, "content": content})
+        .map(|t| WireTool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.input_schema,
+            cache_control: None,
         })
         .collect();
-    if let Some(Value::Array(content)) = messages.last_mut().and_then(|m| m.get_mut("content"))
-        && let Some(Value::Object(last)) = content.last_mut()
-    {
-        last.insert("cache_control".into(), cache_mark());
+    if let Some(last) = tools.last_mut() {
+        last.cache_control = Some(Ephemeral::MARK);
     }
-    let mut body = Map::new();
-    body.insert("model".into(), json!(req.model));
-    body.insert("max_tokens".into(), json!(req.max_output_tokens));
-    body.insert("system".into(), json!([{"type": "text", "text": req.system, "cache_control": cache_mark()}]));
-    body.insert("messages".into(), Value::Array(messages));
-    if !tools.is_empty() {
-        body.insert("tools".into(), Value::Array(tools));
+    let mut messages: Vec<WireMessage<'_>> = req
+        .messages
+        .iter()
+        .map(|m| WireMessage {
+            role: match m.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            },
+            content: m.content.iter().filter_map(block).map(|block| WireBlock { block, cache_control: None }).collect(),
+        })
+        .collect();
+    if let Some(last) = messages.last_mut().and_then(|m| m.content.last_mut()) {
+        last.cache_control = Some(Ephemeral::MARK);
     }
-    body.insert("stream".into(), json!(true));
-    Value::Object(body)
+    Body {
+        model: &req.model,
+        max_tokens: req.max_output_tokens,
+        system: [SystemBlock { kind: "text", text: &req.system, cache_control: Ephemeral::MARK }],
+        messages,
+        tools,
+        stream: true,
+    }
 }
 
-fn block(b: &Block) -> Option<Value> {
+#[derive(Serialize)]
+pub struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    system: [SystemBlock<'a>; 1],
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    stream: bool,
+}
+
+#[derive(Serialize, Clone, Copy)]
+struct Ephemeral {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+impl Ephemeral {
+    const MARK: Ephemeral = Ephemeral { kind: "ephemeral" };
+}
+
+#[derive(Serialize)]
+struct SystemBlock<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    cache_control: Ephemeral,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
+}
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<WireBlock<'a>>,
+}
+
+#[derive(Serialize)]
+struct WireBlock<'a> {
+    #[serde(flatten)]
+    block: BlockRef<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<Ephemeral>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockRef<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: ToolInput<'a>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+    Image {
+        source: ImageSource<'a>,
+    },
+}
+
+/// Anthropic requires an object; arguments that were not JSON go back wrapped.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolInput<'a> {
+    Object(&'a Value),
+    Invalid { invalid_json: &'a Value },
+}
+
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'a str,
+    data: &'a str,
+}
+
+fn block(b: &Block) -> Option<BlockRef<'_>> {
     Some(match b {
         Block::Text { text } if text.is_empty() => return None,
-        Block::Text { text } => json!({"type": "text", "text": text}),
-        Block::ToolUse { id, name, input } => {
-            let input = match input {
-                Value::Object(_) => input.clone(),
-                other => json!({"invalid_json": other}),
-            };
-            json!({"type": "tool_use", "id": id, "name": name, "input": input})
-        }
+        Block::Text { text } => BlockRef::Text { text },
+        Block::ToolUse { id, name, input } => BlockRef::ToolUse {
+            id,
+            name,
+            input: if input.is_object() {
+                ToolInput::Object(input)
+            } else {
+                ToolInput::Invalid { invalid_json: input }
+            },
+        },
         Block::ToolResult { tool_use_id, content, is_error } => {
-            let mut v = json!({"type": "tool_result", "tool_use_id": tool_use_id, "content": content});
-            if *is_error {
-                v["is_error"] = json!(true);
-            }
-            v
+            BlockRef::ToolResult { tool_use_id, content, is_error: *is_error }
         }
         Block::Thinking { thinking, signature } => {
-            json!({"type": "thinking", "thinking": thinking, "signature": signature.clone().unwrap_or_default()})
+            BlockRef::Thinking { thinking, signature: signature.as_deref().unwrap_or("") }
         }
-        Block::RedactedThinking { data } => json!({"type": "redacted_thinking", "data": data}),
+        Block::RedactedThinking { data } => BlockRef::RedactedThinking { data },
         Block::Image { media_type, data } => {
-            json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}})
+            BlockRef::Image { source: ImageSource { kind: "base64", media_type, data } }
         }
         Block::Reasoning { .. } => return None,
     })
@@ -225,5 +319,61 @@ impl StreamDecoder {
         if let Some(out) = u64_at(u, "/output_tokens") {
             self.usage.output = Some(out);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::infra::provider::{Message, ToolSpec};
+    use serde_json::json;
+
+    #[test]
+    fn encodes_breakpoints_thinking_and_invalid_arguments() {
+        let req = Request {
+            model: "m".into(),
+            max_output_tokens: 10,
+            system: "sys".into(),
+            tools: vec![ToolSpec {
+                name: "bash".into(),
+                description: "d".into(),
+                input_schema: json!({"type": "object"}),
+            }],
+            messages: vec![
+                Message { role: Role::User, content: vec![Block::text("hi")] },
+                Message {
+                    role: Role::Assistant,
+                    content: vec![
+                        Block::Thinking { thinking: "hm".into(), signature: Some("sig".into()) },
+                        Block::ToolUse { id: "t1".into(), name: "bash".into(), input: json!("{oops") },
+                    ],
+                },
+                Message {
+                    role: Role::User,
+                    content: vec![Block::ToolResult {
+                        tool_use_id: "t1".into(),
+                        content: "bad".into(),
+                        is_error: true,
+                    }],
+                },
+            ],
+        };
+        let wire: Value = serde_json::from_slice(&encode(&req, Some("k")).body).expect("json");
+        assert_eq!(
+            wire,
+            json!({
+                "model": "m", "max_tokens": 10, "stream": true,
+                "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
+                "tools": [{"name": "bash", "description": "d", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "thinking", "thinking": "hm", "signature": "sig"},
+                        {"type": "tool_use", "id": "t1", "name": "bash", "input": {"invalid_json": "{oops"}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "bad", "is_error": true,
+                        "cache_control": {"type": "ephemeral"}}]}
+                ]
+            })
+        );
     }
 }
