@@ -112,6 +112,10 @@ impl Repo {
         let mut opts = RepositoryInitOptions::new();
         opts.bare(true).mkpath(true).initial_head("config/default");
         let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
+        // History is the commits themselves (append-only, moved by compare-and-swap);
+        // reflogs in every worktree would double each ref update's writes.
+        let mut config = repo.config().map_err(lib("open repository config"))?;
+        config.set_bool("core.logAllRefUpdates", false).map_err(lib("configure reflogs"))?;
         Ok(Repo { repo })
     }
 
@@ -393,11 +397,14 @@ impl Worktree {
         let owned = self.extend_owned(&base, files)?;
         let mut index = self.repo.index().map_err(lib("open index"))?;
         let roots = self.scan_roots(&index);
-        if !roots.is_empty() {
-            self.stage_changes(&mut index, &roots)?;
-        }
-        let scanned = index.write_tree().map_err(lib("write tree"))?;
-        let scanned = self.repo.find_tree(scanned).map_err(lib("find tree"))?;
+        let changed = !roots.is_empty() && self.stage_changes(&mut index, &roots)?;
+        // Unchanged work products: the parent's tree is the index's tree.
+        let scanned = if changed {
+            let id = index.write_tree().map_err(lib("write tree"))?;
+            self.repo.find_tree(id).map_err(lib("find tree"))?
+        } else {
+            base
+        };
         let mut update = TreeUpdateBuilder::new();
         update.upsert(self.owned.as_str(), owned, FileMode::Tree);
         let tree = update.create_updated(&self.repo, &scanned).map_err(lib("edit tree"))?;
@@ -458,7 +465,7 @@ impl Worktree {
 
     /// Stages every addition, change and deletion below `roots` (taken as literal
     /// paths, so libgit2 walks only those subtrees).
-    fn stage_changes(&self, index: &mut git2::Index, roots: &[String]) -> Result<()> {
+    fn stage_changes(&self, index: &mut git2::Index, roots: &[String]) -> Result<bool> {
         let mut opts = git2::DiffOptions::new();
         opts.include_untracked(true).recurse_untracked_dirs(true).disable_pathspec_match(true).include_typechange(true);
         for r in roots {
@@ -470,6 +477,7 @@ impl Worktree {
             let Some(path) = delta.new_file().path().or(delta.old_file().path()) else { continue };
             changed.push((path.to_owned(), delta.status() == git2::Delta::Deleted));
         }
+        let any = !changed.is_empty();
         for (path, deleted) in changed {
             if deleted {
                 index.remove_path(&path).map_err(lib(format!("unstage {}", path.display())))?;
@@ -477,7 +485,7 @@ impl Worktree {
                 index.add_path(&path).map_err(lib(format!("stage {}", path.display())))?;
             }
         }
-        Ok(())
+        Ok(any)
     }
 
     /// The paths to scan: every top-level entry on disk or in the index, with the
