@@ -44,6 +44,7 @@ pub enum Verb {
     Show(verbs::show::Args),
     #[command(subcommand)]
     Config(verbs::config::Args),
+    Tool(verbs::tool::Args),
     Demo(verbs::demo::Args),
     Completions(verbs::completions::Args),
 }
@@ -61,6 +62,7 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Log(args) => verbs::log::run(&ctx, args),
         Verb::Show(args) => verbs::show::run(&ctx, args),
         Verb::Config(args) => verbs::config::run(&ctx, args),
+        Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),
     };

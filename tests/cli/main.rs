@@ -7,4 +7,5 @@ mod crash;
 mod errors;
 mod faults;
 mod layering;
+mod tools;
 mod verbs;

@@ -16,7 +16,8 @@ fn demo_runs_with_no_identity_and_no_key() {
     let ws = demos[0].path();
     let agent = std::fs::read_dir(ws.join("agents")).expect("agents").flatten().next().expect("agent").path();
     let report = std::fs::read_to_string(agent.join("REPORT.md")).expect("the demo writes a report");
-    assert!(report.starts_with("# Machine report"), "{report}");
+    assert!(report.starts_with("# Machine report\n\nEach line below was read"), "{report}");
+    assert!(agent.join("CHECK.md").is_file(), "the recorded patch adds CHECK.md");
 }
 
 #[test]

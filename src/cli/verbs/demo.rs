@@ -55,7 +55,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let lines = [
         String::new(),
         "Where to look:".into(),
-        format!("  {w}/agents/{id}/            the agent's worktree (its report is REPORT.md)"),
+        format!("  {w}/agents/{id}/            the agent's worktree (REPORT.md and CHECK.md are its work)"),
         format!("  {w}/agents/{id}/.offshoot/  goal, soul, tool schemas and the transcript"),
         format!("  {w}/steps/{id}/             each step's request, raw response and tool output"),
         "Try:".into(),

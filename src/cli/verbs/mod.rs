@@ -11,3 +11,4 @@ pub mod prompt;
 pub mod run;
 pub mod send;
 pub mod show;
+pub mod tool;

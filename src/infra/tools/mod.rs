@@ -1,8 +1,11 @@
 //! The built-in tools. A tool gets a working directory and its input and returns
 //! output; it never touches the transcript. Descriptions live in `templates/tools/`.
 
+mod apply_patch;
 mod bash;
+mod edit_file;
 mod read_file;
+mod write_file;
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +37,13 @@ pub struct ToolOutput {
     pub is_error: bool,
 }
 
+impl ToolOutput {
+    /// An output that is one line and no streams.
+    pub fn summary(text: String) -> ToolOutput {
+        ToolOutput { summary: text, streams: Vec::new(), is_error: false }
+    }
+}
+
 /// Who must hear about a failure: the model (as an error result), or the driver.
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
@@ -60,6 +70,27 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"command":{"type":"string","description":"The command line, run with `sh -c`."},"timeout_secs":{"type":"integer","minimum":1,"maximum":3600,"description":"Seconds before the command and everything it started are killed (default 120)."}},"required":["command"]}"#,
         writes: true,
         run: bash::run,
+    },
+    Builtin {
+        name: "write_file",
+        description: include_str!("../../../templates/tools/write_file.md"),
+        schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"content":{"type":"string","description":"The file's whole new content."}},"required":["path","content"]}"#,
+        writes: true,
+        run: write_file::run,
+    },
+    Builtin {
+        name: "edit_file",
+        description: include_str!("../../../templates/tools/edit_file.md"),
+        schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"old_string":{"type":"string","description":"The exact text to replace."},"new_string":{"type":"string","description":"The text to put in its place."},"replace_all":{"type":"boolean","description":"Replace every occurrence instead of exactly one (default false)."}},"required":["path","old_string","new_string"]}"#,
+        writes: true,
+        run: edit_file::run,
+    },
+    Builtin {
+        name: "apply_patch",
+        description: include_str!("../../../templates/tools/apply_patch.md"),
+        schema: r#"{"type":"object","properties":{"patch":{"type":"string","description":"The whole patch, from `*** Begin Patch` to `*** End Patch`."}},"required":["patch"]}"#,
+        writes: true,
+        run: apply_patch::run,
     },
     Builtin {
         name: "read_file",

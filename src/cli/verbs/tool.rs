@@ -1,0 +1,76 @@
+use std::io::Read;
+
+use serde_json::{Value, json};
+
+use crate::cli::{CliError, Ctx};
+use crate::infra::tools::{self, ToolEnv, ToolError};
+
+/// Run a built-in tool with its JSON input on stdin, in the current directory
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The tool to run
+    #[arg(required_unless_present = "list")]
+    pub name: Option<String>,
+    /// List the built-in tools with their input schemas
+    #[arg(long)]
+    pub list: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    if args.list {
+        for name in tools::builtin_names() {
+            let spec = tools::builtin(name).map(|b| b.spec());
+            let Some(spec) = spec else { continue };
+            if ctx.out.json {
+                ctx.out.event(&serde_json::to_value(&spec).unwrap_or(Value::Null));
+            } else {
+                ctx.out.line(&format!(
+                    "{}\n  {}\n  input: {}\n",
+                    spec.name,
+                    spec.description.replace('\n', "\n  "),
+                    spec.input_schema
+                ));
+            }
+        }
+        return Ok(());
+    }
+    let name = args.name.as_deref().unwrap_or("");
+    let builtin = tools::builtin(name).ok_or_else(|| {
+        let known: Vec<&str> = tools::builtin_names().collect();
+        CliError::usage(format!("tool `{name}` does not exist")).hint(format!("tools: {}", known.join(", ")))
+    })?;
+    let mut text = String::new();
+    std::io::stdin().read_to_string(&mut text).map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
+    let input: Value = serde_json::from_str(&text).map_err(|e| {
+        CliError::usage(format!("the input on stdin is not JSON: {e}"))
+            .hint(format!("e.g. echo '{{...}}' | offshoot tool {name}"))
+    })?;
+    let cwd =
+        std::env::current_dir().map_err(|e| CliError::runtime(format!("cannot read the current directory: {e}")))?;
+    let env = ToolEnv { cwd, workspace: ctx.workspace_path(), agent: String::new() };
+    match builtin.run(&env, &input) {
+        Ok(output) => {
+            if ctx.out.json {
+                ctx.out.event(&serde_json::to_value(&output).unwrap_or(Value::Null));
+            } else {
+                ctx.out.line(&output.summary);
+                for stream in output.streams.iter().filter(|s| !s.text.is_empty()) {
+                    ctx.out.line(&format!(
+                        "<{}>\n{}\n</{}>",
+                        stream.name,
+                        stream.text.trim_end_matches('\n'),
+                        stream.name
+                    ));
+                }
+            }
+            if output.is_error { Err(CliError::runtime(format!("`{name}` reported an error"))) } else { Ok(()) }
+        }
+        Err(ToolError::ToModel(message)) => {
+            if ctx.out.json {
+                ctx.out.event(&json!({"error": message}));
+            }
+            Err(CliError::runtime(message))
+        }
+        Err(ToolError::Fatal(message)) => Err(CliError::runtime(message)),
+    }
+}

@@ -1,0 +1,43 @@
+//! `write_file`: create or overwrite one file with the given content.
+
+use serde_json::Value;
+
+use super::{ToolEnv, ToolError, ToolOutput, resolve, str_arg};
+
+pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
+    let path = str_arg(input, "path")?;
+    let content = str_arg(input, "content")?;
+    let full = resolve(env, path);
+    if full.is_dir() {
+        return Err(ToolError::ToModel(format!("`{path}` is a directory; give a file path")));
+    }
+    let existed = full.exists();
+    if let Some(dir) = full.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| ToolError::ToModel(format!("cannot create the directory of `{path}`: {e}")))?;
+    }
+    std::fs::write(&full, content).map_err(|e| ToolError::ToModel(format!("cannot write `{path}`: {e}")))?;
+    let verb = if existed { "overwrote" } else { "created" };
+    let lines = content.lines().count();
+    Ok(ToolOutput::summary(format!("{verb} `{path}` ({} bytes, {lines} lines)", content.len())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn creates_parents_then_overwrites() {
+        let dir = std::env::temp_dir().join(format!("offshoot-write-{}", std::process::id()));
+        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
+        let out = run(&env, &json!({"path": "a/b.txt", "content": "one\ntwo\n"})).expect("writes");
+        assert_eq!(out.summary, "created `a/b.txt` (8 bytes, 2 lines)");
+        let out = run(&env, &json!({"path": "a/b.txt", "content": "x"})).expect("writes");
+        assert_eq!(out.summary, "overwrote `a/b.txt` (1 bytes, 1 lines)");
+        assert_eq!(std::fs::read_to_string(dir.join("a/b.txt")).expect("read"), "x");
+        let err = run(&env, &json!({"path": "a", "content": "x"})).expect_err("a directory");
+        assert_eq!(err.to_string(), "`a` is a directory; give a file path");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
