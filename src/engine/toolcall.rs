@@ -115,15 +115,20 @@ pub fn bound(text: &str, head: usize, tail: usize, record: &str) -> String {
     let head_end = text.floor_char_boundary(head);
     let tail_start = text.ceil_char_boundary(text.len() - tail);
     let omitted = &text[head_end..tail_start];
+    let lines = text.matches('\n').count() + usize::from(!text.ends_with('\n'));
     format!(
-        "{}\n[… {} bytes in {} lines left out of {} bytes in {} lines; the full output is in {record} …]\n{}",
+        "{}\n[… {} bytes left out ({}) of {} bytes in {}; the full output is in {record} …]\n{}",
         &text[..head_end],
         omitted.len(),
-        omitted.matches('\n').count(),
+        counted(omitted.matches('\n').count(), "line break"),
         text.len(),
-        text.matches('\n').count() + usize::from(!text.ends_with('\n')),
+        counted(lines, "line"),
         &text[tail_start..]
     )
+}
+
+fn counted(n: usize, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
 
 #[cfg(test)]
@@ -137,7 +142,7 @@ mod tests {
         let b = bound(&text, 4, 4, "steps/x/0001/tools/t/output.json");
         assert_eq!(
             b,
-            "a\na\n\n[… 192 bytes in 96 lines left out of 200 bytes in 100 lines; the full output is in steps/x/0001/tools/t/output.json …]\na\na\n"
+            "a\na\n\n[… 192 bytes left out (96 line breaks) of 200 bytes in 100 lines; the full output is in steps/x/0001/tools/t/output.json …]\na\na\n"
         );
     }
 

@@ -95,3 +95,58 @@ fn offshoot_tool_runs_a_builtin_on_stdin_json() {
         assert!(list.ok().contains(&format!("{name}\n")), "{name} missing from --list");
     }
 }
+
+#[test]
+fn a_tool_outside_the_grant_runs_nothing_but_stays_declared() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-grant");
+    t.use_server(&server, Dialect::Chat);
+    t.set("roles.worker.tools", "[\"read_file\"]");
+    server.push_turns([Turn::bash("c1", "touch MARKER"), Turn::text("ok")]);
+    t.run(&["prompt", "try bash"]).ok();
+    assert_eq!(
+        result_text_chat(&server, 1),
+        "tool `bash` is not available to you; nothing ran. Allowed tools: read_file"
+    );
+    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    assert!(!t.ws.join("agents").join(&id).join("MARKER").exists());
+    // The history names bash, so the next request declares it (providers require it).
+    let names: Vec<String> = server.requests()[1].body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(names, vec!["read_file", "bash"]);
+}
+
+fn result_text_chat(server: &Server, n: usize) -> String {
+    let body = &server.requests()[n].body;
+    let tool = body["messages"].as_array().expect("messages").iter().rev().find(|m| m["role"] == "tool").cloned();
+    tool.map(|m| m["content"].as_str().unwrap_or_default().to_owned()).unwrap_or_default()
+}
+
+#[test]
+fn ten_megabytes_of_output_are_bounded_in_the_transcript_and_whole_in_the_record() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-bounded");
+    t.use_server(&server, Dialect::Anthropic);
+    server.push_turns([
+        Turn::bash("big", "head -c 10000000 /dev/zero | tr '\\0' a; echo; echo tail-marker"),
+        Turn::text("ok"),
+    ]);
+    t.run(&["prompt", "print a lot"]).ok();
+    let seen = result_text(&server, 1);
+    assert!(seen.len() < 5000, "the model saw {} bytes", seen.len());
+    assert!(seen.starts_with("exit code 0\n<stdout>\naaaa"), "{}", &seen[..100]);
+    assert!(seen.contains("bytes left out (0 line breaks) of 10000013 bytes in 2 lines"), "{seen}");
+    assert!(seen.contains("the full output is in steps/") && seen.contains("/tools/big/output.json"), "{seen}");
+    assert!(seen.ends_with("\ntail-marker\n</stdout>"), "{seen}");
+    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    let record = t.steps_dir(&id).join("0001/tools/big/output.json");
+    let full: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).expect("record")).expect("json");
+    assert_eq!(full["streams"][0]["text"].as_str().expect("stdout").len(), 10_000_013);
+    // The committed transcript entry is the bounded one.
+    let entry = t.git(&["show", &format!("agents/{id}:.offshoot/messages/0003-tool.json")]);
+    assert!(entry.len() < 6000, "{} bytes committed", entry.len());
+}
