@@ -386,7 +386,10 @@ mod tests {
     #[test]
     fn the_embedded_default_is_valid() {
         let config = Config::parse(DEFAULT_FILES[0].1, &defaults_have).expect("default config");
-        assert_eq!(config.roles["worker"].tools, vec!["bash", "read_file", "write_file", "edit_file", "apply_patch"]);
+        assert_eq!(
+            config.roles["worker"].tools,
+            vec!["bash", "read_file", "write_file", "edit_file", "apply_patch", "cd"]
+        );
         assert_eq!(config.providers["ollama"].api_key_env, None);
     }
 

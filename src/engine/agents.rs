@@ -205,6 +205,7 @@ fn start(ws: &Workspace, id: &AgentId, commit: CommitId, spawn: &Spawn) -> Resul
 /// Removes every trace of an agent: branch, worktree, inbox, steps, lock.
 pub fn discard(ws: &Workspace, id: &AgentId) {
     let _ = ws.repo.delete_branch(&id.branch());
+    let _ = ws.repo.delete_marks(id.as_str());
     let _ = std::fs::remove_dir_all(ws.layout.worktree(id));
     let _ = std::fs::remove_dir_all(ws.layout.repo().join("worktrees").join(id.as_str()));
     let _ = std::fs::remove_dir_all(ws.layout.inbox(id));

@@ -59,6 +59,9 @@ pub enum DriverError {
 
 type Result<T> = std::result::Result<T, DriverError>;
 
+/// The mark holding an agent's working directory (`refs/offshoot/cwd/<id>`).
+const CWD_MARK: &str = "cwd";
+
 /// What a driver reports as it works (the cli turns these into output).
 #[derive(Debug)]
 pub enum Event<'a> {
@@ -249,6 +252,26 @@ impl<'a> Driver<'a> {
         Ok(Turn::Again)
     }
 
+    /// Where tools run: the `cwd` mark (relative to the worktree, or absolute
+    /// outside it), or the worktree's root when unset or gone.
+    fn cwd(&self) -> Result<PathBuf> {
+        let root = self.worktree.root().to_owned();
+        let Some(mark) = self.ws.repo.mark(CWD_MARK, self.id.as_str())? else {
+            return Ok(root);
+        };
+        let dir = root.join(String::from_utf8_lossy(&mark).as_ref());
+        Ok(if dir.is_dir() { dir } else { root })
+    }
+
+    fn set_cwd(&self, dir: &Path) -> Result<()> {
+        let root = std::fs::canonicalize(self.worktree.root()).unwrap_or_else(|_| self.worktree.root().to_owned());
+        let shown = match dir.strip_prefix(&root) {
+            Ok(inside) => inside.to_string_lossy().into_owned(),
+            Err(_) => dir.to_string_lossy().into_owned(),
+        };
+        Ok(self.ws.repo.set_mark(CWD_MARK, self.id.as_str(), shown.as_bytes())?)
+    }
+
     /// The config at the agent's lineage tip, parsed once per config commit.
     fn config(&mut self) -> Result<(CommitId, Rc<Config>)> {
         let tip = self.ws.config_tip(&self.facts.lineage)?;
@@ -389,11 +412,7 @@ impl<'a> Driver<'a> {
         let (_, config) = self.config()?;
         let grant = config.role(&self.facts.role).map(|r| r.tools.clone()).unwrap_or_default();
         let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(id));
-        let env = ToolEnv {
-            cwd: self.worktree.root().to_owned(),
-            workspace: self.ws.layout.root().to_owned(),
-            agent: self.id.to_string(),
-        };
+        let env = ToolEnv { cwd: self.cwd()?, workspace: self.ws.layout.root().to_owned(), agent: self.id.to_string() };
         observer.event(Event::ToolStarted { name, input });
         let record_dir = self.ws.layout.root().join(&record_rel);
         let result = toolcall::run(
@@ -404,6 +423,9 @@ impl<'a> Driver<'a> {
             &toolcall::RecordPlace { dir: &record_dir, shown: &record_rel },
         )?;
         observer.event(Event::ToolFinished { name, is_error: result.is_error, summary: &result.summary });
+        if let Some(dir) = &result.cwd {
+            self.set_cwd(dir)?;
+        }
         let entry = transcript::entry_name(number, "tool", Side::Tool);
         let path = format!("{}/{entry}", agent::MESSAGES);
         let bytes = serde_json::to_vec(&result.block).unwrap_or_default();

@@ -16,6 +16,8 @@ pub struct CallResult {
     pub writes: bool,
     pub is_error: bool,
     pub summary: String,
+    /// A new working directory for later calls (`cd`).
+    pub cwd: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -74,14 +76,14 @@ pub fn run(
         }
         Some(b) => (b.run(env, input), b.writes),
     };
-    let (text, is_error, summary) = match outcome {
+    let (text, is_error, summary, cwd) = match outcome {
         Ok(output) => {
             write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
-            (render(&output, limits, record.shown), output.is_error, output.summary.clone())
+            (render(&output, limits, record.shown), output.is_error, output.summary.clone(), output.cwd)
         }
         Err(ToolError::ToModel(message)) => {
             write_record("output.json", &json!({"error": message}))?;
-            (message.clone(), true, message)
+            (message.clone(), true, message, None)
         }
         Err(ToolError::Fatal(message)) => {
             write_record("output.json", &json!({"fatal": message}))?;
@@ -93,6 +95,7 @@ pub fn run(
         writes,
         is_error,
         summary,
+        cwd,
     })
 }
 

@@ -170,6 +170,35 @@ impl Repo {
         cas_update(&self.repo, &branch_ref(branch), new, expected, msg)
     }
 
+    /// The content of the mark `refs/offshoot/<kind>/<id>`, if it is set.
+    pub fn mark(&self, kind: &str, id: &str) -> Result<Option<Vec<u8>>> {
+        let name = format!("refs/offshoot/{kind}/{id}");
+        match self.repo.refname_to_id(&name) {
+            Ok(oid) => Ok(Some(self.read_blob(oid)?)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read {name}"), source }),
+        }
+    }
+
+    /// Sets the mark `refs/offshoot/<kind>/<id>` to a blob of `content`.
+    pub fn set_mark(&self, kind: &str, id: &str, content: &[u8]) -> Result<()> {
+        let name = format!("refs/offshoot/{kind}/{id}");
+        let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
+        self.repo.reference(&name, blob, true, "mark").map_err(lib(format!("set {name}")))?;
+        Ok(())
+    }
+
+    pub fn delete_marks(&self, id: &str) -> Result<()> {
+        let refs = self.repo.references_glob(&format!("refs/offshoot/*/{id}")).map_err(lib("list marks"))?;
+        let names: Vec<String> = refs.flatten().filter_map(|r| r.name().ok().map(str::to_owned)).collect();
+        for name in names {
+            if let Ok(mut r) = self.repo.find_reference(&name) {
+                r.delete().map_err(lib(format!("delete {name}")))?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn delete_branch(&self, branch: &str) -> Result<()> {
         let name = branch_ref(branch);
         match self.repo.find_reference(&name) {

@@ -150,3 +150,31 @@ fn ten_megabytes_of_output_are_bounded_in_the_transcript_and_whole_in_the_record
     let entry = t.git(&["show", &format!("agents/{id}:.offshoot/messages/0003-tool.json")]);
     assert!(entry.len() < 6000, "{} bytes committed", entry.len());
 }
+
+#[test]
+fn cd_moves_later_tools_and_is_refused_for_missing_directories() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-cd");
+    t.use_server(&server, Dialect::Anthropic);
+    server.push_turns([
+        call("c1", "bash", json!({"command": "mkdir -p sub/deeper"})),
+        call("c2", "cd", json!({"path": "nowhere"})),
+        call("c3", "cd", json!({"path": "sub"})),
+        call("c4", "bash", json!({"command": "pwd; echo here > made.txt"})),
+        call("c5", "write_file", json!({"path": "deeper/w.txt", "content": "w"})),
+        Turn::text("moved"),
+    ]);
+    t.run(&["prompt", "--name", "Mover", "move around"]).ok();
+    assert!(result_text(&server, 2).starts_with("cannot change to `nowhere`"), "{}", result_text(&server, 2));
+    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    assert!(result_text(&server, 4).contains(&format!("agents/{id}/sub\n")), "{}", result_text(&server, 4));
+    assert_eq!(t.git(&["show", &format!("agents/{id}:sub/made.txt")]), "here\n");
+    assert_eq!(t.git(&["show", &format!("agents/{id}:sub/deeper/w.txt")]), "w");
+    // The mark is plain git: a ref holding the directory, relative to the worktree.
+    assert_eq!(t.git(&["cat-file", "-p", &format!("refs/offshoot/cwd/{id}")]), "sub");
+    // A fork does not inherit it: its tools start at its own worktree's root.
+    server.push_turns([call("f1", "bash", json!({"command": "pwd"})), Turn::text("forked")]);
+    t.run(&["fork", "--from", "Mover", "where am I?"]).ok();
+    let fork_pwd = result_text(&server, 7);
+    assert!(!fork_pwd.contains("/sub\n"), "{fork_pwd}");
+}

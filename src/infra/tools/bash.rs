@@ -59,6 +59,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         summary,
         streams: vec![Stream { name: "stdout", text: stdout }, Stream { name: "stderr", text: stderr }],
         is_error: timed_out || code != Some(0),
+        cwd: None,
     })
 }
 

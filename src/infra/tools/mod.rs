@@ -3,6 +3,7 @@
 
 mod apply_patch;
 mod bash;
+mod cd;
 mod edit_file;
 mod read_file;
 mod write_file;
@@ -35,12 +36,15 @@ pub struct ToolOutput {
     pub summary: String,
     pub streams: Vec<Stream>,
     pub is_error: bool,
+    /// The working directory later calls should use (`cd`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
 }
 
 impl ToolOutput {
     /// An output that is one line and no streams.
     pub fn summary(text: String) -> ToolOutput {
-        ToolOutput { summary: text, streams: Vec::new(), is_error: false }
+        ToolOutput { summary: text, streams: Vec::new(), is_error: false, cwd: None }
     }
 }
 
@@ -91,6 +95,13 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"patch":{"type":"string","description":"The whole patch, from `*** Begin Patch` to `*** End Patch`."}},"required":["patch"]}"#,
         writes: true,
         run: apply_patch::run,
+    },
+    Builtin {
+        name: "cd",
+        description: include_str!("../../../templates/tools/cd.md"),
+        schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"The directory, relative to the current working directory (`..` goes up)."}},"required":["path"]}"#,
+        writes: false,
+        run: cd::run,
     },
     Builtin {
         name: "read_file",

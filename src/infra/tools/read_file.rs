@@ -30,7 +30,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     let lines: Vec<&str> = text.lines().collect();
     let total = lines.len() as u64;
     if total == 0 {
-        return Ok(ToolOutput { summary: format!("`{path}` is empty"), streams: Vec::new(), is_error: false });
+        return Ok(ToolOutput::summary(format!("`{path}` is empty")));
     }
     if offset > total {
         return Err(ToolError::ToModel(format!("`{path}` has {total} lines; offset {offset} is past the end")));
@@ -44,7 +44,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     if end < total {
         summary.push_str(&format!("; continue with offset {}", end + 1));
     }
-    Ok(ToolOutput { summary, streams: vec![Stream { name: "content", text: body }], is_error: false })
+    Ok(ToolOutput { summary, streams: vec![Stream { name: "content", text: body }], is_error: false, cwd: None })
 }
 
 #[cfg(test)]
