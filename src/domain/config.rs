@@ -388,7 +388,7 @@ mod tests {
         let config = Config::parse(DEFAULT_FILES[0].1, &defaults_have).expect("default config");
         assert_eq!(
             config.roles["worker"].tools,
-            vec!["bash", "read_file", "write_file", "edit_file", "apply_patch", "cd"]
+            vec!["bash", "read_file", "write_file", "edit_file", "apply_patch", "grep", "glob", "cd"]
         );
         assert_eq!(config.providers["ollama"].api_key_env, None);
     }

@@ -178,3 +178,28 @@ fn cd_moves_later_tools_and_is_refused_for_missing_directories() {
     let fork_pwd = result_text(&server, 7);
     assert!(!fork_pwd.contains("/sub\n"), "{fork_pwd}");
 }
+
+#[test]
+fn grep_and_glob_through_a_conversation() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-search");
+    t.use_server(&server, Dialect::Responses);
+    server.push_turns([
+        call("c1", "bash", json!({"command": "mkdir -p src out && echo 'fn find_me() {}' > src/lib.rs && echo find_me > out/x && echo out/ > .gitignore"})),
+        call("c2", "grep", json!({"pattern": "find_me"})),
+        call("c3", "glob", json!({"pattern": "*.rs"})),
+        call("c4", "grep", json!({"pattern": "[unclosed"})),
+        Turn::text("searched"),
+    ]);
+    t.run(&["prompt", "search"]).ok();
+    let outputs: Vec<String> = server.requests()[4].body["input"]
+        .as_array()
+        .expect("input")
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .map(|i| i["output"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(outputs[1], "1 matches in 1 files\n<matches>\nsrc/lib.rs:1:fn find_me() {}\n</matches>");
+    assert_eq!(outputs[2], "1 paths match\n<paths>\nsrc/lib.rs\n</paths>");
+    assert!(outputs[3].starts_with("`[unclosed` is not a valid regex"), "{}", outputs[3]);
+}

@@ -5,6 +5,8 @@ mod apply_patch;
 mod bash;
 mod cd;
 mod edit_file;
+mod glob;
+mod grep;
 mod read_file;
 mod write_file;
 
@@ -95,6 +97,20 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"patch":{"type":"string","description":"The whole patch, from `*** Begin Patch` to `*** End Patch`."}},"required":["patch"]}"#,
         writes: true,
         run: apply_patch::run,
+    },
+    Builtin {
+        name: "grep",
+        description: include_str!("../../../templates/tools/grep.md"),
+        schema: r#"{"type":"object","properties":{"pattern":{"type":"string","description":"A regular expression."},"path":{"type":"string","description":"Directory or file to search, relative to the working directory (default `.`)."},"glob":{"type":"string","description":"Only search files matching this glob, e.g. `*.rs`."},"ignore_case":{"type":"boolean","description":"Case-insensitive matching (default false)."}},"required":["pattern"]}"#,
+        writes: false,
+        run: grep::run,
+    },
+    Builtin {
+        name: "glob",
+        description: include_str!("../../../templates/tools/glob.md"),
+        schema: r#"{"type":"object","properties":{"pattern":{"type":"string","description":"A glob such as `*.rs` or `src/**/*.ts`."},"path":{"type":"string","description":"Directory to search below, relative to the working directory (default `.`)."}},"required":["pattern"]}"#,
+        writes: false,
+        run: glob::run,
     },
     Builtin {
         name: "cd",
