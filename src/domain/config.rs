@@ -17,6 +17,7 @@ pub const DEFAULT_FILES: &[(&str, &str)] = &[
     (FILE, include_str!("../../templates/default/offshoot.toml")),
     ("souls/worker.md", include_str!("../../templates/default/souls/worker.md")),
     ("souls/compactor.md", include_str!("../../templates/default/souls/compactor.md")),
+    ("skills/offshoot/SKILL.md", include_str!("../../templates/default/skills/offshoot/SKILL.md")),
 ];
 
 /// The whole of `offshoot.toml`.
@@ -388,7 +389,7 @@ mod tests {
         let config = Config::parse(DEFAULT_FILES[0].1, &defaults_have).expect("default config");
         assert_eq!(
             config.roles["worker"].tools,
-            vec!["bash", "read_file", "write_file", "edit_file", "apply_patch", "grep", "glob", "cd"]
+            vec!["bash", "read_file", "write_file", "edit_file", "apply_patch", "grep", "glob", "cd", "load_skill"]
         );
         assert_eq!(config.providers["ollama"].api_key_env, None);
     }

@@ -412,7 +412,15 @@ impl<'a> Driver<'a> {
         let (_, config) = self.config()?;
         let grant = config.role(&self.facts.role).map(|r| r.tools.clone()).unwrap_or_default();
         let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(id));
-        let env = ToolEnv { cwd: self.cwd()?, workspace: self.ws.layout.root().to_owned(), agent: self.id.to_string() };
+        let (config_commit, _) = self.config()?;
+        let needs_skills = crate::infra::tools::builtin(name).is_some_and(|b| b.needs_skills);
+        let env = ToolEnv {
+            cwd: self.cwd()?,
+            workspace: self.ws.layout.root().to_owned(),
+            agent: self.id.to_string(),
+            root: self.worktree.root().to_owned(),
+            skills: if needs_skills { Some(self.ws.skills(config_commit)?) } else { None },
+        };
         observer.event(Event::ToolStarted { name, input });
         let record_dir = self.ws.layout.root().join(&record_rel);
         let result = toolcall::run(

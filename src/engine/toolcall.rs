@@ -152,7 +152,7 @@ mod tests {
     #[test]
     fn an_ungranted_tool_runs_nothing_and_names_the_grant() {
         let dir = std::env::temp_dir().join(format!("offshoot-toolcall-{}", std::process::id()));
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
+        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
         let marker = dir.join("ran");
         let input = json!({"command": format!("touch {}", marker.display())});
         let grant = vec!["read_file".to_owned()];

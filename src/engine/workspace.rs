@@ -140,6 +140,17 @@ impl Workspace {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
+    /// The skills of the config at `at`: `skills/<name>/…`, by name.
+    pub fn skills(&self, at: CommitId) -> Result<crate::infra::tools::Skills> {
+        let mut skills = crate::infra::tools::Skills::default();
+        for (path, oid) in self.repo.list_files(at, "skills")? {
+            let Some((name, rel)) = path.strip_prefix("skills/").and_then(|p| p.split_once('/')) else { continue };
+            let bytes = self.repo.read_blob(oid)?;
+            skills.files.entry(name.to_owned()).or_default().push((rel.to_owned(), bytes));
+        }
+        Ok(skills)
+    }
+
     pub fn config_file(&self, at: CommitId, path: &str) -> Result<Option<Vec<u8>>> {
         Ok(self.repo.read_file(at, path)?)
     }

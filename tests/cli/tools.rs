@@ -203,3 +203,24 @@ fn grep_and_glob_through_a_conversation() {
     assert_eq!(outputs[2], "1 paths match\n<paths>\nsrc/lib.rs\n</paths>");
     assert!(outputs[3].starts_with("`[unclosed` is not a valid regex"), "{}", outputs[3]);
 }
+
+#[test]
+fn load_skill_copies_from_the_config_and_joins_the_context() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-skill");
+    t.use_server(&server, Dialect::Anthropic);
+    server.push_turns([
+        call("c1", "load_skill", json!({"name": "nonesuch"})),
+        call("c2", "load_skill", json!({"name": "offshoot"})),
+        Turn::text("learned"),
+    ]);
+    t.run(&["prompt", "learn"]).ok();
+    assert_eq!(result_text(&server, 1), "skill `nonesuch` does not exist; skills: offshoot");
+    assert!(result_text(&server, 2).starts_with("loaded skill `offshoot` into .offshoot/skills/offshoot/ (SKILL.md)"));
+    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    let skill = t.git(&["show", &format!("agents/{id}:.offshoot/skills/offshoot/SKILL.md")]);
+    assert!(skill.starts_with("# Working inside offshoot"));
+    // The role's context order composes loaded skills at the head of the conversation.
+    let first = &server.requests()[2].body["messages"][0]["content"][0]["text"];
+    assert!(first.as_str().expect("text").starts_with("<file path=\".offshoot/skills/offshoot/SKILL.md\">"), "{first}");
+}

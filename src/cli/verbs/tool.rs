@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     })?;
     let cwd =
         std::env::current_dir().map_err(|e| CliError::runtime(format!("cannot read the current directory: {e}")))?;
-    let env = ToolEnv { cwd, workspace: ctx.workspace_path(), agent: String::new() };
+    let env = ToolEnv { root: cwd.clone(), cwd, workspace: ctx.workspace_path(), ..Default::default() };
     match builtin.run(&env, &input) {
         Ok(output) => {
             if ctx.out.json {

@@ -89,7 +89,7 @@ mod tests {
     use serde_json::json;
 
     fn env() -> ToolEnv {
-        ToolEnv { cwd: std::env::temp_dir(), workspace: "/ws".into(), agent: "abc".into() }
+        ToolEnv { cwd: std::env::temp_dir(), workspace: "/ws".into(), agent: "abc".into(), ..Default::default() }
     }
 
     #[test]

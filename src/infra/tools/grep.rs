@@ -131,7 +131,7 @@ mod tests {
         std::fs::write(dir.join("src/a.rs"), "fn main() {\n    let needle = 1;\n}\n").expect("write");
         std::fs::write(dir.join("src/b.md"), "A Needle here\n").expect("write");
         std::fs::write(dir.join("blob.bin"), b"needle\x00\x01\x02").expect("write");
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
+        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
         let out = run(&env, &json!({"pattern": "needle"})).expect("grep");
         assert_eq!(out.summary, "1 matches in 1 files");
         assert_eq!(out.streams[0].text, "src/a.rs:2:    let needle = 1;\n");
@@ -148,7 +148,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("many.txt"), "hit\n".repeat(250)).expect("write");
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
+        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
         let out = run(&env, &json!({"pattern": "hit"})).expect("grep");
         assert_eq!(
             out.summary,

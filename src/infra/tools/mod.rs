@@ -7,6 +7,7 @@ mod cd;
 mod edit_file;
 mod glob;
 mod grep;
+mod load_skill;
 mod read_file;
 mod write_file;
 
@@ -17,11 +18,21 @@ use serde_json::Value;
 use super::provider::ToolSpec;
 
 /// What the harness tells every tool about where it runs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ToolEnv {
     pub cwd: PathBuf,
     pub workspace: PathBuf,
     pub agent: String,
+    /// The agent's worktree (where `.offshoot/` is); for `offshoot tool`, the cwd.
+    pub root: PathBuf,
+    /// The skills of the governing config, given to tools that ask for them.
+    pub skills: Option<Skills>,
+}
+
+/// The skills a config offers: name → files (path inside the skill, bytes).
+#[derive(Debug, Clone, Default)]
+pub struct Skills {
+    pub files: std::collections::BTreeMap<String, Vec<(String, Vec<u8>)>>,
 }
 
 /// One named stream of a tool's output (bounded separately for the model).
@@ -66,6 +77,8 @@ pub struct Builtin {
     schema: &'static str,
     /// Whether it may change files (its step then commits a worktree scan).
     pub writes: bool,
+    /// Whether it needs the config's skills in its environment.
+    pub needs_skills: bool,
     run: fn(&ToolEnv, &Value) -> Result<ToolOutput, ToolError>,
 }
 
@@ -75,6 +88,7 @@ const BUILTINS: &[Builtin] = &[
         description: include_str!("../../../templates/tools/bash.md"),
         schema: r#"{"type":"object","properties":{"command":{"type":"string","description":"The command line, run with `sh -c`."},"timeout_secs":{"type":"integer","minimum":1,"maximum":3600,"description":"Seconds before the command and everything it started are killed (default 120)."}},"required":["command"]}"#,
         writes: true,
+        needs_skills: false,
         run: bash::run,
     },
     Builtin {
@@ -82,6 +96,7 @@ const BUILTINS: &[Builtin] = &[
         description: include_str!("../../../templates/tools/write_file.md"),
         schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"content":{"type":"string","description":"The file's whole new content."}},"required":["path","content"]}"#,
         writes: true,
+        needs_skills: false,
         run: write_file::run,
     },
     Builtin {
@@ -89,6 +104,7 @@ const BUILTINS: &[Builtin] = &[
         description: include_str!("../../../templates/tools/edit_file.md"),
         schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"old_string":{"type":"string","description":"The exact text to replace."},"new_string":{"type":"string","description":"The text to put in its place."},"replace_all":{"type":"boolean","description":"Replace every occurrence instead of exactly one (default false)."}},"required":["path","old_string","new_string"]}"#,
         writes: true,
+        needs_skills: false,
         run: edit_file::run,
     },
     Builtin {
@@ -96,6 +112,7 @@ const BUILTINS: &[Builtin] = &[
         description: include_str!("../../../templates/tools/apply_patch.md"),
         schema: r#"{"type":"object","properties":{"patch":{"type":"string","description":"The whole patch, from `*** Begin Patch` to `*** End Patch`."}},"required":["patch"]}"#,
         writes: true,
+        needs_skills: false,
         run: apply_patch::run,
     },
     Builtin {
@@ -103,6 +120,7 @@ const BUILTINS: &[Builtin] = &[
         description: include_str!("../../../templates/tools/grep.md"),
         schema: r#"{"type":"object","properties":{"pattern":{"type":"string","description":"A regular expression."},"path":{"type":"string","description":"Directory or file to search, relative to the working directory (default `.`)."},"glob":{"type":"string","description":"Only search files matching this glob, e.g. `*.rs`."},"ignore_case":{"type":"boolean","description":"Case-insensitive matching (default false)."}},"required":["pattern"]}"#,
         writes: false,
+        needs_skills: false,
         run: grep::run,
     },
     Builtin {
@@ -110,13 +128,23 @@ const BUILTINS: &[Builtin] = &[
         description: include_str!("../../../templates/tools/glob.md"),
         schema: r#"{"type":"object","properties":{"pattern":{"type":"string","description":"A glob such as `*.rs` or `src/**/*.ts`."},"path":{"type":"string","description":"Directory to search below, relative to the working directory (default `.`)."}},"required":["pattern"]}"#,
         writes: false,
+        needs_skills: false,
         run: glob::run,
+    },
+    Builtin {
+        name: "load_skill",
+        description: include_str!("../../../templates/tools/load_skill.md"),
+        schema: r#"{"type":"object","properties":{"name":{"type":"string","description":"The skill's name."}},"required":["name"]}"#,
+        writes: true,
+        needs_skills: true,
+        run: load_skill::run,
     },
     Builtin {
         name: "cd",
         description: include_str!("../../../templates/tools/cd.md"),
         schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"The directory, relative to the current working directory (`..` goes up)."}},"required":["path"]}"#,
         writes: false,
+        needs_skills: false,
         run: cd::run,
     },
     Builtin {
@@ -124,6 +152,7 @@ const BUILTINS: &[Builtin] = &[
         description: include_str!("../../../templates/tools/read_file.md"),
         schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"offset":{"type":"integer","minimum":1,"description":"First line to return, counting from 1 (default 1)."},"limit":{"type":"integer","minimum":1,"description":"How many lines to return (default 2000)."}},"required":["path"]}"#,
         writes: false,
+        needs_skills: false,
         run: read_file::run,
     },
 ];

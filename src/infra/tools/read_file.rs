@@ -58,7 +58,7 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("f.txt"), "a\nb\nc\n").expect("write");
         std::fs::write(dir.join("bin"), [0u8, 1, 2]).expect("write");
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into() };
+        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
         let out = run(&env, &json!({"path": "f.txt", "offset": 2, "limit": 1})).expect("reads");
         assert_eq!(out.summary, "`f.txt`: lines 2-2 of 3; continue with offset 3");
         assert_eq!(out.streams[0].text, "     2\tb\n");
