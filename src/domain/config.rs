@@ -93,7 +93,7 @@ fn default_max_output() -> u32 {
     16_000
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContextRules {
     /// Globs over the agent tree, always composed at the head of the conversation.
@@ -106,6 +106,27 @@ pub struct ContextRules {
     pub budget_tokens: Option<u64>,
     #[serde(default)]
     pub overflow: Overflow,
+    /// File names looked for in each directory from the top of the repository holding
+    /// the working directory down to it; each found file is added once to the next
+    /// tool result.
+    #[serde(default = "default_context_files")]
+    pub context_files: Vec<String>,
+}
+
+fn default_context_files() -> Vec<String> {
+    vec!["AGENTS.md".to_owned()]
+}
+
+impl Default for ContextRules {
+    fn default() -> Self {
+        ContextRules {
+            pinned: Vec::new(),
+            order: Vec::new(),
+            budget_tokens: None,
+            overflow: Overflow::default(),
+            context_files: default_context_files(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

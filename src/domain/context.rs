@@ -68,6 +68,26 @@ fn within_budget<'a>(composed: &'a [(String, String)], rules: &ContextRules) -> 
     composed.iter().filter(|(p, _)| !dropped.contains(p.as_str())).collect()
 }
 
+/// A context file as it is appended to a tool result.
+pub fn context_file_block(path: &str, text: &str) -> String {
+    format!("\n\n<context-file path=\"{path}\">\n{}\n</context-file>", text.trim_end())
+}
+
+/// The context files the transcript has shown (in tool results), by path.
+pub fn shown_context_files(entries: &[Entry]) -> BTreeSet<String> {
+    let mut shown = BTreeSet::new();
+    for e in entries {
+        if let Entry::ToolResult { block: Block::ToolResult { content, .. }, .. } = e {
+            for piece in content.split("<context-file path=\"").skip(1) {
+                if let Some((path, _)) = piece.split_once("\">") {
+                    shown.insert(path.to_owned());
+                }
+            }
+        }
+    }
+    shown
+}
+
 pub fn system_prompt(s: &Snapshot) -> String {
     let mut system = format!("<goal>\n{}\n</goal>\n\n", s.goal.trim_end());
     if let Some(name) = &s.name {

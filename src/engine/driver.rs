@@ -240,15 +240,15 @@ impl<'a> Driver<'a> {
         let (step, output_name, output) = self.call(tip, next, observer)?;
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
         let path = format!("{}/{output_name}", agent::MESSAGES);
-        let mut tip = self.worktree.commit_files(
+        let tip = self.worktree.commit_files(
             &self.branch,
             tip,
             &[(&path, &bytes)],
             &format!("{output_name}: model output"),
         )?;
-        for (number, (id, name, input)) in (next + 1..).zip(output.tool_uses()) {
-            tip = self.run_tool(tip, step, number, id, name, input, observer)?;
-        }
+        let calls: Vec<toolcall::Call<'_>> =
+            output.tool_uses().map(|(id, name, input)| toolcall::Call { id, name, input }).collect();
+        self.run_tools(tip, step, next + 1, &calls, observer)?;
         Ok(Turn::Again)
     }
 
@@ -397,55 +397,172 @@ impl<'a> Driver<'a> {
         result.map(|output| (step, entry, output)).map_err(fail)
     }
 
-    /// One tool call: grant gate from the config at this step, run, record, commit.
-    #[expect(clippy::too_many_arguments, reason = "one call's coordinates, all needed")]
-    fn run_tool(
+    /// The calls of one model output: each gated by the grant read from the config at
+    /// this step, run, recorded, and committed in the order of the calls. Several calls
+    /// that are all read-only run concurrently.
+    fn run_tools(
         &mut self,
-        tip: CommitId,
+        mut tip: CommitId,
         step: u32,
-        number: u32,
-        id: &str,
-        name: &str,
-        input: &Value,
+        first: u32,
+        calls: &[toolcall::Call<'_>],
         observer: &mut dyn Observer,
     ) -> Result<CommitId> {
         let (_, config) = self.config()?;
         let grant = config.role(&self.facts.role).map(|r| r.tools.clone()).unwrap_or_default();
-        let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(id));
-        let (config_commit, _) = self.config()?;
-        let needs_skills = crate::infra::tools::builtin(name).is_some_and(|b| b.needs_skills);
-        let env = ToolEnv {
-            cwd: self.cwd()?,
-            workspace: self.ws.layout.root().to_owned(),
-            agent: self.id.to_string(),
-            root: self.worktree.root().to_owned(),
-            skills: if needs_skills { Some(self.ws.skills(config_commit)?) } else { None },
+        let limits = config.tool_output.clone();
+        let read_only = |c: &toolcall::Call<'_>| {
+            grant.iter().any(|g| g == c.name) && crate::infra::tools::builtin(c.name).is_some_and(|b| b.read_only)
         };
-        observer.event(Event::ToolStarted { name, input });
-        let record_dir = self.ws.layout.root().join(&record_rel);
-        let result = toolcall::run(
-            &toolcall::Call { id, name, input },
-            &grant,
-            &env,
-            &config.tool_output,
-            &toolcall::RecordPlace { dir: &record_dir, shown: &record_rel },
-        )?;
-        observer.event(Event::ToolFinished { name, is_error: result.is_error, summary: &result.summary });
+        let prepared: Vec<Prepared> = calls.iter().map(|c| self.prepare(step, c)).collect::<Result<_>>()?;
+        if calls.len() > 1 && calls.iter().all(read_only) {
+            for c in calls {
+                observer.event(Event::ToolStarted { name: c.name, input: c.input });
+            }
+            let results: Vec<std::result::Result<toolcall::CallResult, ToolCallError>> = std::thread::scope(|scope| {
+                let handles: Vec<_> =
+                    calls.iter().zip(&prepared).map(|(c, p)| scope.spawn(|| p.run(c, &grant, &limits))).collect();
+                handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(ToolCallError::Panicked))).collect()
+            });
+            for ((number, c), result) in (first..).zip(calls).zip(results) {
+                tip = self.finish_tool(tip, number, c, result?, observer)?;
+            }
+        } else {
+            for ((number, c), p) in (first..).zip(calls).zip(&prepared) {
+                observer.event(Event::ToolStarted { name: c.name, input: c.input });
+                let result = p.run(c, &grant, &limits)?;
+                tip = self.finish_tool(tip, number, c, result, observer)?;
+            }
+        }
+        Ok(tip)
+    }
+
+    /// Where a call runs and where its record goes.
+    fn prepare(&mut self, step: u32, call: &toolcall::Call<'_>) -> Result<Prepared> {
+        let (config_commit, _) = self.config()?;
+        let needs_skills = crate::infra::tools::builtin(call.name).is_some_and(|b| b.needs_skills);
+        let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(call.id));
+        Ok(Prepared {
+            env: ToolEnv {
+                cwd: self.cwd()?,
+                workspace: self.ws.layout.root().to_owned(),
+                agent: self.id.to_string(),
+                root: self.worktree.root().to_owned(),
+                skills: if needs_skills { Some(self.ws.skills(config_commit)?) } else { None },
+            },
+            record_dir: self.ws.layout.root().join(&record_rel),
+            record_rel,
+        })
+    }
+
+    /// Reports a call's result, applies a `cd`, adds context files not shown yet,
+    /// and commits the result (with a worktree scan if the tool can write).
+    fn finish_tool(
+        &mut self,
+        tip: CommitId,
+        number: u32,
+        call: &toolcall::Call<'_>,
+        mut result: toolcall::CallResult,
+        observer: &mut dyn Observer,
+    ) -> Result<CommitId> {
+        observer.event(Event::ToolFinished { name: call.name, is_error: result.is_error, summary: &result.summary });
         if let Some(dir) = &result.cwd {
             self.set_cwd(dir)?;
+        }
+        let context = self.unseen_context_files(tip)?;
+        if let Block::ToolResult { content, .. } = &mut result.block {
+            for (shown, text) in &context {
+                content.push_str(&context::context_file_block(shown, text));
+            }
         }
         let entry = transcript::entry_name(number, "tool", Side::Tool);
         let path = format!("{}/{entry}", agent::MESSAGES);
         let bytes = serde_json::to_vec(&result.block).unwrap_or_default();
-        let message = format!("{entry}: {name} result");
+        let message = format!("{entry}: {} result", call.name);
         let files = [(path.as_str(), bytes.as_slice())];
-        let commit = if result.writes {
+        Ok(if result.writes {
             self.worktree.commit_all(&self.branch, tip, &files, &message)?
         } else {
             self.worktree.commit_files(&self.branch, tip, &files, &message)?
-        };
-        Ok(commit)
+        })
     }
+
+    /// Context files (e.g. AGENTS.md) on the path from the top of the repository
+    /// holding the working directory down to it, that the transcript at `tip` has not
+    /// shown yet and the role does not pin.
+    fn unseen_context_files(&mut self, tip: CommitId) -> Result<Vec<(String, String)>> {
+        let (_, config) = self.config()?;
+        let Some(rules) = config.role(&self.facts.role).map(|r| r.context.clone()) else {
+            return Ok(Vec::new());
+        };
+        if rules.context_files.is_empty() {
+            return Ok(Vec::new());
+        }
+        let root = std::fs::canonicalize(self.worktree.root()).unwrap_or_else(|_| self.worktree.root().to_owned());
+        let cwd = std::fs::canonicalize(self.cwd()?).unwrap_or_else(|_| root.clone());
+        let mut found = Vec::new();
+        for file in discover_context_files(&cwd, &rules.context_files) {
+            let name = match file.strip_prefix(&root) {
+                Ok(inside) => inside.to_string_lossy().into_owned(),
+                Err(_) => file.to_string_lossy().into_owned(),
+            };
+            if !rules.pinned.iter().any(|g| crate::domain::glob::matches(g, &name)) {
+                found.push((name, file));
+            }
+        }
+        if found.is_empty() {
+            return Ok(Vec::new());
+        }
+        let shown = context::shown_context_files(self.loader.entries(&self.ws.repo, tip)?);
+        let mut out = Vec::new();
+        for (name, file) in found {
+            if shown.contains(&name) {
+                continue;
+            }
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                out.push((name, text));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// One call made ready to run: its environment and where its record goes.
+struct Prepared {
+    env: ToolEnv,
+    record_dir: PathBuf,
+    record_rel: String,
+}
+
+impl Prepared {
+    fn run(
+        &self,
+        call: &toolcall::Call<'_>,
+        grant: &[String],
+        limits: &crate::domain::config::ToolOutputConfig,
+    ) -> std::result::Result<toolcall::CallResult, ToolCallError> {
+        let record = toolcall::RecordPlace { dir: &self.record_dir, shown: &self.record_rel };
+        toolcall::run(call, grant, &self.env, limits, &record)
+    }
+}
+
+/// Files named `names` in each directory from the top of the git repository that
+/// holds `cwd` (or `cwd` alone, outside any) down to `cwd`, top first.
+fn discover_context_files(cwd: &Path, names: &[String]) -> Vec<PathBuf> {
+    let mut dirs: Vec<&Path> = Vec::new();
+    let mut at = Some(cwd);
+    while let Some(dir) = at {
+        dirs.push(dir);
+        if dir.join(".git").exists() {
+            break;
+        }
+        at = dir.parent();
+        if at.is_none() {
+            dirs.truncate(1);
+        }
+    }
+    dirs.reverse();
+    dirs.iter().flat_map(|d| names.iter().map(|n| d.join(n))).filter(|p| p.is_file()).collect()
 }
 
 /// The canonical request as `request.json` holds it (and `show --request` prints).

@@ -24,6 +24,8 @@ pub struct CallResult {
 pub enum ToolCallError {
     #[error("tool `{name}` failed: {message}")]
     Fatal { name: String, message: String },
+    #[error("a tool's thread panicked")]
+    Panicked,
     #[error("cannot write the tool record {path}: {source}")]
     Record { path: String, source: std::io::Error },
 }

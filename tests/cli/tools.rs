@@ -224,3 +224,74 @@ fn load_skill_copies_from_the_config_and_joins_the_context() {
     let first = &server.requests()[2].body["messages"][0]["content"][0]["text"];
     assert!(first.as_str().expect("text").starts_with("<file path=\".offshoot/skills/offshoot/SKILL.md\">"), "{first}");
 }
+
+#[test]
+fn read_only_calls_of_one_step_run_together_and_commit_in_order() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-parallel");
+    t.use_server(&server, Dialect::Anthropic);
+    let mut turn = Turn::default();
+    turn.calls = vec![
+        ("p1".into(), "glob".into(), json!({"pattern": "*.md"}).to_string()),
+        ("p2".into(), "grep".into(), json!({"pattern": "zebra"}).to_string()),
+        ("p3".into(), "read_file".into(), json!({"path": "zoo.md"}).to_string()),
+    ];
+    server.push_turns([
+        call("w", "write_file", json!({"path": "zoo.md", "content": "a zebra\n"})),
+        turn,
+        Turn::text("looked"),
+    ]);
+    let run = t.run(&["prompt", "--json", "look around"]);
+    let kinds: Vec<String> = run
+        .ok()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .filter_map(|e| e["type"].as_str().filter(|k| k.starts_with("tool_")).map(str::to_owned))
+        .collect();
+    // The write runs alone; the three reads start together, then finish in order.
+    assert_eq!(
+        kinds,
+        [
+            "tool_call",
+            "tool_result",
+            "tool_call",
+            "tool_call",
+            "tool_call",
+            "tool_result",
+            "tool_result",
+            "tool_result"
+        ]
+    );
+    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    let entries = t.git(&["ls-tree", "--name-only", &format!("agents/{id}"), ".offshoot/messages/"]);
+    let names: Vec<&str> = entries.lines().map(|l| l.rsplit('/').next().unwrap_or(l)).collect();
+    assert_eq!(names[4..8], ["0005-tool.json", "0006-tool.json", "0007-tool.json", "0008-claude-sonnet-4-5.json"]);
+    let order: Vec<String> = (5..=7)
+        .map(|n| t.git(&["show", &format!("agents/{id}:.offshoot/messages/{n:04}-tool.json")]))
+        .map(|j| {
+            serde_json::from_str::<serde_json::Value>(&j).expect("json")["tool_use_id"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(order, ["p1", "p2", "p3"]);
+}
+
+#[test]
+fn agents_md_on_the_way_to_the_cwd_is_shown_once() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-agents-md");
+    t.use_server(&server, Dialect::Anthropic);
+    server.push_turns([
+        call("c1", "bash", json!({"command": "mkdir -p pkg && printf 'Use tabs in pkg.\\n' > pkg/AGENTS.md"})),
+        call("c2", "cd", json!({"path": "pkg"})),
+        call("c3", "bash", json!({"command": "true"})),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "go to pkg"]).ok();
+    assert!(!result_text(&server, 1).contains("<context-file"), "{}", result_text(&server, 1));
+    let cd = result_text(&server, 2);
+    assert!(cd.ends_with("\n\n<context-file path=\"pkg/AGENTS.md\">\nUse tabs in pkg.\n</context-file>"), "{cd}");
+    assert_eq!(result_text(&server, 3), "exit code 0");
+}

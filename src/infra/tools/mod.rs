@@ -79,6 +79,8 @@ pub struct Builtin {
     pub writes: bool,
     /// Whether it needs the config's skills in its environment.
     pub needs_skills: bool,
+    /// Whether it only reads (several such calls of one step may run concurrently).
+    pub read_only: bool,
     run: fn(&ToolEnv, &Value) -> Result<ToolOutput, ToolError>,
 }
 
@@ -89,6 +91,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"command":{"type":"string","description":"The command line, run with `sh -c`."},"timeout_secs":{"type":"integer","minimum":1,"maximum":3600,"description":"Seconds before the command and everything it started are killed (default 120)."}},"required":["command"]}"#,
         writes: true,
         needs_skills: false,
+        read_only: false,
         run: bash::run,
     },
     Builtin {
@@ -97,6 +100,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"content":{"type":"string","description":"The file's whole new content."}},"required":["path","content"]}"#,
         writes: true,
         needs_skills: false,
+        read_only: false,
         run: write_file::run,
     },
     Builtin {
@@ -105,6 +109,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"old_string":{"type":"string","description":"The exact text to replace."},"new_string":{"type":"string","description":"The text to put in its place."},"replace_all":{"type":"boolean","description":"Replace every occurrence instead of exactly one (default false)."}},"required":["path","old_string","new_string"]}"#,
         writes: true,
         needs_skills: false,
+        read_only: false,
         run: edit_file::run,
     },
     Builtin {
@@ -113,6 +118,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"patch":{"type":"string","description":"The whole patch, from `*** Begin Patch` to `*** End Patch`."}},"required":["patch"]}"#,
         writes: true,
         needs_skills: false,
+        read_only: false,
         run: apply_patch::run,
     },
     Builtin {
@@ -121,6 +127,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"pattern":{"type":"string","description":"A regular expression."},"path":{"type":"string","description":"Directory or file to search, relative to the working directory (default `.`)."},"glob":{"type":"string","description":"Only search files matching this glob, e.g. `*.rs`."},"ignore_case":{"type":"boolean","description":"Case-insensitive matching (default false)."}},"required":["pattern"]}"#,
         writes: false,
         needs_skills: false,
+        read_only: true,
         run: grep::run,
     },
     Builtin {
@@ -129,6 +136,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"pattern":{"type":"string","description":"A glob such as `*.rs` or `src/**/*.ts`."},"path":{"type":"string","description":"Directory to search below, relative to the working directory (default `.`)."}},"required":["pattern"]}"#,
         writes: false,
         needs_skills: false,
+        read_only: true,
         run: glob::run,
     },
     Builtin {
@@ -137,6 +145,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"name":{"type":"string","description":"The skill's name."}},"required":["name"]}"#,
         writes: true,
         needs_skills: true,
+        read_only: false,
         run: load_skill::run,
     },
     Builtin {
@@ -145,6 +154,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"The directory, relative to the current working directory (`..` goes up)."}},"required":["path"]}"#,
         writes: false,
         needs_skills: false,
+        read_only: false,
         run: cd::run,
     },
     Builtin {
@@ -153,6 +163,7 @@ const BUILTINS: &[Builtin] = &[
         schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"offset":{"type":"integer","minimum":1,"description":"First line to return, counting from 1 (default 1)."},"limit":{"type":"integer","minimum":1,"description":"How many lines to return (default 2000)."}},"required":["path"]}"#,
         writes: false,
         needs_skills: false,
+        read_only: true,
         run: read_file::run,
     },
 ];
