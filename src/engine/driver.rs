@@ -422,7 +422,7 @@ impl<'a> Driver<'a> {
             let results: Vec<std::result::Result<toolcall::CallResult, ToolCallError>> = std::thread::scope(|scope| {
                 let handles: Vec<_> =
                     calls.iter().zip(&prepared).map(|(c, p)| scope.spawn(|| p.run(c, &grant, &limits))).collect();
-                handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(ToolCallError::Panicked))).collect()
+                handles.into_iter().map(|h| h.join().unwrap_or(Err(ToolCallError::Panicked))).collect()
             });
             for ((number, c), result) in (first..).zip(calls).zip(results) {
                 tip = self.finish_tool(tip, number, c, result?, observer)?;

@@ -230,12 +230,14 @@ fn read_only_calls_of_one_step_run_together_and_commit_in_order() {
     let server = Server::start();
     let mut t = TestWorkspace::new("tools-parallel");
     t.use_server(&server, Dialect::Anthropic);
-    let mut turn = Turn::default();
-    turn.calls = vec![
-        ("p1".into(), "glob".into(), json!({"pattern": "*.md"}).to_string()),
-        ("p2".into(), "grep".into(), json!({"pattern": "zebra"}).to_string()),
-        ("p3".into(), "read_file".into(), json!({"path": "zoo.md"}).to_string()),
-    ];
+    let turn = Turn {
+        calls: vec![
+            ("p1".into(), "glob".into(), json!({"pattern": "*.md"}).to_string()),
+            ("p2".into(), "grep".into(), json!({"pattern": "zebra"}).to_string()),
+            ("p3".into(), "read_file".into(), json!({"path": "zoo.md"}).to_string()),
+        ],
+        ..Turn::default()
+    };
     server.push_turns([
         call("w", "write_file", json!({"path": "zoo.md", "content": "a zebra\n"})),
         turn,
