@@ -62,8 +62,7 @@ impl Observer for Live<'_> {
                 None => out.progress(&format!("· attempt {attempt} failed: {error}")),
             },
             Event::ToolStarted { name, input } => {
-                let shown = input.get("command").or(input.get("path")).and_then(|v| v.as_str()).map(str::to_owned);
-                out.progress(&format!("→ {name} {}", one_line(&shown.unwrap_or_else(|| input.to_string()), 100)));
+                out.progress(&format!("→ {name} {}", one_line(&call_gist(input), 100)));
             }
             Event::ToolFinished { is_error, summary, .. } => {
                 let mark = if is_error { "✗" } else { "←" };
@@ -71,6 +70,16 @@ impl Observer for Live<'_> {
             }
         }
     }
+}
+
+/// The argument that says most about a call (its command, pattern, path or name),
+/// else the whole input.
+pub fn call_gist(input: &serde_json::Value) -> String {
+    ["command", "pattern", "path", "name"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(|v| v.as_str()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| input.to_string())
 }
 
 /// Runs the driver in this process with live output. `fresh` marks an agent this

@@ -57,9 +57,7 @@ fn render(entry: &Entry) -> String {
                 match b {
                     Block::Text { text } => s.push_str(&format!("{}\n", text.trim_end())),
                     Block::ToolUse { name, input, .. } => {
-                        let arg = input.get("command").or(input.get("path")).and_then(|v| v.as_str());
-                        let shown = arg.map(str::to_owned).unwrap_or_else(|| input.to_string());
-                        s.push_str(&format!("→ {name} {}\n", clip(&shown, 3)));
+                        s.push_str(&format!("→ {name} {}\n", clip(&crate::cli::progress::call_gist(input), 3)));
                     }
                     Block::Thinking { thinking, .. } => s.push_str(&format!("(thinking: {} chars)\n", thinking.len())),
                     _ => {}
