@@ -214,16 +214,12 @@ impl<'a> Driver<'a> {
         let open = transcript::unanswered_calls(entries);
         let warrants = transcript::warrants_call(entries);
         let final_text = transcript::final_text(entries).unwrap_or_default();
-        // What a crash may have delivered already (the newest messages' texts).
-        let recent: Vec<String> = entries
-            .iter()
-            .rev()
-            .take(64)
-            .filter_map(|e| match e {
-                Entry::Message { text, .. } => Some(text.clone()),
-                _ => None,
-            })
-            .collect();
+        // Each delivery is committed, then its inbox file removed; a crash between the
+        // two leaves the oldest pending message as the transcript's last entry.
+        let last_message = match entries.last() {
+            Some(Entry::Message { text, .. }) => Some(text.clone()),
+            _ => None,
+        };
 
         if !open.is_empty() {
             self.settle(tip, next, &open, observer)?;
@@ -231,7 +227,7 @@ impl<'a> Driver<'a> {
         }
         let pending = inbox::pending(&self.ws.layout, &self.id)?;
         if !pending.is_empty() {
-            self.deliver(tip, next, &recent, pending, observer)?;
+            self.deliver(tip, next, last_message, pending, observer)?;
             return Ok(Turn::Again);
         }
         if !warrants {
@@ -314,13 +310,14 @@ impl<'a> Driver<'a> {
         &mut self,
         mut tip: CommitId,
         mut next: u32,
-        recent: &[String],
+        last_message: Option<String>,
         pending: Vec<inbox::Pending>,
         observer: &mut dyn Observer,
     ) -> Result<()> {
-        for p in pending {
-            // A crash between the commit and the removal must not deliver twice.
-            if !recent.contains(&p.text) {
+        for (i, p) in pending.into_iter().enumerate() {
+            // Only the oldest can have been committed before a crash kept its file.
+            let delivered = i == 0 && last_message.as_deref() == Some(p.text.as_str());
+            if !delivered {
                 let name = transcript::entry_name(next, &p.sender, Side::User);
                 let path = format!("{}/{name}", agent::MESSAGES);
                 tip = self.worktree.commit_files(

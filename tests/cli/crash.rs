@@ -60,3 +60,31 @@ fn a_killed_driver_is_settled_and_continued_by_the_next() {
     t.git(&["fsck", "--strict"]);
     assert_eq!(t.agents()[0]["state"], "answered");
 }
+
+#[test]
+fn a_delivery_whose_inbox_file_survived_a_crash_is_not_repeated() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("crash-deliver");
+    t.use_server(&server, Dialect::Anthropic);
+    server.push_turns([Turn::text("first answer")]);
+    t.run(&["prompt", "--name", "Once", "hello"]).ok();
+    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    // A message is delivered, then the provider refuses: the transcript ends with it.
+    server.push(crate::support::server::Reply::Status { code: 401, retry_after: None, body: "{}".into() });
+    assert_eq!(t.run(&["send", "Once", "same words"]).code, 1);
+    let last = t.git(&["show", &format!("agents/{id}:.offshoot/messages/0003-user.md")]);
+    // As if the driver died after committing it and before removing its inbox file:
+    let inbox = t.ws.join("inbox").join(&id);
+    std::fs::create_dir_all(&inbox).expect("inbox");
+    std::fs::write(inbox.join("0007-user.md"), &last).expect("deposit");
+    // ...and the same words sent again on purpose, twice, in the same batch.
+    let again = last.replace("same words", "same words again");
+    std::fs::write(inbox.join("0008-user.md"), &again).expect("deposit");
+    std::fs::write(inbox.join("0009-user.md"), &again).expect("deposit");
+    server.push_turns([Turn::text("answered")]);
+    assert!(t.run(&["run", "Once"]).ok().contains("answered"));
+    let names = t.git(&["ls-tree", "--name-only", &format!("agents/{id}"), ".offshoot/messages/"]);
+    let users: Vec<&str> = names.lines().filter(|n| n.ends_with("-user.md")).collect();
+    assert_eq!(users.len(), 4, "{names}");
+    assert!(std::fs::read_dir(&inbox).expect("inbox").next().is_none());
+}
