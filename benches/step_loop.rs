@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use offshoot::domain::id::AgentId;
 use offshoot::engine::Env;
-use offshoot::engine::agents::{self, Spawn};
+use offshoot::engine::agents::{self, Start};
 use offshoot::engine::driver::{self, Event, Observer};
 use offshoot::engine::workspace::{Workspace, set_key, template_files};
 use offshoot::infra::provider::{Request, anthropic};
@@ -80,15 +80,8 @@ fn main() {
     let create_us = file_creation_micros(&root.join("probe"));
     let ws = Workspace::create(&root.join("ws"), &files).expect("workspace");
     let env = Env::new([("ANTHROPIC_API_KEY".to_owned(), "bench".to_owned())]);
-    let spawn = Spawn {
-        role: "worker",
-        lineage: "default",
-        message: "Run echo steps.",
-        name: Some("Bench"),
-        now: Timestamp::now(),
-        random: 12345,
-    };
-    let id = agents::create_root(&ws, &spawn).expect("agent");
+    let spawn = Start { message: "Run echo steps.", name: Some("Bench"), now: Timestamp::now(), random: 12345 };
+    let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let rss_before = peak_rss_kib();
 
     let mut clock = Clock { starts: Vec::new() };

@@ -39,10 +39,9 @@ pub enum AgentError {
 
 type Result<T> = std::result::Result<T, AgentError>;
 
-/// What a new agent starts from.
-pub struct Spawn<'a> {
-    pub role: &'a str,
-    pub lineage: &'a str,
+/// What every new agent is started with.
+pub struct Start<'a> {
+    /// Its first message (for a root, also its goal).
     pub message: &'a str,
     pub name: Option<&'a str>,
     pub now: Timestamp,
@@ -58,14 +57,14 @@ pub struct Listing {
 }
 
 /// Starts a root agent: dispatch commit on the lineage head, worktree, goal deposit.
-pub fn create_root(ws: &Workspace, spawn: &Spawn) -> Result<AgentId> {
-    let (config_tip, config) = ws.config(spawn.lineage)?;
-    let name = check_spawn(ws, spawn, &config)?;
+pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> Result<AgentId> {
+    let (config_tip, config) = ws.config(lineage)?;
+    let name = check_spawn(ws, role, lineage, spawn, &config)?;
     let id = fresh_id(ws, spawn.random)?;
     let facts = AgentFacts {
         id: id.to_string(),
-        role: spawn.role.to_owned(),
-        lineage: spawn.lineage.to_owned(),
+        role: role.to_owned(),
+        lineage: lineage.to_owned(),
         parent: None,
         name: Some(name),
         created: spawn.now.to_string(),
@@ -81,12 +80,12 @@ pub fn create_root(ws: &Workspace, spawn: &Spawn) -> Result<AgentId> {
 
 /// Starts an agent that continues the conversation at `from` (any commit of any
 /// agent), with `message` as its next prompt.
-pub fn fork(ws: &Workspace, from: &str, spawn: &Spawn) -> Result<AgentId> {
+pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     let source = ws.repo.resolve_commit(from).ok_or_else(|| AgentError::UnknownRef(from.to_owned()))?;
     let source_facts = snapshot::read_facts(&ws.repo, source)?;
     let (config_tip, config) = ws.config(&source_facts.lineage)?;
     let role = source_facts.role.as_str();
-    let name = check_spawn(ws, &Spawn { role, lineage: &source_facts.lineage, ..*spawn }, &config)?;
+    let name = check_spawn(ws, role, &source_facts.lineage, spawn, &config)?;
     let id = fresh_id(ws, spawn.random)?;
     let facts = AgentFacts {
         id: id.to_string(),
@@ -115,18 +114,24 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Spawn) -> Result<AgentId> {
     }
     let subject = format!("fork {id} from {}: {}", &source.to_string()[..12], first_line(spawn.message));
     let commit = ws.repo.commit_edits(&[source], Some(source), &edits, &subject)?;
-    start(ws, &id, commit, &Spawn { role, lineage: &source_facts.lineage, ..*spawn })?;
+    start(ws, &id, commit, spawn)?;
     Ok(id)
 }
 
 /// Validates a spawn before anything is written; returns the agent's name (the
 /// one asked for, or a fresh two-word one).
-fn check_spawn(ws: &Workspace, spawn: &Spawn, config: &crate::domain::config::Config) -> Result<String> {
+fn check_spawn(
+    ws: &Workspace,
+    role: &str,
+    lineage: &str,
+    spawn: &Start,
+    config: &crate::domain::config::Config,
+) -> Result<String> {
     if spawn.message.trim().is_empty() {
         return Err(AgentError::EmptyMessage);
     }
-    if config.role(spawn.role).is_none() {
-        return Err(AgentError::UnknownRole { role: spawn.role.to_owned(), lineage: spawn.lineage.to_owned() });
+    if config.role(role).is_none() {
+        return Err(AgentError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() });
     }
     let taken: Vec<(String, String)> =
         list(ws)?.into_iter().filter_map(|l| l.facts.name.map(|n| (n, l.id.to_string()))).collect();
@@ -137,8 +142,10 @@ fn check_spawn(ws: &Workspace, spawn: &Spawn, config: &crate::domain::config::Co
         }
         return Ok(name.to_owned());
     }
+    // Two words first; after 64 collisions a number makes it unique.
     let mut r = spawn.random.rotate_left(7);
-    for attempt in 0u32.. {
+    let mut attempt = 0u32;
+    loop {
         let mut name = id::mint_name(r);
         if attempt >= 64 {
             name.push_str(&attempt.to_string());
@@ -147,8 +154,8 @@ fn check_spawn(ws: &Workspace, spawn: &Spawn, config: &crate::domain::config::Co
             return Ok(name);
         }
         r = r.wrapping_mul(2_654_435_761).wrapping_add(attempt);
+        attempt += 1;
     }
-    unreachable!("some name is always free")
 }
 
 fn fresh_id(ws: &Workspace, random: u32) -> Result<AgentId> {
@@ -187,7 +194,7 @@ fn dispatch_files(
 }
 
 /// Branch, worktree, then the first message; undoes what it made if a later part fails.
-fn start(ws: &Workspace, id: &AgentId, commit: CommitId, spawn: &Spawn) -> Result<()> {
+fn start(ws: &Workspace, id: &AgentId, commit: CommitId, spawn: &Start) -> Result<()> {
     ws.repo.create_branch(&id.branch(), commit, "dispatch")?;
     let made =
         ws.repo.add_worktree(id.as_str(), &ws.layout.worktree(id), &id.branch()).map_err(AgentError::from).and_then(

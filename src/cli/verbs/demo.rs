@@ -1,7 +1,7 @@
 use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
 use crate::domain::config::FILE;
-use crate::engine::agents::{self, Spawn};
+use crate::engine::agents::{self, Start};
 use crate::engine::random_u32;
 use crate::engine::workspace::{Workspace, set_key, validate_files};
 use crate::infra::time::Timestamp;
@@ -41,15 +41,8 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         "· demo workspace {} (model outputs are replayed from a recording; the tools really run)",
         root.display()
     ));
-    let spawn = Spawn {
-        role: "worker",
-        lineage: "default",
-        message: GOAL.trim(),
-        name: Some("DemoReport"),
-        now: Timestamp::now(),
-        random: random_u32(),
-    };
-    let id = agents::create_root(&ws, &spawn)?;
+    let spawn = Start { message: GOAL.trim(), name: Some("DemoReport"), now: Timestamp::now(), random: random_u32() };
+    let id = agents::create_root(&ws, "worker", "default", &spawn)?;
     progress::launch(ctx, &ws, &id, false, false)?;
     let w = root.display();
     let lines = [

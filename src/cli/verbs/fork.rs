@@ -1,6 +1,6 @@
 use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
-use crate::engine::agents::{self, Spawn};
+use crate::engine::agents::{self, Start};
 use crate::engine::random_u32;
 use crate::infra::time::Timestamp;
 
@@ -26,14 +26,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         Ok(id) => id.branch(),
         Err(_) => args.from.clone(),
     };
-    let spawn = Spawn {
-        role: "",
-        lineage: "",
-        message: &args.message,
-        name: args.name.as_deref(),
-        now: Timestamp::now(),
-        random: random_u32(),
-    };
+    let spawn =
+        Start { message: &args.message, name: args.name.as_deref(), now: Timestamp::now(), random: random_u32() };
     let id = agents::fork(&ws, &from, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, false)
 }

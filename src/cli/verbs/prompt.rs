@@ -1,6 +1,6 @@
 use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
-use crate::engine::agents::{self, Spawn};
+use crate::engine::agents::{self, Start};
 use crate::engine::{model, random_u32};
 use crate::infra::time::Timestamp;
 
@@ -28,14 +28,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let (_, config) = ws.config(&args.lineage)?;
     // A missing key or unknown role is refused before anything is created.
     model::plan(&config, &args.lineage, &args.role, &ctx.env)?;
-    let spawn = Spawn {
-        role: &args.role,
-        lineage: &args.lineage,
-        message: &args.message,
-        name: args.name.as_deref(),
-        now: Timestamp::now(),
-        random: random_u32(),
-    };
-    let id = agents::create_root(&ws, &spawn)?;
+    let spawn =
+        Start { message: &args.message, name: args.name.as_deref(), now: Timestamp::now(), random: random_u32() };
+    let id = agents::create_root(&ws, &args.role, &args.lineage, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, true)
 }

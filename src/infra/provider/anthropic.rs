@@ -173,9 +173,9 @@ fn block(b: &Block) -> Option<BlockRef<'_>> {
         Block::ToolResult { tool_use_id, content, is_error } => {
             BlockRef::ToolResult { tool_use_id, content, is_error: *is_error }
         }
-        Block::Thinking { thinking, signature } => {
-            BlockRef::Thinking { thinking, signature: signature.as_deref().unwrap_or("") }
-        }
+        // Thinking from another provider carries no signature; Anthropic refuses it.
+        Block::Thinking { signature: None, .. } => return None,
+        Block::Thinking { thinking, signature: Some(signature) } => BlockRef::Thinking { thinking, signature },
         Block::RedactedThinking { data } => BlockRef::RedactedThinking { data },
         Block::Image { media_type, data } => {
             BlockRef::Image { source: ImageSource { kind: "base64", media_type, data } }
