@@ -191,7 +191,8 @@ impl<'a> Driver<'a> {
     /// After a crash the worktree may hold transcript files no commit has: remove
     /// them and make the index match the tip (work products stay for the next scan).
     fn recover(&self, tip: CommitId) -> Result<()> {
-        let committed: Vec<String> = self.ws.repo.list_dir(tip, agent::MESSAGES)?.into_iter().map(|e| e.name).collect();
+        let committed: std::collections::HashSet<String> =
+            self.ws.repo.list_dir(tip, agent::MESSAGES)?.into_iter().map(|e| e.name).collect();
         let dir = self.worktree.root().join(agent::MESSAGES);
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();

@@ -448,6 +448,11 @@ impl Worktree {
             let owned = self.repo.find_tree(entry.id()).map_err(lib("read owned tree"))?;
             for e in owned.iter() {
                 let path = format!("{}/{}", self.owned, e.name().unwrap_or_default());
+                // A file a tool removed from disk is put back as committed.
+                if !self.root.join(&path).is_file() {
+                    let blob = self.repo.find_blob(e.id()).map_err(lib(format!("read {path}")))?;
+                    write_file(&self.root.join(&path), blob.content())?;
+                }
                 index.add_path(Path::new(&path)).map_err(lib(format!("stage {path}")))?;
             }
         }

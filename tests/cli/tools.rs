@@ -297,3 +297,23 @@ fn agents_md_on_the_way_to_the_cwd_is_shown_once() {
     assert!(cd.ends_with("\n\n<context-file path=\"pkg/AGENTS.md\">\nUse tabs in pkg.\n</context-file>"), "{cd}");
     assert_eq!(result_text(&server, 3), "exit code 0");
 }
+
+#[test]
+fn a_tool_cannot_edit_or_delete_the_transcript() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-transcript");
+    t.use_server(&server, Dialect::Anthropic);
+    server.push_turns([
+        call("c1", "bash", json!({"command": "echo forged > .offshoot/messages/0001-user.md; rm .offshoot/messages/0002-*.json; echo ok"})),
+        Turn::text("tried"),
+    ]);
+    t.run(&["prompt", "--name", "Tamper", "the real goal"]).ok();
+    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    let first = t.git(&["show", &format!("agents/{id}:.offshoot/messages/0001-user.md")]);
+    assert!(first.ends_with("the real goal"), "{first}");
+    let names = t.git(&["ls-tree", "--name-only", &format!("agents/{id}"), ".offshoot/messages/"]);
+    assert_eq!(names.lines().count(), 4, "{names}");
+    // The deleted entry is back on disk after the run; the worktree matches the branch.
+    let tree = t.ws.join("agents").join(&id);
+    assert!(std::fs::read_dir(tree.join(".offshoot/messages")).expect("ls").count() == 4);
+}
