@@ -16,6 +16,8 @@ use super::{CliError, Ctx};
 
 struct Live<'a> {
     ctx: &'a Ctx,
+    /// Whether the driver did anything (delivered, settled or called the model).
+    worked: bool,
 }
 
 fn one_line(text: &str, max: usize) -> String {
@@ -25,6 +27,7 @@ fn one_line(text: &str, max: usize) -> String {
 
 impl Observer for Live<'_> {
     fn event(&mut self, event: Event<'_>) {
+        self.worked = true;
         let out = &self.ctx.out;
         if out.json {
             let v = match event {
@@ -85,13 +88,16 @@ pub fn call_gist(input: &serde_json::Value) -> String {
 /// Runs the driver in this process with live output. `fresh` marks an agent this
 /// command just created (removed again if its first call fails).
 pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
-    let mut live = Live { ctx };
+    let mut live = Live { ctx, worked: false };
     let result =
         if fresh { driver::run_fresh(ws, &ctx.env, id, &mut live) } else { driver::run(ws, &ctx.env, id, &mut live) };
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
     match result {
         Ok(RunEnd::Answered { text }) => {
+            if !live.worked && !ctx.out.json {
+                ctx.out.progress(&format!("· nothing is due for `{id}`: it has answered and has no new messages"));
+            }
             if ctx.out.json {
                 ctx.out.event(&json!({"type": "end", "outcome": "final-response", "agent": id.as_str(), "text": text}));
             }
