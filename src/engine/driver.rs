@@ -161,6 +161,8 @@ struct Driver<'a> {
     /// The config last parsed, by its commit (config is followed: re-read when the
     /// lineage tip moves).
     config: Option<(CommitId, Rc<Config>)>,
+    /// The worktree's root with symbolic links resolved (tools report resolved paths).
+    real_root: PathBuf,
 }
 
 impl<'a> Driver<'a> {
@@ -183,6 +185,7 @@ impl<'a> Driver<'a> {
             next_step: None,
             facts: super::snapshot::read_facts(&ws.repo, tip)?,
             config: None,
+            real_root: std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone()),
         };
         driver.recover(tip)?;
         Ok(driver)
@@ -261,8 +264,7 @@ impl<'a> Driver<'a> {
     }
 
     fn set_cwd(&self, dir: &Path) -> Result<()> {
-        let root = std::fs::canonicalize(self.worktree.root()).unwrap_or_else(|_| self.worktree.root().to_owned());
-        let shown = match dir.strip_prefix(&root) {
+        let shown = match dir.strip_prefix(&self.real_root) {
             Ok(inside) => inside.to_string_lossy().into_owned(),
             Err(_) => dir.to_string_lossy().into_owned(),
         };
@@ -496,8 +498,9 @@ impl<'a> Driver<'a> {
         if rules.context_files.is_empty() {
             return Ok(Vec::new());
         }
-        let root = std::fs::canonicalize(self.worktree.root()).unwrap_or_else(|_| self.worktree.root().to_owned());
-        let cwd = std::fs::canonicalize(self.cwd()?).unwrap_or_else(|_| root.clone());
+        let root = self.real_root.clone();
+        let cwd = self.cwd()?;
+        let cwd = if cwd == self.worktree.root() { root.clone() } else { std::fs::canonicalize(&cwd).unwrap_or(cwd) };
         let mut found = Vec::new();
         for file in discover_context_files(&cwd, &rules.context_files) {
             let name = match file.strip_prefix(&root) {

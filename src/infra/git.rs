@@ -70,16 +70,31 @@ fn branch_ref(branch: &str) -> String {
     format!("refs/heads/{branch}")
 }
 
-/// libgit2's strict object creation re-reads every entry of a tree being written to
-/// check it exists; our trees only name objects we just wrote or read, and the
-/// check makes each commit cost grow with the transcript's length.
-fn relax_object_checks() {
+/// Sets libgit2's process-wide options once, before any repository is opened:
+/// - strict object creation off: it re-reads every entry of each tree being written
+///   to check it exists; our trees only name objects we just wrote or read, and the
+///   check made each commit's cost grow with the transcript's length;
+/// - no system, global or XDG git config: the harness never depends on the user's git
+///   settings (identity, filters, autocrlf), and libgit2 stops re-checking those files
+///   on every operation.
+#[expect(unsafe_code, reason = "git2 marks search-path changes unsafe: they race other libgit2 calls")]
+fn configure_libgit2() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| git2::opts::strict_object_creation(false));
+    ONCE.call_once(|| {
+        git2::opts::strict_object_creation(false);
+        for level in [git2::ConfigLevel::System, git2::ConfigLevel::Global, git2::ConfigLevel::XDG] {
+            // SAFETY: runs once, inside call_once, before this process opens any
+            // repository, so no other libgit2 call can race it.
+            let _ = unsafe { git2::opts::set_search_path(level, "") };
+        }
+    });
 }
 
+/// The harness's signature at the current time, in UTC (no time-zone lookups).
 fn signature() -> Result<Signature<'static>> {
-    Signature::now(AUTHOR_NAME, AUTHOR_EMAIL).map_err(lib("make signature"))
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let when = git2::Time::new(i64::try_from(secs).unwrap_or(i64::MAX), 0);
+    Signature::new(AUTHOR_NAME, AUTHOR_EMAIL, &when).map_err(lib("make signature"))
 }
 
 fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
@@ -108,7 +123,7 @@ fn commit_tree(repo: &Repository, tree: Oid, parents: &[Oid], message: &str) -> 
 impl Repo {
     /// Creates a new bare repository at `path`.
     pub fn init(path: &Path) -> Result<Repo> {
-        relax_object_checks();
+        configure_libgit2();
         let mut opts = RepositoryInitOptions::new();
         opts.bare(true).mkpath(true).initial_head("config/default");
         let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
@@ -120,7 +135,7 @@ impl Repo {
     }
 
     pub fn open(path: &Path) -> Result<Repo> {
-        relax_object_checks();
+        configure_libgit2();
         let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
         Ok(Repo { repo })
     }
@@ -383,7 +398,7 @@ pub struct Worktree {
 
 impl Worktree {
     pub fn open(path: &Path, owned: &str) -> Result<Worktree> {
-        relax_object_checks();
+        configure_libgit2();
         let repo = Repository::open(path).map_err(lib(format!("open worktree {}", path.display())))?;
         Ok(Worktree {
             repo,

@@ -18,7 +18,8 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     if !env.cwd.is_dir() {
         return Err(ToolError::ToModel(format!("the working directory {} does not exist", env.cwd.display())));
     }
-    let mut child = Command::new("sh")
+    // POSIX puts sh at /bin/sh; naming it saves searching PATH on every call.
+    let mut child = Command::new("/bin/sh")
         .arg("-c")
         .arg(command)
         .current_dir(&env.cwd)
@@ -29,7 +30,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
-        .map_err(|e| ToolError::Fatal(format!("cannot start `sh`: {e}")))?;
+        .map_err(|e| ToolError::Fatal(format!("cannot start `/bin/sh`: {e}")))?;
     let pid = child.id();
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
