@@ -56,7 +56,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         format!("  offshoot -w {w} log {id}"),
         format!("  offshoot -w {w} show {id} --step 2 --request"),
         format!("  git --git-dir {w}/repo.git log --oneline --stat agents/{id}"),
-        format!("  offshoot -w {w} fork --from agents/{id}~2 \"Also count the lines of REPORT.md\""),
+        format!("  offshoot -w {w} fork --from agents/{id}~2 \"Check the report once more\""),
     ];
     for line in lines {
         ctx.out.progress(&line);
