@@ -400,6 +400,7 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pretty_assertions::assert_eq;
 
     fn defaults_have(path: &str) -> bool {
         DEFAULT_FILES.iter().any(|(p, _)| *p == path)

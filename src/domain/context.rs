@@ -137,6 +137,7 @@ fn declared_tools(s: &Snapshot) -> Vec<ToolSpec> {
 mod tests {
     use super::*;
     use crate::infra::provider::{Output, Role, Stop, Usage};
+    use pretty_assertions::assert_eq;
 
     fn entries() -> Vec<Entry> {
         vec![

@@ -180,6 +180,7 @@ pub fn final_text(entries: &[Entry]) -> Option<String> {
 mod tests {
     use super::*;
     use crate::infra::provider::{Stop, Usage};
+    use pretty_assertions::assert_eq;
     use serde_json::json;
 
     fn call(n: u32, ids: &[&str]) -> Entry {

@@ -244,6 +244,7 @@ fn render_value(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pretty_assertions::assert_eq;
 
     #[test]
     fn set_key_edits_in_place_adds_to_tables_and_makes_new_ones() {

@@ -1,5 +1,6 @@
 //! A 20-step tool conversation against a faithful server of each dialect.
 
+use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 use crate::support::server::{Server, Turn};

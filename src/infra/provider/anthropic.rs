@@ -326,6 +326,7 @@ impl StreamDecoder {
 mod tests {
     use super::*;
     use crate::infra::provider::{Message, ToolSpec};
+    use pretty_assertions::assert_eq;
     use serde_json::json;
 
     #[test]

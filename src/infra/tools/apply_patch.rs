@@ -309,6 +309,7 @@ fn write_all(changes: &[Change]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use pretty_assertions::assert_eq;
     use serde_json::json;
 
     fn setup(name: &str, files: &[(&str, &str)]) -> (ToolEnv, PathBuf) {
