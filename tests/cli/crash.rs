@@ -29,7 +29,10 @@ fn a_killed_driver_is_settled_and_continued_by_the_next() {
     let tool_group = std::fs::read_to_string(tree.join("started")).expect("pid").trim().to_owned();
     let driver_pid = std::fs::read_to_string(t.ws.join("locks").join(&id)).expect("lock pid").trim().to_owned();
     assert!(std::process::Command::new("kill").args(["-9", &driver_pid]).status().expect("kill").success());
-    wait_for("the driver to die", || !std::path::Path::new(&format!("/proc/{driver_pid}")).exists());
+    // Dead, or a zombie waiting for whoever adopted it: either way its lock is free.
+    wait_for("the driver to die", || {
+        std::fs::read_to_string(format!("/proc/{driver_pid}/status")).map_or(true, |s| s.contains("State:\tZ"))
+    });
     let _ = std::process::Command::new("kill").args(["-9", "--", &format!("-{tool_group}")]).status();
 
     let run = t.run(&["run", &id]);
