@@ -52,15 +52,6 @@ pub struct DirEntry {
     pub is_dir: bool,
 }
 
-/// Facts about one commit.
-#[derive(Debug, Clone)]
-pub struct CommitInfo {
-    pub id: Oid,
-    pub parents: Vec<Oid>,
-    pub summary: String,
-    pub time_secs: i64,
-}
-
 /// The workspace's bare repository.
 pub struct Repo {
     repo: Repository,
@@ -220,16 +211,6 @@ impl Repo {
             Ok(mut r) => r.delete().map_err(lib(format!("delete {name}"))),
             Err(_) => Ok(()),
         }
-    }
-
-    pub fn commit_info(&self, id: Oid) -> Result<CommitInfo> {
-        let c = self.repo.find_commit(id).map_err(lib(format!("find commit {id}")))?;
-        Ok(CommitInfo {
-            id,
-            parents: c.parent_ids().collect(),
-            summary: c.summary().ok().flatten().unwrap_or("").to_owned(),
-            time_secs: c.time().seconds(),
-        })
     }
 
     /// The bytes of the file at `path` in `commit`, or `None` if there is no such file.
