@@ -240,12 +240,14 @@ impl<'a> Driver<'a> {
         let (step, output_name, output) = self.call(tip, next, observer)?;
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
         let path = format!("{}/{output_name}", agent::MESSAGES);
+        let parent = tip;
         let tip = self.worktree.commit_files(
             &self.branch,
             tip,
             &[(&path, &bytes)],
             &format!("{output_name}: model output"),
         )?;
+        self.loader.record(parent, tip, &[(&output_name, &bytes)])?;
         let calls: Vec<toolcall::Call<'_>> =
             output.tool_uses().map(|(id, name, input)| toolcall::Call { id, name, input }).collect();
         self.run_tools(tip, step, next + 1, &calls, observer)?;
@@ -323,12 +325,14 @@ impl<'a> Driver<'a> {
             if !delivered {
                 let name = transcript::entry_name(next, &p.sender, Side::User);
                 let path = format!("{}/{name}", agent::MESSAGES);
+                let parent = tip;
                 tip = self.worktree.commit_files(
                     &self.branch,
                     tip,
                     &[(&path, p.text.as_bytes())],
                     &format!("{name}: delivered"),
                 )?;
+                self.loader.record(parent, tip, &[(&name, p.text.as_bytes())])?;
                 next += 1;
                 observer.event(Event::Delivered { sender: &p.sender });
             }
@@ -480,11 +484,13 @@ impl<'a> Driver<'a> {
         let bytes = serde_json::to_vec(&result.block).unwrap_or_default();
         let message = format!("{entry}: {} result", call.name);
         let files = [(path.as_str(), bytes.as_slice())];
-        Ok(if result.writes {
+        let commit = if result.writes {
             self.worktree.commit_all(&self.branch, tip, &files, &message)?
         } else {
             self.worktree.commit_files(&self.branch, tip, &files, &message)?
-        })
+        };
+        self.loader.record(tip, commit, &[(&entry, &bytes)])?;
+        Ok(commit)
     }
 
     /// Context files (e.g. AGENTS.md) on the path from the top of the repository

@@ -62,6 +62,24 @@ impl Loader {
         Ok(&self.parsed)
     }
 
+    /// Notes that `commit` is `parent` plus the transcript entries `files` (name,
+    /// bytes), so reading `commit` next costs no tree listing. If the last read was not
+    /// `parent`, the next read lists the tree as usual.
+    pub fn record(&mut self, parent: CommitId, commit: CommitId, files: &[(&str, &[u8])]) -> Result<()> {
+        if self.commit != Some(parent) {
+            self.commit = None;
+            return Ok(());
+        }
+        for (name, bytes) in files {
+            let entry = Entry::parse(name, bytes)?;
+            // The blob id is not known here; a later full listing re-reads from this entry on.
+            self.listing.push(((*name).to_owned(), git2::Oid::ZERO_SHA1));
+            self.parsed.push(entry);
+        }
+        self.commit = Some(commit);
+        Ok(())
+    }
+
     /// Everything assembly reads at `commit`, under `rules`.
     pub fn snapshot(
         &mut self,
