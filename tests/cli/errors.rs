@@ -183,3 +183,30 @@ fn a_config_broken_behind_our_back_stops_every_verb_before_it_acts() {
     assert!(run.stderr.contains("offshoot.toml:2: `unknown`: unknown field `unknown`"), "{}", run.stderr);
     assert!(t.agents().is_empty());
 }
+
+#[test]
+fn verbs_refuse_bad_arguments_by_name() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("err-args");
+    t.use_server(&server, Dialect::Anthropic);
+    server.push(Reply::Turn(Turn::text("hi")));
+    t.run(&["prompt", "--name", "Solo", "hello"]).ok();
+    let cases: &[(&[&str], &str)] = &[
+        (&["show", "Solo", "--step", "9"], "agent `"),
+        (&["prompt", "   "], "the message is empty"),
+        (&["send", "Solo", ""], "the message is empty"),
+        (&["fork", "--from", "no-such-ref", "x"], "`no-such-ref` names no commit"),
+        (&["fork", "--from", "config/default", "x"], "is not an agent commit"),
+        (&["prompt", "--name", "Solo", "again"], "name `Solo` is already taken by agent"),
+        (&["config", "set", "retry.max_attempts", "3", "retry.initial_backoff_ms"], "takes KEY VALUE pairs"),
+        (&["config", "show", "--lineage", "nope"], "config lineage `nope` does not exist"),
+    ];
+    for (args, expected) in cases {
+        let run = t.run(args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(expected), "{args:?}: {}", run.stderr);
+    }
+    let run = t.run(&["show", "Solo", "--step", "9"]);
+    assert!(run.stderr.contains("has no step 9 (it has 1)"), "{}", run.stderr);
+    assert_eq!(t.agents().len(), 1);
+}
