@@ -19,9 +19,9 @@ pub fn encode(req: &Request, api_key: Option<&str>) -> WireRequest {
 }
 
 /// The wire body, borrowing from the request (it is serialised once per step and
-/// grows with the conversation). Breakpoints go on the system prompt, the last tool
-/// and the last block of the last message, so each request reads the previous
-/// one's prefix from the cache.
+/// grows with the conversation). The four breakpoints go on the system prompt, the
+/// last tool, the last block of the last message and the last block of the user
+/// message before it, so each request reads the previous one's prefix from the cache.
 pub fn body(req: &Request) -> Body<'_> {
     let mut tools: Vec<WireTool<'_>> = req
         .tools
@@ -47,8 +47,15 @@ pub fn body(req: &Request) -> Body<'_> {
             content: m.content.iter().filter_map(block).map(|block| WireBlock { block, cache_control: None }).collect(),
         })
         .collect();
-    if let Some(last) = messages.last_mut().and_then(|m| m.content.last_mut()) {
-        last.cache_control = Some(Ephemeral::MARK);
+    // A sliding anchor on the last message, and a fallback on the user message before
+    // it, so a cached prefix stays within the provider's lookback if one write is lost.
+    // The cache key excludes cache_control, so moving them costs no cache hits.
+    let users: Vec<usize> = (0..messages.len()).filter(|&i| messages[i].role == "user").collect();
+    let anchors = [messages.len().checked_sub(1), users.iter().rev().nth(1).copied()];
+    for i in anchors.into_iter().flatten() {
+        if let Some(last) = messages[i].content.last_mut() {
+            last.cache_control = Some(Ephemeral::MARK);
+        }
     }
     Body {
         model: &req.model,
@@ -367,7 +374,7 @@ mod tests {
                 "system": [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}],
                 "tools": [{"name": "bash", "description": "d", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
                 "messages": [
-                    {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                    {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]},
                     {"role": "assistant", "content": [
                         {"type": "thinking", "thinking": "hm", "signature": "sig"},
                         {"type": "tool_use", "id": "t1", "name": "bash", "input": {"invalid_json": "{oops"}}]},
