@@ -170,8 +170,13 @@ impl Decoder for StreamDecoder {
     }
 
     fn finish(self: Box<Self>) -> Result<Output, StreamError> {
-        let Some(finish) = self.finish else {
-            return Err(StreamError::Incomplete);
+        // Some OpenAI-compatible servers end with `[DONE]` and no finish_reason; the
+        // stream is complete, and the calls it carried say why it stopped.
+        let finish = match (self.finish, self.done) {
+            (Some(finish), _) => finish,
+            (None, true) if self.calls.is_empty() => "stop".to_owned(),
+            (None, true) => "tool_calls".to_owned(),
+            (None, false) => return Err(StreamError::Incomplete),
         };
         let mut content = Vec::new();
         if !self.reasoning.is_empty() {
@@ -190,5 +195,32 @@ impl Decoder for StreamDecoder {
             other => Stop::Other(other.to_owned()),
         };
         Ok(Output { content, usage: self.usage, stop })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn decode(events: &[&str]) -> Result<Output, StreamError> {
+        let mut d = Box::<StreamDecoder>::default();
+        for data in events {
+            d.feed(&sse::Event { event: String::new(), data: (*data).to_owned() })?;
+        }
+        d.finish()
+    }
+
+    #[test]
+    fn a_stream_ending_in_done_without_finish_reason_is_complete() {
+        let out = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"bash","arguments":"{\"command\":\"ls\"}"}}]}}]}"#,
+            "[DONE]",
+        ])
+        .expect("complete");
+        assert_eq!(out.stop, Stop::ToolUse);
+        assert_eq!(out.tool_uses().map(|(id, name, _)| (id, name)).collect::<Vec<_>>(), vec![("c1", "bash")]);
+        let cut = decode(&[r#"{"choices":[{"index":0,"delta":{"content":"half"}}]}"#]);
+        assert_eq!(cut, Err(StreamError::Incomplete));
     }
 }
