@@ -163,6 +163,8 @@ struct Driver<'a> {
     config: Option<(CommitId, Rc<Config>)>,
     /// The worktree's root with symbolic links resolved (tools report resolved paths).
     real_root: PathBuf,
+    /// The `cwd` mark's content, read once at open (only this driver writes it).
+    cwd_mark: Option<String>,
 }
 
 impl<'a> Driver<'a> {
@@ -186,6 +188,7 @@ impl<'a> Driver<'a> {
             facts: super::snapshot::read_facts(&ws.repo, tip)?,
             config: None,
             real_root: std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone()),
+            cwd_mark: ws.repo.mark(CWD_MARK, id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned()),
         };
         driver.recover(tip)?;
         Ok(driver)
@@ -256,21 +259,22 @@ impl<'a> Driver<'a> {
 
     /// Where tools run: the `cwd` mark (relative to the worktree, or absolute
     /// outside it), or the worktree's root when unset or gone.
-    fn cwd(&self) -> Result<PathBuf> {
+    fn cwd(&self) -> PathBuf {
         let root = self.worktree.root().to_owned();
-        let Some(mark) = self.ws.repo.mark(CWD_MARK, self.id.as_str())? else {
-            return Ok(root);
-        };
-        let dir = root.join(String::from_utf8_lossy(&mark).as_ref());
-        Ok(if dir.is_dir() { dir } else { root })
+        match &self.cwd_mark {
+            Some(rel) if root.join(rel).is_dir() => root.join(rel),
+            _ => root,
+        }
     }
 
-    fn set_cwd(&self, dir: &Path) -> Result<()> {
+    fn set_cwd(&mut self, dir: &Path) -> Result<()> {
         let shown = match dir.strip_prefix(&self.real_root) {
             Ok(inside) => inside.to_string_lossy().into_owned(),
             Err(_) => dir.to_string_lossy().into_owned(),
         };
-        Ok(self.ws.repo.set_mark(CWD_MARK, self.id.as_str(), shown.as_bytes())?)
+        self.ws.repo.set_mark(CWD_MARK, self.id.as_str(), shown.as_bytes())?;
+        self.cwd_mark = Some(shown);
+        Ok(())
     }
 
     /// The config at the agent's lineage tip, parsed once per config commit.
@@ -412,43 +416,47 @@ impl<'a> Driver<'a> {
         calls: &[toolcall::Call<'_>],
         observer: &mut dyn Observer,
     ) -> Result<CommitId> {
-        let (_, config) = self.config()?;
+        let (config_commit, config) = self.config()?;
         let grant = config.role(&self.facts.role).map(|r| r.tools.clone()).unwrap_or_default();
-        let limits = config.tool_output.clone();
+        let limits = &config.tool_output;
+        let rules = config.role(&self.facts.role).map(|r| &r.context);
         let read_only = |c: &toolcall::Call<'_>| {
             grant.iter().any(|g| g == c.name) && crate::infra::tools::builtin(c.name).is_some_and(|b| b.read_only)
         };
-        let prepared: Vec<Prepared> = calls.iter().map(|c| self.prepare(step, c)).collect::<Result<_>>()?;
         if calls.len() > 1 && calls.iter().all(read_only) {
+            // Read-only calls cannot move the working directory: prepare all at once.
+            let prepared: Vec<Prepared> =
+                calls.iter().map(|c| self.prepare(step, c, config_commit)).collect::<Result<_>>()?;
             for c in calls {
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
             }
             let results: Vec<std::result::Result<toolcall::CallResult, ToolCallError>> = std::thread::scope(|scope| {
                 let handles: Vec<_> =
-                    calls.iter().zip(&prepared).map(|(c, p)| scope.spawn(|| p.run(c, &grant, &limits))).collect();
+                    calls.iter().zip(&prepared).map(|(c, p)| scope.spawn(|| p.run(c, &grant, limits))).collect();
                 handles.into_iter().map(|h| h.join().unwrap_or(Err(ToolCallError::Panicked))).collect()
             });
             for ((number, c), result) in (first..).zip(calls).zip(results) {
-                tip = self.finish_tool(tip, number, c, result?, observer)?;
+                tip = self.finish_tool(tip, number, c, result?, rules, observer)?;
             }
         } else {
-            for ((number, c), p) in (first..).zip(calls).zip(&prepared) {
+            // One at a time, each prepared after the one before it (a `cd` moves the next).
+            for (number, c) in (first..).zip(calls) {
+                let p = self.prepare(step, c, config_commit)?;
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
-                let result = p.run(c, &grant, &limits)?;
-                tip = self.finish_tool(tip, number, c, result, observer)?;
+                let result = p.run(c, &grant, limits)?;
+                tip = self.finish_tool(tip, number, c, result, rules, observer)?;
             }
         }
         Ok(tip)
     }
 
     /// Where a call runs and where its record goes.
-    fn prepare(&mut self, step: u32, call: &toolcall::Call<'_>) -> Result<Prepared> {
-        let (config_commit, _) = self.config()?;
+    fn prepare(&self, step: u32, call: &toolcall::Call<'_>, config_commit: CommitId) -> Result<Prepared> {
         let needs_skills = crate::infra::tools::builtin(call.name).is_some_and(|b| b.needs_skills);
         let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(call.id));
         Ok(Prepared {
             env: ToolEnv {
-                cwd: self.cwd()?,
+                cwd: self.cwd(),
                 workspace: self.ws.layout.root().to_owned(),
                 agent: self.id.to_string(),
                 root: self.worktree.root().to_owned(),
@@ -467,13 +475,17 @@ impl<'a> Driver<'a> {
         number: u32,
         call: &toolcall::Call<'_>,
         mut result: toolcall::CallResult,
+        rules: Option<&crate::domain::config::ContextRules>,
         observer: &mut dyn Observer,
     ) -> Result<CommitId> {
         observer.event(Event::ToolFinished { name: call.name, is_error: result.is_error, summary: &result.summary });
         if let Some(dir) = &result.cwd {
             self.set_cwd(dir)?;
         }
-        let context = self.unseen_context_files(tip)?;
+        let context = match rules {
+            Some(rules) => self.unseen_context_files(tip, rules)?,
+            None => Vec::new(),
+        };
         if let Block::ToolResult { content, .. } = &mut result.block {
             for (shown, text) in &context {
                 content.push_str(&context::context_file_block(shown, text));
@@ -496,16 +508,16 @@ impl<'a> Driver<'a> {
     /// Context files (e.g. AGENTS.md) on the path from the top of the repository
     /// holding the working directory down to it, that the transcript at `tip` has not
     /// shown yet and the role does not pin.
-    fn unseen_context_files(&mut self, tip: CommitId) -> Result<Vec<(String, String)>> {
-        let (_, config) = self.config()?;
-        let Some(rules) = config.role(&self.facts.role).map(|r| r.context.clone()) else {
-            return Ok(Vec::new());
-        };
+    fn unseen_context_files(
+        &mut self,
+        tip: CommitId,
+        rules: &crate::domain::config::ContextRules,
+    ) -> Result<Vec<(String, String)>> {
         if rules.context_files.is_empty() {
             return Ok(Vec::new());
         }
         let root = self.real_root.clone();
-        let cwd = self.cwd()?;
+        let cwd = self.cwd();
         let cwd = if cwd == self.worktree.root() { root.clone() } else { std::fs::canonicalize(&cwd).unwrap_or(cwd) };
         let mut found = Vec::new();
         for file in discover_context_files(&cwd, &rules.context_files) {

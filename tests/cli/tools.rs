@@ -317,3 +317,24 @@ fn a_tool_cannot_edit_or_delete_the_transcript() {
     let tree = t.ws.join("agents").join(&id);
     assert!(std::fs::read_dir(tree.join(".offshoot/messages")).expect("ls").count() == 4);
 }
+
+#[test]
+fn a_cd_applies_to_the_calls_after_it_in_the_same_step() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("tools-cd-same-step");
+    t.use_server(&server, Dialect::Anthropic);
+    let turn = Turn {
+        calls: vec![
+            ("s1".into(), "bash".into(), json!({"command": "mkdir -p inner"}).to_string()),
+            ("s2".into(), "cd".into(), json!({"path": "inner"}).to_string()),
+            ("s3".into(), "bash".into(), json!({"command": "pwd"}).to_string()),
+        ],
+        ..Turn::default()
+    };
+    server.push_turns([turn, Turn::text("done")]);
+    t.run(&["prompt", "cd then pwd"]).ok();
+    let body = &server.requests()[1].body;
+    let results = body["messages"][2]["content"].as_array().expect("results");
+    let pwd = results[2]["content"].as_str().expect("text");
+    assert!(pwd.contains("/inner\n"), "{pwd}");
+}
