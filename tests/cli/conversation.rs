@@ -3,7 +3,7 @@
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-use crate::support::server::{Server, Turn};
+use crate::support::server::Turn;
 use crate::support::workspace::{DIALECTS, Dialect, TestWorkspace};
 
 fn read_json(path: &std::path::Path) -> Value {
@@ -23,9 +23,7 @@ fn strip_cache_control(v: &mut Value) {
 }
 
 fn twenty_steps(dialect: Dialect) {
-    let server = Server::start();
-    let mut t = TestWorkspace::new(&format!("conv-{dialect:?}"));
-    t.use_server(&server, dialect);
+    let (server, t) = TestWorkspace::served(&format!("conv-{dialect:?}"), dialect);
     let mut turns: Vec<Turn> = (1..=20).map(|i| Turn::bash(&format!("call_{i}"), &format!("echo step {i}"))).collect();
     turns.push(Turn::text("All twenty steps are done."));
     server.push_turns(turns);
@@ -128,9 +126,7 @@ fn twenty_steps_openai_responses() {
 #[test]
 fn thinking_and_reasoning_round_trip() {
     for dialect in [Dialect::Anthropic, Dialect::Responses] {
-        let server = Server::start();
-        let mut t = TestWorkspace::new(&format!("think-{dialect:?}"));
-        t.use_server(&server, dialect);
+        let (server, t) = TestWorkspace::served(&format!("think-{dialect:?}"), dialect);
         let mut first = Turn::bash("call_1", "echo hi");
         first.thinking = Some(("Let me think about this.".into(), "sig-abc123".into()));
         server.push_turns([first, Turn::text("done")]);

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::server::{Server, Turn};
+use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
@@ -15,9 +15,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_killed_driver_is_settled_and_continued_by_the_next() {
-    let server = Server::start();
-    let mut t = TestWorkspace::new("crash");
-    t.use_server(&server, Dialect::Anthropic);
+    let (server, t) = TestWorkspace::served("crash", Dialect::Anthropic);
     server.push_turns([
         Turn::bash("call_1", "echo $$ > started; echo partial > work.txt; sleep 30"),
         Turn::text("finished after the crash"),
@@ -66,12 +64,10 @@ fn a_killed_driver_is_settled_and_continued_by_the_next() {
 
 #[test]
 fn a_delivery_whose_inbox_file_survived_a_crash_is_not_repeated() {
-    let server = Server::start();
-    let mut t = TestWorkspace::new("crash-deliver");
-    t.use_server(&server, Dialect::Anthropic);
+    let (server, t) = TestWorkspace::served("crash-deliver", Dialect::Anthropic);
     server.push_turns([Turn::text("first answer")]);
     t.run(&["prompt", "--name", "Once", "hello"]).ok();
-    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    let id = t.only_agent();
     // A message is delivered, then the provider refuses: the transcript ends with it.
     server.push(crate::support::server::Reply::Status { code: 401, retry_after: None, body: "{}".into() });
     assert_eq!(t.run(&["send", "Once", "same words"]).code, 1);

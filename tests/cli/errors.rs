@@ -1,7 +1,7 @@
 //! Bad input and refusals: a clear error naming the thing and the rule, exit 2
 //! (usage/validation) or 1 (runtime), and nothing changed.
 
-use crate::support::server::{Reply, Server, Turn, error_body};
+use crate::support::server::{Reply, Turn, error_body};
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 fn config_tip(t: &TestWorkspace) -> String {
@@ -57,9 +57,7 @@ fn a_bad_template_creates_no_workspace() {
 
 #[test]
 fn unknown_role_and_missing_key_create_nothing() {
-    let server = Server::start();
-    let mut t = TestWorkspace::new("err-role");
-    t.use_server(&server, Dialect::Anthropic);
+    let (server, mut t) = TestWorkspace::served("err-role", Dialect::Anthropic);
     let run = t.run(&["prompt", "--role", "wizard", "hi"]);
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("role `wizard` does not exist in config lineage `default`"), "{}", run.stderr);
@@ -123,9 +121,7 @@ fn unreachable_base_url_fails_and_keeps_nothing() {
 #[test]
 fn provider_refusals_are_not_retried_and_keep_nothing() {
     for (code, hint) in [(401, "refused the API key"), (400, "refused the request")] {
-        let server = Server::start();
-        let mut t = TestWorkspace::new(&format!("err-{code}"));
-        t.use_server(&server, Dialect::Anthropic);
+        let (server, t) = TestWorkspace::served(&format!("err-{code}"), Dialect::Anthropic);
         server.push(Reply::Status {
             code,
             retry_after: None,
@@ -186,9 +182,7 @@ fn a_config_broken_behind_our_back_stops_every_verb_before_it_acts() {
 
 #[test]
 fn verbs_refuse_bad_arguments_by_name() {
-    let server = Server::start();
-    let mut t = TestWorkspace::new("err-args");
-    t.use_server(&server, Dialect::Anthropic);
+    let (server, t) = TestWorkspace::served("err-args", Dialect::Anthropic);
     server.push(Reply::Turn(Turn::text("hi")));
     t.run(&["prompt", "--name", "Solo", "hello"]).ok();
     let cases: &[(&[&str], &str)] = &[

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::server::{Reply, Server, Turn, error_body};
+use crate::support::server::{Reply, Turn, error_body};
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 fn meta(t: &TestWorkspace, id: &str, step: usize) -> Value {
@@ -12,15 +12,9 @@ fn meta(t: &TestWorkspace, id: &str, step: usize) -> Value {
     serde_json::from_slice(&std::fs::read(path).expect("meta")).expect("json")
 }
 
-fn only_agent(t: &TestWorkspace) -> String {
-    t.agents()[0]["id"].as_str().expect("id").to_owned()
-}
-
 #[test]
 fn rate_limit_with_retry_after_is_honoured_and_recorded() {
-    let server = Server::start();
-    let mut t = TestWorkspace::new("fault-429");
-    t.use_server(&server, Dialect::Anthropic);
+    let (server, t) = TestWorkspace::served("fault-429", Dialect::Anthropic);
     server.push(Reply::Status {
         code: 429,
         retry_after: Some("1".into()),
@@ -31,7 +25,7 @@ fn rate_limit_with_retry_after_is_honoured_and_recorded() {
     let run = t.run(&["prompt", "hello"]);
     assert!(run.ok().contains("after the wait"));
     assert!(started.elapsed() >= Duration::from_secs(1), "retry-after was not honoured");
-    let id = only_agent(&t);
+    let id = t.only_agent();
     let m = meta(&t, &id, 1);
     assert_eq!(m["attempts"].as_array().expect("attempts").len(), 2);
     assert_eq!(m["attempts"][0]["status"], 429);
@@ -43,9 +37,7 @@ fn rate_limit_with_retry_after_is_honoured_and_recorded() {
 #[test]
 fn server_errors_and_broken_streams_are_retried() {
     for dialect in [Dialect::Anthropic, Dialect::Chat, Dialect::Responses] {
-        let server = Server::start();
-        let mut t = TestWorkspace::new(&format!("fault-5xx-{dialect:?}"));
-        t.use_server(&server, dialect);
+        let (server, t) = TestWorkspace::served(&format!("fault-5xx-{dialect:?}"), dialect);
         t.set(&format!("providers.{}.idle_timeout_secs", provider(dialect)), "1");
         server.push(Reply::Status { code: 500, retry_after: None, body: "{}".into() });
         server.push(Reply::ResetMidStream(Turn::text("this answer breaks off halfway through the stream")));
@@ -53,14 +45,14 @@ fn server_errors_and_broken_streams_are_retried() {
         server.push(Reply::Turn(Turn::text("whole at last")));
         let run = t.run(&["prompt", "hello"]);
         assert!(run.ok().ends_with("whole at last\n"), "{dialect:?}: {}", run.stdout);
-        let m = meta(&t, &only_agent(&t), 1);
+        let m = meta(&t, &t.only_agent(), 1);
         let attempts = m["attempts"].as_array().expect("attempts");
         assert_eq!(attempts.len(), 4, "{dialect:?}: {m}");
         assert_eq!(attempts[0]["status"], 500);
         assert!(attempts[1]["error"].as_str().expect("error").contains("stream"), "{}", attempts[1]);
         assert!(attempts[2]["error"].as_str().expect("error").to_lowercase().contains("timeout"), "{}", attempts[2]);
         // Only the complete answer was committed.
-        let log = t.run(&["log", &only_agent(&t)]);
+        let log = t.run(&["log", &t.only_agent()]);
         assert!(!log.ok().contains("breaks off"), "{}", log.stdout);
     }
 }
@@ -75,9 +67,7 @@ fn provider(d: Dialect) -> &'static str {
 
 #[test]
 fn overloaded_past_max_attempts_fails_and_keeps_nothing() {
-    let server = Server::start();
-    let mut t = TestWorkspace::new("fault-529");
-    t.use_server(&server, Dialect::Anthropic);
+    let (server, t) = TestWorkspace::served("fault-529", Dialect::Anthropic);
     t.set("retry.max_attempts", "3");
     for _ in 0..3 {
         server.push(Reply::Status {
@@ -98,12 +88,10 @@ fn overloaded_past_max_attempts_fails_and_keeps_nothing() {
 #[test]
 fn truncated_output_is_refused_and_never_executed() {
     for dialect in [Dialect::Anthropic, Dialect::Chat, Dialect::Responses] {
-        let server = Server::start();
-        let mut t = TestWorkspace::new(&format!("fault-trunc-{dialect:?}"));
-        t.use_server(&server, dialect);
+        let (server, t) = TestWorkspace::served(&format!("fault-trunc-{dialect:?}"), dialect);
         server.push(Reply::Turn(Turn::text("first answer")));
         t.run(&["prompt", "--name", "Cut", "hello"]).ok();
-        let id = only_agent(&t);
+        let id = t.only_agent();
         let before = t.git(&["rev-parse", &format!("agents/{id}")]);
         server.push(Reply::Truncated(Turn::bash("call_9", "touch EXECUTED")));
         let run = t.run(&["send", "Cut", "now do something"]);
@@ -121,9 +109,7 @@ fn truncated_output_is_refused_and_never_executed() {
 #[test]
 fn malformed_tool_arguments_get_an_error_result_and_the_conversation_goes_on() {
     for dialect in [Dialect::Anthropic, Dialect::Chat, Dialect::Responses] {
-        let server = Server::start();
-        let mut t = TestWorkspace::new(&format!("fault-args-{dialect:?}"));
-        t.use_server(&server, dialect);
+        let (server, t) = TestWorkspace::served(&format!("fault-args-{dialect:?}"), dialect);
         server.push(Reply::Turn(Turn::call("call_1", "bash", "{\"command\": \"echo hi")));
         server.push(Reply::Turn(Turn::text("recovered")));
         t.run(&["prompt", "go"]).ok();

@@ -32,9 +32,7 @@ fn the_default_workspace_is_made_on_first_use() {
 
 #[test]
 fn send_continues_a_finished_agent_and_json_events_describe_the_run() {
-    let server = Server::start();
-    let mut t = TestWorkspace::new("send");
-    t.use_server(&server, Dialect::Chat);
+    let (server, t) = TestWorkspace::served("send", Dialect::Chat);
     server.push_turns([Turn::text("first"), Turn::bash("call_1", "echo second"), Turn::text("second done")]);
     let run = t.run(&["prompt", "--json", "--name", "Chatty", "one"]);
     let events: Vec<Value> = run.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
@@ -59,12 +57,10 @@ fn send_continues_a_finished_agent_and_json_events_describe_the_run() {
 
 #[test]
 fn fork_continues_from_an_earlier_commit_and_cuts_unpaired_calls() {
-    let server = Server::start();
-    let mut t = TestWorkspace::new("fork");
-    t.use_server(&server, Dialect::Anthropic);
+    let (server, t) = TestWorkspace::served("fork", Dialect::Anthropic);
     server.push_turns([Turn::bash("call_1", "echo one > one.txt"), Turn::text("made one")]);
     t.run(&["prompt", "--name", "Origin", "make one"]).ok();
-    let origin = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    let origin = t.only_agent();
 
     // agents/<id>~2 ends in the model output whose call has no result yet.
     server.push(Reply::Turn(Turn::text("forked answer")));

@@ -129,7 +129,20 @@ impl TestWorkspace {
         String::from_utf8_lossy(&o.stdout).into_owned()
     }
 
-    /// The only agent's id (from `ls --json`).
+    /// A fresh workspace whose worker talks to a fresh scripted server in `dialect`.
+    pub fn served(name: &str, dialect: Dialect) -> (Server, TestWorkspace) {
+        let server = Server::start();
+        let mut t = TestWorkspace::new(name);
+        t.use_server(&server, dialect);
+        (server, t)
+    }
+
+    /// The id of the first agent `ls` lists (the only one, in most tests).
+    pub fn only_agent(&self) -> String {
+        self.agents()[0]["id"].as_str().expect("an agent id").to_owned()
+    }
+
+    /// Every agent as `ls --json` describes it.
     pub fn agents(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["ls", "--json"]);
         out.ok().lines().map(|l| serde_json::from_str(l).expect("json line")).collect()
