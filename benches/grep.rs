@@ -20,7 +20,7 @@ fn main() {
     let made = Instant::now();
     let fresh = make_tree(&root, files);
     let grep = tools::builtin("grep").expect("grep is built in");
-    let env = ToolEnv { cwd: root.clone(), workspace: root.clone(), agent: "bench".into(), ..Default::default() };
+    let env = ToolEnv { cwd: root.clone(), root: root.clone(), ..Default::default() };
     let input = json!({"pattern": "needle_[0-9]+"});
     let mut times = Vec::new();
     let mut summary = String::new();

@@ -2,14 +2,14 @@
 //! tool call or step on stderr; JSON events with `--json`), and launching a
 //! detached driver.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::ffi::OsStr;
 
 use serde_json::json;
 
 use crate::domain::id::AgentId;
 use crate::engine::driver::{self, Event, Observer, RunEnd};
 use crate::engine::workspace::Workspace;
+use crate::infra::process::{self, Group, Spec};
 use crate::infra::provider::Delta;
 
 use super::{CliError, Ctx};
@@ -137,7 +137,7 @@ pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool
     if !detach {
         return attach(ctx, ws, id, fresh);
     }
-    spawn_detached(ws, id)?;
+    spawn_detached(ctx, ws, id)?;
     if !ctx.out.json {
         ctx.out.line(id.as_str());
     }
@@ -145,26 +145,26 @@ pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool
 }
 
 /// Starts `offshoot run <id>` in its own session, output to the agent's driver log.
-pub fn spawn_detached(ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
+pub fn spawn_detached(ctx: &Ctx, ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
     let exe =
         std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the offshoot binary: {e}")))?;
     let log_path = ws.layout.driver_log(id);
-    let io = |e: std::io::Error| CliError::runtime(format!("cannot open {}: {e}", log_path.display()));
     if let Some(dir) = log_path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        std::fs::create_dir_all(dir).map_err(|e| CliError::runtime(format!("cannot create {}: {e}", dir.display())))?;
     }
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).map_err(io)?;
-    let err = log.try_clone().map_err(io)?;
-    Command::new(exe)
-        .arg("--workspace")
-        .arg(ws.layout.root())
-        .arg("run")
-        .arg(id.as_str())
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(err)
-        .process_group(0)
-        .spawn()
+    let env: Vec<(String, String)> = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    let args = [OsStr::new("--workspace"), ws.layout.root().as_os_str(), OsStr::new("run"), OsStr::new(id.as_str())];
+    let spec = Spec {
+        program: &exe,
+        args: &args,
+        cwd: ws.layout.root(),
+        env: &env,
+        group: Group::Session,
+        stdin: None,
+        sandbox: None,
+        pgid_record: None,
+    };
+    process::launch(&spec, &log_path)
         .map_err(|e| CliError::runtime(format!("cannot start a driver for `{id}`: {e}")))?;
     Ok(())
 }

@@ -40,6 +40,35 @@ pub struct Config {
     pub retry: RetryConfig,
     #[serde(default)]
     pub tool_output: ToolOutputConfig,
+    #[serde(default)]
+    pub tool_env: ToolEnvConfig,
+    #[serde(default)]
+    pub git: GitConfig,
+}
+
+/// Adjustments to the environment tool commands run with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolEnvConfig {
+    /// Variables whose names look secret (`*KEY*`, `*TOKEN*`, …) that tools may
+    /// still see; a provider's `api_key_env` can never be kept.
+    #[serde(default)]
+    pub keep: Vec<String>,
+    /// Variables set for every tool command (last, over everything else).
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+}
+
+/// The identity agents commit under in their own repository.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitConfig {
+    /// Default: the agent's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Default: `<name>@offshoot.invalid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -330,6 +359,16 @@ impl Config {
                 return Err(fail("compaction.steps".into(), "`every_n_steps` needs `steps` of at least 1".into()));
             }
             _ => {}
+        }
+        let keys: Vec<&str> = self.providers.values().filter_map(|p| p.api_key_env.as_deref()).collect();
+        if let Some(key) = self.tool_env.keep.iter().find(|k| keys.contains(&k.as_str())) {
+            return Err(fail(
+                "tool_env.keep".into(),
+                format!("`{key}` holds a provider's API key, which never reaches tools"),
+            ));
+        }
+        if self.git.name.is_some() != self.git.email.is_some() {
+            return Err(fail("git".into(), "set both `name` and `email`, or neither".into()));
         }
         if self.retry.max_attempts == 0 {
             return Err(fail("retry.max_attempts".into(), "must be at least 1".into()));

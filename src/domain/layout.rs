@@ -43,6 +43,11 @@ impl Layout {
         self.root.join("locks").join(id.as_str())
     }
 
+    /// The agent's private temporary directory (its commands' `TMPDIR`).
+    pub fn tmp(&self, id: &AgentId) -> PathBuf {
+        self.root.join("tmp").join(id.as_str())
+    }
+
     pub fn driver_log(&self, id: &AgentId) -> PathBuf {
         self.steps(id).join("driver.log")
     }

@@ -9,4 +9,5 @@ pub mod glob;
 pub mod id;
 pub mod inbox;
 pub mod layout;
+pub mod tool_env;
 pub mod transcript;

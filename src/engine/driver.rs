@@ -18,13 +18,15 @@ use crate::domain::agent::{self, AgentFacts};
 use crate::domain::config::Config;
 use crate::domain::context;
 use crate::domain::id::AgentId;
+use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
 use crate::infra::git::{CommitId, GitError, Worktree};
 use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
 use crate::infra::provider::{Block, Delta, Output, Usage, sse};
+use crate::infra::redact::Redactor;
 use crate::infra::time::Timestamp;
-use crate::infra::tools::ToolEnv;
+use crate::infra::tools::{Commands, RecordDir, ToolEnv};
 
 use super::inbox::{self, InboxError};
 use super::model::{self, ModelError};
@@ -163,6 +165,8 @@ struct Driver<'a> {
     config: Option<(CommitId, Rc<Config>)>,
     /// The worktree's root with symbolic links resolved (tools report resolved paths).
     real_root: PathBuf,
+    /// The workspace's root with symbolic links resolved (where git stops looking).
+    real_workspace: PathBuf,
     /// The `cwd` mark's content, read once at open (only this driver writes it).
     cwd_mark: Option<String>,
 }
@@ -188,6 +192,7 @@ impl<'a> Driver<'a> {
             facts: super::snapshot::read_facts(&ws.repo, tip)?,
             config: None,
             real_root: std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone()),
+            real_workspace: std::fs::canonicalize(ws.layout.root()).unwrap_or_else(|_| ws.layout.root().to_owned()),
             cwd_mark: ws.repo.mark(CWD_MARK, id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned()),
         };
         driver.recover(tip)?;
@@ -369,9 +374,24 @@ impl<'a> Driver<'a> {
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let request_path = dir.join("request.json");
         std::fs::write(&request_path, request_json(&request)).map_err(io(&request_path))?;
+        let started = Timestamp::now();
+        let meta_path = dir.join("meta.json");
+        // On record before the call, so a step cut short by a crash still shows.
+        let running = json!({
+            "step": step,
+            "commit": tip.to_string(),
+            "config": config_commit.to_string(),
+            "agent": self.id.as_str(),
+            "provider": plan.provider,
+            "protocol": plan.config.protocol.name(),
+            "model": plan.model,
+            "started": started.to_string(),
+            "outcome": "running",
+        });
+        write_atomically(&meta_path, &serde_json::to_vec_pretty(&running).unwrap_or_default())
+            .map_err(io(&meta_path))?;
         observer.event(Event::StepStarted { step, provider: &plan.provider, model: &plan.model });
 
-        let started = Timestamp::now();
         let response_path = dir.join("response.ndjson");
         let file = std::fs::File::create(&response_path).map_err(io(&response_path))?;
         let mut recorder = Recorder { out: std::io::BufWriter::new(file), attempts: Vec::new(), observer };
@@ -400,8 +420,7 @@ impl<'a> Driver<'a> {
             "error": error,
             "entry": result.as_ref().ok().map(|_| entry.clone()),
         });
-        let meta_path = dir.join("meta.json");
-        std::fs::write(&meta_path, serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
+        write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         result.map(|output| (step, entry, output)).map_err(fail)
     }
 
@@ -420,13 +439,14 @@ impl<'a> Driver<'a> {
         let grant = config.role(&self.facts.role).map(|r| r.tools.clone()).unwrap_or_default();
         let limits = &config.tool_output;
         let rules = config.role(&self.facts.role).map(|r| &r.context);
+        let commands = self.commands(&config)?;
         let read_only = |c: &toolcall::Call<'_>| {
             grant.iter().any(|g| g == c.name) && crate::infra::tools::builtin(c.name).is_some_and(|b| b.read_only)
         };
         if calls.len() > 1 && calls.iter().all(read_only) {
             // Read-only calls cannot move the working directory: prepare all at once.
             let prepared: Vec<Prepared> =
-                calls.iter().map(|c| self.prepare(step, c, config_commit)).collect::<Result<_>>()?;
+                calls.iter().map(|c| self.prepare(step, c, config_commit, &commands)).collect::<Result<_>>()?;
             for c in calls {
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
             }
@@ -441,7 +461,7 @@ impl<'a> Driver<'a> {
         } else {
             // One at a time, each prepared after the one before it (a `cd` moves the next).
             for (number, c) in (first..).zip(calls) {
-                let p = self.prepare(step, c, config_commit)?;
+                let p = self.prepare(step, c, config_commit, &commands)?;
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
                 let result = p.run(c, &grant, limits)?;
                 tip = self.finish_tool(tip, number, c, result, rules, observer)?;
@@ -450,20 +470,47 @@ impl<'a> Driver<'a> {
         Ok(tip)
     }
 
+    /// How this step's commands start: the tool environment, output limits and the
+    /// secret values hidden from their output.
+    fn commands(&self, config: &Config) -> Result<Commands> {
+        let tmpdir = self.ws.layout.tmp(&self.id);
+        std::fs::create_dir_all(&tmpdir).map_err(|source| DriverError::Io { path: tmpdir.clone(), source })?;
+        let name = self.facts.name.clone().unwrap_or_else(|| self.id.to_string());
+        let identity = Identity::for_agent(config, &name);
+        let placement = Placement {
+            workspace: &self.real_workspace,
+            agent: self.id.as_str(),
+            identity: &identity,
+            tmpdir: &tmpdir,
+        };
+        let redactor = Redactor::new(tool_env::secret_values(self.env.vars(), config));
+        Ok(Commands {
+            env: tool_env::environment(self.env.vars(), config, &placement),
+            head_bytes: config.tool_output.head_bytes,
+            tail_bytes: config.tool_output.tail_bytes,
+            redactor: Some(std::sync::Arc::new(redactor)),
+            ..Commands::default()
+        })
+    }
+
     /// Where a call runs and where its record goes.
-    fn prepare(&self, step: u32, call: &toolcall::Call<'_>, config_commit: CommitId) -> Result<Prepared> {
+    fn prepare(
+        &self,
+        step: u32,
+        call: &toolcall::Call<'_>,
+        config_commit: CommitId,
+        commands: &Commands,
+    ) -> Result<Prepared> {
         let needs_skills = crate::infra::tools::builtin(call.name).is_some_and(|b| b.needs_skills);
-        let record_rel = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(call.id));
+        let shown = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(call.id));
         Ok(Prepared {
             env: ToolEnv {
                 cwd: self.cwd(),
-                workspace: self.ws.layout.root().to_owned(),
-                agent: self.id.to_string(),
                 root: self.worktree.root().to_owned(),
+                commands: commands.clone(),
+                record: Some(RecordDir { dir: self.ws.layout.root().join(&shown), shown }),
                 skills: if needs_skills { Some(self.ws.skills(config_commit)?) } else { None },
             },
-            record_dir: self.ws.layout.root().join(&record_rel),
-            record_rel,
         })
     }
 
@@ -549,8 +596,6 @@ impl<'a> Driver<'a> {
 /// One call made ready to run: its environment and where its record goes.
 struct Prepared {
     env: ToolEnv,
-    record_dir: PathBuf,
-    record_rel: String,
 }
 
 impl Prepared {
@@ -560,8 +605,7 @@ impl Prepared {
         grant: &[String],
         limits: &crate::domain::config::ToolOutputConfig,
     ) -> std::result::Result<toolcall::CallResult, ToolCallError> {
-        let record = toolcall::RecordPlace { dir: &self.record_dir, shown: &self.record_rel };
-        toolcall::run(call, grant, &self.env, limits, &record)
+        toolcall::run(call, grant, &self.env, limits)
     }
 }
 
@@ -589,6 +633,14 @@ pub fn request_json(request: &crate::infra::provider::Request) -> Vec<u8> {
     let mut bytes = serde_json::to_vec(request).unwrap_or_default();
     bytes.push(b'\n');
     bytes
+}
+
+/// Writes `bytes` to a temporary name beside `path`, then renames it into place, so
+/// a reader sees the old file or the new one, never half of one.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let temp = path.with_extension("tmp");
+    std::fs::write(&temp, bytes)?;
+    std::fs::rename(&temp, path)
 }
 
 /// The next step record number: one past the highest under `steps/<id>/`.

@@ -44,6 +44,7 @@ pub struct AgentState {
     /// `running`, `waiting` (messages undelivered), `needs-run` (a call is due
     /// and no driver holds it), or `answered`.
     pub state: &'static str,
+    /// Model calls made, as `show --step N` numbers them.
     pub steps: u32,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -72,7 +73,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             name: l.facts.name.clone(),
             role: l.facts.role.clone(),
             state,
-            steps: entries.iter().filter(|e| matches!(e, Entry::Output { .. })).count() as u32,
+            steps: step_count(ws, &l.id),
             input_tokens: usage.input.unwrap_or(0),
             output_tokens: usage.output.unwrap_or(0),
             goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
@@ -111,17 +112,38 @@ fn tip(ws: &Workspace, id: &AgentId) -> Result<CommitId> {
     ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()).into())
 }
 
-/// A step's record: its meta.json.
-pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<Value> {
-    let path = ws.layout.step(id, step).join("meta.json");
-    let have = std::fs::read_dir(ws.layout.steps(id))
+/// How many step records an agent has (every model call it made, failed and
+/// interrupted ones included).
+pub fn step_count(ws: &Workspace, id: &AgentId) -> u32 {
+    std::fs::read_dir(ws.layout.steps(id))
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .count() as u32;
-    let bytes = std::fs::read(&path).map_err(|_| InspectError::NoStep { id: id.to_string(), step, have })?;
-    serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord { step, path, reason: e.to_string() })
+        .count() as u32
+}
+
+/// A step's record: its meta.json. A step whose driver died during the call shows
+/// as `interrupted`.
+pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<Value> {
+    let dir = ws.layout.step(id, step);
+    let path = dir.join("meta.json");
+    if !dir.is_dir() {
+        return Err(InspectError::NoStep { id: id.to_string(), step, have: step_count(ws, id) });
+    }
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        // Written before the call since the records became atomic; older crashes
+        // can leave a directory without one.
+        Err(_) => return Ok(serde_json::json!({"step": step, "agent": id.as_str(), "outcome": "interrupted"})),
+    };
+    let mut meta: Value =
+        serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord { step, path, reason: e.to_string() })?;
+    let live = LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(false);
+    if meta.get("outcome").and_then(Value::as_str) == Some("running") && !live {
+        meta["outcome"] = "interrupted".into();
+    }
+    Ok(meta)
 }
 
 /// Step `step`'s request, re-assembled from the commit and config its record names.

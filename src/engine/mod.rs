@@ -28,6 +28,11 @@ impl Env {
     pub fn get(&self, name: &str) -> Option<&str> {
         self.vars.get(name).map(String::as_str).filter(|v| !v.is_empty())
     }
+
+    /// Every variable, by name.
+    pub fn vars(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.vars.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
 }
 
 /// Random bits for ids and names, from the OS.

@@ -35,6 +35,8 @@ pub struct Plan {
     api_key: Option<String>,
     pub model: String,
     pub retry: RetryPolicy,
+    /// The environment of a `command` adapter (the user's own; it may need keys).
+    command_env: Vec<(String, String)>,
 }
 
 /// Resolves `role` under `config`, failing before any call if a key is missing.
@@ -51,7 +53,12 @@ pub fn plan(config: &Config, lineage: &str, role: &str, env: &Env) -> Result<Pla
         None => None,
     };
     let base_url = p.base_url_env.as_deref().and_then(|v| env.get(v)).map(str::to_owned).or_else(|| p.base_url.clone());
+    let command_env = match p.protocol {
+        Protocol::Command => env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+        _ => Vec::new(),
+    };
     Ok(Plan {
+        command_env,
         provider: r.provider.clone(),
         config: p.clone(),
         base_url,
@@ -97,7 +104,13 @@ impl Client {
             }
             Protocol::Command => {
                 let argv = plan.config.command.clone().unwrap_or_default();
-                return Ok(command::call(&argv, request, observer)?);
+                let program = command::Program {
+                    argv: &argv,
+                    cwd: ws.layout.root(),
+                    env: &plan.command_env,
+                    idle: Duration::from_secs(plan.config.idle_timeout_secs.max(1)),
+                };
+                return Ok(command::call(&program, request, observer)?);
             }
         };
         let base_url = plan.base_url.clone().unwrap_or_default();

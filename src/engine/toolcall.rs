@@ -1,13 +1,11 @@
 //! One tool call of a step: the grant gate, the run, the bounded result the model
 //! reads and the full record kept in the step's directory.
 
-use std::path::Path;
-
 use serde_json::{Value, json};
 
 use crate::domain::config::ToolOutputConfig;
 use crate::infra::provider::Block;
-use crate::infra::tools::{self, ToolEnv, ToolError, ToolOutput};
+use crate::infra::tools::{self, RecordDir, ToolEnv, ToolError, ToolOutput};
 
 /// What a call came to.
 pub struct CallResult {
@@ -42,25 +40,23 @@ pub struct Call<'a> {
     pub input: &'a Value,
 }
 
-/// Where a call's full record goes: `steps/<id>/<NNNN>/tools/<tool_use_id>` on
-/// disk, and the same path as the model is told it.
-pub struct RecordPlace<'a> {
-    pub dir: &'a Path,
-    pub shown: &'a str,
-}
-
-/// Runs one call. `grant` is the role's grant read from config at this step.
+/// Runs one call. `grant` is the role's grant read from config at this step; the
+/// call's record goes to `env.record` (`steps/<id>/<NNNN>/tools/<tool_use_id>`).
 pub fn run(
     call: &Call,
     grant: &[String],
     env: &ToolEnv,
     limits: &ToolOutputConfig,
-    record: &RecordPlace,
 ) -> Result<CallResult, ToolCallError> {
     let Call { id, name, input } = *call;
+    let unrecorded = RecordDir { dir: std::path::PathBuf::new(), shown: "(not recorded)".into() };
+    let record = env.record.as_ref().unwrap_or(&unrecorded);
     let write_record = |file: &str, value: &Value| {
+        if env.record.is_none() {
+            return Ok(());
+        }
         let path = record.dir.join(file);
-        std::fs::create_dir_all(record.dir)
+        std::fs::create_dir_all(&record.dir)
             .and_then(|()| std::fs::write(&path, serde_json::to_vec_pretty(value).unwrap_or_default()))
             .map_err(|source| ToolCallError::Record { path: path.display().to_string(), source })
     };
@@ -81,7 +77,7 @@ pub fn run(
     let (text, is_error, summary, cwd) = match outcome {
         Ok(output) => {
             write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
-            (render(&output, limits, record.shown), output.is_error, output.summary.clone(), output.cwd)
+            (render(&output, limits, &record.shown), output.is_error, output.summary.clone(), output.cwd)
         }
         Err(ToolError::ToModel(message)) => {
             write_record("output.json", &json!({"error": message}))?;
@@ -104,11 +100,47 @@ pub fn run(
 /// The text the model reads: the summary, then each non-empty stream, bounded.
 fn render(output: &ToolOutput, limits: &ToolOutputConfig, record: &str) -> String {
     let mut text = output.summary.clone();
-    for stream in output.streams.iter().filter(|s| !s.text.is_empty()) {
-        let shown = bound(&stream.text, limits.head_bytes, limits.tail_bytes, &format!("{record}/output.json"));
+    for stream in output.streams.iter().filter(|s| !s.text.is_empty() || s.cut.is_some()) {
+        let shown = match &stream.cut {
+            Some(cut) => {
+                let place = match &cut.record {
+                    Some(path) if cut.recorded_bytes == cut.total_bytes => format!("the full output is in {path}"),
+                    Some(path) => format!("its first {} bytes are in {path}", cut.recorded_bytes),
+                    None => "the full output was not kept".to_owned(),
+                };
+                let omitted = Omitted {
+                    bytes: cut.omitted_bytes,
+                    line_breaks: cut.omitted_line_breaks,
+                    total_bytes: cut.total_bytes,
+                    total_lines: cut.total_lines,
+                };
+                format!("{}\n{}\n{}", stream.text, omitted.marker(&place), cut.tail)
+            }
+            None => bound(&stream.text, limits.head_bytes, limits.tail_bytes, &format!("{record}/output.json")),
+        };
         text.push_str(&format!("\n<{name}>\n{}\n</{name}>", shown.trim_end_matches('\n'), name = stream.name));
     }
     text
+}
+
+/// What a bounded text left out.
+struct Omitted {
+    bytes: u64,
+    line_breaks: u64,
+    total_bytes: u64,
+    total_lines: u64,
+}
+
+impl Omitted {
+    fn marker(&self, place: &str) -> String {
+        format!(
+            "[… {} bytes left out ({}) of {} bytes in {}; {place} …]",
+            self.bytes,
+            counted(self.line_breaks, "line break"),
+            self.total_bytes,
+            counted(self.total_lines, "line"),
+        )
+    }
 }
 
 /// The first `head` and last `tail` bytes of `text`, with a marker saying what was
@@ -121,18 +153,21 @@ pub fn bound(text: &str, head: usize, tail: usize, record: &str) -> String {
     let tail_start = text.ceil_char_boundary(text.len() - tail);
     let omitted = &text[head_end..tail_start];
     let lines = text.matches('\n').count() + usize::from(!text.ends_with('\n'));
+    let omitted = Omitted {
+        bytes: omitted.len() as u64,
+        line_breaks: omitted.matches('\n').count() as u64,
+        total_bytes: text.len() as u64,
+        total_lines: lines as u64,
+    };
     format!(
-        "{}\n[… {} bytes left out ({}) of {} bytes in {}; the full output is in {record} …]\n{}",
+        "{}\n{}\n{}",
         &text[..head_end],
-        omitted.len(),
-        counted(omitted.matches('\n').count(), "line break"),
-        text.len(),
-        counted(lines, "line"),
+        omitted.marker(&format!("the full output is in {record}")),
         &text[tail_start..]
     )
 }
 
-fn counted(n: usize, noun: &str) -> String {
+fn counted(n: u64, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
 }
 
@@ -154,13 +189,13 @@ mod tests {
     #[test]
     fn an_ungranted_tool_runs_nothing_and_names_the_grant() {
         let dir = std::env::temp_dir().join(format!("offshoot-toolcall-{}", std::process::id()));
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
+        let record = RecordDir { dir: dir.join("rec"), shown: "rec".into() };
+        let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), record: Some(record), ..Default::default() };
         let marker = dir.join("ran");
         let input = json!({"command": format!("touch {}", marker.display())});
         let grant = vec!["read_file".to_owned()];
         let call = Call { id: "t1", name: "bash", input: &input };
-        let record = RecordPlace { dir: &dir.join("rec"), shown: "rec" };
-        let r = run(&call, &grant, &env, &ToolOutputConfig::default(), &record).expect("runs");
+        let r = run(&call, &grant, &env, &ToolOutputConfig::default()).expect("runs");
         assert!(r.is_error);
         assert_eq!(
             r.block,

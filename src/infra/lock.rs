@@ -1,7 +1,12 @@
-//! Exclusive per-agent driver locks on plain files (`flock` through `std::fs::File`).
+//! Exclusive per-agent driver locks: open-file-description locks (`F_OFD_SETLK`) on
+//! plain files. The holder writes its pid into the file. A probe asks the kernel
+//! whether a lock is held (`F_OFD_GETLK`) without ever taking it, so probing can
+//! never make a starting driver find the lock busy. The kernel releases a lock when
+//! its holder dies.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -18,6 +23,14 @@ pub struct LockGuard {
     file: File,
 }
 
+/// What a probe found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    Free,
+    /// Held by a live process; its pid as the holder wrote it (if readable).
+    Held(Option<u32>),
+}
+
 impl LockGuard {
     /// Takes the lock if it is free, writing our pid into the file; `None` if held.
     pub fn try_acquire(path: &Path) -> Result<Option<LockGuard>, LockError> {
@@ -28,12 +41,10 @@ impl LockGuard {
             .write(true)
             .open(path)
             .map_err(|source| LockError::Open { path: path.to_owned(), source })?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
-            Err(std::fs::TryLockError::Error(source)) => {
-                return Err(LockError::Lock { path: path.to_owned(), source });
-            }
+        match ofd_lock(&file, libc::F_OFD_SETLK, libc::F_WRLCK as libc::c_short) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => return Ok(None),
+            Err(source) => return Err(LockError::Lock { path: path.to_owned(), source }),
         }
         let pid = std::process::id().to_string();
         // The pid is informational (for `stop`); a failure to write it does not unlock.
@@ -41,22 +52,71 @@ impl LockGuard {
         Ok(Some(LockGuard { file }))
     }
 
-    /// Whether someone holds the lock right now (probes without keeping it).
-    pub fn is_held(path: &Path) -> Result<bool, LockError> {
-        if !path.exists() {
-            return Ok(false);
+    /// Whether someone holds the lock right now; never takes it.
+    pub fn probe(path: &Path) -> Result<Probe, LockError> {
+        let file = match File::open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Probe::Free),
+            Err(source) => return Err(LockError::Open { path: path.to_owned(), source }),
+        };
+        // Asking about a write lock reports any lock that would conflict with it.
+        let held = ofd_lock(&file, libc::F_OFD_GETLK, libc::F_WRLCK as libc::c_short)
+            .map_err(|source| LockError::Lock { path: path.to_owned(), source })?;
+        if !held {
+            return Ok(Probe::Free);
         }
-        let file = File::open(path).map_err(|source| LockError::Open { path: path.to_owned(), source })?;
-        match file.try_lock_shared() {
-            Ok(()) => Ok(false),
-            Err(std::fs::TryLockError::WouldBlock) => Ok(true),
-            Err(std::fs::TryLockError::Error(source)) => Err(LockError::Lock { path: path.to_owned(), source }),
-        }
+        let pid = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok());
+        Ok(Probe::Held(pid))
     }
+
+    /// Whether someone holds the lock right now (see [`LockGuard::probe`]).
+    pub fn is_held(path: &Path) -> Result<bool, LockError> {
+        Ok(matches!(Self::probe(path)?, Probe::Held(_)))
+    }
+}
+
+/// One `fcntl` lock command over the whole file. For `F_OFD_GETLK`, returns whether
+/// a conflicting lock exists; for `F_OFD_SETLK`, `true` once the lock is held.
+#[expect(unsafe_code, reason = "fcntl(2) lock commands take a pointer to a struct we own for the call")]
+fn ofd_lock(file: &File, command: libc::c_int, kind: libc::c_short) -> std::io::Result<bool> {
+    // SAFETY: an all-zero `flock` is valid (start 0, length 0 = the whole file).
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: the descriptor is open for the call and `lock` lives across it.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), command, &mut lock) };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(command != libc::F_OFD_GETLK || lock.l_type != libc::F_UNLCK as libc::c_short)
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        let _ = self.file.unlock();
+        let _ = ofd_lock(&self.file, libc::F_OFD_SETLK, libc::F_UNLCK as libc::c_short);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_holder_at_a_time_and_probes_never_take_the_lock() {
+        let path = std::env::temp_dir().join(format!("offshoot-lock-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(LockGuard::probe(&path).expect("probe"), Probe::Free);
+        let held = LockGuard::try_acquire(&path).expect("lock").expect("free");
+        // A second open file description cannot take it, even in the same process.
+        assert!(LockGuard::try_acquire(&path).expect("lock").is_none());
+        assert_eq!(LockGuard::probe(&path).expect("probe"), Probe::Held(Some(std::process::id())));
+        drop(held);
+        // While probes run, a driver can always take a free lock.
+        for _ in 0..100 {
+            assert_eq!(LockGuard::probe(&path).expect("probe"), Probe::Free);
+            let again = LockGuard::try_acquire(&path).expect("lock");
+            assert!(again.is_some());
+        }
+        let _ = std::fs::remove_file(&path);
     }
 }

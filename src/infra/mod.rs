@@ -4,6 +4,8 @@
 
 pub mod git;
 pub mod lock;
+pub mod process;
 pub mod provider;
+pub mod redact;
 pub mod time;
 pub mod tools;

@@ -87,3 +87,25 @@ fn a_delivery_whose_inbox_file_survived_a_crash_is_not_repeated() {
     assert_eq!(users.len(), 4, "{names}");
     assert!(std::fs::read_dir(&inbox).expect("inbox").next().is_none());
 }
+
+#[test]
+fn a_step_cut_short_by_a_crash_shows_as_interrupted_and_is_counted() {
+    let (server, t) = TestWorkspace::served("crash-mid-call", Dialect::Anthropic);
+    server.push(crate::support::server::Reply::Stall(Turn::text("never finished"), Duration::from_secs(30)));
+    let id = t.run(&["prompt", "--detach", "slow answer"]).ok().trim().to_owned();
+    wait_for("the call to start", || server.requests().len() == 1);
+    let driver_pid = std::fs::read_to_string(t.ws.join("locks").join(&id)).expect("lock pid").trim().to_owned();
+    assert!(std::process::Command::new("kill").args(["-9", &driver_pid]).status().expect("kill").success());
+    wait_for("the driver to die", || {
+        std::fs::read_to_string(format!("/proc/{driver_pid}/status")).map_or(true, |s| s.contains("State:\tZ"))
+    });
+    let shown: serde_json::Value = serde_json::from_str(t.run(&["show", &id, "--step", "1"]).ok()).expect("json");
+    assert_eq!(shown["outcome"], "interrupted");
+    assert_eq!(shown["model"], "claude-sonnet-4-5");
+    assert_eq!(t.agents()[0]["steps"], 1);
+    server.push_turns([Turn::text("done now")]);
+    assert!(t.run(&["run", &id]).ok().contains("done now"));
+    assert_eq!(t.agents()[0]["steps"], 2);
+    let shown: serde_json::Value = serde_json::from_str(t.run(&["show", &id, "--step", "2"]).ok()).expect("json");
+    assert_eq!(shown["outcome"], "ok");
+}

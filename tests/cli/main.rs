@@ -7,5 +7,6 @@ mod crash;
 mod errors;
 mod faults;
 mod layering;
+mod processes;
 mod tools;
 mod verbs;

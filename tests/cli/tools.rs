@@ -124,7 +124,7 @@ fn result_text_chat(server: &Server, n: usize) -> String {
 }
 
 #[test]
-fn ten_megabytes_of_output_are_bounded_in_the_transcript_and_whole_in_the_record() {
+fn ten_megabytes_of_output_are_bounded_in_memory_and_the_transcript_and_whole_in_the_record() {
     let (server, t) = TestWorkspace::served("tools-bounded", Dialect::Anthropic);
     server.push_turns([
         Turn::bash("big", "head -c 10000000 /dev/zero | tr '\\0' a; echo; echo tail-marker"),
@@ -135,12 +135,16 @@ fn ten_megabytes_of_output_are_bounded_in_the_transcript_and_whole_in_the_record
     assert!(seen.len() < 5000, "the model saw {} bytes", seen.len());
     assert!(seen.starts_with("exit code 0\n<stdout>\naaaa"), "{}", &seen[..100]);
     assert!(seen.contains("bytes left out (0 line breaks) of 10000013 bytes in 2 lines"), "{seen}");
-    assert!(seen.contains("the full output is in steps/") && seen.contains("/tools/big/output.json"), "{seen}");
-    assert!(seen.ends_with("\ntail-marker\n</stdout>"), "{seen}");
     let id = t.only_agent();
-    let record = t.steps_dir(&id).join("0001/tools/big/output.json");
-    let full: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).expect("record")).expect("json");
-    assert_eq!(full["streams"][0]["text"].as_str().expect("stdout").len(), 10_000_013);
+    assert!(seen.contains(&format!("the full output is in steps/{id}/0001/tools/big/stdout")), "{seen}");
+    assert!(seen.ends_with("\ntail-marker\n</stdout>"), "{seen}");
+    // The whole stream is in the record; output.json keeps only what was shown.
+    let record = t.steps_dir(&id).join("0001/tools/big");
+    let stdout = std::fs::read(record.join("stdout")).expect("record");
+    assert_eq!(stdout.len(), 10_000_013);
+    assert!(stdout.ends_with(b"a\ntail-marker\n"));
+    let output = std::fs::metadata(record.join("output.json")).expect("output.json").len();
+    assert!(output < 10_000, "output.json is {output} bytes");
     // The committed transcript entry is the bounded one.
     let entry = t.git(&["show", &format!("agents/{id}:.offshoot/messages/0003-tool.json")]);
     assert!(entry.len() < 6000, "{} bytes committed", entry.len());

@@ -27,7 +27,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let busy = LockGuard::is_held(&ws.layout.lock(&id)).unwrap_or(false);
     if args.detach || busy {
         if !busy {
-            progress::spawn_detached(&ws, &id)?;
+            progress::spawn_detached(ctx, &ws, &id)?;
         }
         ctx.out.progress(&format!("· delivered to `{id}`"));
         return Ok(());

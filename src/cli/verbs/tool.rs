@@ -47,7 +47,12 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     })?;
     let cwd =
         std::env::current_dir().map_err(|e| CliError::runtime(format!("cannot read the current directory: {e}")))?;
-    let env = ToolEnv { root: cwd.clone(), cwd, workspace: ctx.workspace_path(), ..Default::default() };
+    // Run by hand, a tool has the user's own environment and keeps a generous
+    // amount of its output in memory (nothing is recorded).
+    let mut env = ToolEnv { root: cwd.clone(), cwd, ..Default::default() };
+    env.commands.env = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    env.commands.head_bytes = 1 << 20;
+    env.commands.tail_bytes = 1 << 20;
     match builtin.run(&env, &input) {
         Ok(output) => {
             if ctx.out.json {

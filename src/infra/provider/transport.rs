@@ -237,20 +237,53 @@ fn summarize(body: &str) -> String {
 fn retry_after(headers: &ureq::http::HeaderMap) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+        return seconds(ms / 1000.0);
     }
-    get("retry-after").and_then(|v| v.parse::<f64>().ok()).map(|s| Duration::from_secs_f64(s.max(0.0)))
+    get("retry-after").and_then(|v| v.parse::<f64>().ok()).and_then(seconds)
 }
+
+/// A server's wait in seconds, within what we are willing to wait (`inf`, `1e30`,
+/// negative and NaN included: they are clamped or ignored, never a panic).
+fn seconds(s: f64) -> Option<Duration> {
+    if s.is_nan() {
+        return None;
+    }
+    Some(Duration::try_from_secs_f64(s.clamp(0.0, MAX_RETRY_AFTER.as_secs_f64())).unwrap_or(MAX_RETRY_AFTER))
+}
+
+/// The longest `retry-after` honoured.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// Exponential backoff capped at the policy's maximum, with jitter; a server's
 /// `retry-after` takes precedence.
 fn backoff(policy: &RetryPolicy, attempt: u32, asked: Option<Duration>) -> Duration {
     if let Some(asked) = asked {
-        return asked.min(Duration::from_secs(300));
+        return asked.min(MAX_RETRY_AFTER);
     }
     let exp = policy.initial_backoff.saturating_mul(1u32 << (attempt - 1).min(16));
     let capped = exp.min(policy.max_backoff);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
     let jitter = 0.5 + f64::from(nanos % 1000) / 2000.0;
     capped.mul_f64(jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_values_that_cannot_be_durations_are_clamped_or_ignored() {
+        let header = |name: &'static str, value: &'static str| {
+            let mut h = ureq::http::HeaderMap::new();
+            h.insert(name, ureq::http::HeaderValue::from_static(value));
+            retry_after(&h)
+        };
+        assert_eq!(header("retry-after", "inf"), Some(MAX_RETRY_AFTER));
+        assert_eq!(header("retry-after", "1e30"), Some(MAX_RETRY_AFTER));
+        assert_eq!(header("retry-after", "-5"), Some(Duration::ZERO));
+        assert_eq!(header("retry-after", "NaN"), None);
+        assert_eq!(header("retry-after", "2.5"), Some(Duration::from_millis(2500)));
+        assert_eq!(header("retry-after-ms", "1e308"), Some(MAX_RETRY_AFTER));
+        assert_eq!(header("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT"), None);
+    }
 }

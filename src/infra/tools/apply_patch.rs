@@ -320,7 +320,7 @@ mod tests {
             std::fs::create_dir_all(full.parent().expect("parent")).expect("dir");
             std::fs::write(full, t).expect("write");
         }
-        (ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() }, dir)
+        (ToolEnv { cwd: dir.clone(), root: dir.clone(), ..Default::default() }, dir)
     }
 
     fn read(dir: &std::path::Path, p: &str) -> String {

@@ -1,14 +1,17 @@
-//! `bash`: one non-interactive `sh -c` in its own process group, killed on timeout.
+//! `bash`: one non-interactive `sh -c` in its own process group, with the
+//! environment and sandbox the harness gives it, killed on timeout. Its output is
+//! recorded in full beside the call's record; only the head and tail are kept.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Stream, ToolEnv, ToolError, ToolOutput, str_arg, u64_arg};
+use super::{Cut, Stream, ToolEnv, ToolError, ToolOutput, str_arg, u64_arg};
+use crate::infra::process::{self, Ended, Exit, Group, Io, Kept, Limits, Spec};
+use crate::infra::redact::Redacting;
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 
@@ -18,69 +21,106 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     if !env.cwd.is_dir() {
         return Err(ToolError::ToModel(format!("the working directory {} does not exist", env.cwd.display())));
     }
+    let commands = &env.commands;
+    let fatal =
+        |what: &str, path: &Path, e: std::io::Error| ToolError::Fatal(format!("cannot {what} {}: {e}", path.display()));
+    let create = |name: &str| -> Result<Option<File>, ToolError> {
+        let Some(record) = &env.record else { return Ok(None) };
+        let path = record.dir.join(name);
+        File::create(&path).map(Some).map_err(|e| fatal("create", &path, e))
+    };
+    let pgid = create("pgid")?;
+    let mut stdout_file = create("stdout")?;
+    let mut stderr_file = create("stderr")?;
+    let redactor = commands.redactor.clone().unwrap_or_default();
+    let mut stdout_sink = stdout_file.as_mut().map(|f| Redacting::new(f, &redactor));
+    let mut stderr_sink = stderr_file.as_mut().map(|f| Redacting::new(f, &redactor));
     // POSIX puts sh at /bin/sh; naming it saves searching PATH on every call.
-    let mut child = Command::new("/bin/sh")
-        .arg("-c")
-        .arg(command)
-        .current_dir(&env.cwd)
-        .env("OFFSHOOT_WORKSPACE", &env.workspace)
-        .env("OFFSHOOT_AGENT", &env.agent)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|e| ToolError::Fatal(format!("cannot start `/bin/sh`: {e}")))?;
-    let pid = child.id();
-    let stdout = drain(child.stdout.take());
-    let stderr = drain(child.stderr.take());
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
-    });
-    let (status, timed_out) = match rx.recv_timeout(timeout) {
-        Ok(status) => (Some(status), false),
-        Err(_) => {
-            kill_group(pid);
-            (rx.recv_timeout(Duration::from_secs(5)).ok(), true)
+    let args = [OsStr::new("-c"), OsStr::new(command)];
+    let spec = Spec {
+        program: Path::new("/bin/sh"),
+        args: &args,
+        cwd: &env.cwd,
+        env: &commands.env,
+        group: Group::Own,
+        stdin: None,
+        sandbox: commands.sandbox.as_deref().map(std::os::fd::AsRawFd::as_raw_fd),
+        pgid_record: pgid.as_ref(),
+    };
+    let limits = Limits {
+        head: commands.head_bytes,
+        tail: commands.tail_bytes,
+        record_max: commands.record_max_bytes,
+        timeout: Some(timeout),
+        idle: None,
+    };
+    let on_spawn = commands.on_spawn.clone();
+    let on_spawn = |pgid: u32| {
+        if let Some(f) = &on_spawn {
+            f(pgid);
         }
     };
-    // Background processes the command left behind would hold the pipes open: the
-    // call is stateless, so its whole process group ends with it.
-    kill_group(pid);
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
-    let code = status.and_then(|s| s.ok()).and_then(|s| s.code());
-    let summary = match (timed_out, code) {
-        (true, _) => format!("timed out after {} s; the command and its processes were killed", timeout.as_secs()),
-        (false, Some(code)) => format!("exit code {code}"),
-        (false, None) => "killed by a signal".to_owned(),
+    let io = Io {
+        on_spawn: Some(&on_spawn),
+        on_stdout: None,
+        stdout_record: stdout_sink.as_mut().map(|w| w as &mut dyn std::io::Write),
+        stderr_record: stderr_sink.as_mut().map(|w| w as &mut dyn std::io::Write),
+    };
+    let done = process::run(&spec, &limits, io).map_err(|e| ToolError::Fatal(e.to_string()))?;
+    for sink in [stdout_sink, stderr_sink].into_iter().flatten() {
+        sink.finish().map_err(|e| ToolError::Fatal(format!("cannot write the output record: {e}")))?;
+    }
+    let mut summary = match (done.ended, done.exit) {
+        (Ended::TimedOut, _) => {
+            format!("timed out after {} s; the command and its processes were killed", timeout.as_secs())
+        }
+        (_, Exit::Code(code)) => format!("exit code {code}"),
+        (_, Exit::Signal(signal)) => format!("killed by signal {signal}"),
+    };
+    if done.lingering {
+        summary.push_str(
+            "; a process that left the command's process group still held its output open, so output after the command ended may be missing",
+        );
+    }
+    let stream = |name: &'static str, kept: &Kept| {
+        let record = env.record.as_ref().map(|r| format!("{}/{name}", r.shown));
+        stream(name, kept, record, &redactor)
     };
     Ok(ToolOutput {
         summary,
-        streams: vec![Stream { name: "stdout", text: stdout }, Stream { name: "stderr", text: stderr }],
-        is_error: timed_out || code != Some(0),
+        streams: vec![stream("stdout", &done.stdout), stream("stderr", &done.stderr)],
+        is_error: done.ended == Ended::TimedOut || !done.exit.success(),
         cwd: None,
     })
 }
 
-fn drain(pipe: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        if let Some(mut p) = pipe {
-            let _ = p.read_to_end(&mut bytes);
-        }
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-/// Sends SIGKILL to the process group `pgid` (the shell and all it started).
-#[expect(unsafe_code, reason = "kill(2) has no wrapper in std; it takes two integers and touches no memory")]
-fn kill_group(pgid: u32) {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
-    // SAFETY: kill(2) reads no memory of ours; a group that is gone only yields ESRCH.
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
+/// A stream as the model sees it: whole, or its head and tail with what was cut.
+fn stream(
+    name: &'static str,
+    kept: &Kept,
+    record: Option<String>,
+    redactor: &crate::infra::redact::Redactor,
+) -> Stream {
+    let head = redactor.redact(&String::from_utf8_lossy(&kept.head));
+    if kept.is_whole() {
+        let tail = redactor.redact(&String::from_utf8_lossy(&kept.tail));
+        return Stream { name, text: head + &tail, cut: None };
+    }
+    let tail = redactor.redact(&String::from_utf8_lossy(&kept.tail));
+    let kept_breaks = (kept.head.iter().chain(&kept.tail).filter(|&&b| b == b'\n').count()) as u64;
+    let ends_open = kept.tail.last().is_some_and(|&b| b != b'\n');
+    Stream {
+        name,
+        text: head,
+        cut: Some(Cut {
+            tail,
+            omitted_bytes: kept.total - (kept.head.len() + kept.tail.len()) as u64,
+            omitted_line_breaks: kept.line_breaks.saturating_sub(kept_breaks),
+            total_bytes: kept.total,
+            total_lines: kept.line_breaks + u64::from(ends_open),
+            record,
+            recorded_bytes: kept.recorded,
+        }),
     }
 }
 
@@ -90,7 +130,11 @@ mod tests {
     use serde_json::json;
 
     fn env() -> ToolEnv {
-        ToolEnv { cwd: std::env::temp_dir(), workspace: "/ws".into(), agent: "abc".into(), ..Default::default() }
+        let mut env = ToolEnv { cwd: std::env::temp_dir(), ..Default::default() };
+        env.commands.env = vec![("OFFSHOOT_AGENT".into(), "abc".into())];
+        env.commands.head_bytes = 2048;
+        env.commands.tail_bytes = 2048;
+        env
     }
 
     #[test]
@@ -114,5 +158,17 @@ mod tests {
     fn stdin_is_closed() {
         let out = run(&env(), &json!({"command": "cat; echo done"})).expect("runs");
         assert_eq!(out.streams[0].text, "done\n");
+    }
+
+    #[test]
+    fn long_output_keeps_head_and_tail_and_says_what_was_cut() {
+        let mut env = env();
+        env.commands.head_bytes = 4;
+        env.commands.tail_bytes = 4;
+        let out = run(&env, &json!({"command": "seq 1 1000"})).expect("runs");
+        let cut = out.streams[0].cut.as_ref().expect("cut");
+        assert_eq!(out.streams[0].text, "1\n2\n");
+        assert_eq!(cut.tail, "000\n");
+        assert_eq!((cut.total_bytes, cut.total_lines, cut.omitted_bytes), (3893, 1000, 3885));
     }
 }

@@ -28,7 +28,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("offshoot-cd-{}", std::process::id()));
         std::fs::create_dir_all(dir.join("sub")).expect("dir");
         std::fs::write(dir.join("file"), "x").expect("file");
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
+        let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), ..Default::default() };
         let out = run(&env, &json!({"path": "sub"})).expect("cd");
         assert_eq!(out.cwd, Some(std::fs::canonicalize(dir.join("sub")).expect("canon")));
         let err = run(&env, &json!({"path": "missing"})).expect_err("missing");

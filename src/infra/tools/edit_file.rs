@@ -53,7 +53,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("offshoot-edit-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("f.txt"), text).expect("write");
-        (ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() }, dir)
+        (ToolEnv { cwd: dir.clone(), root: dir.clone(), ..Default::default() }, dir)
     }
 
     #[test]

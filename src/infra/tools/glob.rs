@@ -54,7 +54,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         n if n > SHOWN => format!("{n} paths match; showing the first {SHOWN}, {} more left out", n - SHOWN),
         n => format!("{n} paths match"),
     };
-    Ok(ToolOutput { summary, streams: vec![Stream { name: "paths", text }], is_error: false, cwd: None })
+    Ok(ToolOutput { summary, streams: vec![Stream::whole("paths", text)], is_error: false, cwd: None })
 }
 
 #[cfg(test)]
@@ -72,7 +72,7 @@ mod tests {
         for f in ["src/a.rs", "src/deep/b.rs", "ignored/c.rs", "top.rs", "README.md"] {
             std::fs::write(dir.join(f), "x").expect("write");
         }
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
+        let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), ..Default::default() };
         let out = run(&env, &json!({"pattern": "*.rs"})).expect("glob");
         assert_eq!(out.summary, "3 paths match");
         assert_eq!(out.streams[0].text, "src/a.rs\nsrc/deep/b.rs\ntop.rs\n");

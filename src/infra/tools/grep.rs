@@ -91,7 +91,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     if found.total == 0 {
         summary = format!("no matches for `{pattern}`");
     }
-    Ok(ToolOutput { summary, streams: vec![Stream { name: "matches", text }], is_error: false, cwd: None })
+    Ok(ToolOutput { summary, streams: vec![Stream::whole("matches", text)], is_error: false, cwd: None })
 }
 
 /// A .gitignore-aware walker over `root`, restricted to `glob` when given.
@@ -131,7 +131,7 @@ mod tests {
         std::fs::write(dir.join("src/a.rs"), "fn main() {\n    let needle = 1;\n}\n").expect("write");
         std::fs::write(dir.join("src/b.md"), "A Needle here\n").expect("write");
         std::fs::write(dir.join("blob.bin"), b"needle\x00\x01\x02").expect("write");
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
+        let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), ..Default::default() };
         let out = run(&env, &json!({"pattern": "needle"})).expect("grep");
         assert_eq!(out.summary, "1 matches in 1 files");
         assert_eq!(out.streams[0].text, "src/a.rs:2:    let needle = 1;\n");
@@ -148,7 +148,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("many.txt"), "hit\n".repeat(250)).expect("write");
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
+        let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), ..Default::default() };
         let out = run(&env, &json!({"pattern": "hit"})).expect("grep");
         assert_eq!(
             out.summary,

@@ -11,22 +11,68 @@ mod load_skill;
 mod read_file;
 mod write_file;
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::provider::ToolSpec;
+use super::redact::Redactor;
 
 /// What the harness tells every tool about where it runs.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct ToolEnv {
     pub cwd: PathBuf,
-    pub workspace: PathBuf,
-    pub agent: String,
-    /// The agent's worktree (where `.offshoot/` is); for `offshoot tool`, the cwd.
+    /// The agent's directory (where `.offshoot/` is); for `offshoot tool`, the cwd.
     pub root: PathBuf,
+    /// How commands are started.
+    pub commands: Commands,
+    /// Where this call's record goes (tools that record more than their output).
+    pub record: Option<RecordDir>,
     /// The skills of the governing config, given to tools that ask for them.
     pub skills: Option<Skills>,
+}
+
+/// How a tool starts commands: their whole environment, their sandbox, how much of
+/// their output to keep, and whom to tell their process group.
+#[derive(Clone)]
+pub struct Commands {
+    pub env: Vec<(String, String)>,
+    /// A Landlock ruleset every command enforces on itself.
+    pub sandbox: Option<Arc<OwnedFd>>,
+    pub head_bytes: usize,
+    pub tail_bytes: usize,
+    /// Bytes of each output stream kept in the record.
+    pub record_max_bytes: u64,
+    pub on_spawn: Option<Arc<dyn Fn(u32) + Send + Sync>>,
+    /// Secret values hidden from output and records.
+    pub redactor: Option<Arc<Redactor>>,
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands {
+            env: Vec::new(),
+            sandbox: None,
+            head_bytes: 2048,
+            tail_bytes: 2048,
+            record_max_bytes: RECORD_MAX_BYTES,
+            on_spawn: None,
+            redactor: None,
+        }
+    }
+}
+
+/// Bytes of each output stream a command's record keeps (64 MiB): enough for any
+/// log worth reading, and a bound on what `yes` can do to the disk.
+pub const RECORD_MAX_BYTES: u64 = 64 << 20;
+
+/// A call's record directory, and the same path as the model is told it.
+#[derive(Debug, Clone)]
+pub struct RecordDir {
+    pub dir: PathBuf,
+    pub shown: String,
 }
 
 /// The skills a config offers: name → files (path inside the skill, bytes).
@@ -39,7 +85,30 @@ pub struct Skills {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Stream {
     pub name: &'static str,
+    /// The whole stream, or its head when it was cut.
     pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<Cut>,
+}
+
+impl Stream {
+    pub fn whole(name: &'static str, text: String) -> Stream {
+        Stream { name, text, cut: None }
+    }
+}
+
+/// What a stream kept only the head and tail of lost in between.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Cut {
+    pub tail: String,
+    pub omitted_bytes: u64,
+    pub omitted_line_breaks: u64,
+    pub total_bytes: u64,
+    pub total_lines: u64,
+    /// Where the whole stream is recorded, as the model is told it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<String>,
+    pub recorded_bytes: u64,
 }
 
 /// A tool's full, unbounded output.

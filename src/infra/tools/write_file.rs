@@ -30,7 +30,7 @@ mod tests {
     #[test]
     fn creates_parents_then_overwrites() {
         let dir = std::env::temp_dir().join(format!("offshoot-write-{}", std::process::id()));
-        let env = ToolEnv { cwd: dir.clone(), workspace: dir.clone(), agent: "a".into(), ..Default::default() };
+        let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), ..Default::default() };
         let out = run(&env, &json!({"path": "a/b.txt", "content": "one\ntwo\n"})).expect("writes");
         assert_eq!(out.summary, "created `a/b.txt` (8 bytes, 2 lines)");
         let out = run(&env, &json!({"path": "a/b.txt", "content": "x"})).expect("writes");

@@ -1,0 +1,200 @@
+//! The environment tool commands run with: the user's environment without secrets
+//! and without anything that points git elsewhere, plus what the harness sets (the
+//! agent's git identity, where git stops looking, the agent's private temp dir),
+//! adjusted by the config's `[tool_env]`.
+
+use std::path::Path;
+
+use super::config::Config;
+
+/// Parts of a variable name that mark it as a secret (any case).
+const SECRET_MARKS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL"];
+
+/// Variables that would point git at another repository, index or identity.
+const GIT_VARIABLES: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_AUTHOR_DATE",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
+    "GIT_COMMITTER_DATE",
+];
+
+/// The PATH a command gets when the user's environment has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Whether a variable's name marks it as a secret.
+pub fn is_secret_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    SECRET_MARKS.iter().any(|m| upper.contains(m))
+}
+
+/// Who an agent commits as in its own repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub email: String,
+}
+
+impl Identity {
+    /// The config's identity for agents, else the agent's own name at
+    /// `offshoot.invalid`.
+    pub fn for_agent(config: &Config, agent_name: &str) -> Identity {
+        match (&config.git.name, &config.git.email) {
+            (Some(name), Some(email)) => Identity { name: name.clone(), email: email.clone() },
+            _ => Identity { name: agent_name.to_owned(), email: format!("{agent_name}@offshoot.invalid") },
+        }
+    }
+}
+
+/// What the harness sets for every command of one agent.
+pub struct Placement<'a> {
+    pub workspace: &'a Path,
+    pub agent: &'a str,
+    pub identity: &'a Identity,
+    /// The agent's private temporary directory.
+    pub tmpdir: &'a Path,
+}
+
+/// The environment of a tool command: `base` (the user's) without secrets, git
+/// redirections and offshoot's own variables, plus `placement`, then the config's
+/// `[tool_env]`: `keep` brings back named variables (never a provider's key),
+/// `set` sets values last.
+pub fn environment<'b>(
+    base: impl IntoIterator<Item = (&'b str, &'b str)>,
+    config: &Config,
+    placement: &Placement,
+) -> Vec<(String, String)> {
+    let keys = api_key_variables(config);
+    let mut env: Vec<(String, String)> = base
+        .into_iter()
+        .filter(|(name, _)| {
+            let kept = config.tool_env.keep.iter().any(|k| k == name);
+            !keys.contains(name)
+                && (kept || !is_secret_name(name))
+                && !GIT_VARIABLES.contains(name)
+                && !name.starts_with("OFFSHOOT_")
+        })
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push(("PATH".into(), DEFAULT_PATH.into()));
+    }
+    let workspace = placement.workspace.display().to_string();
+    let tmpdir = placement.tmpdir.display().to_string();
+    for (k, v) in [
+        ("OFFSHOOT_WORKSPACE", workspace.as_str()),
+        ("OFFSHOOT_AGENT", placement.agent),
+        // Git never looks above the workspace for a repository.
+        ("GIT_CEILING_DIRECTORIES", workspace.as_str()),
+        ("GIT_AUTHOR_NAME", &placement.identity.name),
+        ("GIT_AUTHOR_EMAIL", &placement.identity.email),
+        ("GIT_COMMITTER_NAME", &placement.identity.name),
+        ("GIT_COMMITTER_EMAIL", &placement.identity.email),
+        ("TMPDIR", tmpdir.as_str()),
+    ] {
+        set(&mut env, k, v);
+    }
+    for (k, v) in &config.tool_env.set {
+        set(&mut env, k, v);
+    }
+    env.sort();
+    env
+}
+
+fn set(env: &mut Vec<(String, String)>, name: &str, value: &str) {
+    env.retain(|(k, _)| k != name);
+    env.push((name.to_owned(), value.to_owned()));
+}
+
+/// The variables the config's providers read their keys from.
+pub fn api_key_variables(config: &Config) -> Vec<&str> {
+    config.providers.values().filter_map(|p| p.api_key_env.as_deref()).collect()
+}
+
+/// Values to hide from every tool output and record, with the variable each came
+/// from: every provider key, and every other secret-named variable long enough to be
+/// a real secret (short values would blot out ordinary text).
+pub fn secret_values<'b>(base: impl IntoIterator<Item = (&'b str, &'b str)>, config: &Config) -> Vec<(String, String)> {
+    let keys = api_key_variables(config);
+    base.into_iter()
+        .filter(|(name, value)| keys.contains(name) || (is_secret_name(name) && value.len() >= 8))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::config::DEFAULT_FILES;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn secrets_and_git_redirections_are_removed_and_the_harness_sets_its_own() {
+        let text =
+            format!("{}\n[tool_env]\nkeep = [\"GITHUB_TOKEN\"]\nset = {{ EDITOR = \"true\" }}\n", DEFAULT_FILES[0].1);
+        let config = Config::parse(&text, &|_| true).expect("config");
+        let base = [
+            ("PATH", "/bin"),
+            ("HOME", "/home/u"),
+            ("ANTHROPIC_API_KEY", "sk-ant-123456"),
+            ("my_password", "hunter2"),
+            ("GITHUB_TOKEN", "ghp_kept"),
+            ("GIT_DIR", "/elsewhere"),
+            ("GIT_AUTHOR_NAME", "The User"),
+            ("OFFSHOOT_HOME", "/h"),
+            ("LANG", "C.UTF-8"),
+        ];
+        let identity = Identity::for_agent(&config, "PeachHollow");
+        let placement = Placement {
+            workspace: Path::new("/ws"),
+            agent: "k7q2mx",
+            identity: &identity,
+            tmpdir: Path::new("/ws/tmp/k7q2mx"),
+        };
+        let env = environment(base, &config, &placement);
+        let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "EDITOR",
+                "GITHUB_TOKEN",
+                "GIT_AUTHOR_EMAIL",
+                "GIT_AUTHOR_NAME",
+                "GIT_CEILING_DIRECTORIES",
+                "GIT_COMMITTER_EMAIL",
+                "GIT_COMMITTER_NAME",
+                "HOME",
+                "LANG",
+                "OFFSHOOT_AGENT",
+                "OFFSHOOT_WORKSPACE",
+                "PATH",
+                "TMPDIR"
+            ]
+        );
+        assert!(env.contains(&("GIT_AUTHOR_EMAIL".into(), "PeachHollow@offshoot.invalid".into())));
+        assert!(env.contains(&("GIT_CEILING_DIRECTORIES".into(), "/ws".into())));
+        let hidden = secret_values(base, &config);
+        assert_eq!(
+            hidden,
+            vec![("ANTHROPIC_API_KEY".into(), "sk-ant-123456".into()), ("GITHUB_TOKEN".into(), "ghp_kept".into())]
+        );
+    }
+
+    #[test]
+    fn a_configured_identity_replaces_the_agents_own() {
+        let text = format!("{}\n[git]\nname = \"Bot\"\nemail = \"bot@example.com\"\n", DEFAULT_FILES[0].1);
+        let config = Config::parse(&text, &|_| true).expect("config");
+        let id = Identity::for_agent(&config, "PeachHollow");
+        assert_eq!(id, Identity { name: "Bot".into(), email: "bot@example.com".into() });
+    }
+}

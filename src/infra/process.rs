@@ -1,0 +1,499 @@
+//! Every child process the harness starts begins here: tool commands, the `command`
+//! provider and detached drivers. A child gets exactly the environment it is handed
+//! (nothing is inherited), its own process group or session, stdin closed or fed
+//! from memory, and optionally a Landlock ruleset. While it runs, its output goes to
+//! record files in full and only its head and tail stay in memory; a timeout or an
+//! idle limit ends it; when it exits, whatever it left running in its group is
+//! killed; and it is always reaped.
+
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long output may keep flowing after the child exited and its group was killed
+/// (a process that left the group can hold the pipes open forever).
+const GRACE: Duration = Duration::from_millis(300);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("cannot start `{program}`: {source}")]
+    Spawn { program: String, source: std::io::Error },
+    #[error("lost track of `{program}`: {source}")]
+    Wait { program: String, source: std::io::Error },
+}
+
+/// Where a child lives among processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Group {
+    /// A new process group in our session (killed as a group; no terminal signals).
+    Own,
+    /// A new session (`setsid`): for detached drivers that outlive us.
+    Session,
+}
+
+/// What to start and how.
+pub struct Spec<'a> {
+    pub program: &'a Path,
+    pub args: &'a [&'a OsStr],
+    pub cwd: &'a Path,
+    /// The child's whole environment.
+    pub env: &'a [(String, String)],
+    pub group: Group,
+    /// Bytes for the child's stdin; `None` connects it to /dev/null.
+    pub stdin: Option<&'a [u8]>,
+    /// A Landlock ruleset the child enforces on itself before it execs.
+    pub sandbox: Option<RawFd>,
+    /// A file the child writes its process group id into before it execs, so the
+    /// group is on record before the program runs.
+    pub pgid_record: Option<&'a File>,
+}
+
+/// How much of the output to keep and how long to wait.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes kept in memory from the start and from the end of each stream.
+    pub head: usize,
+    pub tail: usize,
+    /// Bytes of each stream written to its record file; the rest is only counted.
+    pub record_max: u64,
+    /// The whole run; the group is killed when it passes.
+    pub timeout: Option<Duration>,
+    /// Silence on both output streams; the group is killed when it passes.
+    pub idle: Option<Duration>,
+}
+
+/// Sees a chunk of output; returns whether the child may go on.
+pub type OnOutput<'a> = dyn FnMut(&[u8]) -> bool + 'a;
+
+/// What the running child's output is given to, besides memory.
+#[derive(Default)]
+pub struct Io<'a> {
+    /// Told the child's process group id as soon as it exists.
+    pub on_spawn: Option<&'a dyn Fn(u32)>,
+    /// Sees stdout as it arrives; returning `false` kills the child.
+    pub on_stdout: Option<&'a mut OnOutput<'a>>,
+    pub stdout_record: Option<&'a mut dyn Write>,
+    pub stderr_record: Option<&'a mut dyn Write>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited,
+    TimedOut,
+    Idle,
+    /// `on_stdout` asked to stop.
+    Stopped,
+}
+
+/// How the child itself ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+}
+
+impl Exit {
+    fn of(status: ExitStatus) -> Exit {
+        match status.code() {
+            Some(code) => Exit::Code(code),
+            None => Exit::Signal(status.signal().unwrap_or(0)),
+        }
+    }
+
+    pub fn success(self) -> bool {
+        self == Exit::Code(0)
+    }
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Exit::Code(code) => write!(f, "exit code {code}"),
+            Exit::Signal(signal) => write!(f, "killed by signal {signal}"),
+        }
+    }
+}
+
+/// One output stream: its first and last bytes, and what passed in between.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    pub head: Vec<u8>,
+    pub tail: Vec<u8>,
+    /// Every byte the stream carried.
+    pub total: u64,
+    pub line_breaks: u64,
+    /// Bytes written to the record file.
+    pub recorded: u64,
+    head_cap: usize,
+    tail_cap: usize,
+}
+
+impl Kept {
+    fn new(head_cap: usize, tail_cap: usize) -> Kept {
+        Kept { head_cap, tail_cap, ..Default::default() }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        self.line_breaks += bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+        let room = self.head_cap.saturating_sub(self.head.len()).min(bytes.len());
+        self.head.extend_from_slice(&bytes[..room]);
+        self.tail.extend_from_slice(&bytes[room..]);
+        if self.tail.len() > 2 * self.tail_cap.max(4096) {
+            self.tail.drain(..self.tail.len() - self.tail_cap);
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.tail.len() > self.tail_cap {
+            self.tail.drain(..self.tail.len() - self.tail_cap);
+        }
+    }
+
+    /// Whether head and tail together are the whole stream.
+    pub fn is_whole(&self) -> bool {
+        (self.head.len() + self.tail.len()) as u64 == self.total
+    }
+}
+
+/// A run that came to an end.
+#[derive(Debug)]
+pub struct Finished {
+    pub exit: Exit,
+    pub ended: Ended,
+    pub stdout: Kept,
+    pub stderr: Kept,
+    /// A process outside the child's group still held its output open at the end.
+    pub lingering: bool,
+}
+
+/// Starts `spec` and waits for it, feeding stdin and gathering output as it goes.
+pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessError> {
+    let program = spec.program.display().to_string();
+    let mut command = command(spec);
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    command.stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = command.spawn().map_err(|source| ProcessError::Spawn { program: program.clone(), source })?;
+    if let Some(on_spawn) = io.on_spawn {
+        on_spawn(child.id());
+    }
+    let gathered = gather(&mut child, spec.stdin.unwrap_or_default(), limits, io);
+    // Whatever happened while gathering, the child does not outlive this call.
+    kill_group(child.id());
+    let status = child.wait().map_err(|source| ProcessError::Wait { program, source });
+    let (mut stdout, mut stderr, ended, lingering) = gathered;
+    stdout.finish();
+    stderr.finish();
+    Ok(Finished { exit: Exit::of(status?), ended, stdout, stderr, lingering })
+}
+
+/// Starts `spec` detached in its own session with its output appended to `log`,
+/// and returns its pid; a thread reaps it if it ends while we still run.
+pub fn launch(spec: &Spec, log: &Path) -> Result<u32, ProcessError> {
+    let program = spec.program.display().to_string();
+    let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
+    let out = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
+    let err = out.try_clone().map_err(spawn_err)?;
+    let mut command = command(spec);
+    command.stdin(Stdio::null()).stdout(out).stderr(err);
+    let mut child = command.spawn().map_err(spawn_err)?;
+    let pid = child.id();
+    std::thread::spawn(move || child.wait());
+    Ok(pid)
+}
+
+#[expect(unsafe_code, reason = "pre_exec runs in the forked child; see the SAFETY note")]
+fn command(spec: &Spec) -> Command {
+    let mut command = Command::new(spec.program);
+    command.args(spec.args).current_dir(spec.cwd).env_clear();
+    for (k, v) in spec.env {
+        command.env(k, v);
+    }
+    if spec.group == Group::Own {
+        command.process_group(0);
+    }
+    let session = spec.group == Group::Session;
+    let record = spec.pgid_record.map(AsRawFd::as_raw_fd);
+    let sandbox = spec.sandbox;
+    if session || record.is_some() || sandbox.is_some() {
+        // SAFETY: the closure runs in the child between fork and exec. It allocates
+        // nothing and calls only async-signal-safe functions (setsid, getpid, write,
+        // prctl, syscall) on descriptors the parent keeps open until spawn returns.
+        unsafe {
+            command.pre_exec(move || {
+                if session && libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if let Some(fd) = record {
+                    let mut digits = [0u8; 24];
+                    let text = decimal(libc::getpid() as u64, &mut digits);
+                    libc::write(fd, text.as_ptr().cast(), text.len());
+                }
+                if let Some(fd) = sandbox {
+                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+    command
+}
+
+/// `n` in decimal with a trailing newline, written into `buf` without allocating.
+fn decimal(mut n: u64, buf: &mut [u8; 24]) -> &[u8] {
+    let mut at = buf.len() - 1;
+    buf[at] = b'\n';
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[at..]
+}
+
+/// The poll loop: feeds stdin, drains both outputs, watches the child's exit and
+/// the deadlines. Returns the kept streams, how it ended and whether output was
+/// still held open by a process outside the group at the end.
+fn gather(child: &mut Child, input: &[u8], limits: &Limits, mut io: Io) -> (Kept, Kept, Ended, bool) {
+    let mut stdout = Kept::new(limits.head, limits.tail);
+    let mut stderr = Kept::new(limits.head, limits.tail);
+    let mut stdin = child.stdin.take();
+    let mut out_pipe = child.stdout.take();
+    let mut err_pipe = child.stderr.take();
+    for fd in [stdin.as_ref().map(AsRawFd::as_raw_fd), out_pipe.as_ref().map(AsRawFd::as_raw_fd)]
+        .into_iter()
+        .chain([err_pipe.as_ref().map(AsRawFd::as_raw_fd)])
+        .flatten()
+    {
+        set_nonblocking(fd);
+    }
+    let exit_fd = pidfd(child.id());
+    let started = Instant::now();
+    let mut last_output = started;
+    let mut written = 0usize;
+    let mut ended = Ended::Exited;
+    let mut exited = false;
+    let mut grace: Option<Instant> = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    if stdin.is_some() && input.is_empty() {
+        stdin = None;
+    }
+    loop {
+        let open_outputs = out_pipe.is_some() || err_pipe.is_some();
+        if exited && !open_outputs {
+            return (stdout, stderr, ended, false);
+        }
+        let now = Instant::now();
+        if let Some(g) = grace
+            && now >= g
+        {
+            return (stdout, stderr, ended, open_outputs);
+        }
+        if grace.is_none() {
+            let limit_passed = |limit: Option<Duration>, since: Instant| limit.is_some_and(|l| now >= since + l);
+            let reason = if limit_passed(limits.timeout, started) {
+                Some(Ended::TimedOut)
+            } else if limit_passed(limits.idle, last_output) {
+                Some(Ended::Idle)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                ended = reason;
+                kill_group(child.id());
+                grace = Some(now + GRACE);
+            }
+        }
+        // How long poll may sleep: until the nearest deadline.
+        let mut wake: Option<Instant> = grace;
+        if grace.is_none() {
+            for candidate in [limits.timeout.map(|t| started + t), limits.idle.map(|t| last_output + t)] {
+                wake = match (wake, candidate) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+        }
+        if exit_fd.is_none() && !exited {
+            // Without a pidfd the exit is noticed by looking every few milliseconds.
+            let soon = now + Duration::from_millis(5);
+            wake = Some(wake.map_or(soon, |w| w.min(soon)));
+        }
+        let timeout_ms = wake.map_or(-1, |w| w.saturating_duration_since(now).as_millis().min(60_000) as i32);
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(4);
+        let slot = |fds: &mut Vec<libc::pollfd>, fd: Option<RawFd>, events: libc::c_short| {
+            fd.map(|fd| {
+                fds.push(libc::pollfd { fd, events, revents: 0 });
+                fds.len() - 1
+            })
+        };
+        let in_slot = slot(&mut fds, stdin.as_ref().map(AsRawFd::as_raw_fd), libc::POLLOUT);
+        let out_slot = slot(&mut fds, out_pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+        let err_slot = slot(&mut fds, err_pipe.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN);
+        let exit_slot = slot(&mut fds, exit_fd.as_ref().filter(|_| !exited).map(AsRawFd::as_raw_fd), libc::POLLIN);
+        poll(&mut fds, timeout_ms);
+        let ready = |s: Option<usize>| s.is_some_and(|i| fds[i].revents != 0);
+
+        if ready(in_slot)
+            && let Some(pipe) = stdin.as_mut()
+        {
+            match pipe.write(&input[written..]) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+                // A child that stops reading (or exits) before taking all its input.
+                Err(_) => written = input.len(),
+            }
+            if written >= input.len() {
+                stdin = None;
+            }
+        }
+        if ready(out_slot) {
+            let mut stop = false;
+            let got = drain(&mut out_pipe, &mut buf, |bytes| {
+                stdout.push(bytes);
+                record(&mut io.stdout_record, &mut stdout.recorded, limits.record_max, bytes);
+                if let Some(on_stdout) = io.on_stdout.as_mut()
+                    && !on_stdout(bytes)
+                {
+                    stop = true;
+                }
+            });
+            if got {
+                last_output = Instant::now();
+            }
+            if stop && grace.is_none() {
+                ended = Ended::Stopped;
+                kill_group(child.id());
+                grace = Some(Instant::now() + GRACE);
+            }
+        }
+        if ready(err_slot) {
+            let got = drain(&mut err_pipe, &mut buf, |bytes| {
+                stderr.push(bytes);
+                record(&mut io.stderr_record, &mut stderr.recorded, limits.record_max, bytes);
+            });
+            if got {
+                last_output = Instant::now();
+            }
+        }
+        if !exited && (exit_fd.is_none() || ready(exit_slot)) && matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+            exited = true;
+            // The command is over; whatever it left running in its group goes with it.
+            kill_group(child.id());
+            grace.get_or_insert(Instant::now() + GRACE);
+        }
+    }
+}
+
+/// Reads what is available from `pipe`, handing each chunk to `sink`; closes
+/// the pipe at end of file. Returns whether any bytes came.
+fn drain<R: Read>(pipe: &mut Option<R>, buf: &mut [u8], mut sink: impl FnMut(&[u8])) -> bool {
+    let mut got = false;
+    // A bounded number of reads per wake-up, so a writer that never pauses cannot
+    // keep the loop from its deadlines.
+    for _ in 0..32 {
+        let Some(p) = pipe.as_mut() else { break };
+        match p.read(buf) {
+            Ok(0) => *pipe = None,
+            Ok(n) => {
+                got = true;
+                sink(&buf[..n]);
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+            Err(_) => *pipe = None,
+        }
+    }
+    got
+}
+
+fn record(file: &mut Option<&mut dyn Write>, recorded: &mut u64, max: u64, bytes: &[u8]) {
+    let Some(f) = file.as_mut() else { return };
+    let room = max.saturating_sub(*recorded).min(bytes.len() as u64) as usize;
+    if room == 0 {
+        return;
+    }
+    match f.write_all(&bytes[..room]) {
+        Ok(()) => *recorded += room as u64,
+        // A record that cannot be written (disk full) stops growing; memory keeps going.
+        Err(_) => *file = None,
+    }
+}
+
+#[expect(unsafe_code, reason = "fcntl(2) on a descriptor we own; no memory is shared")]
+fn set_nonblocking(fd: RawFd) {
+    // SAFETY: F_GETFL/F_SETFL only read and set flags of an open descriptor.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+    }
+}
+
+#[expect(unsafe_code, reason = "poll(2) over a slice we own for the length of the call")]
+fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) {
+    // SAFETY: the pointer and length describe `fds`, which outlives the call.
+    unsafe {
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms);
+    }
+}
+
+/// A descriptor that becomes readable when `pid` exits (Linux 5.3+), if available.
+#[expect(unsafe_code, reason = "pidfd_open(2) has no wrapper in std or libc")]
+fn pidfd(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes two integers and returns a new descriptor we then own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends SIGKILL to the process group `pgid` (a group that is gone is fine).
+#[expect(unsafe_code, reason = "kill(2) has no wrapper in std; it takes two integers and touches no memory")]
+pub fn kill_group(pgid: u32) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else { return };
+    if pgid <= 1 {
+        return;
+    }
+    // SAFETY: kill(2) reads no memory of ours; a group that is gone only yields ESRCH.
+    unsafe {
+        libc::kill(-pgid, libc::SIGKILL);
+    }
+}
+
+/// The processes of group `pgid` that are still running (zombies, which only wait
+/// to be reaped, are not counted), read from /proc.
+pub fn group_members(pgid: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
+        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        if fields.first() != Some(&"Z") && fields.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+#[cfg(test)]
+mod tests;
