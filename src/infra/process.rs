@@ -34,6 +34,8 @@ pub enum Group {
     Own,
     /// A new session (`setsid`): for detached drivers that outlive us.
     Session,
+    /// Our own group, so it can read the terminal: only for the user's own programs.
+    Terminal,
 }
 
 /// What to start and how.
@@ -191,6 +193,14 @@ pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessErro
     stdout.finish();
     stderr.finish();
     Ok(Finished { exit: Exit::of(status?), ended, stdout, stderr, lingering })
+}
+
+/// Runs `spec` on our terminal (stdin, stdout and stderr inherited) and waits for
+/// it: for the user's editor, which should use [`Group::Terminal`].
+pub fn run_attached(spec: &Spec) -> Result<Exit, ProcessError> {
+    let program = spec.program.display().to_string();
+    let status = command(spec).status().map_err(|source| ProcessError::Spawn { program, source })?;
+    Ok(Exit::of(status))
 }
 
 /// Starts `spec` detached in its own session with its output appended to `log`,

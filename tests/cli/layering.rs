@@ -1,22 +1,49 @@
-//! The layers point down: cli → engine → domain → infra, never upward.
+//! The layers point down: cli → engine → domain → infra, never upward; only cli
+//! reads the environment; every child process starts in one place, with the
+//! environment it is handed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-fn uses_in(dir: &Path, out: &mut Vec<(String, String)>) {
-    for entry in std::fs::read_dir(dir).expect("read src").flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            uses_in(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let text = std::fs::read_to_string(&path).expect("read");
-            for line in text.lines() {
-                let line = line.trim();
-                if line.starts_with("use crate::") || line.starts_with("pub use crate::") || line.contains(" crate::") {
-                    out.push((path.display().to_string(), line.to_owned()));
-                }
+/// The non-test code of every source file under `dir`: (path, text).
+fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read src").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") && path.file_name().is_some_and(|n| n != "tests.rs") {
+                let text = std::fs::read_to_string(&path).expect("read");
+                let code = text.split("#[cfg(test)]").next().unwrap_or("").to_owned();
+                out.push((path, code));
             }
         }
     }
+    out
+}
+
+/// The layers a piece of code names through `crate::`: plain paths
+/// (`crate::engine::x`) and grouped imports (`use crate::{engine, domain::y}`).
+fn layers_named(code: &str) -> Vec<String> {
+    let mut named = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let body = &group[..group.find('}').unwrap_or(group.len())];
+            for item in body.split(',') {
+                let first = item.trim().split("::").next().unwrap_or("").trim();
+                if !first.is_empty() {
+                    named.push(first.to_owned());
+                }
+            }
+        } else {
+            let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            named.push(rest[..end].to_owned());
+        }
+    }
+    named
 }
 
 #[test]
@@ -26,12 +53,10 @@ fn no_layer_reaches_upward() {
         [("infra", &["domain", "engine", "cli"][..]), ("domain", &["engine", "cli"][..]), ("engine", &["cli"][..])];
     let mut violations = Vec::new();
     for (layer, forbidden) in rules {
-        let mut uses = Vec::new();
-        uses_in(&src.join(layer), &mut uses);
-        for (file, line) in uses {
-            for f in forbidden {
-                if line.contains(&format!("crate::{f}")) {
-                    violations.push(format!("{file}: {line}"));
+        for (file, code) in sources(&src.join(layer)) {
+            for named in layers_named(&code) {
+                if forbidden.contains(&named.as_str()) {
+                    violations.push(format!("{}: crate::{named}", file.display()));
                 }
             }
         }
@@ -40,25 +65,37 @@ fn no_layer_reaches_upward() {
 }
 
 #[test]
+fn grouped_imports_are_seen() {
+    assert_eq!(layers_named("use crate::{engine, domain::x};\nlet y = crate::cli::run;"), ["engine", "domain", "cli"]);
+}
+
+#[test]
 fn only_cli_reads_the_environment() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut offenders = Vec::new();
     for layer in ["engine", "domain", "infra"] {
-        let mut stack = vec![src.join(layer)];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).expect("read").flatten() {
-                let path = entry.path();
-                if path.is_dir() {
-                    stack.push(path);
-                    continue;
-                }
-                let text = std::fs::read_to_string(&path).expect("read");
-                let code = text.split("#[cfg(test)]").next().unwrap_or("");
-                if code.contains("std::env::var") {
-                    offenders.push(path.display().to_string());
-                }
+        for (file, code) in sources(&src.join(layer)) {
+            if code.contains("std::env") || code.contains("env::var") {
+                offenders.push(file.display().to_string());
             }
         }
     }
     assert!(offenders.is_empty(), "environment read outside cli: {offenders:?}");
+}
+
+#[test]
+fn children_start_in_one_place_with_the_environment_they_are_handed() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let process = src.join("infra/process.rs");
+    let mut offenders = Vec::new();
+    for (file, code) in sources(&src) {
+        let spawns = code.contains("Command::new") || code.contains("process::Command");
+        if spawns && file != process {
+            offenders.push(file.display().to_string());
+        }
+    }
+    assert!(offenders.is_empty(), "child processes started outside infra::process: {offenders:?}");
+    // A child that inherited our environment would read it behind the cli's back.
+    let code = std::fs::read_to_string(&process).expect("process.rs");
+    assert!(code.contains(".env_clear()"), "infra::process must clear the inherited environment");
 }

@@ -1,9 +1,10 @@
-use std::path::PathBuf;
-use std::process::Command;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 
 use crate::cli::{CliError, Ctx};
 use crate::domain::config::{Config, FILE};
 use crate::engine::workspace::{Workspace, set_key};
+use crate::infra::process::{self, Group, Spec};
 
 /// Show, edit, set or validate the config (each change is a commit on its lineage)
 #[derive(Debug, clap::Subcommand)]
@@ -95,16 +96,25 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
     let before = ws.config_text_at(tip)?;
     let path = std::env::temp_dir().join(format!("offshoot-{lineage}-{}.toml", std::process::id()));
     std::fs::write(&path, &before).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
-    let status = Command::new("sh")
-        .arg("-c")
-        .arg(format!("{editor} \"$1\""))
-        .arg("sh")
-        .arg(&path)
-        .status()
+    let script = format!("{editor} \"$1\"");
+    let args = [OsStr::new("-c"), OsStr::new(&script), OsStr::new("sh"), path.as_os_str()];
+    let env: Vec<(String, String)> = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let spec = Spec {
+        program: Path::new("/bin/sh"),
+        args: &args,
+        cwd: &cwd,
+        env: &env,
+        group: Group::Terminal,
+        stdin: None,
+        sandbox: None,
+        pgid_record: None,
+    };
+    let status = process::run_attached(&spec)
         .map_err(|e| CliError::runtime(format!("cannot start editor `{editor}`: {e}")))?;
     if !status.success() {
         let _ = std::fs::remove_file(&path);
-        return Err(CliError::runtime(format!("editor `{editor}` exited with {status}; nothing was committed")));
+        return Err(CliError::runtime(format!("editor `{editor}` ended with {status}; nothing was committed")));
     }
     let after = std::fs::read_to_string(&path)
         .map_err(|e| CliError::runtime(format!("cannot read {}: {e}", path.display())))?;
