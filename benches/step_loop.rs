@@ -21,6 +21,7 @@ use offshoot::domain::id::AgentId;
 use offshoot::engine::Env;
 use offshoot::engine::agents::{self, Start};
 use offshoot::engine::driver::{self, Event, Observer};
+use offshoot::engine::runtime::Runtime;
 use offshoot::engine::workspace::{Workspace, set_key, template_files};
 use offshoot::infra::provider::{Request, anthropic};
 use offshoot::infra::time::Timestamp;
@@ -86,7 +87,9 @@ fn main() {
 
     let mut clock = Clock { starts: Vec::new() };
     let started = Instant::now();
-    driver::run(&ws, &env, &id, &mut clock).expect("run");
+    // The driver runs in this process; the runtime's binary is only for launches.
+    let runtime = Runtime::new(ws.layout.clone(), "offshoot".into(), env);
+    driver::run(&ws, &runtime, &id, &mut clock).expect("run");
     let total = started.elapsed();
     let rss_after = peak_rss_kib();
     let per_step: Vec<Duration> = clock.starts.windows(2).map(|w| w[1] - w[0]).collect();

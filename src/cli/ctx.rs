@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use crate::engine::Env;
+use crate::engine::runtime::Runtime;
 use crate::engine::workspace::{self, ConfigFiles, Workspace};
 
 use super::error::CliError;
@@ -18,6 +19,8 @@ pub struct Ctx {
     /// Where user config and templates live (`OFFSHOOT_HOME`, else `$XDG_CONFIG_HOME/offshoot`).
     pub config_root: PathBuf,
     workspace: Option<PathBuf>,
+    /// This binary, for the drivers the runtime launches.
+    exe: PathBuf,
 }
 
 impl Ctx {
@@ -35,7 +38,8 @@ impl Ctx {
             ),
         };
         let out = Out::new(json, env.get("NO_COLOR").is_some());
-        Ctx { env, out, data_root, config_root, workspace }
+        let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("offshoot"));
+        Ctx { env, out, data_root, config_root, workspace, exe }
     }
 
     pub fn default_workspace(&self) -> PathBuf {
@@ -54,6 +58,11 @@ impl Ctx {
     /// files in `<config-root>/template/`.
     pub fn template(&self) -> Result<ConfigFiles, CliError> {
         Ok(workspace::template_files(Some(&self.config_root.join("template")))?)
+    }
+
+    /// The agent runtime of `ws`: deposits, wake-ups, launches and stops.
+    pub fn runtime(&self, ws: &Workspace) -> Runtime {
+        Runtime::new(ws.layout.clone(), self.exe.clone(), self.env.clone())
     }
 
     /// Opens the workspace; the default one is created on first use.

@@ -6,6 +6,7 @@ use crate::engine::agents::AgentError;
 use crate::engine::driver::DriverError;
 use crate::engine::inspect::InspectError;
 use crate::engine::model::ModelError;
+use crate::engine::runtime::RuntimeError;
 use crate::engine::workspace::WorkspaceError;
 use crate::infra::provider::transport::CallError;
 
@@ -134,6 +135,12 @@ impl From<DriverError> for CliError {
             DriverError::RoleGone { .. } => CliError::usage(e.to_string()),
             _ => CliError::runtime(e.to_string()),
         }
+    }
+}
+
+impl From<RuntimeError> for CliError {
+    fn from(e: RuntimeError) -> Self {
+        CliError::runtime(e.to_string())
     }
 }
 

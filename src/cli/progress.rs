@@ -2,14 +2,11 @@
 //! tool call or step on stderr; JSON events with `--json`), and launching a
 //! detached driver.
 
-use std::ffi::OsStr;
-
 use serde_json::json;
 
 use crate::domain::id::AgentId;
 use crate::engine::driver::{self, Event, Observer, RunEnd};
 use crate::engine::workspace::Workspace;
-use crate::infra::process::{self, Group, Spec};
 use crate::infra::provider::Delta;
 
 use super::{CliError, Ctx};
@@ -89,8 +86,8 @@ pub fn call_gist(input: &serde_json::Value) -> String {
 /// command just created (removed again if its first call fails).
 pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
     let mut live = Live { ctx, worked: false };
-    let result =
-        if fresh { driver::run_fresh(ws, &ctx.env, id, &mut live) } else { driver::run(ws, &ctx.env, id, &mut live) };
+    let rt = ctx.runtime(ws);
+    let result = if fresh { driver::run_fresh(ws, &rt, id, &mut live) } else { driver::run(ws, &rt, id, &mut live) };
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
     match result {
@@ -137,34 +134,9 @@ pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool
     if !detach {
         return attach(ctx, ws, id, fresh);
     }
-    spawn_detached(ctx, ws, id)?;
+    ctx.runtime(ws).launch(id)?;
     if !ctx.out.json {
         ctx.out.line(id.as_str());
     }
-    Ok(())
-}
-
-/// Starts `offshoot run <id>` in its own session, output to the agent's driver log.
-pub fn spawn_detached(ctx: &Ctx, ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
-    let exe =
-        std::env::current_exe().map_err(|e| CliError::runtime(format!("cannot find the offshoot binary: {e}")))?;
-    let log_path = ws.layout.driver_log(id);
-    if let Some(dir) = log_path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| CliError::runtime(format!("cannot create {}: {e}", dir.display())))?;
-    }
-    let env: Vec<(String, String)> = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
-    let args = [OsStr::new("--workspace"), ws.layout.root().as_os_str(), OsStr::new("run"), OsStr::new(id.as_str())];
-    let spec = Spec {
-        program: &exe,
-        args: &args,
-        cwd: ws.layout.root(),
-        env: &env,
-        group: Group::Session,
-        stdin: None,
-        sandbox: None,
-        pgid_record: None,
-    };
-    process::launch(&spec, &log_path)
-        .map_err(|e| CliError::runtime(format!("cannot start a driver for `{id}`: {e}")))?;
     Ok(())
 }

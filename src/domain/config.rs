@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::grant;
 use crate::infra::provider::Protocol;
-use crate::infra::tools;
 
 pub const FILE: &str = "offshoot.toml";
 
@@ -335,11 +335,10 @@ impl Config {
                 ));
             }
             for tool in &role.tools {
-                if tools::builtin(tool).is_none() {
-                    let known: Vec<&str> = tools::builtin_names().collect();
+                if !grant::TOOLS.contains(&tool.as_str()) {
                     return Err(fail(
                         key("tools"),
-                        format!("tool `{tool}` does not exist; tools: {}", known.join(", ")),
+                        format!("tool `{tool}` does not exist; tools: {}", grant::TOOLS.join(", ")),
                     ));
                 }
             }

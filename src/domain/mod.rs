@@ -6,6 +6,7 @@ pub mod agent;
 pub mod config;
 pub mod context;
 pub mod glob;
+pub mod grant;
 pub mod id;
 pub mod inbox;
 pub mod layout;

@@ -7,10 +7,10 @@ use crate::domain::inbox::Deposit;
 use crate::domain::transcript;
 use crate::infra::git::{CommitId, GitError, TreeEdit};
 use crate::infra::time::Timestamp;
-use crate::infra::tools;
 
 use super::inbox::{self, InboxError};
 use super::snapshot::{self, Loader, SnapshotError};
+use super::tools;
 use super::workspace::{Workspace, WorkspaceError};
 
 #[derive(Debug, thiserror::Error)]
@@ -185,8 +185,8 @@ fn dispatch_files(
     ];
     let grant = config.role(&facts.role).map(|r| r.tools.clone()).unwrap_or_default();
     for name in grant {
-        if let Some(b) = tools::builtin(&name) {
-            let spec = serde_json::to_vec_pretty(&b.spec()).unwrap_or_default();
+        if let Some(handler) = tools::handler(&name) {
+            let spec = serde_json::to_vec_pretty(&handler.spec()).unwrap_or_default();
             edits.push(TreeEdit::Write { path: format!("{}/{name}.json", agent::TOOLS), bytes: spec });
         }
     }

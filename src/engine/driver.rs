@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::config::Config;
 use crate::domain::context;
+use crate::domain::grant;
 use crate::domain::id::AgentId;
 use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
@@ -28,12 +29,14 @@ use crate::infra::redact::Redactor;
 use crate::infra::time::Timestamp;
 use crate::infra::tools::{Commands, RecordDir, ToolEnv};
 
+use super::agents;
 use super::inbox::{self, InboxError};
 use super::model::{self, ModelError};
+use super::runtime::Runtime;
 use super::snapshot::{Loader, SnapshotError};
 use super::toolcall::{self, ToolCallError};
+use super::tools::{self, AgentContext, ToolContext};
 use super::workspace::{Workspace, WorkspaceError};
-use super::{Env, agents};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
@@ -95,13 +98,13 @@ enum Turn {
 }
 
 /// Runs `id` until nothing is due.
-pub fn run(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
+pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
     let lock_path = ws.layout.lock(id);
     let Some(mut lock) = LockGuard::try_acquire(&lock_path)? else {
         return Ok(RunEnd::Busy);
     };
     loop {
-        let end = drive(ws, env, id, observer)?;
+        let end = drive(ws, rt, id, observer)?;
         drop(lock);
         // The lost wake-up: a deposit that landed while we held the lock.
         if !inbox::has_pending(&ws.layout, id) {
@@ -115,8 +118,8 @@ pub fn run(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer)
 }
 
 /// Turns the loop under a held lock until nothing is due; leaves the index synced.
-fn drive(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
-    let mut driver = Driver::open(ws, env, id)?;
+fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
+    let mut driver = Driver::open(ws, rt, id)?;
     let result = loop {
         match driver.turn(observer) {
             Ok(Turn::Again) => continue,
@@ -132,8 +135,8 @@ fn drive(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -
 
 /// Runs an agent just created by a prompt; if its very first model call fails, the
 /// agent is removed again so a failed prompt leaves nothing behind.
-pub fn run_fresh(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
-    let result = run(ws, env, id, observer);
+pub fn run_fresh(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
+    let result = run(ws, rt, id, observer);
     if let Err(DriverError::Model { .. }) = &result {
         let tip = ws.repo.branch_tip(&id.branch()).ok().flatten();
         let progressed = tip
@@ -150,7 +153,7 @@ pub fn run_fresh(ws: &Workspace, env: &Env, id: &AgentId, observer: &mut dyn Obs
 
 struct Driver<'a> {
     ws: &'a Workspace,
-    env: &'a Env,
+    runtime: &'a Runtime,
     id: AgentId,
     branch: String,
     worktree: Worktree,
@@ -172,7 +175,7 @@ struct Driver<'a> {
 }
 
 impl<'a> Driver<'a> {
-    fn open(ws: &'a Workspace, env: &'a Env, id: &AgentId) -> Result<Driver<'a>> {
+    fn open(ws: &'a Workspace, runtime: &'a Runtime, id: &AgentId) -> Result<Driver<'a>> {
         let branch = id.branch();
         let tip = ws.repo.branch_tip(&branch)?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
         let root = ws.layout.worktree(id);
@@ -182,7 +185,7 @@ impl<'a> Driver<'a> {
         let worktree = Worktree::open(&root, agent::MESSAGES)?;
         let driver = Driver {
             ws,
-            env,
+            runtime,
             id: id.clone(),
             branch,
             worktree,
@@ -363,7 +366,7 @@ impl<'a> Driver<'a> {
         let step = self.next_step.unwrap_or_else(|| next_step(&self.ws.layout.steps(&self.id)));
         self.next_step = Some(step + 1);
         let fail = |source: ModelError| DriverError::Model { id: self.id.to_string(), step, source };
-        let plan = model::plan(&config, &facts.lineage, &facts.role, self.env).map_err(fail)?;
+        let plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
         let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
         let request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
         let dir = self.ws.layout.step(&self.id, step);
@@ -440,19 +443,21 @@ impl<'a> Driver<'a> {
         let limits = &config.tool_output;
         let rules = config.role(&self.facts.role).map(|r| &r.context);
         let commands = self.commands(&config)?;
+        let facts = self.facts.clone();
+        let agent = AgentContext { runtime: self.runtime, facts: &facts, config: &config, config_commit };
         let read_only = |c: &toolcall::Call<'_>| {
-            grant.iter().any(|g| g == c.name) && crate::infra::tools::builtin(c.name).is_some_and(|b| b.read_only)
+            grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only())
         };
         if calls.len() > 1 && calls.iter().all(read_only) {
             // Read-only calls cannot move the working directory: prepare all at once.
             let prepared: Vec<Prepared> =
-                calls.iter().map(|c| self.prepare(step, c, config_commit, &commands)).collect::<Result<_>>()?;
+                calls.iter().map(|c| self.prepare(step, c, &commands)).collect::<Result<_>>()?;
             for c in calls {
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
             }
             let results: Vec<std::result::Result<toolcall::CallResult, ToolCallError>> = std::thread::scope(|scope| {
                 let handles: Vec<_> =
-                    calls.iter().zip(&prepared).map(|(c, p)| scope.spawn(|| p.run(c, &grant, limits))).collect();
+                    calls.iter().zip(&prepared).map(|(c, p)| scope.spawn(|| p.run(c, &grant, agent, limits))).collect();
                 handles.into_iter().map(|h| h.join().unwrap_or(Err(ToolCallError::Panicked))).collect()
             });
             for ((number, c), result) in (first..).zip(calls).zip(results) {
@@ -461,9 +466,9 @@ impl<'a> Driver<'a> {
         } else {
             // One at a time, each prepared after the one before it (a `cd` moves the next).
             for (number, c) in (first..).zip(calls) {
-                let p = self.prepare(step, c, config_commit, &commands)?;
+                let p = self.prepare(step, c, &commands)?;
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
-                let result = p.run(c, &grant, limits)?;
+                let result = p.run(c, &grant, agent, limits)?;
                 tip = self.finish_tool(tip, number, c, result, rules, observer)?;
             }
         }
@@ -483,9 +488,10 @@ impl<'a> Driver<'a> {
             identity: &identity,
             tmpdir: &tmpdir,
         };
-        let redactor = Redactor::new(tool_env::secret_values(self.env.vars(), config));
+        let vars = self.runtime.env();
+        let redactor = Redactor::new(tool_env::secret_values(vars.vars(), config));
         Ok(Commands {
-            env: tool_env::environment(self.env.vars(), config, &placement),
+            env: tool_env::environment(vars.vars(), config, &placement),
             head_bytes: config.tool_output.head_bytes,
             tail_bytes: config.tool_output.tail_bytes,
             redactor: Some(std::sync::Arc::new(redactor)),
@@ -494,14 +500,7 @@ impl<'a> Driver<'a> {
     }
 
     /// Where a call runs and where its record goes.
-    fn prepare(
-        &self,
-        step: u32,
-        call: &toolcall::Call<'_>,
-        config_commit: CommitId,
-        commands: &Commands,
-    ) -> Result<Prepared> {
-        let needs_skills = crate::infra::tools::builtin(call.name).is_some_and(|b| b.needs_skills);
+    fn prepare(&self, step: u32, call: &toolcall::Call<'_>, commands: &Commands) -> Result<Prepared> {
         let shown = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(call.id));
         Ok(Prepared {
             env: ToolEnv {
@@ -509,7 +508,6 @@ impl<'a> Driver<'a> {
                 root: self.worktree.root().to_owned(),
                 commands: commands.clone(),
                 record: Some(RecordDir { dir: self.ws.layout.root().join(&shown), shown }),
-                skills: if needs_skills { Some(self.ws.skills(config_commit)?) } else { None },
             },
         })
     }
@@ -603,9 +601,11 @@ impl Prepared {
         &self,
         call: &toolcall::Call<'_>,
         grant: &[String],
+        agent: AgentContext<'_>,
         limits: &crate::domain::config::ToolOutputConfig,
     ) -> std::result::Result<toolcall::CallResult, ToolCallError> {
-        toolcall::run(call, grant, &self.env, limits)
+        let cx = ToolContext { env: self.env.clone(), agent: Some(agent) };
+        toolcall::run(call, grant, &cx, limits)
     }
 }
 

@@ -8,8 +8,10 @@ pub mod driver;
 pub mod inbox;
 pub mod inspect;
 pub mod model;
+pub mod runtime;
 pub mod snapshot;
 pub mod toolcall;
+pub mod tools;
 pub mod workspace;
 
 use std::collections::BTreeMap;

@@ -4,8 +4,11 @@
 use serde_json::{Value, json};
 
 use crate::domain::config::ToolOutputConfig;
+use crate::domain::grant;
 use crate::infra::provider::Block;
-use crate::infra::tools::{self, RecordDir, ToolEnv, ToolError, ToolOutput};
+use crate::infra::tools::{RecordDir, ToolError, ToolOutput};
+
+use super::tools::{self, ToolContext};
 
 /// What a call came to.
 pub struct CallResult {
@@ -41,14 +44,15 @@ pub struct Call<'a> {
 }
 
 /// Runs one call. `grant` is the role's grant read from config at this step; the
-/// call's record goes to `env.record` (`steps/<id>/<NNNN>/tools/<tool_use_id>`).
+/// call's record goes to `cx.env.record` (`steps/<id>/<NNNN>/tools/<tool_use_id>`).
 pub fn run(
     call: &Call,
     grant: &[String],
-    env: &ToolEnv,
+    cx: &ToolContext,
     limits: &ToolOutputConfig,
 ) -> Result<CallResult, ToolCallError> {
     let Call { id, name, input } = *call;
+    let env = &cx.env;
     let unrecorded = RecordDir { dir: std::path::PathBuf::new(), shown: "(not recorded)".into() };
     let record = env.record.as_ref().unwrap_or(&unrecorded);
     let write_record = |file: &str, value: &Value| {
@@ -61,8 +65,8 @@ pub fn run(
             .map_err(|source| ToolCallError::Record { path: path.display().to_string(), source })
     };
     write_record("input.json", &json!({"id": id, "name": name, "input": input}))?;
-    let builtin = tools::builtin(name).filter(|_| grant.iter().any(|g| g == name));
-    let (outcome, writes) = match builtin {
+    let handler = tools::handler(name).filter(|_| grant::allows(grant, name));
+    let (outcome, writes) = match handler {
         None => {
             let allowed = if grant.is_empty() { "none".to_owned() } else { grant.join(", ") };
             (
@@ -72,7 +76,7 @@ pub fn run(
                 false,
             )
         }
-        Some(b) => (b.run(env, input), b.writes),
+        Some(h) => (h.run(cx, input), h.writes()),
     };
     let (text, is_error, summary, cwd) = match outcome {
         Ok(output) => {
@@ -174,6 +178,7 @@ fn counted(n: u64, noun: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::infra::tools::ToolEnv;
 
     #[test]
     fn bound_keeps_head_and_tail_and_names_the_record() {
@@ -191,11 +196,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("offshoot-toolcall-{}", std::process::id()));
         let record = RecordDir { dir: dir.join("rec"), shown: "rec".into() };
         let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), record: Some(record), ..Default::default() };
+        let cx = ToolContext { env, agent: None };
         let marker = dir.join("ran");
         let input = json!({"command": format!("touch {}", marker.display())});
         let grant = vec!["read_file".to_owned()];
         let call = Call { id: "t1", name: "bash", input: &input };
-        let r = run(&call, &grant, &env, &ToolOutputConfig::default()).expect("runs");
+        let r = run(&call, &grant, &cx, &ToolOutputConfig::default()).expect("runs");
         assert!(r.is_error);
         assert_eq!(
             r.block,

@@ -35,6 +35,9 @@ pub struct Workspace {
     pub repo: Repo,
 }
 
+/// A config's skills: name → files (path inside the skill, bytes).
+pub type Skills = std::collections::BTreeMap<String, Vec<(String, Vec<u8>)>>;
+
 /// The files of a config tree: (path, bytes).
 pub type ConfigFiles = Vec<(String, Vec<u8>)>;
 
@@ -140,13 +143,13 @@ impl Workspace {
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    /// The skills of the config at `at`: `skills/<name>/…`, by name.
-    pub fn skills(&self, at: CommitId) -> Result<crate::infra::tools::Skills> {
-        let mut skills = crate::infra::tools::Skills::default();
+    /// The skills of the config at `at`: name → files (path inside the skill, bytes).
+    pub fn skills(&self, at: CommitId) -> Result<Skills> {
+        let mut skills = Skills::new();
         for (path, oid) in self.repo.list_files(at, "skills")? {
             let Some((name, rel)) = path.strip_prefix("skills/").and_then(|p| p.split_once('/')) else { continue };
             let bytes = self.repo.read_blob(oid)?;
-            skills.files.entry(name.to_owned()).or_default().push((rel.to_owned(), bytes));
+            skills.entry(name.to_owned()).or_default().push((rel.to_owned(), bytes));
         }
         Ok(skills)
     }

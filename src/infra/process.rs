@@ -488,6 +488,25 @@ pub fn kill_group(pgid: u32) {
     }
 }
 
+/// Asks process `pid` to end (SIGTERM).
+#[expect(unsafe_code, reason = "kill(2) has no wrapper in std; it takes two integers and touches no memory")]
+pub fn terminate(pid: u32) -> std::io::Result<()> {
+    let pid = libc::pid_t::try_from(pid).map_err(|_| std::io::Error::from(ErrorKind::InvalidInput))?;
+    // SAFETY: kill(2) reads no memory of ours.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether process `pid` has `path` open (so a pid read from a file still names the
+/// process that wrote it, not one that inherited the number).
+pub fn has_open(pid: u32, path: &Path) -> bool {
+    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
+    fds.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|link| link == target)
+}
+
 /// The processes of group `pgid` that are still running (zombies, which only wait
 /// to be reaped, are not counted), read from /proc.
 pub fn group_members(pgid: u32) -> Vec<u32> {

@@ -110,8 +110,8 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
         sandbox: None,
         pgid_record: None,
     };
-    let status = process::run_attached(&spec)
-        .map_err(|e| CliError::runtime(format!("cannot start editor `{editor}`: {e}")))?;
+    let status =
+        process::run_attached(&spec).map_err(|e| CliError::runtime(format!("cannot start editor `{editor}`: {e}")))?;
     if !status.success() {
         let _ = std::fs::remove_file(&path);
         return Err(CliError::runtime(format!("editor `{editor}` ended with {status}; nothing was committed")));

@@ -1,9 +1,7 @@
 use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
-use crate::domain::inbox::Deposit;
-use crate::engine::{agents, inbox};
-use crate::infra::lock::LockGuard;
-use crate::infra::time::Timestamp;
+use crate::engine::agents;
+use crate::engine::runtime::Woken;
 
 /// Send a message to an agent and wake it (a finished agent continues its branch)
 #[derive(Debug, clap::Args)]
@@ -22,15 +20,15 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
-    inbox::deposit(&ws.layout, &id, &Deposit::new("user", Timestamp::now(), &args.message))
-        .map_err(|e| CliError::runtime(e.to_string()))?;
-    let busy = LockGuard::is_held(&ws.layout.lock(&id)).unwrap_or(false);
-    if args.detach || busy {
-        if !busy {
-            progress::spawn_detached(ctx, &ws, &id)?;
-        }
-        ctx.out.progress(&format!("· delivered to `{id}`"));
-        return Ok(());
+    let rt = ctx.runtime(&ws);
+    rt.deposit(&id, "user", &args.message)?;
+    if !args.detach {
+        // Drives here, or finds the driver that holds the agent and leaves it the message.
+        return progress::attach(ctx, &ws, &id, false);
     }
-    progress::attach(ctx, &ws, &id, false)
+    match rt.wake(&id)? {
+        Woken::Running => ctx.out.progress(&format!("· delivered to `{id}`; its running driver will pick it up")),
+        Woken::Launched(_) => ctx.out.progress(&format!("· delivered to `{id}`; a driver started")),
+    }
+    Ok(())
 }

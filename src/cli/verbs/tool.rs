@@ -3,7 +3,9 @@ use std::io::Read;
 use serde_json::{Value, json};
 
 use crate::cli::{CliError, Ctx};
-use crate::infra::tools::{self, ToolEnv, ToolError};
+use crate::domain::grant;
+use crate::engine::tools::{self, ToolContext};
+use crate::infra::tools::{ToolEnv, ToolError};
 
 /// Run a built-in tool with its JSON input on stdin, in the current directory
 #[derive(Debug, clap::Args)]
@@ -18,9 +20,8 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if args.list {
-        for name in tools::builtin_names() {
-            let spec = tools::builtin(name).map(|b| b.spec());
-            let Some(spec) = spec else { continue };
+        for handler in tools::handlers() {
+            let spec = handler.spec();
             if ctx.out.json {
                 ctx.out.event(&serde_json::to_value(&spec).unwrap_or(Value::Null));
             } else {
@@ -35,9 +36,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     let name = args.name.as_deref().unwrap_or("");
-    let builtin = tools::builtin(name).ok_or_else(|| {
-        let known: Vec<&str> = tools::builtin_names().collect();
-        CliError::usage(format!("tool `{name}` does not exist")).hint(format!("tools: {}", known.join(", ")))
+    let handler = tools::handler(name).ok_or_else(|| {
+        CliError::usage(format!("tool `{name}` does not exist")).hint(format!("tools: {}", grant::TOOLS.join(", ")))
     })?;
     let mut text = String::new();
     std::io::stdin().read_to_string(&mut text).map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;
@@ -53,7 +53,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     env.commands.env = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
     env.commands.head_bytes = 1 << 20;
     env.commands.tail_bytes = 1 << 20;
-    match builtin.run(&env, &input) {
+    match handler.run(&ToolContext { env, agent: None }, &input) {
         Ok(output) => {
             if ctx.out.json {
                 ctx.out.event(&serde_json::to_value(&output).unwrap_or(Value::Null));

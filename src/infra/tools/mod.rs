@@ -7,7 +7,6 @@ mod cd;
 mod edit_file;
 mod glob;
 mod grep;
-mod load_skill;
 mod read_file;
 mod write_file;
 
@@ -30,8 +29,6 @@ pub struct ToolEnv {
     pub commands: Commands,
     /// Where this call's record goes (tools that record more than their output).
     pub record: Option<RecordDir>,
-    /// The skills of the governing config, given to tools that ask for them.
-    pub skills: Option<Skills>,
 }
 
 /// How a tool starts commands: their whole environment, their sandbox, how much of
@@ -73,12 +70,6 @@ pub const RECORD_MAX_BYTES: u64 = 64 << 20;
 pub struct RecordDir {
     pub dir: PathBuf,
     pub shown: String,
-}
-
-/// The skills a config offers: name → files (path inside the skill, bytes).
-#[derive(Debug, Clone, Default)]
-pub struct Skills {
-    pub files: std::collections::BTreeMap<String, Vec<(String, Vec<u8>)>>,
 }
 
 /// One named stream of a tool's output (bounded separately for the model).
@@ -142,96 +133,79 @@ pub enum ToolError {
 /// A built-in tool's contract.
 pub struct Builtin {
     pub name: &'static str,
-    description: &'static str,
-    schema: &'static str,
+    pub description: &'static str,
+    /// Its input's JSON Schema (the text of `templates/tools/<name>.json`).
+    pub schema: &'static str,
     /// Whether it may change files (its step then commits a worktree scan).
     pub writes: bool,
-    /// Whether it needs the config's skills in its environment.
-    pub needs_skills: bool,
     /// Whether it only reads (several such calls of one step may run concurrently).
     pub read_only: bool,
     run: fn(&ToolEnv, &Value) -> Result<ToolOutput, ToolError>,
 }
 
-const BUILTINS: &[Builtin] = &[
+/// The tools that only need a directory and a way to start commands.
+pub const BUILTINS: &[Builtin] = &[
     Builtin {
         name: "bash",
         description: include_str!("../../../templates/tools/bash.md"),
-        schema: r#"{"type":"object","properties":{"command":{"type":"string","description":"The command line, run with `sh -c`."},"timeout_secs":{"type":"integer","minimum":1,"maximum":3600,"description":"Seconds before the command and everything it started are killed (default 120)."}},"required":["command"]}"#,
+        schema: include_str!("../../../templates/tools/bash.json"),
         writes: true,
-        needs_skills: false,
         read_only: false,
         run: bash::run,
     },
     Builtin {
         name: "write_file",
         description: include_str!("../../../templates/tools/write_file.md"),
-        schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"content":{"type":"string","description":"The file's whole new content."}},"required":["path","content"]}"#,
+        schema: include_str!("../../../templates/tools/write_file.json"),
         writes: true,
-        needs_skills: false,
         read_only: false,
         run: write_file::run,
     },
     Builtin {
         name: "edit_file",
         description: include_str!("../../../templates/tools/edit_file.md"),
-        schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"old_string":{"type":"string","description":"The exact text to replace."},"new_string":{"type":"string","description":"The text to put in its place."},"replace_all":{"type":"boolean","description":"Replace every occurrence instead of exactly one (default false)."}},"required":["path","old_string","new_string"]}"#,
+        schema: include_str!("../../../templates/tools/edit_file.json"),
         writes: true,
-        needs_skills: false,
         read_only: false,
         run: edit_file::run,
     },
     Builtin {
         name: "apply_patch",
         description: include_str!("../../../templates/tools/apply_patch.md"),
-        schema: r#"{"type":"object","properties":{"patch":{"type":"string","description":"The whole patch, from `*** Begin Patch` to `*** End Patch`."}},"required":["patch"]}"#,
+        schema: include_str!("../../../templates/tools/apply_patch.json"),
         writes: true,
-        needs_skills: false,
         read_only: false,
         run: apply_patch::run,
     },
     Builtin {
         name: "grep",
         description: include_str!("../../../templates/tools/grep.md"),
-        schema: r#"{"type":"object","properties":{"pattern":{"type":"string","description":"A regular expression."},"path":{"type":"string","description":"Directory or file to search, relative to the working directory (default `.`)."},"glob":{"type":"string","description":"Only search files matching this glob, e.g. `*.rs`."},"ignore_case":{"type":"boolean","description":"Case-insensitive matching (default false)."}},"required":["pattern"]}"#,
+        schema: include_str!("../../../templates/tools/grep.json"),
         writes: false,
-        needs_skills: false,
         read_only: true,
         run: grep::run,
     },
     Builtin {
         name: "glob",
         description: include_str!("../../../templates/tools/glob.md"),
-        schema: r#"{"type":"object","properties":{"pattern":{"type":"string","description":"A glob such as `*.rs` or `src/**/*.ts`."},"path":{"type":"string","description":"Directory to search below, relative to the working directory (default `.`)."}},"required":["pattern"]}"#,
+        schema: include_str!("../../../templates/tools/glob.json"),
         writes: false,
-        needs_skills: false,
         read_only: true,
         run: glob::run,
     },
     Builtin {
-        name: "load_skill",
-        description: include_str!("../../../templates/tools/load_skill.md"),
-        schema: r#"{"type":"object","properties":{"name":{"type":"string","description":"The skill's name."}},"required":["name"]}"#,
-        writes: true,
-        needs_skills: true,
-        read_only: false,
-        run: load_skill::run,
-    },
-    Builtin {
         name: "cd",
         description: include_str!("../../../templates/tools/cd.md"),
-        schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"The directory, relative to the current working directory (`..` goes up)."}},"required":["path"]}"#,
+        schema: include_str!("../../../templates/tools/cd.json"),
         writes: false,
-        needs_skills: false,
         read_only: false,
         run: cd::run,
     },
     Builtin {
         name: "read_file",
         description: include_str!("../../../templates/tools/read_file.md"),
-        schema: r#"{"type":"object","properties":{"path":{"type":"string","description":"File path, relative to the working directory."},"offset":{"type":"integer","minimum":1,"description":"First line to return, counting from 1 (default 1)."},"limit":{"type":"integer","minimum":1,"description":"How many lines to return (default 2000)."}},"required":["path"]}"#,
+        schema: include_str!("../../../templates/tools/read_file.json"),
         writes: false,
-        needs_skills: false,
         read_only: true,
         run: read_file::run,
     },
@@ -241,31 +215,37 @@ pub fn builtin(name: &str) -> Option<&'static Builtin> {
     BUILTINS.iter().find(|b| b.name == name)
 }
 
-pub fn builtin_names() -> impl Iterator<Item = &'static str> {
-    BUILTINS.iter().map(|b| b.name)
+/// A tool's spec as the model reads it, from its description and schema texts.
+pub fn spec(name: &str, description: &str, schema: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.trim_end().to_owned(),
+        input_schema: serde_json::from_str(schema).unwrap_or(Value::Null),
+    }
+}
+
+/// Refuses arguments that are not a JSON object (a model that sent malformed JSON).
+pub fn require_object(name: &str, input: &Value) -> Result<(), ToolError> {
+    if input.is_object() {
+        return Ok(());
+    }
+    Err(ToolError::ToModel(format!(
+        "the arguments of this `{name}` call are not a JSON object, so nothing ran; call it again with arguments matching its schema"
+    )))
 }
 
 impl Builtin {
     pub fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: self.name.to_owned(),
-            description: self.description.trim_end().to_owned(),
-            input_schema: serde_json::from_str(self.schema).unwrap_or(Value::Null),
-        }
+        spec(self.name, self.description, self.schema)
     }
 
     pub fn run(&self, env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
-        if !input.is_object() {
-            return Err(ToolError::ToModel(format!(
-                "the arguments of this `{}` call are not a JSON object, so nothing ran; call it again with arguments matching its schema",
-                self.name
-            )));
-        }
+        require_object(self.name, input)?;
         (self.run)(env, input)
     }
 }
 
-fn str_arg<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
+pub fn str_arg<'a>(input: &'a Value, key: &str) -> Result<&'a str, ToolError> {
     input
         .get(key)
         .and_then(Value::as_str)

@@ -1,0 +1,145 @@
+//! The agent runtime: the one service that moves agents from the outside. It
+//! deposits messages (create-only), wakes an agent (a probe that never takes the
+//! driver lock; a free lock means a detached driver is launched), launches
+//! `offshoot run <id>` in its own session with its output in `steps/<id>/driver.log`,
+//! and stops a running driver. The cli's verbs and the agent tools all go through
+//! it; nothing else starts drivers.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::domain::id::AgentId;
+use crate::domain::inbox::Deposit;
+use crate::domain::layout::Layout;
+use crate::infra::lock::{LockError, LockGuard, Probe};
+use crate::infra::process::{self, Group, ProcessError, Spec};
+use crate::infra::time::Timestamp;
+
+use super::Env;
+use super::inbox::{self, InboxError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("cannot start a driver for `{id}`: {source}")]
+    Launch { id: String, source: ProcessError },
+    #[error("cannot create {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("cannot signal the driver of `{id}` (pid {pid}): {source}")]
+    Signal { id: String, pid: u32, source: std::io::Error },
+}
+
+type Result<T> = std::result::Result<T, RuntimeError>;
+
+/// What a wake-up did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Woken {
+    /// A driver already runs; it drains the inbox before it lets go.
+    Running,
+    /// A detached driver was started (its pid).
+    Launched(u32),
+}
+
+/// What a stop did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// No driver was running.
+    NotRunning,
+    /// The driver (its pid) was told to stop and has let go of the agent.
+    Stopped(u32),
+    /// The driver was told to stop and still held the agent when we gave up waiting.
+    Signalled(u32),
+}
+
+/// Moves agents: deposits, wake-ups, launches and stops.
+pub struct Runtime {
+    layout: Layout,
+    /// The offshoot binary detached drivers run.
+    exe: PathBuf,
+    /// The environment detached drivers get (the user's, keys included).
+    env: Env,
+}
+
+impl Runtime {
+    pub fn new(layout: Layout, exe: PathBuf, env: Env) -> Runtime {
+        Runtime { layout, exe, env }
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The environment the cli read (keys and base URLs for model calls).
+    pub fn env(&self) -> &Env {
+        &self.env
+    }
+
+    /// Leaves `body` in `to`'s inbox as a message from `from`.
+    pub fn deposit(&self, to: &AgentId, from: &str, body: &str) -> Result<PathBuf> {
+        Ok(inbox::deposit(&self.layout, to, &Deposit::new(from, Timestamp::now(), body))?)
+    }
+
+    /// Makes sure a driver will see `id`'s inbox: a running driver re-checks it
+    /// before it lets go; otherwise one is launched. The probe never takes the lock.
+    pub fn wake(&self, id: &AgentId) -> Result<Woken> {
+        match LockGuard::probe(&self.layout.lock(id))? {
+            Probe::Held(_) => Ok(Woken::Running),
+            Probe::Free => Ok(Woken::Launched(self.launch(id)?)),
+        }
+    }
+
+    /// Whether a driver holds `id` right now.
+    pub fn is_running(&self, id: &AgentId) -> Result<bool> {
+        Ok(matches!(LockGuard::probe(&self.layout.lock(id))?, Probe::Held(_)))
+    }
+
+    /// Starts `offshoot run <id>` detached: its own session, stdin closed, output
+    /// appended to `steps/<id>/driver.log`. If a driver already holds the agent, the
+    /// new one finds the lock busy and exits quietly.
+    pub fn launch(&self, id: &AgentId) -> Result<u32> {
+        let log = self.layout.driver_log(id);
+        if let Some(dir) = log.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| RuntimeError::Io { path: dir.to_owned(), source })?;
+        }
+        let env: Vec<(String, String)> = self.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        let args =
+            [OsStr::new("--workspace"), self.layout.root().as_os_str(), OsStr::new("run"), OsStr::new(id.as_str())];
+        let spec = Spec {
+            program: &self.exe,
+            args: &args,
+            cwd: self.layout.root(),
+            env: &env,
+            group: Group::Session,
+            stdin: None,
+            sandbox: None,
+            pgid_record: None,
+        };
+        process::launch(&spec, &log).map_err(|source| RuntimeError::Launch { id: id.to_string(), source })
+    }
+
+    /// Asks `id`'s driver to stop (SIGTERM, after checking that the pid the lock
+    /// file names is the process holding that lock) and waits up to `patience` for
+    /// it to settle its calls and let go.
+    pub fn stop(&self, id: &AgentId, patience: Duration) -> Result<Stopped> {
+        let lock = self.layout.lock(id);
+        let Probe::Held(Some(pid)) = LockGuard::probe(&lock)? else {
+            return Ok(Stopped::NotRunning);
+        };
+        if !process::has_open(pid, &lock) {
+            return Ok(Stopped::NotRunning);
+        }
+        process::terminate(pid).map_err(|source| RuntimeError::Signal { id: id.to_string(), pid, source })?;
+        let until = Instant::now() + patience;
+        while Instant::now() < until {
+            if !matches!(LockGuard::probe(&lock)?, Probe::Held(_)) {
+                return Ok(Stopped::Stopped(pid));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Stopped::Signalled(pid))
+    }
+}
