@@ -132,6 +132,10 @@ impl From<DriverError> for CliError {
             }
             DriverError::Workspace(w) => w.into(),
             DriverError::Unknown(_) => CliError::usage(e.to_string()),
+            DriverError::Damaged { ref id, .. } => {
+                let hint = format!("its branch `agents/{id}` was changed by hand; other agents are not affected");
+                CliError::runtime(e.to_string()).hint(hint)
+            }
             DriverError::RoleGone { .. } => CliError::usage(e.to_string()),
             _ => CliError::runtime(e.to_string()),
         }

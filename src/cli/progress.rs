@@ -5,6 +5,7 @@
 use serde_json::json;
 
 use crate::domain::id::AgentId;
+use crate::engine::directory::Repair;
 use crate::engine::driver::{self, Event, Observer, RunEnd};
 use crate::engine::workspace::Workspace;
 use crate::infra::provider::Delta;
@@ -46,6 +47,7 @@ impl Observer for Live<'_> {
                 Event::ToolFinished { name, is_error, summary } => {
                     json!({"type": "tool_result", "name": name, "is_error": is_error, "summary": summary})
                 }
+                Event::Repaired(repair) => json!({"type": "repaired", "what": repaired(repair)}),
             };
             out.event(&v);
             return;
@@ -68,7 +70,19 @@ impl Observer for Live<'_> {
                 let mark = if is_error { "✗" } else { "←" };
                 out.progress(&format!("  {mark} {}", one_line(summary, 100)));
             }
+            Event::Repaired(repair) => out.progress(&format!("· {}", repaired(repair))),
         }
+    }
+}
+
+fn repaired(repair: Repair) -> String {
+    match repair {
+        Repair::Rebuilt => "the agent's directory was missing; it was rebuilt from its branch".into(),
+        Repair::DotGit => "the directory's `.git` was changed; it points at the agent's repository again".into(),
+        Repair::Reattached => {
+            "the directory was no longer a worktree of the agents' repository; it was attached again".into()
+        }
+        Repair::HarnessFiles(n) => format!("{n} files of `.offshoot/` differed from the branch and were put back"),
     }
 }
 
@@ -125,7 +139,8 @@ pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool
     let name = crate::engine::agents::list(ws)
         .ok()
         .and_then(|l| l.into_iter().find(|l| l.id == *id))
-        .and_then(|l| l.facts.name);
+        .and_then(|l| l.facts)
+        .and_then(|f| f.name);
     if ctx.out.json {
         ctx.out.event(&json!({"type": "agent", "id": id.as_str(), "name": name}));
     } else {

@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::infra::git::{CommitId, Position};
+
 /// Paths of the agent's own files inside its tree.
 pub const DIR: &str = ".offshoot";
 pub const FACTS: &str = ".offshoot/agent.toml";
@@ -11,6 +13,35 @@ pub const TOOLS: &str = ".offshoot/tools";
 pub const MESSAGES: &str = ".offshoot/messages";
 pub const SUMMARIES: &str = ".offshoot/summary";
 pub const SKILLS: &str = ".offshoot/skills";
+/// Where the agent's own git stood at this commit (branch and head).
+pub const GIT: &str = ".offshoot/git";
+
+/// `.offshoot/git`'s text for a position: `branch <name>` or `detached`, then
+/// `head <oid>` unless the branch is unborn.
+pub fn position_text(position: &Position) -> String {
+    let mut text = match &position.branch {
+        Some(branch) => format!("branch {branch}\n"),
+        None => "detached\n".to_owned(),
+    };
+    if let Some(head) = position.head {
+        text.push_str(&format!("head {head}\n"));
+    }
+    text
+}
+
+/// Reads `.offshoot/git`'s text; `None` if it is not one.
+pub fn parse_position(text: &str) -> Option<Position> {
+    let mut lines = text.lines();
+    let branch = match lines.next()? {
+        "detached" => None,
+        line => Some(line.strip_prefix("branch ")?.to_owned()),
+    };
+    let head = match lines.next() {
+        Some(line) => Some(CommitId::from_str(line.strip_prefix("head ")?).ok()?),
+        None => None,
+    };
+    Some(Position { branch, head })
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -35,5 +66,27 @@ impl AgentFacts {
 
     pub fn parse(text: &str) -> Result<AgentFacts, String> {
         toml::from_str(text).map_err(|e| e.message().to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positions_read_back_as_written() {
+        let head = CommitId::from_str("4b825dc642cb6eb9a060e54bf8d69288fbee4904").ok();
+        for position in [
+            Position { branch: Some("PeachHollow".into()), head },
+            Position { branch: Some("orphan".into()), head: None },
+            Position { branch: None, head },
+        ] {
+            assert_eq!(parse_position(&position_text(&position)), Some(position));
+        }
+        assert_eq!(
+            position_text(&Position { branch: Some("A".into()), head }),
+            "branch A\nhead 4b825dc642cb6eb9a060e54bf8d69288fbee4904\n"
+        );
+        assert_eq!(parse_position("garbage"), None);
     }
 }

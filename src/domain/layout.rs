@@ -23,6 +23,16 @@ impl Layout {
         self.root.join("repo.git")
     }
 
+    /// The agents' own repository; each agent's directory is one of its worktrees.
+    pub fn project(&self) -> PathBuf {
+        self.root.join("project.git")
+    }
+
+    /// The harness's index of an agent's directory (its stat cache).
+    pub fn index(&self, id: &AgentId) -> PathBuf {
+        self.root.join("index").join(id.as_str())
+    }
+
     pub fn worktree(&self, id: &AgentId) -> PathBuf {
         self.root.join("agents").join(id.as_str())
     }
@@ -53,7 +63,7 @@ impl Layout {
     }
 
     /// Every directory a workspace has from birth.
-    pub fn skeleton(&self) -> [PathBuf; 4] {
-        ["agents", "steps", "inbox", "locks"].map(|d| self.root.join(d))
+    pub fn skeleton(&self) -> [PathBuf; 6] {
+        ["agents", "steps", "inbox", "locks", "index", "tmp"].map(|d| self.root.join(d))
     }
 }

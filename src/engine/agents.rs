@@ -5,9 +5,10 @@ use crate::domain::agent::{self, AgentFacts};
 use crate::domain::id::{self, AgentId, IdError};
 use crate::domain::inbox::Deposit;
 use crate::domain::transcript;
-use crate::infra::git::{CommitId, GitError, TreeEdit};
+use crate::infra::git::{CommitId, GitError, MAIN, Position, TreeEdit};
 use crate::infra::time::Timestamp;
 
+use super::directory;
 use super::inbox::{self, InboxError};
 use super::snapshot::{self, Loader, SnapshotError};
 use super::tools;
@@ -19,6 +20,8 @@ pub enum AgentError {
     Unknown(String),
     #[error("name `{0}` is already taken by agent `{1}`")]
     NameTaken(String, String),
+    #[error("name `{0}` is taken: the agents' repository has a branch of that name")]
+    BranchTaken(String),
     #[error("role `{role}` does not exist in config lineage `{lineage}`")]
     UnknownRole { role: String, lineage: String },
     #[error("the message is empty")]
@@ -52,8 +55,11 @@ pub struct Start<'a> {
 #[derive(Debug, Clone)]
 pub struct Listing {
     pub id: AgentId,
-    pub facts: AgentFacts,
+    /// `None` when the branch's tip is not a valid agent commit (see `damage`).
+    pub facts: Option<AgentFacts>,
     pub tip: CommitId,
+    /// Why the tip is not a valid agent commit.
+    pub damage: Option<String>,
 }
 
 /// Starts a root agent: dispatch commit on the lineage head, worktree, goal deposit.
@@ -70,11 +76,12 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
         created: spawn.now.to_string(),
         forked_from: None,
     };
-    let mut edits = dispatch_files(ws, config_tip, &config, &facts)?;
+    let position = Position { branch: facts.name.clone(), head: ws.project.branch_tip(MAIN)? };
+    let mut edits = dispatch_files(ws, config_tip, &config, &facts, &position)?;
     edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: spawn.message.as_bytes().to_vec() });
     let subject = format!("dispatch {id}: {}", first_line(spawn.message));
     let commit = ws.repo.commit_edits(&[config_tip], None, &edits, &subject)?;
-    start(ws, &id, commit, spawn)?;
+    start(ws, &id, &facts, commit, &position, spawn)?;
     Ok(id)
 }
 
@@ -96,8 +103,11 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
         created: spawn.now.to_string(),
         forked_from: Some(source.to_string()),
     };
+    // The fork's own git starts where the source's stood, on a branch of its own.
+    let head = directory::recorded_position(ws, &source_facts, source)?.head;
+    let position = Position { branch: facts.name.clone(), head };
     let mut edits = vec![TreeEdit::Remove { path: agent::TOOLS.into() }];
-    edits.extend(dispatch_files(ws, config_tip, &config, &facts)?);
+    edits.extend(dispatch_files(ws, config_tip, &config, &facts, &position)?);
     // A transcript ending in calls without results is cut before those calls.
     let mut loader = Loader::default();
     let entries = loader.entries(&ws.repo, source)?;
@@ -114,7 +124,7 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     }
     let subject = format!("fork {id} from {}: {}", &source.to_string()[..12], first_line(spawn.message));
     let commit = ws.repo.commit_edits(&[source], Some(source), &edits, &subject)?;
-    start(ws, &id, commit, spawn)?;
+    start(ws, &id, &facts, commit, &position, spawn)?;
     Ok(id)
 }
 
@@ -134,11 +144,16 @@ fn check_spawn(
         return Err(AgentError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() });
     }
     let taken: Vec<(String, String)> =
-        list(ws)?.into_iter().filter_map(|l| l.facts.name.map(|n| (n, l.id.to_string()))).collect();
+        list(ws)?.into_iter().filter_map(|l| l.facts.and_then(|f| f.name).map(|n| (n, l.id.to_string()))).collect();
+    // A name is also the agent's project branch, which must be new.
+    let branch_free = |name: &str| ws.project.branch_tip(name).map(|t| t.is_none());
     if let Some(name) = spawn.name {
         id::validate_name(name)?;
         if let Some((_, holder)) = taken.iter().find(|(n, _)| n == name) {
             return Err(AgentError::NameTaken(name.to_owned(), holder.clone()));
+        }
+        if !branch_free(name)? {
+            return Err(AgentError::BranchTaken(name.to_owned()));
         }
         return Ok(name.to_owned());
     }
@@ -150,7 +165,7 @@ fn check_spawn(
         if attempt >= 64 {
             name.push_str(&attempt.to_string());
         }
-        if !taken.iter().any(|(n, _)| *n == name) {
+        if !taken.iter().any(|(n, _)| *n == name) && branch_free(&name)? {
             return Ok(name);
         }
         r = r.wrapping_mul(2_654_435_761).wrapping_add(attempt);
@@ -176,12 +191,14 @@ fn dispatch_files(
     config_tip: CommitId,
     config: &crate::domain::config::Config,
     facts: &AgentFacts,
+    position: &Position,
 ) -> Result<Vec<TreeEdit>> {
     let soul_path = format!("souls/{}.md", facts.role);
     let soul = ws.config_file(config_tip, &soul_path)?.unwrap_or_default();
     let mut edits = vec![
         TreeEdit::Write { path: agent::FACTS.into(), bytes: facts.to_toml().into_bytes() },
         TreeEdit::Write { path: agent::SOUL.into(), bytes: soul },
+        TreeEdit::Write { path: agent::GIT.into(), bytes: agent::position_text(position).into_bytes() },
     ];
     let grant = config.role(&facts.role).map(|r| r.tools.clone()).unwrap_or_default();
     for name in grant {
@@ -193,30 +210,52 @@ fn dispatch_files(
     Ok(edits)
 }
 
-/// Branch, worktree, then the first message; undoes what it made if a later part fails.
-fn start(ws: &Workspace, id: &AgentId, commit: CommitId, spawn: &Start) -> Result<()> {
+/// Branch, project branch, directory, then the first message; undoes what it made
+/// if a later part fails.
+fn start(
+    ws: &Workspace,
+    id: &AgentId,
+    facts: &AgentFacts,
+    commit: CommitId,
+    position: &Position,
+    spawn: &Start,
+) -> Result<()> {
     ws.repo.create_branch(&id.branch(), commit, "dispatch")?;
-    let made =
-        ws.repo.add_worktree(id.as_str(), &ws.layout.worktree(id), &id.branch()).map_err(AgentError::from).and_then(
-            |()| {
-                inbox::deposit(&ws.layout, id, &Deposit::new("user", spawn.now, spawn.message))?;
-                Ok(())
-            },
-        );
+    let made = (|| -> Result<()> {
+        if let (Some(branch), Some(head)) = (&position.branch, position.head) {
+            ws.project.create_branch(branch, head)?;
+        }
+        directory::open(ws, id, facts, commit)?;
+        inbox::deposit(&ws.layout, id, &Deposit::new("user", spawn.now, spawn.message))?;
+        Ok(())
+    })();
     if made.is_err() {
         discard(ws, id);
     }
     made
 }
 
-/// Removes every trace of an agent: branch, worktree, inbox, steps, lock.
+/// Removes every trace of an agent: branch, marks, project branch, directory,
+/// index, inbox, steps, lock, temporary files.
 pub fn discard(ws: &Workspace, id: &AgentId) {
+    if let Some(name) = ws
+        .repo
+        .branch_tip(&id.branch())
+        .ok()
+        .flatten()
+        .and_then(|t| snapshot::read_facts(&ws.repo, t).ok())
+        .and_then(|f| f.name)
+    {
+        let _ = ws.project.delete_branch(&name);
+    }
     let _ = ws.repo.delete_branch(&id.branch());
     let _ = ws.repo.delete_marks(id.as_str());
+    ws.project.detach(id.as_str());
     let _ = std::fs::remove_dir_all(ws.layout.worktree(id));
-    let _ = std::fs::remove_dir_all(ws.layout.repo().join("worktrees").join(id.as_str()));
+    let _ = std::fs::remove_file(ws.layout.index(id));
     let _ = std::fs::remove_dir_all(ws.layout.inbox(id));
     let _ = std::fs::remove_dir_all(ws.layout.steps(id));
+    let _ = std::fs::remove_dir_all(ws.layout.tmp(id));
     let _ = std::fs::remove_file(ws.layout.lock(id));
 }
 
@@ -232,7 +271,7 @@ pub fn resolve(ws: &Workspace, handle: &str) -> Result<AgentId> {
     }
     list(ws)?
         .into_iter()
-        .find(|l| l.facts.name.as_deref() == Some(handle))
+        .find(|l| l.facts.as_ref().and_then(|f| f.name.as_deref()) == Some(handle))
         .map(|l| l.id)
         .ok_or_else(|| AgentError::Unknown(handle.to_owned()))
 }
@@ -244,8 +283,11 @@ pub fn list(ws: &Workspace) -> Result<Vec<Listing>> {
         let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else {
             continue;
         };
-        let facts = snapshot::read_facts(&ws.repo, tip)?;
-        out.push(Listing { id, facts, tip });
+        let (facts, damage) = match snapshot::read_facts(&ws.repo, tip) {
+            Ok(facts) => (Some(facts), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        out.push(Listing { id, facts, tip, damage });
     }
     Ok(out)
 }

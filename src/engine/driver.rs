@@ -21,7 +21,7 @@ use crate::domain::grant;
 use crate::domain::id::AgentId;
 use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
-use crate::infra::git::{CommitId, GitError, Worktree};
+use crate::infra::git::{Additions, CommitId, GitError, Tracked};
 use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
 use crate::infra::provider::{Block, Delta, Output, Usage, sse};
@@ -30,6 +30,8 @@ use crate::infra::time::Timestamp;
 use crate::infra::tools::{Commands, RecordDir, ToolEnv};
 
 use super::agents;
+use super::directory::{self, Repair};
+use super::guard::{self, Guard};
 use super::inbox::{self, InboxError};
 use super::model::{self, ModelError};
 use super::runtime::Runtime;
@@ -42,6 +44,8 @@ use super::workspace::{Workspace, WorkspaceError};
 pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
+    #[error("agent `{id}` is damaged: {reason}")]
+    Damaged { id: String, reason: String },
     #[error("role `{role}` of agent `{id}` no longer exists in config lineage `{lineage}`")]
     RoleGone { id: String, role: String, lineage: String },
     #[error("step {step} of agent `{id}` failed: {source}")]
@@ -70,13 +74,34 @@ const CWD_MARK: &str = "cwd";
 /// What a driver reports as it works (the cli turns these into output).
 #[derive(Debug)]
 pub enum Event<'a> {
-    Delivered { sender: &'a str },
-    Settled { tool_use_id: &'a str },
-    StepStarted { step: u32, provider: &'a str, model: &'a str },
+    Delivered {
+        sender: &'a str,
+    },
+    Settled {
+        tool_use_id: &'a str,
+    },
+    StepStarted {
+        step: u32,
+        provider: &'a str,
+        model: &'a str,
+    },
     Delta(&'a Delta),
-    AttemptFailed { attempt: u32, error: &'a str, retry_in_ms: Option<u64> },
-    ToolStarted { name: &'a str, input: &'a Value },
-    ToolFinished { name: &'a str, is_error: bool, summary: &'a str },
+    AttemptFailed {
+        attempt: u32,
+        error: &'a str,
+        retry_in_ms: Option<u64>,
+    },
+    ToolStarted {
+        name: &'a str,
+        input: &'a Value,
+    },
+    ToolFinished {
+        name: &'a str,
+        is_error: bool,
+        summary: &'a str,
+    },
+    /// The agent's directory needed mending before the driver could start.
+    Repaired(Repair),
 }
 
 pub trait Observer {
@@ -119,7 +144,10 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
 
 /// Turns the loop under a held lock until nothing is due; leaves the index synced.
 fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
-    let mut driver = Driver::open(ws, rt, id)?;
+    let (mut driver, repairs) = Driver::open(ws, rt, id)?;
+    for repair in repairs {
+        observer.event(Event::Repaired(repair));
+    }
     let result = loop {
         match driver.turn(observer) {
             Ok(Turn::Again) => continue,
@@ -127,7 +155,7 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
             Err(e) => break Err(e),
         }
     };
-    let synced = driver.tip().and_then(|tip| Ok(driver.worktree.sync_index(tip)?));
+    let synced = driver.dir.save_index().map_err(DriverError::from);
     let end = result?;
     synced?;
     Ok(end)
@@ -156,7 +184,12 @@ struct Driver<'a> {
     runtime: &'a Runtime,
     id: AgentId,
     branch: String,
-    worktree: Worktree,
+    /// The agent's directory, as the harness tracks it.
+    dir: Tracked,
+    /// Puts back what tools change in `.offshoot/` and `.git`.
+    guard: Guard,
+    /// `.offshoot/git` as the tip has it (where the agent's own git stands).
+    position: String,
     loader: Loader,
     client: model::Client,
     /// The next step record number, read from disk once (we hold the lock).
@@ -175,46 +208,40 @@ struct Driver<'a> {
 }
 
 impl<'a> Driver<'a> {
-    fn open(ws: &'a Workspace, runtime: &'a Runtime, id: &AgentId) -> Result<Driver<'a>> {
+    fn open(ws: &'a Workspace, runtime: &'a Runtime, id: &AgentId) -> Result<(Driver<'a>, Vec<Repair>)> {
         let branch = id.branch();
         let tip = ws.repo.branch_tip(&branch)?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
-        let root = ws.layout.worktree(id);
-        if !root.exists() {
-            ws.repo.add_worktree(id.as_str(), &root, &branch)?;
-        }
-        let worktree = Worktree::open(&root, agent::MESSAGES)?;
+        let facts = super::snapshot::read_facts(&ws.repo, tip)
+            .map_err(|e| DriverError::Damaged { id: id.to_string(), reason: e.to_string() })?;
+        let (dir, repairs) = directory::open(ws, id, &facts, tip)?;
+        let root = dir.root().to_owned();
+        let position = ws.repo.read_file(tip, agent::GIT)?.unwrap_or_default();
+        let guard = Guard::new(&dir);
         let driver = Driver {
             ws,
             runtime,
             id: id.clone(),
             branch,
-            worktree,
+            dir,
+            guard,
+            position: String::from_utf8_lossy(&position).into_owned(),
             loader: Loader::default(),
             client: Default::default(),
             next_step: None,
-            facts: super::snapshot::read_facts(&ws.repo, tip)?,
+            facts,
             config: None,
             real_root: std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone()),
             real_workspace: std::fs::canonicalize(ws.layout.root()).unwrap_or_else(|_| ws.layout.root().to_owned()),
             cwd_mark: ws.repo.mark(CWD_MARK, id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned()),
         };
         driver.recover(tip)?;
-        Ok(driver)
+        Ok((driver, repairs))
     }
 
-    /// After a crash the worktree may hold transcript files no commit has: remove
-    /// them and make the index match the tip (work products stay for the next scan).
+    /// Makes the index match the tip (work products on disk stay for the next scan;
+    /// opening the directory already put `.offshoot/` back as the tip has it).
     fn recover(&self, tip: CommitId) -> Result<()> {
-        let committed: std::collections::HashSet<String> =
-            self.ws.repo.list_dir(tip, agent::MESSAGES)?.into_iter().map(|e| e.name).collect();
-        let dir = self.worktree.root().join(agent::MESSAGES);
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !committed.contains(&name) {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-        self.worktree.reset_index(tip)?;
+        self.dir.reset_index(tip)?;
         Ok(())
     }
 
@@ -250,15 +277,7 @@ impl<'a> Driver<'a> {
         }
         let (step, output_name, output) = self.call(tip, next, observer)?;
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
-        let path = format!("{}/{output_name}", agent::MESSAGES);
-        let parent = tip;
-        let tip = self.worktree.commit_files(
-            &self.branch,
-            tip,
-            &[(&path, &bytes)],
-            &format!("{output_name}: model output"),
-        )?;
-        self.loader.record(parent, tip, &[(&output_name, &bytes)])?;
+        let tip = self.commit(tip, &[(&output_name, &bytes)], false, &format!("{output_name}: model output"))?;
         let calls: Vec<toolcall::Call<'_>> =
             output.tool_uses().map(|(id, name, input)| toolcall::Call { id, name, input }).collect();
         self.run_tools(tip, step, next + 1, &calls, observer)?;
@@ -268,7 +287,7 @@ impl<'a> Driver<'a> {
     /// Where tools run: the `cwd` mark (relative to the worktree, or absolute
     /// outside it), or the worktree's root when unset or gone.
     fn cwd(&self) -> PathBuf {
-        let root = self.worktree.root().to_owned();
+        let root = self.dir.root().to_owned();
         match &self.cwd_mark {
             Some(rel) if root.join(rel).is_dir() => root.join(rel),
             _ => root,
@@ -314,11 +333,11 @@ impl<'a> Driver<'a> {
                 is_error: true,
             };
             let name = transcript::entry_name(next + i as u32, "tool", Side::Tool);
-            files.push((format!("{}/{name}", agent::MESSAGES), serde_json::to_vec(&block).unwrap_or_default()));
+            files.push((name, serde_json::to_vec(&block).unwrap_or_default()));
             observer.event(Event::Settled { tool_use_id: id });
         }
         let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
-        self.worktree.commit_all(&self.branch, tip, &refs, "settle interrupted tool calls")?;
+        self.commit(tip, &refs, true, "settle interrupted tool calls")?;
         Ok(())
     }
 
@@ -336,15 +355,7 @@ impl<'a> Driver<'a> {
             let delivered = i == 0 && last_message.as_deref() == Some(p.text.as_str());
             if !delivered {
                 let name = transcript::entry_name(next, &p.sender, Side::User);
-                let path = format!("{}/{name}", agent::MESSAGES);
-                let parent = tip;
-                tip = self.worktree.commit_files(
-                    &self.branch,
-                    tip,
-                    &[(&path, p.text.as_bytes())],
-                    &format!("{name}: delivered"),
-                )?;
-                self.loader.record(parent, tip, &[(&name, p.text.as_bytes())])?;
+                tip = self.commit(tip, &[(&name, p.text.as_bytes())], false, &format!("{name}: delivered"))?;
                 next += 1;
                 observer.event(Event::Delivered { sender: &p.sender });
             }
@@ -452,6 +463,7 @@ impl<'a> Driver<'a> {
             // Read-only calls cannot move the working directory: prepare all at once.
             let prepared: Vec<Prepared> =
                 calls.iter().map(|c| self.prepare(step, c, &commands)).collect::<Result<_>>()?;
+            self.guard.before_call();
             for c in calls {
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
             }
@@ -467,6 +479,7 @@ impl<'a> Driver<'a> {
             // One at a time, each prepared after the one before it (a `cd` moves the next).
             for (number, c) in (first..).zip(calls) {
                 let p = self.prepare(step, c, &commands)?;
+                self.guard.before_call();
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
                 let result = p.run(c, &grant, agent, limits)?;
                 tip = self.finish_tool(tip, number, c, result, rules, observer)?;
@@ -505,7 +518,7 @@ impl<'a> Driver<'a> {
         Ok(Prepared {
             env: ToolEnv {
                 cwd: self.cwd(),
-                root: self.worktree.root().to_owned(),
+                root: self.dir.root().to_owned(),
                 commands: commands.clone(),
                 record: Some(RecordDir { dir: self.ws.layout.root().join(&shown), shown }),
             },
@@ -531,23 +544,56 @@ impl<'a> Driver<'a> {
             Some(rules) => self.unseen_context_files(tip, rules)?,
             None => Vec::new(),
         };
+        let restored = self.guard.after_call(self.ws, &self.id, &self.dir, tip)?;
         if let Block::ToolResult { content, .. } = &mut result.block {
+            if !restored.is_empty() {
+                content.push_str(&guard::note(&restored));
+            }
             for (shown, text) in &context {
                 content.push_str(&context::context_file_block(shown, text));
             }
         }
         let entry = transcript::entry_name(number, "tool", Side::Tool);
-        let path = format!("{}/{entry}", agent::MESSAGES);
         let bytes = serde_json::to_vec(&result.block).unwrap_or_default();
+        let harness: Vec<(&str, &[u8])> =
+            result.harness_files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
         let message = format!("{entry}: {} result", call.name);
-        let files = [(path.as_str(), bytes.as_slice())];
-        let commit = if result.writes {
-            self.worktree.commit_all(&self.branch, tip, &files, &message)?
-        } else {
-            self.worktree.commit_files(&self.branch, tip, &files, &message)?
-        };
-        self.loader.record(tip, commit, &[(&entry, &bytes)])?;
+        self.commit_with(tip, &[(&entry, &bytes)], &harness, result.writes, &message)
+    }
+
+    /// Commits transcript `entries` on top of `tip`. With `scan`, the directory's
+    /// changes go in too, and where the agent's own git now stands if that moved.
+    fn commit(&mut self, tip: CommitId, entries: &[(&str, &[u8])], scan: bool, message: &str) -> Result<CommitId> {
+        self.commit_with(tip, entries, &[], scan, message)
+    }
+
+    /// [`Driver::commit`] with other harness files (under `.offshoot/`) as well.
+    fn commit_with(
+        &mut self,
+        tip: CommitId,
+        entries: &[(&str, &[u8])],
+        files: &[(&str, &[u8])],
+        scan: bool,
+        message: &str,
+    ) -> Result<CommitId> {
+        let moved = if scan { self.moved_position() } else { None };
+        let mut harness: Vec<(&str, &[u8])> = files.to_vec();
+        harness.extend(moved.iter().map(|p| (agent::GIT, p.as_bytes())));
+        let written: Vec<String> = entries.iter().map(|(name, _)| format!("{}/{name}", agent::MESSAGES)).collect();
+        self.guard.expect(written.iter().map(String::as_str).chain(harness.iter().map(|(p, _)| *p)));
+        let commit = self.dir.commit(&self.branch, tip, &Additions { entries, harness: &harness }, scan, message)?;
+        if let Some(position) = moved {
+            self.position = position;
+        }
+        self.loader.record(tip, commit, entries)?;
         Ok(commit)
+    }
+
+    /// `.offshoot/git` for where the agent's own git stands now, if that differs from
+    /// the tip's (an admin entry the agent removed leaves the last one recorded).
+    fn moved_position(&self) -> Option<String> {
+        let now = agent::position_text(&self.ws.project.position(self.id.as_str()).ok()?);
+        (now != self.position).then_some(now)
     }
 
     /// Context files (e.g. AGENTS.md) on the path from the top of the repository
@@ -563,7 +609,7 @@ impl<'a> Driver<'a> {
         }
         let root = self.real_root.clone();
         let cwd = self.cwd();
-        let cwd = if cwd == self.worktree.root() { root.clone() } else { std::fs::canonicalize(&cwd).unwrap_or(cwd) };
+        let cwd = if cwd == self.dir.root() { root.clone() } else { std::fs::canonicalize(&cwd).unwrap_or(cwd) };
         let mut found = Vec::new();
         for file in discover_context_files(&cwd, &rules.context_files) {
             let name = match file.strip_prefix(&root) {

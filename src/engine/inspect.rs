@@ -42,7 +42,8 @@ pub struct AgentState {
     pub name: Option<String>,
     pub role: String,
     /// `running`, `waiting` (messages undelivered), `needs-run` (a call is due
-    /// and no driver holds it), or `answered`.
+    /// and no driver holds it), `answered`, or `damaged` (its branch's tip is not a
+    /// valid agent commit; only possible by hand).
     pub state: &'static str,
     /// Model calls made, as `show --step N` numbers them.
     pub steps: u32,
@@ -55,7 +56,20 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
     let mut loader = Loader::default();
     let mut out = Vec::new();
     for l in agents::list(ws)? {
-        let entries = loader.entries(&ws.repo, l.tip)?;
+        let (Some(facts), Ok(entries)) = (&l.facts, loader.entries(&ws.repo, l.tip)) else {
+            // A branch that is not a valid agent (only possible by hand) is shown, not fatal.
+            out.push(AgentState {
+                id: l.id.to_string(),
+                name: None,
+                role: String::new(),
+                state: "damaged",
+                steps: step_count(ws, &l.id),
+                input_tokens: 0,
+                output_tokens: 0,
+                goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
+            });
+            continue;
+        };
         let running = LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(false);
         let state = if running {
             "running"
@@ -70,8 +84,8 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
         let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
         out.push(AgentState {
             id: l.id.to_string(),
-            name: l.facts.name.clone(),
-            role: l.facts.role.clone(),
+            name: facts.name.clone(),
+            role: facts.role.clone(),
             state,
             steps: step_count(ws, &l.id),
             input_tokens: usage.input.unwrap_or(0),

@@ -4,7 +4,9 @@
 //! environment (the cli passes what it read).
 
 pub mod agents;
+pub mod directory;
 pub mod driver;
+pub mod guard;
 pub mod inbox;
 pub mod inspect;
 pub mod model;

@@ -19,6 +19,8 @@ pub struct CallResult {
     pub summary: String,
     /// A new working directory for later calls (`cd`).
     pub cwd: Option<std::path::PathBuf>,
+    /// Files for the harness's directory, committed with the result.
+    pub harness_files: Vec<(String, Vec<u8>)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,14 +80,15 @@ pub fn run(
         }
         Some(h) => (h.run(cx, input), h.writes()),
     };
-    let (text, is_error, summary, cwd) = match outcome {
+    let (text, is_error, summary, cwd, harness_files) = match outcome {
         Ok(output) => {
             write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
-            (render(&output, limits, &record.shown), output.is_error, output.summary.clone(), output.cwd)
+            let text = render(&output, limits, &record.shown);
+            (text, output.is_error, output.summary, output.cwd, output.harness_files)
         }
         Err(ToolError::ToModel(message)) => {
             write_record("output.json", &json!({"error": message}))?;
-            (message.clone(), true, message, None)
+            (message.clone(), true, message, None, Vec::new())
         }
         Err(ToolError::Fatal(message)) => {
             write_record("output.json", &json!({"fatal": message}))?;
@@ -98,6 +101,7 @@ pub fn run(
         is_error,
         summary,
         cwd,
+        harness_files,
     })
 }
 

@@ -3,9 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::domain::agent;
 use crate::domain::config::{self, Config, ConfigError};
 use crate::domain::layout::Layout;
-use crate::infra::git::{CommitId, GitError, Repo, TreeEdit};
+use crate::infra::git::{CommitId, GitError, Project, Repo, TreeEdit};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
@@ -29,10 +30,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
     move |source| WorkspaceError::Io { path: path.to_owned(), source }
 }
 
-/// An open workspace: its layout and its repository.
+/// An open workspace: its layout, the harness's repository and the agents'.
 pub struct Workspace {
     pub layout: Layout,
     pub repo: Repo,
+    pub project: Project,
 }
 
 /// A config's skills: name → files (path inside the skill, bytes).
@@ -99,11 +101,12 @@ impl Workspace {
             std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         }
         let repo = Repo::init(&layout.repo())?;
+        let project = init_project(&layout)?;
         let edits: Vec<TreeEdit> =
             files.iter().map(|(p, b)| TreeEdit::Write { path: p.clone(), bytes: b.clone() }).collect();
         let commit = repo.commit_edits(&[], None, &edits, "config: initial configuration")?;
         repo.create_branch("config/default", commit, "config: initial configuration")?;
-        Ok(Workspace { layout, repo })
+        Ok(Workspace { layout, repo, project })
     }
 
     pub fn open(root: &Path) -> Result<Workspace> {
@@ -112,7 +115,10 @@ impl Workspace {
             return Err(WorkspaceError::NotAWorkspace(root.to_owned()));
         }
         let repo = Repo::open(&layout.repo())?;
-        Ok(Workspace { layout, repo })
+        // Workspaces made before agents had their own repository get one now.
+        let project =
+            if layout.project().is_dir() { Project::open(&layout.project())? } else { init_project(&layout)? };
+        Ok(Workspace { layout, repo, project })
     }
 
     /// Opens `root`, creating it first if it does not exist or is empty.
@@ -183,6 +189,10 @@ impl Workspace {
         self.repo.move_branch(&format!("config/{lineage}"), commit, tip, message)?;
         Ok(Some(commit))
     }
+}
+
+fn init_project(layout: &Layout) -> Result<Project> {
+    Ok(Project::init(&layout.project(), agent::DIR, &layout.repo().join("objects"))?)
 }
 
 /// Sets one dotted key in TOML text, keeping comments and layout; `value` is TOML

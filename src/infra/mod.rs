@@ -9,3 +9,4 @@ pub mod provider;
 pub mod redact;
 pub mod time;
 pub mod tools;
+pub mod watch;

@@ -7,6 +7,7 @@ mod crash;
 mod errors;
 mod faults;
 mod layering;
+mod ownership;
 mod processes;
 mod tools;
 mod verbs;

@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use crate::domain::agent;
 use crate::infra::provider::ToolSpec;
 use crate::infra::tools::{self, ToolError, ToolOutput, str_arg};
 
@@ -29,7 +30,7 @@ impl Handler for LoadSkill {
     }
 
     fn writes(&self) -> bool {
-        true
+        false
     }
 
     fn run(&self, cx: &ToolContext, input: &Value) -> Result<ToolOutput, ToolError> {
@@ -52,20 +53,14 @@ impl Handler for LoadSkill {
             };
             return Err(ToolError::ToModel(format!("skill `{name}` does not exist; {list}")));
         };
-        let dir = cx.env.root.join(".offshoot/skills").join(name);
-        for (rel, bytes) in files {
-            let path = dir.join(rel);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| ToolError::Fatal(format!("cannot create {}: {e}", parent.display())))?;
-            }
-            std::fs::write(&path, bytes)
-                .map_err(|e| ToolError::Fatal(format!("cannot write {}: {e}", path.display())))?;
-        }
         let shown: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
-        Ok(ToolOutput::summary(format!(
+        let mut output = ToolOutput::summary(format!(
             "loaded skill `{name}` into .offshoot/skills/{name}/ ({}); it is part of your context from the next step",
             shown.join(", ")
-        )))
+        ));
+        // `.offshoot/` is the harness's: the driver writes and commits these.
+        output.harness_files =
+            files.iter().map(|(rel, bytes)| (format!("{}/{name}/{rel}", agent::SKILLS), bytes.clone())).collect();
+        Ok(output)
     }
 }

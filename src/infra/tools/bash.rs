@@ -90,7 +90,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         summary,
         streams: vec![stream("stdout", &done.stdout), stream("stderr", &done.stderr)],
         is_error: done.ended == Ended::TimedOut || !done.exit.success(),
-        cwd: None,
+        ..ToolOutput::default()
     })
 }
 

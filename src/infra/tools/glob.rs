@@ -54,7 +54,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         n if n > SHOWN => format!("{n} paths match; showing the first {SHOWN}, {} more left out", n - SHOWN),
         n => format!("{n} paths match"),
     };
-    Ok(ToolOutput { summary, streams: vec![Stream::whole("paths", text)], is_error: false, cwd: None })
+    Ok(ToolOutput { summary, streams: vec![Stream::whole("paths", text)], ..ToolOutput::default() })
 }
 
 #[cfg(test)]

@@ -91,7 +91,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     if found.total == 0 {
         summary = format!("no matches for `{pattern}`");
     }
-    Ok(ToolOutput { summary, streams: vec![Stream::whole("matches", text)], is_error: false, cwd: None })
+    Ok(ToolOutput { summary, streams: vec![Stream::whole("matches", text)], ..ToolOutput::default() })
 }
 
 /// A .gitignore-aware walker over `root`, restricted to `glob` when given.

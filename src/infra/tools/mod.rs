@@ -103,7 +103,7 @@ pub struct Cut {
 }
 
 /// A tool's full, unbounded output.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct ToolOutput {
     /// A first line the model always sees whole (e.g. the exit code).
     pub summary: String,
@@ -112,12 +112,16 @@ pub struct ToolOutput {
     /// The working directory later calls should use (`cd`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
+    /// Files for the harness's own directory (paths under `.offshoot/`), written and
+    /// committed with the result: a tool never writes there itself.
+    #[serde(skip)]
+    pub harness_files: Vec<(String, Vec<u8>)>,
 }
 
 impl ToolOutput {
     /// An output that is one line and no streams.
     pub fn summary(text: String) -> ToolOutput {
-        ToolOutput { summary: text, streams: Vec::new(), is_error: false, cwd: None }
+        ToolOutput { summary: text, ..ToolOutput::default() }
     }
 }
 

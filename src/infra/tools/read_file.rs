@@ -60,7 +60,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     if end < total {
         summary.push_str(&format!("; continue with offset {}", end + 1));
     }
-    Ok(ToolOutput { summary, streams: vec![Stream::whole("content", body)], is_error: false, cwd: None })
+    Ok(ToolOutput { summary, streams: vec![Stream::whole("content", body)], ..ToolOutput::default() })
 }
 
 fn too_big(path: &str, size: u64) -> ToolError {

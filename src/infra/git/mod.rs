@@ -1,0 +1,358 @@
+//! The one door to the repositories: libgit2 for reads at a commit, tree edits,
+//! compare-and-swap ref updates (`Repo`, the harness's `repo.git`), per-step commits
+//! of an agent's directory (`Tracked`), and the agents' own `project.git` and its
+//! worktrees (`Project`). Callers speak of branches, paths and commits, never of argv.
+
+use std::path::{Path, PathBuf};
+
+use git2::{
+    FileMode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature, TreeWalkMode, TreeWalkResult,
+    build::TreeUpdateBuilder,
+};
+
+mod project;
+mod tracked;
+
+pub use project::{Attachment, MAIN, Position, Project};
+pub use tracked::{Additions, Difference, Restored, Tracked};
+
+/// A commit id, printed as 40 hex digits.
+pub type CommitId = Oid;
+
+/// The identity every harness commit is made with (never the user's git config).
+const AUTHOR_NAME: &str = "offshoot";
+const AUTHOR_EMAIL: &str = "offshoot@localhost";
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("git: {what}: {source}")]
+    Lib { what: String, source: git2::Error },
+    #[error("branch `{branch}` moved while we wrote (expected {expected}, found {found})")]
+    Raced { branch: String, expected: String, found: String },
+    #[error("branch `{branch}` already exists")]
+    BranchExists { branch: String },
+    #[error("cannot write {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("`{path}` is not in {dir}")]
+    Outside { path: String, dir: String },
+}
+
+type Result<T> = std::result::Result<T, GitError>;
+
+fn lib(what: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
+    let what = what.into();
+    move |source| GitError::Lib { what, source }
+}
+
+/// One change to a tree: write a file's bytes, or remove a path (file or directory).
+#[derive(Debug, Clone)]
+pub enum TreeEdit {
+    Write { path: String, bytes: Vec<u8> },
+    Remove { path: String },
+}
+
+/// One entry of a directory in a commit's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub oid: Oid,
+    pub is_dir: bool,
+}
+
+/// The workspace's bare repository.
+pub struct Repo {
+    repo: Repository,
+}
+
+fn branch_ref(branch: &str) -> String {
+    format!("refs/heads/{branch}")
+}
+
+/// Sets libgit2's process-wide options once, before any repository is opened:
+/// - strict object creation off: it re-reads every entry of each tree being written
+///   to check it exists; our trees only name objects we just wrote or read, and the
+///   check made each commit's cost grow with the transcript's length;
+/// - no system, global or XDG git config: the harness never depends on the user's git
+///   settings (identity, filters, autocrlf), and libgit2 stops re-checking those files
+///   on every operation.
+#[expect(unsafe_code, reason = "git2 marks search-path changes unsafe: they race other libgit2 calls")]
+fn configure_libgit2() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        git2::opts::strict_object_creation(false);
+        for level in [git2::ConfigLevel::System, git2::ConfigLevel::Global, git2::ConfigLevel::XDG] {
+            // SAFETY: runs once, inside call_once, before this process opens any
+            // repository, so no other libgit2 call can race it.
+            let _ = unsafe { git2::opts::set_search_path(level, "") };
+        }
+    });
+}
+
+/// Every file path of `tree` at or below `prefix` ("" for all), with its blob id, in
+/// tree order.
+fn files_under(repo: &Repository, tree: &git2::Tree<'_>, prefix: &str) -> Result<Vec<(String, Oid)>> {
+    let prefix = prefix.trim_end_matches('/');
+    let (tree, root) = if prefix.is_empty() {
+        (tree.clone(), String::new())
+    } else {
+        match tree.get_path(Path::new(prefix)) {
+            Ok(e) if e.kind() == Some(ObjectType::Tree) => {
+                (repo.find_tree(e.id()).map_err(lib(format!("read {prefix}")))?, format!("{prefix}/"))
+            }
+            Ok(e) if e.kind() == Some(ObjectType::Blob) => return Ok(vec![(prefix.to_owned(), e.id())]),
+            _ => return Ok(Vec::new()),
+        }
+    };
+    let mut out = Vec::new();
+    tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.kind() == Some(ObjectType::Blob) {
+            out.push((format!("{root}{dir}{}", entry.name().unwrap_or_default()), entry.id()));
+        }
+        TreeWalkResult::Ok
+    })
+    .map_err(lib("walk tree"))?;
+    Ok(out)
+}
+
+/// The harness's signature at the current time, in UTC (no time-zone lookups).
+fn signature() -> Result<Signature<'static>> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let when = git2::Time::new(i64::try_from(secs).unwrap_or(i64::MAX), 0);
+    Signature::new(AUTHOR_NAME, AUTHOR_EMAIL, &when).map_err(lib("make signature"))
+}
+
+fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
+    repo.reference_matching(refname, new, true, expected, msg).map_err(|source| {
+        let found = repo.refname_to_id(refname).map(|id| id.to_string()).unwrap_or_else(|_| "nothing".into());
+        if found != expected.to_string() {
+            GitError::Raced { branch: refname.to_owned(), expected: expected.to_string(), found }
+        } else {
+            GitError::Lib { what: format!("update {refname}"), source }
+        }
+    })?;
+    Ok(())
+}
+
+fn commit_tree(repo: &Repository, tree: Oid, parents: &[Oid], message: &str) -> Result<Oid> {
+    let sig = signature()?;
+    let tree = repo.find_tree(tree).map_err(lib("find tree"))?;
+    let parents = parents
+        .iter()
+        .map(|p| repo.find_commit(*p).map_err(lib(format!("find commit {p}"))))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+    repo.commit(None, &sig, &sig, message, &tree, &refs).map_err(lib("write commit"))
+}
+
+impl Repo {
+    /// Creates a new bare repository at `path`.
+    pub fn init(path: &Path) -> Result<Repo> {
+        configure_libgit2();
+        let mut opts = RepositoryInitOptions::new();
+        opts.bare(true).mkpath(true).initial_head("config/default");
+        let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
+        // History is the commits themselves (append-only, moved by compare-and-swap);
+        // reflogs in every worktree would double each ref update's writes.
+        let mut config = repo.config().map_err(lib("open repository config"))?;
+        config.set_bool("core.logAllRefUpdates", false).map_err(lib("configure reflogs"))?;
+        Ok(Repo { repo })
+    }
+
+    pub fn open(path: &Path) -> Result<Repo> {
+        configure_libgit2();
+        let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
+        Ok(Repo { repo })
+    }
+
+    /// The commit a revision names (`agents/x`, a sha, `agents/x~3`), if any.
+    pub fn resolve_commit(&self, spec: &str) -> Option<Oid> {
+        let object = self.repo.revparse_single(spec).ok()?;
+        object.peel_to_commit().ok().map(|c| c.id())
+    }
+
+    /// The tip of `refs/heads/<branch>`, if the branch exists.
+    pub fn branch_tip(&self, branch: &str) -> Result<Option<Oid>> {
+        match self.repo.refname_to_id(&branch_ref(branch)) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read branch {branch}"), source }),
+        }
+    }
+
+    /// Branches under `prefix` (e.g. `agents/`), with their tips.
+    pub fn branches(&self, prefix: &str) -> Result<Vec<(String, Oid)>> {
+        let glob = format!("refs/heads/{prefix}*");
+        let refs = self.repo.references_glob(&glob).map_err(lib("list branches"))?;
+        let mut out = Vec::new();
+        for r in refs {
+            let r = r.map_err(lib("read branch"))?;
+            if let (Ok(name), Some(id)) = (r.name(), r.target()) {
+                out.push((name.trim_start_matches("refs/heads/").to_owned(), id));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Creates `refs/heads/<branch>` at `commit`; refuses if it exists.
+    pub fn create_branch(&self, branch: &str, commit: Oid, msg: &str) -> Result<()> {
+        let name = branch_ref(branch);
+        if self.repo.refname_to_id(&name).is_ok() {
+            return Err(GitError::BranchExists { branch: branch.to_owned() });
+        }
+        self.repo.reference(&name, commit, false, msg).map_err(lib(format!("create {name}")))?;
+        Ok(())
+    }
+
+    /// Moves a branch from `expected` to `new`, failing if it is elsewhere.
+    pub fn move_branch(&self, branch: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
+        cas_update(&self.repo, &branch_ref(branch), new, expected, msg)
+    }
+
+    /// The content of the mark `refs/offshoot/<kind>/<id>`, if it is set.
+    pub fn mark(&self, kind: &str, id: &str) -> Result<Option<Vec<u8>>> {
+        let name = format!("refs/offshoot/{kind}/{id}");
+        match self.repo.refname_to_id(&name) {
+            Ok(oid) => Ok(Some(self.read_blob(oid)?)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read {name}"), source }),
+        }
+    }
+
+    /// Sets the mark `refs/offshoot/<kind>/<id>` to a blob of `content`.
+    pub fn set_mark(&self, kind: &str, id: &str, content: &[u8]) -> Result<()> {
+        let name = format!("refs/offshoot/{kind}/{id}");
+        let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
+        self.repo.reference(&name, blob, true, "mark").map_err(lib(format!("set {name}")))?;
+        Ok(())
+    }
+
+    pub fn delete_marks(&self, id: &str) -> Result<()> {
+        let refs = self.repo.references_glob(&format!("refs/offshoot/*/{id}")).map_err(lib("list marks"))?;
+        let names: Vec<String> = refs.flatten().filter_map(|r| r.name().ok().map(str::to_owned)).collect();
+        for name in names {
+            if let Ok(mut r) = self.repo.find_reference(&name) {
+                r.delete().map_err(lib(format!("delete {name}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn delete_branch(&self, branch: &str) -> Result<()> {
+        let name = branch_ref(branch);
+        match self.repo.find_reference(&name) {
+            Ok(mut r) => r.delete().map_err(lib(format!("delete {name}"))),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// The bytes of the file at `path` in `commit`, or `None` if there is no such file.
+    pub fn read_file(&self, commit: Oid, path: &str) -> Result<Option<Vec<u8>>> {
+        let tree = self.tree_of(commit)?;
+        let entry = match tree.get_path(Path::new(path)) {
+            Ok(e) => e,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(GitError::Lib { what: format!("read {path}"), source });
+            }
+        };
+        if entry.kind() != Some(ObjectType::Blob) {
+            return Ok(None);
+        }
+        self.read_blob(entry.id()).map(Some)
+    }
+
+    pub fn read_blob(&self, oid: Oid) -> Result<Vec<u8>> {
+        let blob = self.repo.find_blob(oid).map_err(lib(format!("read blob {oid}")))?;
+        Ok(blob.content().to_vec())
+    }
+
+    /// The entries of directory `dir` in `commit` (empty if it does not exist).
+    pub fn list_dir(&self, commit: Oid, dir: &str) -> Result<Vec<DirEntry>> {
+        let tree = self.tree_of(commit)?;
+        let sub = if dir.is_empty() {
+            tree
+        } else {
+            match tree.get_path(Path::new(dir)) {
+                Ok(e) if e.kind() == Some(ObjectType::Tree) => {
+                    self.repo.find_tree(e.id()).map_err(lib(format!("read {dir}")))?
+                }
+                _ => return Ok(Vec::new()),
+            }
+        };
+        Ok(sub
+            .iter()
+            .map(|e| DirEntry {
+                name: e.name().unwrap_or_default().to_owned(),
+                oid: e.id(),
+                is_dir: e.kind() == Some(ObjectType::Tree),
+            })
+            .collect())
+    }
+
+    /// Every file path in `commit` at or below `prefix` ("" for all), with its blob
+    /// id, in tree order.
+    pub fn list_files(&self, commit: Oid, prefix: &str) -> Result<Vec<(String, Oid)>> {
+        files_under(&self.repo, &self.tree_of(commit)?, prefix)
+    }
+
+    /// Writes a commit whose tree is `base`'s tree (or empty) with `edits` applied.
+    /// Moves no ref.
+    pub fn commit_edits(&self, parents: &[Oid], base: Option<Oid>, edits: &[TreeEdit], message: &str) -> Result<Oid> {
+        let Some(base) = base else {
+            let tree = self.build_tree(edits)?;
+            return commit_tree(&self.repo, tree, parents, message);
+        };
+        let base_tree = self.tree_of(base)?;
+        let mut update = TreeUpdateBuilder::new();
+        for edit in edits {
+            match edit {
+                TreeEdit::Write { path, bytes } => {
+                    let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+                    update.upsert(path.as_str(), blob, FileMode::Blob);
+                }
+                TreeEdit::Remove { path } => {
+                    update.remove(path.as_str());
+                }
+            }
+        }
+        let tree = update.create_updated(&self.repo, &base_tree).map_err(lib("edit tree"))?;
+        commit_tree(&self.repo, tree, parents, message)
+    }
+
+    /// Writes a tree holding exactly the files `edits` write (removals are moot).
+    fn build_tree(&self, edits: &[TreeEdit]) -> Result<Oid> {
+        #[derive(Default)]
+        struct Dir {
+            files: std::collections::BTreeMap<String, Oid>,
+            dirs: std::collections::BTreeMap<String, Dir>,
+        }
+        fn write(repo: &Repository, dir: &Dir) -> Result<Oid> {
+            let mut builder = repo.treebuilder(None).map_err(lib("tree builder"))?;
+            for (name, sub) in &dir.dirs {
+                let id = write(repo, sub)?;
+                builder.insert(name, id, FileMode::Tree.into()).map_err(lib(format!("add {name}")))?;
+            }
+            for (name, blob) in &dir.files {
+                builder.insert(name, *blob, FileMode::Blob.into()).map_err(lib(format!("add {name}")))?;
+            }
+            builder.write().map_err(lib("write tree"))
+        }
+        let mut root = Dir::default();
+        for edit in edits {
+            if let TreeEdit::Write { path, bytes } = edit {
+                let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+                let mut parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+                let Some(file) = parts.pop() else { continue };
+                let dir = parts.into_iter().fold(&mut root, |d, p| d.dirs.entry(p.to_owned()).or_default());
+                dir.files.insert(file.to_owned(), blob);
+            }
+        }
+        write(&self.repo, &root)
+    }
+
+    fn tree_of(&self, commit: Oid) -> Result<git2::Tree<'_>> {
+        let c = self.repo.find_commit(commit).map_err(lib(format!("find commit {commit}")))?;
+        c.tree().map_err(lib(format!("tree of {commit}")))
+    }
+}

@@ -1,0 +1,201 @@
+//! The agents' own repository, `project.git`: a bare repository whose linked
+//! worktrees are the agents' directories. Whatever an agent does with git acts
+//! here; the harness only makes and mends the worktrees, creates and removes
+//! branches, and reads where each worktree's HEAD is.
+
+use std::path::{Path, PathBuf};
+
+use git2::{Index, Oid, Repository, RepositoryInitOptions};
+
+use super::{GitError, Result, branch_ref, commit_tree, configure_libgit2, lib, tracked::write_file};
+
+/// Where a worktree's HEAD is: on a branch (whose tip may be unborn), or detached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    pub branch: Option<String>,
+    pub head: Option<Oid>,
+}
+
+/// The agents' repository.
+pub struct Project {
+    repo: Repository,
+    path: PathBuf,
+}
+
+/// How far a directory is still the linked worktree the harness made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attachment {
+    Attached,
+    /// The admin directory is fine; the directory's `.git` is missing or changed.
+    DotGitWrong,
+    /// No admin directory points at this directory.
+    Detached,
+}
+
+/// The branch every root agent starts from outside project mode.
+pub const MAIN: &str = "main";
+
+impl Project {
+    /// Creates `path` as a bare repository with one empty commit on `main`, the
+    /// harness's directory `harness` excluded everywhere, and `objects` (the
+    /// harness's object store) as an alternate, so content the harness already
+    /// stored is not stored again by the agents' git.
+    pub fn init(path: &Path, harness: &str, objects: &Path) -> Result<Project> {
+        configure_libgit2();
+        let mut opts = RepositoryInitOptions::new();
+        opts.bare(true).mkpath(true).initial_head(MAIN);
+        let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
+        let mut config = repo.config().map_err(lib("open project config"))?;
+        // Agents may want their reflog to undo a reset.
+        config.set_bool("core.logAllRefUpdates", true).map_err(lib("configure reflogs"))?;
+        write_file(path, "info/exclude", format!("/{harness}/\n").as_bytes())?;
+        let alternate = relative_to(objects, &path.join("objects"));
+        write_file(path, "objects/info/alternates", format!("{}\n", alternate.display()).as_bytes())?;
+        let empty = repo.treebuilder(None).and_then(|b| b.write()).map_err(lib("write the empty tree"))?;
+        let first = commit_tree(&repo, empty, &[], "project: an empty beginning")?;
+        repo.reference(&branch_ref(MAIN), first, false, "init").map_err(lib("create main"))?;
+        Ok(Project { repo, path: path.to_owned() })
+    }
+
+    pub fn open(path: &Path) -> Result<Project> {
+        configure_libgit2();
+        let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
+        Ok(Project { repo, path: path.to_owned() })
+    }
+
+    pub fn branch_tip(&self, branch: &str) -> Result<Option<Oid>> {
+        match self.repo.refname_to_id(&branch_ref(branch)) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read project branch {branch}"), source }),
+        }
+    }
+
+    /// Creates `branch` at `at`; refuses if it exists.
+    pub fn create_branch(&self, branch: &str, at: Oid) -> Result<()> {
+        if self.branch_tip(branch)?.is_some() {
+            return Err(GitError::BranchExists { branch: branch.to_owned() });
+        }
+        self.repo
+            .reference(&branch_ref(branch), at, false, "offshoot: new agent")
+            .map_err(lib(format!("create {branch}")))?;
+        Ok(())
+    }
+
+    pub fn delete_branch(&self, branch: &str) -> Result<()> {
+        match self.repo.find_reference(&branch_ref(branch)) {
+            Ok(mut r) => r.delete().map_err(lib(format!("delete project branch {branch}"))),
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn admin(&self, id: &str) -> PathBuf {
+        self.path.join("worktrees").join(id)
+    }
+
+    /// Makes `dir` the linked worktree `id` at `at`: its `.git` file, the admin
+    /// directory, and an index equal to the HEAD's tree (so `git status` shows the
+    /// files on disk as changes against it). Files in `dir` are not touched.
+    pub fn attach(&self, id: &str, dir: &Path, at: &Position) -> Result<()> {
+        let admin = self.admin(id);
+        let _ = std::fs::remove_dir_all(&admin);
+        let head = match (&at.branch, at.head) {
+            (Some(branch), _) => format!("ref: refs/heads/{branch}\n"),
+            (None, Some(oid)) => format!("{oid}\n"),
+            (None, None) => format!("ref: refs/heads/{MAIN}\n"),
+        };
+        let rel = format!("worktrees/{id}");
+        write_file(&self.path, &format!("{rel}/HEAD"), head.as_bytes())?;
+        write_file(&self.path, &format!("{rel}/commondir"), b"../..\n")?;
+        write_file(&self.path, &format!("{rel}/gitdir"), format!("{}\n", dir.join(".git").display()).as_bytes())?;
+        let mut index = Index::open(&admin.join("index")).map_err(lib("open the worktree's index"))?;
+        if let Some(oid) = at.head {
+            let tree = self.repo.find_commit(oid).and_then(|c| c.tree()).map_err(lib(format!("tree of {oid}")))?;
+            index.read_tree(&tree).map_err(lib("read tree into the worktree's index"))?;
+        }
+        index.write().map_err(lib("write the worktree's index"))?;
+        write_file(dir, ".git", self.dot_git(id).as_bytes())
+    }
+
+    /// What the `.git` file of worktree `id` says.
+    fn dot_git(&self, id: &str) -> String {
+        format!("gitdir: {}\n", self.admin(id).display())
+    }
+
+    /// How far `dir` is still worktree `id`.
+    pub fn attachment(&self, id: &str, dir: &Path) -> Attachment {
+        let admin = self.admin(id);
+        let points_back =
+            std::fs::read_to_string(admin.join("gitdir")).is_ok_and(|g| Path::new(g.trim()) == dir.join(".git"));
+        if !points_back || !admin.join("HEAD").is_file() {
+            return Attachment::Detached;
+        }
+        let dot_git = dir.join(".git");
+        let right = std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file())
+            && std::fs::read_to_string(&dot_git).is_ok_and(|g| g == self.dot_git(id));
+        if right { Attachment::Attached } else { Attachment::DotGitWrong }
+    }
+
+    /// Writes `dir/.git` back as worktree `id`'s pointer, replacing whatever is there.
+    pub fn restore_dot_git(&self, id: &str, dir: &Path) -> Result<()> {
+        write_file(dir, ".git", self.dot_git(id).as_bytes())
+    }
+
+    /// Whether the project's objects include `commit`.
+    pub fn has_commit(&self, commit: Oid) -> bool {
+        self.repo.find_commit(commit).is_ok()
+    }
+
+    /// Removes worktree `id`'s admin directory (its files stay where they are).
+    pub fn detach(&self, id: &str) {
+        let _ = std::fs::remove_dir_all(self.admin(id));
+    }
+
+    /// Where worktree `id`'s HEAD is, read from its admin directory (never through
+    /// the directory's `.git`, which the agent can change).
+    pub fn position(&self, id: &str) -> Result<Position> {
+        let path = self.admin(id).join("HEAD");
+        let text = std::fs::read_to_string(&path).map_err(|source| GitError::Io { path, source })?;
+        let text = text.trim();
+        if let Some(reference) = text.strip_prefix("ref:") {
+            let reference = reference.trim();
+            let head = match self.repo.refname_to_id(reference) {
+                Ok(oid) => Some(oid),
+                Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+                Err(source) => return Err(GitError::Lib { what: format!("resolve {reference}"), source }),
+            };
+            let branch = reference.strip_prefix("refs/heads/").unwrap_or(reference).to_owned();
+            return Ok(Position { branch: Some(branch), head });
+        }
+        Ok(Position { branch: None, head: Oid::from_str(text).ok() })
+    }
+}
+
+/// `target` as a path relative to `from` (both absolute or both relative to the
+/// same place), for links that survive moving the workspace.
+fn relative_to(target: &Path, from: &Path) -> PathBuf {
+    let t: Vec<_> = target.components().collect();
+    let f: Vec<_> = from.components().collect();
+    let common = t.iter().zip(&f).take_while(|(a, b)| a == b).count();
+    let mut out = PathBuf::new();
+    for _ in common..f.len() {
+        out.push("..");
+    }
+    for part in &t[common..] {
+        out.push(part);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_links_climb_to_the_common_parent() {
+        assert_eq!(
+            relative_to(Path::new("/ws/repo.git/objects"), Path::new("/ws/project.git/objects")),
+            PathBuf::from("../../repo.git/objects")
+        );
+    }
+}

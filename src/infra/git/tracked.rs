@@ -1,0 +1,391 @@
+//! The harness's view of an agent's directory: `repo.git` with the directory as an
+//! explicit workdir and an index of its own, so each step's commit holds the files
+//! exactly as they are on disk, whatever the agent's own git (a different repository,
+//! reached through the directory's `.git`) did.
+
+use std::path::{Path, PathBuf};
+
+use git2::build::{CheckoutBuilder, TreeUpdateBuilder};
+use git2::{FileMode, Index, ObjectType, Oid, Repository};
+
+use super::{GitError, Result, branch_ref, cas_update, commit_tree, configure_libgit2, lib};
+
+/// The name a directory's pointer to its own repository has; never captured.
+const DOT_GIT: &str = ".git";
+
+/// An agent's directory as `repo.git` tracks it.
+///
+/// `.offshoot/` belongs to the harness: its files go into commits only through
+/// [`Tracked::commit`] (transcript entries, and a few other harness files), never
+/// through the scan, and it is kept out of the index. The transcript directory's tree
+/// is extended from the parent's raw tree bytes (no parse, no sort, no index). The
+/// index holds only work products and serves as the scan's stat cache; it lives in
+/// memory while a driver holds the lock and is written to `index/<id>` by
+/// [`Tracked::save_index`].
+pub struct Tracked {
+    repo: Repository,
+    root: PathBuf,
+    /// The harness's directory, relative to the root (`.offshoot`).
+    harness: String,
+    /// The transcript directory, relative to the root (`.offshoot/messages`).
+    transcript: String,
+    /// The raw bytes of the transcript tree last written, by its id.
+    transcript_tree: std::cell::RefCell<Option<(Oid, Vec<u8>)>>,
+}
+
+/// What one commit adds: transcript entries (file names in the transcript
+/// directory) and other harness files (paths under the harness directory).
+#[derive(Default)]
+pub struct Additions<'a> {
+    pub entries: &'a [(&'a str, &'a [u8])],
+    pub harness: &'a [(&'a str, &'a [u8])],
+}
+
+impl Tracked {
+    /// Opens `repo` (bare) with `root` as its workdir and `index` as its index file
+    /// (created on the first save). `transcript` lies inside `harness`.
+    pub fn open(repo: &Path, root: &Path, index: &Path, harness: &str, transcript: &str) -> Result<Tracked> {
+        configure_libgit2();
+        let opened = Repository::open_bare(repo).map_err(lib(format!("open {}", repo.display())))?;
+        opened.set_workdir(root, false).map_err(lib(format!("use {} as the workdir", root.display())))?;
+        if let Some(dir) = index.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| GitError::Io { path: dir.to_owned(), source })?;
+        }
+        let mut idx = Index::open(index).map_err(lib(format!("open index {}", index.display())))?;
+        opened.set_index(&mut idx).map_err(lib("attach the index"))?;
+        Ok(Tracked {
+            repo: opened,
+            root: root.to_owned(),
+            harness: harness.trim_end_matches('/').to_owned(),
+            transcript: transcript.trim_end_matches('/').to_owned(),
+            transcript_tree: Default::default(),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Writes every file of `commit` into the directory (overwriting what is there;
+    /// nothing else is removed) and makes the index match it.
+    pub fn checkout(&self, commit: Oid) -> Result<()> {
+        let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
+        let mut opts = CheckoutBuilder::new();
+        opts.force().update_index(true);
+        self.repo.checkout_tree(tree.as_object(), Some(&mut opts)).map_err(lib(format!("check out {commit}")))?;
+        self.reset_index(commit)
+    }
+
+    /// Makes the in-memory index equal to `commit`'s tree less the harness's
+    /// directory, keeping the stat data of entries that did not change.
+    pub fn reset_index(&self, commit: Oid) -> Result<()> {
+        let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        index.read_tree(&tree).map_err(lib("read tree into index"))?;
+        index.remove_dir(Path::new(&self.harness), 0).map_err(lib("unstage the harness's directory"))?;
+        Ok(())
+    }
+
+    /// Writes the index to its file (the stat cache the next driver starts from).
+    pub fn save_index(&self) -> Result<()> {
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        index.write().map_err(lib("write index"))
+    }
+
+    /// Writes `add` to disk and commits it on top of `parent`, moving `branch` from
+    /// `parent` to the new commit. With `scan`, every change to the work products
+    /// (additions, modifications, deletions; .gitignore honoured) is committed too;
+    /// without, the work products are the parent's.
+    pub fn commit(&self, branch: &str, parent: Oid, add: &Additions, scan: bool, message: &str) -> Result<Oid> {
+        let base = self.repo.find_commit(parent).and_then(|c| c.tree()).map_err(lib(format!("tree of {parent}")))?;
+        let harness = self.harness_tree(&base, add)?;
+        let mut work = None;
+        if scan {
+            let mut index = self.repo.index().map_err(lib("open index"))?;
+            let roots = self.scan_roots(&index);
+            if !roots.is_empty() && self.stage_changes(&mut index, &roots)? {
+                let id = index.write_tree().map_err(lib("write tree"))?;
+                work = Some(self.repo.find_tree(id).map_err(lib("find tree"))?);
+            }
+        }
+        // Unchanged work products: the parent's tree is the index's tree.
+        let work = work.unwrap_or(base);
+        let mut update = TreeUpdateBuilder::new();
+        update.upsert(self.harness.as_str(), harness, FileMode::Tree);
+        let tree = update.create_updated(&self.repo, &work).map_err(lib("edit tree"))?;
+        let commit = commit_tree(&self.repo, tree, &[parent], message)?;
+        cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
+        Ok(commit)
+    }
+
+    /// The harness's directory as `base` has it, with `add` written in.
+    fn harness_tree(&self, base: &git2::Tree<'_>, add: &Additions) -> Result<Oid> {
+        let current = base.get_path(Path::new(&self.harness)).map_err(lib(format!("read {}", self.harness)))?;
+        let current = self.repo.find_tree(current.id()).map_err(lib(format!("read {}", self.harness)))?;
+        let transcript_rel = self.transcript.strip_prefix(&format!("{}/", self.harness)).unwrap_or(&self.transcript);
+        let mut update = TreeUpdateBuilder::new();
+        if !add.entries.is_empty() {
+            let transcript = self.extend_transcript(&current, transcript_rel, add.entries)?;
+            update.upsert(transcript_rel, transcript, FileMode::Tree);
+        }
+        let prefix = format!("{}/", self.harness);
+        for (path, bytes) in add.harness {
+            let Some(rel) = path.strip_prefix(&prefix).filter(|r| !r.is_empty()) else {
+                return Err(GitError::Outside { path: (*path).to_owned(), dir: self.harness.clone() });
+            };
+            write_file(&self.root, path, bytes)?;
+            let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+            update.upsert(rel, blob, FileMode::Blob);
+        }
+        update.create_updated(&self.repo, &current).map_err(lib("edit the harness's tree"))
+    }
+
+    /// Writes transcript `entries` to disk and returns the transcript tree with them
+    /// added, extended from the raw bytes of the current one.
+    fn extend_transcript(&self, harness: &git2::Tree<'_>, rel: &str, entries: &[(&str, &[u8])]) -> Result<Oid> {
+        let mut added = Vec::with_capacity(entries.len());
+        for (name, bytes) in entries {
+            if name.is_empty() || name.contains('/') {
+                return Err(GitError::Outside { path: (*name).to_owned(), dir: self.transcript.clone() });
+            }
+            write_file(&self.root, &format!("{}/{name}", self.transcript), bytes)?;
+            let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {name}")))?;
+            added.push((name.as_bytes(), blob));
+        }
+        let current = harness.get_path(Path::new(rel)).ok().map(|e| e.id());
+        let mut cache = self.transcript_tree.borrow_mut();
+        let raw = match (current, cache.take()) {
+            (Some(id), Some((cached, bytes))) if cached == id => bytes,
+            (Some(id), _) => {
+                let odb = self.repo.odb().map_err(lib("open odb"))?;
+                let object = odb.read(id).map_err(lib(format!("read tree {id}")))?;
+                object.data().to_vec()
+            }
+            (None, _) => Vec::new(),
+        };
+        let bytes = raw_tree_with(&raw, &mut added).ok_or_else(|| GitError::Outside {
+            path: self.transcript.clone(),
+            dir: "a directory of files only".into(),
+        })?;
+        let odb = self.repo.odb().map_err(lib("open odb"))?;
+        let id = odb.write(ObjectType::Tree, &bytes).map_err(lib("write tree"))?;
+        *cache = Some((id, bytes));
+        Ok(id)
+    }
+
+    /// Makes `prefix` (a file or directory below the root) on disk exactly what
+    /// `commit` has there, never following a symlink, and says what differed.
+    pub fn restore(&self, commit: Oid, prefix: &str) -> Result<Vec<Restored>> {
+        let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
+        let committed: std::collections::BTreeMap<String, Oid> =
+            super::files_under(&self.repo, &tree, prefix)?.into_iter().collect();
+        let on_disk = disk_entries(&self.root, prefix);
+        let mut restored = Vec::new();
+        let io = |path: PathBuf| move |source| GitError::Io { path, source };
+        // Entries the commit does not have, deepest first (a directory after its contents).
+        for (path, kind) in on_disk.iter().rev() {
+            let keep = match kind {
+                Kind::Dir => committed.keys().any(|c| c.starts_with(&format!("{path}/"))),
+                _ => committed.contains_key(path),
+            };
+            if !keep {
+                let full = self.root.join(path);
+                remove_entry(&full).map_err(io(full))?;
+                if *kind != Kind::Dir || !restored.iter().any(|r: &Restored| r.path.starts_with(&format!("{path}/"))) {
+                    restored.push(Restored { path: path.clone(), difference: Difference::Extra });
+                }
+            }
+        }
+        for (path, oid) in &committed {
+            let difference = match on_disk.get(path) {
+                Some(Kind::File) if Oid::hash_file(ObjectType::Blob, self.root.join(path)).ok() == Some(*oid) => {
+                    continue;
+                }
+                Some(_) => Difference::Changed,
+                None => Difference::Missing,
+            };
+            let blob = self.repo.find_blob(*oid).map_err(lib(format!("read {path}")))?;
+            write_file(&self.root, path, blob.content())?;
+            restored.push(Restored { path: path.clone(), difference });
+        }
+        restored.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(restored)
+    }
+
+    /// Stages every addition, change and deletion below `roots` (taken as literal
+    /// paths, so libgit2 walks only those subtrees).
+    fn stage_changes(&self, index: &mut git2::Index, roots: &[String]) -> Result<bool> {
+        let mut opts = git2::DiffOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true).disable_pathspec_match(true).include_typechange(true);
+        for r in roots {
+            opts.pathspec(r);
+        }
+        let diff = self.repo.diff_index_to_workdir(Some(index), Some(&mut opts)).map_err(lib("scan worktree"))?;
+        let mut changed = Vec::new();
+        for delta in diff.deltas() {
+            let Some(path) = delta.new_file().path().or(delta.old_file().path()) else { continue };
+            changed.push((path.to_owned(), delta.status() == git2::Delta::Deleted));
+        }
+        let any = !changed.is_empty();
+        for (path, deleted) in changed {
+            if deleted {
+                index.remove_path(&path).map_err(lib(format!("unstage {}", path.display())))?;
+            } else {
+                index.add_path(&path).map_err(lib(format!("stage {}", path.display())))?;
+            }
+        }
+        Ok(any)
+    }
+
+    /// The paths to scan: every top-level entry on disk or in the index but the
+    /// harness's directory and `.git`.
+    fn scan_roots(&self, index: &git2::Index) -> Vec<String> {
+        let mut names = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(&self.root).into_iter().flatten().flatten() {
+            names.insert(entry.file_name().to_string_lossy().into_owned());
+        }
+        for e in index.iter() {
+            let path = String::from_utf8_lossy(&e.path).into_owned();
+            names.insert(path.split('/').next().unwrap_or(&path).to_owned());
+        }
+        names.into_iter().filter(|n| *n != self.harness && n != DOT_GIT).collect()
+    }
+}
+
+/// How a file on disk differed from the commit it was restored to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Difference {
+    /// It had other content, or was not a plain file.
+    Changed,
+    /// It was gone.
+    Missing,
+    /// The commit has no such path; it was removed.
+    Extra,
+}
+
+/// One path put back by [`Tracked::restore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    pub path: String,
+    pub difference: Difference,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    File,
+    Dir,
+    /// A symlink, pipe, socket or device: never a harness file.
+    Other,
+}
+
+/// Every entry at or below `root/prefix`, by path relative to `root`, without
+/// following symlinks.
+fn disk_entries(root: &Path, prefix: &str) -> std::collections::BTreeMap<String, Kind> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![prefix.trim_end_matches('/').to_owned()];
+    while let Some(rel) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(root.join(&rel)) else { continue };
+        let kind = if meta.is_dir() {
+            Kind::Dir
+        } else if meta.is_file() {
+            Kind::File
+        } else {
+            Kind::Other
+        };
+        if kind == Kind::Dir {
+            for entry in std::fs::read_dir(root.join(&rel)).into_iter().flatten().flatten() {
+                stack.push(format!("{rel}/{}", entry.file_name().to_string_lossy()));
+            }
+        }
+        out.insert(rel, kind);
+    }
+    out
+}
+
+/// A raw tree (git's binary format) with blob entries `added` inserted in git's
+/// order, replacing entries of the same name; `None` if the tree holds anything but
+/// plain files (whose order rules differ).
+fn raw_tree_with(raw: &[u8], added: &mut [(&[u8], Oid)]) -> Option<Vec<u8>> {
+    added.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = Vec::with_capacity(raw.len() + added.len() * 64);
+    let mut next = added.iter().peekable();
+    let mut at = 0;
+    while at < raw.len() {
+        let space = at + raw[at..].iter().position(|&b| b == b' ')?;
+        let nul = space + raw[space..].iter().position(|&b| b == 0)?;
+        let end = nul + 21;
+        if end > raw.len() || &raw[at..space] != b"100644" && &raw[at..space] != b"100755" {
+            return None;
+        }
+        let name = &raw[space + 1..nul];
+        while let Some((n, id)) = next.next_if(|(new, _)| *new < name) {
+            push_blob_entry(&mut out, n, *id);
+        }
+        match next.next_if(|(new, _)| *new == name) {
+            Some((n, id)) => push_blob_entry(&mut out, n, *id),
+            None => out.extend_from_slice(&raw[at..end]),
+        }
+        at = end;
+    }
+    for (n, id) in next {
+        push_blob_entry(&mut out, n, *id);
+    }
+    Some(out)
+}
+
+fn push_blob_entry(out: &mut Vec<u8>, name: &[u8], id: Oid) {
+    out.extend_from_slice(b"100644 ");
+    out.extend_from_slice(name);
+    out.push(0);
+    out.extend_from_slice(id.as_bytes());
+}
+
+/// Writes `bytes` to `root/rel` without following a symlink anywhere below `root`:
+/// an ancestor that is not a real directory, or whatever stands at the path, is
+/// replaced. (An agent can plant a symlink where the harness is about to write.)
+pub(super) fn write_file(root: &Path, rel: &str, bytes: &[u8]) -> Result<()> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| GitError::Io { path, source }
+    };
+    let mut dir = root.to_owned();
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+    let Some((file, ancestors)) = parts.split_last() else {
+        return Err(GitError::Outside { path: rel.to_owned(), dir: root.display().to_string() });
+    };
+    for part in ancestors {
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => continue,
+            Ok(_) => std::fs::remove_file(&dir).map_err(io(&dir))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&dir)(e)),
+        }
+        std::fs::create_dir(&dir).map_err(io(&dir))?;
+    }
+    let path = dir.join(file);
+    let create = || std::fs::OpenOptions::new().write(true).create_new(true).open(&path);
+    let mut out = match create() {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            remove_entry(&path).map_err(io(&path))?;
+            create().map_err(io(&path))?
+        }
+        Err(e) => return Err(io(&path)(e)),
+    };
+    std::io::Write::write_all(&mut out, bytes).map_err(io(&path))
+}
+
+/// Removes whatever stands at `path` (a directory with its contents; a symlink
+/// itself, never its target).
+fn remove_entry(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,115 @@
+use super::*;
+use crate::infra::git::{Position, Project, Repo, TreeEdit};
+use pretty_assertions::assert_eq;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("offshoot-git-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A workspace-like pair of repositories with one agent directory attached.
+fn setup(name: &str) -> (PathBuf, Repo, Project, Tracked, Oid) {
+    let dir = temp_dir(name);
+    let repo = Repo::init(&dir.join("repo.git")).expect("init");
+    let project = Project::init(&dir.join("project.git"), ".offshoot", &dir.join("repo.git/objects")).expect("project");
+    let edits = [
+        TreeEdit::Write { path: ".offshoot/goal.md".into(), bytes: b"goal".to_vec() },
+        TreeEdit::Write { path: ".offshoot/messages/0001-user.md".into(), bytes: b"hi".to_vec() },
+        TreeEdit::Write { path: "README".into(), bytes: b"inherited".to_vec() },
+    ];
+    let first = repo.commit_edits(&[], None, &edits, "dispatch").expect("commit");
+    repo.create_branch("agents/a", first, "dispatch").expect("branch");
+    let main = project.branch_tip(crate::infra::git::MAIN).expect("main").expect("main exists");
+    project.create_branch("Agent", main).expect("project branch");
+    let root = dir.join("agents/a");
+    std::fs::create_dir_all(&root).expect("dir");
+    project.attach("a", &root, &Position { branch: Some("Agent".into()), head: Some(main) }).expect("attach");
+    let tracked = Tracked::open(&dir.join("repo.git"), &root, &dir.join("index/a"), ".offshoot", ".offshoot/messages")
+        .expect("open");
+    tracked.checkout(first).expect("checkout");
+    (dir, repo, project, tracked, first)
+}
+
+fn adds<'a>(entries: &'a [(&'a str, &'a [u8])], harness: &'a [(&'a str, &'a [u8])]) -> Additions<'a> {
+    Additions { entries, harness }
+}
+
+#[test]
+fn steps_commit_the_directory_as_it_is_and_only_harness_files_under_offshoot() {
+    let (dir, repo, _project, tracked, first) = setup("steps");
+    let root = dir.join("agents/a");
+    assert_eq!(std::fs::read_to_string(root.join("README")).expect("checked out"), "inherited");
+    assert_eq!(std::fs::read_to_string(root.join(".offshoot/messages/0001-user.md")).expect("checked out"), "hi");
+
+    let second = tracked.commit("agents/a", first, &adds(&[("0002-model.json", b"{}")], &[]), false, "output");
+    let second = second.expect("append");
+    std::fs::write(root.join("work.txt"), "product").expect("write");
+    // The agent's own edits under .offshoot/ are never captured by the scan.
+    std::fs::write(root.join(".offshoot/goal.md"), "forged").expect("write");
+    std::fs::write(root.join(".offshoot/stray"), "x").expect("write");
+    let add = adds(&[("0003-tool.json", b"{}")], &[(".offshoot/git", b"branch Agent\n")]);
+    let third = tracked.commit("agents/a", second, &add, true, "tool").expect("scan");
+
+    assert_eq!(repo.branch_tip("agents/a").expect("tip"), Some(third));
+    assert_eq!(repo.read_file(third, "work.txt").expect("read"), Some(b"product".to_vec()));
+    assert_eq!(repo.read_file(third, ".offshoot/goal.md").expect("read"), Some(b"goal".to_vec()));
+    assert_eq!(repo.read_file(third, ".offshoot/stray").expect("read"), None);
+    assert_eq!(repo.read_file(third, ".offshoot/git").expect("read"), Some(b"branch Agent\n".to_vec()));
+    assert_eq!(repo.read_file(third, ".git").expect("read"), None);
+    let names: Vec<_> = repo.list_dir(third, ".offshoot").expect("ls").into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["git", "goal.md", "messages"]);
+    let listed: Vec<_> = repo.list_dir(third, ".offshoot/messages").expect("ls").into_iter().map(|e| e.name).collect();
+    assert_eq!(listed, vec!["0001-user.md", "0002-model.json", "0003-tool.json"]);
+    // A stale parent is refused: one writer per branch.
+    let err = tracked.commit("agents/a", second, &adds(&[("0004-x.md", b"x")], &[]), false, "late").expect_err("race");
+    assert!(matches!(err, GitError::Raced { .. }), "{err}");
+    let err = tracked.commit("agents/a", third, &adds(&[], &[("elsewhere.txt", b"x")]), false, "out").expect_err("out");
+    assert!(matches!(err, GitError::Outside { .. }), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_directory_is_a_worktree_of_the_agents_repository() {
+    let (dir, _repo, project, _tracked, _) = setup("project");
+    let root = dir.join("agents/a");
+    assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::Attached);
+    let position = project.position("a").expect("position");
+    assert_eq!(position.branch.as_deref(), Some("Agent"));
+    std::fs::write(root.join(".git"), "gitdir: /elsewhere\n").expect("write");
+    assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::DotGitWrong);
+    project.restore_dot_git("a", &root).expect("restore");
+    assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::Attached);
+    project.detach("a");
+    assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::Detached);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn raw_tree_insertion_keeps_git_order() {
+    let id = |b: u8| Oid::from_bytes(&[b; 20]).expect("oid");
+    let mut first = [(&b"0002-b.json"[..], id(2)), (&b"0001-a.md"[..], id(1))];
+    let raw = raw_tree_with(&[], &mut first).expect("tree");
+    let mut more = [(&b"10000-z.md"[..], id(4)), (&b"0003-c.md"[..], id(3)), (&b"0001-a.md"[..], id(5))];
+    let raw = raw_tree_with(&raw, &mut more).expect("tree");
+    let mut names = Vec::new();
+    let mut at = 0;
+    while at < raw.len() {
+        let nul = at + raw[at..].iter().position(|&b| b == 0).expect("nul");
+        names.push(String::from_utf8_lossy(&raw[at + 7..nul]).into_owned());
+        at = nul + 21;
+    }
+    assert_eq!(names, vec!["0001-a.md", "0002-b.json", "0003-c.md", "10000-z.md"]);
+    let mut with_dir = Vec::from(&b"40000 sub\0"[..]);
+    with_dir.extend_from_slice(id(9).as_bytes());
+    assert!(raw_tree_with(&with_dir, &mut []).is_none());
+}
+
+#[test]
+fn harness_files_may_be_nested() {
+    let (dir, repo, _project, tracked, first) = setup("nested");
+    let add = adds(&[("0002-tool.json", b"{}")], &[(".offshoot/skills/s/SKILL.md", b"skill")]);
+    let second = tracked.commit("agents/a", first, &add, false, "skill").expect("commit");
+    assert_eq!(repo.read_file(second, ".offshoot/skills/s/SKILL.md").expect("read"), Some(b"skill".to_vec()));
+    let _ = std::fs::remove_dir_all(&dir);
+}

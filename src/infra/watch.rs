@@ -1,0 +1,227 @@
+//! Noticing changes under a directory without scanning it: inotify watches on one
+//! subtree (every directory in it) and on the root for a few names. Reading what
+//! was touched is one non-blocking read; nothing touched costs nothing.
+
+use std::collections::{BTreeSet, HashMap};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// Events on the watched subtree.
+const SUBTREE: u32 = libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_MODIFY
+    | libc::IN_ATTRIB
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF;
+
+/// Events on the root, for the names watched there.
+const ROOT: u32 = libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_MODIFY
+    | libc::IN_ATTRIB
+    | libc::IN_CLOSE_WRITE
+    | libc::IN_MOVED_FROM
+    | libc::IN_MOVED_TO
+    | libc::IN_DELETE_SELF
+    | libc::IN_MOVE_SELF;
+
+/// What was touched since the last look.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Touched {
+    /// Paths relative to the root (a directory's own path when it went away).
+    pub paths: BTreeSet<String>,
+    /// Events were lost (the kernel's queue overflowed), or the root itself went
+    /// away: anything may have changed.
+    pub everything: bool,
+}
+
+impl Touched {
+    pub fn is_empty(&self) -> bool {
+        self.paths.is_empty() && !self.everything
+    }
+}
+
+/// Watches `subtree` (relative to `root`) and the names `at_root` in `root`.
+pub struct Watch {
+    fd: OwnedFd,
+    root: PathBuf,
+    subtree: String,
+    at_root: Vec<String>,
+    /// Watch descriptor → the directory it watches, relative to the root ("" is the root).
+    dirs: HashMap<i32, String>,
+}
+
+impl Watch {
+    /// Starts watching; fails if inotify is unavailable (e.g. out of instances).
+    pub fn new(root: &Path, subtree: &str, at_root: &[&str]) -> std::io::Result<Watch> {
+        let fd = inotify_init()?;
+        let mut watch = Watch {
+            fd,
+            root: root.to_owned(),
+            subtree: subtree.to_owned(),
+            at_root: at_root.iter().map(|s| (*s).to_owned()).collect(),
+            dirs: HashMap::new(),
+        };
+        watch.add("", ROOT)?;
+        watch.add_subtree();
+        Ok(watch)
+    }
+
+    /// Watches every directory of the subtree as it is now (after it was rebuilt).
+    pub fn rewatch(&mut self) -> std::io::Result<()> {
+        let (root, subtree, at_root) = (self.root.clone(), self.subtree.clone(), self.at_root.clone());
+        let names: Vec<&str> = at_root.iter().map(String::as_str).collect();
+        *self = Watch::new(&root, &subtree, &names)?;
+        Ok(())
+    }
+
+    fn add_subtree(&mut self) {
+        self.add_below(self.subtree.clone());
+    }
+
+    /// Watches `rel` and every directory below it.
+    fn add_below(&mut self, rel: String) {
+        let mut stack = vec![rel];
+        while let Some(rel) = stack.pop() {
+            let full = self.root.join(&rel);
+            // Only real directories: a symlink planted here is not followed.
+            if !std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) || self.add(&rel, SUBTREE).is_err() {
+                continue;
+            }
+            for entry in std::fs::read_dir(&full).into_iter().flatten().flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(format!("{rel}/{}", entry.file_name().to_string_lossy()));
+                }
+            }
+        }
+    }
+
+    fn add(&mut self, rel: &str, mask: u32) -> std::io::Result<()> {
+        let wd = add_watch(&self.fd, &self.root.join(rel), mask | libc::IN_DONT_FOLLOW | libc::IN_ONLYDIR)?;
+        self.dirs.insert(wd, rel.to_owned());
+        Ok(())
+    }
+
+    /// Everything touched since the last call.
+    pub fn take(&mut self) -> Touched {
+        let mut touched = Touched::default();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match read(&self.fd, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let mut at = 0;
+            // struct inotify_event { int wd; uint32_t mask, cookie, len; char name[len]; }
+            while at + 16 <= n {
+                let field =
+                    |i: usize| u32::from_ne_bytes([buf[at + i], buf[at + i + 1], buf[at + i + 2], buf[at + i + 3]]);
+                let (wd, mask, len) = (field(0) as i32, field(4), field(12) as usize);
+                let name_bytes = &buf[at + 16..(at + 16 + len).min(n)];
+                let name = String::from_utf8_lossy(name_bytes).trim_end_matches('\0').to_owned();
+                at += 16 + len;
+                if mask & libc::IN_Q_OVERFLOW != 0 {
+                    touched.everything = true;
+                    continue;
+                }
+                let Some(dir) = self.dirs.get(&wd).cloned() else { continue };
+                if mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED) != 0 {
+                    if dir.is_empty() {
+                        touched.everything = true;
+                    } else {
+                        touched.paths.insert(dir);
+                    }
+                    continue;
+                }
+                let path = if dir.is_empty() {
+                    if !(self.at_root.contains(&name) || name == self.subtree) {
+                        continue;
+                    }
+                    name
+                } else if name.is_empty() {
+                    continue;
+                } else {
+                    format!("{dir}/{name}")
+                };
+                // A directory that appears in the subtree is watched from now on.
+                let new_dir = mask & libc::IN_ISDIR != 0 && mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0;
+                if new_dir && (path == self.subtree || path.starts_with(&format!("{}/", self.subtree))) {
+                    self.add_below(path.clone());
+                }
+                touched.paths.insert(path);
+            }
+        }
+        touched
+    }
+}
+
+#[expect(unsafe_code, reason = "inotify_init1(2) returns a new descriptor we then own")]
+fn inotify_init() -> std::io::Result<OwnedFd> {
+    // SAFETY: takes flags only; a non-negative result is a descriptor nobody else owns.
+    let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[expect(unsafe_code, reason = "inotify_add_watch(2) reads a NUL-terminated path we own for the call")]
+fn add_watch(fd: &OwnedFd, path: &Path, mask: u32) -> std::io::Result<i32> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is a valid C string that outlives the call.
+    let wd = unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) };
+    if wd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(wd)
+}
+
+#[expect(unsafe_code, reason = "read(2) into a buffer we own for the call")]
+fn read(fd: &OwnedFd, buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: the pointer and length describe `buf`, which outlives the call.
+    let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn reports_touched_paths_and_only_watched_names_at_the_root() {
+        let root = std::env::temp_dir().join(format!("offshoot-watch-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join(".h/messages")).expect("dirs");
+        std::fs::write(root.join(".h/messages/0001"), "a").expect("write");
+        let mut w = Watch::new(&root, ".h", &[".git"]).expect("watch");
+        assert!(w.take().is_empty());
+        std::fs::write(root.join("work.txt"), "x").expect("write");
+        std::fs::write(root.join(".git"), "gitdir: x").expect("write");
+        std::fs::write(root.join(".h/messages/0001"), "forged").expect("write");
+        std::fs::write(root.join(".h/new"), "n").expect("write");
+        let touched = w.take();
+        let paths: Vec<&str> = touched.paths.iter().map(String::as_str).collect();
+        assert_eq!(paths, vec![".git", ".h/messages/0001", ".h/new"]);
+        // A directory made after the watch began is watched too.
+        std::fs::create_dir_all(root.join(".h/skills/s")).expect("mkdir");
+        assert!(w.take().paths.contains(".h/skills"));
+        std::fs::write(root.join(".h/skills/s/SKILL.md"), "x").expect("write");
+        assert!(w.take().paths.contains(".h/skills/s/SKILL.md"));
+        std::fs::remove_dir_all(root.join(".h/messages")).expect("rm");
+        let touched = w.take();
+        assert!(touched.paths.contains(".h/messages"), "{touched:?}");
+        std::fs::remove_dir_all(root.join(".h")).expect("rm");
+        assert!(w.take().paths.contains(".h"));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
