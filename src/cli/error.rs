@@ -137,9 +137,17 @@ impl From<DriverError> for CliError {
                 CliError::runtime(e.to_string()).hint(hint)
             }
             DriverError::RoleGone { .. } => CliError::usage(e.to_string()),
+            DriverError::Sandbox { ref role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
             _ => CliError::runtime(e.to_string()),
         }
     }
+}
+
+/// What to do when a role's sandbox cannot be enforced here.
+pub fn sandbox_hint(role: &str) -> String {
+    format!(
+        "`offshoot config set roles.{role}.sandbox none` runs its tools without Landlock (the file tools' path rules still apply)"
+    )
 }
 
 impl From<RuntimeError> for CliError {

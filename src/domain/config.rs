@@ -116,6 +116,33 @@ pub struct RoleConfig {
     pub tools: Vec<String>,
     #[serde(default)]
     pub context: ContextRules,
+    /// How this role's tool commands are confined.
+    #[serde(default)]
+    pub sandbox: Sandbox,
+    /// With `sandbox = "workspace-write"`: whether tool commands may use TCP
+    /// (forbidding it needs Landlock ABI 4, Linux 6.7).
+    #[serde(default = "yes")]
+    pub network: bool,
+    /// Absolute paths outside the agent's directory its tools may also write.
+    #[serde(default)]
+    pub write_paths: Vec<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// How tool commands are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sandbox {
+    /// No confinement beyond the file tools' path rules.
+    #[default]
+    None,
+    /// Landlock: writes only in the agent's directory, the agents' repository, its
+    /// temporary directory, `/dev/null` and `write_paths`; no reads of the
+    /// workspace's internals or other agents' directories.
+    WorkspaceWrite,
 }
 
 fn default_max_output() -> u32 {
@@ -341,6 +368,15 @@ impl Config {
                         format!("tool `{tool}` does not exist; tools: {}", grant::TOOLS.join(", ")),
                     ));
                 }
+            }
+            if let Some(path) = role.write_paths.iter().find(|p| !p.starts_with('/')) {
+                return Err(fail(key("write_paths"), format!("`{path}` must be an absolute path")));
+            }
+            if !role.network && role.sandbox != Sandbox::WorkspaceWrite {
+                return Err(fail(
+                    key("network"),
+                    "`network = false` is enforced by the sandbox: set `sandbox = \"workspace-write\"` too".into(),
+                ));
             }
             let soul = format!("souls/{name}.md");
             if !has_file(&soul) {

@@ -26,10 +26,14 @@ use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
 use crate::infra::provider::{Block, Delta, Output, Usage, sse};
 use crate::infra::redact::Redactor;
+use crate::infra::sandbox::{self, Confinement, SandboxError};
 use crate::infra::time::Timestamp;
+use crate::infra::tools::PathPolicy;
 use crate::infra::tools::{Commands, RecordDir, ToolEnv};
+use std::sync::Arc;
 
 use super::agents;
+use super::containment::{self, Site};
 use super::directory::{self, Repair};
 use super::guard::{self, Guard};
 use super::inbox::{self, InboxError};
@@ -44,6 +48,8 @@ use super::workspace::{Workspace, WorkspaceError};
 pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
+    #[error("role `{role}` cannot run its tools: {source}; the agent was not started")]
+    Sandbox { role: String, source: SandboxError },
     #[error("agent `{id}` is damaged: {reason}")]
     Damaged { id: String, reason: String },
     #[error("role `{role}` of agent `{id}` no longer exists in config lineage `{lineage}`")]
@@ -205,6 +211,8 @@ struct Driver<'a> {
     real_workspace: PathBuf,
     /// The `cwd` mark's content, read once at open (only this driver writes it).
     cwd_mark: Option<String>,
+    /// The Landlock ruleset of the role's commands, by the confinement it was built for.
+    sandbox: Option<(Confinement, Arc<std::os::fd::OwnedFd>)>,
 }
 
 impl<'a> Driver<'a> {
@@ -213,6 +221,11 @@ impl<'a> Driver<'a> {
         let tip = ws.repo.branch_tip(&branch)?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
         let facts = super::snapshot::read_facts(&ws.repo, tip)
             .map_err(|e| DriverError::Damaged { id: id.to_string(), reason: e.to_string() })?;
+        // A sandbox this kernel cannot enforce stops the agent before anything runs.
+        if let Some(role) = ws.config(&facts.lineage)?.1.role(&facts.role) {
+            containment::check(role, runtime.env())
+                .map_err(|source| DriverError::Sandbox { role: facts.role.clone(), source })?;
+        }
         let (dir, repairs) = directory::open(ws, id, &facts, tip)?;
         let root = dir.root().to_owned();
         let position = ws.repo.read_file(tip, agent::GIT)?.unwrap_or_default();
@@ -233,6 +246,7 @@ impl<'a> Driver<'a> {
             real_root: std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone()),
             real_workspace: std::fs::canonicalize(ws.layout.root()).unwrap_or_else(|_| ws.layout.root().to_owned()),
             cwd_mark: ws.repo.mark(CWD_MARK, id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned()),
+            sandbox: None,
         };
         driver.recover(tip)?;
         Ok((driver, repairs))
@@ -453,7 +467,7 @@ impl<'a> Driver<'a> {
         let grant = config.role(&self.facts.role).map(|r| r.tools.clone()).unwrap_or_default();
         let limits = &config.tool_output;
         let rules = config.role(&self.facts.role).map(|r| &r.context);
-        let commands = self.commands(&config)?;
+        let (commands, paths) = self.commands(&config)?;
         let facts = self.facts.clone();
         let agent = AgentContext { runtime: self.runtime, facts: &facts, config: &config, config_commit };
         let read_only = |c: &toolcall::Call<'_>| {
@@ -462,7 +476,7 @@ impl<'a> Driver<'a> {
         if calls.len() > 1 && calls.iter().all(read_only) {
             // Read-only calls cannot move the working directory: prepare all at once.
             let prepared: Vec<Prepared> =
-                calls.iter().map(|c| self.prepare(step, c, &commands)).collect::<Result<_>>()?;
+                calls.iter().map(|c| self.prepare(step, c, &commands, &paths)).collect::<Result<_>>()?;
             self.guard.before_call();
             for c in calls {
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
@@ -478,7 +492,7 @@ impl<'a> Driver<'a> {
         } else {
             // One at a time, each prepared after the one before it (a `cd` moves the next).
             for (number, c) in (first..).zip(calls) {
-                let p = self.prepare(step, c, &commands)?;
+                let p = self.prepare(step, c, &commands, &paths)?;
                 self.guard.before_call();
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
                 let result = p.run(c, &grant, agent, limits)?;
@@ -490,7 +504,7 @@ impl<'a> Driver<'a> {
 
     /// How this step's commands start: the tool environment, output limits and the
     /// secret values hidden from their output.
-    fn commands(&self, config: &Config) -> Result<Commands> {
+    fn commands(&mut self, config: &Config) -> Result<(Commands, Arc<PathPolicy>)> {
         let tmpdir = self.ws.layout.tmp(&self.id);
         std::fs::create_dir_all(&tmpdir).map_err(|source| DriverError::Io { path: tmpdir.clone(), source })?;
         let name = self.facts.name.clone().unwrap_or_else(|| self.id.to_string());
@@ -503,17 +517,59 @@ impl<'a> Driver<'a> {
         };
         let vars = self.runtime.env();
         let redactor = Redactor::new(tool_env::secret_values(vars.vars(), config));
-        Ok(Commands {
-            env: tool_env::environment(vars.vars(), config, &placement),
+        let role = config.role(&self.facts.role).ok_or_else(|| self.role_gone())?;
+        let site =
+            Site { layout: &self.ws.layout, workspace: &self.real_workspace, id: &self.id, own: &self.real_root };
+        let paths = Arc::new(containment::path_policy(&site, role));
+        let confinement = containment::confinement(&site, role);
+        let env = tool_env::environment(vars.vars(), config, &placement);
+        let sandbox = match confinement {
+            None => None,
+            Some(c) => Some(self.sandbox(c)?),
+        };
+        let commands = Commands {
+            env,
             head_bytes: config.tool_output.head_bytes,
             tail_bytes: config.tool_output.tail_bytes,
-            redactor: Some(std::sync::Arc::new(redactor)),
+            redactor: Some(Arc::new(redactor)),
+            sandbox,
             ..Commands::default()
-        })
+        };
+        Ok((commands, paths))
+    }
+
+    /// The Landlock ruleset for `confinement`, built once and kept while the
+    /// confinement stays the same.
+    fn sandbox(&mut self, confinement: Confinement) -> Result<Arc<std::os::fd::OwnedFd>> {
+        if let Some((built_for, fd)) = &self.sandbox
+            && *built_for == confinement
+        {
+            return Ok(fd.clone());
+        }
+        let abi = containment::abi(self.runtime.env());
+        let fd = sandbox::ruleset(&confinement, abi)
+            .map_err(|source| DriverError::Sandbox { role: self.facts.role.clone(), source })?;
+        let fd = Arc::new(fd);
+        self.sandbox = Some((confinement, fd.clone()));
+        Ok(fd)
+    }
+
+    fn role_gone(&self) -> DriverError {
+        DriverError::RoleGone {
+            id: self.id.to_string(),
+            role: self.facts.role.clone(),
+            lineage: self.facts.lineage.clone(),
+        }
     }
 
     /// Where a call runs and where its record goes.
-    fn prepare(&self, step: u32, call: &toolcall::Call<'_>, commands: &Commands) -> Result<Prepared> {
+    fn prepare(
+        &self,
+        step: u32,
+        call: &toolcall::Call<'_>,
+        commands: &Commands,
+        paths: &Arc<PathPolicy>,
+    ) -> Result<Prepared> {
         let shown = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(call.id));
         Ok(Prepared {
             env: ToolEnv {
@@ -521,6 +577,7 @@ impl<'a> Driver<'a> {
                 root: self.dir.root().to_owned(),
                 commands: commands.clone(),
                 record: Some(RecordDir { dir: self.ws.layout.root().join(&shown), shown }),
+                paths: Some(paths.clone()),
             },
         })
     }

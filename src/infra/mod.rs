@@ -7,6 +7,7 @@ pub mod lock;
 pub mod process;
 pub mod provider;
 pub mod redact;
+pub mod sandbox;
 pub mod time;
 pub mod tools;
 pub mod watch;

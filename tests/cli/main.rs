@@ -2,6 +2,7 @@
 
 mod support;
 
+mod containment;
 mod conversation;
 mod crash;
 mod errors;

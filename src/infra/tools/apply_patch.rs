@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-use super::{ToolEnv, ToolError, ToolOutput, resolve, str_arg};
+use super::{ToolEnv, ToolError, ToolOutput, str_arg, write_path};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Line {
@@ -231,7 +231,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     for op in &ops {
         match op {
             Op::Add { path, lines } => {
-                let full = resolve(env, path);
+                let full = write_path(env, path).map_err(|e| refuse(e.to_string()))?;
                 if full.exists() {
                     return Err(refuse(format!("`{path}` already exists; use `*** Update File:`")));
                 }
@@ -241,7 +241,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
                 report.push(format!("A {path}"));
             }
             Op::Delete { path } => {
-                let full = resolve(env, path);
+                let full = write_path(env, path).map_err(|e| refuse(e.to_string()))?;
                 if !full.is_file() {
                     return Err(refuse(format!("`{path}` cannot be deleted: there is no such file")));
                 }
@@ -249,12 +249,12 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
                 report.push(format!("D {path}"));
             }
             Op::Update { path, move_to, hunks } => {
-                let full = resolve(env, path);
+                let full = write_path(env, path).map_err(|e| refuse(e.to_string()))?;
                 let text = std::fs::read_to_string(&full).map_err(|e| refuse(format!("cannot read `{path}`: {e}")))?;
                 let updated = apply_hunks(path, &text, hunks).map_err(refuse)?;
                 match move_to {
                     Some(to) => {
-                        let dest = resolve(env, to);
+                        let dest = write_path(env, to).map_err(|e| refuse(e.to_string()))?;
                         if dest.exists() {
                             return Err(refuse(format!("cannot move `{path}` to `{to}`: it already exists")));
                         }

@@ -2,11 +2,11 @@
 
 use serde_json::Value;
 
-use super::{ToolEnv, ToolError, ToolOutput, resolve, str_arg};
+use super::{ToolEnv, ToolError, ToolOutput, read_path, str_arg};
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let path = str_arg(input, "path")?;
-    let target = resolve(env, path);
+    let target = read_path(env, path)?;
     let dir = std::fs::canonicalize(&target).map_err(|e| {
         ToolError::ToModel(format!("cannot change to `{path}`: {e}; the working directory is unchanged"))
     })?;

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{ToolEnv, ToolError, ToolOutput, resolve, str_arg};
+use super::{ToolEnv, ToolError, ToolOutput, str_arg, write_path};
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let path = str_arg(input, "path")?;
@@ -16,7 +16,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     if old == new {
         return Err(ToolError::ToModel("`old_string` and `new_string` are the same; nothing to change".into()));
     }
-    let full = resolve(env, path);
+    let full = write_path(env, path)?;
     let text = std::fs::read_to_string(&full).map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
     let starts: Vec<usize> = text.match_indices(old).map(|(i, _)| i).collect();
     let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;

@@ -7,7 +7,7 @@ use ignore::WalkState;
 use serde_json::Value;
 
 use super::grep::{relative, walker};
-use super::{Stream, ToolEnv, ToolError, ToolOutput, resolve, str_arg};
+use super::{Stream, ToolEnv, ToolError, ToolOutput, read_path, str_arg};
 
 /// Paths shown to the model; the rest are counted.
 const SHOWN: usize = 500;
@@ -15,7 +15,7 @@ const SHOWN: usize = 500;
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let pattern = str_arg(input, "pattern")?;
     let path = input.get("path").and_then(Value::as_str).unwrap_or(".");
-    let root = resolve(env, path);
+    let root = read_path(env, path)?;
     if !root.is_dir() {
         return Err(ToolError::ToModel(format!("`{path}` is not a directory")));
     }
@@ -27,7 +27,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         .map_err(|e| ToolError::ToModel(format!("`{pattern}` is not a valid glob: {e}")))?
         .compile_matcher();
     let found = Mutex::new(Vec::new());
-    walker(&root, None)?.build_parallel().run(|| {
+    walker(&root, None, env.paths.clone())?.build_parallel().run(|| {
         let glob = glob.clone();
         let found = &found;
         let root = root.clone();

@@ -2,7 +2,7 @@
 //! hidden and binary files skipped, results sorted and capped with a count of the rest.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::sinks::Lossy;
@@ -11,7 +11,7 @@ use ignore::overrides::OverrideBuilder;
 use ignore::{WalkBuilder, WalkState};
 use serde_json::Value;
 
-use super::{Stream, ToolEnv, ToolError, ToolOutput, resolve, str_arg};
+use super::{PathPolicy, Stream, ToolEnv, ToolError, ToolOutput, read_path, str_arg};
 
 /// Matches shown to the model; the rest are counted.
 const SHOWN: usize = 200;
@@ -32,7 +32,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     let path = input.get("path").and_then(Value::as_str).unwrap_or(".");
     let glob = input.get("glob").and_then(Value::as_str);
     let ignore_case = input.get("ignore_case").and_then(Value::as_bool).unwrap_or(false);
-    let root = resolve(env, path);
+    let root = read_path(env, path)?;
     if !root.exists() {
         return Err(ToolError::ToModel(format!("`{path}` does not exist")));
     }
@@ -40,7 +40,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         .case_insensitive(ignore_case)
         .build(pattern)
         .map_err(|e| ToolError::ToModel(format!("`{pattern}` is not a valid regex: {e}")))?;
-    let walker = walker(&root, glob)?;
+    let walker = walker(&root, glob, env.paths.clone())?;
     let found = Mutex::new(Found::default());
     walker.build_parallel().run(|| {
         let matcher = matcher.clone();
@@ -94,10 +94,18 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     Ok(ToolOutput { summary, streams: vec![Stream::whole("matches", text)], ..ToolOutput::default() })
 }
 
-/// A .gitignore-aware walker over `root`, restricted to `glob` when given.
-pub(super) fn walker(root: &Path, glob: Option<&str>) -> Result<WalkBuilder, ToolError> {
+/// A .gitignore-aware walker over `root`, restricted to `glob` when given, that
+/// never enters what `paths` forbids reading.
+pub(super) fn walker(
+    root: &Path,
+    glob: Option<&str>,
+    paths: Option<Arc<PathPolicy>>,
+) -> Result<WalkBuilder, ToolError> {
     let mut builder = WalkBuilder::new(root);
     builder.require_git(false).threads(std::thread::available_parallelism().map_or(2, |n| n.get().min(8)));
+    if let Some(policy) = paths {
+        builder.filter_entry(move |entry| policy.may_read(entry.path()));
+    }
     if let Some(glob) = glob {
         let mut overrides = OverrideBuilder::new(root);
         overrides.add(glob).map_err(|e| ToolError::ToModel(format!("`{glob}` is not a valid glob: {e}")))?;

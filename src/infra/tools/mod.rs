@@ -7,6 +7,7 @@ mod cd;
 mod edit_file;
 mod glob;
 mod grep;
+mod paths;
 mod read_file;
 mod write_file;
 
@@ -18,6 +19,7 @@ use serde_json::Value;
 
 use super::provider::ToolSpec;
 use super::redact::Redactor;
+pub use paths::{PathPolicy, Place};
 
 /// What the harness tells every tool about where it runs.
 #[derive(Clone, Default)]
@@ -29,6 +31,8 @@ pub struct ToolEnv {
     pub commands: Commands,
     /// Where this call's record goes (tools that record more than their output).
     pub record: Option<RecordDir>,
+    /// Where file tools may read and write; `None` for a person running a tool by hand.
+    pub paths: Option<Arc<PathPolicy>>,
 }
 
 /// How a tool starts commands: their whole environment, their sandbox, how much of
@@ -265,8 +269,25 @@ fn u64_arg(input: &Value, key: &str) -> Result<Option<u64>, ToolError> {
     }
 }
 
-/// Resolves a path argument against the working directory.
-fn resolve(env: &ToolEnv, path: &str) -> PathBuf {
+/// A path argument the tool will read, resolved and checked against the policy.
+fn read_path(env: &ToolEnv, path: &str) -> Result<PathBuf, ToolError> {
+    match &env.paths {
+        Some(policy) => policy.read(&env.cwd, path).map_err(ToolError::ToModel),
+        None => Ok(plain(env, path)),
+    }
+}
+
+/// A path argument the tool will write, resolved and checked against the policy.
+fn write_path(env: &ToolEnv, path: &str) -> Result<PathBuf, ToolError> {
+    match &env.paths {
+        Some(policy) => policy.write(&env.cwd, path).map_err(ToolError::ToModel),
+        None => Ok(plain(env, path)),
+    }
+}
+
+/// A path argument against the working directory, as given (no policy: a person
+/// running a tool by hand).
+fn plain(env: &ToolEnv, path: &str) -> PathBuf {
     let p = Path::new(path);
     if p.is_absolute() { p.to_owned() } else { env.cwd.join(p) }
 }

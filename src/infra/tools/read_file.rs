@@ -5,7 +5,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use serde_json::Value;
 
-use super::{Stream, ToolEnv, ToolError, ToolOutput, resolve, str_arg, u64_arg};
+use super::{Stream, ToolEnv, ToolError, ToolOutput, read_path, str_arg, u64_arg};
 
 const DEFAULT_LIMIT: u64 = 2000;
 const MAX_BYTES: u64 = 10 * 1024 * 1024;
@@ -14,7 +14,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     let path = str_arg(input, "path")?;
     let offset = u64_arg(input, "offset")?.unwrap_or(1).max(1);
     let limit = u64_arg(input, "limit")?.unwrap_or(DEFAULT_LIMIT).max(1);
-    let full = resolve(env, path);
+    let full = read_path(env, path)?;
     let cannot = |e: std::io::Error| ToolError::ToModel(format!("cannot read `{path}`: {e}"));
     let meta = std::fs::metadata(&full).map_err(cannot)?;
     if meta.is_dir() {

@@ -2,12 +2,12 @@
 
 use serde_json::Value;
 
-use super::{ToolEnv, ToolError, ToolOutput, resolve, str_arg};
+use super::{ToolEnv, ToolError, ToolOutput, str_arg, write_path};
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let path = str_arg(input, "path")?;
     let content = str_arg(input, "content")?;
-    let full = resolve(env, path);
+    let full = write_path(env, path)?;
     if full.is_dir() {
         return Err(ToolError::ToModel(format!("`{path}` is a directory; give a file path")));
     }

@@ -1,0 +1,147 @@
+//! Where file tools may read and write. A path is resolved first — against the
+//! working directory, through every symlink and `..` — and the resolved path is
+//! checked: reads anywhere but the places marked unreadable (with exceptions inside
+//! them); writes only below the writable roots, never into the places reserved for
+//! the harness. A refusal names the rule.
+
+use std::path::{Component, Path, PathBuf};
+
+/// A place and what it is called when a refusal names it.
+#[derive(Debug, Clone)]
+pub struct Place {
+    pub path: PathBuf,
+    pub what: String,
+}
+
+impl Place {
+    pub fn new(path: impl Into<PathBuf>, what: impl Into<String>) -> Place {
+        Place { path: path.into(), what: what.into() }
+    }
+}
+
+/// The rules for one agent's file tools. All paths are absolute and resolved.
+#[derive(Debug, Clone, Default)]
+pub struct PathPolicy {
+    /// Where writes may go (the agent's directory, its temp dir, the role's `write_paths`).
+    pub writable: Vec<PathBuf>,
+    /// Inside the writable roots, what only the harness writes (`.offshoot/`, `.git`).
+    pub reserved: Vec<Place>,
+    /// What may not be read (the workspace's internals, other agents' directories).
+    pub unreadable: Vec<Place>,
+    /// Exceptions inside `unreadable` (the agent's own directory and records).
+    pub readable: Vec<PathBuf>,
+}
+
+impl PathPolicy {
+    /// The resolved path if it may be read, else why not.
+    pub fn read(&self, cwd: &Path, path: &str) -> Result<PathBuf, String> {
+        let resolved = resolve(cwd, path);
+        if self.may_read(&resolved) {
+            return Ok(resolved);
+        }
+        if let Some(place) = self.unreadable.iter().find(|u| resolved.starts_with(&u.path)) {
+            return Err(format!("`{path}` is in {} ({}), which agents may not read", place.what, resolved.display()));
+        }
+        Ok(resolved)
+    }
+
+    /// Whether an already resolved path may be read (for walks that do not follow
+    /// symlinks).
+    pub fn may_read(&self, resolved: &Path) -> bool {
+        self.readable.iter().any(|r| resolved.starts_with(r))
+            || !self.unreadable.iter().any(|u| resolved.starts_with(&u.path))
+    }
+
+    /// The resolved path if it may be written, else why not.
+    pub fn write(&self, cwd: &Path, path: &str) -> Result<PathBuf, String> {
+        let resolved = resolve(cwd, path);
+        if let Some(place) = self.reserved.iter().find(|r| resolved.starts_with(&r.path)) {
+            return Err(format!("`{path}` is in {}, which only the harness writes; nothing was written", place.what));
+        }
+        if !self.writable.iter().any(|w| resolved.starts_with(w)) {
+            let roots: Vec<String> = self.writable.iter().map(|w| w.display().to_string()).collect();
+            return Err(format!(
+                "`{path}` resolves to {}, outside where you may write ({}); nothing was written",
+                resolved.display(),
+                roots.join(", ")
+            ));
+        }
+        Ok(resolved)
+    }
+}
+
+/// `path` made absolute against `cwd`, with every symlink and `..` resolved: the
+/// longest existing prefix through the filesystem, the rest (which cannot hold a
+/// symlink, since it does not exist) lexically.
+pub fn resolve(cwd: &Path, path: &str) -> PathBuf {
+    let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { cwd.join(path) };
+    let parts: Vec<Component> = joined.components().collect();
+    // The longest prefix that exists, resolved by the filesystem.
+    let mut split = parts.len();
+    let mut base = None;
+    while split > 0 {
+        let prefix: PathBuf = parts[..split].iter().collect();
+        if let Ok(real) = std::fs::canonicalize(&prefix) {
+            base = Some(real);
+            break;
+        }
+        split -= 1;
+    }
+    let mut out = base.unwrap_or_else(|| PathBuf::from("/"));
+    for part in &parts[split..] {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn paths_resolve_through_symlinks_and_dots_before_the_rules_apply() {
+        let root = std::env::temp_dir().join(format!("offshoot-paths-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let ws = root.join("ws");
+        let own = ws.join("agents/me");
+        std::fs::create_dir_all(own.join("sub")).expect("dirs");
+        std::fs::create_dir_all(ws.join("agents/other")).expect("dirs");
+        std::fs::create_dir_all(ws.join("repo.git")).expect("dirs");
+        std::os::unix::fs::symlink("/etc", own.join("out")).expect("symlink");
+        let ws = std::fs::canonicalize(&ws).expect("canon");
+        let own = ws.join("agents/me");
+        let policy = PathPolicy {
+            writable: vec![own.clone()],
+            reserved: vec![Place::new(own.join(".offshoot"), "the harness's directory `.offshoot/`")],
+            unreadable: vec![
+                Place::new(ws.join("repo.git"), "the workspace's internals"),
+                Place::new(ws.join("agents"), "another agent's directory"),
+            ],
+            readable: vec![own.clone()],
+        };
+        assert_eq!(policy.write(&own, "sub/../new/file.txt"), Ok(own.join("new/file.txt")));
+        assert_eq!(policy.read(&own.join("sub"), "../x"), Ok(own.join("x")));
+        assert_eq!(policy.read(&own, "/etc/hostname"), Ok(PathBuf::from("/etc/hostname")));
+        for path in ["../x", "/tmp/x", "out/passwd", "new/../../other/f", "nowhere/../../../x"] {
+            let err = policy.write(&own, path).expect_err(path);
+            assert!(err.contains("outside where you may write"), "{path}: {err}");
+        }
+        let err = policy.write(&own, ".offshoot/soul.md").expect_err("reserved");
+        assert_eq!(
+            err,
+            "`.offshoot/soul.md` is in the harness's directory `.offshoot/`, which only the harness writes; nothing was written"
+        );
+        let err = policy.read(&own, "../other/f").expect_err("other agent");
+        assert!(err.starts_with("`../other/f` is in another agent's directory"), "{err}");
+        let err = policy.read(&own, "../../repo.git/HEAD").expect_err("internals");
+        assert!(err.starts_with("`../../repo.git/HEAD` is in the workspace's internals"), "{err}");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

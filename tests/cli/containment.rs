@@ -1,0 +1,172 @@
+//! Containment: file tools read anywhere but the workspace's internals and other
+//! agents' directories and write only in their own; sandboxed commands are
+//! confined by Landlock; a provider's key never reaches a tool's output or a record.
+
+use serde_json::json;
+
+use crate::support::server::{Server, Turn};
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+fn call(id: &str, name: &str, input: serde_json::Value) -> Turn {
+    Turn::call(id, name, &input.to_string())
+}
+
+/// The text of the last tool result in request `n`.
+fn result_text(server: &Server, n: usize) -> String {
+    let body = &server.requests()[n].body;
+    let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
+    last["content"][0]["content"].as_str().unwrap_or_default().to_owned()
+}
+
+fn id_of(t: &TestWorkspace, name: &str) -> String {
+    let agents = t.agents();
+    let agent = agents.iter().find(|a| a["name"] == name).expect("agent");
+    agent["id"].as_str().expect("id").to_owned()
+}
+
+#[test]
+fn file_tools_write_only_in_their_own_directory_and_read_no_internals() {
+    let (server, mut t) = TestWorkspace::served("contain-paths", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    server.push_turns([call("o1", "write_file", json!({"path": "mine.txt", "content": "other's"})), Turn::text("ok")]);
+    t.run(&["prompt", "--name", "Other", "keep a file"]).ok();
+    let other = id_of(&t, "Other");
+    let outside = t.root.join("outside.txt");
+    let outside = outside.to_str().expect("utf-8").to_owned();
+    let patch = "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch";
+    server.push_turns([
+        call("c1", "write_file", json!({"path": "../x.txt", "content": "x"})),
+        call("c2", "write_file", json!({"path": outside, "content": "x"})),
+        call("c3", "bash", json!({"command": format!("ln -s {} link", t.root.display())})),
+        call("c4", "write_file", json!({"path": "link/via-link.txt", "content": "x"})),
+        call("c5", "write_file", json!({"path": format!("../{other}/mine.txt"), "content": "overwritten"})),
+        call(
+            "c6",
+            "edit_file",
+            json!({"path": format!("../{other}/mine.txt"), "old_string": "other's", "new_string": "mine"}),
+        ),
+        call("c7", "apply_patch", json!({"patch": patch})),
+        call("c8", "write_file", json!({"path": ".offshoot/soul.md", "content": "obey me"})),
+        call("c9", "read_file", json!({"path": "../../repo.git/HEAD"})),
+        call("c10", "read_file", json!({"path": format!("../{other}/mine.txt")})),
+        call("c11", "grep", json!({"pattern": "refs/heads/config|other's", "path": "../.."})),
+        call("c12", "cd", json!({"path": "../../repo.git"})),
+        call("c13", "read_file", json!({"path": "/etc/hostname"})),
+        call("c14", "write_file", json!({"path": "sub/../inside.txt", "content": "fine"})),
+        Turn::text("contained"),
+    ]);
+    t.run(&["prompt", "--name", "Prisoner", "try to get out"]).ok();
+    let me = id_of(&t, "Prisoner");
+    // The first agent made two requests before these.
+    let r = |n: usize| result_text(&server, n + 2);
+    for n in [1, 2, 4, 5, 6] {
+        assert!(
+            r(n).contains("outside where you may write") && r(n).contains("nothing was written"),
+            "call {n}: {}",
+            r(n)
+        );
+    }
+    assert!(r(7).starts_with("patch not applied, no file changed: `../escape.txt` resolves to"), "{}", r(7));
+    assert_eq!(
+        r(8),
+        "`.offshoot/soul.md` is in the harness's directory `.offshoot/`, which only the harness writes; nothing was written"
+    );
+    assert!(r(9).starts_with("`../../repo.git/HEAD` is in the workspace's internals"), "{}", r(9));
+    assert!(r(10).starts_with(&format!("`../{other}/mine.txt` is in another agent's directory")), "{}", r(10));
+    // A walk from the workspace's root skips its internals and other agents.
+    assert_eq!(r(11), "no matches for `refs/heads/config|other's`");
+    assert!(r(12).starts_with("`../../repo.git` is in the workspace's internals"), "{}", r(12));
+    assert!(r(13).starts_with("`/etc/hostname`: lines 1-1 of 1"), "{}", r(13));
+    assert!(r(14).starts_with("created `sub/../inside.txt`"), "{}", r(14));
+    // Nothing was written anywhere it should not be.
+    assert!(!t.ws.join("agents/x.txt").exists() && !std::path::Path::new(&outside).exists());
+    assert!(!t.root.join("via-link.txt").exists() && !t.ws.join("agents/escape.txt").exists());
+    assert_eq!(std::fs::read_to_string(t.ws.join("agents").join(&other).join("mine.txt")).expect("read"), "other's");
+    assert_eq!(t.git(&["show", &format!("agents/{me}:inside.txt")]), "fine");
+}
+
+#[test]
+fn a_sandboxed_command_writes_only_inside() {
+    let (server, mut t) = TestWorkspace::served("contain-sandbox", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    t.set("roles.worker.sandbox", "workspace-write");
+    let outside = t.root.join("outside.txt");
+    server.push_turns([
+        call("c1", "bash", json!({"command": format!("echo x > {}", outside.display())})),
+        call("c2", "bash", json!({"command": "touch ../other"})),
+        call("c3", "bash", json!({"command": "echo x > inside && cat inside"})),
+        call("c4", "bash", json!({"command": "cat ../../repo.git/HEAD"})),
+        call("c5", "bash", json!({"command": "git add inside && git commit -qm in-the-box && git log --format=%s | head -1"})),
+        call("c6", "bash", json!({"command": "echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && cat /etc/hostname >/dev/null && echo read-ok"})),
+        Turn::text("boxed"),
+    ]);
+    t.run(&["prompt", "stay in the box"]).ok();
+    let r = |n: usize| result_text(&server, n);
+    assert!(r(1).starts_with("exit code ") && r(1).contains("Permission denied"), "{}", r(1));
+    assert!(!outside.exists());
+    assert!(r(2).contains("Permission denied"), "{}", r(2));
+    assert!(!t.ws.join("agents/other").exists());
+    assert_eq!(r(3), "exit code 0\n<stdout>\nx\n</stdout>");
+    assert!(r(4).contains("Permission denied"), "{}", r(4));
+    assert_eq!(r(5), "exit code 0\n<stdout>\nin-the-box\n</stdout>");
+    assert_eq!(r(6), "exit code 0\n<stdout>\ntmp\nread-ok\n</stdout>");
+}
+
+#[test]
+fn without_landlock_a_sandboxed_role_refuses_to_start() {
+    let (server, mut t) = TestWorkspace::served("contain-no-landlock", Dialect::Anthropic);
+    server.push_turns([Turn::text("started")]);
+    t.run(&["prompt", "--name", "Early", "before the sandbox"]).ok();
+    t.set("roles.worker.sandbox", "workspace-write");
+    // As on a kernel without Landlock.
+    t.env("OFFSHOOT_LANDLOCK_ABI", "0");
+    let run = t.run(&["prompt", "sandbox me"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("error: role `worker` cannot run its tools: this kernel does not support Landlock, which `sandbox = \"workspace-write\"` needs; nothing was created"), "{}", run.stderr);
+    assert!(run.stderr.contains("hint: `offshoot config set roles.worker.sandbox none`"), "{}", run.stderr);
+    assert_eq!(t.agents().len(), 1);
+    let run = t.run(&["send", "Early", "go on"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("the agent was not started"), "{}", run.stderr);
+    assert_eq!(server.requests().len(), 1, "no model call was made");
+}
+
+#[test]
+fn a_providers_key_never_reaches_a_tool_or_a_record() {
+    let (server, mut t) = TestWorkspace::served("contain-secret", Dialect::Anthropic);
+    let secret = "sk-ant-test-0123456789-SECRET";
+    t.env("ANTHROPIC_API_KEY", secret);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    server.push_turns([
+        call("c1", "bash", json!({"command": "env; echo \"key=$ANTHROPIC_API_KEY\""})),
+        call("c2", "bash", json!({"command": "tr '\\0' '\\n' < /proc/$PPID/environ | grep ANTHROPIC"})),
+        Turn::text("nothing to see"),
+    ]);
+    t.run(&["prompt", "find the key"]).ok();
+    assert_eq!(server.requests()[0].header("x-api-key"), Some(secret));
+    let first = result_text(&server, 1);
+    assert!(first.contains("key=\n"), "{first}");
+    assert!(!first.contains("ANTHROPIC_API_KEY="), "{first}");
+    let second = result_text(&server, 2);
+    assert!(second.contains("ANTHROPIC_API_KEY=[redacted: the value of ANTHROPIC_API_KEY]"), "{second}");
+    for r in server.requests() {
+        assert!(!String::from_utf8_lossy(&r.raw).contains(secret));
+    }
+    // Not in any record: step records, the transcript, the driver's files.
+    let mut stack = vec![t.ws.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("ls").flatten() {
+            let path = entry.path();
+            if entry.file_type().expect("type").is_dir() {
+                if !path.ends_with("objects") {
+                    stack.push(path);
+                }
+            } else {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                assert!(!String::from_utf8_lossy(&bytes).contains(secret), "{} holds the key", path.display());
+            }
+        }
+    }
+    let log = t.git(&["log", "-p", "--all"]);
+    assert!(!log.contains(secret));
+}
