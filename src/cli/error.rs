@@ -16,6 +16,8 @@ pub enum Kind {
     Usage,
     /// The world failed us (exit 1).
     Runtime,
+    /// Stopped by a signal (exit 128 + the signal: 130 for Ctrl-C, 143 for `stop`).
+    Signal(i32),
 }
 
 #[derive(Debug)]
@@ -43,6 +45,7 @@ impl CliError {
         match self.kind {
             Kind::Usage => 2,
             Kind::Runtime => 1,
+            Kind::Signal(signal) => 128 + signal,
         }
     }
 }
@@ -132,6 +135,14 @@ impl From<DriverError> for CliError {
             }
             DriverError::Workspace(w) => w.into(),
             DriverError::Unknown(_) => CliError::usage(e.to_string()),
+            DriverError::Interrupted { ref id, reason } => CliError {
+                kind: Kind::Signal(reason.signal()),
+                message: e.to_string(),
+                hints: vec![format!(
+                    "everything up to the cut is committed (the call it cut short is answered as {}); `offshoot run {id}` continues it",
+                    reason.words()
+                )],
+            },
             DriverError::Damaged { ref id, .. } => {
                 let hint = format!("its branch `agents/{id}` was changed by hand; other agents are not affected");
                 CliError::runtime(e.to_string()).hint(hint)

@@ -42,6 +42,7 @@ pub enum Verb {
     Ls(verbs::ls::Args),
     Log(verbs::log::Args),
     Show(verbs::show::Args),
+    Stop(verbs::stop::Args),
     #[command(subcommand)]
     Config(verbs::config::Args),
     Tool(verbs::tool::Args),
@@ -61,6 +62,7 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Ls(args) => verbs::ls::run(&ctx, args),
         Verb::Log(args) => verbs::log::run(&ctx, args),
         Verb::Show(args) => verbs::show::run(&ctx, args),
+        Verb::Stop(args) => verbs::stop::run(&ctx, args),
         Verb::Config(args) => verbs::config::run(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),

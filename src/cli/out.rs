@@ -55,6 +55,16 @@ impl Out {
         let _ = writeln!(std::io::stderr(), "{text}");
     }
 
+    /// One line for the user from any thread (a signal's watcher), on stderr; with
+    /// `--json`, `event` on stdout instead.
+    pub fn from_any_thread(json: bool, line: &str, event: &Value) {
+        if json {
+            let _ = writeln!(std::io::stdout(), "{event}");
+        } else {
+            let _ = writeln!(std::io::stderr(), "{line}");
+        }
+    }
+
     pub fn error(&self, e: &CliError) {
         self.end_stream();
         let mut err = std::io::stderr().lock();

@@ -7,9 +7,13 @@ use serde_json::json;
 use crate::domain::id::AgentId;
 use crate::engine::directory::Repair;
 use crate::engine::driver::{self, Event, Observer, RunEnd};
+use crate::engine::interrupt::{Disposition, Reason};
+use crate::engine::runtime::Runtime;
 use crate::engine::workspace::Workspace;
 use crate::infra::provider::Delta;
+use crate::infra::signals;
 
+use super::out::Out;
 use super::{CliError, Ctx};
 
 struct Live<'a> {
@@ -101,6 +105,7 @@ pub fn call_gist(input: &serde_json::Value) -> String {
 pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
     let mut live = Live { ctx, worked: false };
     let rt = ctx.runtime(ws);
+    watch_signals(ctx.out.json, &rt, id);
     let result = if fresh { driver::run_fresh(ws, &rt, id, &mut live) } else { driver::run(ws, &rt, id, &mut live) };
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
@@ -131,6 +136,37 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
             }
         }
     }
+}
+
+/// Ctrl-C (SIGINT) and `offshoot stop` (SIGTERM) while a driver runs here: the
+/// running command is killed and the driver stops at its next safe point; during a
+/// model call, or on a second signal, the process ends at once.
+fn watch_signals(json: bool, rt: &Runtime, id: &AgentId) {
+    let interrupt = rt.interrupt().clone();
+    let id = id.to_string();
+    signals::watch(move |signal| {
+        let reason = Reason::of_signal(signal);
+        let code = 128 + signal;
+        let end = |line: String| {
+            let event = json!({"type": "end", "outcome": "interrupted", "agent": id, "reason": reason.words()});
+            Out::from_any_thread(json, &line, &event);
+            std::process::exit(code);
+        };
+        match interrupt.request(reason) {
+            Disposition::Handled => Out::from_any_thread(
+                json,
+                &format!("· {}: stopping `{id}` at the running call (again to quit at once)", reason.words()),
+                &json!({"type": "stopping", "agent": id, "reason": reason.words()}),
+            ),
+            Disposition::ExitNow => end(format!(
+                "· {} during a model call: that call is not kept, everything before it is; `offshoot run {id}` continues",
+                reason.words()
+            )),
+            Disposition::Again => {
+                end(format!("· {} again: quit at once; `offshoot run {id}` continues", reason.words()))
+            }
+        }
+    });
 }
 
 /// Follows up the creation of `id`: names it (the first JSON event, or a progress

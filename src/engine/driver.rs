@@ -23,6 +23,7 @@ use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
 use crate::infra::git::{Additions, CommitId, GitError, Tracked};
 use crate::infra::lock::{LockError, LockGuard};
+use crate::infra::process;
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
 use crate::infra::provider::{Block, Delta, Output, Usage, sse};
 use crate::infra::redact::Redactor;
@@ -37,6 +38,7 @@ use super::containment::{self, Site};
 use super::directory::{self, Repair};
 use super::guard::{self, Guard};
 use super::inbox::{self, InboxError};
+use super::interrupt::Reason;
 use super::model::{self, ModelError};
 use super::runtime::Runtime;
 use super::snapshot::{Loader, SnapshotError};
@@ -48,6 +50,8 @@ use super::workspace::{Workspace, WorkspaceError};
 pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
+    #[error("agent `{id}` was {}", reason.words())]
+    Interrupted { id: String, reason: Reason },
     #[error("role `{role}` cannot run its tools: {source}; the agent was not started")]
     Sandbox { role: String, source: SandboxError },
     #[error("agent `{id}` is damaged: {reason}")]
@@ -130,6 +134,8 @@ enum Turn {
 
 /// Runs `id` until nothing is due.
 pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
+    // Processes a command leaves behind become ours, and are ended after the call.
+    process::become_subreaper();
     let lock_path = ws.layout.lock(id);
     let Some(mut lock) = LockGuard::try_acquire(&lock_path)? else {
         return Ok(RunEnd::Busy);
@@ -264,6 +270,9 @@ impl<'a> Driver<'a> {
     }
 
     fn turn(&mut self, observer: &mut dyn Observer) -> Result<Turn> {
+        if let Some(reason) = self.runtime.interrupt().reason() {
+            return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+        }
         let tip = self.tip()?;
         let entries = self.loader.entries(&self.ws.repo, tip)?;
         let next = transcript::next_number(entries.iter().map(Entry::number));
@@ -331,7 +340,9 @@ impl<'a> Driver<'a> {
         Ok((tip, config))
     }
 
-    /// Answers calls a crash left open, with the worktree as the tools left it.
+    /// Answers calls a crash left open, with the directory as the tools left it,
+    /// after killing whatever of theirs still runs (so nothing they do later can land
+    /// in a later step).
     fn settle(
         &mut self,
         tip: CommitId,
@@ -339,20 +350,61 @@ impl<'a> Driver<'a> {
         open: &[(String, String)],
         observer: &mut dyn Observer,
     ) -> Result<()> {
+        for (id, _) in open {
+            self.kill_orphan(id);
+        }
+        let text = "interrupted; outcome unknown (the driver stopped while this call ran)";
+        let ids: Vec<&str> = open.iter().map(|(id, _)| id.as_str()).collect();
+        self.answer(tip, next, &ids, text, observer)?;
+        Ok(())
+    }
+
+    /// Commits one error result `text` for each of `ids`, with the directory as it is.
+    fn answer(
+        &mut self,
+        tip: CommitId,
+        next: u32,
+        ids: &[&str],
+        text: &str,
+        observer: &mut dyn Observer,
+    ) -> Result<CommitId> {
         let mut files = Vec::new();
-        for (i, (id, _)) in open.iter().enumerate() {
-            let block = Block::ToolResult {
-                tool_use_id: id.clone(),
-                content: "interrupted; outcome unknown (the driver stopped while this call ran)".into(),
-                is_error: true,
-            };
+        for (i, id) in ids.iter().enumerate() {
+            let block = Block::ToolResult { tool_use_id: (*id).to_owned(), content: text.to_owned(), is_error: true };
             let name = transcript::entry_name(next + i as u32, "tool", Side::Tool);
             files.push((name, serde_json::to_vec(&block).unwrap_or_default()));
             observer.event(Event::Settled { tool_use_id: id });
         }
         let refs: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
-        self.commit(tip, &refs, true, "settle interrupted tool calls")?;
-        Ok(())
+        self.commit(tip, &refs, true, "settle interrupted tool calls")
+    }
+
+    /// Kills the process group a crashed driver's call `tool_use_id` left behind, if
+    /// it still runs and is that call's (a member carries this agent's marks in its
+    /// environment; a recycled group number is left alone).
+    fn kill_orphan(&self, tool_use_id: &str) {
+        let record = toolcall::record_name(tool_use_id);
+        let mut steps: Vec<u32> = std::fs::read_dir(self.ws.layout.steps(&self.id))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+            .collect();
+        steps.sort_unstable_by(|a, b| b.cmp(a));
+        let marks =
+            [format!("OFFSHOOT_AGENT={}", self.id), format!("OFFSHOOT_WORKSPACE={}", self.real_workspace.display())];
+        for step in steps.into_iter().take(3) {
+            let path = self.ws.layout.step(&self.id, step).join("tools").join(&record).join("pgid");
+            let Some(group) = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<u32>().ok()) else {
+                continue;
+            };
+            let marked: Vec<&str> = marks.iter().map(String::as_str).collect();
+            if process::group_carries(group, &marked) {
+                process::kill_group(group);
+                process::await_group(group, std::time::Duration::from_secs(2));
+            }
+            return;
+        }
     }
 
     /// Moves each inbox message into the transcript, oldest first, one commit each.
@@ -423,7 +475,15 @@ impl<'a> Driver<'a> {
         let response_path = dir.join("response.ndjson");
         let file = std::fs::File::create(&response_path).map_err(io(&response_path))?;
         let mut recorder = Recorder { out: std::io::BufWriter::new(file), attempts: Vec::new(), observer };
+        // A call commits nothing, so a request that comes during it ends the process
+        // (the receiver does that); one that came before stops here.
+        let interrupt = self.runtime.interrupt();
+        if !interrupt.enter_call() {
+            let reason = interrupt.reason().unwrap_or(Reason::User);
+            return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+        }
         let result = self.client.call(self.ws, config_commit, &plan, &request, &mut recorder);
+        interrupt.leave_call();
         let _ = recorder.out.flush();
         let ended = Timestamp::now();
         let entry = transcript::entry_name(next, &transcript::model_origin(&plan.model), Side::Assistant);
@@ -473,6 +533,7 @@ impl<'a> Driver<'a> {
         let read_only = |c: &toolcall::Call<'_>| {
             grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only())
         };
+        let interrupt = self.runtime.interrupt().clone();
         if calls.len() > 1 && calls.iter().all(read_only) {
             // Read-only calls cannot move the working directory: prepare all at once.
             let prepared: Vec<Prepared> =
@@ -491,13 +552,28 @@ impl<'a> Driver<'a> {
             }
         } else {
             // One at a time, each prepared after the one before it (a `cd` moves the next).
-            for (number, c) in (first..).zip(calls) {
+            for (i, (number, c)) in (first..).zip(calls).enumerate() {
+                if let Some(reason) = interrupt.reason() {
+                    // Asked to stop: the calls not yet run are answered, not run.
+                    let rest: Vec<&str> = calls[i..].iter().map(|c| c.id).collect();
+                    let text = format!("{} before this call ran; nothing ran", reason.words());
+                    self.answer(tip, number, &rest, &text, observer)?;
+                    return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+                }
                 let p = self.prepare(step, c, &commands, &paths)?;
                 self.guard.before_call();
                 observer.event(Event::ToolStarted { name: c.name, input: c.input });
-                let result = p.run(c, &grant, agent, limits)?;
+                let mut result = p.run(c, &grant, agent, limits)?;
+                interrupt.command_ended();
+                process::reap_strays(&self.runtime.launched());
+                if let Some(reason) = interrupt.reason() {
+                    cut_short(&mut result, reason);
+                }
                 tip = self.finish_tool(tip, number, c, result, rules, observer)?;
             }
+        }
+        if let Some(reason) = interrupt.reason() {
+            return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
         }
         Ok(tip)
     }
@@ -527,8 +603,10 @@ impl<'a> Driver<'a> {
             None => None,
             Some(c) => Some(self.sandbox(c)?),
         };
+        let interrupt = self.runtime.interrupt().clone();
         let commands = Commands {
             env,
+            on_spawn: Some(Arc::new(move |group| interrupt.command_started(group))),
             head_bytes: config.tool_output.head_bytes,
             tail_bytes: config.tool_output.tail_bytes,
             redactor: Some(Arc::new(redactor)),
@@ -691,6 +769,17 @@ impl<'a> Driver<'a> {
             }
         }
         Ok(out)
+    }
+}
+
+/// Marks a call that a stop request cut short: an error, saying so before whatever
+/// it printed.
+fn cut_short(result: &mut toolcall::CallResult, reason: Reason) {
+    result.is_error = true;
+    result.summary = format!("{}; its processes were killed", reason.words());
+    if let Block::ToolResult { content, is_error, .. } = &mut result.block {
+        *is_error = true;
+        *content = format!("{}; its processes were killed. Before that:\n{content}", reason.words());
     }
 }
 

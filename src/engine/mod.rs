@@ -10,6 +10,7 @@ pub mod driver;
 pub mod guard;
 pub mod inbox;
 pub mod inspect;
+pub mod interrupt;
 pub mod model;
 pub mod runtime;
 pub mod snapshot;

@@ -16,8 +16,11 @@ use crate::infra::lock::{LockError, LockGuard, Probe};
 use crate::infra::process::{self, Group, ProcessError, Spec};
 use crate::infra::time::Timestamp;
 
+use std::sync::Mutex;
+
 use super::Env;
 use super::inbox::{self, InboxError};
+use super::interrupt::Interrupt;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
@@ -62,11 +65,25 @@ pub struct Runtime {
     exe: PathBuf,
     /// The environment detached drivers get (the user's, keys included).
     env: Env,
+    /// Stop requests to a driver running in this process.
+    interrupt: Interrupt,
+    /// Drivers this process launched (children of ours that are not strays).
+    launched: Mutex<Vec<u32>>,
 }
 
 impl Runtime {
     pub fn new(layout: Layout, exe: PathBuf, env: Env) -> Runtime {
-        Runtime { layout, exe, env }
+        Runtime { layout, exe, env, interrupt: Interrupt::default(), launched: Mutex::new(Vec::new()) }
+    }
+
+    /// Where a stop request for a driver in this process goes.
+    pub fn interrupt(&self) -> &Interrupt {
+        &self.interrupt
+    }
+
+    /// The pids of the drivers this process launched.
+    pub fn launched(&self) -> Vec<u32> {
+        self.launched.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     pub fn layout(&self) -> &Layout {
@@ -118,7 +135,11 @@ impl Runtime {
             sandbox: None,
             pgid_record: None,
         };
-        process::launch(&spec, &log).map_err(|source| RuntimeError::Launch { id: id.to_string(), source })
+        let pid = process::launch(&spec, &log).map_err(|source| RuntimeError::Launch { id: id.to_string(), source })?;
+        if let Ok(mut launched) = self.launched.lock() {
+            launched.push(pid);
+        }
+        Ok(pid)
     }
 
     /// Asks `id`'s driver to stop (SIGTERM, after checking that the pid the lock

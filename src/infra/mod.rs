@@ -8,6 +8,7 @@ pub mod process;
 pub mod provider;
 pub mod redact;
 pub mod sandbox;
+pub mod signals;
 pub mod time;
 pub mod tools;
 pub mod watch;

@@ -507,6 +507,64 @@ pub fn has_open(pid: u32, path: &Path) -> bool {
     fds.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|link| link == target)
 }
 
+/// Makes this process the reaper of its orphaned descendants: a process a command
+/// left behind (by leaving its group and outliving its parent) becomes our child,
+/// where [`reap_strays`] finds it.
+#[expect(unsafe_code, reason = "prctl(2) with integer arguments only")]
+pub fn become_subreaper() {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes integers and touches no memory of ours.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    }
+}
+
+/// Kills and reaps every child of ours but `keep` (a child here is a process a
+/// command left behind, adopted because we are its subreaper), with its group when
+/// it leads one.
+pub fn reap_strays(keep: &[u32]) {
+    let mut strays = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        strays.extend(children.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).filter(|p| !keep.contains(p)));
+    }
+    for pid in strays {
+        kill_stray(pid);
+    }
+}
+
+#[expect(unsafe_code, reason = "getpgid, kill and waitpid take integers and a status we own")]
+fn kill_stray(pid: u32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return };
+    // SAFETY: plain process syscalls on a child of ours; `status` lives across the call.
+    unsafe {
+        if libc::getpgid(pid) == pid {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        libc::kill(pid, libc::SIGKILL);
+        let mut status = 0;
+        libc::waitpid(pid, &mut status, 0);
+    }
+}
+
+/// Whether some running member of group `pgid` has every one of `marks`
+/// (`NAME=value`) in its environment: the group is the one that was recorded, not a
+/// later one that got the same number.
+pub fn group_carries(pgid: u32, marks: &[&str]) -> bool {
+    group_members(pgid).into_iter().any(|pid| {
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let vars: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
+        marks.iter().all(|m| vars.contains(&m.as_bytes()))
+    })
+}
+
+/// Waits until no process of group `pgid` runs, or `patience` passes.
+pub fn await_group(pgid: u32, patience: Duration) {
+    let until = Instant::now() + patience;
+    while Instant::now() < until && !group_members(pgid).is_empty() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The processes of group `pgid` that are still running (zombies, which only wait
 /// to be reaped, are not counted), read from /proc.
 pub fn group_members(pgid: u32) -> Vec<u32> {

@@ -10,5 +10,6 @@ mod faults;
 mod layering;
 mod ownership;
 mod processes;
+mod signals;
 mod tools;
 mod verbs;

@@ -11,4 +11,5 @@ pub mod prompt;
 pub mod run;
 pub mod send;
 pub mod show;
+pub mod stop;
 pub mod tool;

@@ -1,0 +1,192 @@
+//! Ctrl-C and `offshoot stop` while a tool runs: the tool's processes are gone at
+//! once, the call is settled, the driver lets go and says how to continue.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::server::Turn;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether `pid` is a running process (not gone, not a zombie).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+}
+
+/// The running members of process group `pgid`.
+fn group(pgid: u32) -> Vec<u32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() != Some(&"Z") && fields.get(2) == Some(&pgid.to_string().as_str()) {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// The pgid the call `call` recorded before it started, once it has.
+fn recorded_group(t: &TestWorkspace, call: &str) -> (String, u32) {
+    let mut found = None;
+    wait_for("the command to start", Duration::from_secs(30), || {
+        for agent in std::fs::read_dir(t.ws.join("steps")).into_iter().flatten().flatten() {
+            let path = agent.path().join("0001/tools").join(call).join("pgid");
+            if let Some(pgid) = std::fs::read_to_string(&path).ok().and_then(|p| p.trim().parse().ok()) {
+                found = Some((agent.file_name().to_string_lossy().into_owned(), pgid));
+                return true;
+            }
+        }
+        false
+    });
+    found.expect("recorded")
+}
+
+fn signal(pid: u32, name: &str) {
+    assert!(Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().expect("kill").success());
+}
+
+/// The last tool result of the transcript.
+fn last_result(t: &TestWorkspace, id: &str) -> serde_json::Value {
+    let log = t.run(&["log", "--json", id]);
+    let entries: Vec<serde_json::Value> = log.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    entries.into_iter().rev().find(|e| e["side"] == "tool").expect("a tool result")["result"].clone()
+}
+
+/// What differs between the agent's directory and its branch tip (`.offshoot/`
+/// aside), as plain git sees it through the harness's own index: changed tracked
+/// files, then untracked ones.
+fn harness_status(t: &TestWorkspace, id: &str) -> String {
+    let ws: &Path = &t.ws;
+    let git = |args: &[&str]| {
+        let o = Command::new("git")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_INDEX_FILE", ws.join("index").join(id))
+            .arg("--git-dir")
+            .arg(ws.join("repo.git"))
+            .arg("--work-tree")
+            .arg(ws.join("agents").join(id))
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let tip = format!("agents/{id}");
+    git(&["diff", "--name-status", &tip, "--", ".", ":!.offshoot"])
+        + &git(&["ls-files", "--others", "--exclude-standard", "--", ".", ":!.offshoot"])
+}
+
+fn slow_turn() -> Turn {
+    Turn::bash("slow", "sleep 5 && echo late > late.txt")
+}
+
+fn agent_dir(t: &TestWorkspace, id: &str) -> PathBuf {
+    t.ws.join("agents").join(id)
+}
+
+#[test]
+fn ctrl_c_during_a_tool_kills_it_settles_the_call_and_exits_130() {
+    let (server, t) = TestWorkspace::served("sig-int", Dialect::Anthropic);
+    server.push_turns([slow_turn(), Turn::text("after the interruption")]);
+    let child = t
+        .command()
+        .args(["prompt", "--name", "Sleepy", "take your time"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let (id, pgid) = recorded_group(&t, "slow");
+    assert!(!group(pgid).is_empty());
+    signal(child.id(), "INT");
+    let sent = Instant::now();
+    wait_for("the tool's processes to go", Duration::from_secs(1), || group(pgid).is_empty());
+    let out = child.wait_with_output().expect("wait");
+    assert!(sent.elapsed() < Duration::from_secs(3), "{:?}", sent.elapsed());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains(&format!("error: agent `{id}` was interrupted by the user")), "{stderr}");
+    assert!(stderr.contains(&format!("`offshoot run {id}` continues it")), "{stderr}");
+    let result = last_result(&t, &id);
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["content"].as_str().expect("text").starts_with("interrupted by the user; its processes were killed")
+    );
+    // The lock is free, the harness's view is clean, and what the tool would have
+    // written later never appears.
+    assert_eq!(t.agents()[0]["state"], "needs-run");
+    assert_eq!(harness_status(&t, &id), "");
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(!agent_dir(&t, &id).join("late.txt").exists());
+    // The conversation continues.
+    assert!(t.run(&["run", &id]).ok().contains("after the interruption"));
+    let second = &server.requests()[1].body;
+    let answered = &second["messages"][2]["content"][0];
+    assert_eq!((answered["tool_use_id"].as_str(), answered["is_error"].as_bool()), (Some("slow"), Some(true)));
+}
+
+#[test]
+fn stop_ends_a_detached_driver_and_a_message_revives_it() {
+    let (server, t) = TestWorkspace::served("sig-stop", Dialect::Anthropic);
+    server.push_turns([slow_turn()]);
+    let id = t.run(&["prompt", "--detach", "--name", "Stoppable", "work a while"]).ok().trim().to_owned();
+    let (_, pgid) = recorded_group(&t, "slow");
+    let run = t.run(&["stop", "Stoppable"]);
+    assert!(run.ok().is_empty());
+    assert!(run.stderr.contains(&format!("· stopped `{id}`")), "{}", run.stderr);
+    assert!(group(pgid).is_empty());
+    let result = last_result(&t, &id);
+    assert!(result["content"].as_str().expect("text").starts_with("stopped; its processes were killed"), "{result}");
+    let log = std::fs::read_to_string(t.steps_dir(&id).join("driver.log")).expect("driver log");
+    assert!(log.contains(&format!("error: agent `{id}` was stopped")), "{log}");
+    assert!(t.run(&["stop", "Stoppable"]).stderr.contains("is not running"));
+    server.push_turns([Turn::text("revived")]);
+    assert!(t.run(&["send", "Stoppable", "carry on"]).ok().contains("revived"));
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(!agent_dir(&t, &id).join("late.txt").exists());
+}
+
+#[test]
+fn a_process_that_escaped_its_group_is_ended_after_the_call() {
+    let (server, t) = TestWorkspace::served("sig-escape", Dialect::Anthropic);
+    server.push_turns([
+        Turn::bash("c1", "setsid sh -c 'echo $$ > escaped.pid; exec sleep 30' > /dev/null 2>&1 & sleep 0.3; echo done"),
+        Turn::text("ok"),
+    ]);
+    t.run(&["prompt", "escape"]).ok();
+    let id = t.only_agent();
+    let pid: u32 =
+        std::fs::read_to_string(agent_dir(&t, &id).join("escaped.pid")).expect("pid").trim().parse().expect("pid");
+    wait_for("the escaped process to end", Duration::from_secs(2), || !running(pid));
+}
+
+#[test]
+fn a_killed_drivers_orphans_are_killed_before_the_next_driver_settles() {
+    let (server, t) = TestWorkspace::served("sig-orphan", Dialect::Anthropic);
+    server.push_turns([slow_turn(), Turn::text("settled")]);
+    let id = t.run(&["prompt", "--detach", "leave an orphan"]).ok().trim().to_owned();
+    let (_, pgid) = recorded_group(&t, "slow");
+    let driver: u32 = std::fs::read_to_string(t.ws.join("locks").join(&id)).expect("lock").trim().parse().expect("pid");
+    signal(driver, "KILL");
+    // Its leader shows as a zombie before its last thread has let go of the lock.
+    wait_for("the driver to die", Duration::from_secs(5), || t.agents()[0]["state"] != "running");
+    assert!(!group(pgid).is_empty(), "the orphan outlives its driver");
+    let run = t.run(&["run", &id]);
+    assert!(run.ok().contains("settled"), "{}", run.stderr);
+    assert!(group(pgid).is_empty());
+    std::thread::sleep(Duration::from_secs(6));
+    assert!(!agent_dir(&t, &id).join("late.txt").exists());
+    assert!(!t.git(&["log", "--name-only", "--format=", &format!("agents/{id}")]).contains("late.txt"));
+}
