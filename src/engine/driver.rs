@@ -273,12 +273,10 @@ impl<'a> Driver<'a> {
         if let Some(reason) = self.runtime.interrupt().reason() {
             return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
         }
-        let tip = self.tip()?;
+        let mut tip = self.tip()?;
         let entries = self.loader.entries(&self.ws.repo, tip)?;
-        let next = transcript::next_number(entries.iter().map(Entry::number));
+        let mut next = transcript::next_number(entries.iter().map(Entry::number));
         let open = transcript::unanswered_calls(entries);
-        let warrants = transcript::warrants_call(entries);
-        let final_text = transcript::final_text(entries).unwrap_or_default();
         // Each delivery is committed, then its inbox file removed; a crash between the
         // two leaves the oldest pending message as the transcript's last entry.
         let last_message = match entries.last() {
@@ -292,9 +290,14 @@ impl<'a> Driver<'a> {
         }
         let pending = inbox::pending(&self.ws.layout, &self.id)?;
         if !pending.is_empty() {
-            self.deliver(tip, next, last_message, pending, observer)?;
-            return Ok(Turn::Again);
+            // A step boundary: what is pending now is delivered; what arrives from
+            // here on waits for the next one, so a steady stream of messages cannot
+            // keep the model from being called.
+            (tip, next) = self.deliver(tip, next, last_message, pending, observer)?;
         }
+        let entries = self.loader.entries(&self.ws.repo, tip)?;
+        let warrants = transcript::warrants_call(entries);
+        let final_text = transcript::final_text(entries).unwrap_or_default();
         if !warrants {
             return Ok(Turn::Quiet(RunEnd::Answered { text: final_text }));
         }
@@ -407,7 +410,8 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// Moves each inbox message into the transcript, oldest first, one commit each.
+    /// Moves each inbox message into the transcript, oldest first, one commit each;
+    /// returns the new tip and the next entry number.
     fn deliver(
         &mut self,
         mut tip: CommitId,
@@ -415,7 +419,7 @@ impl<'a> Driver<'a> {
         last_message: Option<String>,
         pending: Vec<inbox::Pending>,
         observer: &mut dyn Observer,
-    ) -> Result<()> {
+    ) -> Result<(CommitId, u32)> {
         for (i, p) in pending.into_iter().enumerate() {
             // Only the oldest can have been committed before a crash kept its file.
             let delivered = i == 0 && last_message.as_deref() == Some(p.text.as_str());
@@ -427,7 +431,7 @@ impl<'a> Driver<'a> {
             }
             std::fs::remove_file(&p.path).map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
         }
-        Ok(())
+        Ok((tip, next))
     }
 
     /// One model call: assemble from `tip`, record, call. Commits nothing; returns

@@ -11,5 +11,6 @@ mod layering;
 mod ownership;
 mod processes;
 mod signals;
+mod stress;
 mod tools;
 mod verbs;

@@ -89,6 +89,8 @@ struct State {
     requests: Vec<Recorded>,
     /// Replies for when the script is empty (benchmarks): a `bash echo` turn forever.
     endless_echo: bool,
+    /// Replies for when the script is empty (stress tests): this text forever.
+    endless_text: Option<String>,
     served: u64,
 }
 
@@ -134,6 +136,11 @@ impl Server {
 
     pub fn endless_echo(&self) {
         self.state.lock().expect("state").endless_echo = true;
+    }
+
+    /// Answers `text` to every request once the script is empty.
+    pub fn endless_text(&self, text: &str) {
+        self.state.lock().expect("state").endless_text = Some(text.to_owned());
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
@@ -192,6 +199,7 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
                     let n = s.served;
                     Reply::Turn(Turn::bash(&format!("call_{n}"), "echo step"))
                 }
+                None if s.endless_text.is_some() => Reply::Turn(Turn::text(s.endless_text.as_deref().unwrap_or(""))),
                 None => Reply::Status {
                     code: 400,
                     retry_after: None,
