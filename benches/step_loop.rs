@@ -81,7 +81,8 @@ fn main() {
     let create_us = file_creation_micros(&root.join("probe"));
     let ws = Workspace::create(&root.join("ws"), &files).expect("workspace");
     let env = Env::new([("ANTHROPIC_API_KEY".to_owned(), "bench".to_owned())]);
-    let spawn = Start { message: "Run echo steps.", name: Some("Bench"), now: Timestamp::now(), random: 12345 };
+    let spawn =
+        Start { message: "Run echo steps.", name: Some("Bench"), now: Timestamp::now(), random: 12345, env: &env };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let rss_before = peak_rss_kib();
 

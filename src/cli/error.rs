@@ -79,6 +79,7 @@ impl From<AgentError> for CliError {
             AgentError::Unknown(_) => {
                 CliError::usage(e.to_string()).hint("`offshoot ls` lists the agents of this workspace")
             }
+            AgentError::Sandbox { ref role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
             AgentError::NameTaken(..)
             | AgentError::UnknownRole { .. }
             | AgentError::EmptyMessage

@@ -6,8 +6,11 @@ use crate::domain::id::{self, AgentId, IdError};
 use crate::domain::inbox::Deposit;
 use crate::domain::transcript;
 use crate::infra::git::{CommitId, GitError, MAIN, Position, TreeEdit};
+use crate::infra::sandbox::SandboxError;
 use crate::infra::time::Timestamp;
 
+use super::Env;
+use super::containment;
 use super::directory;
 use super::inbox::{self, InboxError};
 use super::snapshot::{self, Loader, SnapshotError};
@@ -26,6 +29,8 @@ pub enum AgentError {
     UnknownRole { role: String, lineage: String },
     #[error("the message is empty")]
     EmptyMessage,
+    #[error("role `{role}` cannot run its tools: {source}; nothing was created")]
+    Sandbox { role: String, source: SandboxError },
     #[error("`{0}` names no commit")]
     UnknownRef(String),
     #[error(transparent)]
@@ -49,6 +54,8 @@ pub struct Start<'a> {
     pub name: Option<&'a str>,
     pub now: Timestamp,
     pub random: u32,
+    /// The environment the cli read (whether the role's sandbox can be enforced).
+    pub env: &'a Env,
 }
 
 /// An agent as `ls` shows it.
@@ -140,9 +147,11 @@ fn check_spawn(
     if spawn.message.trim().is_empty() {
         return Err(AgentError::EmptyMessage);
     }
-    if config.role(role).is_none() {
+    let Some(role_config) = config.role(role) else {
         return Err(AgentError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() });
-    }
+    };
+    containment::check(role_config, spawn.env)
+        .map_err(|source| AgentError::Sandbox { role: role.to_owned(), source })?;
     let taken: Vec<(String, String)> =
         list(ws)?.into_iter().filter_map(|l| l.facts.and_then(|f| f.name).map(|n| (n, l.id.to_string()))).collect();
     // A name is also the agent's project branch, which must be new.

@@ -41,7 +41,13 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         "· demo workspace {} (model outputs are replayed from a recording; the tools really run)",
         root.display()
     ));
-    let spawn = Start { message: GOAL.trim(), name: Some("DemoReport"), now: Timestamp::now(), random: random_u32() };
+    let spawn = Start {
+        message: GOAL.trim(),
+        name: Some("DemoReport"),
+        now: Timestamp::now(),
+        random: random_u32(),
+        env: &ctx.env,
+    };
     let id = agents::create_root(&ws, "worker", "default", &spawn)?;
     progress::launch(ctx, &ws, &id, false, false)?;
     let w = root.display();

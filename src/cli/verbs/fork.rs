@@ -26,8 +26,13 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         Ok(id) => id.branch(),
         Err(_) => args.from.clone(),
     };
-    let spawn =
-        Start { message: &args.message, name: args.name.as_deref(), now: Timestamp::now(), random: random_u32() };
+    let spawn = Start {
+        message: &args.message,
+        name: args.name.as_deref(),
+        now: Timestamp::now(),
+        random: random_u32(),
+        env: &ctx.env,
+    };
     let id = agents::fork(&ws, &from, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, false)
 }
