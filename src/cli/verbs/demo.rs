@@ -54,14 +54,15 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let lines = [
         String::new(),
         "Where to look:".into(),
-        format!("  {w}/agents/{id}/            the agent's worktree (REPORT.md and CHECK.md are its work)"),
+        format!("  {w}/agents/{id}/            the agent's directory (REPORT.md and CHECK.md are its work)"),
         format!("  {w}/agents/{id}/.offshoot/  goal, soul, tool schemas and the transcript"),
         format!("  {w}/steps/{id}/             each step's request, raw response and tool output"),
         "Try:".into(),
         format!("  offshoot -w {w} ls"),
         format!("  offshoot -w {w} log {id}"),
         format!("  offshoot -w {w} show {id} --step 2 --request"),
-        format!("  git --git-dir {w}/repo.git log --oneline --stat agents/{id}"),
+        format!("  git --git-dir {w}/repo.git log --oneline --stat agents/{id}    (the harness's record)"),
+        format!("  git -C {w}/agents/{id} status                                   (the agent's own git)"),
         format!("  offshoot -w {w} fork --from agents/{id}~2 \"Check the report once more\""),
     ];
     for line in lines {
