@@ -353,9 +353,7 @@ impl<'a> Driver<'a> {
         open: &[(String, String)],
         observer: &mut dyn Observer,
     ) -> Result<()> {
-        for (id, _) in open {
-            self.kill_orphan(id);
-        }
+        self.kill_orphans(open);
         let text = "interrupted; outcome unknown (the driver stopped while this call ran)";
         let ids: Vec<&str> = open.iter().map(|(id, _)| id.as_str()).collect();
         self.answer(tip, next, &ids, text, observer)?;
@@ -382,11 +380,14 @@ impl<'a> Driver<'a> {
         self.commit(tip, &refs, true, "settle interrupted tool calls")
     }
 
-    /// Kills the process group a crashed driver's call `tool_use_id` left behind, if
-    /// it still runs and is that call's (a member carries this agent's marks in its
-    /// environment; a recycled group number is left alone).
-    fn kill_orphan(&self, tool_use_id: &str) {
-        let record = toolcall::record_name(tool_use_id);
+    /// Kills what a crashed driver's calls left running: each call's recorded process
+    /// group, if a running member still carries this agent's marks (a recycled group
+    /// number is left alone), then any other process carrying them (one started in
+    /// the instant before its group was recorded, or one that left its group).
+    fn kill_orphans(&self, open: &[(String, String)]) {
+        let marks =
+            [format!("OFFSHOOT_AGENT={}", self.id), format!("OFFSHOOT_WORKSPACE={}", self.real_workspace.display())];
+        let marks: Vec<&str> = marks.iter().map(String::as_str).collect();
         let mut steps: Vec<u32> = std::fs::read_dir(self.ws.layout.steps(&self.id))
             .into_iter()
             .flatten()
@@ -394,20 +395,20 @@ impl<'a> Driver<'a> {
             .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
             .collect();
         steps.sort_unstable_by(|a, b| b.cmp(a));
-        let marks =
-            [format!("OFFSHOOT_AGENT={}", self.id), format!("OFFSHOOT_WORKSPACE={}", self.real_workspace.display())];
-        for step in steps.into_iter().take(3) {
-            let path = self.ws.layout.step(&self.id, step).join("tools").join(&record).join("pgid");
-            let Some(group) = std::fs::read_to_string(&path).ok().and_then(|t| t.trim().parse::<u32>().ok()) else {
-                continue;
-            };
-            let marked: Vec<&str> = marks.iter().map(String::as_str).collect();
-            if process::group_carries(group, &marked) {
+        for (tool_use_id, _) in open {
+            let record = toolcall::record_name(tool_use_id);
+            let group = steps.iter().take(3).find_map(|step| {
+                let path = self.ws.layout.step(&self.id, *step).join("tools").join(&record).join("pgid");
+                std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u32>().ok())
+            });
+            if let Some(group) = group
+                && process::group_carries(group, &marks)
+            {
                 process::kill_group(group);
                 process::await_group(group, std::time::Duration::from_secs(2));
             }
-            return;
         }
+        process::kill_marked(&marks, std::time::Duration::from_secs(2));
     }
 
     /// Moves each inbox message into the transcript, oldest first, one commit each;

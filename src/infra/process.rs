@@ -50,8 +50,9 @@ pub struct Spec<'a> {
     pub stdin: Option<&'a [u8]>,
     /// A Landlock ruleset the child enforces on itself before it execs.
     pub sandbox: Option<RawFd>,
-    /// A file the child writes its process group id into before it execs, so the
-    /// group is on record before the program runs.
+    /// A file to hold the child's process group id: written by the child before it
+    /// execs when it runs code there anyway (a sandbox), else by us the moment the
+    /// spawn returns (sparing the fork that running code in the child needs).
     pub pgid_record: Option<&'a File>,
 }
 
@@ -182,6 +183,9 @@ pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessErro
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     command.stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     let mut child = command.spawn().map_err(|source| ProcessError::Spawn { program: program.clone(), source })?;
+    if let Some(mut record) = spec.pgid_record.filter(|_| !runs_code_in_child(spec)) {
+        let _ = writeln!(record, "{}", child.id());
+    }
     if let Some(on_spawn) = io.on_spawn {
         on_spawn(child.id());
     }
@@ -229,9 +233,9 @@ fn command(spec: &Spec) -> Command {
         command.process_group(0);
     }
     let session = spec.group == Group::Session;
-    let record = spec.pgid_record.map(AsRawFd::as_raw_fd);
     let sandbox = spec.sandbox;
-    if session || record.is_some() || sandbox.is_some() {
+    if runs_code_in_child(spec) {
+        let record = spec.pgid_record.map(AsRawFd::as_raw_fd);
         // SAFETY: the closure runs in the child between fork and exec. It allocates
         // nothing and calls only async-signal-safe functions (setsid, getpid, write,
         // prctl, syscall) on descriptors the parent keeps open until spawn returns.
@@ -258,6 +262,13 @@ fn command(spec: &Spec) -> Command {
         }
     }
     command
+}
+
+/// Whether the child must run code of ours between fork and exec (which makes std
+/// fork instead of using the much cheaper `posix_spawn`, whose cost does not grow with
+/// the parent's memory).
+fn runs_code_in_child(spec: &Spec) -> bool {
+    spec.group == Group::Session || spec.sandbox.is_some()
 }
 
 /// `n` in decimal with a trailing newline, written into `buf` without allocating.
@@ -546,15 +557,46 @@ fn kill_stray(pid: u32) {
     }
 }
 
+/// Kills every running process (with its group, when it leads one) whose environment
+/// holds every one of `marks` (`NAME=value`), and waits up to `patience` for them to
+/// go; returns how many there were. For what a crashed driver's commands left behind,
+/// whether or not their group made it into a record.
+pub fn kill_marked(marks: &[&str], patience: Duration) -> usize {
+    let own = std::process::id();
+    let marked: Vec<u32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|&pid| pid != own && running(pid) && carries(pid, marks))
+        .collect();
+    for &pid in &marked {
+        kill_stray(pid);
+    }
+    let until = Instant::now() + patience;
+    while Instant::now() < until && marked.iter().any(|&pid| running(pid)) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    marked.len()
+}
+
+fn carries(pid: u32, marks: &[&str]) -> bool {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let vars: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
+    marks.iter().all(|m| vars.contains(&m.as_bytes()))
+}
+
+/// Whether `pid` is a running process (not gone, not a zombie).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+}
+
 /// Whether some running member of group `pgid` has every one of `marks`
 /// (`NAME=value`) in its environment: the group is the one that was recorded, not a
 /// later one that got the same number.
 pub fn group_carries(pgid: u32, marks: &[&str]) -> bool {
-    group_members(pgid).into_iter().any(|pid| {
-        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-        let vars: Vec<&[u8]> = environ.split(|&b| b == 0).collect();
-        marks.iter().all(|m| vars.contains(&m.as_bytes()))
-    })
+    group_members(pgid).into_iter().any(|pid| carries(pid, marks))
 }
 
 /// Waits until no process of group `pgid` runs, or `patience` passes.

@@ -174,7 +174,17 @@ fn a_process_that_escaped_its_group_is_ended_after_the_call() {
 
 #[test]
 fn a_killed_drivers_orphans_are_killed_before_the_next_driver_settles() {
-    let (server, t) = TestWorkspace::served("sig-orphan", Dialect::Anthropic);
+    orphans_are_killed("sig-orphan", false);
+}
+
+#[test]
+fn orphans_whose_group_never_reached_the_record_are_found_by_their_marks() {
+    // As if the driver died between starting the command and recording its group.
+    orphans_are_killed("sig-orphan-unrecorded", true);
+}
+
+fn orphans_are_killed(name: &str, lose_the_record: bool) {
+    let (server, t) = TestWorkspace::served(name, Dialect::Anthropic);
     server.push_turns([slow_turn(), Turn::text("settled")]);
     let id = t.run(&["prompt", "--detach", "leave an orphan"]).ok().trim().to_owned();
     let (_, pgid) = recorded_group(&t, "slow");
@@ -183,6 +193,9 @@ fn a_killed_drivers_orphans_are_killed_before_the_next_driver_settles() {
     // Its leader shows as a zombie before its last thread has let go of the lock.
     wait_for("the driver to die", Duration::from_secs(5), || t.agents()[0]["state"] != "running");
     assert!(!group(pgid).is_empty(), "the orphan outlives its driver");
+    if lose_the_record {
+        std::fs::remove_file(t.steps_dir(&id).join("0001/tools/slow/pgid")).expect("rm");
+    }
     let run = t.run(&["run", &id]);
     assert!(run.ok().contains("settled"), "{}", run.stderr);
     assert!(group(pgid).is_empty());

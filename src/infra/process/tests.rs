@@ -116,7 +116,7 @@ fn stdin_is_fed_while_output_is_read() {
 }
 
 #[test]
-fn stdout_can_stop_the_child_and_the_group_is_on_record_before_it_runs() {
+fn stdout_can_stop_the_child_and_its_group_is_on_record() {
     let dir = std::env::temp_dir().join(format!("offshoot-process-pgid-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let record = File::create(dir.join("pgid")).expect("record");
