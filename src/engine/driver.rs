@@ -462,7 +462,7 @@ impl<'a> Driver<'a> {
         let started = Timestamp::now();
         let meta_path = dir.join("meta.json");
         // On record before the call, so a step cut short by a crash still shows.
-        let running = json!({
+        let mut meta = json!({
             "step": step,
             "commit": tip.to_string(),
             "config": config_commit.to_string(),
@@ -473,8 +473,7 @@ impl<'a> Driver<'a> {
             "started": started.to_string(),
             "outcome": "running",
         });
-        write_atomically(&meta_path, &serde_json::to_vec_pretty(&running).unwrap_or_default())
-            .map_err(io(&meta_path))?;
+        write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         observer.event(Event::StepStarted { step, provider: &plan.provider, model: &plan.model });
 
         let response_path = dir.join("response.ndjson");
@@ -496,23 +495,17 @@ impl<'a> Driver<'a> {
             Ok(output) => ("ok", output.usage.clone(), None),
             Err(e) => ("error", Usage::default(), Some(e.to_string())),
         };
-        let meta = json!({
-            "step": step,
-            "commit": tip.to_string(),
-            "config": config_commit.to_string(),
-            "agent": self.id.as_str(),
-            "provider": plan.provider,
-            "protocol": plan.config.protocol.name(),
-            "model": plan.model,
-            "started": started.to_string(),
-            "ended": ended.to_string(),
-            "millis": ended.millis_since(started),
-            "attempts": recorder.attempts,
-            "usage": usage,
-            "outcome": outcome,
-            "error": error,
-            "entry": result.as_ref().ok().map(|_| entry.clone()),
-        });
+        for (key, value) in [
+            ("ended", json!(ended.to_string())),
+            ("millis", json!(ended.millis_since(started))),
+            ("attempts", json!(recorder.attempts)),
+            ("usage", json!(usage)),
+            ("outcome", json!(outcome)),
+            ("error", json!(error)),
+            ("entry", json!(result.as_ref().ok().map(|_| entry.clone()))),
+        ] {
+            meta[key] = value;
+        }
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         result.map(|output| (step, entry, output)).map_err(fail)
     }

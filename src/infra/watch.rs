@@ -6,19 +6,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-/// Events on the watched subtree.
-const SUBTREE: u32 = libc::IN_CREATE
-    | libc::IN_DELETE
-    | libc::IN_MODIFY
-    | libc::IN_ATTRIB
-    | libc::IN_CLOSE_WRITE
-    | libc::IN_MOVED_FROM
-    | libc::IN_MOVED_TO
-    | libc::IN_DELETE_SELF
-    | libc::IN_MOVE_SELF;
-
-/// Events on the root, for the names watched there.
-const ROOT: u32 = libc::IN_CREATE
+/// Events watched, on the subtree and on the root alike (for the root, only the
+/// names asked for are reported).
+const EVENTS: u32 = libc::IN_CREATE
     | libc::IN_DELETE
     | libc::IN_MODIFY
     | libc::IN_ATTRIB
@@ -65,7 +55,7 @@ impl Watch {
             at_root: at_root.iter().map(|s| (*s).to_owned()).collect(),
             dirs: HashMap::new(),
         };
-        watch.add("", ROOT)?;
+        watch.add("", EVENTS)?;
         watch.add_subtree();
         Ok(watch)
     }
@@ -88,7 +78,7 @@ impl Watch {
         while let Some(rel) = stack.pop() {
             let full = self.root.join(&rel);
             // Only real directories: a symlink planted here is not followed.
-            if !std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) || self.add(&rel, SUBTREE).is_err() {
+            if !std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) || self.add(&rel, EVENTS).is_err() {
                 continue;
             }
             for entry in std::fs::read_dir(&full).into_iter().flatten().flatten() {
