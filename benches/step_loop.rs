@@ -93,6 +93,11 @@ fn main() {
     driver::run(&ws, &runtime, &id, &mut clock).expect("run");
     let total = started.elapsed();
     let rss_after = peak_rss_kib();
+    // A driver that starts with nothing due: it opens the directory (checking
+    // `.offshoot/` against the tip, every transcript entry hashed) and lets go.
+    let restart = Instant::now();
+    driver::run(&ws, &runtime, &id, &mut Clock { starts: Vec::new() }).expect("rerun");
+    let restart = restart.elapsed();
     let per_step: Vec<Duration> = clock.starts.windows(2).map(|w| w[1] - w[0]).collect();
 
     let floor = floor(&ws, &id, &server, steps);
@@ -116,6 +121,11 @@ fn main() {
     row(format!("steps 1-{window} (median)"), h_first, f_first);
     row(format!("steps {}-{steps} (median)", steps - window + 1), h_last, f_last);
     println!("request.json size: step 1 {} bytes, step {steps} {} bytes", size(1), size(steps));
+    println!(
+        "a driver starting with nothing due after the run ({} transcript entries): {:.1} ms",
+        2 * steps + 2,
+        restart.as_secs_f64() * 1000.0
+    );
     println!(
         "peak RSS of the bench process (driver and server): {rss_before} KiB before the run, {rss_after} KiB after"
     );

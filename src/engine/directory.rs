@@ -58,12 +58,23 @@ pub fn open(
     let tracked = Tracked::open(&ws.layout.repo(), &dir, &ws.layout.index(id), agent::DIR, agent::MESSAGES)?;
     if rebuild {
         tracked.checkout(tip)?;
-        tracked.save_index()?;
+        tracked.save_index(tip)?;
         repairs.insert(0, Repair::Rebuilt);
     } else {
         // Whatever happened while no driver watched (a crash between writing a
-        // transcript file and committing it, a process left behind, a person).
-        let restored = tracked.restore(tip, agent::DIR)?;
+        // transcript file and committing it, a process left behind, a person): the
+        // index the last driver saved says which files changed since, else all are
+        // checked.
+        let restored = match tracked.harness_changes(tip)? {
+            Some(paths) => {
+                let mut restored = Vec::new();
+                for path in paths {
+                    restored.extend(tracked.restore(tip, &path)?);
+                }
+                restored
+            }
+            None => tracked.restore(tip, agent::DIR)?,
+        };
         if !restored.is_empty() {
             repairs.push(Repair::HarnessFiles(restored.len()));
         }

@@ -167,7 +167,7 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
             Err(e) => break Err(e),
         }
     };
-    let synced = driver.dir.save_index().map_err(DriverError::from);
+    let synced = driver.tip().and_then(|tip| Ok(driver.dir.save_index(tip)?));
     let end = result?;
     synced?;
     Ok(end)

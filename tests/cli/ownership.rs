@@ -176,3 +176,28 @@ fn a_damaged_branch_is_listed_as_damaged_and_breaks_nothing_else() {
     assert!(t.run(&["prompt", "--name", "Newcomer", "hello"]).ok().contains("newcomer"));
     assert_eq!(t.agents().len(), 3);
 }
+
+#[test]
+fn harness_files_changed_while_no_driver_ran_are_put_back_at_the_next_start() {
+    let (server, t) = TestWorkspace::served("own-between", Dialect::Anthropic);
+    server.push_turns([Turn::text("first")]);
+    t.run(&["prompt", "--name", "Between", "hello"]).ok();
+    let id = t.only_agent();
+    let dir = t.ws.join("agents").join(&id);
+    std::fs::write(dir.join(".offshoot/soul.md"), "edited while nobody watched").expect("write");
+    std::fs::remove_file(dir.join(".offshoot/messages/0001-user.md")).expect("rm");
+    std::fs::write(dir.join(".offshoot/messages/0009-user.md"), "forged").expect("write");
+    server.push_turns([Turn::text("second")]);
+    let run = t.run(&["send", "Between", "again"]);
+    assert!(run.ok().contains("second"));
+    assert!(
+        run.stderr.contains("3 files of `.offshoot/` differed from the branch and were put back"),
+        "{}",
+        run.stderr
+    );
+    let requests = server.requests();
+    assert_eq!(requests[1].body["system"], requests[0].body["system"]);
+    assert!(std::fs::read_to_string(dir.join(".offshoot/soul.md")).expect("soul").starts_with("You are a careful"));
+    assert!(dir.join(".offshoot/messages/0001-user.md").exists());
+    assert!(!dir.join(".offshoot/messages/0009-user.md").exists());
+}

@@ -86,10 +86,51 @@ impl Tracked {
         Ok(())
     }
 
-    /// Writes the index to its file (the stat cache the next driver starts from).
-    pub fn save_index(&self) -> Result<()> {
+    /// Writes the index to its file: the stat cache the next driver starts from.
+    /// The harness's files of `tip` go in too, with their stat data as on disk (the
+    /// guard has just made them so), so the next driver can tell which of them
+    /// changed meanwhile without hashing them all ([`Tracked::harness_changes`]).
+    pub fn save_index(&self, tip: Oid) -> Result<()> {
         let mut index = self.repo.index().map_err(lib("open index"))?;
-        index.write().map_err(lib("write index"))
+        let tree = self.repo.find_commit(tip).and_then(|c| c.tree()).map_err(lib(format!("tree of {tip}")))?;
+        for (path, oid) in super::files_under(&self.repo, &tree, &self.harness)? {
+            let Ok(meta) = std::fs::symlink_metadata(self.root.join(&path)) else { continue };
+            if meta.is_file() {
+                index.add(&stat_entry(&path, oid, &meta)).map_err(lib(format!("record {path}")))?;
+            }
+        }
+        index.write().map_err(lib("write index"))?;
+        index.remove_dir(Path::new(&self.harness), 0).map_err(lib("unstage the harness's directory"))
+    }
+
+    /// The harness's files on disk that may differ from `commit`'s, told by the stat
+    /// data the saved index holds for them; `None` when the index does not describe
+    /// exactly `commit`'s harness files (everything must then be checked).
+    pub fn harness_changes(&self, commit: Oid) -> Result<Option<Vec<String>>> {
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        let prefix = format!("{}/", self.harness);
+        if !index.iter().any(|e| e.path.starts_with(prefix.as_bytes())) {
+            return Ok(None);
+        }
+        let described = index.write_tree().map_err(lib("write tree"))?;
+        let described = self.repo.find_tree(described).map_err(lib("find tree"))?;
+        let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
+        let subtree = |t: &git2::Tree<'_>| t.get_path(Path::new(&self.harness)).ok().map(|e| e.id());
+        if subtree(&described) != subtree(&tree) {
+            return Ok(None);
+        }
+        let mut opts = git2::DiffOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .disable_pathspec_match(true)
+            .include_typechange(true)
+            .pathspec(&self.harness);
+        let diff = self.repo.diff_index_to_workdir(Some(&index), Some(&mut opts)).map_err(lib("scan .offshoot"))?;
+        let changed = diff
+            .deltas()
+            .filter_map(|d| d.new_file().path().or(d.old_file().path()).map(|p| p.to_string_lossy().into_owned()))
+            .collect();
+        Ok(Some(changed))
     }
 
     /// Writes `add` to disk and commits it on top of `parent`, moving `branch` from
@@ -249,6 +290,26 @@ impl Tracked {
             names.insert(path.split('/').next().unwrap_or(&path).to_owned());
         }
         names.into_iter().filter(|n| *n != self.harness && n != DOT_GIT).collect()
+    }
+}
+
+/// An index entry for `path` holding `oid`, with `meta`'s stat data.
+fn stat_entry(path: &str, oid: Oid, meta: &std::fs::Metadata) -> git2::IndexEntry {
+    use std::os::unix::fs::MetadataExt;
+    let time = |secs: i64, nanos: i64| git2::IndexTime::new(secs as i32, nanos as u32);
+    git2::IndexEntry {
+        ctime: time(meta.ctime(), meta.ctime_nsec()),
+        mtime: time(meta.mtime(), meta.mtime_nsec()),
+        dev: meta.dev() as u32,
+        ino: meta.ino() as u32,
+        mode: 0o100644,
+        uid: meta.uid(),
+        gid: meta.gid(),
+        file_size: meta.size() as u32,
+        id: oid,
+        flags: (path.len().min(0xfff)) as u16,
+        flags_extended: 0,
+        path: path.as_bytes().to_vec(),
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::ffi::OsStr;
 use std::fs::File;
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -30,11 +31,10 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         File::create(&path).map(Some).map_err(|e| fatal("create", &path, e))
     };
     let pgid = create("pgid")?;
-    let mut stdout_file = create("stdout")?;
-    let mut stderr_file = create("stderr")?;
+    let spill = |name: &str| env.record.as_ref().map(|r| Spill::new(r.dir.join(name)));
     let redactor = commands.redactor.clone().unwrap_or_default();
-    let mut stdout_sink = stdout_file.as_mut().map(|f| Redacting::new(f, &redactor));
-    let mut stderr_sink = stderr_file.as_mut().map(|f| Redacting::new(f, &redactor));
+    let mut stdout_sink = spill("stdout").map(|f| Redacting::new(f, &redactor));
+    let mut stderr_sink = spill("stderr").map(|f| Redacting::new(f, &redactor));
     // POSIX puts sh at /bin/sh; naming it saves searching PATH on every call.
     let args = [OsStr::new("-c"), OsStr::new(command)];
     let spec = Spec {
@@ -67,8 +67,14 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         stderr_record: stderr_sink.as_mut().map(|w| w as &mut dyn std::io::Write),
     };
     let done = process::run(&spec, &limits, io).map_err(|e| ToolError::Fatal(e.to_string()))?;
-    for sink in [stdout_sink, stderr_sink].into_iter().flatten() {
-        sink.finish().map_err(|e| ToolError::Fatal(format!("cannot write the output record: {e}")))?;
+    // A stream kept whole in memory needs no record file; a cut one gets its file.
+    for (sink, kept) in [(stdout_sink, &done.stdout), (stderr_sink, &done.stderr)] {
+        if let Some(sink) = sink {
+            let spill = sink.finish().map_err(|e| ToolError::Fatal(format!("cannot write the output record: {e}")))?;
+            spill
+                .finish(!kept.is_whole())
+                .map_err(|e| ToolError::Fatal(format!("cannot write the output record: {e}")))?;
+        }
     }
     let mut summary = match (done.ended, done.exit) {
         (Ended::TimedOut, _) => {
@@ -92,6 +98,57 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         is_error: done.ended == Ended::TimedOut || !done.exit.success(),
         ..ToolOutput::default()
     })
+}
+
+/// A record file written only if it is needed: bytes stay in memory up to a limit;
+/// past it, or when [`Spill::finish`] is told the stream was cut, they go to the file.
+/// (Most commands print little; sparing two file creations a call is measurable.)
+struct Spill {
+    path: PathBuf,
+    held: Vec<u8>,
+    file: Option<File>,
+}
+
+/// Bytes held in memory before a record file is created anyway.
+const SPILL_AT: usize = 64 * 1024;
+
+impl Spill {
+    fn new(path: PathBuf) -> Spill {
+        Spill { path, held: Vec::new(), file: None }
+    }
+
+    fn open(&mut self) -> std::io::Result<&mut File> {
+        if self.file.is_none() {
+            let mut file = File::create(&self.path)?;
+            file.write_all(&std::mem::take(&mut self.held))?;
+            self.file = Some(file);
+        }
+        self.file.as_mut().ok_or_else(|| std::io::Error::other("no record file"))
+    }
+
+    /// Writes what is held to the file if the stream was `cut` (the model is told
+    /// where the whole is).
+    fn finish(mut self, cut: bool) -> std::io::Result<()> {
+        if cut {
+            self.open()?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for Spill {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.file.is_none() && self.held.len() + buf.len() <= SPILL_AT {
+            self.held.extend_from_slice(buf);
+            return Ok(buf.len());
+        }
+        self.open()?.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.as_mut().map_or(Ok(()), Write::flush)
+    }
 }
 
 /// A stream as the model sees it: whole, or its head and tail with what was cut.
@@ -158,6 +215,23 @@ mod tests {
     fn stdin_is_closed() {
         let out = run(&env(), &json!({"command": "cat; echo done"})).expect("runs");
         assert_eq!(out.streams[0].text, "done\n");
+    }
+
+    #[test]
+    fn only_a_cut_stream_gets_a_record_file() {
+        let dir = std::env::temp_dir().join(format!("offshoot-bash-record-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let mut env = env();
+        env.commands.head_bytes = 4;
+        env.commands.tail_bytes = 4;
+        env.record = Some(crate::infra::tools::RecordDir { dir: dir.clone(), shown: "rec".into() });
+        let out = run(&env, &json!({"command": "echo hi >&2; seq 1 1000"})).expect("runs");
+        assert_eq!(out.streams[0].cut.as_ref().and_then(|c| c.record.as_deref()), Some("rec/stdout"));
+        assert_eq!(std::fs::metadata(dir.join("stdout")).expect("record").len(), 3893);
+        assert!(!dir.join("stderr").exists(), "a whole stream needs no record file");
+        assert!(dir.join("pgid").exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
