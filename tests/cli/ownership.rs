@@ -147,6 +147,13 @@ fn a_directory_removed_by_hand_is_rebuilt_from_the_branch() {
     let id = t.only_agent();
     let dir = t.ws.join("agents").join(&id);
     std::fs::remove_dir_all(&dir).expect("rm -rf");
+    // `run` rebuilds it even when nothing is due.
+    let run = t.run(&["run", &id]);
+    run.ok();
+    assert!(run.stderr.contains("the agent's directory was missing; it was rebuilt from its branch"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(dir.join("product.txt")).expect("rebuilt"), "kept\n");
+    // And again with the conversation going on at once.
+    std::fs::remove_dir_all(&dir).expect("rm -rf");
     server.push_turns([bash("c2", "cat product.txt && git status --porcelain"), Turn::text("back again")]);
     let run = t.run(&["send", "Phoenix", "are you whole?"]);
     assert!(run.ok().contains("back again"), "{}", run.stderr);
