@@ -208,3 +208,29 @@ fn harness_files_changed_while_no_driver_ran_are_put_back_at_the_next_start() {
     assert!(dir.join(".offshoot/messages/0001-user.md").exists());
     assert!(!dir.join(".offshoot/messages/0009-user.md").exists());
 }
+
+#[test]
+fn symlinks_planted_where_the_harness_writes_are_replaced_not_followed() {
+    let (server, mut t) = TestWorkspace::served("own-symlinks", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let decoy = t.root.join("decoy");
+    std::fs::create_dir_all(&decoy).expect("decoy");
+    server.push_turns([
+        bash("c1", &format!("rm -rf .offshoot && ln -s {} .offshoot && rm .git && mkdir .git", decoy.display())),
+        bash("c2", "ls .offshoot | head -3 && git status --porcelain | head -1"),
+        Turn::text("planted"),
+    ]);
+    t.run(&["prompt", "--name", "Planter", "plant symlinks"]).ok();
+    let first = result_text(&server, 1);
+    assert!(first.contains("(it points at your repository again)"), "{first}");
+    assert!(first.contains("(it was deleted and is back)"), "{first}");
+    // Nothing went through the link; the harness's files are real files again.
+    assert_eq!(std::fs::read_dir(&decoy).expect("decoy").count(), 0);
+    let id = t.only_agent();
+    let dir = t.ws.join("agents").join(&id);
+    assert!(std::fs::symlink_metadata(dir.join(".offshoot")).expect("offshoot").is_dir());
+    assert!(std::fs::symlink_metadata(dir.join(".git")).expect(".git").is_file());
+    assert!(result_text(&server, 2).starts_with("exit code 0\n<stdout>\nagent.toml\ngit\ngoal.md"), "{}", result_text(&server, 2));
+    let entries = t.git(&["ls-tree", "--name-only", &format!("agents/{id}"), ".offshoot/messages/"]);
+    assert_eq!(entries.lines().count(), 6, "{entries}");
+}
