@@ -109,11 +109,6 @@ impl Runtime {
         }
     }
 
-    /// Whether a driver holds `id` right now.
-    pub fn is_running(&self, id: &AgentId) -> Result<bool> {
-        Ok(matches!(LockGuard::probe(&self.layout.lock(id))?, Probe::Held(_)))
-    }
-
     /// Starts `offshoot run <id>` detached: its own session, stdin closed, output
     /// appended to `steps/<id>/driver.log`. If a driver already holds the agent, the
     /// new one finds the lock busy and exits quietly.

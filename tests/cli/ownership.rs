@@ -230,7 +230,11 @@ fn symlinks_planted_where_the_harness_writes_are_replaced_not_followed() {
     let dir = t.ws.join("agents").join(&id);
     assert!(std::fs::symlink_metadata(dir.join(".offshoot")).expect("offshoot").is_dir());
     assert!(std::fs::symlink_metadata(dir.join(".git")).expect(".git").is_file());
-    assert!(result_text(&server, 2).starts_with("exit code 0\n<stdout>\nagent.toml\ngit\ngoal.md"), "{}", result_text(&server, 2));
+    assert!(
+        result_text(&server, 2).starts_with("exit code 0\n<stdout>\nagent.toml\ngit\ngoal.md"),
+        "{}",
+        result_text(&server, 2)
+    );
     let entries = t.git(&["ls-tree", "--name-only", &format!("agents/{id}"), ".offshoot/messages/"]);
     assert_eq!(entries.lines().count(), 6, "{entries}");
 }
