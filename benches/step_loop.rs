@@ -89,7 +89,7 @@ fn main() {
     let mut clock = Clock { starts: Vec::new() };
     let started = Instant::now();
     // The driver runs in this process; the runtime's binary is only for launches.
-    let runtime = Runtime::new(ws.layout.clone(), "offshoot".into(), env);
+    let runtime = Runtime::new(ws.layout.clone(), "offshoot".into(), env, Default::default());
     driver::run(&ws, &runtime, &id, &mut clock).expect("run");
     let total = started.elapsed();
     let rss_after = peak_rss_kib();

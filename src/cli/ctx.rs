@@ -3,8 +3,10 @@
 //! variables the engine may use, and the output.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use crate::engine::Env;
+use crate::engine::interrupt::Interrupt;
 use crate::engine::runtime::Runtime;
 use crate::engine::workspace::{self, ConfigFiles, Workspace};
 
@@ -21,6 +23,10 @@ pub struct Ctx {
     workspace: Option<PathBuf>,
     /// This binary, for the drivers the runtime launches.
     exe: PathBuf,
+    /// Stop requests (Ctrl-C, SIGTERM) for a driver this command runs.
+    pub interrupt: Interrupt,
+    /// The agent this command drives, once known (for what a signal prints).
+    pub driving: Arc<OnceLock<String>>,
 }
 
 impl Ctx {
@@ -39,7 +45,16 @@ impl Ctx {
         };
         let out = Out::new(json, env.get("NO_COLOR").is_some());
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("offshoot"));
-        Ctx { env, out, data_root, config_root, workspace, exe }
+        Ctx {
+            env,
+            out,
+            data_root,
+            config_root,
+            workspace,
+            exe,
+            interrupt: Interrupt::default(),
+            driving: Arc::new(OnceLock::new()),
+        }
     }
 
     pub fn default_workspace(&self) -> PathBuf {
@@ -62,7 +77,7 @@ impl Ctx {
 
     /// The agent runtime of `ws`: deposits, wake-ups, launches and stops.
     pub fn runtime(&self, ws: &Workspace) -> Runtime {
-        Runtime::new(ws.layout.clone(), self.exe.clone(), self.env.clone())
+        Runtime::new(ws.layout.clone(), self.exe.clone(), self.env.clone(), self.interrupt.clone())
     }
 
     /// Opens the workspace; the default one is created on first use.

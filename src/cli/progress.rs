@@ -8,7 +8,6 @@ use crate::domain::id::AgentId;
 use crate::engine::directory::Repair;
 use crate::engine::driver::{self, Event, Observer, RunEnd};
 use crate::engine::interrupt::{Disposition, Reason};
-use crate::engine::runtime::Runtime;
 use crate::engine::workspace::Workspace;
 use crate::infra::provider::Delta;
 use crate::infra::signals;
@@ -105,7 +104,8 @@ pub fn call_gist(input: &serde_json::Value) -> String {
 pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
     let mut live = Live { ctx, worked: false };
     let rt = ctx.runtime(ws);
-    watch_signals(ctx.out.json, &rt, id);
+    watch_signals(ctx);
+    let _ = ctx.driving.set(id.to_string());
     let result = if fresh { driver::run_fresh(ws, &rt, id, &mut live) } else { driver::run(ws, &rt, id, &mut live) };
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
@@ -138,15 +138,20 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
     }
 }
 
-/// Ctrl-C (SIGINT) and `offshoot stop` (SIGTERM) while a driver runs here: the
-/// running command is killed and the driver stops at its next safe point; during a
-/// model call, or on a second signal, the process ends at once.
-fn watch_signals(json: bool, rt: &Runtime, id: &AgentId) {
-    let interrupt = rt.interrupt().clone();
-    let id = id.to_string();
+/// Ctrl-C (SIGINT) and `offshoot stop` (SIGTERM) for a command that runs a driver,
+/// from its very start (a signal while the agent is being created lets the creation
+/// finish, then stops the driver before its first step): the running command is
+/// killed and the driver stops at its next safe point; during a model call, or on a
+/// second signal, the process ends at once.
+pub fn watch_signals(ctx: &Ctx) {
+    let interrupt = ctx.interrupt.clone();
+    let driving = ctx.driving.clone();
+    let json = ctx.out.json;
     signals::watch(move |signal| {
         let reason = Reason::of_signal(signal);
+        let id = driving.get().cloned().unwrap_or_default();
         let code = 128 + signal;
+        let continues = if id.is_empty() { String::new() } else { format!("; `offshoot run {id}` continues") };
         let end = |line: String| {
             let event = json!({"type": "end", "outcome": "interrupted", "agent": id, "reason": reason.words()});
             Out::from_any_thread(json, &line, &event);
@@ -155,16 +160,14 @@ fn watch_signals(json: bool, rt: &Runtime, id: &AgentId) {
         match interrupt.request(reason) {
             Disposition::Handled => Out::from_any_thread(
                 json,
-                &format!("· {}: stopping `{id}` at the running call (again to quit at once)", reason.words()),
+                &format!("· {}: stopping at the running call (again to quit at once)", reason.words()),
                 &json!({"type": "stopping", "agent": id, "reason": reason.words()}),
             ),
             Disposition::ExitNow => end(format!(
-                "· {} during a model call: that call is not kept, everything before it is; `offshoot run {id}` continues",
+                "· {} during a model call: that call is not kept, everything before it is{continues}",
                 reason.words()
             )),
-            Disposition::Again => {
-                end(format!("· {} again: quit at once; `offshoot run {id}` continues", reason.words()))
-            }
+            Disposition::Again => end(format!("· {} again: quit at once{continues}", reason.words())),
         }
     });
 }

@@ -72,8 +72,9 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    pub fn new(layout: Layout, exe: PathBuf, env: Env) -> Runtime {
-        Runtime { layout, exe, env, interrupt: Interrupt::default(), launched: Mutex::new(Vec::new()) }
+    /// `interrupt` carries stop requests (Ctrl-C, SIGTERM) to a driver run here.
+    pub fn new(layout: Layout, exe: PathBuf, env: Env, interrupt: Interrupt) -> Runtime {
+        Runtime { layout, exe, env, interrupt, launched: Mutex::new(Vec::new()) }
     }
 
     /// Where a stop request for a driver in this process goes.

@@ -14,6 +14,7 @@ const GOAL: &str = include_str!("../../../templates/demo/goal.md");
 pub struct Args {}
 
 pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
+    progress::watch_signals(ctx);
     let root = match ctx.explicit_workspace() {
         Some(path) => path.clone(),
         None => {

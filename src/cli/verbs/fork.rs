@@ -20,6 +20,7 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    progress::watch_signals(ctx);
     let ws = ctx.workspace()?;
     // An agent id or name stands for its branch tip.
     let from = match agents::resolve(&ws, &args.from) {

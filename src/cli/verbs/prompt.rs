@@ -24,6 +24,7 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    progress::watch_signals(ctx);
     let ws = ctx.workspace()?;
     let (_, config) = ws.config(&args.lineage)?;
     // A missing key or an unknown role is refused before anything is created (and

@@ -10,6 +10,7 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    progress::watch_signals(ctx);
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
     progress::attach(ctx, &ws, &id, false)

@@ -15,6 +15,7 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    progress::watch_signals(ctx);
     if args.message.trim().is_empty() {
         return Err(CliError::usage("the message is empty"));
     }
