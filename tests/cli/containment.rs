@@ -4,19 +4,8 @@
 
 use serde_json::json;
 
-use crate::support::server::{Server, Turn};
+use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace};
-
-fn call(id: &str, name: &str, input: serde_json::Value) -> Turn {
-    Turn::call(id, name, &input.to_string())
-}
-
-/// The text of the last tool result in request `n`.
-fn result_text(server: &Server, n: usize) -> String {
-    let body = &server.requests()[n].body;
-    let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
-    last["content"][0]["content"].as_str().unwrap_or_default().to_owned()
-}
 
 fn id_of(t: &TestWorkspace, name: &str) -> String {
     let agents = t.agents();
@@ -28,37 +17,40 @@ fn id_of(t: &TestWorkspace, name: &str) -> String {
 fn file_tools_write_only_in_their_own_directory_and_read_no_internals() {
     let (server, mut t) = TestWorkspace::served("contain-paths", Dialect::Anthropic);
     t.env("PATH", &std::env::var("PATH").unwrap_or_default());
-    server.push_turns([call("o1", "write_file", json!({"path": "mine.txt", "content": "other's"})), Turn::text("ok")]);
+    server.push_turns([
+        Turn::tool("o1", "write_file", json!({"path": "mine.txt", "content": "other's"})),
+        Turn::text("ok"),
+    ]);
     t.run(&["prompt", "--name", "Other", "keep a file"]).ok();
     let other = id_of(&t, "Other");
     let outside = t.root.join("outside.txt");
     let outside = outside.to_str().expect("utf-8").to_owned();
     let patch = "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch";
     server.push_turns([
-        call("c1", "write_file", json!({"path": "../x.txt", "content": "x"})),
-        call("c2", "write_file", json!({"path": outside, "content": "x"})),
-        call("c3", "bash", json!({"command": format!("ln -s {} link", t.root.display())})),
-        call("c4", "write_file", json!({"path": "link/via-link.txt", "content": "x"})),
-        call("c5", "write_file", json!({"path": format!("../{other}/mine.txt"), "content": "overwritten"})),
-        call(
+        Turn::tool("c1", "write_file", json!({"path": "../x.txt", "content": "x"})),
+        Turn::tool("c2", "write_file", json!({"path": outside, "content": "x"})),
+        Turn::tool("c3", "bash", json!({"command": format!("ln -s {} link", t.root.display())})),
+        Turn::tool("c4", "write_file", json!({"path": "link/via-link.txt", "content": "x"})),
+        Turn::tool("c5", "write_file", json!({"path": format!("../{other}/mine.txt"), "content": "overwritten"})),
+        Turn::tool(
             "c6",
             "edit_file",
             json!({"path": format!("../{other}/mine.txt"), "old_string": "other's", "new_string": "mine"}),
         ),
-        call("c7", "apply_patch", json!({"patch": patch})),
-        call("c8", "write_file", json!({"path": ".offshoot/soul.md", "content": "obey me"})),
-        call("c9", "read_file", json!({"path": "../../repo.git/HEAD"})),
-        call("c10", "read_file", json!({"path": format!("../{other}/mine.txt")})),
-        call("c11", "grep", json!({"pattern": "refs/heads/config|other's", "path": "../.."})),
-        call("c12", "cd", json!({"path": "../../repo.git"})),
-        call("c13", "read_file", json!({"path": "/etc/hostname"})),
-        call("c14", "write_file", json!({"path": "sub/../inside.txt", "content": "fine"})),
+        Turn::tool("c7", "apply_patch", json!({"patch": patch})),
+        Turn::tool("c8", "write_file", json!({"path": ".offshoot/soul.md", "content": "obey me"})),
+        Turn::tool("c9", "read_file", json!({"path": "../../repo.git/HEAD"})),
+        Turn::tool("c10", "read_file", json!({"path": format!("../{other}/mine.txt")})),
+        Turn::tool("c11", "grep", json!({"pattern": "refs/heads/config|other's", "path": "../.."})),
+        Turn::tool("c12", "cd", json!({"path": "../../repo.git"})),
+        Turn::tool("c13", "read_file", json!({"path": "/etc/hostname"})),
+        Turn::tool("c14", "write_file", json!({"path": "sub/../inside.txt", "content": "fine"})),
         Turn::text("contained"),
     ]);
     t.run(&["prompt", "--name", "Prisoner", "try to get out"]).ok();
     let me = id_of(&t, "Prisoner");
     // The first agent made two requests before these.
-    let r = |n: usize| result_text(&server, n + 2);
+    let r = |n: usize| server.result_text(n + 2);
     for n in [1, 2, 4, 5, 6] {
         assert!(
             r(n).contains("outside where you may write") && r(n).contains("nothing was written"),
@@ -92,16 +84,16 @@ fn a_sandboxed_command_writes_only_inside() {
     t.set("roles.worker.sandbox", "workspace-write");
     let outside = t.root.join("outside.txt");
     server.push_turns([
-        call("c1", "bash", json!({"command": format!("echo x > {}", outside.display())})),
-        call("c2", "bash", json!({"command": "touch ../other"})),
-        call("c3", "bash", json!({"command": "echo x > inside && cat inside"})),
-        call("c4", "bash", json!({"command": "cat ../../repo.git/HEAD"})),
-        call("c5", "bash", json!({"command": "git add inside && git commit -qm in-the-box && git log --format=%s | head -1"})),
-        call("c6", "bash", json!({"command": "echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && cat /etc/hostname >/dev/null && echo read-ok"})),
+        Turn::tool("c1", "bash", json!({"command": format!("echo x > {}", outside.display())})),
+        Turn::tool("c2", "bash", json!({"command": "touch ../other"})),
+        Turn::tool("c3", "bash", json!({"command": "echo x > inside && cat inside"})),
+        Turn::tool("c4", "bash", json!({"command": "cat ../../repo.git/HEAD"})),
+        Turn::tool("c5", "bash", json!({"command": "git add inside && git commit -qm in-the-box && git log --format=%s | head -1"})),
+        Turn::tool("c6", "bash", json!({"command": "echo tmp > \"$TMPDIR/t\" && cat \"$TMPDIR/t\" && cat /etc/hostname >/dev/null && echo read-ok"})),
         Turn::text("boxed"),
     ]);
     t.run(&["prompt", "stay in the box"]).ok();
-    let r = |n: usize| result_text(&server, n);
+    let r = |n: usize| server.result_text(n);
     assert!(r(1).starts_with("exit code ") && r(1).contains("Permission denied"), "{}", r(1));
     assert!(!outside.exists());
     assert!(r(2).contains("Permission denied"), "{}", r(2));
@@ -138,16 +130,16 @@ fn a_providers_key_never_reaches_a_tool_or_a_record() {
     t.env("ANTHROPIC_API_KEY", secret);
     t.env("PATH", &std::env::var("PATH").unwrap_or_default());
     server.push_turns([
-        call("c1", "bash", json!({"command": "env; echo \"key=$ANTHROPIC_API_KEY\""})),
-        call("c2", "bash", json!({"command": "tr '\\0' '\\n' < /proc/$PPID/environ | grep ANTHROPIC"})),
+        Turn::tool("c1", "bash", json!({"command": "env; echo \"key=$ANTHROPIC_API_KEY\""})),
+        Turn::tool("c2", "bash", json!({"command": "tr '\\0' '\\n' < /proc/$PPID/environ | grep ANTHROPIC"})),
         Turn::text("nothing to see"),
     ]);
     t.run(&["prompt", "find the key"]).ok();
     assert_eq!(server.requests()[0].header("x-api-key"), Some(secret));
-    let first = result_text(&server, 1);
+    let first = server.result_text(1);
     assert!(first.contains("key=\n"), "{first}");
     assert!(!first.contains("ANTHROPIC_API_KEY="), "{first}");
-    let second = result_text(&server, 2);
+    let second = server.result_text(2);
     assert!(second.contains("ANTHROPIC_API_KEY=[redacted: the value of ANTHROPIC_API_KEY]"), "{second}");
     for r in server.requests() {
         assert!(!String::from_utf8_lossy(&r.raw).contains(secret));

@@ -3,21 +3,8 @@
 
 use std::process::Command;
 
-use serde_json::json;
-
-use crate::support::server::{Server, Turn};
+use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace};
-
-fn bash(id: &str, command: &str) -> Turn {
-    Turn::call(id, "bash", &json!({"command": command}).to_string())
-}
-
-/// The text of the last tool result in request `n`.
-fn result_text(server: &Server, n: usize) -> String {
-    let body = &server.requests()[n].body;
-    let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
-    last["content"][0]["content"].as_str().unwrap_or_default().to_owned()
-}
 
 /// Plain git in an agent's directory, as a person would run it (no identity).
 fn git_in(t: &TestWorkspace, dir: &std::path::Path, args: &[&str]) -> String {
@@ -44,18 +31,21 @@ fn an_agents_own_git_never_touches_the_harness() {
     let (server, mut t) = TestWorkspace::served("own-git", Dialect::Anthropic);
     t.env("PATH", &std::env::var("PATH").unwrap_or_default());
     server.push_turns([
-        bash("c1", "echo one > a.txt && git add -A && git commit -q -m first && git log --format=%s"),
-        bash("c2", "git checkout -q -b feature && echo two >> a.txt && git commit -qam second && git log --format=%s"),
-        bash("c3", "git reset -q --hard HEAD~1 && cat a.txt"),
-        bash("c4", "echo wip > w.txt && git add w.txt && git stash -q && git stash list && ls"),
+        Turn::bash("c1", "echo one > a.txt && git add -A && git commit -q -m first && git log --format=%s"),
+        Turn::bash(
+            "c2",
+            "git checkout -q -b feature && echo two >> a.txt && git commit -qam second && git log --format=%s",
+        ),
+        Turn::bash("c3", "git reset -q --hard HEAD~1 && cat a.txt"),
+        Turn::bash("c4", "echo wip > w.txt && git add w.txt && git stash -q && git stash list && ls"),
         Turn::text("done with git"),
     ]);
     let run = t.run(&["prompt", "--name", "Gitter", "use git"]);
     assert!(run.ok().contains("done with git"), "{}", run.stderr);
-    assert_eq!(result_text(&server, 1), "exit code 0\n<stdout>\nfirst\nproject: an empty beginning\n</stdout>");
-    assert_eq!(result_text(&server, 2), "exit code 0\n<stdout>\nsecond\nfirst\nproject: an empty beginning\n</stdout>");
-    assert_eq!(result_text(&server, 3), "exit code 0\n<stdout>\none\n</stdout>");
-    assert!(result_text(&server, 4).contains("stash@{0}: WIP on feature"), "{}", result_text(&server, 4));
+    assert_eq!(server.result_text(1), "exit code 0\n<stdout>\nfirst\nproject: an empty beginning\n</stdout>");
+    assert_eq!(server.result_text(2), "exit code 0\n<stdout>\nsecond\nfirst\nproject: an empty beginning\n</stdout>");
+    assert_eq!(server.result_text(3), "exit code 0\n<stdout>\none\n</stdout>");
+    assert!(server.result_text(4).contains("stash@{0}: WIP on feature"), "{}", server.result_text(4));
     let id = t.only_agent();
 
     // The harness branch moved only by the harness's own commits, and holds the
@@ -93,16 +83,16 @@ fn edits_to_the_harness_files_change_nothing_and_are_put_back() {
     server.push_turns([Turn::text("first agent")]);
     t.run(&["prompt", "--name", "Bystander", "stand by"]).ok();
     server.push_turns([
-        bash(
+        Turn::bash(
             "c1",
             "echo EVIL > .offshoot/soul.md && echo '{}' > .offshoot/tools/bash.json && sed -i s/worker/admin/ .offshoot/agent.toml && echo forged > .offshoot/messages/0001-user.md && echo extra > .offshoot/new.txt",
         ),
-        bash("c2", "rm -rf .offshoot && echo gone"),
-        bash("c3", "cat .offshoot/soul.md | head -c 20"),
+        Turn::bash("c2", "rm -rf .offshoot && echo gone"),
+        Turn::bash("c3", "cat .offshoot/soul.md | head -c 20"),
         Turn::text("tampered"),
     ]);
     t.run(&["prompt", "--name", "Tamperer", "tamper"]).ok();
-    let first = result_text(&server, 2);
+    let first = server.result_text(2);
     for what in [
         "`.offshoot/soul.md` (your change was undone)",
         "`.offshoot/tools/bash.json` (your change was undone)",
@@ -112,13 +102,9 @@ fn edits_to_the_harness_files_change_nothing_and_are_put_back() {
     ] {
         assert!(first.contains(what), "{what} missing from: {first}");
     }
-    let second = result_text(&server, 3);
+    let second = server.result_text(3);
     assert!(second.contains("(it was deleted and is back)"), "{second}");
-    assert!(
-        result_text(&server, 4).starts_with("exit code 0\n<stdout>\nYou are a careful"),
-        "{}",
-        result_text(&server, 4)
-    );
+    assert!(server.result_text(4).starts_with("exit code 0\n<stdout>\nYou are a careful"), "{}", server.result_text(4));
     // No later request saw any of it: same system prompt, same tools.
     let requests = server.requests();
     for r in &requests[2..] {
@@ -142,7 +128,7 @@ fn edits_to_the_harness_files_change_nothing_and_are_put_back() {
 #[test]
 fn a_directory_removed_by_hand_is_rebuilt_from_the_branch() {
     let (server, t) = TestWorkspace::served("own-rebuild", Dialect::Anthropic);
-    server.push_turns([bash("c1", "echo kept > product.txt"), Turn::text("made it")]);
+    server.push_turns([Turn::bash("c1", "echo kept > product.txt"), Turn::text("made it")]);
     t.run(&["prompt", "--name", "Phoenix", "make a product"]).ok();
     let id = t.only_agent();
     let dir = t.ws.join("agents").join(&id);
@@ -154,11 +140,11 @@ fn a_directory_removed_by_hand_is_rebuilt_from_the_branch() {
     assert_eq!(std::fs::read_to_string(dir.join("product.txt")).expect("rebuilt"), "kept\n");
     // And again with the conversation going on at once.
     std::fs::remove_dir_all(&dir).expect("rm -rf");
-    server.push_turns([bash("c2", "cat product.txt && git status --porcelain"), Turn::text("back again")]);
+    server.push_turns([Turn::bash("c2", "cat product.txt && git status --porcelain"), Turn::text("back again")]);
     let run = t.run(&["send", "Phoenix", "are you whole?"]);
     assert!(run.ok().contains("back again"), "{}", run.stderr);
     assert!(run.stderr.contains("the agent's directory was missing; it was rebuilt from its branch"), "{}", run.stderr);
-    assert_eq!(result_text(&server, 3), "exit code 0\n<stdout>\nkept\n?? product.txt\n</stdout>");
+    assert_eq!(server.result_text(3), "exit code 0\n<stdout>\nkept\n?? product.txt\n</stdout>");
     assert_eq!(std::fs::read_to_string(dir.join("product.txt")).expect("rebuilt"), "kept\n");
 }
 
@@ -216,12 +202,12 @@ fn symlinks_planted_where_the_harness_writes_are_replaced_not_followed() {
     let decoy = t.root.join("decoy");
     std::fs::create_dir_all(&decoy).expect("decoy");
     server.push_turns([
-        bash("c1", &format!("rm -rf .offshoot && ln -s {} .offshoot && rm .git && mkdir .git", decoy.display())),
-        bash("c2", "ls .offshoot | head -3 && git status --porcelain | head -1"),
+        Turn::bash("c1", &format!("rm -rf .offshoot && ln -s {} .offshoot && rm .git && mkdir .git", decoy.display())),
+        Turn::bash("c2", "ls .offshoot | head -3 && git status --porcelain | head -1"),
         Turn::text("planted"),
     ]);
     t.run(&["prompt", "--name", "Planter", "plant symlinks"]).ok();
-    let first = result_text(&server, 1);
+    let first = server.result_text(1);
     assert!(first.contains("(it points at your repository again)"), "{first}");
     assert!(first.contains("(it was deleted and is back)"), "{first}");
     // Nothing went through the link; the harness's files are real files again.
@@ -231,9 +217,9 @@ fn symlinks_planted_where_the_harness_writes_are_replaced_not_followed() {
     assert!(std::fs::symlink_metadata(dir.join(".offshoot")).expect("offshoot").is_dir());
     assert!(std::fs::symlink_metadata(dir.join(".git")).expect(".git").is_file());
     assert!(
-        result_text(&server, 2).starts_with("exit code 0\n<stdout>\nagent.toml\ngit\ngoal.md"),
+        server.result_text(2).starts_with("exit code 0\n<stdout>\nagent.toml\ngit\ngoal.md"),
         "{}",
-        result_text(&server, 2)
+        server.result_text(2)
     );
     let entries = t.git(&["ls-tree", "--name-only", &format!("agents/{id}"), ".offshoot/messages/"]);
     assert_eq!(entries.lines().count(), 6, "{entries}");

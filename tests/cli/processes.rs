@@ -5,15 +5,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::support::server::{Server, Turn};
+use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace};
-
-/// The text of the last tool result in request `n`.
-fn result_text(server: &Server, n: usize) -> String {
-    let body = &server.requests()[n].body;
-    let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
-    last["content"][0]["content"].as_str().unwrap_or_default().to_owned()
-}
 
 fn use_adapter(t: &mut TestWorkspace, script: &str) {
     let adapter = t.root.join("adapter.py");
@@ -80,7 +73,7 @@ fn a_process_that_escapes_the_group_with_the_output_open_cannot_hang_a_call() {
     let started = Instant::now();
     t.run(&["prompt", "escape"]).ok();
     assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
-    let seen = result_text(&server, 1);
+    let seen = server.result_text(1);
     assert!(seen.starts_with("exit code 0; a process that left the command's process group"), "{seen}");
     assert!(seen.contains("<stdout>\ndone\n</stdout>"), "{seen}");
 }
@@ -91,7 +84,7 @@ fn output_past_the_record_cap_is_counted_not_stored() {
     server.push_turns([Turn::bash("big", "head -c 70000000 /dev/zero | tr '\\0' b; echo end"), Turn::text("ok")]);
     t.run(&["prompt", "print more than the record keeps"]).ok();
     let id = t.only_agent();
-    let seen = result_text(&server, 1);
+    let seen = server.result_text(1);
     assert!(
         seen.contains(&format!(
             "of 70000004 bytes in 1 line; its first 67108864 bytes are in steps/{id}/0001/tools/big/stdout"

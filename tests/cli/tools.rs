@@ -9,17 +9,6 @@ use serde_json::json;
 use crate::support::server::{Server, Turn};
 use crate::support::workspace::{Dialect, TestWorkspace};
 
-fn call(id: &str, name: &str, input: serde_json::Value) -> Turn {
-    Turn::call(id, name, &input.to_string())
-}
-
-/// The text of the tool result the model got for call `n` (1-based) of the run.
-fn result_text(server: &Server, n: usize) -> String {
-    let body = &server.requests()[n].body;
-    let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
-    last["content"][0]["content"].as_str().unwrap_or_default().to_owned()
-}
-
 #[test]
 fn write_edit_and_patch_through_a_conversation() {
     let (server, t) = TestWorkspace::served("tools-files", Dialect::Anthropic);
@@ -27,24 +16,24 @@ fn write_edit_and_patch_through_a_conversation() {
     let bad_patch =
         "*** Begin Patch\n*** Update File: notes.md\n-nothing like this\n+x\n*** Delete File: todo.md\n*** End Patch";
     server.push_turns([
-        call("c1", "write_file", json!({"path": "notes.md", "content": "# Notes\ndraft\ndraft\n"})),
-        call("c2", "edit_file", json!({"path": "notes.md", "old_string": "draft", "new_string": "x"})),
-        call("c3", "edit_file", json!({"path": "notes.md", "old_string": "draft\ndraft", "new_string": "draft"})),
-        call("c4", "apply_patch", json!({"patch": patch})),
-        call("c5", "apply_patch", json!({"patch": bad_patch})),
+        Turn::tool("c1", "write_file", json!({"path": "notes.md", "content": "# Notes\ndraft\ndraft\n"})),
+        Turn::tool("c2", "edit_file", json!({"path": "notes.md", "old_string": "draft", "new_string": "x"})),
+        Turn::tool("c3", "edit_file", json!({"path": "notes.md", "old_string": "draft\ndraft", "new_string": "draft"})),
+        Turn::tool("c4", "apply_patch", json!({"patch": patch})),
+        Turn::tool("c5", "apply_patch", json!({"patch": bad_patch})),
         Turn::text("files done"),
     ]);
     let run = t.run(&["prompt", "--name", "Files", "edit some files"]);
     assert!(run.ok().contains("files done"));
-    assert_eq!(result_text(&server, 1), "created `notes.md` (20 bytes, 3 lines)");
+    assert_eq!(server.result_text(1), "created `notes.md` (20 bytes, 3 lines)");
     assert!(
-        result_text(&server, 2).contains("occurs 2 times in `notes.md` (at lines 2, 3)"),
+        server.result_text(2).contains("occurs 2 times in `notes.md` (at lines 2, 3)"),
         "{}",
-        result_text(&server, 2)
+        server.result_text(2)
     );
-    assert_eq!(result_text(&server, 3), "replaced 1 occurrence in `notes.md` (at line 2)");
-    assert_eq!(result_text(&server, 4), "applied: M notes.md, A todo.md");
-    assert!(result_text(&server, 5).starts_with("patch not applied, no file changed: hunk 1 of `notes.md`"));
+    assert_eq!(server.result_text(3), "replaced 1 occurrence in `notes.md` (at line 2)");
+    assert_eq!(server.result_text(4), "applied: M notes.md, A todo.md");
+    assert!(server.result_text(5).starts_with("patch not applied, no file changed: hunk 1 of `notes.md`"));
     // Each change is in the agent's branch; the refused patch deleted nothing.
     let id = t.only_agent();
     assert_eq!(t.git(&["show", &format!("agents/{id}:notes.md")]), "# Notes\nfinal\n");
@@ -131,7 +120,7 @@ fn ten_megabytes_of_output_are_bounded_in_memory_and_the_transcript_and_whole_in
         Turn::text("ok"),
     ]);
     t.run(&["prompt", "print a lot"]).ok();
-    let seen = result_text(&server, 1);
+    let seen = server.result_text(1);
     assert!(seen.len() < 5000, "the model saw {} bytes", seen.len());
     assert!(seen.starts_with("exit code 0\n<stdout>\naaaa"), "{}", &seen[..100]);
     assert!(seen.contains("bytes left out (0 line breaks) of 10000013 bytes in 2 lines"), "{seen}");
@@ -154,25 +143,25 @@ fn ten_megabytes_of_output_are_bounded_in_memory_and_the_transcript_and_whole_in
 fn cd_moves_later_tools_and_is_refused_for_missing_directories() {
     let (server, t) = TestWorkspace::served("tools-cd", Dialect::Anthropic);
     server.push_turns([
-        call("c1", "bash", json!({"command": "mkdir -p sub/deeper"})),
-        call("c2", "cd", json!({"path": "nowhere"})),
-        call("c3", "cd", json!({"path": "sub"})),
-        call("c4", "bash", json!({"command": "pwd; echo here > made.txt"})),
-        call("c5", "write_file", json!({"path": "deeper/w.txt", "content": "w"})),
+        Turn::tool("c1", "bash", json!({"command": "mkdir -p sub/deeper"})),
+        Turn::tool("c2", "cd", json!({"path": "nowhere"})),
+        Turn::tool("c3", "cd", json!({"path": "sub"})),
+        Turn::tool("c4", "bash", json!({"command": "pwd; echo here > made.txt"})),
+        Turn::tool("c5", "write_file", json!({"path": "deeper/w.txt", "content": "w"})),
         Turn::text("moved"),
     ]);
     t.run(&["prompt", "--name", "Mover", "move around"]).ok();
-    assert!(result_text(&server, 2).starts_with("cannot change to `nowhere`"), "{}", result_text(&server, 2));
+    assert!(server.result_text(2).starts_with("cannot change to `nowhere`"), "{}", server.result_text(2));
     let id = t.only_agent();
-    assert!(result_text(&server, 4).contains(&format!("agents/{id}/sub\n")), "{}", result_text(&server, 4));
+    assert!(server.result_text(4).contains(&format!("agents/{id}/sub\n")), "{}", server.result_text(4));
     assert_eq!(t.git(&["show", &format!("agents/{id}:sub/made.txt")]), "here\n");
     assert_eq!(t.git(&["show", &format!("agents/{id}:sub/deeper/w.txt")]), "w");
     // The mark is plain git: a ref holding the directory, relative to the worktree.
     assert_eq!(t.git(&["cat-file", "-p", &format!("refs/offshoot/cwd/{id}")]), "sub");
     // A fork does not inherit it: its tools start at its own worktree's root.
-    server.push_turns([call("f1", "bash", json!({"command": "pwd"})), Turn::text("forked")]);
+    server.push_turns([Turn::tool("f1", "bash", json!({"command": "pwd"})), Turn::text("forked")]);
     t.run(&["fork", "--from", "Mover", "where am I?"]).ok();
-    let fork_pwd = result_text(&server, 7);
+    let fork_pwd = server.result_text(7);
     assert!(!fork_pwd.contains("/sub\n"), "{fork_pwd}");
 }
 
@@ -180,10 +169,10 @@ fn cd_moves_later_tools_and_is_refused_for_missing_directories() {
 fn grep_and_glob_through_a_conversation() {
     let (server, t) = TestWorkspace::served("tools-search", Dialect::Responses);
     server.push_turns([
-        call("c1", "bash", json!({"command": "mkdir -p src out && echo 'fn find_me() {}' > src/lib.rs && echo find_me > out/x && echo out/ > .gitignore"})),
-        call("c2", "grep", json!({"pattern": "find_me"})),
-        call("c3", "glob", json!({"pattern": "*.rs"})),
-        call("c4", "grep", json!({"pattern": "[unclosed"})),
+        Turn::tool("c1", "bash", json!({"command": "mkdir -p src out && echo 'fn find_me() {}' > src/lib.rs && echo find_me > out/x && echo out/ > .gitignore"})),
+        Turn::tool("c2", "grep", json!({"pattern": "find_me"})),
+        Turn::tool("c3", "glob", json!({"pattern": "*.rs"})),
+        Turn::tool("c4", "grep", json!({"pattern": "[unclosed"})),
         Turn::text("searched"),
     ]);
     t.run(&["prompt", "search"]).ok();
@@ -203,13 +192,13 @@ fn grep_and_glob_through_a_conversation() {
 fn load_skill_copies_from_the_config_and_joins_the_context() {
     let (server, t) = TestWorkspace::served("tools-skill", Dialect::Anthropic);
     server.push_turns([
-        call("c1", "load_skill", json!({"name": "nonesuch"})),
-        call("c2", "load_skill", json!({"name": "offshoot"})),
+        Turn::tool("c1", "load_skill", json!({"name": "nonesuch"})),
+        Turn::tool("c2", "load_skill", json!({"name": "offshoot"})),
         Turn::text("learned"),
     ]);
     t.run(&["prompt", "learn"]).ok();
-    assert_eq!(result_text(&server, 1), "skill `nonesuch` does not exist; skills: offshoot");
-    assert!(result_text(&server, 2).starts_with("loaded skill `offshoot` into .offshoot/skills/offshoot/ (SKILL.md)"));
+    assert_eq!(server.result_text(1), "skill `nonesuch` does not exist; skills: offshoot");
+    assert!(server.result_text(2).starts_with("loaded skill `offshoot` into .offshoot/skills/offshoot/ (SKILL.md)"));
     let id = t.only_agent();
     let skill = t.git(&["show", &format!("agents/{id}:.offshoot/skills/offshoot/SKILL.md")]);
     assert!(skill.starts_with("# Working inside offshoot"));
@@ -230,7 +219,7 @@ fn read_only_calls_of_one_step_run_together_and_commit_in_order() {
         ..Turn::default()
     };
     server.push_turns([
-        call("w", "write_file", json!({"path": "zoo.md", "content": "a zebra\n"})),
+        Turn::tool("w", "write_file", json!({"path": "zoo.md", "content": "a zebra\n"})),
         turn,
         Turn::text("looked"),
     ]);
@@ -275,23 +264,23 @@ fn read_only_calls_of_one_step_run_together_and_commit_in_order() {
 fn agents_md_on_the_way_to_the_cwd_is_shown_once() {
     let (server, t) = TestWorkspace::served("tools-agents-md", Dialect::Anthropic);
     server.push_turns([
-        call("c1", "bash", json!({"command": "mkdir -p pkg && printf 'Use tabs in pkg.\\n' > pkg/AGENTS.md"})),
-        call("c2", "cd", json!({"path": "pkg"})),
-        call("c3", "bash", json!({"command": "true"})),
+        Turn::tool("c1", "bash", json!({"command": "mkdir -p pkg && printf 'Use tabs in pkg.\\n' > pkg/AGENTS.md"})),
+        Turn::tool("c2", "cd", json!({"path": "pkg"})),
+        Turn::tool("c3", "bash", json!({"command": "true"})),
         Turn::text("done"),
     ]);
     t.run(&["prompt", "go to pkg"]).ok();
-    assert!(!result_text(&server, 1).contains("<context-file"), "{}", result_text(&server, 1));
-    let cd = result_text(&server, 2);
+    assert!(!server.result_text(1).contains("<context-file"), "{}", server.result_text(1));
+    let cd = server.result_text(2);
     assert!(cd.ends_with("\n\n<context-file path=\"pkg/AGENTS.md\">\nUse tabs in pkg.\n</context-file>"), "{cd}");
-    assert_eq!(result_text(&server, 3), "exit code 0");
+    assert_eq!(server.result_text(3), "exit code 0");
 }
 
 #[test]
 fn a_tool_cannot_edit_or_delete_the_transcript() {
     let (server, t) = TestWorkspace::served("tools-transcript", Dialect::Anthropic);
     server.push_turns([
-        call("c1", "bash", json!({"command": "echo forged > .offshoot/messages/0001-user.md; rm .offshoot/messages/0002-*.json; echo ok"})),
+        Turn::tool("c1", "bash", json!({"command": "echo forged > .offshoot/messages/0001-user.md; rm .offshoot/messages/0002-*.json; echo ok"})),
         Turn::text("tried"),
     ]);
     t.run(&["prompt", "--name", "Tamper", "the real goal"]).ok();

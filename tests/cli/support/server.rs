@@ -41,6 +41,11 @@ impl Turn {
         }
     }
 
+    /// A call of `name` with `input` as its arguments.
+    pub fn tool(id: &str, name: &str, input: Value) -> Turn {
+        Turn::call(id, name, &input.to_string())
+    }
+
     pub fn call(id: &str, name: &str, args: &str) -> Turn {
         Turn {
             calls: vec![(id.into(), name.into(), args.into())],
@@ -141,6 +146,14 @@ impl Server {
     /// Answers `text` to every request once the script is empty.
     pub fn endless_text(&self, text: &str) {
         self.state.lock().expect("state").endless_text = Some(text.to_owned());
+    }
+
+    /// The text of the last tool result in request `n` (Anthropic's dialect): what
+    /// the model was told of the call before it.
+    pub fn result_text(&self, n: usize) -> String {
+        let body = &self.requests()[n].body;
+        let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
+        last["content"][0]["content"].as_str().unwrap_or_default().to_owned()
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
