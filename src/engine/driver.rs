@@ -228,7 +228,8 @@ impl<'a> Driver<'a> {
         let facts = super::snapshot::read_facts(&ws.repo, tip)
             .map_err(|e| DriverError::Damaged { id: id.to_string(), reason: e.to_string() })?;
         // A sandbox this kernel cannot enforce stops the agent before anything runs.
-        if let Some(role) = ws.config(&facts.lineage)?.1.role(&facts.role) {
+        let (config_tip, config) = ws.config(&facts.lineage)?;
+        if let Some(role) = config.role(&facts.role) {
             containment::check(role, runtime.env())
                 .map_err(|source| DriverError::Sandbox { role: facts.role.clone(), source })?;
         }
@@ -248,7 +249,7 @@ impl<'a> Driver<'a> {
             client: Default::default(),
             next_step: None,
             facts,
-            config: None,
+            config: Some((config_tip, Rc::new(config))),
             real_root: std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone()),
             real_workspace: std::fs::canonicalize(ws.layout.root()).unwrap_or_else(|_| ws.layout.root().to_owned()),
             cwd_mark: ws.repo.mark(CWD_MARK, id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned()),
