@@ -23,8 +23,7 @@ fn file_tools_write_only_in_their_own_directory_and_read_no_internals() {
     ]);
     t.run(&["prompt", "--name", "Other", "keep a file"]).ok();
     let other = id_of(&t, "Other");
-    let outside = t.root.join("outside.txt");
-    let outside = outside.to_str().expect("utf-8").to_owned();
+    let outside = format!("/tmp/offshoot-outside-{}.txt", std::process::id());
     let patch = "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch";
     server.push_turns([
         Turn::tool("c1", "write_file", json!({"path": "../x.txt", "content": "x"})),
@@ -82,7 +81,7 @@ fn a_sandboxed_command_writes_only_inside() {
     let (server, mut t) = TestWorkspace::served("contain-sandbox", Dialect::Anthropic);
     t.env("PATH", &std::env::var("PATH").unwrap_or_default());
     t.set("roles.worker.sandbox", "workspace-write");
-    let outside = t.root.join("outside.txt");
+    let outside = std::path::PathBuf::from(format!("/tmp/offshoot-outside-sandbox-{}", std::process::id()));
     server.push_turns([
         Turn::tool("c1", "bash", json!({"command": format!("echo x > {}", outside.display())})),
         Turn::tool("c2", "bash", json!({"command": "touch ../other"})),

@@ -128,6 +128,14 @@ fn ctrl_c_during_a_tool_kills_it_settles_the_call_and_exits_130() {
     // written later never appears.
     assert_eq!(t.agents()[0]["state"], "needs-run");
     assert_eq!(harness_status(&t, &id), "");
+    let project = Command::new("git")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .current_dir(agent_dir(&t, &id))
+        .args(["status", "--porcelain"])
+        .output()
+        .expect("git status");
+    assert_eq!(String::from_utf8_lossy(&project.stdout), "", "the agent's own git status");
     std::thread::sleep(Duration::from_secs(6));
     assert!(!agent_dir(&t, &id).join("late.txt").exists());
     // The conversation continues.
