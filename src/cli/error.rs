@@ -81,6 +81,10 @@ impl From<AgentError> for CliError {
             }
             AgentError::Sandbox { ref role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
             AgentError::NameTaken(..)
+            | AgentError::BranchTaken(..)
+            | AgentError::NameIsId(..)
+            | AgentError::Ambiguous { .. }
+            | AgentError::TooDeep { .. }
             | AgentError::UnknownRole { .. }
             | AgentError::EmptyMessage
             | AgentError::UnknownRef(_)

@@ -51,13 +51,18 @@ impl Observer for Live<'_> {
                     json!({"type": "tool_result", "name": name, "is_error": is_error, "summary": summary})
                 }
                 Event::Repaired(repair) => json!({"type": "repaired", "what": repaired(repair)}),
+                Event::Transferred { child, files } => json!({"type": "transfer", "child": child, "files": files}),
+                Event::Conflicted { child, files } => json!({"type": "conflict", "child": child, "files": files}),
+                Event::Waiting { children } => json!({"type": "waiting", "children": children}),
             };
             out.event(&v);
             return;
         }
         match event {
             Event::Delta(Delta::Text(text)) => out.stream(text),
-            Event::Delta(_) | Event::Delivered { .. } => {}
+            Event::Delta(_) => {}
+            Event::Delivered { sender } if sender != "user" => out.progress(&format!("· message from `{sender}`")),
+            Event::Delivered { .. } => {}
             Event::Settled { tool_use_id } => out.progress(&format!("· settled interrupted call {tool_use_id}")),
             Event::StepStarted { step, provider, model } => {
                 out.progress(&format!("· step {step} ({provider}/{model})"))
@@ -74,6 +79,13 @@ impl Observer for Live<'_> {
                 out.progress(&format!("  {mark} {}", one_line(summary, 100)));
             }
             Event::Repaired(repair) => out.progress(&format!("· {}", repaired(repair))),
+            Event::Transferred { child, files } => {
+                out.progress(&format!("· merged {files} changed files from `{child}`"))
+            }
+            Event::Conflicted { child, files } => out.progress(&format!(
+                "· `{child}`'s work conflicts in {files} files; not merged (marked refs/offshoot/conflicted/{child})"
+            )),
+            Event::Waiting { children } => out.progress(&format!("· waiting for {children} agents below this one")),
         }
     }
 }

@@ -485,7 +485,19 @@ mod tests {
         let config = Config::parse(DEFAULT_FILES[0].1, &defaults_have).expect("default config");
         assert_eq!(
             config.roles["worker"].tools,
-            vec!["bash", "read_file", "write_file", "edit_file", "apply_patch", "grep", "glob", "cd", "load_skill"]
+            vec![
+                "bash",
+                "read_file",
+                "write_file",
+                "edit_file",
+                "apply_patch",
+                "grep",
+                "glob",
+                "cd",
+                "dispatch",
+                "message",
+                "load_skill"
+            ]
         );
         assert_eq!(config.providers["ollama"].api_key_env, None);
     }

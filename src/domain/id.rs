@@ -52,6 +52,26 @@ impl AgentId {
     pub fn branch(&self) -> String {
         format!("agents/{}", self.0)
     }
+
+    /// How many generations below its root (a root is at depth 0).
+    pub fn depth(&self) -> u32 {
+        self.0.matches('.').count() as u32
+    }
+
+    /// Its `n`th child (`k7q2mx.3` for n = 3).
+    pub fn child(&self, n: u32) -> AgentId {
+        AgentId(format!("{}.{n}", self.0))
+    }
+
+    /// Its parent, if it is a child.
+    pub fn parent(&self) -> Option<AgentId> {
+        self.0.rsplit_once('.').map(|(p, _)| AgentId(p.to_owned()))
+    }
+
+    /// The number of this child under its parent.
+    pub fn child_number(&self) -> Option<u32> {
+        self.0.rsplit_once('.').and_then(|(_, n)| n.parse().ok())
+    }
 }
 
 impl fmt::Display for AgentId {
@@ -103,6 +123,9 @@ mod tests {
         for bad in ["", "K7", "a.", "a.0", "a.x", "a b", ".a"] {
             assert!(AgentId::parse(bad).is_err(), "{bad:?} must be refused");
         }
+        let child = AgentId::parse("k7q2mx.3").expect("child").child(12);
+        assert_eq!((child.as_str(), child.depth(), child.child_number()), ("k7q2mx.3.12", 2, Some(12)));
+        assert_eq!(child.parent().map(|p| p.to_string()), Some("k7q2mx.3".into()));
         let minted = AgentId::root_from_random(0xdead_beef);
         assert_eq!(AgentId::parse(minted.as_str()), Ok(minted.clone()));
         assert_eq!(minted.as_str().len(), 6);

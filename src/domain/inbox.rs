@@ -32,6 +32,39 @@ impl Deposit {
     }
 }
 
+/// What a delivered message's header says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub from: String,
+    /// Set on results: `final-response`, `stopped`, `budget-exhausted`, `died`.
+    pub epitaph: Option<String>,
+    /// The sender's commit the result was made at.
+    pub terminal: Option<String>,
+}
+
+impl Header {
+    /// The header of a message's text, if it has one.
+    pub fn parse(text: &str) -> Option<Header> {
+        let rest = text.strip_prefix("---\n")?;
+        let (head, _) = rest.split_once("\n---\n").or_else(|| rest.strip_suffix("\n---").map(|h| (h, "")))?;
+        let mut header = Header { from: String::new(), epitaph: None, terminal: None };
+        for line in head.lines() {
+            match line.split_once(": ") {
+                Some(("from", v)) => header.from = v.to_owned(),
+                Some(("epitaph", v)) => header.epitaph = Some(v.to_owned()),
+                Some(("terminal", v)) => header.terminal = Some(v.to_owned()),
+                _ => {}
+            }
+        }
+        (!header.from.is_empty()).then_some(header)
+    }
+}
+
+/// A message's text without its header.
+pub fn body(text: &str) -> &str {
+    text.strip_prefix("---\n").and_then(|rest| rest.split_once("\n---\n")).map_or(text, |(_, body)| body)
+}
+
 /// A deposit file's name: its number and sender, if it is one.
 pub fn parse_name(name: &str) -> Option<(u32, &str)> {
     let stem = name.strip_suffix(".md")?;
@@ -60,6 +93,14 @@ mod tests {
             body: "hi".into(),
         };
         assert_eq!(d.render(), "---\nfrom: user\nat: 2026-11-29T22:00:00Z\n---\nhi");
+        let result = Deposit { epitaph: Some("final-response".into()), terminal: Some("abc".into()), ..d.clone() };
+        let header = Header::parse(&result.render()).expect("header");
+        assert_eq!(
+            header,
+            Header { from: "user".into(), epitaph: Some("final-response".into()), terminal: Some("abc".into()) }
+        );
+        assert_eq!(body(&result.render()), "hi");
+        assert_eq!(Header::parse("no header"), None);
         assert_eq!(parse_name("0012-user.md"), Some((12, "user")));
         assert_eq!(parse_name(".tmp-0012-user.md"), None);
         assert_eq!(file_name(3, "k7q2mx.1"), "0003-k7q2mx.1.md");

@@ -10,5 +10,6 @@ pub mod grant;
 pub mod id;
 pub mod inbox;
 pub mod layout;
+pub mod results;
 pub mod tool_env;
 pub mod transcript;

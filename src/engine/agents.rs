@@ -25,6 +25,12 @@ pub enum AgentError {
     NameTaken(String, String),
     #[error("name `{0}` is taken: the agents' repository has a branch of that name")]
     BranchTaken(String),
+    #[error("name `{0}` is an agent's id; names and ids must not be confused")]
+    NameIsId(String),
+    #[error("name `{name}` is held by several agents: {}", candidates.join(", "))]
+    Ambiguous { name: String, candidates: Vec<String> },
+    #[error("agent `{parent}` is at depth {depth}; a child would be at {}, over `budgets.max_depth` = {max}", depth + 1)]
+    TooDeep { parent: String, depth: u32, max: u32 },
     #[error("role `{role}` does not exist in config lineage `{lineage}`")]
     UnknownRole { role: String, lineage: String },
     #[error("the message is empty")]
@@ -72,8 +78,26 @@ pub struct Listing {
 /// Starts a root agent: dispatch commit on the lineage head, worktree, goal deposit.
 pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> Result<AgentId> {
     let (config_tip, config) = ws.config(lineage)?;
-    let name = check_spawn(ws, role, lineage, spawn, &config)?;
+    check_spawn(role, lineage, spawn.message, spawn.env, &config)?;
     let id = fresh_id(ws, spawn.random)?;
+    let name = claim_name(ws, &id, spawn.name, spawn.random)?;
+    let made = make_root(ws, &id, &name, role, lineage, spawn, config_tip, &config);
+    released_on_failure(ws, &name, made)?;
+    Ok(id)
+}
+
+#[expect(clippy::too_many_arguments, reason = "one private step of create_root, named for what it takes")]
+fn make_root(
+    ws: &Workspace,
+    id: &AgentId,
+    name: &str,
+    role: &str,
+    lineage: &str,
+    spawn: &Start,
+    config_tip: CommitId,
+    config: &crate::domain::config::Config,
+) -> Result<()> {
+    let name = name.to_owned();
     let facts = AgentFacts {
         id: id.to_string(),
         role: role.to_owned(),
@@ -84,12 +108,12 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
         forked_from: None,
     };
     let position = Position { branch: facts.name.clone(), head: ws.project.branch_tip(MAIN)? };
-    let mut edits = dispatch_files(ws, config_tip, &config, &facts, &position)?;
+    let mut edits = dispatch_files(ws, config_tip, config, &facts, &position)?;
     edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: spawn.message.as_bytes().to_vec() });
     let subject = format!("dispatch {id}: {}", first_line(spawn.message));
     let commit = ws.repo.commit_edits(&[config_tip], None, &edits, &subject)?;
-    start(ws, &id, &facts, commit, &position, spawn)?;
-    Ok(id)
+    let first = Deposit::new("user", spawn.now, spawn.message);
+    start(ws, id, &facts, commit, &position, &first)
 }
 
 /// Starts an agent that continues the conversation at `from` (any commit of any
@@ -99,8 +123,27 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     let source_facts = snapshot::read_facts(&ws.repo, source)?;
     let (config_tip, config) = ws.config(&source_facts.lineage)?;
     let role = source_facts.role.as_str();
-    let name = check_spawn(ws, role, &source_facts.lineage, spawn, &config)?;
+    check_spawn(role, &source_facts.lineage, spawn.message, spawn.env, &config)?;
     let id = fresh_id(ws, spawn.random)?;
+    let name = claim_name(ws, &id, spawn.name, spawn.random)?;
+    let made = make_fork(ws, &id, &name, source, &source_facts, spawn, config_tip, &config);
+    released_on_failure(ws, &name, made)?;
+    Ok(id)
+}
+
+#[expect(clippy::too_many_arguments, reason = "one private step of fork, named for what it takes")]
+fn make_fork(
+    ws: &Workspace,
+    id: &AgentId,
+    name: &str,
+    source: CommitId,
+    source_facts: &AgentFacts,
+    spawn: &Start,
+    config_tip: CommitId,
+    config: &crate::domain::config::Config,
+) -> Result<()> {
+    let name = name.to_owned();
+    let role = source_facts.role.as_str();
     let facts = AgentFacts {
         id: id.to_string(),
         role: role.to_owned(),
@@ -111,10 +154,10 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
         forked_from: Some(source.to_string()),
     };
     // The fork's own git starts where the source's stood, on a branch of its own.
-    let head = directory::recorded_position(ws, &source_facts, source)?.head;
+    let head = directory::recorded_position(ws, source_facts, source)?.head;
     let position = Position { branch: facts.name.clone(), head };
     let mut edits = vec![TreeEdit::Remove { path: agent::TOOLS.into() }];
-    edits.extend(dispatch_files(ws, config_tip, &config, &facts, &position)?);
+    edits.extend(dispatch_files(ws, config_tip, config, &facts, &position)?);
     // A transcript ending in calls without results is cut before those calls.
     let mut loader = Loader::default();
     let entries = loader.entries(&ws.repo, source)?;
@@ -131,50 +174,157 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     }
     let subject = format!("fork {id} from {}: {}", &source.to_string()[..12], first_line(spawn.message));
     let commit = ws.repo.commit_edits(&[source], Some(source), &edits, &subject)?;
-    start(ws, &id, &facts, commit, &position, spawn)?;
-    Ok(id)
+    let first = Deposit::new("user", spawn.now, spawn.message);
+    start(ws, id, &facts, commit, &position, &first)
 }
 
-/// Validates a spawn before anything is written; returns the agent's name (the
-/// one asked for, or a fresh two-word one).
+/// What a child is dispatched with.
+pub struct Child<'a> {
+    pub role: &'a str,
+    pub goal: &'a str,
+    pub name: Option<&'a str>,
+    /// The commit to fork from (any revision); the parent's tip if `None`.
+    pub from: Option<&'a str>,
+    pub now: Timestamp,
+    pub random: u32,
+    pub env: &'a Env,
+}
+
+/// Starts a child of `parent`: id `<parent>.<n>`, a fresh `.offshoot/` (its own
+/// goal, soul and tools; no transcript, summaries or skills) over the fork point's
+/// work products, a project branch at the fork point's git position, and the goal
+/// deposited by the parent as its first message. Everything is checked before
+/// anything is made.
+pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<AgentId> {
+    let parent_tip = ws.repo.branch_tip(&parent.branch())?.ok_or_else(|| AgentError::Unknown(parent.to_string()))?;
+    let parent_facts = snapshot::read_facts(&ws.repo, parent_tip)?;
+    let (config_tip, config) = ws.config(&parent_facts.lineage)?;
+    check_spawn(child.role, &parent_facts.lineage, child.goal, child.env, &config)?;
+    if parent.depth() + 1 > config.budgets.max_depth {
+        return Err(AgentError::TooDeep {
+            parent: parent.to_string(),
+            depth: parent.depth(),
+            max: config.budgets.max_depth,
+        });
+    }
+    let fork_point = match child.from {
+        Some(spec) => {
+            let spec = revision(ws, spec)?;
+            ws.repo.resolve_commit(&spec).ok_or(AgentError::UnknownRef(spec))?
+        }
+        None => parent_tip,
+    };
+    let fork_facts = snapshot::read_facts(&ws.repo, fork_point)?;
+    let head = directory::recorded_position(ws, &fork_facts, fork_point)?.head;
+    // The next free child number; a parallel dispatch that takes it first moves us on.
+    let mut n = next_child_number(ws, parent)?;
+    loop {
+        let id = parent.child(n);
+        let name = claim_name(ws, &id, child.name, child.random.wrapping_add(n))?;
+        let facts = AgentFacts {
+            id: id.to_string(),
+            role: child.role.to_owned(),
+            lineage: parent_facts.lineage.clone(),
+            parent: Some(parent.to_string()),
+            name: Some(name.clone()),
+            created: child.now.to_string(),
+            forked_from: Some(fork_point.to_string()),
+        };
+        let position = Position { branch: Some(name.clone()), head };
+        let made = (|| -> Result<()> {
+            let mut edits = vec![TreeEdit::Remove { path: agent::DIR.into() }];
+            edits.extend(dispatch_files(ws, config_tip, &config, &facts, &position)?);
+            edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: child.goal.as_bytes().to_vec() });
+            let subject = format!("dispatch {id}: {}", first_line(child.goal));
+            let commit = ws.repo.commit_edits(&[fork_point], Some(fork_point), &edits, &subject)?;
+            let first = Deposit::new(parent.as_str(), child.now, child.goal);
+            start(ws, &id, &facts, commit, &position, &first)
+        })();
+        match made {
+            Ok(()) => return Ok(id),
+            Err(AgentError::Git(GitError::BranchExists { .. })) => {
+                let _ = ws.repo.delete_mark(NAMES, &name);
+                n += 1;
+            }
+            Err(e) => {
+                let _ = ws.repo.delete_mark(NAMES, &name);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// One past the highest child number `parent` has.
+fn next_child_number(ws: &Workspace, parent: &AgentId) -> Result<u32> {
+    let prefix = format!("{}.", parent.branch());
+    let taken = ws.repo.branches(&prefix)?.into_iter().filter_map(|(branch, _)| {
+        let rest = branch.strip_prefix(&prefix)?;
+        (!rest.contains('.')).then(|| rest.parse::<u32>().ok()).flatten()
+    });
+    Ok(taken.max().unwrap_or(0) + 1)
+}
+
+/// The marks that hold names: `refs/offshoot/names/<name>` → the agent's id.
+const NAMES: &str = "names";
+
+/// Checks what every spawn needs before anything is written: a message, a role
+/// that exists, a sandbox this kernel can enforce.
 fn check_spawn(
-    ws: &Workspace,
     role: &str,
     lineage: &str,
-    spawn: &Start,
+    message: &str,
+    env: &Env,
     config: &crate::domain::config::Config,
-) -> Result<String> {
-    if spawn.message.trim().is_empty() {
+) -> Result<()> {
+    if message.trim().is_empty() {
         return Err(AgentError::EmptyMessage);
     }
     let Some(role_config) = config.role(role) else {
         return Err(AgentError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() });
     };
-    containment::check(role_config, spawn.env)
-        .map_err(|source| AgentError::Sandbox { role: role.to_owned(), source })?;
-    let taken: Vec<(String, String)> =
-        list(ws)?.into_iter().filter_map(|l| l.facts.and_then(|f| f.name).map(|n| (n, l.id.to_string()))).collect();
-    // A name is also the agent's project branch, which must be new.
-    let branch_free = |name: &str| ws.project.branch_tip(name).map(|t| t.is_none());
-    if let Some(name) = spawn.name {
+    containment::check(role_config, env).map_err(|source| AgentError::Sandbox { role: role.to_owned(), source })
+}
+
+/// Claims a name for `id`: the one `asked` for, or a fresh two-word one. A claim is
+/// a create-only ref, so parallel spawns never get the same name and no spawn lists
+/// every agent. A name is also the agent's project branch (which must be new) and
+/// never an agent's id.
+fn claim_name(ws: &Workspace, id: &AgentId, asked: Option<&str>, random: u32) -> Result<String> {
+    let usable = |name: &str| -> Result<bool> {
+        let is_id = AgentId::parse(name).is_ok_and(|i| ws.repo.branch_tip(&i.branch()).ok().flatten().is_some());
+        Ok(!is_id && ws.project.branch_tip(name)?.is_none())
+    };
+    if let Some(name) = asked {
         id::validate_name(name)?;
-        if let Some((_, holder)) = taken.iter().find(|(n, _)| n == name) {
-            return Err(AgentError::NameTaken(name.to_owned(), holder.clone()));
+        let taken = |holder: Option<Vec<u8>>| {
+            AgentError::NameTaken(
+                name.to_owned(),
+                holder.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default(),
+            )
+        };
+        if let Some(holder) = ws.repo.mark(NAMES, name)? {
+            return Err(taken(Some(holder)));
         }
-        if !branch_free(name)? {
+        if AgentId::parse(name).is_ok_and(|i| ws.repo.branch_tip(&i.branch()).ok().flatten().is_some()) {
+            return Err(AgentError::NameIsId(name.to_owned()));
+        }
+        if ws.project.branch_tip(name)?.is_some() {
             return Err(AgentError::BranchTaken(name.to_owned()));
+        }
+        if !ws.repo.claim_mark(NAMES, name, id.as_str().as_bytes())? {
+            return Err(taken(ws.repo.mark(NAMES, name)?));
         }
         return Ok(name.to_owned());
     }
     // Two words first; after 64 collisions a number makes it unique.
-    let mut r = spawn.random.rotate_left(7);
+    let mut r = random.rotate_left(7);
     let mut attempt = 0u32;
     loop {
         let mut name = id::mint_name(r);
         if attempt >= 64 {
             name.push_str(&attempt.to_string());
         }
-        if !taken.iter().any(|(n, _)| *n == name) && branch_free(&name)? {
+        if usable(&name)? && ws.repo.claim_mark(NAMES, &name, id.as_str().as_bytes())? {
             return Ok(name);
         }
         r = r.wrapping_mul(2_654_435_761).wrapping_add(attempt);
@@ -182,11 +332,20 @@ fn check_spawn(
     }
 }
 
+/// Passes `made` on, giving the claimed `name` back if it failed.
+fn released_on_failure(ws: &Workspace, name: &str, made: Result<()>) -> Result<()> {
+    if made.is_err() {
+        let _ = ws.repo.delete_mark(NAMES, name);
+    }
+    made
+}
+
 fn fresh_id(ws: &Workspace, random: u32) -> Result<AgentId> {
     let mut r = random;
     loop {
         let id = AgentId::root_from_random(r);
-        if ws.repo.branch_tip(&id.branch())?.is_none() {
+        // An id may not be a name in use either.
+        if ws.repo.branch_tip(&id.branch())?.is_none() && ws.repo.mark(NAMES, id.as_str())?.is_none() {
             return Ok(id);
         }
         r = r.wrapping_mul(2_654_435_761).wrapping_add(1);
@@ -227,7 +386,7 @@ fn start(
     facts: &AgentFacts,
     commit: CommitId,
     position: &Position,
-    spawn: &Start,
+    first: &Deposit,
 ) -> Result<()> {
     ws.repo.create_branch(&id.branch(), commit, "dispatch")?;
     let made = (|| -> Result<()> {
@@ -235,7 +394,7 @@ fn start(
             ws.project.create_branch(branch, head)?;
         }
         directory::open(ws, id, facts, commit)?;
-        inbox::deposit(&ws.layout, id, &Deposit::new("user", spawn.now, spawn.message))?;
+        inbox::deposit(&ws.layout, id, first)?;
         Ok(())
     })();
     if made.is_err() {
@@ -256,6 +415,7 @@ pub fn discard(ws: &Workspace, id: &AgentId) {
         .and_then(|f| f.name)
     {
         let _ = ws.project.delete_branch(&name);
+        let _ = ws.repo.delete_mark(NAMES, &name);
     }
     let _ = ws.repo.delete_branch(&id.branch());
     let _ = ws.repo.delete_marks(id.as_str());
@@ -278,11 +438,45 @@ pub fn resolve(ws: &Workspace, handle: &str) -> Result<AgentId> {
     {
         return Ok(id);
     }
-    list(ws)?
+    if id::validate_name(handle).is_ok()
+        && let Some(owner) = ws.repo.mark(NAMES, handle)?
+        && let Ok(id) = AgentId::parse(&String::from_utf8_lossy(&owner))
+        && ws.repo.branch_tip(&id.branch())?.is_some()
+    {
+        return Ok(id);
+    }
+    // Agents made before names were claimed are found by their facts.
+    let holders: Vec<AgentId> = list(ws)?
         .into_iter()
-        .find(|l| l.facts.as_ref().and_then(|f| f.name.as_deref()) == Some(handle))
+        .filter(|l| l.facts.as_ref().and_then(|f| f.name.as_deref()) == Some(handle))
         .map(|l| l.id)
-        .ok_or_else(|| AgentError::Unknown(handle.to_owned()))
+        .collect();
+    match holders.as_slice() {
+        [] => Err(AgentError::Unknown(handle.to_owned())),
+        [one] => Ok(one.clone()),
+        many => Err(AgentError::Ambiguous {
+            name: handle.to_owned(),
+            candidates: many.iter().map(ToString::to_string).collect(),
+        }),
+    }
+}
+
+/// The display name of agent `id`, if it has one.
+pub fn name_of(ws: &Workspace, id: &AgentId) -> Option<String> {
+    let tip = ws.repo.branch_tip(&id.branch()).ok().flatten()?;
+    snapshot::read_facts(&ws.repo, tip).ok()?.name
+}
+
+/// A revision with its leading agent id or name (`PeachHollow~2`, `k7q2mx^`) turned
+/// into the agent's branch; anything else as given.
+pub fn revision(ws: &Workspace, spec: &str) -> Result<String> {
+    let cut = spec.find(['~', '^']).unwrap_or(spec.len());
+    let (head, rest) = spec.split_at(cut);
+    match resolve(ws, head) {
+        Ok(id) => Ok(format!("{}{rest}", id.branch())),
+        Err(AgentError::Ambiguous { name, candidates }) => Err(AgentError::Ambiguous { name, candidates }),
+        Err(_) => Ok(spec.to_owned()),
+    }
 }
 
 /// Every agent of the workspace, by id.

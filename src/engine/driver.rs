@@ -19,9 +19,11 @@ use crate::domain::config::Config;
 use crate::domain::context;
 use crate::domain::grant;
 use crate::domain::id::AgentId;
+use crate::domain::inbox::{Deposit, Header};
+use crate::domain::results::{self, Reply};
 use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
-use crate::infra::git::{Additions, CommitId, GitError, Tracked};
+use crate::infra::git::{Additions, CommitId, GitError, Merged, Tracked};
 use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::process;
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
@@ -50,6 +52,8 @@ use super::workspace::{Workspace, WorkspaceError};
 pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
+    #[error("cannot wake agent `{id}`: {reason}")]
+    Wake { id: String, reason: String },
     #[error("agent `{id}` was {}", reason.words())]
     Interrupted { id: String, reason: Reason },
     #[error("role `{role}` cannot run its tools: {source}; the agent was not started")]
@@ -80,6 +84,12 @@ type Result<T> = std::result::Result<T, DriverError>;
 
 /// The mark holding an agent's working directory (`refs/offshoot/cwd/<id>`).
 const CWD_MARK: &str = "cwd";
+/// The mark holding the terminal commit whose answer was deposited.
+const REPLIED: &str = "replied";
+/// The mark naming a child whose work conflicted (`refs/offshoot/conflicted/<child>`).
+const CONFLICTED: &str = "conflicted";
+/// The epitaph of a result that is an agent's final response.
+const FINAL_RESPONSE: &str = "final-response";
 
 /// What a driver reports as it works (the cli turns these into output).
 #[derive(Debug)]
@@ -112,6 +122,20 @@ pub enum Event<'a> {
     },
     /// The agent's directory needed mending before the driver could start.
     Repaired(Repair),
+    /// A child's work was merged in before its result.
+    Transferred {
+        child: &'a str,
+        files: usize,
+    },
+    /// A child's work conflicts with this agent's and was not merged.
+    Conflicted {
+        child: &'a str,
+        files: usize,
+    },
+    /// Nothing is due, but children are still at work: the driver waits for them.
+    Waiting {
+        children: usize,
+    },
 }
 
 pub trait Observer {
@@ -142,6 +166,11 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
     };
     loop {
         let end = drive(ws, rt, id, observer)?;
+        // Children still at work: the agent (and an attached command) stays until
+        // they are quiet or one writes to it.
+        if wait_for_descendants(ws, rt, id, observer)? {
+            continue;
+        }
         drop(lock);
         // The lost wake-up: a deposit that landed while we held the lock.
         if !inbox::has_pending(&ws.layout, id) {
@@ -152,6 +181,54 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
             None => return Ok(end),
         }
     }
+}
+
+/// Waits while any descendant of `id` is at work and nothing came for `id`;
+/// `true` if something came.
+fn wait_for_descendants(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer) -> Result<bool> {
+    let mut announced = false;
+    loop {
+        if inbox::has_pending(&ws.layout, id) {
+            return Ok(true);
+        }
+        if let Some(reason) = rt.interrupt().reason() {
+            return Err(DriverError::Interrupted { id: id.to_string(), reason });
+        }
+        let active = active_descendants(ws, id)?;
+        if active == 0 {
+            return Ok(false);
+        }
+        if !announced {
+            observer.event(Event::Waiting { children: active });
+            announced = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+}
+
+/// How many descendants of `id` are at work: a driver holds them, or mail for them
+/// is on its way to one (mail left unread for longer than that means their driver
+/// did not start; they are not waited for).
+fn active_descendants(ws: &Workspace, id: &AgentId) -> Result<usize> {
+    const UNREAD_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+    let mut active = 0;
+    for (branch, _) in ws.repo.branches(&format!("{}.", id.branch()))? {
+        let Ok(descendant) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+        let held = LockGuard::is_held(&ws.layout.lock(&descendant))?;
+        let fresh_mail = || {
+            inbox::pending(&ws.layout, &descendant).ok().and_then(|p| p.into_iter().next()).is_some_and(|oldest| {
+                std::fs::metadata(&oldest.path)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age < UNREAD_FOR)
+            })
+        };
+        if held || fresh_mail() {
+            active += 1;
+        }
+    }
+    Ok(active)
 }
 
 /// Turns the loop under a held lock until nothing is due; leaves the index synced.
@@ -300,6 +377,8 @@ impl<'a> Driver<'a> {
         let warrants = transcript::warrants_call(entries);
         let final_text = transcript::final_text(entries).unwrap_or_default();
         if !warrants {
+            // (Already done after the model call, unless a crash came between.)
+            self.reply(tip)?;
             return Ok(Turn::Quiet(RunEnd::Answered { text: final_text }));
         }
         let (step, output_name, output) = self.call(tip, next, observer)?;
@@ -307,6 +386,10 @@ impl<'a> Driver<'a> {
         let tip = self.commit(tip, &[(&output_name, &bytes)], false, &format!("{output_name}: model output"))?;
         let calls: Vec<toolcall::Call<'_>> =
             output.tool_uses().map(|(id, name, input)| toolcall::Call { id, name, input }).collect();
+        if calls.is_empty() {
+            // A final response: the answer goes to whoever it is owed to, now.
+            self.reply(tip)?;
+        }
         self.run_tools(tip, step, next + 1, &calls, observer)?;
         Ok(Turn::Again)
     }
@@ -423,17 +506,102 @@ impl<'a> Driver<'a> {
         observer: &mut dyn Observer,
     ) -> Result<(CommitId, u32)> {
         for (i, p) in pending.into_iter().enumerate() {
-            // Only the oldest can have been committed before a crash kept its file.
-            let delivered = i == 0 && last_message.as_deref() == Some(p.text.as_str());
+            // Only the oldest can have been committed before a crash kept its file
+            // (with a transfer's note after it, for a child's result).
+            let delivered = i == 0 && last_message.as_deref().is_some_and(|m| m.starts_with(p.text.as_str()));
             if !delivered {
+                let mut text = p.text.clone();
+                // A child's final result brings its work: merged in just before it.
+                if let Some(header) = Header::parse(&p.text)
+                    && header.epitaph.as_deref() == Some(FINAL_RESPONSE)
+                    && results::is_child(self.id.as_str(), &p.sender)
+                {
+                    let (after, note) = self.transfer(tip, &p.sender, header.terminal.as_deref(), observer)?;
+                    tip = after;
+                    text.push_str(&note);
+                }
                 let name = transcript::entry_name(next, &p.sender, Side::User);
-                tip = self.commit(tip, &[(&name, p.text.as_bytes())], false, &format!("{name}: delivered"))?;
+                tip = self.commit(tip, &[(&name, text.as_bytes())], false, &format!("{name}: delivered"))?;
                 next += 1;
                 observer.event(Event::Delivered { sender: &p.sender });
             }
             std::fs::remove_file(&p.path).map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
         }
         Ok((tip, next))
+    }
+
+    /// Merges child `child`'s work (its changes from its fork point to `terminal`,
+    /// `.offshoot/` aside) into this agent's tree as one commit. A conflict is not
+    /// forced: the child is marked `refs/offshoot/conflicted/<child>` and the note
+    /// (appended to its delivered result) says so. Returns the new tip and the note.
+    fn transfer(
+        &mut self,
+        tip: CommitId,
+        child: &str,
+        terminal: Option<&str>,
+        observer: &mut dyn Observer,
+    ) -> Result<(CommitId, String)> {
+        let Some(terminal) = terminal.and_then(|t| CommitId::from_str(t).ok()) else {
+            return Ok((tip, String::new()));
+        };
+        let base = super::snapshot::read_facts(&self.ws.repo, terminal)
+            .ok()
+            .and_then(|f| f.forked_from)
+            .and_then(|f| CommitId::from_str(&f).ok());
+        let Some(base) = base else { return Ok((tip, String::new())) };
+        match self.ws.repo.merge_into(tip, base, terminal, agent::DIR)? {
+            Merged::Nothing => Ok((tip, String::new())),
+            Merged::Clean { tree, paths } => {
+                let message = format!("transfer from {child}: {} files", paths.len());
+                let commit = self.ws.repo.commit_tree_on(&self.branch, tip, tree, &message)?;
+                self.dir.checkout_paths(commit, &paths)?;
+                observer.event(Event::Transferred { child, files: paths.len() });
+                let shown = paths.iter().take(20).map(String::as_str).collect::<Vec<_>>().join(", ");
+                let more = if paths.len() > 20 { format!(" and {} more", paths.len() - 20) } else { String::new() };
+                Ok((
+                    commit,
+                    format!("\n\n[offshoot: `{child}`'s changes were merged into your directory: {shown}{more}]"),
+                ))
+            }
+            Merged::Conflicts(paths) => {
+                self.ws.repo.set_mark(CONFLICTED, child, terminal.to_string().as_bytes())?;
+                observer.event(Event::Conflicted { child, files: paths.len() });
+                Ok((
+                    tip,
+                    format!(
+                        "\n\n[offshoot: `{child}`'s changes conflict with yours in {}; nothing of them was merged. They are in its branch (commit {terminal}); merge them by hand (e.g. `git merge` its project branch) or ask it to redo them]",
+                        paths.join(", ")
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Deposits the final response that ends the transcript at `tip` with whoever it
+    /// is owed to (its last prompter, or its parent), once: the mark
+    /// `refs/offshoot/replied/<id>` says which terminal commit was answered.
+    fn reply(&mut self, tip: CommitId) -> Result<()> {
+        let answered = self.ws.repo.mark(REPLIED, self.id.as_str())?;
+        if answered.as_deref() == Some(tip.to_string().as_bytes()) {
+            return Ok(());
+        }
+        let entries = self.loader.entries(&self.ws.repo, tip)?;
+        let Some(text) = transcript::final_text(entries) else { return Ok(()) };
+        if let Reply::To(recipient) = results::reply(entries, self.id.as_str(), self.facts.parent.as_deref()) {
+            let deposit = Deposit {
+                from: self.id.to_string(),
+                at: Timestamp::now().to_string(),
+                epitaph: Some(FINAL_RESPONSE.into()),
+                terminal: Some(tip.to_string()),
+                body: text,
+            };
+            if let Ok(to) = AgentId::parse(&recipient) {
+                inbox::deposit(&self.ws.layout, &to, &deposit)?;
+                self.runtime.wake(&to).map_err(|e| DriverError::Wake { id: to.to_string(), reason: e.to_string() })?;
+            }
+        }
+        self.ws.repo.set_mark(REPLIED, self.id.as_str(), tip.to_string().as_bytes())?;
+        Ok(())
     }
 
     /// One model call: assemble from `tip`, record, call. Commits nothing; returns

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod children;
 mod containment;
 mod conversation;
 mod crash;

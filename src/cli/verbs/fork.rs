@@ -7,7 +7,7 @@ use crate::infra::time::Timestamp;
 /// Start a new agent that continues any commit of any agent, with a new message
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The commit to continue from: an agent id or name, `agents/<id>`, a sha, `agents/<id>~2`
+    /// The commit to continue from: an agent id or name, `PeachHollow~2`, `agents/<id>`, a sha
     #[arg(long)]
     pub from: String,
     pub message: String,
@@ -22,11 +22,8 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let ws = ctx.workspace()?;
-    // An agent id or name stands for its branch tip.
-    let from = match agents::resolve(&ws, &args.from) {
-        Ok(id) => id.branch(),
-        Err(_) => args.from.clone(),
-    };
+    // An agent id or name stands for its branch (`PeachHollow~2` works too).
+    let from = agents::revision(&ws, &args.from)?;
     let spawn = Start {
         message: &args.message,
         name: args.name.as_deref(),

@@ -3,6 +3,7 @@
 pub mod completions;
 pub mod config;
 pub mod demo;
+pub mod dispatch;
 pub mod fork;
 pub mod log;
 pub mod ls;

@@ -4,7 +4,9 @@
 //! context the engine builds. The driver knows no tool by name; the grant gate
 //! stands in front of the registry, in `toolcall`.
 
+mod dispatch;
 mod load_skill;
+mod message;
 
 use serde_json::Value;
 
@@ -68,7 +70,7 @@ impl Handler for Builtin {
 }
 
 /// The tools that need the engine (the config, the runtime).
-static ENGINE_TOOLS: &[&dyn Handler] = &[&load_skill::LoadSkill];
+static ENGINE_TOOLS: &[&dyn Handler] = &[&load_skill::LoadSkill, &dispatch::Dispatch, &message::Message];
 
 /// The handler of tool `name`, if there is such a tool.
 pub fn handler(name: &str) -> Option<&'static dyn Handler> {

@@ -14,6 +14,7 @@ mod project;
 mod tracked;
 
 pub use project::{Attachment, MAIN, Position, Project};
+
 pub use tracked::{Additions, Difference, Restored, Tracked};
 
 /// A commit id, printed as 40 hex digits.
@@ -114,6 +115,33 @@ fn files_under(repo: &Repository, tree: &git2::Tree<'_>, prefix: &str) -> Result
     Ok(out)
 }
 
+/// What [`Repo::merge_into`] came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merged {
+    /// The other side changed nothing.
+    Nothing,
+    /// The merged tree and the paths it changes against ours.
+    Clean { tree: Oid, paths: Vec<String> },
+    /// These paths changed on both sides in ways that do not merge.
+    Conflicts(Vec<String>),
+}
+
+/// `tree`'s id with the top-level entry `name` left out.
+fn without(repo: &Repository, tree: &git2::Tree<'_>, name: &str) -> Result<Oid> {
+    let mut update = TreeUpdateBuilder::new();
+    update.remove(name);
+    update.create_updated(repo, tree).map_err(lib("edit tree"))
+}
+
+/// The file paths that differ between two trees.
+fn changed_paths(repo: &Repository, from: &git2::Tree<'_>, to: &git2::Tree<'_>) -> Result<Vec<String>> {
+    let diff = repo.diff_tree_to_tree(Some(from), Some(to), None).map_err(lib("diff trees"))?;
+    Ok(diff
+        .deltas()
+        .filter_map(|d| d.new_file().path().or(d.old_file().path()).map(|p| p.to_string_lossy().into_owned()))
+        .collect())
+}
+
 /// The harness's signature at the current time, in UTC (no time-zone lookups).
 fn signature() -> Result<Signature<'static>> {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
@@ -200,8 +228,14 @@ impl Repo {
         if self.repo.refname_to_id(&name).is_ok() {
             return Err(GitError::BranchExists { branch: branch.to_owned() });
         }
-        self.repo.reference(&name, commit, false, msg).map_err(lib(format!("create {name}")))?;
-        Ok(())
+        match self.repo.reference(&name, commit, false, msg) {
+            Ok(_) => Ok(()),
+            // Someone else is creating it this instant (its lock file exists), or has.
+            Err(e) if matches!(e.code(), git2::ErrorCode::Exists | git2::ErrorCode::Locked) => {
+                Err(GitError::BranchExists { branch: branch.to_owned() })
+            }
+            Err(source) => Err(GitError::Lib { what: format!("create {name}"), source }),
+        }
     }
 
     /// Moves a branch from `expected` to `new`, failing if it is elsewhere.
@@ -225,6 +259,28 @@ impl Repo {
         let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
         self.repo.reference(&name, blob, true, "mark").map_err(lib(format!("set {name}")))?;
         Ok(())
+    }
+
+    /// Sets the mark `refs/offshoot/<kind>/<key>` to a blob of `content` unless it is
+    /// already set (create-only, atomic); `false` when it was taken.
+    pub fn claim_mark(&self, kind: &str, key: &str, content: &[u8]) -> Result<bool> {
+        let name = format!("refs/offshoot/{kind}/{key}");
+        let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
+        match self.repo.reference(&name, blob, false, "claim") {
+            Ok(_) => Ok(true),
+            // Taken, or being taken this instant by someone else.
+            Err(e) if matches!(e.code(), git2::ErrorCode::Exists | git2::ErrorCode::Locked) => Ok(false),
+            Err(source) => Err(GitError::Lib { what: format!("claim {name}"), source }),
+        }
+    }
+
+    /// Removes the mark `refs/offshoot/<kind>/<key>` (one that is gone is fine).
+    pub fn delete_mark(&self, kind: &str, key: &str) -> Result<()> {
+        let name = format!("refs/offshoot/{kind}/{key}");
+        match self.repo.find_reference(&name) {
+            Ok(mut r) => r.delete().map_err(lib(format!("delete {name}"))),
+            Err(_) => Ok(()),
+        }
     }
 
     pub fn delete_marks(&self, id: &str) -> Result<()> {
@@ -303,20 +359,32 @@ impl Repo {
             let tree = self.build_tree(edits)?;
             return commit_tree(&self.repo, tree, parents, message);
         };
-        let base_tree = self.tree_of(base)?;
+        // Removals first, in a pass of their own: a directory removed and then written
+        // into must lose everything it had (one pass would write into the old one).
+        let mut tree = self.tree_of(base)?;
+        let removals: Vec<&str> = edits
+            .iter()
+            .filter_map(|e| match e {
+                TreeEdit::Remove { path } => Some(path.as_str()),
+                TreeEdit::Write { .. } => None,
+            })
+            .collect();
+        if !removals.is_empty() {
+            let mut update = TreeUpdateBuilder::new();
+            for path in removals {
+                update.remove(path);
+            }
+            let id = update.create_updated(&self.repo, &tree).map_err(lib("edit tree"))?;
+            tree = self.repo.find_tree(id).map_err(lib("find tree"))?;
+        }
         let mut update = TreeUpdateBuilder::new();
         for edit in edits {
-            match edit {
-                TreeEdit::Write { path, bytes } => {
-                    let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
-                    update.upsert(path.as_str(), blob, FileMode::Blob);
-                }
-                TreeEdit::Remove { path } => {
-                    update.remove(path.as_str());
-                }
+            if let TreeEdit::Write { path, bytes } = edit {
+                let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+                update.upsert(path.as_str(), blob, FileMode::Blob);
             }
         }
-        let tree = update.create_updated(&self.repo, &base_tree).map_err(lib("edit tree"))?;
+        let tree = update.create_updated(&self.repo, &tree).map_err(lib("edit tree"))?;
         commit_tree(&self.repo, tree, parents, message)
     }
 
@@ -349,6 +417,53 @@ impl Repo {
             }
         }
         write(&self.repo, &root)
+    }
+
+    /// Merges what changed from `base` to `theirs` into `ours`, all of it but the
+    /// directory `keep` (always taken from `ours`): the merged tree, or the paths
+    /// that conflict. Writes no commit and moves no ref.
+    pub fn merge_into(&self, ours: Oid, base: Oid, theirs: Oid, keep: &str) -> Result<Merged> {
+        let (ours_tree, base_tree, theirs_tree) = (self.tree_of(ours)?, self.tree_of(base)?, self.tree_of(theirs)?);
+        // The three trees without `keep`, which is never merged.
+        let bare = |t: &git2::Tree<'_>| -> Result<git2::Tree<'_>> {
+            let id = without(&self.repo, t, keep)?;
+            self.repo.find_tree(id).map_err(lib("find tree"))
+        };
+        let (ours_bare, base_bare, theirs_bare) = (bare(&ours_tree)?, bare(&base_tree)?, bare(&theirs_tree)?);
+        if base_bare.id() == theirs_bare.id() {
+            return Ok(Merged::Nothing);
+        }
+        let mut index =
+            self.repo.merge_trees(&base_bare, &ours_bare, &theirs_bare, None).map_err(lib("merge trees"))?;
+        if index.has_conflicts() {
+            let mut paths: Vec<String> = index
+                .conflicts()
+                .map_err(lib("read conflicts"))?
+                .flatten()
+                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                .collect();
+            paths.sort();
+            paths.dedup();
+            return Ok(Merged::Conflicts(paths));
+        }
+        let merged = index.write_tree_to(&self.repo).map_err(lib("write merged tree"))?;
+        let merged = self.repo.find_tree(merged).map_err(lib("find merged tree"))?;
+        let paths = changed_paths(&self.repo, &ours_bare, &merged)?;
+        // The harness's directory stays exactly ours.
+        let mut update = TreeUpdateBuilder::new();
+        if let Ok(entry) = ours_tree.get_path(Path::new(keep)) {
+            update.upsert(keep, entry.id(), FileMode::Tree);
+        }
+        let tree = update.create_updated(&self.repo, &merged).map_err(lib("keep our harness tree"))?;
+        Ok(Merged::Clean { tree, paths })
+    }
+
+    /// Commits `tree` on top of `parent` and moves `branch` there (compare-and-swap).
+    pub fn commit_tree_on(&self, branch: &str, parent: Oid, tree: Oid, message: &str) -> Result<Oid> {
+        let commit = commit_tree(&self.repo, tree, &[parent], message)?;
+        cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
+        Ok(commit)
     }
 
     fn tree_of(&self, commit: Oid) -> Result<git2::Tree<'_>> {

@@ -76,6 +76,23 @@ impl Tracked {
         self.reset_index(commit)
     }
 
+    /// Writes `paths` as `commit` has them (removing those it has not), and their
+    /// index entries with them: for a commit made outside the directory (a child's
+    /// work merged in).
+    pub fn checkout_paths(&self, commit: Oid, paths: &[String]) -> Result<()> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
+        let mut opts = CheckoutBuilder::new();
+        opts.force().update_index(true).disable_pathspec_match(true);
+        for path in paths {
+            opts.path(path);
+        }
+        self.repo.checkout_tree(tree.as_object(), Some(&mut opts)).map_err(lib(format!("check out {commit}")))?;
+        Ok(())
+    }
+
     /// Makes the in-memory index equal to `commit`'s tree less the harness's
     /// directory, keeping the stat data of entries that did not change.
     pub fn reset_index(&self, commit: Oid) -> Result<()> {

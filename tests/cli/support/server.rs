@@ -91,6 +91,9 @@ impl Recorded {
 #[derive(Default)]
 struct State {
     script: VecDeque<Reply>,
+    /// Scripts for one agent each, by its name (found in the request's system prompt
+    /// as "Your name is NAME."), used before the shared script.
+    scripts: Vec<(String, VecDeque<Reply>)>,
     requests: Vec<Recorded>,
     /// Replies for when the script is empty (benchmarks): a `bash echo` turn forever.
     endless_echo: bool,
@@ -131,6 +134,24 @@ impl Server {
 
     pub fn push(&self, reply: Reply) {
         self.state.lock().expect("state").script.push_back(reply);
+    }
+
+    /// Turns for the agent named `name` only (several agents at once take their
+    /// turns from their own scripts, whatever order their requests come in).
+    pub fn push_for(&self, name: &str, turns: impl IntoIterator<Item = Turn>) {
+        let mut s = self.state.lock().expect("state");
+        let key = format!("Your name is {name}.");
+        let replies = turns.into_iter().map(Reply::Turn);
+        match s.scripts.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, script)) => script.extend(replies),
+            None => s.scripts.push((key, replies.collect())),
+        }
+    }
+
+    /// The requests made by the agent named `name`.
+    pub fn requests_for(&self, name: &str) -> Vec<Recorded> {
+        let key = format!("Your name is {name}.");
+        self.requests().into_iter().filter(|r| String::from_utf8_lossy(&r.raw).contains(&key)).collect()
     }
 
     pub fn push_turns(&self, turns: impl IntoIterator<Item = Turn>) {
@@ -203,10 +224,13 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
         let reply = {
             let mut s = state.lock().expect("state");
             s.served += 1;
+            let text = String::from_utf8_lossy(&raw).into_owned();
             if record {
                 s.requests.push(Recorded { path: path.clone(), headers: headers.clone(), body: body.clone(), raw });
             }
-            match s.script.pop_front() {
+            let own =
+                s.scripts.iter_mut().find(|(key, _)| text.contains(key.as_str())).and_then(|(_, q)| q.pop_front());
+            match own.or_else(|| s.script.pop_front()) {
                 Some(r) => r,
                 None if s.endless_echo => {
                     let n = s.served;

@@ -1,0 +1,53 @@
+use serde_json::json;
+
+use crate::cli::{CliError, Ctx};
+use crate::engine::agents::{self, Child};
+use crate::engine::random_u32;
+use crate::infra::time::Timestamp;
+
+/// Start a child of an agent on a goal, as its `dispatch` tool would; prints the
+/// child's id (its result goes to the parent as a message)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The parent's id or name
+    pub parent: String,
+    /// The child's role
+    #[arg(long, default_value = "worker")]
+    pub role: String,
+    /// The child's goal (`-` reads it from stdin)
+    #[arg(long)]
+    pub goal: String,
+    /// A unique display name (default: a minted two-word name)
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Fork from this revision instead of the parent's tip (`PeachHollow~2`, a sha, …)
+    #[arg(long)]
+    pub from: Option<String>,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let parent = agents::resolve(&ws, &args.parent)?;
+    let child = Child {
+        role: &args.role,
+        goal: &args.goal,
+        name: args.name.as_deref(),
+        from: args.from.as_deref(),
+        now: Timestamp::now(),
+        random: random_u32(),
+        env: &ctx.env,
+    };
+    let id = agents::create_child(&ws, &parent, &child)?;
+    ctx.runtime(&ws).launch(&id)?;
+    let name = agents::name_of(&ws, &id);
+    if ctx.out.json {
+        ctx.out.event(&json!({"type": "agent", "id": id.as_str(), "name": name, "parent": parent.as_str()}));
+    } else {
+        ctx.out.progress(&format!(
+            "· dispatched `{id}` ({}) for `{parent}`; its result will go to `{parent}`",
+            name.unwrap_or_default()
+        ));
+        ctx.out.line(id.as_str());
+    }
+    Ok(())
+}

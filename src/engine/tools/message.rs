@@ -1,0 +1,61 @@
+//! `message`: leaves a message in another agent's inbox and wakes it.
+
+use serde_json::Value;
+
+use crate::infra::provider::ToolSpec;
+use crate::infra::tools::{self, ToolError, ToolOutput, str_arg};
+
+use super::super::agents;
+use super::super::runtime::Woken;
+use super::super::workspace::Workspace;
+use super::{Handler, ToolContext};
+
+pub struct Message;
+
+impl Handler for Message {
+    fn name(&self) -> &'static str {
+        "message"
+    }
+
+    fn spec(&self) -> ToolSpec {
+        tools::spec(
+            self.name(),
+            include_str!("../../../templates/tools/message.md"),
+            include_str!("../../../templates/tools/message.json"),
+        )
+    }
+
+    /// It changes nothing in the directory.
+    fn read_only(&self) -> bool {
+        true
+    }
+
+    fn writes(&self) -> bool {
+        false
+    }
+
+    fn run(&self, cx: &ToolContext, input: &Value) -> Result<ToolOutput, ToolError> {
+        tools::require_object(self.name(), input)?;
+        let to = str_arg(input, "to")?;
+        let content = str_arg(input, "content")?;
+        let Some(agent) = &cx.agent else {
+            return Err(ToolError::ToModel("`message` sends as an agent; it runs only in an agent's step".into()));
+        };
+        if content.trim().is_empty() {
+            return Err(ToolError::ToModel("`content` is empty; nothing was sent".into()));
+        }
+        let not_sent = |e: &dyn std::fmt::Display| ToolError::ToModel(format!("nothing was sent: {e}"));
+        let ws = Workspace::open(agent.runtime.layout().root()).map_err(|e| not_sent(&e))?;
+        let recipient = agents::resolve(&ws, to).map_err(|e| not_sent(&e))?;
+        // The sender is who runs this step, whatever the model says.
+        agent.runtime.deposit(&recipient, &agent.facts.id, content).map_err(|e| not_sent(&e))?;
+        let woken = agent.runtime.wake(&recipient).map_err(|e| {
+            ToolError::ToModel(format!("left in `{recipient}`'s inbox, but it could not be woken: {e}"))
+        })?;
+        let how = match woken {
+            Woken::Running => "it is working and will see it at its next step",
+            Woken::Launched(_) => "it was idle and has been started",
+        };
+        Ok(ToolOutput::summary(format!("delivered to `{recipient}`; {how}")))
+    }
+}

@@ -1,0 +1,152 @@
+//! Agents working together: dispatch, results with their work, messages, the reply
+//! debt, depth.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::server::{Server, Turn};
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+fn dispatch(id: &str, name: &str, goal: &str) -> Turn {
+    Turn::tool(id, "dispatch", json!({"role": "worker", "goal": goal, "name": name}))
+}
+
+/// Every delivered message of agent `name`'s transcript: (from, text).
+fn messages(t: &TestWorkspace, name: &str) -> Vec<(String, String)> {
+    let log = t.run(&["log", "--json", name]);
+    log.ok()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .filter(|e| e["side"] == "user")
+        .map(|e| (e["from"].as_str().unwrap_or_default().to_owned(), e["text"].as_str().unwrap_or_default().to_owned()))
+        .collect()
+}
+
+fn id_of(t: &TestWorkspace, name: &str) -> String {
+    let agents = t.agents();
+    agents.iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned()
+}
+
+#[test]
+fn a_parent_dispatches_two_children_gets_their_work_and_results_and_ends() {
+    let (server, t) = TestWorkspace::served("kids-two", Dialect::Anthropic);
+    let both = Turn {
+        calls: vec![
+            (
+                "d1".into(),
+                "dispatch".into(),
+                json!({"role": "worker", "goal": "write a.txt", "name": "KidA"}).to_string(),
+            ),
+            (
+                "d2".into(),
+                "dispatch".into(),
+                json!({"role": "worker", "goal": "write b.txt", "name": "KidB"}).to_string(),
+            ),
+        ],
+        ..Turn::default()
+    };
+    server.push_for(
+        "Boss",
+        [both, Turn::text("waiting for my children"), Turn::text("one is back"), Turn::text("both are back")],
+    );
+    server.push_for("KidA", [Turn::bash("a1", "echo A > a.txt"), Turn::text("wrote a.txt")]);
+    server.push_for("KidB", [Turn::bash("b1", "echo B > b.txt"), Turn::text("wrote b.txt")]);
+    let run = t.run(&["prompt", "--name", "Boss", "get two files written"]);
+    let out = run.ok();
+    assert!(out.contains("waiting for my children"), "{out}");
+    let boss = id_of(&t, "Boss");
+    // Each child's id is the parent's plus `.N`, and its result came once.
+    let (a, b) = (id_of(&t, "KidA"), id_of(&t, "KidB"));
+    let mut kids = vec![a.clone(), b.clone()];
+    kids.sort();
+    assert_eq!(kids, vec![format!("{boss}.1"), format!("{boss}.2")]);
+    let delivered = messages(&t, "Boss");
+    for (kid, says) in [(&a, "wrote a.txt"), (&b, "wrote b.txt")] {
+        let results: Vec<&(String, String)> = delivered.iter().filter(|(from, _)| from == kid).collect();
+        assert_eq!(results.len(), 1, "{delivered:?}");
+        assert!(results[0].1.contains("epitaph: final-response") && results[0].1.contains(says), "{results:?}");
+    }
+    // The children's files are in the parent's tree, each merged just before its result.
+    assert_eq!(t.git(&["show", &format!("agents/{boss}:a.txt")]), "A\n");
+    assert_eq!(t.git(&["show", &format!("agents/{boss}:b.txt")]), "B\n");
+    let subjects = t.git(&["log", "--reverse", "--format=%s", &format!("agents/{boss}")]);
+    for kid in [&a, &b] {
+        let lines: Vec<&str> = subjects.lines().collect();
+        let transfer = lines.iter().position(|l| l.starts_with(&format!("transfer from {kid}"))).expect("transfer");
+        assert!(lines[transfer + 1].ends_with(&format!("-{kid}.md: delivered")), "{subjects}");
+    }
+    // The children saw only their goals, and their requests were accepted.
+    let first = &server.requests_for("KidA")[0].body;
+    assert_eq!(first["messages"].as_array().expect("messages").len(), 1, "{first}");
+    let boss_state = t.agents().into_iter().find(|x| x["name"] == "Boss").expect("boss");
+    assert_eq!(boss_state["state"], "answered");
+}
+
+#[test]
+fn a_child_that_messages_its_parent_and_the_parent_that_answers_stop_by_themselves() {
+    let (server, t) = TestWorkspace::served("kids-talk", Dialect::Anthropic);
+    server.endless_text("ok");
+    server.push_for("Parent", [dispatch("d1", "Talker", "ask your parent something, then finish")]);
+    server.push_for(
+        "Talker",
+        [Turn::tool("m1", "message", json!({"to": "Parent", "content": "which file?"})), Turn::text("asked")],
+    );
+    t.run(&["prompt", "--name", "Parent", "dispatch a talker"]).ok();
+    // Wait until the whole workspace is quiet; it must get there by itself.
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let states: Vec<String> =
+            t.agents().iter().map(|a| a["state"].as_str().unwrap_or_default().to_owned()).collect();
+        if states.iter().all(|s| s == "answered") {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "never quiet: {states:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let calls = server.requests().len();
+    assert!(calls <= 8, "{calls} model calls: the two kept answering each other");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(server.requests().len(), calls, "still talking");
+    let talker = messages(&t, "Talker");
+    assert!(talker.iter().any(|(from, _)| from == &id_of(&t, "Parent")), "{talker:?}");
+}
+
+#[test]
+fn depth_beyond_the_budget_is_refused_before_anything_exists() {
+    let (server, t) = TestWorkspace::served("kids-depth", Dialect::Anthropic);
+    server.endless_text("done");
+    t.run(&["prompt", "--name", "Root", "be the root"]).ok();
+    let mut parent = "Root".to_owned();
+    for depth in 1..=5 {
+        let run = t.run(&["dispatch", &parent, "--goal", "go deeper", "--name", &format!("Level{depth}")]);
+        parent = run.ok().trim().to_owned();
+        assert_eq!(parent.matches('.').count(), depth);
+    }
+    let run = t.run(&["dispatch", &parent, "--goal", "too deep", "--name", "TooDeep"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("a child would be at 6, over `budgets.max_depth` = 5"), "{}", run.stderr);
+    let refs = t.git(&["for-each-ref", "--format=%(refname)"]);
+    assert!(!refs.contains(&format!("{parent}.1")) && !refs.contains("TooDeep"), "{refs}");
+    assert!(!t.ws.join("agents").join(format!("{parent}.1")).exists());
+    assert!(!t.ws.join("inbox").join(format!("{parent}.1")).exists());
+}
+
+/// Keeps the helper used when a test needs it.
+#[allow(dead_code)]
+fn results_of(server: &Server, name: &str) -> usize {
+    server.requests_for(name).len()
+}
+
+#[test]
+fn a_fork_gets_exactly_the_tools_its_role_grants_now() {
+    let (server, t) = TestWorkspace::served("kids-fork-tools", Dialect::Anthropic);
+    server.endless_text("ok");
+    t.run(&["prompt", "--name", "Wide", "many tools"]).ok();
+    t.set("roles.worker.tools", "[\"read_file\"]");
+    t.run(&["fork", "--from", "Wide", "--name", "Narrow", "fewer tools"]).ok();
+    let narrow = id_of(&t, "Narrow");
+    let tools = t.git(&["ls-tree", "--name-only", &format!("agents/{narrow}"), ".offshoot/tools/"]);
+    assert_eq!(tools, ".offshoot/tools/read_file.json\n");
+}
