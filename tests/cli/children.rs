@@ -150,3 +150,62 @@ fn a_fork_gets_exactly_the_tools_its_role_grants_now() {
     let tools = t.git(&["ls-tree", "--name-only", &format!("agents/{narrow}"), ".offshoot/tools/"]);
     assert_eq!(tools, ".offshoot/tools/read_file.json\n");
 }
+
+#[test]
+fn two_children_editing_the_same_line_give_one_transfer_and_one_conflict() {
+    let (server, t) = TestWorkspace::served("kids-conflict", Dialect::Anthropic);
+    let both = Turn {
+        calls: vec![
+            ("d1".into(), "dispatch".into(), json!({"role": "worker", "goal": "say A", "name": "SayA"}).to_string()),
+            ("d2".into(), "dispatch".into(), json!({"role": "worker", "goal": "say B", "name": "SayB"}).to_string()),
+        ],
+        ..Turn::default()
+    };
+    server.push_for("Editor", [Turn::bash("w", "echo base > shared.txt"), both]);
+    server.push_for("SayA", [Turn::bash("a", "echo A > shared.txt"), Turn::text("said A")]);
+    server.push_for("SayB", [Turn::bash("b", "echo B > shared.txt"), Turn::text("said B")]);
+    server.endless_text("noted");
+    t.run(&["prompt", "--name", "Editor", "edit one line twice"]).ok();
+    let editor = id_of(&t, "Editor");
+    let subjects = t.git(&["log", "--format=%s", &format!("agents/{editor}")]);
+    assert_eq!(subjects.lines().filter(|l| l.starts_with("transfer from")).count(), 1, "{subjects}");
+    let conflicted = t.git(&["for-each-ref", "--format=%(refname)", "refs/offshoot/conflicted/"]);
+    assert_eq!(conflicted.lines().count(), 1, "{conflicted}");
+    let loser = conflicted.trim().rsplit('/').next().expect("child").to_owned();
+    let delivered = messages(&t, "Editor");
+    let note = &delivered.iter().find(|(from, _)| *from == loser).expect("its result").1;
+    assert!(note.contains("changes conflict with yours in shared.txt; nothing of them was merged"), "{note}");
+    let merged = t.git(&["show", &format!("agents/{editor}:shared.txt")]);
+    assert!(merged == "A\n" || merged == "B\n", "{merged}");
+}
+
+#[test]
+fn twenty_children_in_one_step_all_report_once_and_the_parent_ends() {
+    let (server, t) = TestWorkspace::served("kids-twenty", Dialect::Anthropic);
+    let calls = (1..=20)
+        .map(|i| {
+            (format!("d{i}"), "dispatch".to_owned(), json!({"role": "worker", "goal": format!("task {i}")}).to_string())
+        })
+        .collect();
+    server.push_for("Many", [Turn { calls, ..Turn::default() }]);
+    server.endless_text("done");
+    let started = std::time::Instant::now();
+    t.run(&["prompt", "--name", "Many", "fan out"]).ok();
+    let elapsed = started.elapsed();
+    let many = id_of(&t, "Many");
+    let agents = t.agents();
+    assert_eq!(agents.len(), 21);
+    let mut names: Vec<&str> = agents.iter().filter_map(|a| a["name"].as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 21, "names are unique");
+    let delivered = messages(&t, "Many");
+    for i in 1..=20 {
+        let child = format!("{many}.{i}");
+        let results =
+            delivered.iter().filter(|(from, text)| *from == child && text.contains("epitaph: final-response"));
+        assert_eq!(results.count(), 1, "{child}: {delivered:?}");
+    }
+    assert!(agents.iter().all(|a| a["state"] == "answered"), "{agents:?}");
+    assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
+}

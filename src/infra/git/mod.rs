@@ -115,6 +115,24 @@ fn files_under(repo: &Repository, tree: &git2::Tree<'_>, prefix: &str) -> Result
     Ok(out)
 }
 
+/// Creates `refname` at `target` unless it exists; `false` if it does (or another
+/// process is creating it this instant). libgit2's own create-only mode checks for
+/// the ref before it takes the ref's lock, so two creators can both "succeed"; an
+/// expected old value of zero is checked under the lock instead.
+fn create_only(repo: &Repository, refname: &str, target: Oid, msg: &str) -> Result<bool> {
+    // Taken already: no need to touch its lock (its owner may be updating it).
+    if repo.refname_to_id(refname).is_ok() {
+        return Ok(false);
+    }
+    match repo.reference_matching(refname, target, true, Oid::ZERO_SHA1, msg) {
+        Ok(_) => Ok(true),
+        Err(e) if matches!(e.code(), git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::Locked) => {
+            Ok(false)
+        }
+        Err(source) => Err(GitError::Lib { what: format!("create {refname}"), source }),
+    }
+}
+
 /// What [`Repo::merge_into`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Merged {
@@ -150,15 +168,32 @@ fn signature() -> Result<Signature<'static>> {
 }
 
 fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
-    repo.reference_matching(refname, new, true, expected, msg).map_err(|source| {
+    let result = with_lock_retries(|| repo.reference_matching(refname, new, true, expected, msg).map(|_| ()));
+    result.map_err(|source| {
         let found = repo.refname_to_id(refname).map(|id| id.to_string()).unwrap_or_else(|_| "nothing".into());
         if found != expected.to_string() {
             GitError::Raced { branch: refname.to_owned(), expected: expected.to_string(), found }
         } else {
             GitError::Lib { what: format!("update {refname}"), source }
         }
-    })?;
-    Ok(())
+    })
+}
+
+/// Runs a ref update again while another process holds the ref's lock file for a
+/// moment (a creator checking a name, a person's `git` command): up to ~1 s.
+fn with_lock_retries<T>(
+    mut update: impl FnMut() -> std::result::Result<T, git2::Error>,
+) -> std::result::Result<T, git2::Error> {
+    let mut tries = 0;
+    loop {
+        match update() {
+            Err(e) if e.code() == git2::ErrorCode::Locked && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn commit_tree(repo: &Repository, tree: Oid, parents: &[Oid], message: &str) -> Result<Oid> {
@@ -224,17 +259,10 @@ impl Repo {
 
     /// Creates `refs/heads/<branch>` at `commit`; refuses if it exists.
     pub fn create_branch(&self, branch: &str, commit: Oid, msg: &str) -> Result<()> {
-        let name = branch_ref(branch);
-        if self.repo.refname_to_id(&name).is_ok() {
-            return Err(GitError::BranchExists { branch: branch.to_owned() });
-        }
-        match self.repo.reference(&name, commit, false, msg) {
-            Ok(_) => Ok(()),
-            // Someone else is creating it this instant (its lock file exists), or has.
-            Err(e) if matches!(e.code(), git2::ErrorCode::Exists | git2::ErrorCode::Locked) => {
-                Err(GitError::BranchExists { branch: branch.to_owned() })
-            }
-            Err(source) => Err(GitError::Lib { what: format!("create {name}"), source }),
+        if create_only(&self.repo, &branch_ref(branch), commit, msg)? {
+            Ok(())
+        } else {
+            Err(GitError::BranchExists { branch: branch.to_owned() })
         }
     }
 
@@ -257,8 +285,8 @@ impl Repo {
     pub fn set_mark(&self, kind: &str, id: &str, content: &[u8]) -> Result<()> {
         let name = format!("refs/offshoot/{kind}/{id}");
         let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
-        self.repo.reference(&name, blob, true, "mark").map_err(lib(format!("set {name}")))?;
-        Ok(())
+        with_lock_retries(|| self.repo.reference(&name, blob, true, "mark").map(|_| ()))
+            .map_err(lib(format!("set {name}")))
     }
 
     /// Sets the mark `refs/offshoot/<kind>/<key>` to a blob of `content` unless it is
@@ -266,12 +294,7 @@ impl Repo {
     pub fn claim_mark(&self, kind: &str, key: &str, content: &[u8]) -> Result<bool> {
         let name = format!("refs/offshoot/{kind}/{key}");
         let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
-        match self.repo.reference(&name, blob, false, "claim") {
-            Ok(_) => Ok(true),
-            // Taken, or being taken this instant by someone else.
-            Err(e) if matches!(e.code(), git2::ErrorCode::Exists | git2::ErrorCode::Locked) => Ok(false),
-            Err(source) => Err(GitError::Lib { what: format!("claim {name}"), source }),
-        }
+        create_only(&self.repo, &name, blob, "claim")
     }
 
     /// Removes the mark `refs/offshoot/<kind>/<key>` (one that is gone is fine).
