@@ -13,6 +13,7 @@ use super::Env;
 use super::containment;
 use super::directory;
 use super::inbox::{self, InboxError};
+use super::runtime::{Runtime, Stopped};
 use super::snapshot::{self, Loader, SnapshotError};
 use super::tools;
 use super::workspace::{Workspace, WorkspaceError};
@@ -25,6 +26,8 @@ pub enum AgentError {
     NameTaken(String, String),
     #[error("name `{0}` is taken: the agents' repository has a branch of that name")]
     BranchTaken(String),
+    #[error("cannot stop `{id}`: {reason}")]
+    Stop { id: String, reason: String },
     #[error("name `{0}` is an agent's id; names and ids must not be confused")]
     NameIsId(String),
     #[error("name `{name}` is held by several agents: {}", candidates.join(", "))]
@@ -459,6 +462,37 @@ pub fn resolve(ws: &Workspace, handle: &str) -> Result<AgentId> {
             candidates: many.iter().map(ToString::to_string).collect(),
         }),
     }
+}
+
+/// Stops `id` and every agent below it: each is marked stopped (results then wait
+/// in its inbox instead of waking it), then each running driver is told to stop,
+/// deepest first so parents hear of their children. Returns what happened to each.
+pub fn stop_tree(
+    ws: &Workspace,
+    rt: &Runtime,
+    id: &AgentId,
+    patience: std::time::Duration,
+) -> Result<Vec<(AgentId, Stopped)>> {
+    let mut tree: Vec<AgentId> = ws
+        .repo
+        .branches(&format!("{}.", id.branch()))?
+        .into_iter()
+        .filter_map(|(branch, _)| AgentId::parse(branch.trim_start_matches("agents/")).ok())
+        .collect();
+    tree.push(id.clone());
+    tree.sort_by_key(|a| std::cmp::Reverse(a.depth()));
+    for agent in &tree {
+        if let Some(tip) = ws.repo.branch_tip(&agent.branch())? {
+            ws.repo.set_mark(super::driver::STOPPED, agent.as_str(), tip.to_string().as_bytes())?;
+        }
+    }
+    let mut out = Vec::new();
+    for agent in tree {
+        let stopped =
+            rt.stop(&agent, patience).map_err(|e| AgentError::Stop { id: agent.to_string(), reason: e.to_string() })?;
+        out.push((agent, stopped));
+    }
+    Ok(out)
 }
 
 /// The display name of agent `id`, if it has one.

@@ -90,6 +90,11 @@ const REPLIED: &str = "replied";
 const CONFLICTED: &str = "conflicted";
 /// The epitaph of a result that is an agent's final response.
 const FINAL_RESPONSE: &str = "final-response";
+/// The epitaph of an agent that was stopped.
+const EPITAPH_STOPPED: &str = "stopped";
+/// The mark of a stopped agent (`refs/offshoot/stopped/<id>`, the tip it stopped at):
+/// results wait for it instead of waking it, until a message or a run revives it.
+pub const STOPPED: &str = "stopped";
 
 /// What a driver reports as it works (the cli turns these into output).
 #[derive(Debug)]
@@ -245,6 +250,9 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
         }
     };
     let synced = driver.tip().and_then(|tip| Ok(driver.dir.save_index(tip)?));
+    if let Err(DriverError::Interrupted { reason: Reason::Stopped, .. }) = &result {
+        driver.stopped()?;
+    }
     let end = result?;
     synced?;
     Ok(end)
@@ -311,6 +319,8 @@ impl<'a> Driver<'a> {
                 .map_err(|source| DriverError::Sandbox { role: facts.role.clone(), source })?;
         }
         let (dir, repairs) = directory::open(ws, id, &facts, tip)?;
+        // A driver that starts is the agent revived.
+        ws.repo.delete_mark(STOPPED, id.as_str())?;
         let root = dir.root().to_owned();
         let position = ws.repo.read_file(tip, agent::GIT)?.unwrap_or_default();
         let guard = Guard::new(&dir);
@@ -577,6 +587,38 @@ impl<'a> Driver<'a> {
         }
     }
 
+    /// After a stop: marks the agent stopped (results of its children then wait in its
+    /// inbox instead of waking it; a message revives it) and tells its parent.
+    fn stopped(&mut self) -> Result<()> {
+        let tip = self.tip()?;
+        self.ws.repo.set_mark(STOPPED, self.id.as_str(), tip.to_string().as_bytes())?;
+        if let Some(parent) = self.facts.parent.clone().and_then(|p| AgentId::parse(&p).ok()) {
+            let body = format!(
+                "`{}` was stopped; everything it did until then is on its branch (commit {tip}). A message to it revives it.",
+                self.id
+            );
+            self.deposit_result(&parent, EPITAPH_STOPPED, tip, body)?;
+        }
+        Ok(())
+    }
+
+    /// Deposits a result (`epitaph`, `terminal`) with `to` and wakes it, unless it
+    /// was stopped (then the result waits for it).
+    fn deposit_result(&self, to: &AgentId, epitaph: &str, terminal: CommitId, body: String) -> Result<()> {
+        let deposit = Deposit {
+            from: self.id.to_string(),
+            at: Timestamp::now().to_string(),
+            epitaph: Some(epitaph.into()),
+            terminal: Some(terminal.to_string()),
+            body,
+        };
+        inbox::deposit(&self.ws.layout, to, &deposit)?;
+        if self.ws.repo.mark(STOPPED, to.as_str())?.is_none() {
+            self.runtime.wake(to).map_err(|e| DriverError::Wake { id: to.to_string(), reason: e.to_string() })?;
+        }
+        Ok(())
+    }
+
     /// Deposits the final response that ends the transcript at `tip` with whoever it
     /// is owed to (its last prompter, or its parent), once: the mark
     /// `refs/offshoot/replied/<id>` says which terminal commit was answered.
@@ -587,18 +629,10 @@ impl<'a> Driver<'a> {
         }
         let entries = self.loader.entries(&self.ws.repo, tip)?;
         let Some(text) = transcript::final_text(entries) else { return Ok(()) };
-        if let Reply::To(recipient) = results::reply(entries, self.id.as_str(), self.facts.parent.as_deref()) {
-            let deposit = Deposit {
-                from: self.id.to_string(),
-                at: Timestamp::now().to_string(),
-                epitaph: Some(FINAL_RESPONSE.into()),
-                terminal: Some(tip.to_string()),
-                body: text,
-            };
-            if let Ok(to) = AgentId::parse(&recipient) {
-                inbox::deposit(&self.ws.layout, &to, &deposit)?;
-                self.runtime.wake(&to).map_err(|e| DriverError::Wake { id: to.to_string(), reason: e.to_string() })?;
-            }
+        if let Reply::To(recipient) = results::reply(entries, self.id.as_str(), self.facts.parent.as_deref())
+            && let Ok(to) = AgentId::parse(&recipient)
+        {
+            self.deposit_result(&to, FINAL_RESPONSE, tip, text)?;
         }
         self.ws.repo.set_mark(REPLIED, self.id.as_str(), tip.to_string().as_bytes())?;
         Ok(())

@@ -41,9 +41,10 @@ pub struct AgentState {
     pub id: String,
     pub name: Option<String>,
     pub role: String,
-    /// `running`, `waiting` (messages undelivered), `needs-run` (a call is due
-    /// and no driver holds it), `answered`, or `damaged` (its branch's tip is not a
-    /// valid agent commit; only possible by hand).
+    /// `running`, `stopped` (until a message or a run revives it), `waiting`
+    /// (messages undelivered), `needs-run` (a call is due and no driver holds it),
+    /// `answered`, or `damaged` (its branch's tip is not a valid agent commit; only
+    /// possible by hand).
     pub state: &'static str,
     /// Model calls made, as `show --step N` numbers them.
     pub steps: u32,
@@ -73,6 +74,8 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
         let running = LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(false);
         let state = if running {
             "running"
+        } else if ws.repo.mark(super::driver::STOPPED, l.id.as_str())?.is_some() {
+            "stopped"
         } else if inbox::has_pending(&ws.layout, &l.id) {
             "waiting"
         } else if transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty() {

@@ -209,3 +209,45 @@ fn twenty_children_in_one_step_all_report_once_and_the_parent_ends() {
     assert!(agents.iter().all(|a| a["state"] == "answered"), "{agents:?}");
     assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
 }
+
+#[test]
+fn stop_during_a_childs_tool_settles_it_tells_the_parent_and_a_message_revives_it() {
+    let (server, t) = TestWorkspace::served("kids-stop", Dialect::Anthropic);
+    server.push_for("Elder", [dispatch("d1", "Sleeper", "sleep a while"), Turn::text("waiting")]);
+    server.push_for("Sleeper", [Turn::bash("s1", "sleep 20 && echo late > late.txt")]);
+    let elder = t.run(&["prompt", "--detach", "--name", "Elder", "watch a sleeper"]).ok().trim().to_owned();
+    let sleeper = format!("{elder}.1");
+    let record = t.steps_dir(&sleeper).join("0001/tools/s1/pgid");
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !record.exists() {
+        assert!(std::time::Instant::now() < until, "the child's command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.push_for("Elder", [Turn::text("my child was stopped")]);
+    let run = t.run(&["stop", "Sleeper"]);
+    assert!(run.ok().is_empty(), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("· stopped `{sleeper}`")), "{}", run.stderr);
+    let states = t.agents();
+    let sleeper_state = states.iter().find(|a| a["id"] == sleeper.as_str()).expect("sleeper");
+    assert_eq!(sleeper_state["state"], "stopped");
+    // The parent hears of it (an obituary, not a final response) and answers it.
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let heard =
+            messages(&t, "Elder").into_iter().any(|(from, text)| from == sleeper && text.contains("epitaph: stopped"));
+        if heard && server.requests_for("Elder").len() >= 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the parent never heard");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = t.run(&["log", "--json", "Sleeper"]);
+    let settled: Vec<serde_json::Value> = log.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let last = settled.iter().rev().find(|e| e["side"] == "tool").expect("settled call");
+    assert!(last["result"]["content"].as_str().expect("text").starts_with("stopped; its processes were killed"));
+    // A message revives it.
+    server.push_for("Sleeper", [Turn::text("awake again")]);
+    let run = t.run(&["send", "Sleeper", "wake up"]);
+    assert!(run.ok().contains("awake again"), "{}", run.stderr);
+    assert!(!t.ws.join("agents").join(&sleeper).join("late.txt").exists());
+}

@@ -9,8 +9,8 @@ use crate::engine::runtime::Stopped;
 /// How long `stop` waits for the driver to settle and let go.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-/// Stop an agent's driver: its running command is killed, the calls it cut short are
-/// answered, and it waits for the next message
+/// Stop an agent and every agent below it: running commands are killed, the calls they
+/// cut short are answered, parents are told, and each waits for a message to revive it
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
@@ -20,27 +20,40 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
-    let outcome = ctx.runtime(&ws).stop(&id, PATIENCE)?;
-    let (state, line) = match outcome {
-        Stopped::NotRunning => ("not-running", format!("· `{id}` is not running; nothing to stop")),
-        Stopped::Stopped(_) => (
-            "stopped",
-            format!(
-                "· stopped `{id}`; what it was doing is committed and answered; `offshoot run {id}` or a message continues it"
-            ),
-        ),
-        Stopped::Signalled(pid) => {
-            return Err(CliError::runtime(format!(
-                "asked the driver of `{id}` (pid {pid}) to stop, but it still holds the agent after {} s",
-                PATIENCE.as_secs()
-            ))
-            .hint(format!("`kill -9 {pid}` ends it at once; `offshoot run {id}` then settles what it left")));
+    let outcomes = agents::stop_tree(&ws, &ctx.runtime(&ws), &id, PATIENCE)?;
+    let mut stuck = Vec::new();
+    for (agent, outcome) in &outcomes {
+        let state = match outcome {
+            Stopped::NotRunning => "not-running",
+            Stopped::Stopped(_) => "stopped",
+            Stopped::Signalled(pid) => {
+                stuck.push(format!("`{agent}` (pid {pid})"));
+                "still-running"
+            }
+        };
+        if ctx.out.json {
+            ctx.out.event(&json!({"type": "stop", "agent": agent.as_str(), "outcome": state}));
+        } else if let Stopped::Stopped(_) = outcome {
+            ctx.out.progress(&format!("· stopped `{agent}`; what it was doing is committed and answered"));
         }
-    };
-    if ctx.out.json {
-        ctx.out.event(&json!({"type": "stop", "agent": id.as_str(), "outcome": state}));
-    } else {
-        ctx.out.progress(&line);
+    }
+    if !stuck.is_empty() {
+        return Err(CliError::runtime(format!(
+            "asked {} to stop, but they still hold their agents after {} s",
+            stuck.join(", "),
+            PATIENCE.as_secs()
+        ))
+        .hint("`kill -9` ends a driver at once; `offshoot run <agent>` then settles what it left"));
+    }
+    if !ctx.out.json {
+        let running = outcomes.iter().any(|(_, o)| matches!(o, Stopped::Stopped(_)));
+        if !running {
+            ctx.out.progress(&format!(
+                "· `{id}` is not running; nothing to stop (it stays stopped until a message or `offshoot run`)"
+            ));
+        } else {
+            ctx.out.progress(&format!("· `offshoot run {id}` or a message continues it"));
+        }
     }
     Ok(())
 }
