@@ -219,11 +219,9 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     };
     let fork_facts = snapshot::read_facts(&ws.repo, fork_point)?;
     let head = directory::recorded_position(ws, &fork_facts, fork_point)?.head;
-    // The next free child number; a parallel dispatch that takes it first moves us on.
-    let mut n = next_child_number(ws, parent)?;
-    loop {
-        let id = parent.child(n);
-        let name = claim_name(ws, &id, child.name, child.random.wrapping_add(n))?;
+    let id = claim_child_id(ws, parent)?;
+    let made = (|| -> Result<()> {
+        let name = claim_name(ws, &id, child.name, child.random)?;
         let facts = AgentFacts {
             id: id.to_string(),
             role: child.role.to_owned(),
@@ -243,29 +241,48 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
             let first = Deposit::new(parent.as_str(), child.now, child.goal);
             start(ws, &id, &facts, commit, &position, &first)
         })();
-        match made {
-            Ok(()) => return Ok(id),
-            Err(AgentError::Git(GitError::BranchExists { .. })) => {
-                let _ = ws.repo.delete_mark(NAMES, &name);
-                n += 1;
-            }
-            Err(e) => {
-                let _ = ws.repo.delete_mark(NAMES, &name);
-                return Err(e);
-            }
+        if made.is_err() {
+            let _ = ws.repo.delete_mark(NAMES, &name);
+        }
+        made
+    })();
+    match made {
+        Ok(()) => Ok(id),
+        Err(e) => {
+            let _ = ws.repo.delete_mark(IDS, id.as_str());
+            Err(e)
         }
     }
 }
 
-/// One past the highest child number `parent` has.
-fn next_child_number(ws: &Workspace, parent: &AgentId) -> Result<u32> {
-    let prefix = format!("{}.", parent.branch());
-    let taken = ws.repo.branches(&prefix)?.into_iter().filter_map(|(branch, _)| {
-        let rest = branch.strip_prefix(&prefix)?;
-        (!rest.contains('.')).then(|| rest.parse::<u32>().ok()).flatten()
-    });
-    Ok(taken.max().unwrap_or(0) + 1)
+/// Claims the next free child id of `parent` with a create-only mark, before any
+/// object is written: parallel dispatches (a parent's calls run side by side) each
+/// get their own number at the price of a ref, not of a whole commit.
+fn claim_child_id(ws: &Workspace, parent: &AgentId) -> Result<AgentId> {
+    let mut n = next_child_number(ws, parent)?;
+    loop {
+        let id = parent.child(n);
+        if ws.repo.claim_mark(IDS, id.as_str(), parent.as_str().as_bytes())? {
+            return Ok(id);
+        }
+        n = (n + 1).max(next_child_number(ws, parent)?);
+    }
 }
+
+/// One past the highest child number `parent` has or has claimed.
+fn next_child_number(ws: &Workspace, parent: &AgentId) -> Result<u32> {
+    let number = |rest: &str| (!rest.contains('.')).then(|| rest.parse::<u32>().ok()).flatten();
+    let prefix = format!("{}.", parent.branch());
+    let branches = ws.repo.branches(&prefix)?;
+    let from_branches = branches.iter().filter_map(|(branch, _)| number(branch.strip_prefix(&prefix)?));
+    let claims = ws.repo.marks(IDS, &format!("{parent}."))?;
+    let from_claims = claims.iter().filter_map(|key| number(key.strip_prefix(&format!("{parent}."))?));
+    Ok(from_branches.chain(from_claims).max().unwrap_or(0) + 1)
+}
+
+/// The marks that reserve child ids: `refs/offshoot/ids/<id>` → the parent's id.
+/// Set before a child's commit is built, removed with the agent.
+const IDS: &str = "ids";
 
 /// The marks that hold names: `refs/offshoot/names/<name>` → the agent's id.
 const NAMES: &str = "names";

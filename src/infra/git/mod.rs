@@ -297,6 +297,16 @@ impl Repo {
         create_only(&self.repo, &name, blob, "claim")
     }
 
+    /// The keys of the marks `refs/offshoot/<kind>/<prefix>*`.
+    pub fn marks(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
+        let base = format!("refs/offshoot/{kind}/");
+        let refs = self.repo.references_glob(&format!("{base}{prefix}*")).map_err(lib("list marks"))?;
+        Ok(refs
+            .flatten()
+            .filter_map(|r| r.name().ok().and_then(|n| n.strip_prefix(&base)).map(str::to_owned))
+            .collect())
+    }
+
     /// Removes the mark `refs/offshoot/<kind>/<key>` (one that is gone is fine).
     pub fn delete_mark(&self, kind: &str, key: &str) -> Result<()> {
         let name = format!("refs/offshoot/{kind}/{key}");

@@ -99,6 +99,9 @@ struct State {
     endless_echo: bool,
     /// Replies for when the script is empty (stress tests): this text forever.
     endless_text: Option<String>,
+    /// Replies for when the script is empty (benchmarks): a `bash echo` turn while the
+    /// request holds fewer than this many model outputs, then a final text.
+    endless_steps: Option<usize>,
     served: u64,
 }
 
@@ -162,6 +165,12 @@ impl Server {
 
     pub fn endless_echo(&self) {
         self.state.lock().expect("state").endless_echo = true;
+    }
+
+    /// Once the script is empty, every agent takes `steps` `bash echo` turns, then
+    /// answers.
+    pub fn endless_steps(&self, steps: usize) {
+        self.state.lock().expect("state").endless_steps = Some(steps);
     }
 
     /// Answers `text` to every request once the script is empty.
@@ -237,6 +246,14 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
                     Reply::Turn(Turn::bash(&format!("call_{n}"), "echo step"))
                 }
                 None if s.endless_text.is_some() => Reply::Turn(Turn::text(s.endless_text.as_deref().unwrap_or(""))),
+                None if s.endless_steps.is_some() => {
+                    let outputs = text.matches("\"role\":\"assistant\"").count();
+                    if outputs < s.endless_steps.unwrap_or(0) {
+                        Reply::Turn(Turn::bash(&format!("call_{outputs}"), "echo step"))
+                    } else {
+                        Reply::Turn(Turn::text("done"))
+                    }
+                }
                 None => Reply::Status {
                     code: 400,
                     retry_after: None,
