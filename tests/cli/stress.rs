@@ -1,4 +1,5 @@
-//! Deposits racing drivers that start and stop: every message is delivered once.
+//! Deposits racing drivers that start and stop: every message is delivered once, and
+//! each sender's in the order it sent them.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ fn sends() -> usize {
 }
 
 #[test]
-fn a_thousand_sends_racing_a_driver_are_each_delivered_exactly_once() {
+fn a_thousand_sends_racing_a_driver_are_each_delivered_exactly_once_in_per_sender_order() {
     let (server, t) = TestWorkspace::served("stress-sends", Dialect::Anthropic);
     server.endless_text("noted");
     t.run(&["prompt", "--name", "Busy", "count what you get"]).ok();
@@ -46,6 +47,7 @@ fn a_thousand_sends_racing_a_driver_are_each_delivered_exactly_once() {
     }
     let log = t.run(&["log", "--json", &id]);
     let mut seen = vec![0u32; total];
+    let mut order = Vec::new();
     for line in log.ok().lines() {
         let entry: serde_json::Value = serde_json::from_str(line).expect("json");
         if let Some(text) = entry["text"].as_str()
@@ -53,10 +55,16 @@ fn a_thousand_sends_racing_a_driver_are_each_delivered_exactly_once() {
             && text.contains("\nmessage ")
         {
             seen[n] += 1;
+            order.push(n);
         }
     }
     let wrong: Vec<(usize, u32)> = seen.iter().enumerate().filter(|(_, c)| **c != 1).map(|(i, c)| (i, *c)).collect();
     assert!(wrong.is_empty(), "delivered other than once (message, times): {wrong:?}");
+    // Each sender's messages arrive in the order it sent them (sender s sent s, s+8, …).
+    for s in 0..senders {
+        let from_s: Vec<usize> = order.iter().copied().filter(|n| n % senders == s).collect();
+        assert!(from_s.windows(2).all(|w| w[0] < w[1]), "sender {s}'s messages out of order: {from_s:?}");
+    }
     // The driver started and went quiet many times while the sends raced it.
     let runs = server.served();
     assert!(runs >= 5, "only {runs} model calls in {:?}: the race was not exercised", started.elapsed());
