@@ -148,6 +148,9 @@ impl From<DriverError> for CliError {
                     reason.words()
                 )],
             },
+            DriverError::Exhausted { ref id, .. } => CliError::runtime(e.to_string()).hint(format!(
+                "`offshoot config set budgets.<limit> <more>` raises the limit; then `offshoot run {id}` (or a message) goes on"
+            )),
             DriverError::Damaged { ref id, .. } => {
                 let hint = format!("its branch `agents/{id}` was changed by hand; other agents are not affected");
                 CliError::runtime(e.to_string()).hint(hint)

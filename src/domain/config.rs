@@ -36,6 +36,10 @@ pub struct Config {
     pub compaction: CompactionConfig,
     #[serde(default)]
     pub budgets: BudgetConfig,
+    /// List prices by model name, for `budgets.max_cost_usd` and the costs `tree`
+    /// shows.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
     #[serde(default)]
     pub retry: RetryConfig,
     #[serde(default)]
@@ -240,6 +244,19 @@ pub struct BudgetConfig {
     pub max_steps: Option<u64>,
 }
 
+/// One model's list prices, in US dollars per million tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Prompt tokens neither read from nor written to the cache.
+    pub input: f64,
+    pub output: f64,
+    /// Prompt tokens served from the cache.
+    pub cache_read: f64,
+    /// Prompt tokens written to the cache.
+    pub cache_write: f64,
+}
+
 fn default_max_depth() -> u32 {
     5
 }
@@ -405,8 +422,53 @@ impl Config {
         if self.git.name.is_some() != self.git.email.is_some() {
             return Err(fail("git".into(), "set both `name` and `email`, or neither".into()));
         }
+        self.validate_budgets(&fail)?;
         if self.retry.max_attempts == 0 {
             return Err(fail("retry.max_attempts".into(), "must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// Budgets that are set must be enforceable: positive limits, and a price for
+    /// every role's model when spend is capped.
+    fn validate_budgets(&self, fail: &dyn Fn(String, String) -> ConfigError) -> Result<(), ConfigError> {
+        let b = &self.budgets;
+        for (key, value) in
+            [("max_tokens", b.max_tokens), ("max_wall_seconds", b.max_wall_seconds), ("max_steps", b.max_steps)]
+        {
+            if value == Some(0) {
+                return Err(fail(format!("budgets.{key}"), "must be at least 1 (leave it out for no limit)".into()));
+            }
+        }
+        if let Some(usd) = b.max_cost_usd
+            && !(usd.is_finite() && usd > 0.0)
+        {
+            return Err(fail("budgets.max_cost_usd".into(), "must be more than 0 (leave it out for no limit)".into()));
+        }
+        for (model, price) in &self.prices {
+            let fields = [
+                ("input", price.input),
+                ("output", price.output),
+                ("cache_read", price.cache_read),
+                ("cache_write", price.cache_write),
+            ];
+            if let Some((field, _)) = fields.iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0)) {
+                return Err(fail(
+                    format!("prices.{model}.{field}"),
+                    "must be a price of 0 or more (US dollars per million tokens)".into(),
+                ));
+            }
+        }
+        if b.max_cost_usd.is_some()
+            && let Some((name, role)) = self.roles.iter().find(|(_, r)| !self.prices.contains_key(&r.model))
+        {
+            return Err(fail(
+                format!("roles.{name}.model"),
+                format!(
+                    "`budgets.max_cost_usd` is set, so model `{}` needs a price: add [prices.\"{}\"] with input, output, cache_read and cache_write (US dollars per million tokens)",
+                    role.model, role.model
+                ),
+            ));
         }
         Ok(())
     }

@@ -3,6 +3,7 @@
 //! use `infra` for the canonical provider types and tool specs, never for effects.
 
 pub mod agent;
+pub mod budget;
 pub mod config;
 pub mod context;
 pub mod glob;

@@ -34,6 +34,8 @@ pub enum AgentError {
     Ambiguous { name: String, candidates: Vec<String> },
     #[error("agent `{parent}` is at depth {depth}; a child would be at {}, over `budgets.max_depth` = {max}", depth + 1)]
     TooDeep { parent: String, depth: u32, max: u32 },
+    #[error("no child is dispatched: the budget is exhausted ({0})")]
+    Exhausted(String),
     #[error("role `{role}` does not exist in config lineage `{lineage}`")]
     UnknownRole { role: String, lineage: String },
     #[error("the message is empty")]
@@ -209,6 +211,13 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
             depth: parent.depth(),
             max: config.budgets.max_depth,
         });
+    }
+    if crate::domain::budget::any_set(&config.budgets) {
+        let root = super::budget::root_of(parent);
+        let (_, reached) = super::budget::check(&mut Default::default(), &ws.layout, &root, &config);
+        if let Some(reached) = reached {
+            return Err(AgentError::Exhausted(format!("the tree of `{root}` {reached}")));
+        }
     }
     let fork_point = match child.from {
         Some(spec) => {
@@ -490,12 +499,7 @@ pub fn stop_tree(
     id: &AgentId,
     patience: std::time::Duration,
 ) -> Result<Vec<(AgentId, Stopped)>> {
-    let mut tree: Vec<AgentId> = ws
-        .repo
-        .branches(&format!("{}.", id.branch()))?
-        .into_iter()
-        .filter_map(|(branch, _)| AgentId::parse(branch.trim_start_matches("agents/")).ok())
-        .collect();
+    let mut tree = descendants(ws, id)?;
     tree.push(id.clone());
     tree.sort_by_key(|a| std::cmp::Reverse(a.depth()));
     for agent in &tree {
@@ -510,6 +514,16 @@ pub fn stop_tree(
         out.push((agent, stopped));
     }
     Ok(out)
+}
+
+/// Every agent below `id` (children, their children, …), by branch.
+pub fn descendants(ws: &Workspace, id: &AgentId) -> std::result::Result<Vec<AgentId>, GitError> {
+    Ok(ws
+        .repo
+        .branches(&format!("{}.", id.branch()))?
+        .into_iter()
+        .filter_map(|(branch, _)| AgentId::parse(branch.trim_start_matches("agents/")).ok())
+        .collect())
 }
 
 /// The display name of agent `id`, if it has one.

@@ -36,6 +36,7 @@ use crate::infra::tools::{Commands, RecordDir, ToolEnv};
 use std::sync::Arc;
 
 use super::agents;
+use super::budget::{self, Records};
 use super::containment::{self, Site};
 use super::directory::{self, Repair};
 use super::guard::{self, Guard};
@@ -56,6 +57,8 @@ pub enum DriverError {
     Wake { id: String, reason: String },
     #[error("agent `{id}` was {}", reason.words())]
     Interrupted { id: String, reason: Reason },
+    #[error("agent `{id}` was stopped: its budget is exhausted ({spend})")]
+    Exhausted { id: String, spend: String },
     #[error("role `{role}` cannot run its tools: {source}; the agent was not started")]
     Sandbox { role: String, source: SandboxError },
     #[error("agent `{id}` is damaged: {reason}")]
@@ -92,6 +95,11 @@ const CONFLICTED: &str = "conflicted";
 const FINAL_RESPONSE: &str = "final-response";
 /// The epitaph of an agent that was stopped.
 const EPITAPH_STOPPED: &str = "stopped";
+/// The epitaph of an agent stopped because its tree's budget ran out.
+const EPITAPH_EXHAUSTED: &str = "budget-exhausted";
+/// The mark of an agent stopped because its tree's budget ran out
+/// (`refs/offshoot/exhausted/<id>`, what was spent); cleared when it is revived.
+pub const EXHAUSTED: &str = "exhausted";
 /// The mark of a stopped agent (`refs/offshoot/stopped/<id>`, the tip it stopped at):
 /// results wait for it instead of waking it, until a message or a run revives it.
 pub const STOPPED: &str = "stopped";
@@ -169,12 +177,30 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
     let Some(mut lock) = LockGuard::try_acquire(&lock_path)? else {
         return Ok(RunEnd::Busy);
     };
+    // A driver that starts is the agent revived. A stop mark set from here on is a
+    // stop on its way (its signal may come after mail the stopper sent).
+    ws.repo.delete_mark(STOPPED, id.as_str())?;
+    ws.repo.delete_mark(EXHAUSTED, id.as_str())?;
+    let mut again = false;
     loop {
+        if again && ws.repo.mark(STOPPED, id.as_str())?.is_some() {
+            return Err(stopped_at_tip(ws, rt, id)?);
+        }
+        again = true;
         let end = drive(ws, rt, id, observer)?;
         // Children still at work: the agent (and an attached command) stays until
         // they are quiet or one writes to it.
-        if wait_for_descendants(ws, rt, id, observer)? {
-            continue;
+        match wait_for_descendants(ws, rt, id, observer) {
+            Ok(true) => continue,
+            Ok(false) => {}
+            Err(DriverError::Interrupted { reason: Reason::Stopped, .. }) => return Err(stopped_at_tip(ws, rt, id)?),
+            Err(DriverError::Interrupted { reason: Reason::User, .. }) => {
+                if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
+                    ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
+                }
+                return Err(DriverError::Interrupted { id: id.to_string(), reason: Reason::User });
+            }
+            Err(e) => return Err(e),
         }
         drop(lock);
         // The lost wake-up: a deposit that landed while we held the lock.
@@ -217,8 +243,7 @@ fn wait_for_descendants(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &m
 fn active_descendants(ws: &Workspace, id: &AgentId) -> Result<usize> {
     const UNREAD_FOR: std::time::Duration = std::time::Duration::from_secs(10);
     let mut active = 0;
-    for (branch, _) in ws.repo.branches(&format!("{}.", id.branch()))? {
-        let Ok(descendant) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+    for descendant in agents::descendants(ws, id)? {
         let held = LockGuard::is_held(&ws.layout.lock(&descendant))?;
         let fresh_mail = || {
             inbox::pending(&ws.layout, &descendant).ok().and_then(|p| p.into_iter().next()).is_some_and(|oldest| {
@@ -250,9 +275,19 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
         }
     };
     let synced = driver.tip().and_then(|tip| Ok(driver.dir.save_index(tip)?));
-    if let Err(DriverError::Interrupted { reason: Reason::Stopped, .. }) = &result {
-        driver.stopped()?;
-    }
+    let result = match result {
+        Err(DriverError::Interrupted { reason: Reason::Stopped, .. }) => {
+            Err(stopped(ws, rt, id, driver.facts.parent.as_deref(), driver.tip()?)?)
+        }
+        Err(DriverError::Exhausted { spend, .. }) => Err(driver.exhaust(&spend)?),
+        Err(DriverError::Interrupted { id, reason: Reason::User }) => {
+            // Ctrl-C stops the agent as `offshoot stop` would: its children's results
+            // wait for it instead of starting it again behind the user's back.
+            ws.repo.set_mark(STOPPED, &id, driver.tip()?.to_string().as_bytes())?;
+            Err(DriverError::Interrupted { id, reason: Reason::User })
+        }
+        other => other,
+    };
     let end = result?;
     synced?;
     Ok(end)
@@ -304,6 +339,8 @@ struct Driver<'a> {
     cwd_mark: Option<String>,
     /// The Landlock ruleset of the role's commands, by the confinement it was built for.
     sandbox: Option<(Confinement, Arc<std::os::fd::OwnedFd>)>,
+    /// The tree's step records read so far (for its budgets).
+    records: Records,
 }
 
 impl<'a> Driver<'a> {
@@ -319,8 +356,6 @@ impl<'a> Driver<'a> {
                 .map_err(|source| DriverError::Sandbox { role: facts.role.clone(), source })?;
         }
         let (dir, repairs) = directory::open(ws, id, &facts, tip)?;
-        // A driver that starts is the agent revived.
-        ws.repo.delete_mark(STOPPED, id.as_str())?;
         let root = dir.root().to_owned();
         let position = ws.repo.read_file(tip, agent::GIT)?.unwrap_or_default();
         let guard = Guard::new(&dir);
@@ -341,6 +376,7 @@ impl<'a> Driver<'a> {
             real_workspace: std::fs::canonicalize(ws.layout.root()).unwrap_or_else(|_| ws.layout.root().to_owned()),
             cwd_mark: ws.repo.mark(CWD_MARK, id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned()),
             sandbox: None,
+            records: Records::default(),
         };
         driver.recover(tip)?;
         Ok((driver, repairs))
@@ -390,6 +426,9 @@ impl<'a> Driver<'a> {
             // (Already done after the model call, unless a crash came between.)
             self.reply(tip)?;
             return Ok(Turn::Quiet(RunEnd::Answered { text: final_text }));
+        }
+        if let Some(spend) = self.over_budget()? {
+            return Err(DriverError::Exhausted { id: self.id.to_string(), spend });
         }
         let (step, output_name, output) = self.call(tip, next, observer)?;
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
@@ -587,36 +626,38 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// After a stop: marks the agent stopped (results of its children then wait in its
-    /// inbox instead of waking it; a message revives it) and tells its parent.
-    fn stopped(&mut self) -> Result<()> {
-        let tip = self.tip()?;
-        self.ws.repo.set_mark(STOPPED, self.id.as_str(), tip.to_string().as_bytes())?;
-        if let Some(parent) = self.facts.parent.clone().and_then(|p| AgentId::parse(&p).ok()) {
-            let body = format!(
-                "`{}` was stopped; everything it did until then is on its branch (commit {tip}). A message to it revives it.",
-                self.id
-            );
-            self.deposit_result(&parent, EPITAPH_STOPPED, tip, body)?;
+    /// The whole-tree limit reached, with what was spent, if any budget is set and
+    /// reached.
+    fn over_budget(&mut self) -> Result<Option<String>> {
+        let (_, config) = self.config()?;
+        if !crate::domain::budget::any_set(&config.budgets) {
+            return Ok(None);
         }
-        Ok(())
+        let root = budget::root_of(&self.id);
+        let (_, reached) = budget::check(&mut self.records, &self.ws.layout, &root, &config);
+        Ok(reached.map(|r| format!("the tree of `{root}` {r}")))
     }
 
-    /// Deposits a result (`epitaph`, `terminal`) with `to` and wakes it, unless it
-    /// was stopped (then the result waits for it).
-    fn deposit_result(&self, to: &AgentId, epitaph: &str, terminal: CommitId, body: String) -> Result<()> {
-        let deposit = Deposit {
-            from: self.id.to_string(),
-            at: Timestamp::now().to_string(),
-            epitaph: Some(epitaph.into()),
-            terminal: Some(terminal.to_string()),
-            body,
-        };
-        inbox::deposit(&self.ws.layout, to, &deposit)?;
-        if self.ws.repo.mark(STOPPED, to.as_str())?.is_none() {
-            self.runtime.wake(to).map_err(|e| DriverError::Wake { id: to.to_string(), reason: e.to_string() })?;
+    /// The tree's budget ran out before this agent's next call: every agent of the
+    /// tree is marked stopped with what was spent, this one tells its parent, and
+    /// every other running driver of the tree is asked to stop (each tells its own
+    /// parent as it settles).
+    fn exhaust(&mut self, spend: &str) -> Result<DriverError> {
+        let root = budget::root_of(&self.id);
+        let mut tree: Vec<AgentId> = agents::descendants(self.ws, &root)?;
+        tree.push(root);
+        for agent in &tree {
+            if let Some(tip) = self.ws.repo.branch_tip(&agent.branch())? {
+                self.ws.repo.set_mark(EXHAUSTED, agent.as_str(), spend.as_bytes())?;
+                self.ws.repo.set_mark(STOPPED, agent.as_str(), tip.to_string().as_bytes())?;
+            }
         }
-        Ok(())
+        let error = stopped(self.ws, self.runtime, &self.id, self.facts.parent.as_deref(), self.tip()?)?;
+        for agent in tree.iter().filter(|a| **a != self.id) {
+            // Asked, not waited for: each settles its calls on its own.
+            let _ = self.runtime.stop(agent, std::time::Duration::ZERO);
+        }
+        Ok(error)
     }
 
     /// Deposits the final response that ends the transcript at `tip` with whoever it
@@ -632,7 +673,7 @@ impl<'a> Driver<'a> {
         if let Reply::To(recipient) = results::reply(entries, self.id.as_str(), self.facts.parent.as_deref())
             && let Ok(to) = AgentId::parse(&recipient)
         {
-            self.deposit_result(&to, FINAL_RESPONSE, tip, text)?;
+            deposit_result(self.ws, self.runtime, &self.id, &to, FINAL_RESPONSE, tip, text)?;
         }
         self.ws.repo.set_mark(REPLIED, self.id.as_str(), tip.to_string().as_bytes())?;
         Ok(())
@@ -1073,4 +1114,59 @@ impl CallObserver for Recorder<'_> {
         }
         self.attempts.push(record.clone());
     }
+}
+
+/// After a stop (by `offshoot stop`, or because the tree's budget ran out): marks the
+/// agent stopped at `tip` (results of its children then wait in its inbox instead of
+/// waking it; a message revives it), tells its parent, and says why it stopped.
+fn stopped(ws: &Workspace, rt: &Runtime, id: &AgentId, parent: Option<&str>, tip: CommitId) -> Result<DriverError> {
+    ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
+    let exhausted = ws.repo.mark(EXHAUSTED, id.as_str())?.map(|b| String::from_utf8_lossy(&b).into_owned());
+    if let Some(parent) = parent.and_then(|p| AgentId::parse(p).ok()) {
+        let (epitaph, why) = match &exhausted {
+            Some(spend) => (EPITAPH_EXHAUSTED, format!("was stopped because the budget is exhausted: {spend}")),
+            None => (EPITAPH_STOPPED, "was stopped".to_owned()),
+        };
+        let body = format!(
+            "`{id}` {why}; everything it did until then is on its branch (commit {tip}). A message to it revives it."
+        );
+        deposit_result(ws, rt, id, &parent, epitaph, tip, body)?;
+    }
+    Ok(match exhausted {
+        Some(spend) => DriverError::Exhausted { id: id.to_string(), spend },
+        None => DriverError::Interrupted { id: id.to_string(), reason: Reason::Stopped },
+    })
+}
+
+/// [`stopped`] for an agent no driver has open.
+fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<DriverError> {
+    let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
+    let facts = super::snapshot::read_facts(&ws.repo, tip)
+        .map_err(|e| DriverError::Damaged { id: id.to_string(), reason: e.to_string() })?;
+    stopped(ws, rt, id, facts.parent.as_deref(), tip)
+}
+
+/// Deposits a result (`epitaph`, `terminal`) from `from` with `to` and wakes it,
+/// unless it was stopped (then the result waits for it).
+fn deposit_result(
+    ws: &Workspace,
+    rt: &Runtime,
+    from: &AgentId,
+    to: &AgentId,
+    epitaph: &str,
+    terminal: CommitId,
+    body: String,
+) -> Result<()> {
+    let deposit = Deposit {
+        from: from.to_string(),
+        at: Timestamp::now().to_string(),
+        epitaph: Some(epitaph.into()),
+        terminal: Some(terminal.to_string()),
+        body,
+    };
+    inbox::deposit(&ws.layout, to, &deposit)?;
+    if ws.repo.mark(STOPPED, to.as_str())?.is_none() {
+        rt.wake(to).map_err(|e| DriverError::Wake { id: to.to_string(), reason: e.to_string() })?;
+    }
+    Ok(())
 }

@@ -1,10 +1,13 @@
 //! Inspection: the state of agents for `ls`, the conversation for `log`, and a
 //! step's request re-assembled from its recorded commit for `show`.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::rc::Rc;
 
 use serde_json::Value;
 
+use crate::domain::config::Config;
 use crate::domain::context;
 use crate::domain::id::AgentId;
 use crate::domain::transcript::{self, Entry};
@@ -13,6 +16,7 @@ use crate::infra::lock::LockGuard;
 use crate::infra::provider::{Request, Usage};
 
 use super::agents::{self, AgentError};
+use super::budget::Records;
 use super::inbox;
 use super::snapshot::{Loader, SnapshotError};
 use super::workspace::{Workspace, WorkspaceError};
@@ -41,20 +45,29 @@ pub struct AgentState {
     pub id: String,
     pub name: Option<String>,
     pub role: String,
-    /// `running`, `stopped` (until a message or a run revives it), `waiting`
-    /// (messages undelivered), `needs-run` (a call is due and no driver holds it),
-    /// `answered`, or `damaged` (its branch's tip is not a valid agent commit; only
-    /// possible by hand).
+    /// `running` (a driver holds it), `stopped` (by `offshoot stop`, Ctrl-C or its
+    /// tree's budget, until a message or a run revives it), `waiting` (messages
+    /// undelivered and no driver yet), `failed` (a call is due and no driver holds
+    /// it: its last call failed or its driver died; `offshoot run` goes on), `done`
+    /// (nothing is due), or `damaged` (its branch's tip is not a valid agent commit;
+    /// only possible by hand).
     pub state: &'static str,
     /// Model calls made, as `show --step N` numbers them.
     pub steps: u32,
+    /// Of its own calls (a fork's inherited history is its origin's).
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Of its own calls at the configured prices; absent when a model has no price.
+    pub cost_usd: Option<f64>,
     pub goal: String,
+    /// The agent above it, for children.
+    pub parent: Option<String>,
 }
 
 pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
     let mut loader = Loader::default();
+    let mut records = Records::default();
+    let mut configs: HashMap<String, Option<Rc<Config>>> = HashMap::new();
     let mut out = Vec::new();
     for l in agents::list(ws)? {
         let (Some(facts), Ok(entries)) = (&l.facts, loader.entries(&ws.repo, l.tip)) else {
@@ -67,6 +80,8 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
                 steps: step_count(ws, &l.id),
                 input_tokens: 0,
                 output_tokens: 0,
+                cost_usd: None,
+                parent: l.id.parent().map(|p| p.to_string()),
                 goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
             });
             continue;
@@ -79,44 +94,32 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
         } else if inbox::has_pending(&ws.layout, &l.id) {
             "waiting"
         } else if transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty() {
-            "needs-run"
+            "failed"
         } else {
-            "answered"
+            "done"
         };
-        let usage = total_usage(entries);
+        let own = records.agent(&ws.layout, &l.id);
+        let config = configs
+            .entry(facts.lineage.clone())
+            .or_insert_with(|| ws.config(&facts.lineage).ok().map(|(_, c)| Rc::new(c)))
+            .clone();
+        let cost_usd = config.and_then(|c| own.spend(&c).cost_usd);
+        let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
         let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
         out.push(AgentState {
             id: l.id.to_string(),
             name: facts.name.clone(),
             role: facts.role.clone(),
             state,
-            steps: step_count(ws, &l.id),
-            input_tokens: usage.input.unwrap_or(0),
-            output_tokens: usage.output.unwrap_or(0),
+            steps: own.steps.len() as u32,
+            input_tokens: sum(|u| u.input),
+            output_tokens: sum(|u| u.output),
+            cost_usd,
             goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
+            parent: facts.parent.clone(),
         });
     }
     Ok(out)
-}
-
-/// Usage summed over the model outputs of a transcript (each counted once).
-pub fn total_usage(entries: &[Entry]) -> Usage {
-    let mut total = Usage::default();
-    for e in entries {
-        if let Entry::Output { output, .. } = e {
-            let add = |a: &mut Option<u64>, b: Option<u64>| {
-                if let Some(b) = b {
-                    *a = Some(a.unwrap_or(0) + b);
-                }
-            };
-            add(&mut total.input, output.usage.input);
-            add(&mut total.output, output.usage.output);
-            add(&mut total.cache_read, output.usage.cache_read);
-            add(&mut total.cache_write, output.usage.cache_write);
-            add(&mut total.thinking, output.usage.thinking);
-        }
-    }
-    total
 }
 
 /// The transcript of an agent at its tip.

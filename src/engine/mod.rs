@@ -4,6 +4,7 @@
 //! environment (the cli passes what it read).
 
 pub mod agents;
+pub mod budget;
 pub mod containment;
 pub mod directory;
 pub mod driver;

@@ -80,7 +80,24 @@ fn a_parent_dispatches_two_children_gets_their_work_and_results_and_ends() {
     let first = &server.requests_for("KidA")[0].body;
     assert_eq!(first["messages"].as_array().expect("messages").len(), 1, "{first}");
     let boss_state = t.agents().into_iter().find(|x| x["name"] == "Boss").expect("boss");
-    assert_eq!(boss_state["state"], "answered");
+    assert_eq!(boss_state["state"], "done");
+    // `tree` draws the parent above its two children, with the subtree's totals.
+    let drawn = t.run(&["tree"]);
+    let lines: Vec<&str> = drawn.ok().lines().collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    // (Both results may come in one delivery: the parent made 3 or 4 calls.)
+    let own: u64 = lines[0]
+        .strip_prefix(&format!("{boss} Boss [worker] done  "))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("own steps");
+    assert!(lines[0].contains(&format!("with 2 below: {} steps", own + 4)), "{lines:?}");
+    assert!(lines[1].starts_with(&format!("├─ {boss}.1 ")) && lines[1].contains("done  2 steps"), "{lines:?}");
+    assert!(lines[2].starts_with(&format!("└─ {boss}.2 ")), "{lines:?}");
+    let json: Vec<serde_json::Value> =
+        t.run(&["--json", "tree", "KidA"]).ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    assert_eq!(json.len(), 1);
+    assert_eq!((json[0]["depth"].as_u64(), json[0]["tree"]["agents"].as_u64()), (Some(0), Some(1)));
 }
 
 #[test]
@@ -98,7 +115,7 @@ fn a_child_that_messages_its_parent_and_the_parent_that_answers_stop_by_themselv
     loop {
         let states: Vec<String> =
             t.agents().iter().map(|a| a["state"].as_str().unwrap_or_default().to_owned()).collect();
-        if states.iter().all(|s| s == "answered") {
+        if states.iter().all(|s| s == "done") {
             break;
         }
         assert!(std::time::Instant::now() < until, "never quiet: {states:?}");
@@ -149,6 +166,19 @@ fn a_fork_gets_exactly_the_tools_its_role_grants_now() {
     let narrow = id_of(&t, "Narrow");
     let tools = t.git(&["ls-tree", "--name-only", &format!("agents/{narrow}"), ".offshoot/tools/"]);
     assert_eq!(tools, ".offshoot/tools/read_file.json\n");
+    // The fork's history came from Wide; `ls` counts only the fork's own call.
+    let agents = t.agents();
+    let of = |name: &str| agents.iter().find(|a| a["name"] == name).expect("agent").clone();
+    for name in ["Wide", "Narrow"] {
+        let a = of(name);
+        assert_eq!(
+            (a["steps"].as_u64(), a["input_tokens"].as_u64(), a["output_tokens"].as_u64()),
+            (Some(1), Some(100), Some(10)),
+            "{a}"
+        );
+        // $3 and $15 per million tokens (the default prices of claude-sonnet-4-5).
+        assert!((a["cost_usd"].as_f64().expect("cost") - 0.00045).abs() < 1e-9, "{a}");
+    }
 }
 
 #[test]
@@ -206,7 +236,7 @@ fn twenty_children_in_one_step_all_report_once_and_the_parent_ends() {
             delivered.iter().filter(|(from, text)| *from == child && text.contains("epitaph: final-response"));
         assert_eq!(results.count(), 1, "{child}: {delivered:?}");
     }
-    assert!(agents.iter().all(|a| a["state"] == "answered"), "{agents:?}");
+    assert!(agents.iter().all(|a| a["state"] == "done"), "{agents:?}");
     assert!(elapsed < Duration::from_secs(60), "{elapsed:?}");
 }
 
@@ -250,4 +280,94 @@ fn stop_during_a_childs_tool_settles_it_tells_the_parent_and_a_message_revives_i
     let run = t.run(&["send", "Sleeper", "wake up"]);
     assert!(run.ok().contains("awake again"), "{}", run.stderr);
     assert!(!t.ws.join("agents").join(&sleeper).join("late.txt").exists());
+}
+
+/// A `Turn` that reports `output` output tokens (100 fresh input tokens).
+fn costly(mut turn: Turn, output: u64) -> Turn {
+    turn.input_tokens = 100;
+    turn.output_tokens = output;
+    turn
+}
+
+#[test]
+fn a_cost_budget_stops_the_whole_tree_before_the_next_call_and_names_the_spend() {
+    let (server, t) = TestWorkspace::served("budget-cost", Dialect::Anthropic);
+    // Default prices for claude-sonnet-4-5: $3 in, $15 out per million tokens. The
+    // parent's two calls cost $0.0006 each; each of the child's $0.0153.
+    t.set("budgets.max_cost_usd", "0.02");
+    server.push_for("Boss", [dispatch("d1", "Kid", "keep working"), costly(Turn::text("waiting for Kid"), 20)]);
+    let kid: Vec<Turn> = (0..10).map(|i| costly(Turn::bash(&format!("k{i}"), "echo work"), 1_000)).collect();
+    server.push_for("Kid", kid);
+    let run = t.run(&["prompt", "--name", "Boss", "let Kid work"]);
+    // The prompt ends because the tree's budget ran out, saying what was spent.
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(run.stderr.contains("budget is exhausted"), "{}", run.stderr);
+    assert!(run.stderr.contains("spent $0.0318 of max_cost_usd $0.02"), "{}", run.stderr);
+    // The child made two calls ($0.0318 with the parent's two): its third was never made.
+    assert_eq!(server.requests_for("Kid").len(), 2);
+    assert_eq!(server.requests_for("Boss").len(), 2);
+    // The parent holds the child's obituary, naming the spend; both are stopped.
+    let (boss, kid) = (id_of(&t, "Boss"), id_of(&t, "Kid"));
+    let inbox: Vec<String> = std::fs::read_dir(t.ws.join("inbox").join(&boss))
+        .expect("inbox")
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect();
+    assert_eq!(inbox.len(), 1, "{inbox:?}");
+    assert!(inbox[0].contains("epitaph: budget-exhausted"), "{}", inbox[0]);
+    assert!(inbox[0].contains(&format!("from: {kid}")), "{}", inbox[0]);
+    assert!(inbox[0].contains("spent $0.0318 of max_cost_usd $0.02"), "{}", inbox[0]);
+    for agent in t.agents() {
+        assert_eq!(agent["state"], "stopped", "{agent}");
+    }
+    // A dispatch is refused while the budget is exhausted, before anything is made.
+    let refused = t.run(&["dispatch", "Boss", "--role", "worker", "--goal", "more"]);
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("budget is exhausted"), "{}", refused.stderr);
+    assert_eq!(t.agents().len(), 2);
+    // Raising the limit and running the parent goes on: it reads the obituary.
+    server.push_for("Boss", [Turn::text("Kid ran out of budget")]);
+    t.set("budgets.max_cost_usd", "1");
+    let again = t.run(&["run", &boss]);
+    assert!(again.ok().contains("Kid ran out of budget"), "{}", again.stdout);
+}
+
+#[test]
+fn step_token_and_wall_budgets_each_stop_an_agent_before_its_next_call() {
+    // (limit, value, the scripted turns, calls that happen, what the error names)
+    let bash = |i: usize, command: &str| Turn::bash(&format!("c{i}"), command);
+    let cases: [(&str, &str, Vec<Turn>, usize, &str); 3] = [
+        ("max_steps", "3", (0..6).map(|i| bash(i, "true")).collect(), 3, "made 3 model calls of max_steps 3"),
+        // Each call: 100 in + 20 out.
+        ("max_tokens", "250", (0..6).map(|i| bash(i, "true")).collect(), 3, "used 360 tokens of max_tokens 250"),
+        // The first call's tool sleeps past the limit; its time counts.
+        ("max_wall_seconds", "2", vec![bash(0, "sleep 3"), bash(1, "true")], 1, "of max_wall_seconds 2"),
+    ];
+    for (limit, value, turns, calls, names) in cases {
+        let (server, t) = TestWorkspace::served(&format!("budget-{limit}"), Dialect::Anthropic);
+        t.set(&format!("budgets.{limit}"), value);
+        server.push_for("Solo", turns);
+        let run = t.run(&["prompt", "--name", "Solo", "work"]);
+        assert_ne!(run.code, 0, "{limit}: {}", run.stdout);
+        assert!(run.stderr.contains(names), "{limit}: {}", run.stderr);
+        assert_eq!(server.requests_for("Solo").len(), calls, "{limit}");
+        assert_eq!(t.agents()[0]["state"], "stopped", "{limit}");
+    }
+}
+
+#[test]
+fn a_budget_that_cannot_be_enforced_is_refused_when_set() {
+    let (_server, t) = TestWorkspace::served("budget-unpriced", Dialect::Anthropic);
+    t.set("roles.worker.model", "some-new-model");
+    let run = t.run(&["config", "set", "budgets.max_cost_usd", "5"]);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("model `some-new-model` needs a price"), "{}", run.stderr);
+    let zero = t.run(&["config", "set", "budgets.max_steps", "0"]);
+    assert_ne!(zero.code, 0);
+    assert!(zero.stderr.contains("budgets.max_steps") && zero.stderr.contains("at least 1"), "{}", zero.stderr);
+    // Nothing was changed by the refused sets.
+    let shown = t.run(&["config", "show"]);
+    let set: Vec<&str> =
+        shown.ok().lines().filter(|l| l.starts_with("max_cost_usd") || l.starts_with("max_steps")).collect();
+    assert!(set.is_empty(), "{set:?}");
 }

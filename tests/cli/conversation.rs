@@ -33,7 +33,7 @@ fn twenty_steps(dialect: Dialect) {
     let agents = t.agents();
     assert_eq!(agents.len(), 1);
     let id = agents[0]["id"].as_str().expect("id").to_owned();
-    assert_eq!(agents[0]["state"], "answered");
+    assert_eq!(agents[0]["state"], "done");
     assert_eq!(agents[0]["steps"], 21);
 
     // The branch: one dispatch commit, then one commit per transcript entry.

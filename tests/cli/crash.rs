@@ -56,7 +56,7 @@ fn a_killed_driver_is_settled_and_continued_by_the_next() {
         entries.iter().filter(|e| e["side"] == "tool").map(|e| &e["result"]["tool_use_id"]).collect();
     assert_eq!(uses, results);
     t.git(&["fsck", "--strict"]);
-    assert_eq!(t.agents()[0]["state"], "answered");
+    assert_eq!(t.agents()[0]["state"], "done");
 }
 
 #[test]

@@ -122,7 +122,7 @@ fn edits_to_the_harness_files_change_nothing_and_are_put_back() {
     // Everyone else is unaffected.
     let agents = t.agents();
     assert_eq!(agents.len(), 2);
-    assert!(agents.iter().all(|a| a["state"] == "answered"), "{agents:?}");
+    assert!(agents.iter().all(|a| a["state"] == "done"), "{agents:?}");
 }
 
 #[test]

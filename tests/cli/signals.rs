@@ -126,7 +126,7 @@ fn ctrl_c_during_a_tool_kills_it_settles_the_call_and_exits_130() {
     );
     // The lock is free, the harness's view is clean, and what the tool would have
     // written later never appears.
-    assert_eq!(t.agents()[0]["state"], "needs-run");
+    assert_eq!(t.agents()[0]["state"], "stopped");
     assert_eq!(harness_status(&t, &id), "");
     let project = Command::new("git")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")

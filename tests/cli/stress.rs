@@ -39,7 +39,7 @@ fn a_thousand_sends_racing_a_driver_are_each_delivered_exactly_once_in_per_sende
     loop {
         let pending = std::fs::read_dir(&inbox).map(|d| d.count()).unwrap_or(0);
         let state = t.agents()[0]["state"].as_str().unwrap_or_default().to_owned();
-        if pending == 0 && state == "answered" {
+        if pending == 0 && state == "done" {
             break;
         }
         assert!(Instant::now() < until, "not quiet after 300 s: {pending} pending, state {state}");

@@ -1,7 +1,8 @@
 use crate::cli::{CliError, Ctx};
 use crate::engine::inspect;
 
-/// List the agents of the workspace with their state, steps and tokens
+/// List the agents of the workspace with their state and their own steps, tokens and
+/// cost (a fork's inherited history counts for the agent it came from)
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
@@ -19,12 +20,12 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     ctx.out.line(&format!(
-        "{:<12} {:<18} {:<8} {:<10} {:>5} {:>9} {:>8}  GOAL",
-        "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT"
+        "{:<12} {:<18} {:<8} {:<8} {:>5} {:>9} {:>8} {:>9}  GOAL",
+        "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT", "COST"
     ));
     for s in states {
         ctx.out.line(&format!(
-            "{:<12} {:<18} {:<8} {:<10} {:>5} {:>9} {:>8}  {}",
+            "{:<12} {:<18} {:<8} {:<8} {:>5} {:>9} {:>8} {:>9}  {}",
             s.id,
             s.name.unwrap_or_default(),
             s.role,
@@ -32,6 +33,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
             s.steps,
             s.input_tokens,
             s.output_tokens,
+            s.cost_usd.map(|c| format!("${c:.4}")).unwrap_or_else(|| "?".to_owned()),
             s.goal
         ));
     }

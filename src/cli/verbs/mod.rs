@@ -14,3 +14,4 @@ pub mod send;
 pub mod show;
 pub mod stop;
 pub mod tool;
+pub mod tree;

@@ -1,0 +1,150 @@
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::cli::{CliError, Ctx};
+use crate::domain::id::AgentId;
+use crate::engine::agents;
+use crate::engine::inspect::{self, AgentState};
+
+/// Draw the agent tree: each agent's state, role, name, its own steps, tokens and cost,
+/// and the totals of every agent below it
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only this agent (id or name) and the agents below it; all trees when left out
+    pub agent: Option<String>,
+}
+
+/// Steps, tokens and cost, of one agent or summed over a subtree.
+#[derive(Debug, Clone, Copy, Default)]
+struct Totals {
+    steps: u64,
+    tokens: u64,
+    /// `None` when some call's model has no price.
+    cost_usd: Option<f64>,
+}
+
+impl Totals {
+    fn own(s: &AgentState) -> Totals {
+        Totals { steps: u64::from(s.steps), tokens: s.input_tokens + s.output_tokens, cost_usd: s.cost_usd }
+    }
+
+    fn add(self, other: Totals) -> Totals {
+        Totals {
+            steps: self.steps + other.steps,
+            tokens: self.tokens + other.tokens,
+            cost_usd: self.cost_usd.zip(other.cost_usd).map(|(a, b)| a + b),
+        }
+    }
+
+    fn cost(&self) -> String {
+        self.cost_usd.map(|c| format!("${c:.4}")).unwrap_or_else(|| "$?".to_owned())
+    }
+}
+
+struct Forest<'a> {
+    by_id: BTreeMap<&'a str, &'a AgentState>,
+    children: BTreeMap<&'a str, Vec<&'a str>>,
+}
+
+impl<'a> Forest<'a> {
+    fn new(states: &'a [AgentState]) -> Forest<'a> {
+        let by_id: BTreeMap<&str, &AgentState> = states.iter().map(|s| (s.id.as_str(), s)).collect();
+        let mut children: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for s in states {
+            if let Some(parent) = s.parent.as_deref().filter(|p| by_id.contains_key(p)) {
+                children.entry(parent).or_default().push(s.id.as_str());
+            }
+        }
+        for list in children.values_mut() {
+            list.sort_by_key(|id| AgentId::parse(id).ok().and_then(|i| i.child_number()).unwrap_or(0));
+        }
+        Forest { by_id, children }
+    }
+
+    fn roots(&self) -> Vec<&'a str> {
+        let orphan = |s: &&&AgentState| s.parent.as_deref().is_none_or(|p| !self.by_id.contains_key(p));
+        self.by_id.values().filter(orphan).map(|s| s.id.as_str()).collect()
+    }
+
+    fn kids(&self, id: &str) -> &[&'a str] {
+        self.children.get(id).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// Everything below `id`, summed.
+    fn below(&self, id: &str) -> Totals {
+        let zero = Totals { cost_usd: Some(0.0), ..Totals::default() };
+        self.kids(id).iter().fold(zero, |sum, kid| {
+            let own = self.by_id.get(kid).map(|s| Totals::own(s)).unwrap_or_default();
+            sum.add(own).add(self.below(kid))
+        })
+    }
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let only = args.agent.as_deref().map(|a| agents::resolve(&ws, a)).transpose()?;
+    let states = inspect::states(&ws)?;
+    let forest = Forest::new(&states);
+    let roots = match &only {
+        Some(id) => vec![id.as_str()],
+        None => forest.roots(),
+    };
+    if roots.is_empty() {
+        ctx.out.progress("· no agents yet; start one with `offshoot prompt \"…\"`");
+        return Ok(());
+    }
+    for root in roots {
+        draw(ctx, &forest, root, "", "", 0);
+    }
+    Ok(())
+}
+
+/// One agent's line and, below it, its children's, indented with tree glyphs.
+fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth: usize) {
+    let Some(s) = forest.by_id.get(id) else { return };
+    let own = Totals::own(s);
+    let kids = forest.kids(id);
+    let below = forest.below(id);
+    if ctx.out.json {
+        ctx.out.event(&json!({
+            "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent, "depth": depth,
+            "steps": own.steps, "tokens": own.tokens, "cost_usd": own.cost_usd,
+            "tree": {"agents": count(forest, id), "steps": own.steps + below.steps, "tokens": own.tokens + below.tokens,
+                     "cost_usd": own.cost_usd.zip(below.cost_usd).map(|(a, b)| a + b)},
+        }));
+    } else {
+        let name = s.name.as_deref().map(|n| format!(" {n}")).unwrap_or_default();
+        let subtree = if kids.is_empty() {
+            String::new()
+        } else {
+            let all = own.add(below);
+            format!(
+                "  · with {} below: {} steps, {} tokens, {}",
+                count(forest, id) - 1,
+                all.steps,
+                all.tokens,
+                all.cost()
+            )
+        };
+        ctx.out.line(&format!(
+            "{lead}{}{name} [{}] {}  {} steps, {} tokens, {}{subtree}",
+            s.id,
+            s.role,
+            s.state,
+            own.steps,
+            own.tokens,
+            own.cost()
+        ));
+    }
+    for (i, kid) in kids.iter().enumerate() {
+        let last = i + 1 == kids.len();
+        let (branch, next) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
+        draw(ctx, forest, kid, &format!("{rest}{branch}"), &format!("{rest}{next}"), depth + 1);
+    }
+}
+
+/// How many agents the subtree at `id` holds, itself included.
+fn count(forest: &Forest<'_>, id: &str) -> usize {
+    1 + forest.kids(id).iter().map(|k| count(forest, k)).sum::<usize>()
+}

@@ -1,0 +1,130 @@
+//! What agents spent, read from their step records (`steps/<id>/NNNN/meta.json`):
+//! each agent's own calls (a fork's inherited history has no records of its own), a
+//! tree's totals for its budgets, and the check made before every model call and
+//! dispatch.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::domain::budget::{self, Spend, StepSpend};
+use crate::domain::config::Config;
+use crate::domain::id::AgentId;
+use crate::domain::layout::Layout;
+use crate::infra::lock::LockGuard;
+use crate::infra::provider::Usage;
+use crate::infra::time::{Timestamp, parse_unix_seconds};
+
+/// Step records read so far: a finished step's record never changes, so each is
+/// read once.
+#[derive(Debug, Default)]
+pub struct Records {
+    done: HashMap<(String, u32), StepSpend>,
+}
+
+/// One agent's calls, in order, and until when it is busy with tools.
+#[derive(Debug, Clone)]
+pub struct AgentSteps {
+    pub id: String,
+    pub steps: Vec<StepSpend>,
+    busy_until: Option<u64>,
+}
+
+impl AgentSteps {
+    /// What this agent's own calls spent.
+    pub fn spend(&self, config: &Config) -> Spend {
+        budget::spend([(&self.steps[..], self.busy_until)], &|m| config.prices.get(m).cloned())
+    }
+}
+
+impl Records {
+    /// The steps of `root` and every agent below it, by id.
+    pub fn tree(&mut self, layout: &Layout, root: &AgentId) -> Vec<AgentSteps> {
+        let base = layout.steps(root);
+        let Some(dir) = base.parent() else { return Vec::new() };
+        let below = format!("{root}.");
+        let mut ids: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n == root.as_str() || n.starts_with(&below))
+            .collect();
+        ids.sort();
+        ids.iter().filter_map(|id| AgentId::parse(id).ok()).map(|id| self.agent(layout, &id)).collect()
+    }
+
+    /// The steps of one agent.
+    pub fn agent(&mut self, layout: &Layout, id: &AgentId) -> AgentSteps {
+        let dir = layout.steps(id);
+        let mut numbers: Vec<u32> = std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+            .collect();
+        numbers.sort_unstable();
+        let now = Timestamp::now().unix_seconds();
+        let mut live = None;
+        let mut is_live = || *live.get_or_insert_with(|| LockGuard::is_held(&layout.lock(id)).unwrap_or(false));
+        let mut steps = Vec::with_capacity(numbers.len());
+        for (i, &n) in numbers.iter().enumerate() {
+            let key = (id.to_string(), n);
+            let step_dir = layout.step(id, n);
+            let mut step = match self.done.get(&key) {
+                Some(step) => step.clone(),
+                None => {
+                    let (step, finished) = read_step(&step_dir, now, &mut is_live);
+                    if finished {
+                        self.done.insert(key, step.clone());
+                    }
+                    step
+                }
+            };
+            if i + 1 == numbers.len() {
+                // Tools of the last step may have started since it was read.
+                step.tools = has_tools(&step_dir);
+            }
+            steps.push(step);
+        }
+        let busy_until = match steps.last() {
+            Some(last) if last.tools && is_live() => Some(now),
+            _ => None,
+        };
+        AgentSteps { id: id.to_string(), steps, busy_until }
+    }
+}
+
+/// What the tree rooted at `root` spent, and the limit it reached, if any.
+pub fn check(records: &mut Records, layout: &Layout, root: &AgentId, config: &Config) -> (Spend, Option<String>) {
+    let tree = records.tree(layout, root);
+    let spend = budget::spend(tree.iter().map(|a| (&a.steps[..], a.busy_until)), &|m| config.prices.get(m).cloned());
+    let reached = budget::exhausted(&config.budgets, &spend);
+    (spend, reached)
+}
+
+/// The root of the tree `id` belongs to (its id's first part).
+pub fn root_of(id: &AgentId) -> AgentId {
+    let first = id.as_str().split('.').next().unwrap_or(id.as_str());
+    AgentId::parse(first).unwrap_or_else(|_| id.clone())
+}
+
+fn has_tools(step_dir: &Path) -> bool {
+    std::fs::read_dir(step_dir.join("tools")).is_ok_and(|mut d| d.next().is_some())
+}
+
+/// A step's record; `true` when it is final (the call ended, or no driver is left to
+/// end it).
+fn read_step(dir: &Path, now: u64, is_live: &mut dyn FnMut() -> bool) -> (StepSpend, bool) {
+    let meta: Value =
+        std::fs::read(dir.join("meta.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null);
+    let text = |key: &str| meta.get(key).and_then(Value::as_str);
+    let running = text("outcome") == Some("running") && is_live();
+    let usage: Usage = meta.get("usage").and_then(|u| serde_json::from_value(u.clone()).ok()).unwrap_or_default();
+    let started = text("started").and_then(parse_unix_seconds);
+    let ended = if running { Some(now) } else { text("ended").and_then(parse_unix_seconds).or(started) };
+    let step =
+        StepSpend { model: text("model").unwrap_or_default().to_owned(), usage, started, ended, tools: has_tools(dir) };
+    (step, !running)
+}
