@@ -45,6 +45,7 @@ pub enum Verb {
     Log(verbs::log::Args),
     Show(verbs::show::Args),
     Stop(verbs::stop::Args),
+    Scan(verbs::scan::Args),
     #[command(subcommand)]
     Config(verbs::config::Args),
     Tool(verbs::tool::Args),
@@ -67,6 +68,7 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Log(args) => verbs::log::run(&ctx, args),
         Verb::Show(args) => verbs::show::run(&ctx, args),
         Verb::Stop(args) => verbs::stop::run(&ctx, args),
+        Verb::Scan(args) => verbs::scan::run(&ctx, args),
         Verb::Config(args) => verbs::config::run(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),

@@ -88,7 +88,7 @@ type Result<T> = std::result::Result<T, DriverError>;
 /// The mark holding an agent's working directory (`refs/offshoot/cwd/<id>`).
 const CWD_MARK: &str = "cwd";
 /// The mark holding the terminal commit whose answer was deposited.
-const REPLIED: &str = "replied";
+pub const REPLIED: &str = "replied";
 /// The mark naming a child whose work conflicted (`refs/offshoot/conflicted/<child>`).
 const CONFLICTED: &str = "conflicted";
 /// The epitaph of a result that is an agent's final response.
@@ -1148,7 +1148,7 @@ fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<DriverEr
 
 /// Deposits a result (`epitaph`, `terminal`) from `from` with `to` and wakes it,
 /// unless it was stopped (then the result waits for it).
-fn deposit_result(
+pub(crate) fn deposit_result(
     ws: &Workspace,
     rt: &Runtime,
     from: &AgentId,

@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod interrupt;
 pub mod model;
 pub mod runtime;
+pub mod scan;
 pub mod snapshot;
 pub mod toolcall;
 pub mod tools;

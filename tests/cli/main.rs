@@ -11,6 +11,7 @@ mod faults;
 mod layering;
 mod ownership;
 mod processes;
+mod scan;
 mod signals;
 mod stress;
 mod tools;

@@ -10,6 +10,7 @@ pub mod ls;
 pub mod new;
 pub mod prompt;
 pub mod run;
+pub mod scan;
 pub mod send;
 pub mod show;
 pub mod stop;

@@ -1,0 +1,43 @@
+use crate::cli::{CliError, Ctx};
+use crate::engine::scan::{self, Finding, ScanError};
+
+/// Find agents whose driver died with work left (mail undelivered, a call due or cut
+/// short, an answer never delivered): relaunch each once; one still dead at the same
+/// commit afterwards is reported to its parent with a `died` obituary, once
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let found = scan::scan(&ws, &ctx.runtime(&ws))?;
+    if found.is_empty() && !ctx.out.json {
+        ctx.out.progress("· nothing to do: every agent is running, done, stopped or already reported");
+    }
+    for f in &found {
+        if ctx.out.json {
+            ctx.out.event(&serde_json::to_value(f).unwrap_or_default());
+            continue;
+        }
+        ctx.out.line(&match f {
+            Finding::Relaunched { agent, why, pid: Some(pid) } => format!("relaunched {agent} ({why}; pid {pid})"),
+            Finding::Relaunched { agent, why, pid: None } => format!("relaunched {agent} ({why}; a driver had just started)"),
+            Finding::Died { agent, why, told: Some(parent) } => {
+                format!("died {agent} ({why}; dead again after a relaunch): its parent {parent} was told")
+            }
+            Finding::Died { agent, why, told: None } => {
+                format!("died {agent} ({why}; dead again after a relaunch): a root, nobody to tell; `offshoot log {agent}` shows why")
+            }
+        });
+    }
+    Ok(())
+}
+
+impl From<ScanError> for CliError {
+    fn from(e: ScanError) -> Self {
+        match e {
+            ScanError::Agent(a) => a.into(),
+            ScanError::Driver(d) => d.into(),
+            _ => CliError::runtime(e.to_string()),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! `offshoot scan`: agents whose driver died with work left (mail undelivered, a call
+//! due or cut short, an answer never deposited) are relaunched once; one still dead at
+//! the same commit after that is reported to its parent with a `died` obituary, once.
+
+use crate::domain::id::AgentId;
+use crate::domain::results::{self, Reply};
+use crate::domain::transcript;
+use crate::infra::git::{CommitId, GitError};
+use crate::infra::lock::{LockError, LockGuard};
+
+use super::agents::{self, AgentError};
+use super::driver::{self, DriverError};
+use super::inbox;
+use super::runtime::{Runtime, Woken};
+use super::snapshot::{Loader, SnapshotError};
+use super::workspace::Workspace;
+
+/// The mark of an agent scan relaunched (`refs/offshoot/relaunched/<id>`, the tip it
+/// was dead at).
+const RELAUNCHED: &str = "relaunched";
+/// The mark of an agent scan reported dead (`refs/offshoot/died/<id>`, the tip).
+const DIED: &str = "died";
+/// The epitaph of an agent whose driver died and a relaunch did not move.
+const EPITAPH_DIED: &str = "died";
+
+/// What scan did about one agent.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Finding {
+    /// A new driver was started (`pid`), or one had just started (`None`).
+    Relaunched { agent: String, why: &'static str, pid: Option<u32> },
+    /// Dead again at the same commit: its parent (if any) was told.
+    Died { agent: String, why: &'static str, told: Option<String> },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error("cannot relaunch `{id}`: {reason}")]
+    Launch { id: String, reason: String },
+}
+
+type Result<T> = std::result::Result<T, ScanError>;
+
+pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
+    let mut loader = Loader::default();
+    let mut found = Vec::new();
+    for l in agents::list(ws)? {
+        let Some(facts) = &l.facts else { continue };
+        let Some(why) = left_undone(ws, &mut loader, &l.id, l.tip, facts.parent.as_deref())? else { continue };
+        let tip = l.tip.to_string();
+        let at =
+            |kind: &str| -> Result<bool> { Ok(ws.repo.mark(kind, l.id.as_str())?.as_deref() == Some(tip.as_bytes())) };
+        if at(DIED)? {
+            continue;
+        }
+        if !at(RELAUNCHED)? {
+            ws.repo.set_mark(RELAUNCHED, l.id.as_str(), tip.as_bytes())?;
+            let pid = match rt.wake(&l.id) {
+                Ok(Woken::Launched(pid)) => Some(pid),
+                Ok(Woken::Running) => None,
+                Err(e) => return Err(ScanError::Launch { id: l.id.to_string(), reason: e.to_string() }),
+            };
+            found.push(Finding::Relaunched { agent: l.id.to_string(), why, pid });
+            continue;
+        }
+        // Relaunched at this very commit and dead again: a claim makes the report one
+        // even when two scans race.
+        let _ = ws.repo.delete_mark(DIED, l.id.as_str());
+        if !ws.repo.claim_mark(DIED, l.id.as_str(), tip.as_bytes())? {
+            continue;
+        }
+        let parent = facts.parent.as_deref().and_then(|p| AgentId::parse(p).ok());
+        if let Some(parent) = &parent {
+            let body = format!(
+                "`{}` stopped working ({why}) and a relaunch did not get it further; everything it did is on its branch (commit {tip}). `offshoot log {}` shows its last step; a message to it tries again.",
+                l.id, l.id
+            );
+            driver::deposit_result(ws, rt, &l.id, parent, EPITAPH_DIED, l.tip, body)?;
+        }
+        found.push(Finding::Died { agent: l.id.to_string(), why, told: parent.map(|p| p.to_string()) });
+    }
+    Ok(found)
+}
+
+/// Why an agent no driver holds still has work, if it does; stopped agents wait for a
+/// message by design.
+fn left_undone(
+    ws: &Workspace,
+    loader: &mut Loader,
+    id: &AgentId,
+    tip: CommitId,
+    parent: Option<&str>,
+) -> Result<Option<&'static str>> {
+    if LockGuard::is_held(&ws.layout.lock(id))? || ws.repo.mark(driver::STOPPED, id.as_str())?.is_some() {
+        return Ok(None);
+    }
+    if inbox::has_pending(&ws.layout, id) {
+        return Ok(Some("mail undelivered"));
+    }
+    let entries = loader.entries(&ws.repo, tip)?;
+    if !transcript::unanswered_calls(entries).is_empty() {
+        return Ok(Some("tool calls cut short"));
+    }
+    if transcript::warrants_call(entries) {
+        return Ok(Some("a model call due"));
+    }
+    let replied = ws.repo.mark(driver::REPLIED, id.as_str())?;
+    if transcript::final_text(entries).is_some()
+        && replied.as_deref() != Some(tip.to_string().as_bytes())
+        && matches!(results::reply(entries, id.as_str(), parent), Reply::To(_))
+    {
+        return Ok(Some("an answer never delivered"));
+    }
+    Ok(None)
+}
