@@ -4,6 +4,7 @@
 
 pub mod ctx;
 pub mod error;
+pub mod follow;
 pub mod out;
 pub mod progress;
 pub mod verbs;

@@ -1,8 +1,10 @@
 //! All output goes through `Out`: stdout is the product (answers, ids, JSON events),
 //! stderr carries progress, warnings and errors.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io::{IsTerminal, Write};
+
+use indicatif::MultiProgress;
 
 use serde_json::Value;
 
@@ -13,59 +15,127 @@ pub struct Out {
     color: bool,
     /// Whether stdout is in the middle of a streamed line.
     open_line: Cell<bool>,
+    /// The live display of the agents below an attached one, while it is shown:
+    /// progress lines go above it and stdout waits while it is drawn.
+    live: RefCell<Option<MultiProgress>>,
+    /// Streamed text not yet written (the end of a line, under a live display).
+    held: RefCell<String>,
 }
 
 impl Out {
     pub fn new(json: bool, no_color: bool) -> Out {
-        Out { json, color: !no_color && std::io::stderr().is_terminal(), open_line: Cell::new(false) }
+        Out {
+            json,
+            color: !no_color && std::io::stderr().is_terminal(),
+            open_line: Cell::new(false),
+            live: RefCell::new(None),
+            held: RefCell::new(String::new()),
+        }
     }
 
-    /// Part of the answer, as it streams.
-    pub fn stream(&self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
-        if !text.is_empty() {
-            self.open_line.set(!text.ends_with('\n'));
+    /// Starts a live display on stderr, when stderr is a terminal and output is not JSON.
+    pub fn start_live(&self) -> Option<MultiProgress> {
+        if self.json || !std::io::stderr().is_terminal() {
+            return None;
         }
+        let multi = MultiProgress::new();
+        *self.live.borrow_mut() = Some(multi.clone());
+        Some(multi)
+    }
+
+    /// Ends the live display (its finished lines stay on the screen), after any
+    /// streamed text it held back.
+    pub fn end_live(&self) {
+        self.end_stream();
+        self.live.borrow_mut().take();
+    }
+
+    /// Runs `write` with the live display out of the way when both go to the terminal.
+    fn around_live(&self, write: impl FnOnce()) {
+        match self.live.borrow().as_ref() {
+            Some(multi) if std::io::stdout().is_terminal() => multi.suspend(write),
+            _ => write(),
+        }
+    }
+
+    /// Part of the answer, as it streams. Under a live display on the same terminal
+    /// it goes out a whole line at a time (a partial line would carry the display).
+    pub fn stream(&self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let write = |bytes: &str| {
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(bytes.as_bytes());
+            let _ = out.flush();
+        };
+        if self.shares_terminal() {
+            let mut held = self.held.borrow_mut();
+            held.push_str(text);
+            if let Some(end) = held.rfind('\n') {
+                let lines: String = held.drain(..=end).collect();
+                self.around_live(|| write(&lines));
+            }
+        } else {
+            write(text);
+        }
+        self.open_line.set(!text.ends_with('\n'));
     }
 
     /// Ends a streamed answer with a newline if it lacks one.
     pub fn end_stream(&self) {
+        let held = std::mem::take(&mut *self.held.borrow_mut());
         if self.open_line.replace(false) {
-            let _ = writeln!(std::io::stdout());
+            self.around_live(|| {
+                let _ = writeln!(std::io::stdout(), "{held}");
+            });
         }
+    }
+
+    /// Whether a live display and stdout share the terminal.
+    fn shares_terminal(&self) -> bool {
+        self.live.borrow().is_some() && std::io::stdout().is_terminal()
     }
 
     /// One line of product on stdout.
     pub fn line(&self, text: &str) {
         self.end_stream();
-        let _ = writeln!(std::io::stdout(), "{text}");
+        self.around_live(|| {
+            let _ = writeln!(std::io::stdout(), "{text}");
+        });
     }
 
     /// One JSON event on stdout.
     pub fn event(&self, value: &Value) {
-        let _ = writeln!(std::io::stdout(), "{value}");
+        let _ = writeln!(std::io::stdout().lock(), "{value}");
     }
 
     /// One line of progress on stderr.
     pub fn progress(&self, text: &str) {
         self.end_stream();
         let text = if self.color { format!("\x1b[2m{text}\x1b[0m") } else { text.to_owned() };
-        let _ = writeln!(std::io::stderr(), "{text}");
+        match self.live.borrow().as_ref() {
+            Some(multi) => {
+                let _ = multi.println(&text);
+            }
+            None => {
+                let _ = writeln!(std::io::stderr(), "{text}");
+            }
+        }
     }
 
     /// One line for the user from any thread (a signal's watcher), on stderr; with
     /// `--json`, `event` on stdout instead.
     pub fn from_any_thread(json: bool, line: &str, event: &Value) {
         if json {
-            let _ = writeln!(std::io::stdout(), "{event}");
+            let _ = writeln!(std::io::stdout().lock(), "{event}");
         } else {
             let _ = writeln!(std::io::stderr(), "{line}");
         }
     }
 
     pub fn error(&self, e: &CliError) {
+        self.end_live();
         self.end_stream();
         let mut err = std::io::stderr().lock();
         let _ = writeln!(err, "error: {}", e.message);

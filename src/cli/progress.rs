@@ -5,18 +5,21 @@
 use serde_json::json;
 
 use crate::domain::id::AgentId;
-use crate::engine::directory::Repair;
 use crate::engine::driver::{self, Event, Observer, RunEnd};
+use crate::engine::events;
 use crate::engine::interrupt::{Disposition, Reason};
 use crate::engine::workspace::Workspace;
 use crate::infra::provider::Delta;
 use crate::infra::signals;
 
+use super::follow::{Follower, View};
 use super::out::Out;
 use super::{CliError, Ctx};
 
 struct Live<'a> {
     ctx: &'a Ctx,
+    /// The attached agent's id (every JSON event names its agent).
+    agent: String,
     /// Whether the driver did anything (delivered, settled or called the model).
     worked: bool,
 }
@@ -31,31 +34,9 @@ impl Observer for Live<'_> {
         self.worked = true;
         let out = &self.ctx.out;
         if out.json {
-            let v = match event {
-                Event::Delta(Delta::Text(text)) => json!({"type": "text", "text": text}),
-                Event::Delta(_) => return,
-                Event::Delivered { sender } => json!({"type": "delivered", "from": sender}),
-                Event::Settled { tool_use_id } => {
-                    json!({"type": "settled", "tool_use_id": tool_use_id})
-                }
-                Event::StepStarted { step, provider, model } => {
-                    json!({"type": "step", "step": step, "provider": provider, "model": model})
-                }
-                Event::AttemptFailed { attempt, error, retry_in_ms } => {
-                    json!({"type": "attempt_failed", "attempt": attempt, "error": error, "retry_in_ms": retry_in_ms})
-                }
-                Event::ToolStarted { name, input } => {
-                    json!({"type": "tool_call", "name": name, "input": input})
-                }
-                Event::ToolFinished { name, is_error, summary } => {
-                    json!({"type": "tool_result", "name": name, "is_error": is_error, "summary": summary})
-                }
-                Event::Repaired(repair) => json!({"type": "repaired", "what": repaired(repair)}),
-                Event::Transferred { child, files } => json!({"type": "transfer", "child": child, "files": files}),
-                Event::Conflicted { child, files } => json!({"type": "conflict", "child": child, "files": files}),
-                Event::Waiting { children } => json!({"type": "waiting", "children": children}),
-            };
-            out.event(&v);
+            if let Some(v) = events::to_json(&self.agent, &event) {
+                out.event(&v);
+            }
             return;
         }
         match event {
@@ -78,26 +59,17 @@ impl Observer for Live<'_> {
                 let mark = if is_error { "✗" } else { "←" };
                 out.progress(&format!("  {mark} {}", one_line(summary, 100)));
             }
-            Event::Repaired(repair) => out.progress(&format!("· {}", repaired(repair))),
+            Event::Repaired(repair) => out.progress(&format!("· {}", events::repaired(repair))),
+            Event::Usage { .. } => {}
             Event::Transferred { child, files } => {
-                out.progress(&format!("· merged {files} changed files from `{child}`"))
+                let s = if files == 1 { "" } else { "s" };
+                out.progress(&format!("· merged {files} changed file{s} from `{child}`"))
             }
             Event::Conflicted { child, files } => out.progress(&format!(
                 "· `{child}`'s work conflicts in {files} files; not merged (marked refs/offshoot/conflicted/{child})"
             )),
             Event::Waiting { children } => out.progress(&format!("· waiting for {children} agents below this one")),
         }
-    }
-}
-
-fn repaired(repair: Repair) -> String {
-    match repair {
-        Repair::Rebuilt => "the agent's directory was missing; it was rebuilt from its branch".into(),
-        Repair::DotGit => "the directory's `.git` was changed; it points at the agent's repository again".into(),
-        Repair::Reattached => {
-            "the directory was no longer a worktree of the agents' repository; it was attached again".into()
-        }
-        Repair::HarnessFiles(n) => format!("{n} files of `.offshoot/` differed from the branch and were put back"),
     }
 }
 
@@ -114,11 +86,20 @@ pub fn call_gist(input: &serde_json::Value) -> String {
 /// Runs the driver in this process with live output. `fresh` marks an agent this
 /// command just created (removed again if its first call fails).
 pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
-    let mut live = Live { ctx, worked: false };
+    let mut live = Live { ctx, agent: id.to_string(), worked: false };
     let rt = ctx.runtime(ws);
     watch_signals(ctx);
     let _ = ctx.driving.set(id.to_string());
+    // The agents below it show as they work: their own lines on a terminal.
+    let view = match ctx.out.start_live() {
+        Some(multi) => View::Live(multi),
+        None if ctx.out.json => View::Json,
+        None => View::Lines,
+    };
+    let follower = Follower::start(ws.layout.root(), id, view);
     let result = if fresh { driver::run_fresh(ws, &rt, id, &mut live) } else { driver::run(ws, &rt, id, &mut live) };
+    follower.finish();
+    ctx.out.end_live();
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
     match result {

@@ -39,6 +39,7 @@ use super::agents;
 use super::budget::{self, Records};
 use super::containment::{self, Site};
 use super::directory::{self, Repair};
+use super::events;
 use super::guard::{self, Guard};
 use super::inbox::{self, InboxError};
 use super::interrupt::Reason;
@@ -119,6 +120,12 @@ pub enum Event<'a> {
         model: &'a str,
     },
     Delta(&'a Delta),
+    /// A model call ended: what it used and, at the configured price, cost.
+    Usage {
+        step: u32,
+        usage: &'a Usage,
+        cost_usd: Option<f64>,
+    },
     AttemptFailed {
         attempt: u32,
         error: &'a str,
@@ -169,14 +176,52 @@ enum Turn {
     Quiet(RunEnd),
 }
 
-/// Runs `id` until nothing is due.
+/// Runs `id` until nothing is due (and nothing below it is at work). Its events also
+/// go to `steps/<id>/events.ndjson`, ending with an `end` event.
 pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
     // Processes a command leaves behind become ours, and are ended after the call.
     process::become_subreaper();
     let lock_path = ws.layout.lock(id);
-    let Some(mut lock) = LockGuard::try_acquire(&lock_path)? else {
+    let Some(lock) = LockGuard::try_acquire(&lock_path)? else {
         return Ok(RunEnd::Busy);
     };
+    let mut logged = events::Logged::new(&ws.layout.steps(id), id.as_str(), observer);
+    let mut held = Some(lock);
+    let result = run_locked(ws, rt, id, &mut held, &mut logged);
+    if let Err(e) = &result {
+        logged.end(end_event(Err(e)));
+    }
+    // (The end is logged before the lock is let go: whoever waits for the lock to be
+    // free has all of this driver's events.)
+    drop(held);
+    result
+}
+
+/// The `end` event of a driver's run.
+fn end_event(result: std::result::Result<&RunEnd, &DriverError>) -> Value {
+    match result {
+        Ok(RunEnd::Answered { text }) => json!({"type": "end", "outcome": "final-response", "text": text}),
+        Ok(RunEnd::Busy) => json!({"type": "end", "outcome": "busy"}),
+        Err(DriverError::Exhausted { spend, .. }) => {
+            json!({"type": "end", "outcome": "budget-exhausted", "error": spend})
+        }
+        Err(DriverError::Interrupted { reason, .. }) => {
+            json!({"type": "end", "outcome": "interrupted", "reason": reason.words()})
+        }
+        Err(e) => json!({"type": "end", "outcome": "error", "error": e.to_string()}),
+    }
+}
+
+/// The rounds of a driver that holds the lock (`lock`, let go and taken again when
+/// mail came in between).
+fn run_locked(
+    ws: &Workspace,
+    rt: &Runtime,
+    id: &AgentId,
+    lock: &mut Option<LockGuard>,
+    observer: &mut events::Logged<'_>,
+) -> Result<RunEnd> {
+    let lock_path = ws.layout.lock(id);
     // A driver that starts is the agent revived. A stop mark set from here on is a
     // stop on its way (its signal may come after mail the stopper sent).
     ws.repo.delete_mark(STOPPED, id.as_str())?;
@@ -202,13 +247,14 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
             }
             Err(e) => return Err(e),
         }
-        drop(lock);
+        observer.end(end_event(Ok(&end)));
+        lock.take();
         // The lost wake-up: a deposit that landed while we held the lock.
         if !inbox::has_pending(&ws.layout, id) {
             return Ok(end);
         }
         match LockGuard::try_acquire(&lock_path)? {
-            Some(again) => lock = again,
+            Some(again) => *lock = Some(again),
             None => return Ok(end),
         }
     }
@@ -751,6 +797,10 @@ impl<'a> Driver<'a> {
             meta[key] = value;
         }
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
+        if let Ok(output) = &result {
+            let cost_usd = config.prices.get(&plan.model).map(|p| crate::domain::budget::cost(&output.usage, p));
+            recorder.observer.event(Event::Usage { step, usage: &output.usage, cost_usd });
+        }
         result.map(|output| (step, entry, output)).map_err(fail)
     }
 

@@ -8,6 +8,7 @@ pub mod budget;
 pub mod containment;
 pub mod directory;
 pub mod driver;
+pub mod events;
 pub mod guard;
 pub mod inbox;
 pub mod inspect;

@@ -371,3 +371,48 @@ fn a_budget_that_cannot_be_enforced_is_refused_when_set() {
         shown.ok().lines().filter(|l| l.starts_with("max_cost_usd") || l.starts_with("max_steps")).collect();
     assert!(set.is_empty(), "{set:?}");
 }
+
+#[test]
+fn an_attached_prompt_shows_every_agent_of_the_tree_and_its_json_names_each_agent_with_usage() {
+    let (server, t) = TestWorkspace::served("kids-follow", Dialect::Anthropic);
+    let script = |server: &Server, boss: &str| {
+        server.push_for(
+            boss,
+            [dispatch("d1", &format!("{boss}Kid"), "list files"), Turn::text("waiting"), Turn::text("kid is back")],
+        );
+        server.push_for(&format!("{boss}Kid"), [Turn::bash("k1", "ls"), Turn::text("listed")]);
+    };
+    script(&server, "Json");
+    let run = t.run(&["--json", "prompt", "--name", "Json", "follow a kid"]);
+    let events: Vec<serde_json::Value> =
+        run.ok().lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    let boss = id_of(&t, "Json");
+    let kid = format!("{boss}.1");
+    let of = |agent: &str, kind: &str| -> Vec<&serde_json::Value> {
+        events.iter().filter(|e| e["agent"] == agent && e["type"] == kind).collect()
+    };
+    // Every event names its agent; the child's steps, calls and end came through.
+    assert!(events.iter().filter(|e| e["type"] != "agent").all(|e| e["agent"].is_string()), "{events:?}");
+    assert_eq!(of(&kid, "step").len(), 2, "{events:?}");
+    assert_eq!(of(&kid, "tool_call")[0]["input"]["command"], "ls");
+    let kid_end = of(&kid, "end");
+    assert_eq!(
+        (kid_end.len(), kid_end[0]["outcome"].as_str(), kid_end[0]["text"].as_str()),
+        (1, Some("final-response"), Some("listed"))
+    );
+    // Usage per step, with its cost at the default price (100 in + 20 out on Sonnet).
+    let usage = of(&kid, "usage");
+    assert_eq!(usage.len(), 2);
+    assert_eq!(usage[0]["usage"]["input"], 100);
+    assert!((usage[0]["cost_usd"].as_f64().expect("cost") - 0.0006).abs() < 1e-9, "{:?}", usage[0]);
+    assert!(!of(&boss, "usage").is_empty());
+    // The parent's end comes last.
+    assert_eq!(events.last().map(|e| (&e["type"], &e["agent"])), Some((&json!("end"), &json!(boss))));
+
+    // Without --json (and no terminal), the child's calls and end are progress lines.
+    script(&server, "Lines");
+    let run = t.run(&["prompt", "--name", "Lines", "follow a kid"]);
+    let kid = format!("{}.1", id_of(&t, "Lines"));
+    assert!(run.stderr.contains(&format!("  [{kid} LinesKid] → bash ls")), "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("  [{kid} LinesKid] answered: listed")), "{}", run.stderr);
+}

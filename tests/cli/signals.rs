@@ -157,8 +157,14 @@ fn stop_ends_a_detached_driver_and_a_message_revives_it() {
     assert!(group(pgid).is_empty());
     let result = last_result(&t, &id);
     assert!(result["content"].as_str().expect("text").starts_with("stopped; its processes were killed"), "{result}");
-    let log = std::fs::read_to_string(t.steps_dir(&id).join("driver.log")).expect("driver log");
-    assert!(log.contains(&format!("error: agent `{id}` was stopped")), "{log}");
+    // The driver prints why it ended just after it lets go of the lock.
+    let said = format!("error: agent `{id}` was stopped");
+    let log = || std::fs::read_to_string(t.steps_dir(&id).join("driver.log")).unwrap_or_default();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !log().contains(&said) {
+        assert!(std::time::Instant::now() < until, "{}", log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(t.run(&["stop", "Stoppable"]).stderr.contains("is not running"));
     server.push_turns([Turn::text("revived")]);
     assert!(t.run(&["send", "Stoppable", "carry on"]).ok().contains("revived"));

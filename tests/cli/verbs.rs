@@ -14,10 +14,32 @@ fn demo_runs_with_no_identity_and_no_key() {
     let demos: Vec<_> = std::fs::read_dir(t.home.join("workspaces")).expect("ls").flatten().collect();
     assert_eq!(demos.len(), 1);
     let ws = demos[0].path();
-    let agent = std::fs::read_dir(ws.join("agents")).expect("agents").flatten().next().expect("agent").path();
+    let mut agents: Vec<String> = std::fs::read_dir(ws.join("agents"))
+        .expect("agents")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    agents.sort();
+    // The parent and the two helpers it dispatched.
+    assert_eq!(agents.len(), 3, "{agents:?}");
+    assert_eq!(agents[1..], [format!("{}.1", agents[0]), format!("{}.2", agents[0])]);
+    let agent = ws.join("agents").join(&agents[0]);
     let report = std::fs::read_to_string(agent.join("REPORT.md")).expect("the demo writes a report");
     assert!(report.starts_with("# Machine report\n\nEach line below was read"), "{report}");
+    // The helpers' lines came from their branches, and their files were merged in.
+    for line in ["- System: ", "- Processor: ", "- Cores: ", "- Memory: "] {
+        assert!(report.contains(line), "{report}");
+    }
+    for (file, helper) in [("CPU.md", "CpuScout"), ("MEMORY.md", "MemScout")] {
+        assert!(agent.join(file).is_file(), "{file} from {helper} was not merged in");
+    }
     assert!(agent.join("CHECK.md").is_file(), "the recorded patch adds CHECK.md");
+    let tree = t.run_bare(&["-w", &ws.to_string_lossy(), "tree"]);
+    assert!(
+        tree.ok().contains("CpuScout [cpu-scout] done") && tree.ok().contains("MemScout [memory-scout] done"),
+        "{}",
+        tree.stdout
+    );
 }
 
 #[test]

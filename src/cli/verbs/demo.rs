@@ -6,8 +6,25 @@ use crate::engine::random_u32;
 use crate::engine::workspace::{Workspace, set_key, validate_files};
 use crate::infra::time::Timestamp;
 
-const RECORDING: &str = include_str!("../../../templates/demo/recording.jsonl");
 const GOAL: &str = include_str!("../../../templates/demo/goal.md");
+
+/// The recorded parts: (provider, role, recording, the role's soul). The parent's
+/// role is the default `worker`; it dispatches one helper of each other role.
+const PARTS: &[(&str, &str, &str, Option<&str>)] = &[
+    ("demo", "worker", include_str!("../../../templates/demo/recording.jsonl"), None),
+    (
+        "demo-cpu",
+        "cpu-scout",
+        include_str!("../../../templates/demo/cpu.jsonl"),
+        Some("You find facts about this machine's processor and write them down exactly as the commands print them."),
+    ),
+    (
+        "demo-memory",
+        "memory-scout",
+        include_str!("../../../templates/demo/memory.jsonl"),
+        Some("You find facts about this machine's memory and write them down exactly as the commands print them."),
+    ),
+];
 
 /// Run a recorded session in a fresh workspace, then show where to look
 #[derive(Debug, clap::Args)]
@@ -25,17 +42,25 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let mut files = ctx.template()?;
     let mut text =
         files.iter().find(|(p, _)| p == FILE).map(|(_, b)| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
-    for (key, value) in [
-        ("providers.demo.protocol", "replay"),
-        ("providers.demo.recording", "recordings/demo.jsonl"),
-        ("roles.worker.provider", "demo"),
-        ("roles.worker.model", "recorded-demo"),
-    ] {
-        text = set_key(&text, key, value);
-    }
     files.retain(|(p, _)| p != FILE);
+    for (provider, role, recording, soul) in PARTS {
+        let path = format!("recordings/{provider}.jsonl");
+        let mut keys = vec![
+            (format!("providers.{provider}.protocol"), "replay".to_owned()),
+            (format!("providers.{provider}.recording"), path.clone()),
+            (format!("roles.{role}.provider"), (*provider).to_owned()),
+            (format!("roles.{role}.model"), format!("recorded-{provider}")),
+        ];
+        if let Some(soul) = soul {
+            keys.push((format!("roles.{role}.tools"), "[\"bash\"]".to_owned()));
+            files.push((format!("souls/{role}.md"), format!("{soul}\n").into_bytes()));
+        }
+        for (key, value) in keys {
+            text = set_key(&text, &key, &value);
+        }
+        files.push((path, recording.as_bytes().to_vec()));
+    }
     files.push((FILE.to_owned(), text.into_bytes()));
-    files.push(("recordings/demo.jsonl".to_owned(), RECORDING.as_bytes().to_vec()));
     validate_files(&files).map_err(crate::engine::workspace::WorkspaceError::from)?;
     let ws = Workspace::create(&root, &files)?;
     ctx.out.progress(&format!(
@@ -55,10 +80,13 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let lines = [
         String::new(),
         "Where to look:".into(),
-        format!("  {w}/agents/{id}/            the agent's directory (REPORT.md and CHECK.md are its work)"),
+        format!(
+            "  {w}/agents/{id}/            the agent's directory (REPORT.md and CHECK.md are its work; CPU.md and MEMORY.md its helpers')"
+        ),
         format!("  {w}/agents/{id}/.offshoot/  goal, soul, tool schemas and the transcript"),
         format!("  {w}/steps/{id}/             each step's request, raw response and tool output"),
         "Try:".into(),
+        format!("  offshoot -w {w} tree                                        (the agent and its two helpers)"),
         format!("  offshoot -w {w} ls"),
         format!("  offshoot -w {w} log {id}"),
         format!("  offshoot -w {w} show {id} --step 2 --request"),

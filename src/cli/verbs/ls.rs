@@ -19,13 +19,21 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         ctx.out.progress("· no agents yet; start one with `offshoot prompt \"…\"`");
         return Ok(());
     }
+    let width = |of: &dyn Fn(&inspect::AgentState) -> usize, header: &str| {
+        states.iter().map(of).max().unwrap_or(0).max(header.len())
+    };
+    let (wi, wn, wr) = (
+        width(&|s| s.id.len(), "ID"),
+        width(&|s| s.name.as_deref().unwrap_or("").len(), "NAME"),
+        width(&|s| s.role.len(), "ROLE"),
+    );
     ctx.out.line(&format!(
-        "{:<12} {:<18} {:<8} {:<8} {:>5} {:>9} {:>8} {:>9}  GOAL",
+        "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9}  GOAL",
         "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT", "COST"
     ));
     for s in states {
         ctx.out.line(&format!(
-            "{:<12} {:<18} {:<8} {:<8} {:>5} {:>9} {:>8} {:>9}  {}",
+            "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9}  {}",
             s.id,
             s.name.unwrap_or_default(),
             s.role,

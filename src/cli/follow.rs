@@ -1,0 +1,247 @@
+//! Following the agents below an attached one while its driver runs: their events
+//! files (`steps/<id>/events.ndjson`, each line tagged with its `agent`) are tailed and
+//! shown — one live line per agent on a terminal (indicatif), a progress line per step,
+//! call and end otherwise, and passed through as they are with `--json`.
+
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use serde_json::Value;
+
+use crate::domain::id::AgentId;
+use crate::engine::agents;
+use crate::engine::events;
+use crate::engine::workspace::Workspace;
+
+use super::progress::call_gist;
+
+/// How often the events files are looked at.
+const POLL: Duration = Duration::from_millis(100);
+
+/// How descendants' events are shown.
+#[derive(Clone)]
+pub enum View {
+    /// JSON lines on stdout, as the drivers wrote them.
+    Json,
+    /// One line per agent on the terminal, under whatever else is printed.
+    Live(MultiProgress),
+    /// Progress lines on stderr.
+    Lines,
+}
+
+/// A thread tailing the events of every agent below one.
+pub struct Follower {
+    done: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Follower {
+    /// Starts following the agents below `id` in the workspace at `root`; what they
+    /// logged before this is not shown again.
+    pub fn start(root: &Path, id: &AgentId, view: View) -> Follower {
+        let done = Arc::new(AtomicBool::new(false));
+        let flag = done.clone();
+        let (root, id) = (root.to_owned(), id.clone());
+        let handle = std::thread::spawn(move || {
+            let mut watch = Watch::new(&root, &id, view);
+            watch.pass(true);
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(POLL);
+                watch.pass(false);
+            }
+            watch.pass(false);
+            watch.close();
+        });
+        Follower { done, handle: Some(handle) }
+    }
+
+    /// Shows what is left to show and stops.
+    pub fn finish(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+        if let Some(handle) = self.handle.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where one events file has been read to.
+#[derive(Default)]
+struct Tail {
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+struct Watch {
+    steps: PathBuf,
+    below: String,
+    view: View,
+    ws: Option<Workspace>,
+    tails: HashMap<String, Tail>,
+    bars: HashMap<String, ProgressBar>,
+    names: HashMap<String, String>,
+}
+
+impl Watch {
+    fn new(root: &Path, id: &AgentId, view: View) -> Watch {
+        Watch {
+            steps: crate::domain::layout::Layout::new(root).steps(id).parent().map(Path::to_owned).unwrap_or_default(),
+            below: format!("{id}."),
+            view,
+            ws: Workspace::open(root).ok(),
+            tails: HashMap::new(),
+            bars: HashMap::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    /// Reads what every descendant's events file gained; on the first pass only notes
+    /// where the files end.
+    fn pass(&mut self, first: bool) {
+        let mut agents: Vec<String> = std::fs::read_dir(&self.steps)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&self.below))
+            .collect();
+        agents.sort();
+        for agent in agents {
+            let path = self.steps.join(&agent).join(events::FILE);
+            let Ok(mut file) = std::fs::File::open(&path) else { continue };
+            let tail = self.tails.entry(agent.clone()).or_default();
+            if first {
+                tail.offset = file.metadata().map(|m| m.len()).unwrap_or(0);
+                continue;
+            }
+            let mut fresh = Vec::new();
+            if file.seek(SeekFrom::Start(tail.offset)).is_err() || file.read_to_end(&mut fresh).is_err() {
+                continue;
+            }
+            tail.offset += fresh.len() as u64;
+            tail.partial.extend_from_slice(&fresh);
+            let Some(end) = tail.partial.iter().rposition(|&b| b == b'\n') else { continue };
+            let complete: Vec<u8> = tail.partial.drain(..=end).collect();
+            for line in complete.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                if let Ok(event) = serde_json::from_slice::<Value>(line) {
+                    self.show(&agent, &event);
+                }
+            }
+        }
+    }
+
+    fn name(&mut self, agent: &str) -> String {
+        if let Some(name) = self.names.get(agent) {
+            return name.clone();
+        }
+        let name = AgentId::parse(agent)
+            .ok()
+            .and_then(|id| self.ws.as_ref().and_then(|ws| agents::name_of(ws, &id)))
+            .map(|n| format!("{agent} {n}"))
+            .unwrap_or_else(|| agent.to_owned());
+        self.names.insert(agent.to_owned(), name.clone());
+        name
+    }
+
+    fn show(&mut self, agent: &str, event: &Value) {
+        if let View::Json = self.view {
+            let _ = writeln!(std::io::stdout().lock(), "{event}");
+            return;
+        }
+        let Some(what) = describe(event) else { return };
+        let name = self.name(agent);
+        match self.view.clone() {
+            View::Json => {}
+            View::Lines => {
+                if what.notable {
+                    let _ = writeln!(std::io::stderr().lock(), "  [{name}] {}", what.text);
+                }
+            }
+            View::Live(multi) => {
+                // A driver that ended and is woken again gets a fresh line.
+                if self.bars.get(agent).is_some_and(|b| b.is_finished()) && !what.last {
+                    self.bars.remove(agent);
+                }
+                let bar = self.bars.entry(agent.to_owned()).or_insert_with(|| {
+                    let bar = multi.add(ProgressBar::new_spinner());
+                    let style = ProgressStyle::with_template("{spinner} {prefix} {wide_msg}")
+                        .unwrap_or_else(|_| ProgressStyle::default_spinner());
+                    bar.set_style(style);
+                    bar.set_prefix(name);
+                    bar.enable_steady_tick(Duration::from_millis(120));
+                    bar
+                });
+                if what.last {
+                    // The end stays in the scrollback; the live line goes.
+                    bar.finish_and_clear();
+                    let _ = multi.println(format!("  [{}] {}", bar.prefix(), what.text));
+                } else {
+                    bar.set_message(what.text);
+                }
+            }
+        }
+    }
+
+    /// Clears the lines of agents still at work when the attached driver ends.
+    fn close(&mut self) {
+        for bar in self.bars.values() {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// An event in a few words for the live line or a progress line.
+struct Described {
+    text: String,
+    /// Worth a line of its own when there is no live display.
+    notable: bool,
+    /// The agent's driver ended.
+    last: bool,
+}
+
+fn describe(event: &Value) -> Option<Described> {
+    let s = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or_default();
+    let line = |text: String, notable: bool| Some(Described { text, notable, last: false });
+    match s("type") {
+        "step" => line(format!("step {} ({})", event["step"], s("model")), false),
+        "text" => line(first_line(s("text")), false),
+        "tool_call" => line(format!("→ {} {}", s("name"), first_line(&call_gist(&event["input"]))), true),
+        "tool_result" => line(format!("← {}", first_line(s("summary"))), false),
+        "waiting" => line(format!("waiting for {} agents below it", event["children"]), false),
+        "transfer" => line(format!("merged {} files from `{}`", event["files"], s("child")), true),
+        "conflict" => line(format!("`{}`'s work conflicts in {} files", s("child"), event["files"]), true),
+        "attempt_failed" => line(format!("attempt failed: {}", first_line(s("error"))), true),
+        "repaired" => line(s("what").to_owned(), true),
+        "end" => {
+            let text = match s("outcome") {
+                "final-response" => format!("answered: {}", first_line(s("text"))),
+                "interrupted" => format!("stopped ({})", s("reason")),
+                "budget-exhausted" => format!("stopped: budget exhausted ({})", s("error")),
+                "busy" => return None,
+                _ => format!("failed: {}", first_line(s("error"))),
+            };
+            Some(Described { text, notable: true, last: true })
+        }
+        _ => None,
+    }
+}
+
+fn first_line(text: &str) -> String {
+    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > 80 { format!("{}…", flat.chars().take(80).collect::<String>()) } else { flat }
+}

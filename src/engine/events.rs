@@ -1,0 +1,114 @@
+//! A driver's events as JSON lines: what `--json` prints, and what every driver
+//! appends to `steps/<id>/events.ndjson` so whoever is attached to an ancestor can
+//! follow it (each line carries its `agent`).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::infra::provider::Delta;
+
+use super::directory::Repair;
+use super::driver::{Event, Observer};
+
+/// The file a driver's events are appended to, in the agent's step records.
+pub const FILE: &str = "events.ndjson";
+
+/// `event` as one JSON object tagged with `agent`; `None` for deltas other than text.
+pub fn to_json(agent: &str, event: &Event<'_>) -> Option<Value> {
+    let mut v = match event {
+        Event::Delta(Delta::Text(text)) => json!({"type": "text", "text": text}),
+        Event::Delta(_) => return None,
+        Event::Delivered { sender } => json!({"type": "delivered", "from": sender}),
+        Event::Settled { tool_use_id } => json!({"type": "settled", "tool_use_id": tool_use_id}),
+        Event::StepStarted { step, provider, model } => {
+            json!({"type": "step", "step": step, "provider": provider, "model": model})
+        }
+        Event::Usage { step, usage, cost_usd } => {
+            json!({"type": "usage", "step": step, "usage": usage, "cost_usd": cost_usd})
+        }
+        Event::AttemptFailed { attempt, error, retry_in_ms } => {
+            json!({"type": "attempt_failed", "attempt": attempt, "error": error, "retry_in_ms": retry_in_ms})
+        }
+        Event::ToolStarted { name, input } => json!({"type": "tool_call", "name": name, "input": input}),
+        Event::ToolFinished { name, is_error, summary } => {
+            json!({"type": "tool_result", "name": name, "is_error": is_error, "summary": summary})
+        }
+        Event::Repaired(repair) => json!({"type": "repaired", "what": repaired(*repair)}),
+        Event::Transferred { child, files } => json!({"type": "transfer", "child": child, "files": files}),
+        Event::Conflicted { child, files } => json!({"type": "conflict", "child": child, "files": files}),
+        Event::Waiting { children } => json!({"type": "waiting", "children": children}),
+    };
+    v["agent"] = agent.into();
+    Some(v)
+}
+
+/// What a repair did, in words.
+pub fn repaired(repair: Repair) -> String {
+    match repair {
+        Repair::Rebuilt => "the agent's directory was missing; it was rebuilt from its branch".into(),
+        Repair::DotGit => "the directory's `.git` was changed; it points at the agent's repository again".into(),
+        Repair::Reattached => {
+            "the directory was no longer a worktree of the agents' repository; it was attached again".into()
+        }
+        Repair::HarnessFiles(n) => format!("{n} files of `.offshoot/` differed from the branch and were put back"),
+    }
+}
+
+/// Passes every event on to `inner` and appends it to the agent's events file; the
+/// text of a model output is written as one `text` event when the output ends (the
+/// file is for following an agent, not for replaying its deltas).
+pub struct Logged<'a> {
+    agent: String,
+    path: PathBuf,
+    text: String,
+    inner: &'a mut dyn Observer,
+}
+
+impl<'a> Logged<'a> {
+    pub fn new(steps_dir: &Path, agent: &str, inner: &'a mut dyn Observer) -> Logged<'a> {
+        Logged { agent: agent.to_owned(), path: steps_dir.join(FILE), text: String::new(), inner }
+    }
+
+    /// Appends one event (and any text gathered before it). A write that fails costs
+    /// only the followers a line; the driver goes on.
+    pub fn append(&mut self, value: &Value) {
+        let mut lines = String::new();
+        if !self.text.is_empty() {
+            let text = json!({"type": "text", "text": std::mem::take(&mut self.text), "agent": self.agent});
+            lines.push_str(&format!("{text}\n"));
+        }
+        lines.push_str(&format!("{value}\n"));
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path);
+        // One write per batch of lines: appends from one driver never interleave.
+        if let Ok(mut file) = file {
+            let _ = file.write_all(lines.as_bytes());
+        }
+    }
+
+    /// Ends the log of this run with `end`.
+    pub fn end(&mut self, end: Value) {
+        let mut end = end;
+        end["agent"] = self.agent.as_str().into();
+        self.append(&end);
+    }
+}
+
+impl Observer for Logged<'_> {
+    fn event(&mut self, event: Event<'_>) {
+        match &event {
+            Event::Delta(Delta::Text(text)) => self.text.push_str(text),
+            Event::Delta(_) => {}
+            other => {
+                if let Some(value) = to_json(&self.agent, other) {
+                    self.append(&value);
+                }
+            }
+        }
+        self.inner.event(event);
+    }
+}
