@@ -7,7 +7,8 @@
 //! tool's process, the record files), overhead at the start and end of the
 //! conversation, and peak memory.
 //!
-//! Run: `cargo bench --bench step_loop -- [STEPS]` (default 1000).
+//! Run: `cargo bench --bench step_loop -- [STEPS]` (default 1000); with
+//! `OFFSHOOT_BENCH_BUDGETS=1` every whole-tree budget is set (and never reached).
 
 #[path = "../tests/cli/support/server.rs"]
 mod server;
@@ -74,7 +75,18 @@ fn main() {
     let mut files = template_files(None).expect("template");
     for (path, bytes) in files.iter_mut() {
         if path == "offshoot.toml" {
-            let text = set_key(&String::from_utf8_lossy(bytes), "providers.anthropic.base_url", &server.url());
+            let mut text = set_key(&String::from_utf8_lossy(bytes), "providers.anthropic.base_url", &server.url());
+            // Every whole-tree budget set and never reached: the checks run at each step.
+            if std::env::var_os("OFFSHOOT_BENCH_BUDGETS").is_some() {
+                for (key, value) in [
+                    ("budgets.max_steps", "1000000000"),
+                    ("budgets.max_tokens", "1000000000000"),
+                    ("budgets.max_cost_usd", "1000000"),
+                    ("budgets.max_wall_seconds", "1000000000"),
+                ] {
+                    text = set_key(&text, key, value);
+                }
+            }
             *bytes = text.into_bytes();
         }
     }
