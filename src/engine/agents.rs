@@ -228,6 +228,14 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     };
     let fork_facts = snapshot::read_facts(&ws.repo, fork_point)?;
     let head = directory::recorded_position(ws, &fork_facts, fork_point)?.head;
+    // A bad or taken name is refused before an id is claimed (the claim itself is
+    // what settles a race for the name).
+    if let Some(name) = child.name {
+        id::validate_name(name)?;
+        if let Some(holder) = ws.repo.mark(NAMES, name)? {
+            return Err(AgentError::NameTaken(name.to_owned(), String::from_utf8_lossy(&holder).into_owned()));
+        }
+    }
     let id = claim_child_id(ws, parent)?;
     let made = (|| -> Result<()> {
         let name = claim_name(ws, &id, child.name, child.random)?;

@@ -150,12 +150,6 @@ fn depth_beyond_the_budget_is_refused_before_anything_exists() {
     assert!(!t.ws.join("inbox").join(format!("{parent}.1")).exists());
 }
 
-/// Keeps the helper used when a test needs it.
-#[allow(dead_code)]
-fn results_of(server: &Server, name: &str) -> usize {
-    server.requests_for(name).len()
-}
-
 #[test]
 fn a_fork_gets_exactly_the_tools_its_role_grants_now() {
     let (server, t) = TestWorkspace::served("kids-fork-tools", Dialect::Anthropic);
@@ -415,4 +409,43 @@ fn an_attached_prompt_shows_every_agent_of_the_tree_and_its_json_names_each_agen
     let kid = format!("{}.1", id_of(&t, "Lines"));
     assert!(run.stderr.contains(&format!("  [{kid} LinesKid] → bash ls")), "{}", run.stderr);
     assert!(run.stderr.contains(&format!("  [{kid} LinesKid] answered: listed")), "{}", run.stderr);
+}
+
+#[test]
+fn a_refused_dispatch_names_the_problem_and_leaves_nothing_behind() {
+    let (server, t) = TestWorkspace::served("kids-refused", Dialect::Anthropic);
+    server.endless_text("ok");
+    t.run(&["prompt", "--name", "Home", "be a parent"]).ok();
+    t.run(&["dispatch", "Home", "--goal", "first", "--name", "Taken"]).ok();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !t.agents().iter().all(|a| a["state"] == "done") {
+        assert!(std::time::Instant::now() < until, "{:?}", t.agents());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let snapshot = || {
+        let refs = t.git(&["for-each-ref", "--format=%(refname)"]);
+        let dirs = |d: &str| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(t.ws.join(d))
+                .map(|r| r.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+                .unwrap_or_default();
+            v.sort();
+            v
+        };
+        (refs, dirs("agents"), dirs("inbox"), dirs("index"))
+    };
+    let before = snapshot();
+    let cases: [(&[&str], &str); 6] = [
+        (&["dispatch", "Home", "--goal", "x", "--role", "nobody"], "role `nobody` does not exist"),
+        (&["dispatch", "Home", "--goal", "x", "--name", "9lives"], "name `9lives` is not valid"),
+        (&["dispatch", "Home", "--goal", "x", "--name", "Taken"], "name `Taken` is already taken"),
+        (&["dispatch", "Home", "--goal", "  "], "the message is empty"),
+        (&["dispatch", "Home", "--goal", "x", "--from", "Home~99"], "names no commit"),
+        (&["dispatch", "Nobody", "--goal", "x"], "`Nobody`"),
+    ];
+    for (args, says) in cases {
+        let run = t.run(args);
+        assert_ne!(run.code, 0, "{args:?}");
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+        assert_eq!(snapshot(), before, "{args:?} left something behind");
+    }
 }
