@@ -9,6 +9,8 @@
 //!
 //! Run: `cargo bench --bench children -- [CHILDREN] [STEPS]` (default 100 × 5).
 
+#[path = "support/memory.rs"]
+mod memory;
 #[path = "../tests/cli/support/server.rs"]
 mod server;
 
@@ -30,16 +32,6 @@ impl Observer for Quiet {
     fn event(&mut self, _: Event<'_>) {}
 }
 
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Watches every `offshoot` process while the tree runs and keeps the largest peak
 /// RSS seen (VmHWM, KiB). Sampled every 20 ms, so a driver that lives less than that
 /// may be missed; with steps to take, none does.
@@ -52,13 +44,7 @@ fn watch_drivers(done: std::sync::Arc<std::sync::atomic::AtomicBool>) -> std::th
                 if !status.lines().any(|l| l == "Name:\toffshoot") {
                     continue;
                 }
-                let hwm = status
-                    .lines()
-                    .find(|l| l.starts_with("VmHWM:"))
-                    .and_then(|l| l.split_whitespace().nth(1))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0);
-                peak = peak.max(hwm);
+                peak = peak.max(memory::peak_rss_kib(&status));
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
@@ -121,7 +107,7 @@ fn main() {
     println!("model calls served: {}", server.served());
     println!(
         "peak RSS: parent process (its driver and the server) {} KiB, largest child driver {child_peak} KiB",
-        peak_rss_kib()
+        memory::own_peak_rss_kib()
     );
     if std::env::var_os("OFFSHOOT_BENCH_KEEP").is_none() {
         let _ = std::fs::remove_dir_all(&root);

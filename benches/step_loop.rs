@@ -10,6 +10,8 @@
 //! Run: `cargo bench --bench step_loop -- [STEPS]` (default 1000); with
 //! `OFFSHOOT_BENCH_BUDGETS=1` every whole-tree budget is set (and never reached).
 
+#[path = "support/memory.rs"]
+mod memory;
 #[path = "../tests/cli/support/server.rs"]
 mod server;
 
@@ -39,16 +41,6 @@ impl Observer for Clock {
             self.starts.push(Instant::now());
         }
     }
-}
-
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
 }
 
 fn mean_ms(d: &[Duration]) -> f64 {
@@ -96,7 +88,7 @@ fn main() {
     let spawn =
         Start { message: "Run echo steps.", name: Some("Bench"), now: Timestamp::now(), random: 12345, env: &env };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
-    let rss_before = peak_rss_kib();
+    let rss_before = memory::own_peak_rss_kib();
 
     let mut clock = Clock { starts: Vec::new() };
     let started = Instant::now();
@@ -104,7 +96,7 @@ fn main() {
     let runtime = Runtime::new(ws.layout.clone(), "offshoot".into(), env, Default::default());
     driver::run(&ws, &runtime, &id, &mut clock).expect("run");
     let total = started.elapsed();
-    let rss_after = peak_rss_kib();
+    let rss_after = memory::own_peak_rss_kib();
     // A driver that starts with nothing due: it opens the directory (checking
     // `.offshoot/` against the tip, every transcript entry hashed) and lets go.
     let restart = Instant::now();
