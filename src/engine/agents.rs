@@ -509,14 +509,25 @@ pub fn stop_tree(
 ) -> Result<Vec<(AgentId, Stopped)>> {
     let mut tree = descendants(ws, id)?;
     tree.push(id.clone());
-    tree.sort_by_key(|a| std::cmp::Reverse(a.depth()));
-    for agent in &tree {
+    stop_all(ws, rt, tree, patience)
+}
+
+/// Marks every one of `agents` stopped, then stops each running driver, deepest first,
+/// waiting up to `patience` for each to settle (zero: asked, not waited for).
+pub fn stop_all(
+    ws: &Workspace,
+    rt: &Runtime,
+    mut agents: Vec<AgentId>,
+    patience: std::time::Duration,
+) -> Result<Vec<(AgentId, Stopped)>> {
+    agents.sort_by_key(|a| std::cmp::Reverse(a.depth()));
+    for agent in &agents {
         if let Some(tip) = ws.repo.branch_tip(&agent.branch())? {
             ws.repo.set_mark(super::driver::STOPPED, agent.as_str(), tip.to_string().as_bytes())?;
         }
     }
     let mut out = Vec::new();
-    for agent in tree {
+    for agent in agents {
         let stopped =
             rt.stop(&agent, patience).map_err(|e| AgentError::Stop { id: agent.to_string(), reason: e.to_string() })?;
         out.push((agent, stopped));

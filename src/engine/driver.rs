@@ -56,6 +56,8 @@ pub enum DriverError {
     Unknown(String),
     #[error("cannot wake agent `{id}`: {reason}")]
     Wake { id: String, reason: String },
+    #[error("cannot stop the agents below `{id}`: {reason}")]
+    StopBelow { id: String, reason: String },
     #[error("agent `{id}` was {}", reason.words())]
     Interrupted { id: String, reason: Reason },
     #[error("agent `{id}` was stopped: its budget is exhausted ({spend})")]
@@ -239,12 +241,7 @@ fn run_locked(
             Ok(true) => continue,
             Ok(false) => {}
             Err(DriverError::Interrupted { reason: Reason::Stopped, .. }) => return Err(stopped_at_tip(ws, rt, id)?),
-            Err(DriverError::Interrupted { reason: Reason::User, .. }) => {
-                if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
-                    ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
-                }
-                return Err(DriverError::Interrupted { id: id.to_string(), reason: Reason::User });
-            }
+            Err(DriverError::Interrupted { reason: Reason::User, .. }) => return Err(interrupted_by_user(ws, rt, id)?),
             Err(e) => return Err(e),
         }
         observer.end(end_event(Ok(&end)));
@@ -326,12 +323,7 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
             Err(stopped(ws, rt, id, driver.facts.parent.as_deref(), driver.tip()?)?)
         }
         Err(DriverError::Exhausted { spend, .. }) => Err(driver.exhaust(&spend)?),
-        Err(DriverError::Interrupted { id, reason: Reason::User }) => {
-            // Ctrl-C stops the agent as `offshoot stop` would: its children's results
-            // wait for it instead of starting it again behind the user's back.
-            ws.repo.set_mark(STOPPED, &id, driver.tip()?.to_string().as_bytes())?;
-            Err(DriverError::Interrupted { id, reason: Reason::User })
-        }
+        Err(DriverError::Interrupted { reason: Reason::User, .. }) => Err(interrupted_by_user(ws, rt, id)?),
         other => other,
     };
     let end = result?;
@@ -693,16 +685,12 @@ impl<'a> Driver<'a> {
         let mut tree: Vec<AgentId> = agents::descendants(self.ws, &root)?;
         tree.push(root);
         for agent in &tree {
-            if let Some(tip) = self.ws.repo.branch_tip(&agent.branch())? {
-                self.ws.repo.set_mark(EXHAUSTED, agent.as_str(), spend.as_bytes())?;
-                self.ws.repo.set_mark(STOPPED, agent.as_str(), tip.to_string().as_bytes())?;
-            }
+            self.ws.repo.set_mark(EXHAUSTED, agent.as_str(), spend.as_bytes())?;
         }
         let error = stopped(self.ws, self.runtime, &self.id, self.facts.parent.as_deref(), self.tip()?)?;
-        for agent in tree.iter().filter(|a| **a != self.id) {
-            // Asked, not waited for: each settles its calls on its own.
-            let _ = self.runtime.stop(agent, std::time::Duration::ZERO);
-        }
+        // Asked, not waited for: each settles its calls on its own.
+        let others = tree.into_iter().filter(|a| *a != self.id).collect();
+        let _ = agents::stop_all(self.ws, self.runtime, others, std::time::Duration::ZERO);
         Ok(error)
     }
 
@@ -1186,6 +1174,20 @@ fn stopped(ws: &Workspace, rt: &Runtime, id: &AgentId, parent: Option<&str>, tip
         Some(spend) => DriverError::Exhausted { id: id.to_string(), spend },
         None => DriverError::Interrupted { id: id.to_string(), reason: Reason::Stopped },
     })
+}
+
+/// Ctrl-C stops the agent as `offshoot stop` would: it and every agent below it are
+/// marked stopped (their results wait instead of starting anything behind the user's
+/// back) and the drivers below are asked to stop; no obituary goes up, the user is
+/// here.
+fn interrupted_by_user(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<DriverError> {
+    if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
+        ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
+    }
+    let below = agents::descendants(ws, id)?;
+    agents::stop_all(ws, rt, below, std::time::Duration::ZERO)
+        .map_err(|e| DriverError::StopBelow { id: id.to_string(), reason: e.to_string() })?;
+    Ok(DriverError::Interrupted { id: id.to_string(), reason: Reason::User })
 }
 
 /// [`stopped`] for an agent no driver has open.

@@ -449,3 +449,45 @@ fn a_refused_dispatch_names_the_problem_and_leaves_nothing_behind() {
         assert_eq!(snapshot(), before, "{args:?} left something behind");
     }
 }
+
+#[test]
+fn ctrl_c_on_an_attached_prompt_stops_the_agents_below_it_too() {
+    let (server, t) = TestWorkspace::served("kids-ctrl-c", Dialect::Anthropic);
+    server.push_for("Top", [dispatch("d1", "Below", "sleep a while"), Turn::text("waiting")]);
+    server.push_for("Below", [Turn::bash("s1", "sleep 20 && echo late > late.txt")]);
+    let prompt = t
+        .command()
+        .args(["prompt", "--name", "Top", "watch a sleeper"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let record = || {
+        let top = t.agents().into_iter().find(|a| a["name"] == "Top")?;
+        let below = format!("{}.1", top["id"].as_str()?);
+        t.steps_dir(&below).join("0001/tools/s1/pgid").exists().then_some(below)
+    };
+    let below = loop {
+        if let Some(below) = record() {
+            break below;
+        }
+        assert!(std::time::Instant::now() < until, "the child's command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let sent = std::process::Command::new("kill").args(["-INT", &prompt.id().to_string()]).status().expect("kill");
+    assert!(sent.success());
+    let out = prompt.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    // The child was stopped too: its call settled, its driver gone, nothing written later.
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while t.agents().iter().any(|a| a["state"] != "stopped") {
+        assert!(std::time::Instant::now() < until, "{:?}", t.agents());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = t.run(&["log", "--json", &below]);
+    let entries: Vec<serde_json::Value> = log.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let settled = entries.iter().rev().find(|e| e["side"] == "tool").expect("settled call");
+    assert!(settled["result"]["content"].as_str().expect("text").starts_with("stopped; its processes were killed"));
+    assert!(!t.ws.join("agents").join(&below).join("late.txt").exists());
+}
