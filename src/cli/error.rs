@@ -85,6 +85,7 @@ impl From<AgentError> for CliError {
             | AgentError::NameIsId(..)
             | AgentError::Ambiguous { .. }
             | AgentError::TooDeep { .. }
+            | AgentError::CompactorRole
             | AgentError::UnknownRole { .. }
             | AgentError::EmptyMessage
             | AgentError::UnknownRef(_)

@@ -227,6 +227,7 @@ fn describe(event: &Value) -> Option<Described> {
         "conflict" => line(format!("`{}`'s work conflicts in {} files", s("child"), event["files"]), true),
         "attempt_failed" => line(format!("attempt failed: {}", first_line(s("error"))), true),
         "repaired" => line(s("what").to_owned(), true),
+        "compaction" => line(s("note").to_owned(), true),
         "end" => {
             let text = match s("outcome") {
                 "final-response" => format!("answered: {}", first_line(s("text"))),

@@ -46,6 +46,8 @@ pub enum Verb {
     Log(verbs::log::Args),
     Show(verbs::show::Args),
     Stop(verbs::stop::Args),
+    Compact(verbs::compact::Args),
+    Uncompact(verbs::uncompact::Args),
     Scan(verbs::scan::Args),
     #[command(subcommand)]
     Config(verbs::config::Args),
@@ -69,6 +71,8 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Log(args) => verbs::log::run(&ctx, args),
         Verb::Show(args) => verbs::show::run(&ctx, args),
         Verb::Stop(args) => verbs::stop::run(&ctx, args),
+        Verb::Compact(args) => verbs::compact::run(&ctx, args),
+        Verb::Uncompact(args) => verbs::uncompact::run(&ctx, args),
         Verb::Scan(args) => verbs::scan::run(&ctx, args),
         Verb::Config(args) => verbs::config::run(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),

@@ -69,6 +69,10 @@ impl Observer for Live<'_> {
                 "· `{child}`'s work conflicts in {files} files; not merged (marked refs/offshoot/conflicted/{child})"
             )),
             Event::Waiting { children } => out.progress(&format!("· waiting for {children} agents below this one")),
+            Event::Compaction { outcome: "started", compactor, note } => {
+                out.progress(&format!("· compacting: `{compactor}` started ({note})"))
+            }
+            Event::Compaction { compactor, note, .. } => out.progress(&format!("· `{compactor}`: {note}")),
         }
     }
 }

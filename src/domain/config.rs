@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::grant;
+use super::{compaction, grant};
 use crate::infra::provider::Protocol;
 
 pub const FILE: &str = "offshoot.toml";
@@ -217,6 +217,10 @@ pub struct CompactionConfig {
     pub steps: Option<u32>,
     #[serde(default = "default_keep_recent")]
     pub keep_recent_steps: u32,
+    /// Whether a landing also removes the user's own messages of the compacted span
+    /// (by default they stay word for word).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drop_user_messages: bool,
 }
 
 fn default_keep_recent() -> u32 {
@@ -225,7 +229,13 @@ fn default_keep_recent() -> u32 {
 
 impl Default for CompactionConfig {
     fn default() -> Self {
-        CompactionConfig { trigger: Trigger::ContextPercent, percent: Some(70), steps: None, keep_recent_steps: 2 }
+        CompactionConfig {
+            trigger: Trigger::ContextPercent,
+            percent: Some(70),
+            steps: None,
+            keep_recent_steps: 2,
+            drop_user_messages: false,
+        }
     }
 }
 
@@ -378,7 +388,19 @@ impl Config {
                     format!("provider `{}` is not defined; defined: {}", role.provider, known.join(", ")),
                 ));
             }
+            if name == compaction::ROLE && !role.tools.is_empty() {
+                return Err(fail(
+                    key("tools"),
+                    format!("the compactor's tools are fixed ({}); leave `tools` out", compaction::TOOLS.join(", ")),
+                ));
+            }
             for tool in &role.tools {
+                if compaction::TOOLS.contains(&tool.as_str()) {
+                    return Err(fail(
+                        key("tools"),
+                        format!("`{tool}` is the compactor's alone; no role is granted it"),
+                    ));
+                }
                 if !grant::TOOLS.contains(&tool.as_str()) {
                     return Err(fail(
                         key("tools"),
@@ -475,6 +497,14 @@ impl Config {
 
     pub fn role(&self, name: &str) -> Option<&RoleConfig> {
         self.roles.get(name)
+    }
+
+    /// The tools role `name` may run: the compactor's fixed two, else the role's grant.
+    pub fn grant(&self, name: &str) -> Vec<String> {
+        if name == compaction::ROLE {
+            return compaction::TOOLS.iter().map(|t| (*t).to_owned()).collect();
+        }
+        self.role(name).map(|r| r.tools.clone()).unwrap_or_default()
     }
 }
 
@@ -589,6 +619,23 @@ mod tests {
         let err = Config::parse(text, &|p| p != "souls/worker.md").expect_err("no soul");
         assert_eq!(err.key, "roles.worker");
         assert_eq!(err.rule, "role `worker` has no soul: add `souls/worker.md`");
+    }
+
+    #[test]
+    fn the_compactors_tools_are_fixed_and_its_alone() {
+        let base = DEFAULT_FILES[0].1;
+        let text = base.replace("tools = []", "tools = [\"bash\"]");
+        let err = Config::parse(&text, &defaults_have).expect_err("compactor with tools");
+        assert_eq!(err.key, "roles.compactor.tools");
+        assert!(err.rule.contains("fixed (write_summary, mark_for_deletion)"), "{}", err.rule);
+        let text = base.replace("\"load_skill\"]", "\"load_skill\", \"write_summary\"]");
+        let err = Config::parse(&text, &defaults_have).expect_err("worker with a compactor tool");
+        assert_eq!(
+            (err.key.as_str(), err.rule.as_str()),
+            ("roles.worker.tools", "`write_summary` is the compactor's alone; no role is granted it")
+        );
+        let config = Config::parse(base, &defaults_have).expect("default");
+        assert_eq!(config.grant("compactor"), ["write_summary", "mark_for_deletion"]);
     }
 }
 

@@ -4,6 +4,7 @@
 
 pub mod agent;
 pub mod budget;
+pub mod compaction;
 pub mod config;
 pub mod context;
 pub mod glob;

@@ -2,6 +2,7 @@
 //! name, listing, and discarding an agent that never got going.
 
 use crate::domain::agent::{self, AgentFacts};
+use crate::domain::compaction;
 use crate::domain::id::{self, AgentId, IdError};
 use crate::domain::inbox::Deposit;
 use crate::domain::transcript;
@@ -36,6 +37,8 @@ pub enum AgentError {
     TooDeep { parent: String, depth: u32, max: u32 },
     #[error("no child is dispatched: the budget is exhausted ({0})")]
     Exhausted(String),
+    #[error("role `compactor` is started by the harness only (`offshoot compact <agent>`), never dispatched")]
+    CompactorRole,
     #[error("role `{role}` does not exist in config lineage `{lineage}`")]
     UnknownRole { role: String, lineage: String },
     #[error("the message is empty")]
@@ -83,7 +86,7 @@ pub struct Listing {
 /// Starts a root agent: dispatch commit on the lineage head, worktree, goal deposit.
 pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> Result<AgentId> {
     let (config_tip, config) = ws.config(lineage)?;
-    check_spawn(role, lineage, spawn.message, spawn.env, &config)?;
+    check_spawn(role, lineage, spawn.message, spawn.env, &config, false)?;
     let id = fresh_id(ws, spawn.random)?;
     let name = claim_name(ws, &id, spawn.name, spawn.random)?;
     let made = make_root(ws, &id, &name, role, lineage, spawn, config_tip, &config);
@@ -128,7 +131,7 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     let source_facts = snapshot::read_facts(&ws.repo, source)?;
     let (config_tip, config) = ws.config(&source_facts.lineage)?;
     let role = source_facts.role.as_str();
-    check_spawn(role, &source_facts.lineage, spawn.message, spawn.env, &config)?;
+    check_spawn(role, &source_facts.lineage, spawn.message, spawn.env, &config, false)?;
     let id = fresh_id(ws, spawn.random)?;
     let name = claim_name(ws, &id, spawn.name, spawn.random)?;
     let made = make_fork(ws, &id, &name, source, &source_facts, spawn, config_tip, &config);
@@ -193,6 +196,9 @@ pub struct Child<'a> {
     pub now: Timestamp,
     pub random: u32,
     pub env: &'a Env,
+    /// A compactor: the one child that inherits the transcript (summaries and skills
+    /// too), and the only way a `compactor` is started.
+    pub compactor: bool,
 }
 
 /// Starts a child of `parent`: id `<parent>.<n>`, a fresh `.offshoot/` (its own
@@ -204,8 +210,9 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     let parent_tip = ws.repo.branch_tip(&parent.branch())?.ok_or_else(|| AgentError::Unknown(parent.to_string()))?;
     let parent_facts = snapshot::read_facts(&ws.repo, parent_tip)?;
     let (config_tip, config) = ws.config(&parent_facts.lineage)?;
-    check_spawn(child.role, &parent_facts.lineage, child.goal, child.env, &config)?;
-    if parent.depth() + 1 > config.budgets.max_depth {
+    check_spawn(child.role, &parent_facts.lineage, child.goal, child.env, &config, child.compactor)?;
+    // A compactor dispatches nothing, so it cannot deepen a tree: depth does not bar it.
+    if !child.compactor && parent.depth() + 1 > config.budgets.max_depth {
         return Err(AgentError::TooDeep {
             parent: parent.to_string(),
             depth: parent.depth(),
@@ -250,7 +257,15 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
         };
         let position = Position { branch: Some(name.clone()), head };
         let made = (|| -> Result<()> {
-            let mut edits = vec![TreeEdit::Remove { path: agent::DIR.into() }];
+            // A compactor keeps the transcript, summaries and skills it compacts.
+            let mut edits = match child.compactor {
+                false => vec![TreeEdit::Remove { path: agent::DIR.into() }],
+                true => [agent::TOOLS, compaction::NOMINATED]
+                    .into_iter()
+                    .filter(|p| ws.repo.entry_id(fork_point, p).ok().flatten().is_some())
+                    .map(|p| TreeEdit::Remove { path: p.into() })
+                    .collect(),
+            };
             edits.extend(dispatch_files(ws, config_tip, &config, &facts, &position)?);
             edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: child.goal.as_bytes().to_vec() });
             let subject = format!("dispatch {id}: {}", first_line(child.goal));
@@ -305,16 +320,21 @@ const IDS: &str = "ids";
 const NAMES: &str = "names";
 
 /// Checks what every spawn needs before anything is written: a message, a role
-/// that exists, a sandbox this kernel can enforce.
+/// that exists (`compactor` only for a compaction, and a compaction only as one), a
+/// sandbox this kernel can enforce.
 fn check_spawn(
     role: &str,
     lineage: &str,
     message: &str,
     env: &Env,
     config: &crate::domain::config::Config,
+    compactor: bool,
 ) -> Result<()> {
     if message.trim().is_empty() {
         return Err(AgentError::EmptyMessage);
+    }
+    if (role == compaction::ROLE) != compactor {
+        return Err(AgentError::CompactorRole);
     }
     let Some(role_config) = config.role(role) else {
         return Err(AgentError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() });
@@ -405,8 +425,7 @@ fn dispatch_files(
         TreeEdit::Write { path: agent::SOUL.into(), bytes: soul },
         TreeEdit::Write { path: agent::GIT.into(), bytes: agent::position_text(position).into_bytes() },
     ];
-    let grant = config.role(&facts.role).map(|r| r.tools.clone()).unwrap_or_default();
-    for name in grant {
+    for name in config.grant(&facts.role) {
         if let Some(handler) = tools::handler(&name) {
             let spec = serde_json::to_vec_pretty(&handler.spec()).unwrap_or_default();
             edits.push(TreeEdit::Write { path: format!("{}/{name}.json", agent::TOOLS), bytes: spec });

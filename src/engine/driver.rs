@@ -15,6 +15,7 @@ use std::rc::Rc;
 use serde_json::{Value, json};
 
 use crate::domain::agent::{self, AgentFacts};
+use crate::domain::compaction;
 use crate::domain::config::Config;
 use crate::domain::context;
 use crate::domain::grant;
@@ -37,6 +38,7 @@ use std::sync::Arc;
 
 use super::agents;
 use super::budget::{self, Records};
+use super::compaction as compaction_engine;
 use super::containment::{self, Site};
 use super::directory::{self, Repair};
 use super::events;
@@ -58,6 +60,8 @@ pub enum DriverError {
     Wake { id: String, reason: String },
     #[error("cannot stop the agents below `{id}`: {reason}")]
     StopBelow { id: String, reason: String },
+    #[error("cannot land the compaction of `{compactor}`: {reason}")]
+    Landing { compactor: String, reason: String },
     #[error("agent `{id}` was {}", reason.words())]
     Interrupted { id: String, reason: Reason },
     #[error("agent `{id}` was stopped: its budget is exhausted ({spend})")]
@@ -157,6 +161,13 @@ pub enum Event<'a> {
     /// Nothing is due, but children are still at work: the driver waits for them.
     Waiting {
         children: usize,
+    },
+    /// A compaction of this agent `started`, `landed`, or ended without landing
+    /// (`declined`); `note` says what it did.
+    Compaction {
+        compactor: &'a str,
+        outcome: &'a str,
+        note: &'a str,
     },
 }
 
@@ -596,7 +607,10 @@ impl<'a> Driver<'a> {
             // Only the oldest can have been committed before a crash kept its file
             // (with a transfer's note after it, for a child's result).
             let delivered = i == 0 && last_message.as_deref().is_some_and(|m| m.starts_with(p.text.as_str()));
-            if !delivered {
+            if !delivered && self.is_compactor(&p.sender)? {
+                // A compactor's result is landed (or let go), never delivered.
+                tip = self.land(tip, &p.sender, &p.text, observer)?;
+            } else if !delivered {
                 let mut text = p.text.clone();
                 // A child's final result brings its work: merged in just before it.
                 if let Some(header) = Header::parse(&p.text)
@@ -615,6 +629,70 @@ impl<'a> Driver<'a> {
             std::fs::remove_file(&p.path).map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
         }
         Ok((tip, next))
+    }
+
+    /// Whether `sender` is a compactor working for this agent.
+    fn is_compactor(&self, sender: &str) -> Result<bool> {
+        if !results::is_child(self.id.as_str(), sender) {
+            return Ok(false);
+        }
+        let Ok(child) = AgentId::parse(sender) else { return Ok(false) };
+        let Some(tip) = self.ws.repo.branch_tip(&child.branch())? else { return Ok(false) };
+        Ok(super::snapshot::read_facts(&self.ws.repo, tip).is_ok_and(|f| f.role == compaction::ROLE))
+    }
+
+    /// Lands compactor `compactor`'s result `text` on `tip` as one commit (§10.4):
+    /// the span's entries and the nominated paths leave (but what this agent changed
+    /// since the fork), the summary comes in. A result other than a final response, or
+    /// one without a summary, lands nothing. Either way the compaction is over.
+    fn land(&mut self, tip: CommitId, compactor: &str, text: &str, observer: &mut dyn Observer) -> Result<CommitId> {
+        let header = Header::parse(text);
+        let epitaph = header.as_ref().and_then(|h| h.epitaph.clone()).unwrap_or_default();
+        let terminal = header.as_ref().and_then(|h| h.terminal.as_deref()).and_then(|t| CommitId::from_str(t).ok());
+        if self.ws.repo.mark(compaction_engine::COMPACTING, self.id.as_str())?.as_deref() == Some(compactor.as_bytes())
+        {
+            self.ws.repo.delete_mark(compaction_engine::COMPACTING, self.id.as_str())?;
+        }
+        let (_, config) = self.config()?;
+        let plan = match terminal {
+            Some(terminal) if epitaph == FINAL_RESPONSE => {
+                compaction_engine::plan_landing(self.ws, tip, compactor, terminal, &config)
+                    .map_err(|e| DriverError::Landing { compactor: compactor.to_owned(), reason: e.to_string() })?
+            }
+            _ => None,
+        };
+        let Some(plan) = plan else {
+            let note = match epitaph.as_str() {
+                FINAL_RESPONSE => {
+                    "it answered without writing a summary (or had landed already); nothing changed".to_owned()
+                }
+                other => format!("it ended `{other}`; nothing changed"),
+            };
+            observer.event(Event::Compaction { compactor, outcome: "declined", note: &note });
+            return Ok(tip);
+        };
+        let Some(landing) = &plan.landing else { return Ok(tip) };
+        let files = plan.harness_removed.len() + plan.work_removed.len() - plan.entries_removed;
+        let message = format!(
+            "compaction {} from {compactor}: {} entries and {files} files out, {} in",
+            landing.number, plan.entries_removed, landing.summary
+        );
+        let commit = self.ws.repo.commit_edits(&[tip], Some(tip), &plan.edits, &message)?;
+        self.ws.repo.move_branch(&self.branch, commit, tip, &message)?;
+        let written: Vec<&str> = plan.harness_written.iter().map(|(p, _)| p.as_str()).collect();
+        self.guard.expect(plan.harness_removed.iter().map(String::as_str).chain(written));
+        self.dir.put_harness_files(&plan.harness_removed, &plan.harness_written)?;
+        self.dir.checkout_paths(commit, &plan.work_removed)?;
+        let kept = match plan.kept.len() {
+            0 => String::new(),
+            n => format!("; kept {n} nominated files this agent changed meanwhile: {}", plan.kept.join(", ")),
+        };
+        let note = format!(
+            "compaction {} landed: {} transcript entries and {files} files removed, summary {}{kept}",
+            landing.number, plan.entries_removed, landing.summary
+        );
+        observer.event(Event::Compaction { compactor, outcome: "landed", note: &note });
+        Ok(commit)
     }
 
     /// Merges child `child`'s work (its changes from its fork point to `terminal`,
@@ -804,7 +882,7 @@ impl<'a> Driver<'a> {
         observer: &mut dyn Observer,
     ) -> Result<CommitId> {
         let (config_commit, config) = self.config()?;
-        let grant = config.role(&self.facts.role).map(|r| r.tools.clone()).unwrap_or_default();
+        let grant = config.grant(&self.facts.role);
         let limits = &config.tool_output;
         let rules = config.role(&self.facts.role).map(|r| &r.context);
         let (commands, paths) = self.commands(&config)?;

@@ -39,6 +39,9 @@ pub fn to_json(agent: &str, event: &Event<'_>) -> Option<Value> {
         Event::Transferred { child, files } => json!({"type": "transfer", "child": child, "files": files}),
         Event::Conflicted { child, files } => json!({"type": "conflict", "child": child, "files": files}),
         Event::Waiting { children } => json!({"type": "waiting", "children": children}),
+        Event::Compaction { compactor, outcome, note } => {
+            json!({"type": "compaction", "outcome": outcome, "compactor": compactor, "note": note})
+        }
     };
     v["agent"] = agent.into();
     Some(v)

@@ -3,6 +3,7 @@
 mod support;
 
 mod children;
+mod compaction;
 mod containment;
 mod conversation;
 mod crash;

@@ -36,6 +36,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         now: Timestamp::now(),
         random: random_u32(),
         env: &ctx.env,
+        compactor: false,
     };
     let id = agents::create_child(&ws, &parent, &child)?;
     ctx.runtime(&ws).launch(&id)?;

@@ -1,5 +1,6 @@
 //! One file per verb: its arguments (the doc comment is its `--help`) and `run`.
 
+pub mod compact;
 pub mod completions;
 pub mod config;
 pub mod demo;
@@ -16,3 +17,4 @@ pub mod show;
 pub mod stop;
 pub mod tool;
 pub mod tree;
+pub mod uncompact;

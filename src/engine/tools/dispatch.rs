@@ -57,6 +57,7 @@ impl Handler for Dispatch {
             now: Timestamp::now(),
             random: random_u32(),
             env: agent.runtime.env(),
+            compactor: false,
         };
         let id = agents::create_child(&ws, &parent, &child).map_err(|e| refused(&e))?;
         let named = agents::name_of(&ws, &id).map(|n| format!(" ({n})")).unwrap_or_default();

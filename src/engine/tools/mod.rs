@@ -4,6 +4,7 @@
 //! context the engine builds. The driver knows no tool by name; the grant gate
 //! stands in front of the registry, in `toolcall`.
 
+mod compactor;
 mod dispatch;
 mod load_skill;
 mod message;
@@ -70,7 +71,13 @@ impl Handler for Builtin {
 }
 
 /// The tools that need the engine (the config, the runtime).
-static ENGINE_TOOLS: &[&dyn Handler] = &[&load_skill::LoadSkill, &dispatch::Dispatch, &message::Message];
+static ENGINE_TOOLS: &[&dyn Handler] = &[
+    &load_skill::LoadSkill,
+    &dispatch::Dispatch,
+    &message::Message,
+    &compactor::WriteSummary,
+    &compactor::MarkForDeletion,
+];
 
 /// The handler of tool `name`, if there is such a tool.
 pub fn handler(name: &str) -> Option<&'static dyn Handler> {

@@ -335,6 +335,22 @@ impl Repo {
         }
     }
 
+    /// The first parent of `commit`, if it has one.
+    pub fn first_parent(&self, commit: Oid) -> Result<Option<Oid>> {
+        let c = self.repo.find_commit(commit).map_err(lib(format!("read commit {commit}")))?;
+        Ok(c.parent_id(0).ok())
+    }
+
+    /// The id of what is at `path` in `commit` (a blob or a tree), if anything is.
+    pub fn entry_id(&self, commit: Oid, path: &str) -> Result<Option<Oid>> {
+        let tree = self.tree_of(commit)?;
+        match tree.get_path(Path::new(path)) {
+            Ok(e) => Ok(Some(e.id())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read {path}"), source }),
+        }
+    }
+
     /// The bytes of the file at `path` in `commit`, or `None` if there is no such file.
     pub fn read_file(&self, commit: Oid, path: &str) -> Result<Option<Vec<u8>>> {
         let tree = self.tree_of(commit)?;

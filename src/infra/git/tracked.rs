@@ -93,6 +93,31 @@ impl Tracked {
         Ok(())
     }
 
+    /// Brings the harness's files on disk in line with a commit made outside
+    /// [`Tracked::commit`]: `removed` leave, `written` are written. Nothing is followed
+    /// through a symlink: a path with one on the way is left (the guard puts the
+    /// directory back before the next call).
+    pub fn put_harness_files(&self, removed: &[String], written: &[(String, Vec<u8>)]) -> Result<()> {
+        for rel in removed {
+            let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+            let mut dir = self.root.clone();
+            let real = parts.split_last().is_some_and(|(_, ancestors)| {
+                ancestors.iter().all(|p| {
+                    dir.push(p);
+                    std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir())
+                })
+            });
+            if real {
+                let path = self.root.join(rel);
+                remove_entry(&path).map_err(|source| GitError::Io { path, source })?;
+            }
+        }
+        for (rel, bytes) in written {
+            write_file(&self.root, rel, bytes)?;
+        }
+        Ok(())
+    }
+
     /// Makes the in-memory index equal to `commit`'s tree less the harness's
     /// directory, keeping the stat data of entries that did not change.
     pub fn reset_index(&self, commit: Oid) -> Result<()> {

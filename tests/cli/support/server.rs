@@ -142,19 +142,28 @@ impl Server {
     /// Turns for the agent named `name` only (several agents at once take their
     /// turns from their own scripts, whatever order their requests come in).
     pub fn push_for(&self, name: &str, turns: impl IntoIterator<Item = Turn>) {
+        self.push_matching(&format!("Your name is {name}."), turns);
+    }
+
+    /// Turns for requests holding `key` anywhere (e.g. the goal a compactor is given),
+    /// checked after the per-name scripts that were pushed before it.
+    pub fn push_matching(&self, key: &str, turns: impl IntoIterator<Item = Turn>) {
         let mut s = self.state.lock().expect("state");
-        let key = format!("Your name is {name}.");
         let replies = turns.into_iter().map(Reply::Turn);
-        match s.scripts.iter_mut().find(|(k, _)| *k == key) {
+        match s.scripts.iter_mut().find(|(k, _)| k == key) {
             Some((_, script)) => script.extend(replies),
-            None => s.scripts.push((key, replies.collect())),
+            None => s.scripts.push((key.to_owned(), replies.collect())),
         }
+    }
+
+    /// The requests holding `key` anywhere.
+    pub fn requests_matching(&self, key: &str) -> Vec<Recorded> {
+        self.requests().into_iter().filter(|r| String::from_utf8_lossy(&r.raw).contains(key)).collect()
     }
 
     /// The requests made by the agent named `name`.
     pub fn requests_for(&self, name: &str) -> Vec<Recorded> {
-        let key = format!("Your name is {name}.");
-        self.requests().into_iter().filter(|r| String::from_utf8_lossy(&r.raw).contains(&key)).collect()
+        self.requests_matching(&format!("Your name is {name}."))
     }
 
     pub fn push_turns(&self, turns: impl IntoIterator<Item = Turn>) {

@@ -1,0 +1,31 @@
+use serde_json::json;
+
+use crate::cli::{CliError, Ctx};
+use crate::engine::agents;
+use crate::engine::compaction;
+
+/// Undo a landed compaction: what it removed comes back as a new commit (the summary
+/// stays)
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The agent's id or name
+    pub agent: String,
+    /// Which compaction (1 is the first); the last when left out
+    pub number: Option<u32>,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let id = agents::resolve(&ws, &args.agent)?;
+    let (landing, restored) = compaction::uncompact(&ws, &id, args.number)?;
+    if ctx.out.json {
+        ctx.out.event(&json!({"type": "uncompacted", "agent": id.as_str(), "number": landing.number,
+            "restored": restored}));
+    } else {
+        ctx.out.progress(&format!(
+            "· compaction {} of `{id}` undone: {restored} files back (its summary {} stays)",
+            landing.number, landing.summary
+        ));
+    }
+    Ok(())
+}

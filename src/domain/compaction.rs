@@ -1,0 +1,172 @@
+//! Compaction (§10), the pure parts: the compactor's fixed tools, what it may not
+//! nominate, which transcript entries a landing removes, and the ledger of landings
+//! an agent's tree keeps (`.offshoot/compactions`).
+
+use super::agent;
+use super::transcript::{self, Side};
+
+/// The role of every compactor; started by the harness only.
+pub const ROLE: &str = "compactor";
+
+/// A compactor's tools: built into the harness, never configurable.
+pub const TOOLS: &[&str] = &["write_summary", "mark_for_deletion"];
+
+/// Where a compactor keeps the paths it nominated, one per line.
+pub const NOMINATED: &str = ".offshoot/nominated";
+
+/// The ledger of landed compactions, one line each: `N <compactor id> <summary path>`.
+pub const LEDGER: &str = ".offshoot/compactions";
+
+/// Why `path` (relative to the agent's directory, normalised) may not be nominated,
+/// if it may not. `own` is whether this pass wrote it; `exists` whether it is there.
+pub fn decline(path: &str, own: bool, exists: bool) -> Option<String> {
+    let messages = format!("{}/", agent::MESSAGES);
+    if let Some(entry) = path.strip_prefix(&messages) {
+        let rule = match transcript::parse_name(entry) {
+            Ok((1, _, _)) => "the dispatch entry (the agent's opening message) is never deleted",
+            Ok((_, "user", Side::User)) => "the user's own messages are kept word for word",
+            _ => "transcript entries are not nominated: the landing removes the whole compacted span itself",
+        };
+        return Some(rule.to_owned());
+    }
+    if [agent::GOAL, agent::SOUL, agent::FACTS].contains(&path) {
+        return Some("it is a system slot file (goal, soul, facts), never deleted".to_owned());
+    }
+    let harness = format!("{}/", agent::DIR);
+    let nominable = [format!("{}/", agent::SUMMARIES), format!("{}/", agent::SKILLS)];
+    if (path == agent::DIR || path.starts_with(&harness)) && !nominable.iter().any(|p| path.starts_with(p.as_str())) {
+        return Some(
+            "it belongs to the harness; of `.offshoot/` only earlier summaries and loaded skills can go".to_owned(),
+        );
+    }
+    if own {
+        return Some("this compaction wrote it; an earlier summary may be superseded, never the new one".to_owned());
+    }
+    if !exists {
+        return Some("it does not exist".to_owned());
+    }
+    None
+}
+
+/// The first line of `text` that is a merge-conflict marker, if any.
+pub fn conflict_marker(text: &str) -> Option<&str> {
+    text.lines().find(|l| l.starts_with("<<<<<<< ") || l.starts_with(">>>>>>> ") || *l == "=======")
+}
+
+/// The transcript entries (names under `.offshoot/messages/`) a landing removes from a
+/// span: all but the dispatch entry and, with `keep_user`, the user's own messages.
+pub fn span_removals<'a>(names: impl IntoIterator<Item = &'a str>, keep_user: bool) -> Vec<String> {
+    names
+        .into_iter()
+        .filter(|name| match transcript::parse_name(name) {
+            Ok((1, _, _)) => false,
+            Ok((_, "user", Side::User)) => !keep_user,
+            Ok(_) => true,
+            Err(_) => false,
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// One landed compaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Landing {
+    pub number: u32,
+    pub compactor: String,
+    pub summary: String,
+}
+
+/// The ledger's landings, oldest first (lines that do not parse are skipped).
+pub fn parse_ledger(text: &str) -> Vec<Landing> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let number = parts.next()?.parse().ok()?;
+            let compactor = parts.next()?.to_owned();
+            let summary = parts.next()?.to_owned();
+            Some(Landing { number, compactor, summary })
+        })
+        .collect()
+}
+
+/// The ledger with `landing` appended.
+pub fn append_ledger(text: &str, landing: &Landing) -> String {
+    let mut out = text.to_owned();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(&format!("{} {} {}\n", landing.number, landing.compactor, landing.summary));
+    out
+}
+
+/// The compactor's goal: the branch it compacts and that branch's own goal, quoted.
+pub fn goal(agent: &str, name: Option<&str>, agent_goal: &str, focus: Option<&str>) -> String {
+    let who = match name {
+        Some(name) => format!("`{agent}` ({name})"),
+        None => format!("`{agent}`"),
+    };
+    let quoted: String = agent_goal.lines().map(|l| format!("> {l}\n")).collect();
+    let mut text = format!(
+        "Compact the conversation of agent {who}, branch `agents/{agent}`, so it can go on with less context. Its goal:\n\n{quoted}\n\
+         You have its transcript. Call `write_summary` once with a summary that lets it continue without the \
+         entries before this message (they are removed when your summary lands; its opening message and the \
+         user's own messages stay). Then call `mark_for_deletion` for each file that no longer earns its place \
+         in its context (an earlier summary you carried forward, a spent skill, a superseded work product). \
+         End with a short answer saying what you kept and what you dropped.\n"
+    );
+    if let Some(focus) = focus.filter(|f| !f.trim().is_empty()) {
+        text.push_str(&format!("\nFocus the summary on: {}\n", focus.trim()));
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_opening_entry_slot_files_and_harness_internals_are_declined_with_their_rule() {
+        let d = |p: &str| decline(p, false, true).unwrap_or_default();
+        assert!(d(".offshoot/messages/0001-user.md").contains("dispatch entry"));
+        assert!(d(".offshoot/messages/0001-k7q2mx.md").contains("dispatch entry"));
+        assert!(d(".offshoot/messages/0007-user.md").contains("user's own messages"));
+        assert!(d(".offshoot/messages/0004-tool.json").contains("whole compacted span"));
+        for slot in [".offshoot/goal.md", ".offshoot/soul.md", ".offshoot/agent.toml"] {
+            assert!(d(slot).contains("system slot"), "{slot}");
+        }
+        assert!(d(".offshoot/tools/bash.json").contains("belongs to the harness"));
+        assert!(d(".offshoot").contains("belongs to the harness"));
+        assert!(
+            decline(".offshoot/summary/0002.md", true, true).unwrap_or_default().contains("this compaction wrote it")
+        );
+        assert!(decline("notes/gone.md", false, false).unwrap_or_default().contains("does not exist"));
+        // What may go: an earlier summary, a skill, a work product.
+        for ok in [".offshoot/summary/0001.md", ".offshoot/skills/old/SKILL.md", "notes/old.md"] {
+            assert_eq!(decline(ok, false, true), None, "{ok}");
+        }
+    }
+
+    #[test]
+    fn a_span_loses_everything_but_the_opening_entry_and_the_users_words() {
+        let names =
+            ["0001-user.md", "0002-m.json", "0003-tool.json", "0004-user.md", "0005-k7q2mx.1.md", "0006-m.json"];
+        assert_eq!(span_removals(names, true), ["0002-m.json", "0003-tool.json", "0005-k7q2mx.1.md", "0006-m.json"]);
+        assert_eq!(span_removals(names, false).len(), 5);
+    }
+
+    #[test]
+    fn conflict_markers_are_found_on_their_own_lines_only() {
+        assert_eq!(conflict_marker("a\n<<<<<<< HEAD\nb"), Some("<<<<<<< HEAD"));
+        assert_eq!(conflict_marker("x\n=======\ny"), Some("======="));
+        assert_eq!(conflict_marker("a heading\n=========\n"), None);
+        assert_eq!(conflict_marker("see <<<<<<< in git docs"), None);
+    }
+
+    #[test]
+    fn the_ledger_reads_what_it_writes() {
+        let one = Landing { number: 1, compactor: "k7q2mx.3".into(), summary: ".offshoot/summary/0001.md".into() };
+        let two = Landing { number: 2, compactor: "k7q2mx.5".into(), summary: ".offshoot/summary/0002.md".into() };
+        let text = append_ledger(&append_ledger("", &one), &two);
+        assert_eq!(parse_ledger(&text), vec![one, two]);
+    }
+}

@@ -1,0 +1,202 @@
+//! Compaction: a compactor inherits the transcript, writes a summary and nominates
+//! files; the agent lands it as one commit; `uncompact` brings it all back.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::server::{Server, Turn};
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+/// Every compactor's goal starts so; its requests hold it.
+const COMPACTOR: &str = "Compact the conversation of agent";
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn id_of(t: &TestWorkspace, name: &str) -> String {
+    t.agents().iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned()
+}
+
+/// The files of `dir` in the agent's branch tip.
+fn listed(t: &TestWorkspace, id: &str, dir: &str) -> Vec<String> {
+    let out = t.git(&["ls-tree", "--name-only", &format!("agents/{id}:{dir}")]);
+    out.lines().map(str::to_owned).collect()
+}
+
+fn landed(t: &TestWorkspace, id: &str) -> bool {
+    listed(t, id, ".offshoot").iter().any(|n| n == "compactions")
+}
+
+/// An agent that took four model calls: three `bash` steps and an answer.
+fn long_agent(server: &Server, t: &TestWorkspace) -> String {
+    server.push_for(
+        "Long",
+        [
+            Turn::bash("b1", "echo draft > notes.md"),
+            Turn::bash("b2", "echo two"),
+            Turn::bash("b3", "echo three"),
+            Turn::text("done for now"),
+        ],
+    );
+    t.run(&["prompt", "--name", "Long", "do three things"]).ok();
+    id_of(t, "Long")
+}
+
+fn summary_turn(id: &str, content: &str) -> Turn {
+    Turn::tool(id, "write_summary", json!({ "content": content }))
+}
+
+fn mark(id: &str, path: &str) -> Turn {
+    Turn::tool(id, "mark_for_deletion", json!({ "path": path }))
+}
+
+/// The tool results of a request, in order: (text, is_error).
+fn results(body: &Value) -> Vec<(String, bool)> {
+    body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| (b["content"].as_str().unwrap_or_default().to_owned(), b["is_error"].as_bool().unwrap_or(false)))
+        .collect()
+}
+
+#[test]
+fn a_compaction_lands_one_commit_with_the_summary_and_uncompact_brings_everything_back() {
+    let (server, t) = TestWorkspace::served("compact-land", Dialect::Anthropic);
+    let id = long_agent(&server, &t);
+    let before = listed(&t, &id, ".offshoot/messages");
+    assert_eq!(before.len(), 8, "{before:?}");
+    server.push_matching(
+        COMPACTOR,
+        [
+            Turn::bash("c0", "touch ran.txt"),
+            mark("c1", ".offshoot/messages/0001-user.md"),
+            mark("c2", ".offshoot/goal.md"),
+            mark("c3", "no/such/file"),
+            summary_turn("c4", "Wrote notes.md (a draft), then echoed two and three."),
+            mark("c5", ".offshoot/summary/0001.md"),
+            mark("c6", "notes.md"),
+            Turn::text("kept the facts, dropped the draft"),
+        ],
+    );
+    let run = t.run(&["compact", "Long"]);
+    let compactor = run.ok().trim().to_owned();
+    assert_eq!(compactor, format!("{id}.1"));
+    assert!(run.stderr.contains("in place of 4 transcript entries"), "{}", run.stderr);
+    wait_for("the landing", || landed(&t, &id) && t.agents().iter().all(|a| a["state"] == "done"));
+
+    // The compactor inherited the transcript up to the fork (two steps kept back) and
+    // its first request was accepted as it stood.
+    let asks = server.requests_matching(COMPACTOR);
+    assert_eq!(asks.len(), 8);
+    let first = &asks[0].body;
+    let tools: Vec<&str> =
+        first["tools"].as_array().expect("tools").iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(tools.contains(&"write_summary") && tools.contains(&"mark_for_deletion") && tools.contains(&"bash"));
+    assert_eq!(results(first).len(), 2, "the two tool steps before the fork");
+    // Each refusal is in-band and names its rule; `bash` ran nothing.
+    let seen = results(&asks[7].body);
+    let said: Vec<&str> = seen.iter().skip(2).map(|(text, _)| text.as_str()).collect();
+    assert!(seen[2].1 && said[0].contains("not available to you; nothing ran"), "{said:?}");
+    assert!(!t.ws.join("agents").join(&compactor).join("ran.txt").exists());
+    assert!(said[1].contains("dispatch entry") && seen[3].1, "{said:?}");
+    assert!(said[2].contains("system slot") && seen[4].1, "{said:?}");
+    assert!(said[3].contains("does not exist") && seen[5].1, "{said:?}");
+    assert!(said[4].starts_with("wrote `.offshoot/summary/0001.md`") && !seen[6].1, "{said:?}");
+    assert!(said[5].contains("this compaction wrote it") && seen[7].1, "{said:?}");
+    assert!(said[6].starts_with("marked `notes.md`") && !seen[8].1, "{said:?}");
+
+    // One landing commit: the span's entries out (but the opening one), the draft out,
+    // the summary in.
+    let subject = t.git(&["log", "-1", "--format=%s", &format!("agents/{id}")]);
+    assert!(subject.starts_with(&format!("compaction 1 from {compactor}: 4 entries and 1 files out")), "{subject}");
+    let after = listed(&t, &id, ".offshoot/messages");
+    assert_eq!(after, ["0001-user.md", &before[5], &before[6], &before[7]], "{after:?}");
+    assert_eq!(listed(&t, &id, ".offshoot/summary"), ["0001.md"]);
+    assert!(listed(&t, &id, ".offshoot").contains(&"goal.md".to_owned()));
+    let dir = t.ws.join("agents").join(&id);
+    assert!(!dir.join("notes.md").exists() && dir.join(".offshoot/summary/0001.md").is_file());
+    assert!(!dir.join(".offshoot/messages/0002-claude-sonnet-4-5.json").exists());
+
+    // The next request is smaller, carries the summary and is accepted.
+    let last_before =
+        server.requests_for("Long").last().expect("request").body["messages"].as_array().expect("m").len();
+    server.push_for("Long", [Turn::text("continuing from the summary")]);
+    assert!(t.run(&["send", "Long", "go on"]).ok().contains("continuing from the summary"));
+    let next = server.requests_for("Long").last().expect("request").body.clone();
+    assert!(next["messages"].as_array().expect("m").len() < last_before, "{next}");
+    assert!(next.to_string().contains("Wrote notes.md (a draft)"), "{next}");
+
+    // Undone: exactly what left comes back; the summary stays.
+    let run = t.run(&["uncompact", "Long"]);
+    assert!(run.stderr.contains("compaction 1 of"), "{}", run.stderr);
+    let restored = listed(&t, &id, ".offshoot/messages");
+    for name in &before {
+        assert!(restored.contains(name), "{name} not restored: {restored:?}");
+    }
+    assert_eq!(restored.len(), before.len() + 2, "the send's two entries as well: {restored:?}");
+    assert_eq!(std::fs::read_to_string(dir.join("notes.md")).expect("notes"), "draft\n");
+    assert_eq!(listed(&t, &id, ".offshoot/summary"), ["0001.md"]);
+    t.git(&["fsck", "--strict"]);
+}
+
+#[test]
+fn a_file_the_agent_changes_while_the_compactor_works_is_kept_and_the_rest_lands() {
+    let (server, t) = TestWorkspace::served("compact-live", Dialect::Anthropic);
+    let id = long_agent(&server, &t);
+    // The compactor nominates the draft; meanwhile the agent edits it.
+    server.push_matching(
+        COMPACTOR,
+        [mark("c1", "notes.md"), summary_turn("c2", "The draft is in notes.md."), Turn::text("done")],
+    );
+    server.push_for("Long", [Turn::bash("e1", "sleep 2; echo more >> notes.md"), Turn::text("edited")]);
+    t.run(&["compact", "Long"]).ok();
+    let run = t.run(&["send", "Long", "edit the draft"]);
+    assert!(run.ok().contains("edited"), "{}", run.stderr);
+    wait_for("the landing", || landed(&t, &id));
+    assert!(run.stderr.contains("kept 1 nominated files this agent changed meanwhile: notes.md"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(t.ws.join("agents").join(&id).join("notes.md")).expect("kept"), "draft\nmore\n");
+    assert_eq!(listed(&t, &id, ".offshoot/summary"), ["0001.md"]);
+}
+
+#[test]
+fn a_compactor_that_fails_lands_nothing_and_a_refused_compaction_says_why() {
+    let (server, t) = TestWorkspace::served("compact-fail", Dialect::Anthropic);
+    // Nothing to compact on a fresh agent.
+    server.push_for("Short", [Turn::text("hi")]);
+    t.run(&["prompt", "--name", "Short", "hello"]).ok();
+    let run = t.run(&["compact", "Short"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("has nothing to compact yet"), "{}", run.stderr);
+    assert_eq!(t.agents().len(), 1, "nothing was started");
+    // A compactor whose calls are all refused (no script): it never lands.
+    let id = long_agent(&server, &t);
+    let tip = t.git(&["rev-parse", &format!("agents/{id}")]);
+    let compactor = t.run(&["compact", "Long"]).ok().trim().to_owned();
+    wait_for("the compactor to fail", || {
+        t.agents().iter().any(|a| a["id"] == compactor.as_str() && a["state"] == "failed")
+    });
+    // A second compaction is refused while this one is in flight.
+    let again = t.run(&["compact", "Long"]);
+    assert!(again.stderr.contains("already has a compaction in flight"), "{}", again.stderr);
+    // Scan relaunches it once, then reports it dead: the agent lets it go.
+    t.run(&["scan"]).ok();
+    wait_for("the relaunch to fail", || server.requests_matching(COMPACTOR).len() == 2);
+    wait_for("the compactor to fail again", || {
+        t.agents().iter().any(|a| a["id"] == compactor.as_str() && a["state"] == "failed")
+    });
+    t.run(&["scan"]).ok();
+    wait_for("the agent to let it go", || t.git(&["for-each-ref", "refs/offshoot/compacting/"]).is_empty());
+    assert_eq!(t.git(&["rev-parse", &format!("agents/{id}")]), tip, "nothing landed");
+    // The compactor role cannot be dispatched or prompted.
+    let run = t.run(&["dispatch", "Long", "--role", "compactor", "--goal", "x"]);
+    assert!(run.stderr.contains("started by the harness only"), "{}", run.stderr);
+}
