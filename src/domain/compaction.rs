@@ -3,6 +3,7 @@
 //! an agent's tree keeps (`.offshoot/compactions`).
 
 use super::agent;
+use super::config::{CompactionConfig, Trigger};
 use super::transcript::{self, Side};
 
 /// The role of every compactor; started by the harness only.
@@ -14,7 +15,8 @@ pub const TOOLS: &[&str] = &["write_summary", "mark_for_deletion"];
 /// Where a compactor keeps the paths it nominated, one per line.
 pub const NOMINATED: &str = ".offshoot/nominated";
 
-/// The ledger of landed compactions, one line each: `N <compactor id> <summary path>`.
+/// The ledger of landed compactions, one line each: `N <compactor id> <summary path>
+/// <the agent's own model calls when it landed>`.
 pub const LEDGER: &str = ".offshoot/compactions";
 
 /// Why `path` (relative to the agent's directory, normalised) may not be nominated,
@@ -74,6 +76,9 @@ pub struct Landing {
     pub number: u32,
     pub compactor: String,
     pub summary: String,
+    /// The agent's own model calls (step records) when it landed: `every_n_steps`
+    /// counts from here.
+    pub steps: u32,
 }
 
 /// The ledger's landings, oldest first (lines that do not parse are skipped).
@@ -84,7 +89,8 @@ pub fn parse_ledger(text: &str) -> Vec<Landing> {
             let number = parts.next()?.parse().ok()?;
             let compactor = parts.next()?.to_owned();
             let summary = parts.next()?.to_owned();
-            Some(Landing { number, compactor, summary })
+            let steps = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+            Some(Landing { number, compactor, summary, steps })
         })
         .collect()
 }
@@ -95,8 +101,22 @@ pub fn append_ledger(text: &str, landing: &Landing) -> String {
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }
-    out.push_str(&format!("{} {} {}\n", landing.number, landing.compactor, landing.summary));
+    out.push_str(&format!("{} {} {} {}\n", landing.number, landing.compactor, landing.summary, landing.steps));
     out
+}
+
+/// Whether a compaction is due by `config`'s trigger, for an agent that has made
+/// `steps` model calls of its own (`since` of them before its last landing) and whose
+/// last call reported `input` prompt tokens against a `window`.
+pub fn due(config: &CompactionConfig, steps: u32, since: u32, input: Option<u64>, window: Option<u64>) -> bool {
+    match config.trigger {
+        Trigger::Never => false,
+        Trigger::EveryNSteps => config.steps.is_some_and(|n| n > 0 && steps.saturating_sub(since) >= n),
+        Trigger::ContextPercent => match (config.percent, input, window) {
+            (Some(percent), Some(input), Some(window)) if window > 0 => input * 100 >= window * u64::from(percent),
+            _ => false,
+        },
+    }
 }
 
 /// The compactor's goal: the branch it compacts and that branch's own goal, quoted.
@@ -163,9 +183,28 @@ mod tests {
     }
 
     #[test]
+    fn triggers_count_own_steps_since_the_last_landing_or_read_the_last_input() {
+        let every =
+            |n| CompactionConfig { trigger: Trigger::EveryNSteps, steps: Some(n), ..CompactionConfig::default() };
+        assert!(!due(&every(20), 19, 0, None, None));
+        assert!(due(&every(20), 20, 0, None, None));
+        assert!(!due(&every(20), 39, 20, None, None));
+        assert!(due(&every(20), 40, 20, None, None));
+        let percent =
+            CompactionConfig { trigger: Trigger::ContextPercent, percent: Some(70), ..CompactionConfig::default() };
+        assert!(!due(&percent, 5, 0, Some(139_999), Some(200_000)));
+        assert!(due(&percent, 5, 0, Some(140_000), Some(200_000)));
+        assert!(!due(&percent, 5, 0, None, Some(200_000)), "no call yet: nothing to go by");
+        let never = CompactionConfig { trigger: Trigger::Never, ..CompactionConfig::default() };
+        assert!(!due(&never, 1_000, 0, Some(199_999), Some(200_000)));
+    }
+
+    #[test]
     fn the_ledger_reads_what_it_writes() {
-        let one = Landing { number: 1, compactor: "k7q2mx.3".into(), summary: ".offshoot/summary/0001.md".into() };
-        let two = Landing { number: 2, compactor: "k7q2mx.5".into(), summary: ".offshoot/summary/0002.md".into() };
+        let one =
+            Landing { number: 1, compactor: "k7q2mx.3".into(), summary: ".offshoot/summary/0001.md".into(), steps: 9 };
+        let two =
+            Landing { number: 2, compactor: "k7q2mx.5".into(), summary: ".offshoot/summary/0002.md".into(), steps: 31 };
         let text = append_ledger(&append_ledger("", &one), &two);
         assert_eq!(parse_ledger(&text), vec![one, two]);
     }

@@ -164,6 +164,7 @@ pub fn plan_landing(
     compactor: &str,
     terminal: CommitId,
     config: &Config,
+    steps: u32,
 ) -> Result<Option<Plan>> {
     let ledger = String::from_utf8_lossy(&ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default()).into_owned();
     let landed = compaction::parse_ledger(&ledger);
@@ -224,7 +225,7 @@ pub fn plan_landing(
         summary
     };
     let landing =
-        Landing { number: landed.len() as u32 + 1, compactor: compactor.to_owned(), summary: summary.clone() };
+        Landing { number: landed.len() as u32 + 1, compactor: compactor.to_owned(), summary: summary.clone(), steps };
     let ledger = compaction::append_ledger(&ledger, &landing);
     for (path, bytes) in [(summary, text), (compaction::LEDGER.to_owned(), ledger.into_bytes())] {
         plan.edits.push(TreeEdit::Write { path: path.clone(), bytes: bytes.clone() });

@@ -62,6 +62,8 @@ pub enum DriverError {
     StopBelow { id: String, reason: String },
     #[error("cannot land the compaction of `{compactor}`: {reason}")]
     Landing { compactor: String, reason: String },
+    #[error("cannot check the compactions of `{id}`: {reason}")]
+    Compaction { id: String, reason: String },
     #[error("agent `{id}` was {}", reason.words())]
     Interrupted { id: String, reason: Reason },
     #[error("agent `{id}` was stopped: its budget is exhausted ({spend})")]
@@ -488,8 +490,59 @@ impl<'a> Driver<'a> {
             // A final response: the answer goes to whoever it is owed to, now.
             self.reply(tip)?;
         }
-        self.run_tools(tip, step, next + 1, &calls, observer)?;
+        let tip = self.run_tools(tip, step, next + 1, &calls, observer)?;
+        if !calls.is_empty() {
+            self.maybe_compact(tip, observer)?;
+        }
         Ok(Turn::Again)
+    }
+
+    /// The model calls this agent made itself (its step records).
+    fn own_steps(&self) -> u32 {
+        self.next_step.unwrap_or_else(|| next_step(&self.ws.layout.steps(&self.id))).saturating_sub(1)
+    }
+
+    /// After a tool step: starts a compaction when the config's trigger is due, none is
+    /// in flight and this agent is not itself a compactor (§10.1). A compaction that
+    /// cannot start is reported, never fatal to the agent.
+    fn maybe_compact(&mut self, tip: CommitId, observer: &mut dyn Observer) -> Result<()> {
+        if self.facts.role == compaction::ROLE {
+            return Ok(());
+        }
+        let (_, config) = self.config()?;
+        if config.compaction.trigger == crate::domain::config::Trigger::Never {
+            return Ok(());
+        }
+        let ledger = self.ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default();
+        let since = compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).last().map(|l| l.steps).unwrap_or(0);
+        let input = self.loader.entries(&self.ws.repo, tip)?.iter().rev().find_map(|e| match e {
+            Entry::Output { output, .. } => output.usage.input,
+            _ => None,
+        });
+        let window = config.role(&self.facts.role).and_then(|r| r.context_window);
+        if !compaction::due(&config.compaction, self.own_steps(), since, input, window)
+            || compaction_engine::in_flight(self.ws, &self.id)
+                .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?
+                .is_some()
+        {
+            return Ok(());
+        }
+        match compaction_engine::start(self.ws, self.runtime, &self.id, None, self.runtime.env()) {
+            Ok(started) => {
+                let note = format!("its summary will stand for {} transcript entries", started.entries);
+                observer.event(Event::Compaction {
+                    compactor: started.compactor.as_str(),
+                    outcome: "started",
+                    note: &note,
+                });
+            }
+            Err(compaction_engine::CompactionError::Nothing { .. }) => {}
+            Err(e) => {
+                let note = format!("a due compaction did not start: {e}");
+                observer.event(Event::Compaction { compactor: "", outcome: "declined", note: &note });
+            }
+        }
+        Ok(())
     }
 
     /// Where tools run: the `cwd` mark (relative to the worktree, or absolute
@@ -656,7 +709,7 @@ impl<'a> Driver<'a> {
         let (_, config) = self.config()?;
         let plan = match terminal {
             Some(terminal) if epitaph == FINAL_RESPONSE => {
-                compaction_engine::plan_landing(self.ws, tip, compactor, terminal, &config)
+                compaction_engine::plan_landing(self.ws, tip, compactor, terminal, &config, self.own_steps())
                     .map_err(|e| DriverError::Landing { compactor: compactor.to_owned(), reason: e.to_string() })?
             }
             _ => None,

@@ -200,3 +200,58 @@ fn a_compactor_that_fails_lands_nothing_and_a_refused_compaction_says_why() {
     let run = t.run(&["dispatch", "Long", "--role", "compactor", "--goal", "x"]);
     assert!(run.stderr.contains("started by the harness only"), "{}", run.stderr);
 }
+
+#[test]
+fn every_n_steps_counts_own_steps_lands_at_most_one_per_n_and_never_compacts_a_compactor() {
+    let (server, t) = TestWorkspace::served("compact-every", Dialect::Anthropic);
+    t.run(&["config", "set", "compaction.steps", "20", "compaction.trigger", "every_n_steps"]).ok();
+    let mut turns: Vec<Turn> = (0..199).map(|i| Turn::bash(&format!("s{i}"), "true")).collect();
+    turns.push(Turn::text("two hundred steps"));
+    server.push_for("Solo", turns);
+    // Each compactor supersedes the summary before it.
+    for k in 1..=12u32 {
+        let mut script = vec![summary_turn("w", &format!("summary number {k}"))];
+        if k > 1 {
+            script.push(mark("m", &format!(".offshoot/summary/{:04}.md", k - 1)));
+        }
+        script.push(Turn::text("done"));
+        server.push_matching(COMPACTOR, script);
+    }
+    let run = t.run(&["--json", "prompt", "--name", "Solo", "take two hundred steps"]);
+    let events: Vec<Value> = run.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let id = id_of(&t, "Solo");
+    let of = |outcome: &str| events.iter().filter(|e| e["type"] == "compaction" && e["outcome"] == outcome).count();
+    let ledger = t.git(&["show", &format!("agents/{id}:.offshoot/compactions")]);
+    let landings = ledger.lines().count();
+    assert!((1..=10).contains(&landings), "{ledger}");
+    assert_eq!(of("landed"), landings, "{events:?}");
+    assert!(of("started") >= landings && of("started") <= 10, "{events:?}");
+    // One summary is left, the newest; no compactor ever got a compactor of its own.
+    assert_eq!(listed(&t, &id, ".offshoot/summary"), [format!("{landings:04}.md")]);
+    let text = t.git(&["show", &format!("agents/{id}:.offshoot/summary/{landings:04}.md")]);
+    assert_eq!(text.trim(), format!("summary number {landings}"));
+    let agents = t.agents();
+    assert!(agents.iter().all(|a| a["id"].as_str().expect("id").matches('.').count() <= 1), "{agents:?}");
+    assert_eq!(agents.len(), 1 + of("started"));
+    // Counted from its own steps: a fork of it starts counting from zero.
+    assert_eq!(agents.iter().find(|a| a["id"] == id.as_str()).expect("solo")["steps"], 200);
+}
+
+#[test]
+fn context_percent_starts_a_compaction_after_the_step_that_crossed_it() {
+    let (server, t) = TestWorkspace::served("compact-percent", Dialect::Anthropic);
+    // The third call reports 150,000 prompt tokens: after its tool step, two steps can
+    // be kept back and the first compacted.
+    let mut big = Turn::bash("b3", "echo big");
+    big.input_tokens = 150_000;
+    let turns = [Turn::bash("b1", "echo one"), Turn::bash("b2", "echo two"), big, Turn::bash("b4", "echo four")];
+    server.push_for("Full", turns.into_iter().chain([Turn::text("end")]));
+    server.push_matching(COMPACTOR, [summary_turn("w", "one, big, three"), Turn::text("done")]);
+    let run = t.run(&["prompt", "--name", "Full", "fill the window"]);
+    assert!(run.stderr.contains("compacting:"), "{}", run.stderr);
+    assert!(run.stderr.contains("compaction 1 landed"), "{}", run.stderr);
+    let id = id_of(&t, "Full");
+    assert_eq!(listed(&t, &id, ".offshoot/summary"), ["0001.md"]);
+    // 150,000 of the worker's 200,000 tokens is past the default 70%: one compaction.
+    assert_eq!(server.requests_matching(COMPACTOR).len(), 2);
+}
