@@ -152,6 +152,9 @@ impl From<DriverError> for CliError {
             DriverError::Exhausted { ref id, .. } => CliError::runtime(e.to_string()).hint(format!(
                 "`offshoot config set budgets.<limit> <more>` raises the limit; then `offshoot run {id}` (or a message) goes on"
             )),
+            DriverError::Conflicted { ref id, ref path, .. } => CliError::runtime(e.to_string()).hint(format!(
+                "no compactor writes one (`write_summary` refuses markers): `{path}` was changed on the branch `agents/{id}` by hand; fix it there with a commit, then `offshoot run {id}`"
+            )),
             DriverError::Damaged { ref id, .. } => {
                 let hint = format!("its branch `agents/{id}` was changed by hand; other agents are not affected");
                 CliError::runtime(e.to_string()).hint(hint)

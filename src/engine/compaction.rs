@@ -238,38 +238,75 @@ pub fn plan_landing(
 /// Files as (path, bytes).
 type Files = Vec<(String, Vec<u8>)>;
 
-/// What undoing landing `number` of `id` restores: the files it removed, as the commit
-/// before it had them (those present again since are left as they are).
-pub fn plan_uncompact(ws: &Workspace, id: &AgentId, number: Option<u32>) -> Result<(Landing, Files)> {
+/// A landed compaction as the branch's history tells it.
+#[derive(Debug, Clone)]
+pub struct Landed {
+    pub landing: Landing,
+    /// Its commit, and the commit before it.
+    pub commit: CommitId,
+    pub before: CommitId,
+    /// The paths it removed (transcript entries first, by number), and the summary's text.
+    pub removed: Vec<String>,
+    pub summary: String,
+}
+
+/// Every landing of `id`'s ledger, oldest first, with what it removed.
+pub fn landed(ws: &Workspace, id: &AgentId) -> Result<Vec<Landed>> {
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| CompactionError::Unknown(id.to_string()))?;
     let ledger = ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default();
-    let landed = compaction::parse_ledger(&String::from_utf8_lossy(&ledger));
-    let wanted = number.unwrap_or(landed.len() as u32);
-    let Some(landing) = landed.iter().find(|l| l.number == wanted).cloned() else {
-        return Err(CompactionError::NoLanding { agent: id.to_string(), number: wanted, have: landed.len() });
-    };
-    // The landing commit: the first whose ledger holds it, walking back.
+    let mut out = Vec::new();
+    for landing in compaction::parse_ledger(&String::from_utf8_lossy(&ledger)) {
+        let Some((commit, before)) = landing_commit(ws, tip, landing.number)? else { continue };
+        let mut removed = Vec::new();
+        for (path, _) in ws.repo.list_files(before, "")? {
+            if ws.repo.entry_id(commit, &path)?.is_none() {
+                removed.push(path);
+            }
+        }
+        let summary = ws.repo.read_file(commit, &landing.summary)?.unwrap_or_default();
+        out.push(Landed { landing, commit, before, removed, summary: String::from_utf8_lossy(&summary).into_owned() });
+    }
+    Ok(out)
+}
+
+/// The commit that landed compaction `number` (the first, walking back from `tip`,
+/// whose ledger holds it) and the commit before it.
+fn landing_commit(ws: &Workspace, tip: CommitId, number: u32) -> Result<Option<(CommitId, CommitId)>> {
     let holds = |commit: CommitId| -> Result<bool> {
         let text = ws.repo.read_file(commit, compaction::LEDGER)?.unwrap_or_default();
-        Ok(compaction::parse_ledger(&String::from_utf8_lossy(&text)).iter().any(|l| l.number == wanted))
+        Ok(compaction::parse_ledger(&String::from_utf8_lossy(&text)).iter().any(|l| l.number == number))
     };
+    if !holds(tip)? {
+        return Ok(None);
+    }
     let mut at = tip;
-    let before = loop {
-        let Some(parent) = ws.repo.first_parent(at)? else {
-            return Err(CompactionError::NoLanding { agent: id.to_string(), number: wanted, have: landed.len() });
-        };
+    loop {
+        let Some(parent) = ws.repo.first_parent(at)? else { return Ok(None) };
         if !holds(parent)? {
-            break parent;
+            return Ok(Some((at, parent)));
         }
         at = parent;
+    }
+}
+
+/// What undoing landing `number` (the last when `None`) of `id` restores: the files it
+/// removed, as the commit before it had them (those present again since are left).
+pub fn plan_uncompact(ws: &Workspace, id: &AgentId, number: Option<u32>) -> Result<(Landing, Files)> {
+    let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| CompactionError::Unknown(id.to_string()))?;
+    let all = landed(ws, id)?;
+    let wanted = number.unwrap_or(all.len() as u32);
+    let Some(landed) = all.iter().find(|l| l.landing.number == wanted) else {
+        return Err(CompactionError::NoLanding { agent: id.to_string(), number: wanted, have: all.len() });
     };
     let mut restored = Vec::new();
-    for (path, oid) in ws.repo.list_files(before, "")? {
-        if ws.repo.entry_id(at, &path)?.is_none() && ws.repo.entry_id(tip, &path)?.is_none() {
-            restored.push((path, ws.repo.read_blob(oid)?));
+    for path in &landed.removed {
+        if ws.repo.entry_id(tip, path)?.is_none()
+            && let Some(bytes) = ws.repo.read_file(landed.before, path)?
+        {
+            restored.push((path.clone(), bytes));
         }
     }
-    Ok((landing, restored))
+    Ok((landed.landing.clone(), restored))
 }
 
 /// Undoes landing `number` (the last when `None`) of `id`: what it removed comes back

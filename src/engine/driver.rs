@@ -64,6 +64,8 @@ pub enum DriverError {
     Landing { compactor: String, reason: String },
     #[error("cannot check the compactions of `{id}`: {reason}")]
     Compaction { id: String, reason: String },
+    #[error("agent `{id}`'s summary `{path}` holds a merge-conflict marker (`{line}`); it is not sent to the model")]
+    Conflicted { id: String, path: String, line: String },
     #[error("agent `{id}` was {}", reason.words())]
     Interrupted { id: String, reason: Reason },
     #[error("agent `{id}` was stopped: its budget is exhausted ({spend})")]
@@ -859,6 +861,17 @@ impl<'a> Driver<'a> {
         let fail = |source: ModelError| DriverError::Model { id: self.id.to_string(), step, source };
         let plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
         let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
+        // A summary left with merge-conflict markers is never sent (§6.1).
+        let summaries = format!("{}/", agent::SUMMARIES);
+        for (path, text) in snapshot.composed.iter().filter(|(p, _)| p.starts_with(&summaries)) {
+            if let Some(line) = compaction::conflict_marker(text) {
+                return Err(DriverError::Conflicted {
+                    id: self.id.to_string(),
+                    path: path.clone(),
+                    line: line.to_owned(),
+                });
+            }
+        }
         let request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
         let dir = self.ws.layout.step(&self.id, step);
         let io = |path: &Path| {

@@ -59,6 +59,9 @@ pub struct AgentState {
     pub output_tokens: u64,
     /// Of its own calls at the configured prices; absent when a model has no price.
     pub cost_usd: Option<f64>,
+    /// The prompt tokens its last model call reported, and its role's window.
+    pub context_tokens: Option<u64>,
+    pub context_window: Option<u64>,
     pub goal: String,
     /// The agent above it, for children.
     pub parent: Option<String>,
@@ -81,6 +84,8 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
                 input_tokens: 0,
                 output_tokens: 0,
                 cost_usd: None,
+                context_tokens: None,
+                context_window: None,
                 parent: l.id.parent().map(|p| p.to_string()),
                 goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
             });
@@ -103,7 +108,13 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             .entry(facts.lineage.clone())
             .or_insert_with(|| ws.config(&facts.lineage).ok().map(|(_, c)| Rc::new(c)))
             .clone();
-        let cost_usd = config.and_then(|c| own.spend(&c).cost_usd);
+        let cost_usd = config.as_ref().and_then(|c| own.spend(c).cost_usd);
+        // How full its context was at its last call: the prompt tokens it reported.
+        let context_tokens = entries.iter().rev().find_map(|e| match e {
+            Entry::Output { output, .. } => output.usage.input,
+            _ => None,
+        });
+        let context_window = config.as_ref().and_then(|c| c.role(&facts.role)).and_then(|r| r.context_window);
         let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
         let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
         out.push(AgentState {
@@ -115,11 +126,23 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             input_tokens: sum(|u| u.input),
             output_tokens: sum(|u| u.output),
             cost_usd,
+            context_tokens,
+            context_window,
             goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
             parent: facts.parent.clone(),
         });
     }
     Ok(out)
+}
+
+impl AgentState {
+    /// How full its context was at its last call, as a whole percentage of the window.
+    pub fn context_percent(&self) -> Option<u64> {
+        match (self.context_tokens, self.context_window) {
+            (Some(tokens), Some(window)) if window > 0 => Some(tokens * 100 / window),
+            _ => None,
+        }
+    }
 }
 
 /// The transcript of an agent at its tip.

@@ -126,6 +126,19 @@ fn a_compaction_lands_one_commit_with_the_summary_and_uncompact_brings_everythin
     assert!(!dir.join("notes.md").exists() && dir.join(".offshoot/summary/0001.md").is_file());
     assert!(!dir.join(".offshoot/messages/0002-claude-sonnet-4-5.json").exists());
 
+    // `log` shows where the compaction stood; `show --compaction` what it removed.
+    let log = t.run(&["log", "Long"]).ok().to_owned();
+    let mark_at = log.find("══ compaction 1 by").expect("marker in the log");
+    assert!(log[..mark_at].contains("── 0001 user") && log[mark_at..].contains(&format!("── {}", &before[5][..4])));
+    assert!(log[mark_at..].contains("4 entries and 1 files removed") && log.contains("Wrote notes.md (a draft)"));
+    let shown = t.run(&["show", "Long", "--compaction", "1"]).ok().to_owned();
+    for removed in before[1..5].iter().map(|n| format!("  - .offshoot/messages/{n}")).chain(["  - notes.md".into()]) {
+        assert!(shown.contains(&removed), "{removed} in {shown}");
+    }
+    assert!(shown.contains("summary `.offshoot/summary/0001.md`:\nWrote notes.md"), "{shown}");
+    let missing = t.run(&["show", "Long", "--compaction", "2"]);
+    assert!(missing.stderr.contains("has no compaction 2; it has 1"), "{}", missing.stderr);
+
     // The next request is smaller, carries the summary and is accepted.
     let last_before =
         server.requests_for("Long").last().expect("request").body["messages"].as_array().expect("m").len();
@@ -254,4 +267,49 @@ fn context_percent_starts_a_compaction_after_the_step_that_crossed_it() {
     assert_eq!(listed(&t, &id, ".offshoot/summary"), ["0001.md"]);
     // 150,000 of the worker's 200,000 tokens is past the default 70%: one compaction.
     assert_eq!(server.requests_matching(COMPACTOR).len(), 2);
+    // `ls` shows how full the context was at the last call (100 prompt tokens).
+    let full = t.agents().into_iter().find(|a| a["id"] == id.as_str()).expect("agent");
+    assert_eq!((full["context_tokens"].as_u64(), full["context_window"].as_u64()), (Some(100), Some(200_000)));
+    assert!(t.run(&["ls"]).ok().lines().nth(1).is_some_and(|l| l.contains(" 0%  ")));
+}
+
+#[test]
+fn a_summary_with_conflict_markers_is_never_sent() {
+    let (server, t) = TestWorkspace::served("compact-markers", Dialect::Anthropic);
+    server.push_for("Marked", [Turn::text("first")]);
+    t.run(&["prompt", "--name", "Marked", "hello"]).ok();
+    let id = id_of(&t, "Marked");
+    // Only a commit made by hand can bring one: write_summary refuses markers.
+    let tip = t.git(&["rev-parse", &format!("agents/{id}")]).trim().to_owned();
+    let index = t.ws.join("hand-index");
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .env("GIT_DIR", t.ws.join("repo.git"))
+            .env("GIT_INDEX_FILE", &index)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "hand")
+            .env("GIT_AUTHOR_EMAIL", "hand@example.invalid")
+            .env("GIT_COMMITTER_NAME", "hand")
+            .env("GIT_COMMITTER_EMAIL", "hand@example.invalid")
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    git(&["read-tree", &tip]);
+    let blob = {
+        let file = t.ws.join("conflicted.md");
+        std::fs::write(&file, "ours\n<<<<<<< HEAD\na\n=======\nb\n>>>>>>> other\n").expect("write");
+        git(&["hash-object", "-w", &file.to_string_lossy()])
+    };
+    git(&["update-index", "--add", "--cacheinfo", &format!("100644,{blob},.offshoot/summary/0001.md")]);
+    let tree = git(&["write-tree"]);
+    let commit = git(&["commit-tree", &tree, "-p", &tip, "-m", "a summary by hand"]);
+    git(&["update-ref", &format!("refs/heads/agents/{id}"), &commit]);
+    let sent = server.requests_for("Marked").len();
+    let run = t.run(&["send", "Marked", "again"]);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("holds a merge-conflict marker (`<<<<<<< HEAD`)"), "{}", run.stderr);
+    assert_eq!(server.requests_for("Marked").len(), sent, "nothing was sent");
 }

@@ -1,11 +1,14 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::domain::transcript::Entry;
-use crate::engine::{agents, inspect};
+use crate::domain::agent;
+use crate::domain::id::AgentId;
+use crate::domain::transcript::{self, Entry};
+use crate::engine::{agents, compaction, inspect};
 use crate::infra::provider::Block;
 
-/// Show an agent's conversation, tool calls summarised
+/// Show an agent's conversation, tool calls summarised, with each landed compaction
+/// where its span ended
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
@@ -15,14 +18,53 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
+    // Each landed compaction shows where its span ended: before the first entry after
+    // the last one it removed.
+    let mut landings: Vec<(u32, compaction::Landed)> =
+        compaction::landed(&ws, &id)?.into_iter().map(|l| (last_removed_entry(&l.removed), l)).collect();
+    landings.sort_by_key(|(at, l)| (*at, l.landing.number));
+    let mut landings = landings.into_iter().peekable();
     for entry in inspect::transcript(&ws, &id)? {
+        while let Some((_, landed)) = landings.next_if(|(at, _)| *at < entry.number()) {
+            show_landing(ctx, &id, &landed);
+        }
         if ctx.out.json {
             ctx.out.event(&entry_json(&entry));
             continue;
         }
         ctx.out.line(&render(&entry));
     }
+    for (_, landed) in landings {
+        show_landing(ctx, &id, &landed);
+    }
     Ok(())
+}
+
+/// The highest transcript entry number among removed paths (0 if none).
+fn last_removed_entry(removed: &[String]) -> u32 {
+    let prefix = format!("{}/", agent::MESSAGES);
+    removed
+        .iter()
+        .filter_map(|p| transcript::parse_name(p.strip_prefix(&prefix)?).ok().map(|(n, _, _)| n))
+        .max()
+        .unwrap_or(0)
+}
+
+fn show_landing(ctx: &Ctx, id: &AgentId, landed: &compaction::Landed) {
+    let n = landed.landing.number;
+    let prefix = format!("{}/", agent::MESSAGES);
+    let entries = landed.removed.iter().filter(|p| p.starts_with(&prefix)).count();
+    let files = landed.removed.len() - entries;
+    if ctx.out.json {
+        ctx.out.event(&json!({"side": "compaction", "compaction": n, "compactor": landed.landing.compactor,
+            "entries_removed": entries, "files_removed": files, "summary": landed.summary}));
+        return;
+    }
+    ctx.out.line(&format!(
+        "══ compaction {n} by `{}`: {entries} entries and {files} files removed (`offshoot show {id} --compaction {n}`)\n{}\n",
+        landed.landing.compactor,
+        clip(&landed.summary, 8)
+    ));
 }
 
 fn entry_json(entry: &Entry) -> serde_json::Value {

@@ -1,8 +1,9 @@
 use crate::cli::{CliError, Ctx};
 use crate::engine::inspect;
 
-/// List the agents of the workspace with their state and their own steps, tokens and
-/// cost (a fork's inherited history counts for the agent it came from)
+/// List the agents of the workspace with their state, their own steps, tokens and cost
+/// (a fork's inherited history counts for the agent it came from) and how full their
+/// context was at their last call (CTX, of the role's window)
 #[derive(Debug, clap::Args)]
 pub struct Args {}
 
@@ -28,20 +29,21 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         width(&|s| s.role.len(), "ROLE"),
     );
     ctx.out.line(&format!(
-        "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9}  GOAL",
-        "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT", "COST"
+        "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  GOAL",
+        "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT", "COST", "CTX"
     ));
     for s in states {
         ctx.out.line(&format!(
-            "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9}  {}",
+            "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  {}",
             s.id,
-            s.name.unwrap_or_default(),
+            s.name.as_deref().unwrap_or_default(),
             s.role,
             s.state,
             s.steps,
             s.input_tokens,
             s.output_tokens,
             s.cost_usd.map(|c| format!("${c:.4}")).unwrap_or_else(|| "?".to_owned()),
+            s.context_percent().map(|p| format!("{p}%")).unwrap_or_else(|| "-".to_owned()),
             s.goal
         ));
     }

@@ -1,28 +1,61 @@
+use serde_json::json;
+
 use crate::cli::{CliError, Ctx};
+use crate::engine::compaction::{self, CompactionError};
 use crate::engine::{agents, driver, inspect};
 
-/// Show one step's record, or the request re-assembled from its commit
+/// Show one step's record, or the request re-assembled from its commit, or what a
+/// compaction removed and the summary it left
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
     pub agent: String,
     /// The step number (1 is the agent's first model call)
-    #[arg(long)]
-    pub step: u32,
+    #[arg(long, required_unless_present = "compaction", conflicts_with = "compaction")]
+    pub step: Option<u32>,
     /// Print the request re-assembled from the step's recorded commit and config
-    #[arg(long)]
+    #[arg(long, requires = "step")]
     pub request: bool,
+    /// The landed compaction to show (1 is the first)
+    #[arg(long)]
+    pub compaction: Option<u32>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
+    let Some(step) = args.step else {
+        let number = args.compaction.unwrap_or(1);
+        let all = compaction::landed(&ws, &id)?;
+        let Some(landed) = all.iter().find(|l| l.landing.number == number) else {
+            let e = CompactionError::NoLanding { agent: id.to_string(), number, have: all.len() };
+            return Err(e.into());
+        };
+        if ctx.out.json {
+            ctx.out.event(&json!({"compaction": number, "compactor": landed.landing.compactor,
+                "commit": landed.commit.to_string(), "removed": landed.removed,
+                "summary_path": landed.landing.summary, "summary": landed.summary}));
+            return Ok(());
+        }
+        ctx.out.line(&format!(
+            "compaction {number} of `{id}` by `{}` (commit {}): {} paths removed",
+            landed.landing.compactor,
+            landed.commit,
+            landed.removed.len()
+        ));
+        for path in &landed.removed {
+            ctx.out.line(&format!("  - {path}"));
+        }
+        ctx.out.line(&format!("summary `{}`:", landed.landing.summary));
+        ctx.out.line(landed.summary.trim_end());
+        return Ok(());
+    };
     if args.request {
-        let request = inspect::reassemble(&ws, &id, args.step)?;
+        let request = inspect::reassemble(&ws, &id, step)?;
         ctx.out.stream(&String::from_utf8_lossy(&driver::request_json(&request)));
         return Ok(());
     }
-    let meta = inspect::step_meta(&ws, &id, args.step)?;
+    let meta = inspect::step_meta(&ws, &id, step)?;
     ctx.out.line(&serde_json::to_string_pretty(&meta).unwrap_or_default());
     Ok(())
 }

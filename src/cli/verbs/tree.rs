@@ -110,6 +110,7 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
         ctx.out.event(&json!({
             "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent, "depth": depth,
             "steps": own.steps, "tokens": own.tokens, "cost_usd": own.cost_usd,
+            "context_tokens": s.context_tokens, "context_window": s.context_window,
             "tree": {"agents": count(forest, id), "steps": own.steps + below.steps, "tokens": own.tokens + below.tokens,
                      "cost_usd": own.cost_usd.zip(below.cost_usd).map(|(a, b)| a + b)},
         }));
@@ -127,8 +128,9 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
                 all.cost()
             )
         };
+        let fill = s.context_percent().map(|p| format!(", context {p}%")).unwrap_or_default();
         ctx.out.line(&format!(
-            "{lead}{}{name} [{}] {}  {} steps, {} tokens, {}{subtree}",
+            "{lead}{}{name} [{}] {}  {} steps, {} tokens, {}{fill}{subtree}",
             s.id,
             s.role,
             s.state,
