@@ -152,6 +152,9 @@ impl From<DriverError> for CliError {
             DriverError::Exhausted { ref id, .. } => CliError::runtime(e.to_string()).hint(format!(
                 "`offshoot config set budgets.<limit> <more>` raises the limit; then `offshoot run {id}` (or a message) goes on"
             )),
+            DriverError::ContextFull { ref id, ref role, .. } => CliError::runtime(e.to_string()).hint(format!(
+                "`offshoot compact {id}` replaces its older steps with a summary; `offshoot fork --from {id}~N \"…\"` goes on with less history; or, if the model takes more, raise `roles.{role}.context_window`"
+            )),
             DriverError::Conflicted { ref id, ref path, .. } => CliError::runtime(e.to_string()).hint(format!(
                 "no compactor writes one (`write_summary` refuses markers): `{path}` was changed on the branch `agents/{id}` by hand; fix it there with a commit, then `offshoot run {id}`"
             )),

@@ -133,11 +133,31 @@ fn declared_tools(s: &Snapshot) -> Vec<ToolSpec> {
     out
 }
 
+/// Estimated prompt tokens of a request of `bytes` bytes (as JSON), from the last call
+/// that reported its prompt tokens (`last`: those tokens and that request's bytes):
+/// growth at 3 bytes a token (a cautious rate for code and JSON), shrinkage in
+/// proportion; with no call to go by, 3 bytes a token throughout.
+pub fn request_tokens(bytes: u64, last: Option<(u64, u64)>) -> u64 {
+    match last {
+        Some((tokens, last_bytes)) if last_bytes > 0 && bytes >= last_bytes => tokens + (bytes - last_bytes) / 3,
+        Some((tokens, last_bytes)) if last_bytes > 0 => tokens * bytes / last_bytes,
+        _ => bytes / 3,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::infra::provider::{Output, Role, Stop, Usage};
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn request_size_is_estimated_from_the_last_reported_call() {
+        assert_eq!(request_tokens(30_000, None), 10_000);
+        assert_eq!(request_tokens(12_000, Some((2_500, 9_000))), 3_500);
+        assert_eq!(request_tokens(4_500, Some((2_500, 9_000))), 1_250);
+        assert_eq!(request_tokens(9_000, Some((2_500, 0))), 3_000);
+    }
 
     fn entries() -> Vec<Entry> {
         vec![

@@ -73,7 +73,8 @@ pub fn start(ws: &Workspace, rt: &Runtime, id: &AgentId, focus: Option<&str>, en
         return Err(CompactionError::InFlight { agent: id.to_string(), compactor: compactor.to_string() });
     }
     let (_, config) = ws.config(&facts.lineage)?;
-    let fork = fork_point(ws, id, tip, config.compaction.keep_recent_steps)?;
+    let fits = compactor_fits(&config);
+    let fork = fork_point(ws, id, tip, config.compaction.keep_recent_steps, &fits)?;
     let names: Vec<String> = ws.repo.list_dir(fork, agent::MESSAGES)?.into_iter().map(|e| e.name).collect();
     let entries = compaction::span_removals(names.iter().map(String::as_str), keep_user(&config)).len();
     if entries == 0 {
@@ -114,18 +115,41 @@ fn keep_user(config: &Config) -> bool {
     !config.compaction.drop_user_messages
 }
 
+/// Whether a compactor's request holding a transcript of that many bytes fits the
+/// compactor role's window, with room for its goal, soul and tools and its answer.
+fn compactor_fits(config: &Config) -> impl Fn(u64) -> bool + use<> {
+    /// What a compactor's request holds besides the inherited transcript, in tokens.
+    const OVERHEAD: u64 = 4_000;
+    let role = config.role(compaction::ROLE);
+    let window = role.and_then(|r| r.context_window);
+    let answer = role.map(|r| u64::from(r.max_output_tokens)).unwrap_or(0);
+    move |bytes| window.is_none_or(|w| crate::domain::context::request_tokens(bytes, None) + OVERHEAD + answer <= w)
+}
+
 /// The newest commit of `id`'s own history (first parents, not below its dispatch
-/// commit or its last landing) at a step boundary with `keep` model outputs after it.
-fn fork_point(ws: &Workspace, id: &AgentId, tip: CommitId, keep: u32) -> Result<CommitId> {
+/// commit or its last landing) at a step boundary with `keep` model outputs after it,
+/// whose transcript a compactor's request can hold (`fits`, by its size in bytes): a
+/// compaction started late forks further back and compacts less, never fails for it.
+fn fork_point(ws: &Workspace, id: &AgentId, tip: CommitId, keep: u32, fits: &dyn Fn(u64) -> bool) -> Result<CommitId> {
     let nothing = |why: &str| CompactionError::Nothing { agent: id.to_string(), why: why.to_owned() };
     let mut loader = Loader::default();
+    let mut sizes = std::collections::HashMap::new();
     let outputs = |entries: &[Entry]| entries.iter().filter(|e| matches!(e, Entry::Output { .. })).count();
     let total = outputs(loader.entries(&ws.repo, tip)?);
     let mut at = tip;
     loop {
         let entries = loader.entries(&ws.repo, at)?;
         if transcript::unanswered_calls(entries).is_empty() && total - outputs(entries) >= keep as usize {
-            return Ok(at);
+            let mut bytes = 0;
+            for e in ws.repo.list_dir(at, agent::MESSAGES)? {
+                bytes += match sizes.get(&e.oid) {
+                    Some(len) => *len,
+                    None => *sizes.entry(e.oid).or_insert(ws.repo.blob_len(e.oid)?),
+                };
+            }
+            if fits(bytes) {
+                return Ok(at);
+            }
         }
         let Some(parent) = ws.repo.first_parent(at)? else {
             return Err(nothing("its whole history is within the steps it keeps"));

@@ -64,6 +64,10 @@ pub enum DriverError {
     Landing { compactor: String, reason: String },
     #[error("cannot check the compactions of `{id}`: {reason}")]
     Compaction { id: String, reason: String },
+    #[error(
+        "agent `{id}`'s context is full: its next request needs about {estimate} tokens plus {output} for the answer, over the {window}-token window of role `{role}`; nothing was sent"
+    )]
+    ContextFull { id: String, role: String, estimate: u64, output: u32, window: u64 },
     #[error("agent `{id}`'s summary `{path}` holds a merge-conflict marker (`{line}`); it is not sent to the model")]
     Conflicted { id: String, path: String, line: String },
     #[error("agent `{id}` was {}", reason.words())]
@@ -483,7 +487,13 @@ impl<'a> Driver<'a> {
         if let Some(spend) = self.over_budget()? {
             return Err(DriverError::Exhausted { id: self.id.to_string(), spend });
         }
-        let (step, output_name, output) = self.call(tip, next, observer)?;
+        let (step, output_name, output) = match self.call(tip, next, observer) {
+            Err(full @ DriverError::ContextFull { .. }) => {
+                self.await_compaction(full, observer)?;
+                return Ok(Turn::Again);
+            }
+            other => other?,
+        };
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
         let tip = self.commit(tip, &[(&output_name, &bytes)], false, &format!("{output_name}: model output"))?;
         let calls: Vec<toolcall::Call<'_>> =
@@ -497,6 +507,52 @@ impl<'a> Driver<'a> {
             self.maybe_compact(tip, observer)?;
         }
         Ok(Turn::Again)
+    }
+
+    /// The prompt tokens the latest of this agent's recent calls before `step` reported,
+    /// with the size of the request it sent: what the next request is measured by.
+    fn last_reported(&self, step: u32) -> Option<(u64, u64)> {
+        (step.saturating_sub(5).max(1)..step).rev().find_map(|n| {
+            let dir = self.ws.layout.step(&self.id, n);
+            let meta: Value = serde_json::from_slice(&std::fs::read(dir.join("meta.json")).ok()?).ok()?;
+            let tokens = meta.get("usage")?.get("input")?.as_u64()?;
+            Some((tokens, std::fs::metadata(dir.join("request.json")).ok()?.len()))
+        })
+    }
+
+    /// The context is full: with a trigger, a compaction is made sure of and waited
+    /// for (its landing comes with the next turn); with `never`, or when nothing can be
+    /// compacted, the run stops with `full`.
+    fn await_compaction(&mut self, full: DriverError, observer: &mut dyn Observer) -> Result<()> {
+        let (_, config) = self.config()?;
+        if config.compaction.trigger == crate::domain::config::Trigger::Never || self.facts.role == compaction::ROLE {
+            return Err(full);
+        }
+        let in_flight = compaction_engine::in_flight(self.ws, &self.id)
+            .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?;
+        let compactor = match in_flight {
+            Some(compactor) => compactor,
+            None => match compaction_engine::start(self.ws, self.runtime, &self.id, None, self.runtime.env()) {
+                Ok(started) => started.compactor,
+                Err(_) => return Err(full),
+            },
+        };
+        let note = format!("{full}; waiting for the compaction to land");
+        observer.event(Event::Compaction { compactor: compactor.as_str(), outcome: "waiting", note: &note });
+        while !inbox::has_pending(&self.ws.layout, &self.id) {
+            if let Some(reason) = self.runtime.interrupt().reason() {
+                return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+            }
+            // A compactor that stopped or died without a word would keep us here.
+            if compaction_engine::in_flight(self.ws, &self.id).ok().flatten().is_none()
+                || (!LockGuard::is_held(&self.ws.layout.lock(&compactor)).unwrap_or(false)
+                    && !inbox::has_pending(&self.ws.layout, &compactor))
+            {
+                return Err(full);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Ok(())
     }
 
     /// The model calls this agent made itself (its step records).
@@ -857,7 +913,6 @@ impl<'a> Driver<'a> {
             lineage: facts.lineage.clone(),
         })?;
         let step = self.next_step.unwrap_or_else(|| next_step(&self.ws.layout.steps(&self.id)));
-        self.next_step = Some(step + 1);
         let fail = |source: ModelError| DriverError::Model { id: self.id.to_string(), step, source };
         let plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
         let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
@@ -873,6 +928,21 @@ impl<'a> Driver<'a> {
             }
         }
         let request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
+        let bytes = request_json(&request);
+        // A request past the role's window is never sent (§10).
+        if let Some(window) = role.context_window {
+            let estimate = context::request_tokens(bytes.len() as u64, self.last_reported(step));
+            if estimate + u64::from(role.max_output_tokens) > window {
+                return Err(DriverError::ContextFull {
+                    id: self.id.to_string(),
+                    role: facts.role.clone(),
+                    estimate,
+                    output: role.max_output_tokens,
+                    window,
+                });
+            }
+        }
+        self.next_step = Some(step + 1);
         let dir = self.ws.layout.step(&self.id, step);
         let io = |path: &Path| {
             let path = path.to_owned();
@@ -880,7 +950,7 @@ impl<'a> Driver<'a> {
         };
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let request_path = dir.join("request.json");
-        std::fs::write(&request_path, request_json(&request)).map_err(io(&request_path))?;
+        std::fs::write(&request_path, &bytes).map_err(io(&request_path))?;
         let started = Timestamp::now();
         let meta_path = dir.join("meta.json");
         // On record before the call, so a step cut short by a crash still shows.

@@ -313,3 +313,94 @@ fn a_summary_with_conflict_markers_is_never_sent() {
     assert!(run.stderr.contains("holds a merge-conflict marker (`<<<<<<< HEAD`)"), "{}", run.stderr);
     assert_eq!(server.requests_for("Marked").len(), sent, "nothing was sent");
 }
+
+/// A bash turn that reports `input` prompt tokens.
+fn reporting(id: &str, input: u64) -> Turn {
+    let mut turn = Turn::bash(id, "echo step");
+    turn.input_tokens = input;
+    turn
+}
+
+#[test]
+fn a_full_context_is_never_sent_with_never_the_run_stops_and_says_what_to_do() {
+    let (server, t) = TestWorkspace::served("compact-full-never", Dialect::Anthropic);
+    t.run(&[
+        "config",
+        "set",
+        "compaction.trigger",
+        "never",
+        "roles.worker.context_window",
+        "5000",
+        "roles.worker.max_output_tokens",
+        "100",
+    ])
+    .ok();
+    server.push_for("Tight", [reporting("r1", 1_000), reporting("r2", 4_850), Turn::text("never reached")]);
+    let run = t.run(&["prompt", "--name", "Tight", "fill it"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("context is full"), "{}", run.stderr);
+    assert!(run.stderr.contains("over the 5000-token window of role `worker`; nothing was sent"), "{}", run.stderr);
+    assert!(run.stderr.contains("offshoot compact"), "{}", run.stderr);
+    assert_eq!(server.requests_for("Tight").len(), 2, "the third request was never sent");
+    // No step record was made for it either.
+    let id = id_of(&t, "Tight");
+    assert_eq!(t.step_records(&id).len(), 2);
+}
+
+#[test]
+fn with_a_trigger_a_full_context_waits_for_the_compaction_to_land_then_goes_on() {
+    let (server, t) = TestWorkspace::served("compact-full-wait", Dialect::Anthropic);
+    t.run(&["config", "set", "roles.worker.context_window", "5000", "roles.worker.max_output_tokens", "100"]).ok();
+    // The fourth call reports 4,850 of 5,000 tokens: past 70% (a compaction starts after
+    // its tool step) and too full for the fifth call to go out before it lands.
+    server.push_for(
+        "Waits",
+        [
+            reporting("r1", 1_000),
+            reporting("r2", 1_000),
+            reporting("r3", 1_000),
+            reporting("r4", 4_850),
+            Turn::text("after"),
+        ],
+    );
+    server.push_matching(COMPACTOR, [summary_turn("w", "four steps of echo"), Turn::text("done")]);
+    let run = t.run(&["prompt", "--name", "Waits", "fill it"]);
+    assert!(run.ok().contains("after"), "{}", run.stderr);
+    assert!(run.stderr.contains("waiting for the compaction to land"), "{}", run.stderr);
+    let landed_at = run.stderr.find("compaction 1 landed").expect("landed");
+    let fifth = run.stderr.find("· step 5 ").expect("a fifth step");
+    assert!(landed_at < fifth, "{}", run.stderr);
+    // The fifth request went out with the summary in place of the compacted steps.
+    let requests = server.requests_for("Waits");
+    assert_eq!(requests.len(), 5);
+    assert!(requests[4].body.to_string().contains("four steps of echo"));
+    assert!(requests[4].raw.len() < requests[3].raw.len());
+}
+
+#[test]
+fn a_compaction_started_late_forks_further_back_so_the_compactor_fits_its_window() {
+    let (server, t) = TestWorkspace::served("compact-late", Dialect::Anthropic);
+    // The compactor's window holds its 4,000-token allowance, a 1,000-token answer and
+    // about 1,000 tokens (3,000 bytes) of inherited transcript.
+    t.run(&["config", "set", "roles.compactor.context_window", "6000", "roles.compactor.max_output_tokens", "1000"])
+        .ok();
+    // Each step's result is about 1,200 bytes.
+    let wide = |i: usize| Turn::bash(&format!("w{i}"), "printf '%01200d\\n' 0");
+    server.push_for("Wide", (0..6).map(wide).chain([Turn::text("wide enough")]));
+    t.run(&["prompt", "--name", "Wide", "print a lot"]).ok();
+    let id = id_of(&t, "Wide");
+    server.push_matching(COMPACTOR, [summary_turn("w", "lots of x"), Turn::text("done")]);
+    let run = t.run(&["compact", "Wide"]);
+    // Keeping two steps back would compact 10 entries; only what fits is compacted.
+    let entries: usize = run
+        .stderr
+        .split("in place of ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!((1..10).contains(&entries), "{}", run.stderr);
+    wait_for("the landing", || landed(&t, &id));
+    let first = &server.requests_matching(COMPACTOR)[0];
+    assert!(first.raw.len() < 6_000 * 3, "{} bytes", first.raw.len());
+}

@@ -335,6 +335,13 @@ impl Repo {
         }
     }
 
+    /// The size in bytes of blob `oid` (read from its header, not its content).
+    pub fn blob_len(&self, oid: Oid) -> Result<u64> {
+        let odb = self.repo.odb().map_err(lib("open the object database"))?;
+        let (len, _) = odb.read_header(oid).map_err(lib(format!("read the header of {oid}")))?;
+        Ok(len as u64)
+    }
+
     /// The first parent of `commit`, if it has one.
     pub fn first_parent(&self, commit: Oid) -> Result<Option<Oid>> {
         let c = self.repo.find_commit(commit).map_err(lib(format!("read commit {commit}")))?;
