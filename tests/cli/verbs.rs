@@ -20,9 +20,9 @@ fn demo_runs_with_no_identity_and_no_key() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     agents.sort();
-    // The parent and the two helpers it dispatched.
-    assert_eq!(agents.len(), 3, "{agents:?}");
-    assert_eq!(agents[1..], [format!("{}.1", agents[0]), format!("{}.2", agents[0])]);
+    // The parent, the two helpers it dispatched and the compactor of its first steps.
+    assert_eq!(agents.len(), 4, "{agents:?}");
+    assert_eq!(agents[1..], [format!("{}.1", agents[0]), format!("{}.2", agents[0]), format!("{}.3", agents[0])]);
     let agent = ws.join("agents").join(&agents[0]);
     let report = std::fs::read_to_string(agent.join("REPORT.md")).expect("the demo writes a report");
     assert!(report.starts_with("# Machine report\n\nEach line below was read"), "{report}");
@@ -40,6 +40,11 @@ fn demo_runs_with_no_identity_and_no_key() {
         "{}",
         tree.stdout
     );
+    assert!(tree.ok().contains("[compactor] done"), "{}", tree.stdout);
+    // The compaction landed: a summary stands for the first steps, announced on stderr.
+    assert!(run.stderr.contains("compaction 1 landed"), "{}", run.stderr);
+    let summary = std::fs::read_to_string(agent.join(".offshoot/summary/0001.md")).expect("summary");
+    assert!(summary.contains("CpuScout") && summary.contains("MemScout"), "{summary}");
 }
 
 #[test]

@@ -9,7 +9,8 @@ use crate::infra::time::Timestamp;
 const GOAL: &str = include_str!("../../../templates/demo/goal.md");
 
 /// The recorded parts: (provider, role, recording, the role's soul). The parent's
-/// role is the default `worker`; it dispatches one helper of each other role.
+/// role is the default `worker`; it dispatches one helper of each scout role, and a
+/// compactor (with the default soul) summarises its first steps.
 const PARTS: &[(&str, &str, &str, Option<&str>)] = &[
     ("demo", "worker", include_str!("../../../templates/demo/recording.jsonl"), None),
     (
@@ -18,6 +19,7 @@ const PARTS: &[(&str, &str, &str, Option<&str>)] = &[
         include_str!("../../../templates/demo/cpu.jsonl"),
         Some("You find facts about this machine's processor and write them down exactly as the commands print them."),
     ),
+    ("demo-compactor", "compactor", include_str!("../../../templates/demo/compactor.jsonl"), None),
     (
         "demo-memory",
         "memory-scout",
@@ -43,6 +45,10 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let mut text =
         files.iter().find(|(p, _)| p == FILE).map(|(_, b)| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
     files.retain(|(p, _)| p != FILE);
+    // A compaction after six steps: its compactor replays a summary of the first four.
+    for (key, value) in [("compaction.trigger", "every_n_steps"), ("compaction.steps", "6")] {
+        text = set_key(&text, key, value);
+    }
     for (provider, role, recording, soul) in PARTS {
         let path = format!("recordings/{provider}.jsonl");
         let mut keys = vec![
@@ -90,6 +96,9 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         format!("  offshoot -w {w} ls"),
         format!("  offshoot -w {w} log {id}"),
         format!("  offshoot -w {w} show {id} --step 2 --request"),
+        format!(
+            "  offshoot -w {w} show {id} --compaction 1                      (what its compaction replaced with a summary)"
+        ),
         format!("  git --git-dir {w}/repo.git log --oneline --stat agents/{id}    (the harness's record)"),
         format!("  git -C {w}/agents/{id} status                                   (the agent's own git)"),
         format!("  offshoot -w {w} fork --from agents/{id}~2 \"Check the report once more\""),
