@@ -549,6 +549,10 @@ pub fn stop_all(
     for agent in agents {
         let stopped =
             rt.stop(&agent, patience).map_err(|e| AgentError::Stop { id: agent.to_string(), reason: e.to_string() })?;
+        if let Stopped::Stopped(_) = stopped {
+            super::driver::tell_parent_if_untold(ws, rt, &agent)
+                .map_err(|e| AgentError::Stop { id: agent.to_string(), reason: e.to_string() })?;
+        }
         out.push((agent, stopped));
     }
     Ok(out)

@@ -115,6 +115,8 @@ const EPITAPH_EXHAUSTED: &str = "budget-exhausted";
 /// The mark of an agent stopped because its tree's budget ran out
 /// (`refs/offshoot/exhausted/<id>`, what was spent); cleared when it is revived.
 pub const EXHAUSTED: &str = "exhausted";
+/// The mark of the tip whose stop an agent's parent was told of (`refs/offshoot/told/<id>`).
+const TOLD: &str = "told";
 /// The mark of a stopped agent (`refs/offshoot/stopped/<id>`, the tip it stopped at):
 /// results wait for it instead of waking it, until a message or a run revives it.
 pub const STOPPED: &str = "stopped";
@@ -1383,11 +1385,28 @@ fn stopped(ws: &Workspace, rt: &Runtime, id: &AgentId, parent: Option<&str>, tip
             "`{id}` {why}; everything it did until then is on its branch (commit {tip}). A message to it revives it."
         );
         deposit_result(ws, rt, id, &parent, epitaph, tip, body)?;
+        ws.repo.set_mark(TOLD, id.as_str(), tip.to_string().as_bytes())?;
     }
     Ok(match exhausted {
         Some(spend) => DriverError::Exhausted { id: id.to_string(), spend },
         None => DriverError::Interrupted { id: id.to_string(), reason: Reason::Stopped },
     })
+}
+
+/// After `id`'s driver let go because it was stopped: if it ended without telling its
+/// parent (a stop during a model call ends the process at once), tells it now, as the
+/// driver would have. `told` marks what was told, so it is never told twice.
+pub(crate) fn tell_parent_if_untold(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<()> {
+    let Some(tip) = ws.repo.branch_tip(&id.branch())? else { return Ok(()) };
+    if ws.repo.mark(TOLD, id.as_str())?.as_deref() == Some(tip.to_string().as_bytes()) {
+        return Ok(());
+    }
+    let facts = super::snapshot::read_facts(&ws.repo, tip)
+        .map_err(|e| DriverError::Damaged { id: id.to_string(), reason: e.to_string() })?;
+    if facts.parent.is_some() {
+        stopped(ws, rt, id, facts.parent.as_deref(), tip)?;
+    }
+    Ok(())
 }
 
 /// Ctrl-C stops the agent as `offshoot stop` would: it and every agent below it are

@@ -491,3 +491,43 @@ fn ctrl_c_on_an_attached_prompt_stops_the_agents_below_it_too() {
     assert!(settled["result"]["content"].as_str().expect("text").starts_with("stopped; its processes were killed"));
     assert!(!t.ws.join("agents").join(&below).join("late.txt").exists());
 }
+
+#[test]
+fn a_child_stopped_during_its_model_call_still_tells_its_parent_once() {
+    let (server, t) = TestWorkspace::served("kids-stop-call", Dialect::Anthropic);
+    server.push_for("Minder", [dispatch("d1", "Hung", "think a long time"), Turn::text("waiting")]);
+    // The child's call hangs; a stop then ends its process at once.
+    server.push_replies_matching(
+        "Your name is Hung.",
+        [crate::support::server::Reply::Stall(Turn::text("never"), Duration::from_secs(20))],
+    );
+    let minder = t.run(&["prompt", "--detach", "--name", "Minder", "mind a child"]).ok().trim().to_owned();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while server.requests_for("Hung").is_empty() {
+        assert!(std::time::Instant::now() < until, "the child never called");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.push_for("Minder", [Turn::text("my child was stopped mid-thought")]);
+    let run = t.run(&["stop", "Hung"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let hung = format!("{minder}.1");
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let told: Vec<String> = messages(&t, "Minder")
+            .into_iter()
+            .filter(|(from, text)| *from == hung && text.contains("epitaph: stopped"))
+            .map(|(_, text)| text)
+            .collect();
+        if told.len() == 1 && t.agents().iter().all(|a| a["state"] != "running") {
+            break;
+        }
+        assert!(told.len() <= 1, "told twice: {told:?}");
+        assert!(std::time::Instant::now() < until, "the parent was never told");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A second stop finds nothing running and tells no one again.
+    t.run(&["stop", "Hung"]).ok();
+    std::thread::sleep(Duration::from_millis(300));
+    let told = messages(&t, "Minder").into_iter().filter(|(from, _)| *from == hung).count();
+    assert_eq!(told, 1);
+}

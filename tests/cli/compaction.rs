@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::server::{Server, Turn};
+use crate::support::server::{Reply, Server, Turn};
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 /// Every compactor's goal starts so; its requests hold it.
@@ -113,6 +113,8 @@ fn a_compaction_lands_one_commit_with_the_summary_and_uncompact_brings_everythin
     assert!(said[4].starts_with("wrote `.offshoot/summary/0001.md`") && !seen[6].1, "{said:?}");
     assert!(said[5].contains("this compaction wrote it") && seen[7].1, "{said:?}");
     assert!(said[6].starts_with("marked `notes.md`") && !seen[8].1, "{said:?}");
+    // The declined calls changed nothing: only the draft was nominated.
+    assert_eq!(t.git(&["show", &format!("agents/{compactor}:.offshoot/nominated")]), "notes.md\n");
 
     // One landing commit: the span's entries out (but the opening one), the draft out,
     // the summary in.
@@ -171,13 +173,44 @@ fn a_file_the_agent_changes_while_the_compactor_works_is_kept_and_the_rest_lands
         [mark("c1", "notes.md"), summary_turn("c2", "The draft is in notes.md."), Turn::text("done")],
     );
     server.push_for("Long", [Turn::bash("e1", "sleep 2; echo more >> notes.md"), Turn::text("edited")]);
-    t.run(&["compact", "Long"]).ok();
+    t.run(&["compact", "Long", "--focus", "what the draft says"]).ok();
     let run = t.run(&["send", "Long", "edit the draft"]);
     assert!(run.ok().contains("edited"), "{}", run.stderr);
     wait_for("the landing", || landed(&t, &id));
     assert!(run.stderr.contains("kept 1 nominated files this agent changed meanwhile: notes.md"), "{}", run.stderr);
     assert_eq!(std::fs::read_to_string(t.ws.join("agents").join(&id).join("notes.md")).expect("kept"), "draft\nmore\n");
     assert_eq!(listed(&t, &id, ".offshoot/summary"), ["0001.md"]);
+    // The focus was given to the compactor with its goal.
+    assert!(
+        server.requests_matching(COMPACTOR)[0].body.to_string().contains("Focus the summary on: what the draft says")
+    );
+}
+
+#[test]
+fn a_stopped_compactor_lands_nothing_and_another_compaction_may_start() {
+    let (server, t) = TestWorkspace::served("compact-stopped", Dialect::Anthropic);
+    let id = long_agent(&server, &t);
+    let tip = t.git(&["rev-parse", &format!("agents/{id}")]);
+    // The compactor's first call hangs until it is stopped.
+    server.push_replies_matching(COMPACTOR, [Reply::Stall(summary_turn("w", "never"), Duration::from_secs(20))]);
+    let compactor = t.run(&["compact", "Long"]).ok().trim().to_owned();
+    wait_for("the compactor's call", || !server.requests_matching(COMPACTOR).is_empty());
+    let run = t.run(&["stop", &compactor]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // The agent hears of it (the compactor's obituary), lands nothing and goes on; a
+    // new compaction may start.
+    wait_for("the agent to let the compaction go", || {
+        t.git(&["for-each-ref", "refs/offshoot/compacting/"]).is_empty()
+            && t.agents().iter().all(|a| a["state"] != "running")
+    });
+    assert_eq!(t.git(&["rev-parse", &format!("agents/{id}")]), tip);
+    server.push_for("Long", [Turn::text("still here")]);
+    assert!(t.run(&["send", "Long", "are you there"]).ok().contains("still here"));
+    assert!(!landed(&t, &id));
+    server.push_matching(COMPACTOR, [summary_turn("w", "second try"), Turn::text("done")]);
+    let second = t.run(&["compact", "Long"]);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    wait_for("the second compaction to land", || landed(&t, &id));
 }
 
 #[test]

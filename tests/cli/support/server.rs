@@ -148,8 +148,13 @@ impl Server {
     /// Turns for requests holding `key` anywhere (e.g. the goal a compactor is given),
     /// checked after the per-name scripts that were pushed before it.
     pub fn push_matching(&self, key: &str, turns: impl IntoIterator<Item = Turn>) {
+        self.push_replies_matching(key, turns.into_iter().map(Reply::Turn));
+    }
+
+    /// Replies (any kind) for requests holding `key`, as [`Server::push_matching`].
+    pub fn push_replies_matching(&self, key: &str, replies: impl IntoIterator<Item = Reply>) {
         let mut s = self.state.lock().expect("state");
-        let replies = turns.into_iter().map(Reply::Turn);
+        let replies = replies.into_iter();
         match s.scripts.iter_mut().find(|(k, _)| k == key) {
             Some((_, script)) => script.extend(replies),
             None => s.scripts.push((key.to_owned(), replies.collect())),
