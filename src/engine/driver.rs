@@ -388,8 +388,9 @@ struct Driver<'a> {
     /// `agent.toml`, immutable after dispatch.
     facts: AgentFacts,
     /// The config last parsed, by its commit (config is followed: re-read when the
-    /// lineage tip moves).
+    /// lineage tip moves), and whether this turn has yet to look at the lineage tip.
     config: Option<(CommitId, Rc<Config>)>,
+    config_due: bool,
     /// The worktree's root with symbolic links resolved (tools report resolved paths).
     real_root: PathBuf,
     /// The workspace's root with symbolic links resolved (where git stops looking).
@@ -400,6 +401,11 @@ struct Driver<'a> {
     sandbox: Option<(Confinement, Arc<std::os::fd::OwnedFd>)>,
     /// The tree's step records read so far (for its budgets).
     records: Records,
+    /// The last call's reported prompt tokens and request bytes (read from the step
+    /// records once, then kept): what the next request's size is measured by.
+    last_call: Option<Option<(u64, u64)>>,
+    /// The agent's own step count at its last landing (from the ledger, read once).
+    landed_steps: Option<u32>,
 }
 
 impl<'a> Driver<'a> {
@@ -431,11 +437,14 @@ impl<'a> Driver<'a> {
             next_step: None,
             facts,
             config: Some((config_tip, Rc::new(config))),
+            config_due: false,
             real_root: std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone()),
             real_workspace: std::fs::canonicalize(ws.layout.root()).unwrap_or_else(|_| ws.layout.root().to_owned()),
             cwd_mark: ws.repo.mark(CWD_MARK, id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned()),
             sandbox: None,
             records: Records::default(),
+            last_call: None,
+            landed_steps: None,
         };
         driver.recover(tip)?;
         Ok((driver, repairs))
@@ -456,6 +465,7 @@ impl<'a> Driver<'a> {
         if let Some(reason) = self.runtime.interrupt().reason() {
             return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
         }
+        self.config_due = true;
         let mut tip = self.tip()?;
         let entries = self.loader.entries(&self.ws.repo, tip)?;
         let mut next = transcript::next_number(entries.iter().map(Entry::number));
@@ -573,8 +583,14 @@ impl<'a> Driver<'a> {
         if config.compaction.trigger == crate::domain::config::Trigger::Never {
             return Ok(());
         }
-        let ledger = self.ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default();
-        let since = compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).last().map(|l| l.steps).unwrap_or(0);
+        let since = match self.landed_steps {
+            Some(steps) => steps,
+            None => {
+                let ledger = self.ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default();
+                let steps = compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).last().map(|l| l.steps);
+                *self.landed_steps.insert(steps.unwrap_or(0))
+            }
+        };
         let input = self.loader.entries(&self.ws.repo, tip)?.iter().rev().find_map(|e| match e {
             Entry::Output { output, .. } => output.usage.input,
             _ => None,
@@ -627,6 +643,12 @@ impl<'a> Driver<'a> {
 
     /// The config at the agent's lineage tip, parsed once per config commit.
     fn config(&mut self) -> Result<(CommitId, Rc<Config>)> {
+        // Read once a turn: within one step every part follows the same config.
+        if !std::mem::take(&mut self.config_due)
+            && let Some((at, config)) = &self.config
+        {
+            return Ok((*at, config.clone()));
+        }
         let tip = self.ws.config_tip(&self.facts.lineage)?;
         if let Some((at, config)) = &self.config
             && *at == tip
@@ -805,6 +827,7 @@ impl<'a> Driver<'a> {
             landing.number, plan.entries_removed, landing.summary
         );
         observer.event(Event::Compaction { compactor, outcome: "landed", note: &note });
+        self.landed_steps = Some(landing.steps);
         Ok(commit)
     }
 
@@ -933,7 +956,11 @@ impl<'a> Driver<'a> {
         let bytes = request_json(&request);
         // A request past the role's window is never sent (§10).
         if let Some(window) = role.context_window {
-            let estimate = context::request_tokens(bytes.len() as u64, self.last_reported(step));
+            let last = match self.last_call {
+                Some(known) => known,
+                None => self.last_reported(step),
+            };
+            let estimate = context::request_tokens(bytes.len() as u64, last);
             if estimate + u64::from(role.max_output_tokens) > window {
                 return Err(DriverError::ContextFull {
                     id: self.id.to_string(),
@@ -1002,6 +1029,9 @@ impl<'a> Driver<'a> {
         }
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         if let Ok(output) = &result {
+            if let Some(input) = output.usage.input {
+                self.last_call = Some(Some((input, bytes.len() as u64)));
+            }
             let cost_usd = config.prices.get(&plan.model).map(|p| crate::domain::budget::cost(&output.usage, p));
             recorder.observer.event(Event::Usage { step, usage: &output.usage, cost_usd });
         }

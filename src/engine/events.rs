@@ -65,13 +65,15 @@ pub fn repaired(repair: Repair) -> String {
 pub struct Logged<'a> {
     agent: String,
     path: PathBuf,
+    /// The file, opened for appending at the first event.
+    file: Option<std::fs::File>,
     text: String,
     inner: &'a mut dyn Observer,
 }
 
 impl<'a> Logged<'a> {
     pub fn new(steps_dir: &Path, agent: &str, inner: &'a mut dyn Observer) -> Logged<'a> {
-        Logged { agent: agent.to_owned(), path: steps_dir.join(FILE), text: String::new(), inner }
+        Logged { agent: agent.to_owned(), path: steps_dir.join(FILE), file: None, text: String::new(), inner }
     }
 
     /// Appends one event (and any text gathered before it). A write that fails costs
@@ -83,12 +85,14 @@ impl<'a> Logged<'a> {
             lines.push_str(&format!("{text}\n"));
         }
         lines.push_str(&format!("{value}\n"));
-        if let Some(dir) = self.path.parent() {
-            let _ = std::fs::create_dir_all(dir);
+        if self.file.is_none() {
+            if let Some(dir) = self.path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            self.file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path).ok();
         }
-        let file = std::fs::OpenOptions::new().create(true).append(true).open(&self.path);
         // One write per batch of lines: appends from one driver never interleave.
-        if let Ok(mut file) = file {
+        if let Some(file) = &mut self.file {
             let _ = file.write_all(lines.as_bytes());
         }
     }
