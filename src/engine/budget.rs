@@ -120,7 +120,8 @@ fn read_step(dir: &Path, now: u64, is_live: &mut dyn FnMut() -> bool) -> (StepSp
     let meta: Value =
         std::fs::read(dir.join("meta.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null);
     let text = |key: &str| meta.get(key).and_then(Value::as_str);
-    let running = text("outcome") == Some("running") && is_live();
+    // A record not written yet (its directory comes first) is a call about to start.
+    let running = (meta.is_null() || text("outcome") == Some("running")) && is_live();
     let usage: Usage = meta.get("usage").and_then(|u| serde_json::from_value(u.clone()).ok()).unwrap_or_default();
     let started = text("started").and_then(parse_unix_seconds);
     let ended = if running { Some(now) } else { text("ended").and_then(parse_unix_seconds).or(started) };
