@@ -39,7 +39,7 @@ fn long_agent(server: &Server, t: &TestWorkspace) -> String {
         "Long",
         [
             Turn::bash("b1", "echo draft > notes.md"),
-            Turn::bash("b2", "echo two"),
+            Turn::bash("b2", "mkdir -p old && echo two > old/two.txt"),
             Turn::bash("b3", "echo three"),
             Turn::text("done for now"),
         ],
@@ -170,7 +170,12 @@ fn a_file_the_agent_changes_while_the_compactor_works_is_kept_and_the_rest_lands
     // The compactor nominates the draft; meanwhile the agent edits it.
     server.push_matching(
         COMPACTOR,
-        [mark("c1", "notes.md"), summary_turn("c2", "The draft is in notes.md."), Turn::text("done")],
+        [
+            mark("c1", "notes.md"),
+            mark("c2", "old"),
+            summary_turn("c3", "The draft is in notes.md."),
+            Turn::text("done"),
+        ],
     );
     server.push_for("Long", [Turn::bash("e1", "sleep 2; echo more >> notes.md"), Turn::text("edited")]);
     t.run(&["compact", "Long", "--focus", "what the draft says"]).ok();
@@ -179,6 +184,12 @@ fn a_file_the_agent_changes_while_the_compactor_works_is_kept_and_the_rest_lands
     wait_for("the landing", || landed(&t, &id));
     assert!(run.stderr.contains("kept 1 nominated files this agent changed meanwhile: notes.md"), "{}", run.stderr);
     assert_eq!(std::fs::read_to_string(t.ws.join("agents").join(&id).join("notes.md")).expect("kept"), "draft\nmore\n");
+    // A nominated directory leaves whole, from the branch and the disk, and stays gone.
+    assert!(!t.ws.join("agents").join(&id).join("old").exists());
+    assert!(!t.git(&["ls-tree", "--name-only", &format!("agents/{id}")]).lines().any(|l| l == "old"));
+    server.push_for("Long", [Turn::bash("e2", "true"), Turn::text("still gone")]);
+    t.run(&["send", "Long", "one more step"]).ok();
+    assert!(!t.git(&["ls-tree", "--name-only", &format!("agents/{id}")]).lines().any(|l| l == "old"));
     assert_eq!(listed(&t, &id, ".offshoot/summary"), ["0001.md"]);
     // The focus was given to the compactor with its goal.
     assert!(
