@@ -125,9 +125,7 @@ fn call_error(call: &CallError, message: String) -> CliError {
             err.hint(format!("gave up after {attempts} attempts; `retry.max_attempts` in the config sets how many"))
         }
         CallError::Connect { .. } => err.hint("check the provider's `base_url` (or its `base_url_env` variable)"),
-        CallError::Truncated { .. } => {
-            err.hint("nothing was committed; raise the role's `max_output_tokens` and `offshoot run` the agent")
-        }
+        CallError::Truncated { .. } => err.hint("nothing was committed; raise the role's `max_output_tokens`"),
         _ => err,
     }
 }
@@ -135,7 +133,16 @@ fn call_error(call: &CallError, message: String) -> CliError {
 impl From<DriverError> for CliError {
     fn from(e: DriverError) -> Self {
         match e {
-            DriverError::Model { id, step, source } => {
+            DriverError::Model { id, role, step, source } if source.is_truncated() => {
+                CliError::runtime(format!("step {step} of agent `{id}` failed: {source}"))
+            .hint(format!(
+                "`offshoot config set roles.{role}.max_output_tokens <more>` raises the limit, then `offshoot run {id}` asks again"
+            ))
+                    .hint(format!(
+                        "nothing of it was committed; `offshoot show {id} --step {step}` shows the step's record"
+                    ))
+            }
+            DriverError::Model { id, step, source, .. } => {
                 let base: CliError = source.into();
                 CliError { message: format!("step {step} of agent `{id}` failed: {}", base.message), ..base }
             }

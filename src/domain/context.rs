@@ -170,6 +170,7 @@ mod tests {
                         id: "t1".into(),
                         name: "bash".into(),
                         input: json!({"command": "ls"}),
+                        arguments: None,
                     }],
                     usage: Usage::default(),
                     stop: Stop::ToolUse,

@@ -107,7 +107,7 @@ impl Entry {
 
     fn blocks(&self) -> Vec<Block> {
         match self {
-            Entry::Message { text, .. } => vec![Block::Text { text: text.clone() }],
+            Entry::Message { text, .. } => vec![Block::text(text.clone())],
             Entry::Output { output, .. } => output.content.clone(),
             Entry::ToolResult { block, .. } => vec![block.clone()],
         }
@@ -186,7 +186,12 @@ mod tests {
     fn call(n: u32, ids: &[&str]) -> Entry {
         let content = ids
             .iter()
-            .map(|id| Block::ToolUse { id: (*id).into(), name: "bash".into(), input: json!({"command": "true"}) })
+            .map(|id| Block::ToolUse {
+                id: (*id).into(),
+                name: "bash".into(),
+                input: json!({"command": "true"}),
+                arguments: None,
+            })
             .collect();
         Entry::Output {
             number: n,

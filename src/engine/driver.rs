@@ -81,7 +81,7 @@ pub enum DriverError {
     #[error("role `{role}` of agent `{id}` no longer exists in config lineage `{lineage}`")]
     RoleGone { id: String, role: String, lineage: String },
     #[error("step {step} of agent `{id}` failed: {source}")]
-    Model { id: String, step: u32, source: ModelError },
+    Model { id: String, role: String, step: u32, source: ModelError },
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]
@@ -356,7 +356,12 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
 /// agent is removed again so a failed prompt leaves nothing behind.
 pub fn run_fresh(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer) -> Result<RunEnd> {
     let result = run(ws, rt, id, observer);
-    if let Err(DriverError::Model { .. }) = &result {
+    // An answer cut off at the output limit is kept to look at (`show --step 1`), and the
+    // agent goes on once the limit is raised.
+    let cut_off = matches!(&result, Err(DriverError::Model { source, .. }) if source.is_truncated());
+    if let Err(DriverError::Model { .. }) = &result
+        && !cut_off
+    {
         let tip = ws.repo.branch_tip(&id.branch()).ok().flatten();
         let progressed = tip
             .and_then(|t| {
@@ -938,7 +943,8 @@ impl<'a> Driver<'a> {
             lineage: facts.lineage.clone(),
         })?;
         let step = self.next_step.unwrap_or_else(|| next_step(&self.ws.layout.steps(&self.id)));
-        let fail = |source: ModelError| DriverError::Model { id: self.id.to_string(), step, source };
+        let fail =
+            |source: ModelError| DriverError::Model { id: self.id.to_string(), role: facts.role.clone(), step, source };
         let plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
         let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
         // A summary left with merge-conflict markers is never sent (§6.1).

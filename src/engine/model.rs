@@ -26,6 +26,13 @@ pub enum ModelError {
     Call(#[from] CallError),
 }
 
+impl ModelError {
+    /// Whether the answer was cut off at the output limit.
+    pub fn is_truncated(&self) -> bool {
+        matches!(self, ModelError::Call(CallError::Truncated { .. }))
+    }
+}
+
 /// Everything needed to call one role's model, resolved and checked.
 #[derive(Debug, Clone)]
 pub struct Plan {

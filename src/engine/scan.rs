@@ -38,7 +38,7 @@ pub enum ScanError {
     #[error(transparent)]
     Agent(#[from] AgentError),
     #[error(transparent)]
-    Driver(#[from] DriverError),
+    Driver(#[from] Box<DriverError>),
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
@@ -50,6 +50,12 @@ pub enum ScanError {
 }
 
 type Result<T> = std::result::Result<T, ScanError>;
+
+impl From<DriverError> for ScanError {
+    fn from(e: DriverError) -> Self {
+        ScanError::Driver(Box::new(e))
+    }
+}
 
 pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
     let mut loader = Loader::default();

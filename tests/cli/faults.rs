@@ -96,7 +96,8 @@ fn truncated_output_is_refused_and_never_executed() {
         server.push(Reply::Truncated(Turn::bash("call_9", "touch EXECUTED")));
         let run = t.run(&["send", "Cut", "now do something"]);
         assert_eq!(run.code, 1, "{dialect:?}: {}", run.stderr);
-        assert!(run.stderr.contains("cut off by the output limit"), "{}", run.stderr);
+        assert!(run.stderr.contains("cut off at the output limit"), "{}", run.stderr);
+        assert!(run.stderr.contains("offshoot config set roles.worker.max_output_tokens"), "{}", run.stderr);
         assert!(!t.ws.join("agents").join(&id).join("EXECUTED").exists());
         // The delivered message is committed; the truncated output is not.
         let after = t.git(&["rev-list", &format!("{}..agents/{id}", before.trim())]);

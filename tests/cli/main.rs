@@ -4,6 +4,7 @@ mod support;
 
 mod children;
 mod compaction;
+mod conformance;
 mod containment;
 mod conversation;
 mod crash;
@@ -12,6 +13,7 @@ mod faults;
 mod layering;
 mod ownership;
 mod processes;
+mod providers;
 mod scan;
 mod signals;
 mod stress;

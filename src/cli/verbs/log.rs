@@ -97,11 +97,15 @@ fn render(entry: &Entry) -> String {
             let mut s = format!("── {number:04} {model}\n");
             for b in &output.content {
                 match b {
-                    Block::Text { text } => s.push_str(&format!("{}\n", text.trim_end())),
+                    Block::Text { text, .. } => s.push_str(&format!("{}\n", text.trim_end())),
                     Block::ToolUse { name, input, .. } => {
                         s.push_str(&format!("→ {name} {}\n", clip(&crate::cli::progress::call_gist(input), 3)));
                     }
                     Block::Thinking { thinking, .. } => s.push_str(&format!("(thinking: {} chars)\n", thinking.len())),
+                    Block::Opaque { block } => s.push_str(&format!(
+                        "(a `{}` block, kept for the provider)\n",
+                        block["type"].as_str().unwrap_or("?")
+                    )),
                     _ => {}
                 }
             }

@@ -36,7 +36,7 @@ impl From<ScanError> for CliError {
     fn from(e: ScanError) -> Self {
         match e {
             ScanError::Agent(a) => a.into(),
-            ScanError::Driver(d) => d.into(),
+            ScanError::Driver(d) => (*d).into(),
             _ => CliError::runtime(e.to_string()),
         }
     }

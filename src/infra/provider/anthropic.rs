@@ -114,9 +114,17 @@ struct WireMessage<'a> {
 #[derive(Serialize)]
 struct WireBlock<'a> {
     #[serde(flatten)]
-    block: BlockRef<'a>,
+    block: Content<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<Ephemeral>,
+}
+
+/// A block we know, or one we kept whole because we did not.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Content<'a> {
+    Known(BlockRef<'a>),
+    Opaque(&'a Value),
 }
 
 #[derive(Serialize)]
@@ -164,11 +172,11 @@ struct ImageSource<'a> {
     data: &'a str,
 }
 
-fn block(b: &Block) -> Option<BlockRef<'_>> {
-    Some(match b {
-        Block::Text { text } if text.is_empty() => return None,
-        Block::Text { text } => BlockRef::Text { text },
-        Block::ToolUse { id, name, input } => BlockRef::ToolUse {
+fn block(b: &Block) -> Option<Content<'_>> {
+    Some(Content::Known(match b {
+        Block::Text { text, .. } if text.is_empty() => return None,
+        Block::Text { text, .. } => BlockRef::Text { text },
+        Block::ToolUse { id, name, input, .. } => BlockRef::ToolUse {
             id,
             name,
             input: if input.is_object() {
@@ -182,20 +190,34 @@ fn block(b: &Block) -> Option<BlockRef<'_>> {
         }
         // Thinking from another provider carries no signature; Anthropic refuses it.
         Block::Thinking { signature: None, .. } => return None,
-        Block::Thinking { thinking, signature: Some(signature) } => BlockRef::Thinking { thinking, signature },
+        Block::Thinking { thinking, signature: Some(signature), .. } => BlockRef::Thinking { thinking, signature },
         Block::RedactedThinking { data } => BlockRef::RedactedThinking { data },
         Block::Image { media_type, data } => {
             BlockRef::Image { source: ImageSource { kind: "base64", media_type, data } }
         }
+        Block::Opaque { block } => return Some(Content::Opaque(block)),
         Block::Reasoning { .. } => return None,
-    })
+    }))
 }
 
 enum Partial {
     Text(String),
-    ToolUse { id: String, name: String, json: String },
-    Thinking { text: String, signature: Option<String> },
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+    },
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
     Redacted(String),
+    /// A block of a type we do not know: its start, with its deltas' text fields
+    /// appended and any `input_json_delta` pieces gathered for its `input`.
+    Opaque {
+        block: Value,
+        json: String,
+    },
 }
 
 /// Decodes `message_start` … `message_stop`.
@@ -230,7 +252,8 @@ impl Decoder for StreamDecoder {
                         signature: str_at(&b, "/signature").filter(|s| !s.is_empty()).map(str::to_owned),
                     },
                     "redacted_thinking" => Partial::Redacted(str_at(&b, "/data").unwrap_or("").to_owned()),
-                    _ => Partial::Text(str_at(&b, "/text").unwrap_or("").to_owned()),
+                    "text" => Partial::Text(str_at(&b, "/text").unwrap_or("").to_owned()),
+                    _ => Partial::Opaque { block: b, json: String::new() },
                 };
                 self.blocks.push(partial);
             }
@@ -258,6 +281,10 @@ impl Decoder for StreamDecoder {
                         let s = signature.get_or_insert_with(String::new);
                         s.push_str(str_at(&d, "/signature").unwrap_or(""));
                     }
+                    (Partial::Opaque { json, .. }, "input_json_delta") => {
+                        json.push_str(str_at(&d, "/partial_json").unwrap_or(""));
+                    }
+                    (Partial::Opaque { block, .. }, _) => extend_opaque(block, &d),
                     (_, other) => {
                         return Err(StreamError::Malformed(format!("delta `{other}` does not fit block {index}")));
                     }
@@ -293,12 +320,18 @@ impl Decoder for StreamDecoder {
             .blocks
             .into_iter()
             .map(|p| match p {
-                Partial::Text(text) => Block::Text { text },
+                Partial::Text(text) => Block::text(text),
                 Partial::ToolUse { id, name, json } => {
-                    Block::ToolUse { id, name, input: super::parse_arguments(&json) }
+                    Block::ToolUse { id, name, input: super::parse_arguments(&json), arguments: None }
                 }
-                Partial::Thinking { text, signature } => Block::Thinking { thinking: text, signature },
+                Partial::Thinking { text, signature } => Block::Thinking { thinking: text, signature, field: None },
                 Partial::Redacted(data) => Block::RedactedThinking { data },
+                Partial::Opaque { mut block, json } => {
+                    if !json.is_empty() {
+                        block["input"] = super::parse_arguments(&json);
+                    }
+                    Block::Opaque { block }
+                }
             })
             .collect();
         let stop = match self.stop.as_deref() {
@@ -309,6 +342,19 @@ impl Decoder for StreamDecoder {
             None => return Err(StreamError::Incomplete),
         };
         Ok(Output { content, usage: self.usage, stop })
+    }
+}
+
+/// Applies a delta to a block we keep whole: each of its text fields is appended to
+/// the block's field of that name (a `compaction_delta`'s `content`, say), anything else
+/// replaces it.
+fn extend_opaque(block: &mut Value, delta: &Value) {
+    let Some(fields) = delta.as_object() else { return };
+    for (key, value) in fields.iter().filter(|(k, _)| k.as_str() != "type") {
+        match (block.get_mut(key), value) {
+            (Some(Value::String(have)), Value::String(more)) => have.push_str(more),
+            _ => block[key.as_str()] = value.clone(),
+        }
     }
 }
 
@@ -352,8 +398,8 @@ mod tests {
                 Message {
                     role: Role::Assistant,
                     content: vec![
-                        Block::Thinking { thinking: "hm".into(), signature: Some("sig".into()) },
-                        Block::ToolUse { id: "t1".into(), name: "bash".into(), input: json!("{oops") },
+                        Block::Thinking { thinking: "hm".into(), signature: Some("sig".into()), field: None },
+                        Block::ToolUse { id: "t1".into(), name: "bash".into(), input: json!("{oops"), arguments: None },
                     ],
                 },
                 Message {

@@ -19,12 +19,20 @@ use serde_json::Value;
 pub enum Block {
     Text {
         text: String,
+        /// OpenAI Responses: the message's `phase` (`commentary`, `final_answer`), sent
+        /// back with it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        phase: Option<String>,
     },
     ToolUse {
         id: String,
         name: String,
         /// The arguments; a JSON string when the model sent text that is not JSON.
         input: Value,
+        /// The arguments' text exactly as the model wrote it (Chat Completions and
+        /// Responses send it back so, spacing and key order included).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<String>,
     },
     ToolResult {
         tool_use_id: String,
@@ -32,11 +40,15 @@ pub enum Block {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
-    /// Anthropic extended thinking; the signature must be sent back untouched.
+    /// Anthropic extended thinking (the signature must be sent back untouched), or a
+    /// Chat Completions model's reasoning text (`field` names the field it came in, to
+    /// be sent back in: DeepSeek's thinking mode needs its `reasoning_content`).
     Thinking {
         thinking: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         signature: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        field: Option<String>,
     },
     RedactedThinking {
         data: String,
@@ -49,11 +61,16 @@ pub enum Block {
         media_type: String,
         data: String,
     },
+    /// An Anthropic content block of a type this version does not know (a server tool's
+    /// call or result, a `compaction` block), kept whole and sent back as it came.
+    Opaque {
+        block: Value,
+    },
 }
 
 impl Block {
     pub fn text(text: impl Into<String>) -> Block {
-        Block::Text { text: text.into() }
+        Block::Text { text: text.into(), phase: None }
     }
 }
 
@@ -129,7 +146,7 @@ pub struct Output {
 impl Output {
     pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
         self.content.iter().filter_map(|b| match b {
-            Block::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            Block::ToolUse { id, name, input, .. } => Some((id.as_str(), name.as_str(), input)),
             _ => None,
         })
     }
@@ -139,11 +156,12 @@ impl Output {
             .content
             .iter()
             .filter_map(|b| match b {
-                Block::Text { text } => Some(text.as_str()),
+                Block::Text { text, .. } if !text.is_empty() => Some(text.as_str()),
                 _ => None,
             })
             .collect();
-        parts.join("")
+        // Separate blocks (or Responses messages) are separate paragraphs.
+        parts.join("\n\n")
     }
 }
 
@@ -242,4 +260,24 @@ fn u64_at(v: &Value, pointer: &str) -> Option<u64> {
 
 fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_outputs_text_blocks_are_separate_paragraphs() {
+        let out = Output {
+            content: vec![
+                Block::text("First message."),
+                Block::Thinking { thinking: "hm".into(), signature: None, field: None },
+                Block::text(""),
+                Block::text("Second message."),
+            ],
+            usage: Usage::default(),
+            stop: Stop::EndTurn,
+        };
+        assert_eq!(out.text(), "First message.\n\nSecond message.");
+    }
 }

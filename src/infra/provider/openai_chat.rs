@@ -55,7 +55,7 @@ fn user_messages(content: &[Block], out: &mut Vec<Value>) {
             Block::ToolResult { tool_use_id, content, .. } => {
                 out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
             }
-            Block::Text { text } => parts.push(json!({"type": "text", "text": text})),
+            Block::Text { text, .. } => parts.push(json!({"type": "text", "text": text})),
             Block::Image { media_type, data } => parts
                 .push(json!({"type": "image_url", "image_url": {"url": format!("data:{media_type};base64,{data}")}})),
             _ => {}
@@ -68,19 +68,39 @@ fn user_messages(content: &[Block], out: &mut Vec<Value>) {
     }
 }
 
+/// The assistant's text, its calls with their arguments as the model wrote them, and
+/// its reasoning in the field it came in (DeepSeek's thinking mode wants its
+/// `reasoning_content` back; OpenAI sends none). `content` is null only beside calls:
+/// the API refuses an assistant message with neither.
 fn assistant_message(content: &[Block]) -> Value {
     let mut text = String::new();
     let mut calls = Vec::new();
+    let mut reasoning: Vec<(&str, &str)> = Vec::new();
     for b in content {
         match b {
-            Block::Text { text: t } => text.push_str(t),
-            Block::ToolUse { id, name, input } => calls.push(
-                json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments_text(input)}}),
-            ),
+            Block::Text { text: t, .. } => {
+                if !text.is_empty() && !t.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(t);
+            }
+            Block::ToolUse { id, name, input, arguments } => {
+                let arguments = arguments.clone().unwrap_or_else(|| arguments_text(input));
+                calls.push(json!({"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}));
+            }
+            Block::Thinking { thinking, field: Some(field), .. } => reasoning.push((field, thinking)),
             _ => {}
         }
     }
-    let mut m = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text) }});
+    let content = match (text.is_empty(), calls.is_empty()) {
+        (false, _) => json!(text),
+        (true, false) => Value::Null,
+        (true, true) => json!(""),
+    };
+    let mut m = json!({"role": "assistant", "content": content});
+    for (field, thinking) in reasoning {
+        m[field] = json!(thinking);
+    }
     if !calls.is_empty() {
         m["tool_calls"] = Value::Array(calls);
     }
@@ -99,6 +119,8 @@ struct Call {
 pub struct StreamDecoder {
     text: String,
     reasoning: String,
+    /// The field the reasoning came in (`reasoning_content`, or `reasoning`).
+    reasoning_field: Option<&'static str>,
     calls: Vec<Call>,
     finish: Option<String>,
     usage: Usage,
@@ -124,13 +146,19 @@ impl Decoder for StreamDecoder {
         }
         let mut deltas = Vec::new();
         if let Some(choice) = v.pointer("/choices/0") {
-            if let Some(piece) = str_at(choice, "/delta/content") {
-                self.text.push_str(piece);
-                deltas.push(Delta::Text(piece.to_owned()));
+            // A refusal is what the model said: kept as its text.
+            for field in ["/delta/content", "/delta/refusal"] {
+                if let Some(piece) = str_at(choice, field).filter(|p| !p.is_empty()) {
+                    self.text.push_str(piece);
+                    deltas.push(Delta::Text(piece.to_owned()));
+                }
             }
-            if let Some(piece) = str_at(choice, "/delta/reasoning_content").or(str_at(choice, "/delta/reasoning")) {
-                self.reasoning.push_str(piece);
-                deltas.push(Delta::Thinking(piece.to_owned()));
+            for field in ["reasoning_content", "reasoning"] {
+                if let Some(piece) = str_at(choice, &format!("/delta/{field}")).filter(|p| !p.is_empty()) {
+                    self.reasoning.push_str(piece);
+                    self.reasoning_field.get_or_insert(field);
+                    deltas.push(Delta::Thinking(piece.to_owned()));
+                }
             }
             for call in choice.pointer("/delta/tool_calls").and_then(Value::as_array).into_iter().flatten() {
                 let index = u64_at(call, "/index").unwrap_or(self.calls.len().saturating_sub(1) as u64) as usize;
@@ -180,13 +208,15 @@ impl Decoder for StreamDecoder {
         };
         let mut content = Vec::new();
         if !self.reasoning.is_empty() {
-            content.push(Block::Thinking { thinking: self.reasoning, signature: None });
+            let field = self.reasoning_field.map(str::to_owned);
+            content.push(Block::Thinking { thinking: self.reasoning, signature: None, field });
         }
         if !self.text.is_empty() {
-            content.push(Block::Text { text: self.text });
+            content.push(Block::text(self.text));
         }
         for c in self.calls {
-            content.push(Block::ToolUse { id: c.id, name: c.name, input: super::parse_arguments(&c.arguments) });
+            let input = super::parse_arguments(&c.arguments);
+            content.push(Block::ToolUse { id: c.id, name: c.name, input, arguments: Some(c.arguments) });
         }
         let stop = match finish.as_str() {
             "stop" => Stop::EndTurn,

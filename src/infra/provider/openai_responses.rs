@@ -48,7 +48,7 @@ pub fn body(req: &Request) -> Value {
 
 fn item(role: Role, b: &Block) -> Option<Value> {
     Some(match (role, b) {
-        (Role::User, Block::Text { text }) => {
+        (Role::User, Block::Text { text, .. }) => {
             json!({"role": "user", "content": [{"type": "input_text", "text": text}]})
         }
         (Role::User, Block::Image { media_type, data }) => json!({"role": "user", "content": [
@@ -56,10 +56,18 @@ fn item(role: Role, b: &Block) -> Option<Value> {
         (Role::User, Block::ToolResult { tool_use_id, content, .. }) => {
             json!({"type": "function_call_output", "call_id": tool_use_id, "output": content})
         }
-        (Role::Assistant, Block::Text { text }) => json!({"type": "message", "role": "assistant",
-            "content": [{"type": "output_text", "text": text}]}),
-        (Role::Assistant, Block::ToolUse { id, name, input }) => {
-            json!({"type": "function_call", "call_id": id, "name": name, "arguments": arguments_text(input)})
+        (Role::Assistant, Block::Text { text, phase }) => {
+            let mut message = json!({"type": "message", "role": "assistant",
+                "content": [{"type": "output_text", "text": text}]});
+            // Models that mark their messages' phase want it back on every one.
+            if let Some(phase) = phase {
+                message["phase"] = json!(phase);
+            }
+            message
+        }
+        (Role::Assistant, Block::ToolUse { id, name, input, arguments }) => {
+            let arguments = arguments.clone().unwrap_or_else(|| arguments_text(input));
+            json!({"type": "function_call", "call_id": id, "name": name, "arguments": arguments})
         }
         (Role::Assistant, Block::Reasoning { item }) => item.clone(),
         _ => return None,
@@ -138,18 +146,22 @@ impl Decoder for StreamDecoder {
         for item in self.items {
             match str_at(&item, "/type").unwrap_or("") {
                 "message" => {
+                    let phase = str_at(&item, "/phase").map(str::to_owned);
                     for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
-                        if let Some(text) = str_at(part, "/text") {
-                            content.push(Block::text(text));
+                        let text = str_at(part, "/text").or(str_at(part, "/refusal"));
+                        if let Some(text) = text {
+                            content.push(Block::Text { text: text.to_owned(), phase: phase.clone() });
                         }
                     }
                 }
                 "function_call" => {
                     called = true;
+                    let arguments = str_at(&item, "/arguments").unwrap_or("").to_owned();
                     content.push(Block::ToolUse {
                         id: str_at(&item, "/call_id").unwrap_or("").to_owned(),
                         name: str_at(&item, "/name").unwrap_or("").to_owned(),
-                        input: super::parse_arguments(str_at(&item, "/arguments").unwrap_or("")),
+                        input: super::parse_arguments(&arguments),
+                        arguments: Some(arguments),
                     });
                 }
                 "reasoning" => content.push(Block::Reasoning { item }),

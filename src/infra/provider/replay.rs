@@ -44,7 +44,7 @@ fn outputs_since_goal(req: &Request) -> usize {
     let gives_goal = |m: &super::Message| {
         m.role == Role::User
             && m.content.iter().any(
-                |b| matches!(b, Block::Text { text } if goal.is_some_and(|g| text.trim_end().ends_with(g.trim_end()))),
+                |b| matches!(b, Block::Text { text, .. } if goal.is_some_and(|g| text.trim_end().ends_with(g.trim_end()))),
             )
     };
     let from = req.messages.iter().position(gives_goal).unwrap_or(0);
@@ -65,7 +65,7 @@ pub fn call(outputs: &[Output], req: &Request, observer: &mut dyn Observer) -> R
     observer.raw(1, &sse::Event { event: "replay".into(), data: line });
     for block in &output.content {
         match block {
-            Block::Text { text } => observer.delta(&Delta::Text(text.clone())),
+            Block::Text { text, .. } => observer.delta(&Delta::Text(text.clone())),
             Block::ToolUse { name, .. } => observer.delta(&Delta::ToolCall { name: name.clone() }),
             _ => {}
         }
@@ -80,11 +80,11 @@ mod tests {
     use crate::infra::provider::{Message, Output};
 
     fn user(text: &str) -> Message {
-        Message { role: Role::User, content: vec![Block::Text { text: text.into() }] }
+        Message { role: Role::User, content: vec![Block::text(text)] }
     }
 
     fn assistant() -> Message {
-        Message { role: Role::Assistant, content: vec![Block::Text { text: "ok".into() }] }
+        Message { role: Role::Assistant, content: vec![Block::text("ok")] }
     }
 
     fn request(goal: &str, messages: Vec<Message>) -> Request {
@@ -100,7 +100,12 @@ mod tests {
     #[test]
     fn a_history_shortened_by_a_compaction_goes_on_after_the_last_output_it_holds() {
         let call = |id: &str| Output {
-            content: vec![Block::ToolUse { id: id.into(), name: "bash".into(), input: serde_json::json!({}) }],
+            content: vec![Block::ToolUse {
+                id: id.into(),
+                name: "bash".into(),
+                input: serde_json::json!({}),
+                arguments: None,
+            }],
             usage: Default::default(),
             stop: crate::infra::provider::Stop::ToolUse,
         };

@@ -53,7 +53,7 @@ pub enum CallError {
     Connect { url: String, message: String, attempts: u32 },
     #[error("{source}")]
     Stream { source: StreamError, attempts: u32 },
-    #[error("the response was cut off by the output limit after {output_tokens:?} tokens")]
+    #[error("the answer was cut off at the output limit{}; a cut-off answer is never used", output_tokens.map(|n| format!(" ({n} token{})", if n == 1 { "" } else { "s" })).unwrap_or_default())]
     Truncated { output_tokens: Option<u64> },
     #[error("{0}")]
     Other(String),

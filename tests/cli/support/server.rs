@@ -24,6 +24,14 @@ pub struct Turn {
     pub output_tokens: u64,
     pub cache_read: u64,
     pub cache_write: u64,
+    /// Chat Completions: a refusal, streamed in `delta.refusal` (the other dialects
+    /// leave it out).
+    pub refusal: Option<String>,
+    /// Responses: the message's `phase`.
+    pub phase: Option<String>,
+    /// Anthropic: a first block of a type offshoot does not know, (type, text), its
+    /// text streamed as `<type>_delta` `content` pieces.
+    pub unknown_block: Option<(String, String)>,
 }
 
 impl Turn {
@@ -72,6 +80,9 @@ pub enum Reply {
     Stall(Turn, Duration),
     /// The turn, cut off by the output limit.
     Truncated(Turn),
+    /// This body, byte for byte, as a `200` event stream (sent in small chunks, so the
+    /// client's parser meets events split across reads).
+    Raw(Vec<u8>),
 }
 
 #[derive(Debug, Clone)]
@@ -291,6 +302,7 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
                 let _ = writer.shutdown(Shutdown::Both);
                 return;
             }
+            Reply::Raw(body) => respond_raw(&mut writer, &body),
             Reply::Stall(turn, wait) => {
                 let all = events(dialect, &turn, false);
                 let _ = respond_stream(&mut writer, &all[..1], Some(wait));
@@ -360,6 +372,17 @@ fn respond_status(w: &mut TcpStream, code: u16, retry_after: Option<&str>, body:
 
 /// Writes an SSE response in chunks; with `cut`, stops after the given events
 /// (sleeping `cut` first) without the closing chunk.
+fn respond_raw(w: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
+    w.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")?;
+    for chunk in body.chunks(97) {
+        w.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())?;
+        w.write_all(chunk)?;
+        w.write_all(b"\r\n")?;
+    }
+    w.write_all(b"0\r\n\r\n")?;
+    w.flush()
+}
+
 fn respond_stream(w: &mut TcpStream, events: &[(String, String)], cut: Option<Duration>) -> std::io::Result<()> {
     w.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")?;
     for (event, data) in events {
@@ -424,6 +447,20 @@ fn anthropic_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
                   "cache_read_input_tokens": t.cache_read, "output_tokens": 1}}}),
     );
     let mut index = 0;
+    if let Some((kind, text)) = &t.unknown_block {
+        push(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": {"type": kind, "content": null}}),
+        );
+        for p in pieces(text) {
+            push(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": index, "delta": {"type": format!("{kind}_delta"), "content": p}}),
+            );
+        }
+        push("content_block_stop", json!({"type": "content_block_stop", "index": index}));
+        index += 1;
+    }
     if let Some((thinking, signature)) = &t.thinking {
         push(
             "content_block_start",
@@ -506,6 +543,12 @@ fn chat_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
             ev.push(chunk(json!({"content": p}), Value::Null));
         }
     }
+    if let Some(refusal) = &t.refusal {
+        ev.push(chunk(json!({"content": null, "refusal": ""}), Value::Null));
+        for p in pieces(refusal) {
+            ev.push(chunk(json!({"refusal": p}), Value::Null));
+        }
+    }
     for (i, (id, name, args)) in t.calls.iter().enumerate() {
         ev.push(chunk(json!({"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}), Value::Null));
         for p in pieces(args) {
@@ -565,7 +608,10 @@ fn responses_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
             );
         }
         push("response.output_text.done", json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}));
-        let item = json!({"id": id, "type": "message", "status": "completed", "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]});
+        let mut item = json!({"id": id, "type": "message", "status": "completed", "role": "assistant", "content": [{"type": "output_text", "text": text, "annotations": []}]});
+        if let Some(phase) = &t.phase {
+            item["phase"] = json!(phase);
+        }
         push("response.output_item.done", json!({"output_index": i, "item": item}));
         output.push(item);
     }
@@ -683,6 +729,12 @@ fn check_request(dialect: Dialect, body: &Value) -> Result<(), String> {
                 }
                 match role {
                     "assistant" => {
+                        let no_calls = m["tool_calls"].as_array().is_none_or(|c| c.is_empty());
+                        if m["content"].is_null() && no_calls {
+                            return Err(format!(
+                                "messages.{i}: an assistant message must have `content` unless it has `tool_calls`"
+                            ));
+                        }
                         for c in m["tool_calls"].as_array().into_iter().flatten() {
                             check_declared(c["function"]["name"].as_str().unwrap_or(""))?;
                             if !c["function"]["arguments"].is_string() {
