@@ -8,6 +8,7 @@ use crate::engine::inspect::InspectError;
 use crate::engine::model::ModelError;
 use crate::engine::runtime::RuntimeError;
 use crate::engine::workspace::WorkspaceError;
+use crate::infra::provider::StreamError;
 use crate::infra::provider::transport::CallError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +126,13 @@ fn call_error(call: &CallError, message: String) -> CliError {
             err.hint(format!("gave up after {attempts} attempts; `retry.max_attempts` in the config sets how many"))
         }
         CallError::Connect { .. } => err.hint("check the provider's `base_url` (or its `base_url_env` variable)"),
+        CallError::Stream { source: StreamError::Reported { kind, .. }, .. }
+            if kind.contains("quota") || kind.contains("billing") =>
+        {
+            err.hint(
+                "the provider's account is out of quota or credit: check its plan and billing (retrying will not help)",
+            )
+        }
         CallError::Truncated { .. } => err.hint("nothing was committed; raise the role's `max_output_tokens`"),
         _ => err,
     }

@@ -126,10 +126,13 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
         }
         Err(e) => {
             let err: CliError = e.into();
+            let continues = format!("`offshoot run {id}`");
             if fresh_removed {
                 Err(err.hint("the new agent was removed again: nothing was kept"))
+            } else if err.hints.iter().any(|h| h.contains(&continues)) {
+                Err(err)
             } else {
-                Err(err.hint(format!("`offshoot run {id}` continues the agent from where it stopped")))
+                Err(err.hint(format!("{continues} continues the agent from where it stopped")))
             }
         }
     }

@@ -85,7 +85,8 @@ fn check(sub: &str, name: &str, body: &str, seen: &Seen, t: &TestWorkspace) -> V
         expect(seen.code == 1, &format!("exit {} (want 1): {}", seen.code, seen.stderr));
         expect(!seen.stderr.contains("Some("), &format!("unreadable message: {}", seen.stderr));
         if name == "error-insufficient-quota.sse" {
-            expect(seen.stderr.contains("insufficient_quota") && seen.stderr.contains("quota"), &seen.stderr);
+            expect(seen.stderr.contains("insufficient_quota"), &seen.stderr);
+            expect(seen.stderr.contains("check its plan and billing"), &format!("no working hint: {}", seen.stderr));
         } else {
             let fix = "offshoot config set roles.worker.max_output_tokens";
             expect(seen.stderr.contains("output limit") && seen.stderr.contains(fix), &seen.stderr);

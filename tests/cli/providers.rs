@@ -119,6 +119,7 @@ fn a_first_answer_cut_off_at_the_limit_keeps_the_agent_to_look_at_and_go_on() {
         assert!(!run.stderr.contains("Some("), "{}", run.stderr);
         assert!(run.stderr.contains("offshoot config set roles.worker.max_output_tokens <more>"), "{}", run.stderr);
         assert!(!run.stderr.contains("removed again"), "{}", run.stderr);
+        assert_eq!(run.stderr.matches("offshoot run").count(), 1, "one way on, said once: {}", run.stderr);
         // The cut-off answer's record is there, and the agent goes on.
         let id = t.only_agent();
         let shown = t.run(&["show", "Cut", "--step", "1"]);
