@@ -243,6 +243,6 @@ fn describe(event: &Value) -> Option<Described> {
 }
 
 fn first_line(text: &str) -> String {
-    let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let flat = super::out::printable(text).split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > 80 { format!("{}…", flat.chars().take(80).collect::<String>()) } else { flat }
 }

@@ -5,6 +5,7 @@
 pub mod ctx;
 pub mod error;
 pub mod follow;
+pub mod input;
 pub mod out;
 pub mod progress;
 pub mod verbs;

@@ -1,6 +1,7 @@
 //! All output goes through `Out`: stdout is the product (answers, ids, JSON events),
 //! stderr carries progress, warnings and errors.
 
+use std::borrow::Cow;
 use std::cell::{Cell, RefCell};
 use std::io::{IsTerminal, Write};
 
@@ -9,6 +10,23 @@ use indicatif::MultiProgress;
 use serde_json::Value;
 
 use super::error::CliError;
+
+/// `text` safe to show on a terminal: control characters other than newline and tab
+/// (an ANSI escape in a goal, say) are written out as `\x1b`, never sent as they are.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' | '\t' => out.push(c),
+            c if c.is_control() => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 pub struct Out {
     pub json: bool,
@@ -64,6 +82,7 @@ impl Out {
         if text.is_empty() {
             return;
         }
+        let text = &*printable(text);
         let write = |bytes: &str| {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(bytes.as_bytes());
@@ -99,6 +118,7 @@ impl Out {
 
     /// One line of product on stdout.
     pub fn line(&self, text: &str) {
+        let text = printable(text);
         self.end_stream();
         self.around_live(|| {
             let _ = writeln!(std::io::stdout(), "{text}");
@@ -113,7 +133,8 @@ impl Out {
     /// One line of progress on stderr.
     pub fn progress(&self, text: &str) {
         self.end_stream();
-        let text = if self.color { format!("\x1b[2m{text}\x1b[0m") } else { text.to_owned() };
+        let text = printable(text);
+        let text = if self.color { format!("\x1b[2m{text}\x1b[0m") } else { text.into_owned() };
         match self.live.borrow().as_ref() {
             Some(multi) => {
                 let _ = multi.println(&text);
@@ -138,9 +159,9 @@ impl Out {
         self.end_live();
         self.end_stream();
         let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "error: {}", e.message);
+        let _ = writeln!(err, "error: {}", printable(&e.message));
         for hint in &e.hints {
-            let _ = writeln!(err, "hint: {hint}");
+            let _ = writeln!(err, "hint: {}", printable(hint));
         }
     }
 }

@@ -10,6 +10,7 @@ mod conversation;
 mod crash;
 mod errors;
 mod faults;
+mod input;
 mod layering;
 mod ownership;
 mod processes;

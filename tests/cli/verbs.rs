@@ -105,6 +105,18 @@ fn fork_continues_from_an_earlier_commit_and_cuts_unpaired_calls() {
     assert!(facts.contains("forked_from") && facts.contains("name = \"Branchy\""), "{facts}");
     // The origin is untouched; the fork kept its work product state at the fork point.
     assert_eq!(t.git(&["show", &format!("agents/{origin}:one.txt")]), "one\n");
+    // `<name>~N` and `<id>~N` name the same commit as `agents/<id>~N`.
+    for from in ["Origin~2", &format!("{origin}~2")] {
+        server.push(Reply::Turn(Turn::text("forked again")));
+        let run = t.run(&["fork", "--from", from, "try once more"]);
+        assert!(run.ok().contains("forked again"), "{from}: {}", run.stderr);
+        let last = server.requests().last().expect("request").body.clone();
+        assert_eq!(last["messages"].as_array().map(Vec::len), Some(1), "{from}");
+    }
+    // A name that is an agent's id is refused: it could never be reached.
+    let run = t.run(&["prompt", "--name", &origin, "a confusing name"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("is an agent's id"), "{}", run.stderr);
 }
 
 #[test]

@@ -1,6 +1,6 @@
 use serde_json::json;
 
-use crate::cli::{CliError, Ctx};
+use crate::cli::{CliError, Ctx, input};
 use crate::engine::agents::{self, Child};
 use crate::engine::random_u32;
 use crate::infra::time::Timestamp;
@@ -16,7 +16,7 @@ pub struct Args {
     pub role: String,
     /// The child's goal (`-` reads it from stdin)
     #[arg(long)]
-    pub goal: String,
+    pub goal: std::ffi::OsString,
     /// A unique display name (default: a minted two-word name)
     #[arg(long)]
     pub name: Option<String>,
@@ -26,11 +26,12 @@ pub struct Args {
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let goal = input::text(&args.goal, "the goal")?;
     let ws = ctx.workspace()?;
     let parent = agents::resolve(&ws, &args.parent)?;
     let child = Child {
         role: &args.role,
-        goal: &args.goal,
+        goal: &goal,
         name: args.name.as_deref(),
         from: args.from.as_deref(),
         now: Timestamp::now(),

@@ -1,5 +1,5 @@
-use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
+use crate::cli::{input, progress};
 use crate::engine::agents::{self, Start};
 use crate::engine::random_u32;
 use crate::infra::time::Timestamp;
@@ -10,7 +10,8 @@ pub struct Args {
     /// The commit to continue from: an agent id or name, `PeachHollow~2`, `agents/<id>`, a sha
     #[arg(long)]
     pub from: String,
-    pub message: String,
+    /// The new message (`-` reads it from stdin)
+    pub message: std::ffi::OsString,
     /// A unique display name for the new agent
     #[arg(long)]
     pub name: Option<String>,
@@ -21,11 +22,12 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
+    let message = input::text(&args.message, "the message")?;
     let ws = ctx.workspace()?;
     // An agent id or name stands for its branch (`PeachHollow~2` works too).
     let from = agents::revision(&ws, &args.from)?;
     let spawn = Start {
-        message: &args.message,
+        message: &message,
         name: args.name.as_deref(),
         now: Timestamp::now(),
         random: random_u32(),

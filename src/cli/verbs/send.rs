@@ -1,5 +1,5 @@
-use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
+use crate::cli::{input, progress};
 use crate::engine::agents;
 use crate::engine::runtime::Woken;
 
@@ -8,7 +8,8 @@ use crate::engine::runtime::Woken;
 pub struct Args {
     /// The agent's id or name
     pub agent: String,
-    pub message: String,
+    /// The message (`-` reads it from stdin)
+    pub message: std::ffi::OsString,
     /// Deposit and wake the agent, then return at once
     #[arg(long)]
     pub detach: bool,
@@ -16,13 +17,14 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
-    if args.message.trim().is_empty() {
+    let message = input::text(&args.message, "the message")?;
+    if message.trim().is_empty() {
         return Err(CliError::usage("the message is empty"));
     }
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
     let rt = ctx.runtime(&ws);
-    rt.deposit(&id, "user", &args.message)?;
+    rt.deposit(&id, "user", &message)?;
     if !args.detach {
         // Drives here, or finds the driver that holds the agent and leaves it the message.
         return progress::attach(ctx, &ws, &id, false);

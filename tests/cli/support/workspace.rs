@@ -91,6 +91,27 @@ impl TestWorkspace {
         c
     }
 
+    /// Runs `args` with `input` on standard input.
+    pub fn run_with_input(&self, args: &[&str], input: &[u8]) -> Run {
+        use std::io::Write;
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn offshoot");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let input = input.to_vec();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let out = child.wait_with_output().expect("wait");
+        let _ = writer.join();
+        Run::from(out)
+    }
+
     pub fn run_bare(&self, args: &[&str]) -> Run {
         Run::from(self.command_bare().args(args).output().expect("run offshoot"))
     }

@@ -1,0 +1,29 @@
+//! Message text from the command line: an argument, or `-` for standard input (a goal
+//! of megabytes does not fit in argv). Text must be UTF-8; anything else is refused
+//! here, naming where it came from.
+
+use std::ffi::OsStr;
+use std::io::Read;
+
+use super::CliError;
+
+/// The text `arg` stands for: itself, or all of standard input when it is `-`. `what`
+/// names it in errors ("the message", "the goal").
+pub fn text(arg: &OsStr, what: &str) -> Result<String, CliError> {
+    if arg == "-" {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut bytes)
+            .map_err(|e| CliError::runtime(format!("cannot read {what} from standard input: {e}")))?;
+        return String::from_utf8(bytes).map_err(|e| {
+            CliError::usage(format!(
+                "{what} read from standard input is not UTF-8 text (the bytes at offset {} are not)",
+                e.utf8_error().valid_up_to()
+            ))
+        });
+    }
+    arg.to_str().map(str::to_owned).ok_or_else(|| {
+        CliError::usage(format!("{what} is not UTF-8 text")).hint("write it as UTF-8, or pass `-` and pipe it in")
+    })
+}
