@@ -73,8 +73,8 @@ fn main() {
     for (path, bytes) in files.iter_mut() {
         if path == "offshoot.toml" {
             let mut text = String::from_utf8_lossy(bytes).into_owned();
-            text = set_key(&text, "providers.anthropic.base_url", &server.url());
-            text = set_key(&text, "budgets.max_depth", "5");
+            text = set_key(&text, "providers.anthropic.base_url", &server.url()).expect("set key");
+            text = set_key(&text, "budgets.max_depth", "5").expect("set key");
             *bytes = text.into_bytes();
         }
     }

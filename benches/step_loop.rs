@@ -67,7 +67,8 @@ fn main() {
     let mut files = template_files(None).expect("template");
     for (path, bytes) in files.iter_mut() {
         if path == "offshoot.toml" {
-            let mut text = set_key(&String::from_utf8_lossy(bytes), "providers.anthropic.base_url", &server.url());
+            let mut text = set_key(&String::from_utf8_lossy(bytes), "providers.anthropic.base_url", &server.url())
+                .expect("set key");
             // Every whole-tree budget set and never reached: the checks run at each step.
             if std::env::var_os("OFFSHOOT_BENCH_BUDGETS").is_some() {
                 for (key, value) in [
@@ -76,7 +77,7 @@ fn main() {
                     ("budgets.max_cost_usd", "1000000"),
                     ("budgets.max_wall_seconds", "1000000000"),
                 ] {
-                    text = set_key(&text, key, value);
+                    text = set_key(&text, key, value).expect("set key");
                 }
             }
             *bytes = text.into_bytes();

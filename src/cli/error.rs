@@ -55,13 +55,18 @@ impl From<WorkspaceError> for CliError {
     fn from(e: WorkspaceError) -> Self {
         match &e {
             WorkspaceError::NotEmpty(_) => {
-                CliError::usage(e.to_string()).hint("`offshoot new` wants a new or empty directory")
+                CliError::usage(e.to_string()).hint("give a new or empty directory (or leave `-w` out)")
             }
-            WorkspaceError::NotAWorkspace(_) => {
-                CliError::usage(e.to_string()).hint("create one with `offshoot new PATH`")
+            WorkspaceError::NotAWorkspace(path) => {
+                CliError::usage(e.to_string()).hint(format!("`offshoot new {}` makes one there", path.display()))
             }
-            WorkspaceError::Config(_) | WorkspaceError::NoLineage(_) => CliError::usage(e.to_string())
-                .hint("`offshoot config edit` opens the config; `offshoot config validate` checks it"),
+            WorkspaceError::NoLineage { known, .. } => {
+                let first = known.first().map(String::as_str).unwrap_or("default");
+                CliError::usage(e.to_string()).hint(format!("`--lineage {first}` uses an existing one"))
+            }
+            WorkspaceError::Config(_) => CliError::usage(e.to_string())
+                .hint("`offshoot config edit` opens the config to fix it; `offshoot config validate` checks it"),
+            WorkspaceError::ConfigKey { .. } => CliError::usage(e.to_string()),
             _ => CliError::runtime(e.to_string()),
         }
     }

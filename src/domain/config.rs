@@ -16,6 +16,7 @@ pub const FILE: &str = "offshoot.toml";
 pub const DEFAULT_FILES: &[(&str, &str)] = &[
     (FILE, include_str!("../../templates/default/offshoot.toml")),
     ("souls/worker.md", include_str!("../../templates/default/souls/worker.md")),
+    ("souls/openai.md", include_str!("../../templates/default/souls/openai.md")),
     ("souls/compactor.md", include_str!("../../templates/default/souls/compactor.md")),
     ("skills/offshoot/SKILL.md", include_str!("../../templates/default/skills/offshoot/SKILL.md")),
 ];
@@ -373,6 +374,14 @@ impl Config {
                 }
                 _ => {}
             }
+            for (field, value) in [("api_key_env", &p.api_key_env), ("base_url_env", &p.base_url_env)] {
+                if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                    return Err(fail(key(field), "must name an environment variable (leave it out for none)".into()));
+                }
+            }
+            if p.idle_timeout_secs == 0 {
+                return Err(fail(key("idle_timeout_secs"), "must be at least 1".into()));
+            }
             if let Some(url) = &p.base_url
                 && !(url.starts_with("http://") || url.starts_with("https://"))
             {
@@ -386,6 +395,31 @@ impl Config {
                 return Err(fail(
                     key("provider"),
                     format!("provider `{}` is not defined; defined: {}", role.provider, known.join(", ")),
+                ));
+            }
+            if role.model.trim().is_empty() {
+                return Err(fail(key("model"), "must name a model".into()));
+            }
+            if role.max_output_tokens == 0 {
+                return Err(fail(key("max_output_tokens"), "must be at least 1".into()));
+            }
+            match role.context_window {
+                Some(0) => return Err(fail(key("context_window"), "must be at least 1".into())),
+                Some(window) if u64::from(role.max_output_tokens) > window => {
+                    return Err(fail(
+                        key("max_output_tokens"),
+                        format!(
+                            "{} is more than the context window ({window}), which holds the answer too",
+                            role.max_output_tokens
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+            if role.context.budget_tokens == Some(0) {
+                return Err(fail(
+                    key("context.budget_tokens"),
+                    "must be at least 1 (leave it out for no limit)".into(),
                 ));
             }
             if name == compaction::ROLE && !role.tools.is_empty() {
@@ -447,6 +481,15 @@ impl Config {
         self.validate_budgets(&fail)?;
         if self.retry.max_attempts == 0 {
             return Err(fail("retry.max_attempts".into(), "must be at least 1".into()));
+        }
+        if self.retry.initial_backoff_ms > self.retry.max_backoff_ms {
+            return Err(fail(
+                "retry.initial_backoff_ms".into(),
+                format!(
+                    "{} is more than `max_backoff_ms` ({}); the first wait cannot be longer than the longest",
+                    self.retry.initial_backoff_ms, self.retry.max_backoff_ms
+                ),
+            ));
         }
         Ok(())
     }
@@ -542,11 +585,12 @@ fn header_name(line: &str) -> Option<&str> {
 
 /// The line that sets a dotted key (or opens its table), if the text has one.
 fn line_of(text: &str, key: &str) -> Option<usize> {
-    let mut table = "";
+    let mut table = String::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
         if let Some(h) = header_name(line) {
-            table = h;
+            // `[prices."gpt-4.1-mini"]` names the key `prices.gpt-4.1-mini`.
+            table = h.replace('"', "");
             if h == key {
                 return Some(i + 1);
             }
@@ -555,6 +599,7 @@ fn line_of(text: &str, key: &str) -> Option<usize> {
         let k = line.split('=').next().unwrap_or("").trim().trim_matches('"');
         if !k.is_empty() && line.contains('=') {
             let full = if table.is_empty() { k.to_owned() } else { format!("{table}.{k}") };
+            let full = full.replace('"', "");
             if full == key {
                 return Some(i + 1);
             }
@@ -614,6 +659,50 @@ mod tests {
     }
 
     #[test]
+    fn values_that_cannot_work_are_refused_at_their_line() {
+        let base = DEFAULT_FILES[0].1;
+        let cases = [
+            ("context_window = 200000", "context_window = 0", "roles.worker.context_window", "must be at least 1"),
+            (
+                "max_output_tokens = 16000",
+                "max_output_tokens = 300000",
+                "roles.worker.max_output_tokens",
+                "more than the context window (200000)",
+            ),
+            ("model = \"claude-sonnet-4-5\"", "model = \" \"", "roles.worker.model", "must name a model"),
+            (
+                "api_key_env = \"ANTHROPIC_API_KEY\"",
+                "api_key_env = \"\"",
+                "providers.anthropic.api_key_env",
+                "must name an environment variable",
+            ),
+            (
+                "initial_backoff_ms = 500",
+                "initial_backoff_ms = 60000",
+                "retry.initial_backoff_ms",
+                "more than `max_backoff_ms` (30000)",
+            ),
+            ("budget_tokens = 150000", "budget_tokens = 0", "roles.worker.context.budget_tokens", "at least 1"),
+            ("# max_steps = 500", "max_steps = 0", "budgets.max_steps", "at least 1"),
+            ("# max_cost_usd = 5.0", "max_cost_usd = -1.0", "budgets.max_cost_usd", "more than 0"),
+            (
+                "cache_read = 0.10\ncache_write = 0.40",
+                "cache_read = -0.10\ncache_write = 0.40",
+                "prices.gpt-4.1-mini.cache_read",
+                "0 or more",
+            ),
+        ];
+        for (from, to, key, rule) in cases {
+            assert!(base.contains(from), "{from}");
+            let text = base.replacen(from, to, 1);
+            let err = Config::parse(&text, &defaults_have).expect_err(key);
+            let line = text.lines().position(|l| to.starts_with(l) && !l.is_empty()).map(|i| i + 1);
+            assert_eq!((err.key.as_str(), err.line), (key, line), "{err}");
+            assert!(err.rule.contains(rule), "{err}");
+        }
+    }
+
+    #[test]
     fn a_role_without_a_soul_is_refused() {
         let text = DEFAULT_FILES[0].1;
         let err = Config::parse(text, &|p| p != "souls/worker.md").expect_err("no soul");
@@ -628,7 +717,7 @@ mod tests {
         let err = Config::parse(&text, &defaults_have).expect_err("compactor with tools");
         assert_eq!(err.key, "roles.compactor.tools");
         assert!(err.rule.contains("fixed (write_summary, mark_for_deletion)"), "{}", err.rule);
-        let text = base.replace("\"load_skill\"]", "\"load_skill\", \"write_summary\"]");
+        let text = base.replacen("\"load_skill\"]", "\"load_skill\", \"write_summary\"]", 1);
         let err = Config::parse(&text, &defaults_have).expect_err("worker with a compactor tool");
         assert_eq!(
             (err.key.as_str(), err.rule.as_str()),

@@ -14,14 +14,27 @@ pub enum WorkspaceError {
     NotEmpty(PathBuf),
     #[error("`{0}` is not an offshoot workspace (it has no repo.git)")]
     NotAWorkspace(PathBuf),
-    #[error("config lineage `{0}` does not exist")]
-    NoLineage(String),
+    #[error("config lineage `{lineage}` does not exist; lineages: {}", known.join(", "))]
+    NoLineage { lineage: String, known: Vec<String> },
     #[error("cannot write {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
     Config(#[from] ConfigError),
+    #[error("cannot set `{key}` in offshoot.toml: {reason}")]
+    ConfigKey { key: String, reason: String },
+    #[error("config lineage `{lineage}` kept moving while this change was made ({tries} tries); nothing was committed")]
+    ConfigBusy { lineage: String, tries: u32 },
+}
+
+/// What setting config keys did.
+#[derive(Debug, Clone, Default)]
+pub struct KeysSet {
+    /// The commit, or `None` when nothing changed.
+    pub commit: Option<CommitId>,
+    /// Roles that appeared and got a soul (`souls/<role>.md`, the worker's).
+    pub souls_added: Vec<String>,
 }
 
 type Result<T> = std::result::Result<T, WorkspaceError>;
@@ -128,7 +141,14 @@ impl Workspace {
     }
 
     pub fn config_tip(&self, lineage: &str) -> Result<CommitId> {
-        self.repo.branch_tip(&format!("config/{lineage}"))?.ok_or_else(|| WorkspaceError::NoLineage(lineage.to_owned()))
+        match self.repo.branch_tip(&format!("config/{lineage}"))? {
+            Some(tip) => Ok(tip),
+            None => {
+                let known = self.repo.branches("config/")?;
+                let known = known.into_iter().map(|(b, _)| b.trim_start_matches("config/").to_owned()).collect();
+                Err(WorkspaceError::NoLineage { lineage: lineage.to_owned(), known })
+            }
+        }
     }
 
     /// The config of `lineage` at commit `at`, parsed and validated.
@@ -168,6 +188,55 @@ impl Workspace {
     /// first. `None` when nothing would change.
     pub fn commit_config(&self, lineage: &str, changes: &ConfigFiles, message: &str) -> Result<Option<CommitId>> {
         let tip = self.config_tip(lineage)?;
+        self.commit_config_on(lineage, tip, changes, message)
+    }
+
+    /// Sets dotted keys of `offshoot.toml` on `lineage` as one commit. A role that
+    /// appears without a soul gets the worker's (`souls/<role>.md`). If the lineage moves
+    /// meanwhile (another `config set`), the keys are applied again to its new tip.
+    pub fn set_config_keys(&self, lineage: &str, pairs: &[(&str, &str)], message: &str) -> Result<KeysSet> {
+        const TRIES: u32 = 20;
+        for _ in 0..TRIES {
+            let tip = self.config_tip(lineage)?;
+            let mut text = self.config_text_at(tip)?;
+            for (key, value) in pairs {
+                text = set_key(&text, key, value)
+                    .map_err(|reason| WorkspaceError::ConfigKey { key: (*key).to_owned(), reason })?;
+            }
+            let mut changes: ConfigFiles = vec![(config::FILE.to_owned(), text.clone().into_bytes())];
+            let mut souls_added = Vec::new();
+            let roles = toml::from_str::<toml::Table>(&text)
+                .ok()
+                .and_then(|t| t.get("roles").and_then(|r| r.as_table()).map(|r| r.keys().cloned().collect::<Vec<_>>()))
+                .unwrap_or_default();
+            for role in roles {
+                let soul = format!("souls/{role}.md");
+                if self.repo.read_file(tip, &soul)?.is_none() {
+                    let worker = self.repo.read_file(tip, "souls/worker.md")?;
+                    let text =
+                        worker.unwrap_or_else(|| format!("You are an agent with the role `{role}`.\n").into_bytes());
+                    changes.push((soul, text));
+                    souls_added.push(role);
+                }
+            }
+            match self.commit_config_on(lineage, tip, &changes, message) {
+                Ok(commit) => return Ok(KeysSet { commit, souls_added }),
+                Err(WorkspaceError::Git(GitError::Raced { .. })) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(WorkspaceError::ConfigBusy { lineage: lineage.to_owned(), tries: TRIES })
+    }
+
+    /// Commits `changes` on `tip` of `lineage` if the result is a valid config;
+    /// `Raced` if the lineage moved from `tip`.
+    fn commit_config_on(
+        &self,
+        lineage: &str,
+        tip: CommitId,
+        changes: &ConfigFiles,
+        message: &str,
+    ) -> Result<Option<CommitId>> {
         let mut changed = Vec::new();
         for (path, bytes) in changes {
             if self.repo.read_file(tip, path)?.as_deref() != Some(bytes.as_slice()) {
@@ -195,63 +264,36 @@ fn init_project(layout: &Layout) -> Result<Project> {
     Ok(Project::init(&layout.project(), agent::DIR, &layout.repo().join("objects"))?)
 }
 
-/// Sets one dotted key in TOML text, keeping comments and layout; `value` is TOML
-/// if it parses as a TOML value, else a string.
-pub fn set_key(text: &str, key: &str, value: &str) -> String {
-    let rendered = render_value(value);
-    let (table, leaf) = match key.rsplit_once('.') {
-        Some((t, l)) => (t, l),
-        None => ("", key),
-    };
-    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
-    let mut current = "";
-    let mut header_at = if table.is_empty() { Some(0) } else { None };
-    let mut insert_at = None;
-    for (i, line) in text.lines().enumerate() {
-        let t = line.trim();
-        if let Some(h) = t.strip_prefix('[').and_then(|r| r.split(']').next()) {
-            if current == table && header_at.is_some() && insert_at.is_none() {
-                insert_at = Some(last_content_line(&lines, header_at.unwrap_or(0), i) + 1);
-            }
-            current = h.trim();
-            if current == table {
-                header_at = Some(i + 1);
-            }
-            continue;
-        }
-        let k = t.split('=').next().unwrap_or("").trim().trim_matches('"');
-        if current == table && t.contains('=') && k == leaf {
-            lines[i] = format!("{leaf} = {rendered}");
-            return lines.join("\n") + "\n";
-        }
+/// Sets one dotted key (`roles.worker.model`, `prices."gpt-4.1".input`) in TOML text,
+/// keeping comments and layout (the value's own comment too); `value` is TOML if it
+/// parses as a TOML value, else a string. Tables on the way are made when missing.
+pub fn set_key(text: &str, key: &str, value: &str) -> std::result::Result<String, String> {
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| format!("it does not parse as TOML: {e}"))?;
+    let path = toml_edit::Key::parse(key).map_err(|e| format!("`{key}` is not a dotted key: {e}"))?;
+    let Some((leaf, tables)) = path.split_last() else { return Err("the key is empty".into()) };
+    let mut table = doc.as_table_mut() as &mut dyn toml_edit::TableLike;
+    let mut walked = Vec::new();
+    for part in tables {
+        walked.push(part.get());
+        // A table made on the way shows as a header only if it gets keys of its own.
+        let mut made = toml_edit::Table::new();
+        made.set_implicit(true);
+        let item = table.entry(part.get()).or_insert(toml_edit::Item::Table(made));
+        table = item
+            .as_table_like_mut()
+            .ok_or_else(|| format!("`{}` is a value, not a table, so `{key}` cannot be set", walked.join(".")))?;
     }
-    match (header_at, insert_at) {
-        (Some(h), Some(at)) => lines.insert(at.max(h), format!("{leaf} = {rendered}")),
-        (Some(h), None) => {
-            let at = last_content_line(&lines, h, lines.len()) + 1;
-            lines.insert(at.max(h), format!("{leaf} = {rendered}"));
-        }
-        (None, _) => {
-            lines.push(String::new());
-            lines.push(format!("[{table}]"));
-            lines.push(format!("{leaf} = {rendered}"));
-        }
+    let mut new = parse_value(value);
+    if let Some(old) = table.get(leaf.get()).and_then(toml_edit::Item::as_value) {
+        *new.decor_mut() = old.decor().clone();
     }
-    lines.join("\n") + "\n"
+    table.insert(leaf.get(), toml_edit::Item::Value(new));
+    Ok(doc.to_string())
 }
 
-/// The index of the last non-blank line in `lines[from..to]`, or `from - 1`.
-fn last_content_line(lines: &[String], from: usize, to: usize) -> usize {
-    (from..to).rev().find(|&i| !lines[i].trim().is_empty()).unwrap_or(from.saturating_sub(1))
-}
-
-fn render_value(value: &str) -> String {
-    let probe = format!("v = {value}");
-    if toml::from_str::<toml::Table>(&probe).is_ok() {
-        value.to_owned()
-    } else {
-        toml::Value::String(value.to_owned()).to_string()
-    }
+/// `value` as a TOML value if it is one (`42`, `true`, `["a"]`), else as a string.
+fn parse_value(value: &str) -> toml_edit::Value {
+    value.parse::<toml_edit::Value>().unwrap_or_else(|_| toml_edit::Value::from(value))
 }
 
 #[cfg(test)]
@@ -261,19 +303,34 @@ mod tests {
 
     #[test]
     fn set_key_edits_in_place_adds_to_tables_and_makes_new_ones() {
-        let text = "# top\nversion = 1\n\n[retry]\nmax_attempts = 4\n\n[tool_output]\nhead_bytes = 1\n";
+        let text = "# top\nversion = 1\n\n[retry]\nmax_attempts = 4 # how often\n\n[tool_output]\nhead_bytes = 1\n";
+        let set = |key: &str, value: &str| set_key(text, key, value).expect("set");
         assert_eq!(
-            set_key(text, "retry.max_attempts", "7"),
-            "# top\nversion = 1\n\n[retry]\nmax_attempts = 7\n\n[tool_output]\nhead_bytes = 1\n"
+            set("retry.max_attempts", "7"),
+            "# top\nversion = 1\n\n[retry]\nmax_attempts = 7 # how often\n\n[tool_output]\nhead_bytes = 1\n"
         );
         assert_eq!(
-            set_key(text, "retry.initial_backoff_ms", "10"),
-            "# top\nversion = 1\n\n[retry]\nmax_attempts = 4\ninitial_backoff_ms = 10\n\n[tool_output]\nhead_bytes = 1\n"
+            set("retry.initial_backoff_ms", "10"),
+            "# top\nversion = 1\n\n[retry]\nmax_attempts = 4 # how often\ninitial_backoff_ms = 10\n\n[tool_output]\nhead_bytes = 1\n"
         );
         assert_eq!(
-            set_key(text, "providers.x.base_url", "http://h:1"),
+            set("providers.x.base_url", "http://h:1"),
             format!("{text}\n[providers.x]\nbase_url = \"http://h:1\"\n")
         );
-        assert_eq!(set_key(text, "tool_output.tail_bytes", "5"), format!("{text}tail_bytes = 5\n"));
+        assert_eq!(set("tool_output.tail_bytes", "5"), format!("{text}tail_bytes = 5\n"));
+        // Quoted parts, arrays over several lines, and values that are not TOML.
+        let prices = set("prices.\"gpt-4.1\".input", "2.0");
+        assert!(prices.ends_with("[prices.\"gpt-4.1\"]\ninput = 2.0\n"), "{prices}");
+        let multi = "[roles.w]\ntools = [\n  \"bash\",\n  \"grep\",\n]\nmodel = \"m\"\n";
+        assert_eq!(
+            set_key(multi, "roles.w.model", "x").expect("set"),
+            "[roles.w]\ntools = [\n  \"bash\",\n  \"grep\",\n]\nmodel = \"x\"\n"
+        );
+        assert_eq!(
+            set_key(multi, "roles.w.tools", "[\"cd\"]").expect("set"),
+            "[roles.w]\ntools = [\"cd\"]\nmodel = \"m\"\n"
+        );
+        assert!(set_key(text, "version.x", "1").is_err_and(|e| e.contains("`version` is a value, not a table")));
+        assert!(set_key("[oops", "a", "1").is_err_and(|e| e.contains("does not parse")));
     }
 }

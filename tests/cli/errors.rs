@@ -152,7 +152,21 @@ fn a_broken_edit_is_refused_and_kept_for_fixing() {
     let run = t.run(&["config", "edit"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("error: offshoot.toml:2:"), "{}", run.stderr);
-    assert!(run.stderr.contains("hint: your edit is kept in"), "{}", run.stderr);
+    assert!(run.stderr.contains("hint: your text is kept in"), "{}", run.stderr);
+    assert_eq!(config_tip(&t), before);
+    // The next edit opens the kept text (the editor checks it sees it); putting the good text
+    // back leaves the tip as it was and the kept file goes.
+    let good = t.root.join("good.toml");
+    std::fs::write(&good, t.run(&["config", "show"]).stdout).expect("good");
+    let fix = t.root.join("fix.sh");
+    let body = format!("#!/bin/sh\ngrep -q 'roles.worker$' \"$1\" || exit 7\ncp {} \"$1\"\n", good.display());
+    std::fs::write(&fix, body).expect("script");
+    std::process::Command::new("chmod").args(["+x", fix.to_str().expect("utf-8")]).status().expect("chmod");
+    t.env("EDITOR", fix.to_str().expect("utf-8"));
+    let run = t.run(&["config", "edit"]);
+    assert!(run.stderr.contains("opening your earlier edit"), "{}", run.stderr);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!t.ws.join("tmp/config-edit-default-offshoot.toml").exists());
     assert_eq!(config_tip(&t), before);
 }
 

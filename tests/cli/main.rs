@@ -4,6 +4,7 @@ mod support;
 
 mod children;
 mod compaction;
+mod config;
 mod conformance;
 mod containment;
 mod conversation;

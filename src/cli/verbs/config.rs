@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cli::{CliError, Ctx};
 use crate::domain::config::{Config, FILE};
-use crate::engine::workspace::{Workspace, set_key};
+use crate::engine::workspace::Workspace;
 use crate::infra::process::{self, Group, Spec};
 
 /// Show, edit, set or validate the config (each change is a commit on its lineage)
@@ -11,12 +11,18 @@ use crate::infra::process::{self, Group, Spec};
 pub enum Args {
     /// Print offshoot.toml at the lineage tip
     Show(Lineage),
-    /// Edit offshoot.toml in $EDITOR and commit the result if it is valid
-    Edit(Lineage),
+    /// Edit a file of the config tree in $EDITOR (offshoot.toml unless a path is given,
+    /// e.g. `souls/reviewer.md`, made if new) and commit the result if the config is valid
+    Edit {
+        /// The file, relative to the config tree
+        path: Option<String>,
+        #[command(flatten)]
+        lineage: Lineage,
+    },
     /// Set dotted keys (e.g. `providers.anthropic.base_url URL`) and commit them as one change
     Set {
         /// KEY VALUE pairs; a value is TOML (`42`, `true`, `["a"]`) if it parses, else a string
-        #[arg(num_args = 2.., value_names = ["KEY", "VALUE"], required = true)]
+        #[arg(num_args = 2.., value_names = ["KEY", "VALUE"], required = true, allow_negative_numbers = true)]
         pairs: Vec<String>,
         #[command(flatten)]
         lineage: Lineage,
@@ -46,19 +52,21 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             ctx.out.stream(&ws.config_text_at(tip)?);
             Ok(())
         }
-        Args::Edit(l) => edit(ctx, &ws, &l.lineage),
+        Args::Edit { path, lineage } => edit(ctx, &ws, &lineage.lineage, path.as_deref().unwrap_or(FILE)),
         Args::Set { pairs, lineage } => {
             if pairs.len() % 2 != 0 {
                 return Err(CliError::usage("`config set` takes KEY VALUE pairs; the last key has no value"));
             }
-            let tip = ws.config_tip(&lineage.lineage)?;
-            let mut text = ws.config_text_at(tip)?;
-            let mut keys = Vec::new();
-            for pair in pairs.chunks(2) {
-                text = set_key(&text, &pair[0], &pair[1]);
-                keys.push(pair[0].as_str());
+            let pairs: Vec<(&str, &str)> = pairs.chunks(2).map(|p| (p[0].as_str(), p[1].as_str())).collect();
+            let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
+            let set = ws.set_config_keys(&lineage.lineage, &pairs, &format!("config: set {}", keys.join(", ")))?;
+            for role in &set.souls_added {
+                ctx.out.progress(&format!(
+                    "· new role `{role}` got the worker's soul as souls/{role}.md (`offshoot config edit souls/{role}.md` changes it)"
+                ));
             }
-            commit(ctx, &ws, &lineage.lineage, text, &format!("config: set {}", keys.join(", ")))
+            said_committed(ctx, &lineage.lineage, set.commit);
+            Ok(())
         }
         Args::Validate { file, lineage } => match file {
             Some(path) => {
@@ -79,23 +87,42 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
 }
 
-fn commit(ctx: &Ctx, ws: &Workspace, lineage: &str, text: String, message: &str) -> Result<(), CliError> {
-    match ws.commit_config(lineage, &vec![(FILE.to_owned(), text.into_bytes())], message)? {
+/// Prints the commit (or that nothing changed).
+fn said_committed(ctx: &Ctx, lineage: &str, commit: Option<crate::infra::git::CommitId>) {
+    match commit {
         Some(commit) => {
             ctx.out.line(&commit.to_string());
             ctx.out.progress(&format!("· committed to config/{lineage}; running agents follow it at their next step"));
         }
         None => ctx.out.progress("· nothing changed; nothing was committed"),
     }
-    Ok(())
 }
 
-fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
+fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str, file: &str) -> Result<(), CliError> {
+    if file.is_empty() || file.starts_with('/') || file.split('/').any(|p| p == ".." || p.is_empty()) {
+        return Err(CliError::usage(format!(
+            "`{file}` is not a path inside the config tree (e.g. `souls/reviewer.md`)"
+        )));
+    }
     let editor = ctx.env.get("VISUAL").or(ctx.env.get("EDITOR")).unwrap_or("vi").to_owned();
     let tip = ws.config_tip(lineage)?;
-    let before = ws.config_text_at(tip)?;
-    let path = std::env::temp_dir().join(format!("offshoot-{lineage}-{}.toml", std::process::id()));
-    std::fs::write(&path, &before).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
+    let before = ws.config_file(tip, file)?.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+    // An edit that could not be committed waits here for the next `config edit`.
+    let path = ws.layout.root().join("tmp").join(format!("config-edit-{lineage}-{}", file.replace('/', "--")));
+    let resumed = path.is_file();
+    if resumed {
+        ctx.out.progress(&format!(
+            "· opening your earlier edit that was not committed ({}; delete it to start over)",
+            path.display()
+        ));
+    } else {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| CliError::runtime(format!("cannot make {}: {e}", dir.display())))?;
+        }
+        std::fs::write(&path, &before)
+            .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
+    }
     let script = format!("{editor} \"$1\"");
     let args = [OsStr::new("-c"), OsStr::new(&script), OsStr::new("sh"), path.as_os_str()];
     let env: Vec<(String, String)> = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
@@ -110,21 +137,35 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str) -> Result<(), CliError> {
         sandbox: None,
         pgid_record: None,
     };
+    let again = if file == FILE { String::new() } else { format!(" {file}") };
+    // The generic "config edit opens it" hint would point at the tip, not at the kept text.
+    let keep = |mut e: CliError| {
+        e.hints.clear();
+        e.hint(format!(
+            "your text is kept in {}; `offshoot config edit{again}` opens it again to fix (delete the file to discard it)",
+            path.display()
+        ))
+    };
     let status =
         process::run_attached(&spec).map_err(|e| CliError::runtime(format!("cannot start editor `{editor}`: {e}")))?;
     if !status.success() {
-        let _ = std::fs::remove_file(&path);
-        return Err(CliError::runtime(format!("editor `{editor}` ended with {status}; nothing was committed")));
+        return Err(keep(CliError::runtime(format!("editor `{editor}` ended with {status}; nothing was committed"))));
     }
     let after = std::fs::read_to_string(&path)
         .map_err(|e| CliError::runtime(format!("cannot read {}: {e}", path.display())))?;
-    match commit(ctx, ws, lineage, after, "config: edit") {
-        Ok(()) => {
+    let committed =
+        ws.commit_config(lineage, &vec![(file.to_owned(), after.into_bytes())], &format!("config: edit {file}"));
+    match committed {
+        Ok(None) if ws.config_at(tip).is_err() => {
+            // Saved unchanged, and the tip itself is broken (by hand): say so.
+            let broken = ws.config_at(tip).err().map(|e| e.to_string()).unwrap_or_default();
+            Err(keep(CliError::usage(format!("nothing changed, and the config is still not valid: {broken}"))))
+        }
+        Ok(commit) => {
             let _ = std::fs::remove_file(&path);
+            said_committed(ctx, lineage, commit);
             Ok(())
         }
-        Err(e) => {
-            Err(e.hint(format!("your edit is kept in {}; fix it and run `offshoot config edit` again", path.display())))
-        }
+        Err(e) => Err(keep(e.into())),
     }
 }

@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     files.retain(|(p, _)| p != FILE);
     // A compaction after six steps: its compactor replays a summary of the first four.
     for (key, value) in [("compaction.trigger", "every_n_steps"), ("compaction.steps", "6")] {
-        text = set_key(&text, key, value);
+        text = set_key(&text, key, value).map_err(CliError::runtime)?;
     }
     for (provider, role, recording, soul) in PARTS {
         let path = format!("recordings/{provider}.jsonl");
@@ -62,7 +62,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
             files.push((format!("souls/{role}.md"), format!("{soul}\n").into_bytes()));
         }
         for (key, value) in keys {
-            text = set_key(&text, &key, &value);
+            text = set_key(&text, &key, &value).map_err(CliError::runtime)?;
         }
         files.push((path, recording.as_bytes().to_vec()));
     }
