@@ -108,20 +108,27 @@ impl From<ModelError> for CliError {
             ModelError::MissingKey { var, .. } => CliError::usage(e.to_string())
                 .hint(format!("export {var}=… and try again; keys are read only from the environment")),
             ModelError::UnknownRole { .. } => CliError::usage(e.to_string()),
-            ModelError::Call(call) => call_error(call, e.to_string()),
+            ModelError::Call(call) => call_error(call, e.to_string(), None),
             ModelError::Recording { .. } => CliError::runtime(e.to_string()),
         }
     }
 }
 
-fn call_error(call: &CallError, message: String) -> CliError {
+/// The hint for a failed call; `at` (agent, step) when the call's record was kept.
+fn call_error(call: &CallError, message: String, at: Option<(&str, u32)>) -> CliError {
     let err = CliError::runtime(message);
     match call {
         CallError::Status { status: 401 | 403, .. } => {
             err.hint("the provider refused the API key; check the variable the provider's `api_key_env` names")
         }
         CallError::Status { status: 400 | 404 | 422, .. } => {
-            err.hint("the provider refused the request; `offshoot show <agent> --step N` shows what was sent")
+            let err = err.hint("the provider refused the request");
+            match at {
+                Some((id, step)) => {
+                    err.hint(format!("`offshoot show {id} --step {step} --request` prints what was sent"))
+                }
+                None => err,
+            }
         }
         CallError::Status { attempts, .. }
         | CallError::Connect { attempts, .. }
@@ -146,14 +153,20 @@ fn call_error(call: &CallError, message: String) -> CliError {
 impl From<DriverError> for CliError {
     fn from(e: DriverError) -> Self {
         match e {
-            DriverError::Model { id, role, step, source } if source.is_truncated() => {
-                CliError::runtime(format!("step {step} of agent `{id}` failed: {source}"))
-            .hint(format!(
-                "`offshoot config set roles.{role}.max_output_tokens <more>` raises the limit, then `offshoot run {id}` asks again"
-            ))
-                    .hint(format!(
-                        "nothing of it was committed; `offshoot show {id} --step {step}` shows the step's record"
-                    ))
+            DriverError::Model { id, role, step, source: ModelError::Call(CallError::Truncated { output_tokens }) } => {
+                let more = output_tokens.unwrap_or(16_000).saturating_mul(2);
+                CliError::runtime(format!(
+                    "step {step} of agent `{id}` failed: {}",
+                    CallError::Truncated { output_tokens }
+                ))
+                .hint(format!(
+                    "`offshoot config set roles.{role}.max_output_tokens {more}` raises the limit, then `offshoot run {id}` asks again"
+                ))
+                .hint(format!("nothing of it was committed; `offshoot show {id} --step {step}` shows the step's record"))
+            }
+            DriverError::Model { id, step, source: ModelError::Call(call), .. } => {
+                let message = format!("step {step} of agent `{id}` failed: {call}");
+                call_error(&call, message, Some((&id, step)))
             }
             DriverError::Model { id, step, source, .. } => {
                 let base: CliError = source.into();
@@ -169,11 +182,25 @@ impl From<DriverError> for CliError {
                     reason.words()
                 )],
             },
-            DriverError::Exhausted { ref id, .. } => CliError::runtime(e.to_string()).hint(format!(
-                "`offshoot config set budgets.<limit> <more>` raises the limit; then `offshoot run {id}` (or a message) goes on"
-            )),
+            DriverError::Exhausted { ref id, ref spend } => {
+                let raise: Vec<String> = crate::domain::budget::raised(spend)
+                    .into_iter()
+                    .map(|(key, value)| format!("budgets.{key} {value}"))
+                    .collect();
+                let err = CliError::runtime(e.to_string());
+                if raise.is_empty() {
+                    err.hint(format!(
+                        "`offshoot config edit` changes the budgets; then `offshoot run {id}` (or a message) goes on"
+                    ))
+                } else {
+                    err.hint(format!(
+                        "`offshoot config set {}` raises the limit; then `offshoot run {id}` (or a message) goes on",
+                        raise.join(" ")
+                    ))
+                }
+            }
             DriverError::ContextFull { ref id, ref role, .. } => CliError::runtime(e.to_string()).hint(format!(
-                "`offshoot compact {id}` replaces its older steps with a summary; `offshoot fork --from {id}~N \"…\"` goes on with less history; or, if the model takes more, raise `roles.{role}.context_window`"
+                "`offshoot compact {id}` replaces its older steps with a summary, then `offshoot run {id}` goes on; if the model takes more, raise `roles.{role}.context_window`"
             )),
             DriverError::Conflicted { ref id, ref path, .. } => CliError::runtime(e.to_string()).hint(format!(
                 "no compactor writes one (`write_summary` refuses markers): `{path}` was changed on the branch `agents/{id}` by hand; fix it there with a commit, then `offshoot run {id}`"

@@ -83,7 +83,9 @@ pub fn run(cli: Cli) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            ctx.out.error(&e);
+            let runs =
+                matches!(cli.verb, Verb::Prompt(_) | Verb::Send(_) | Verb::Run(_) | Verb::Fork(_) | Verb::Demo(_));
+            ctx.out.error(&e, runs);
             e.exit_code()
         }
     }

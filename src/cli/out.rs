@@ -38,6 +38,8 @@ pub struct Out {
     live: RefCell<Option<MultiProgress>>,
     /// Streamed text not yet written (the end of a line, under a live display).
     held: RefCell<String>,
+    /// Whether the command's `end` event is out (see `ended`).
+    ended: Cell<bool>,
 }
 
 impl Out {
@@ -48,6 +50,7 @@ impl Out {
             open_line: Cell::new(false),
             live: RefCell::new(None),
             held: RefCell::new(String::new()),
+            ended: Cell::new(false),
         }
     }
 
@@ -130,6 +133,12 @@ impl Out {
         let _ = writeln!(std::io::stdout().lock(), "{value}");
     }
 
+    /// Marks that the command's closing JSON (its `end` event) is out: an error after
+    /// it adds no `error` object.
+    pub fn ended(&self) {
+        self.ended.set(true);
+    }
+
     /// One line of progress on stderr.
     pub fn progress(&self, text: &str) {
         self.end_stream();
@@ -155,9 +164,21 @@ impl Out {
         }
     }
 
-    pub fn error(&self, e: &CliError) {
+    /// Says what failed on stderr; with `--json` also as the last object on stdout: an
+    /// `end` event for a command that runs an agent (`runs`), else an `error` object.
+    pub fn error(&self, e: &CliError, runs: bool) {
         self.end_live();
         self.end_stream();
+        if self.json && !self.ended.get() {
+            let mut v = serde_json::json!({"type": "error", "error": e.message, "hints": e.hints,
+                "exit_code": e.exit_code()});
+            if runs {
+                v["type"] = "end".into();
+                v["outcome"] = "error".into();
+                v["agent"] = Value::Null;
+            }
+            self.event(&v);
+        }
         let mut err = std::io::stderr().lock();
         let _ = writeln!(err, "error: {}", printable(&e.message));
         for hint in &e.hints {

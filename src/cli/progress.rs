@@ -12,6 +12,7 @@ use crate::engine::workspace::Workspace;
 use crate::infra::provider::Delta;
 use crate::infra::signals;
 
+use super::error::Kind;
 use super::follow::{Follower, View};
 use super::out::Out;
 use super::{CliError, Ctx};
@@ -22,6 +23,84 @@ struct Live<'a> {
     agent: String,
     /// Whether the driver did anything (delivered, settled or called the model).
     worked: bool,
+    /// What this run's model calls used, for the line at its end.
+    spent: Spent,
+    /// JSON events of an agent this command just made, held (its `agent` event first)
+    /// until its first call succeeds: an agent removed again is never announced.
+    held: Option<Vec<serde_json::Value>>,
+}
+
+/// The sum of a run's model calls; the cost is known while every call was priced.
+#[derive(Default)]
+struct Spent {
+    calls: u32,
+    input: u64,
+    cached: u64,
+    output: u64,
+    cost_usd: Option<f64>,
+    unpriced: bool,
+}
+
+impl Spent {
+    fn add(&mut self, usage: &crate::infra::provider::Usage, cost_usd: Option<f64>) {
+        self.calls += 1;
+        self.input += usage.input.unwrap_or(0);
+        self.cached += usage.cache_read.unwrap_or(0);
+        self.output += usage.output.unwrap_or(0);
+        match cost_usd {
+            Some(c) => self.cost_usd = Some(self.cost_usd.unwrap_or(0.0) + c),
+            None => self.unpriced = true,
+        }
+    }
+}
+
+/// `1,234 in (1,000 cached), 56 out, $0.0041` (the cost left out when unknown).
+fn usage_words(input: u64, cached: u64, output: u64, cost_usd: Option<f64>) -> String {
+    let cached = if cached > 0 { format!(" ({} cached)", thousands(cached)) } else { String::new() };
+    let cost = cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
+    format!("{} in{cached}, {} out{cost}", thousands(input), thousands(output))
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+impl Live<'_> {
+    fn emit(&mut self, value: serde_json::Value) {
+        match &mut self.held {
+            Some(held) => held.push(value),
+            None => self.ctx.out.event(&value),
+        }
+    }
+
+    /// Sends what was held: the agent is there to stay.
+    fn release(&mut self) {
+        for value in self.held.take().unwrap_or_default() {
+            self.ctx.out.event(&value);
+        }
+    }
+
+    /// The line closing a run that called the model: what all its calls used.
+    fn totals(&self) {
+        let s = &self.spent;
+        if s.calls == 0 || self.ctx.out.json {
+            return;
+        }
+        let cost = if s.unpriced { None } else { s.cost_usd };
+        let calls = if s.calls == 1 { "1 call".to_owned() } else { format!("{} calls", s.calls) };
+        let unpriced = if s.unpriced && s.cost_usd.is_some() { " (some calls unpriced)" } else { "" };
+        self.ctx
+            .out
+            .progress(&format!("· total: {calls}, {}{unpriced}", usage_words(s.input, s.cached, s.output, cost)));
+    }
 }
 
 fn one_line(text: &str, max: usize) -> String {
@@ -32,13 +111,20 @@ fn one_line(text: &str, max: usize) -> String {
 impl Observer for Live<'_> {
     fn event(&mut self, event: Event<'_>) {
         self.worked = true;
-        let out = &self.ctx.out;
-        if out.json {
+        if let Event::Usage { usage, cost_usd, .. } = &event {
+            self.spent.add(usage, *cost_usd);
+        }
+        if self.ctx.out.json {
+            let first_answer = matches!(event, Event::Usage { .. });
             if let Some(v) = events::to_json(&self.agent, &event) {
-                out.event(&v);
+                self.emit(v);
+            }
+            if first_answer {
+                self.release();
             }
             return;
         }
+        let out = &self.ctx.out;
         match event {
             Event::Delta(Delta::Text(text)) => out.stream(text),
             Event::Delta(_) => {}
@@ -52,7 +138,7 @@ impl Observer for Live<'_> {
                 Some(ms) => out.progress(&format!("· attempt {attempt} failed: {error}; retrying in {ms} ms")),
                 None => out.progress(&format!("· attempt {attempt} failed: {error}")),
             },
-            Event::ToolStarted { name, input } => {
+            Event::ToolStarted { name, input, .. } => {
                 out.progress(&format!("→ {name} {}", one_line(&call_gist(input), 100)));
             }
             Event::ToolFinished { is_error, summary, .. } => {
@@ -60,7 +146,15 @@ impl Observer for Live<'_> {
                 out.progress(&format!("  {mark} {}", one_line(summary, 100)));
             }
             Event::Repaired(repair) => out.progress(&format!("· {}", events::repaired(repair))),
-            Event::Usage { .. } => {}
+            Event::Usage { step, usage, cost_usd } => out.progress(&format!(
+                "· step {step} done: {}",
+                usage_words(
+                    usage.input.unwrap_or(0),
+                    usage.cache_read.unwrap_or(0),
+                    usage.output.unwrap_or(0),
+                    cost_usd
+                )
+            )),
             Event::Transferred { child, files } => {
                 let s = if files == 1 { "" } else { "s" };
                 out.progress(&format!("· merged {files} changed file{s} from `{child}`"))
@@ -90,7 +184,20 @@ pub fn call_gist(input: &serde_json::Value) -> String {
 /// Runs the driver in this process with live output. `fresh` marks an agent this
 /// command just created (removed again if its first call fails).
 pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
-    let mut live = Live { ctx, agent: id.to_string(), worked: false };
+    attach_holding(ctx, ws, id, fresh, None)
+}
+
+/// `attach`, with `announce` (the new agent's JSON `agent` event) held back until the
+/// agent's first call succeeds.
+fn attach_holding(
+    ctx: &Ctx,
+    ws: &Workspace,
+    id: &AgentId,
+    fresh: bool,
+    announce: Option<serde_json::Value>,
+) -> Result<(), CliError> {
+    let held = announce.map(|a| vec![a]);
+    let mut live = Live { ctx, agent: id.to_string(), worked: false, spent: Spent::default(), held };
     let rt = ctx.runtime(ws);
     watch_signals(ctx);
     let _ = ctx.driving.set(id.to_string());
@@ -106,35 +213,56 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
     ctx.out.end_live();
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
+    if !fresh_removed {
+        live.release();
+    }
+    live.totals();
+    let mut end = driver::end_event(result.as_ref());
+    end["agent"] = id.as_str().into();
     match result {
-        Ok(RunEnd::Answered { text }) => {
+        Ok(RunEnd::Answered { .. }) => {
             if !live.worked && !ctx.out.json {
                 ctx.out.progress(&format!("· nothing is due for `{id}`: it has answered and has no new messages"));
             }
             if ctx.out.json {
-                ctx.out.event(&json!({"type": "end", "outcome": "final-response", "agent": id.as_str(), "text": text}));
+                ctx.out.event(&end);
             }
             Ok(())
         }
         Ok(RunEnd::Busy) => {
             if ctx.out.json {
-                ctx.out.event(&json!({"type": "end", "outcome": "busy", "agent": id.as_str()}));
+                ctx.out.event(&end);
             } else {
                 ctx.out.progress(&format!("· agent `{id}` is already being driven; it will pick this up"));
             }
             Ok(())
         }
         Err(e) => {
-            let err: CliError = e.into();
-            let continues = format!("`offshoot run {id}`");
-            if fresh_removed {
-                Err(err.hint("the new agent was removed again: nothing was kept"))
-            } else if err.hints.iter().any(|h| h.contains(&continues)) {
-                Err(err)
-            } else {
-                Err(err.hint(format!("{continues} continues the agent from where it stopped")))
+            let err = finish_error(e.into(), id, fresh_removed);
+            if ctx.out.json {
+                end["kept"] = (!fresh_removed).into();
+                end["hints"] = err.hints.clone().into();
+                ctx.out.event(&end);
+                ctx.out.ended();
             }
+            Err(err)
         }
+    }
+}
+
+/// The hints a driver's error ends with: none naming an agent that was removed again,
+/// and how to go on where going on can work.
+fn finish_error(mut err: CliError, id: &AgentId, fresh_removed: bool) -> CliError {
+    let continues = format!("`offshoot run {id}`");
+    if fresh_removed {
+        // Nothing of the agent is left for a hint to name.
+        err.hints.retain(|h| !h.contains(id.as_str()));
+        err.hint("the new agent was removed again: nothing was kept")
+    } else if err.kind == Kind::Usage || err.hints.iter().any(|h| h.contains(&continues)) {
+        // A bad config or role fails `run` the same way until it is fixed.
+        err
+    } else {
+        err.hint(format!("{continues} continues the agent from where it stopped"))
     }
 }
 
@@ -180,13 +308,15 @@ pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool
         .and_then(|l| l.into_iter().find(|l| l.id == *id))
         .and_then(|l| l.facts)
         .and_then(|f| f.name);
-    if ctx.out.json {
-        ctx.out.event(&json!({"type": "agent", "id": id.as_str(), "name": name}));
-    } else {
+    let announce = json!({"type": "agent", "id": id.as_str(), "name": name});
+    if !ctx.out.json {
         ctx.out.progress(&format!("· agent {id} ({})", name.unwrap_or_default()));
+    } else if detach || !fresh {
+        ctx.out.event(&announce);
     }
     if !detach {
-        return attach(ctx, ws, id, fresh);
+        let announce = (ctx.out.json && fresh).then_some(announce);
+        return attach_holding(ctx, ws, id, fresh, announce);
     }
     ctx.runtime(ws).launch(id)?;
     if !ctx.out.json {

@@ -124,6 +124,32 @@ pub fn exhausted(budgets: &BudgetConfig, spend: &Spend) -> Option<String> {
     (!reached.is_empty()).then(|| reached.join("; "))
 }
 
+/// For each limit an `exhausted` text reached, the key and a value that leaves room
+/// (twice the limit, or twice the spend when that is more): what `config set` needs.
+pub fn raised(reached: &str) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    const KEYS: [&str; 4] = ["max_cost_usd", "max_tokens", "max_steps", "max_wall_seconds"];
+    let number = |w: &str| w.trim_start_matches('$').parse::<f64>().ok();
+    for part in reached.split("; ") {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        let Some(at) =
+            (0..words.len()).find(|&i| words[i] == "of" && words.get(i + 1).is_some_and(|k| KEYS.contains(k)))
+        else {
+            continue;
+        };
+        let (Some(key), Some(max)) =
+            (KEYS.into_iter().find(|k| *k == words[at + 1]), words.get(at + 2).and_then(|w| number(w)))
+        else {
+            continue;
+        };
+        let spent = words[..at].iter().find_map(|w| number(w)).unwrap_or(0.0);
+        let more = (max * 2.0).max(spent * 2.0);
+        let value = if key == "max_cost_usd" { format!("{more:.2}") } else { format!("{}", more.ceil() as u64) };
+        out.push((key, value));
+    }
+    out
+}
+
 /// Whether any whole-tree limit is set (otherwise nothing needs reading).
 pub fn any_set(budgets: &BudgetConfig) -> bool {
     budgets.max_tokens.is_some()
@@ -214,5 +240,14 @@ mod tests {
         assert_eq!(exhausted(&tokens, &s).as_deref(), Some("used 1000 tokens of max_tokens 1000"));
         let wall = BudgetConfig { max_wall_seconds: Some(60), ..none };
         assert_eq!(exhausted(&wall, &s).as_deref(), Some("worked 60 s of max_wall_seconds 60"));
+        let both = BudgetConfig { max_steps: Some(5), max_tokens: Some(1000), ..BudgetConfig::default() };
+        let text = exhausted(&both, &s).expect("both reached");
+        assert_eq!(raised(&text), [("max_tokens", "2000".to_owned()), ("max_steps", "10".to_owned())]);
+        // As the driver says it: the tree's root (which may look like a number) first.
+        let said = format!("the tree of `234567` {text}");
+        assert_eq!(raised(&said), [("max_tokens", "2000".to_owned()), ("max_steps", "10".to_owned())]);
+        assert_eq!(raised(&exhausted(&cost, &s).expect("cost")), [("max_cost_usd", "0.04".to_owned())]);
+        assert_eq!(raised(&exhausted(&wall, &s).expect("wall")), [("max_wall_seconds", "120".to_owned())]);
+        assert!(raised("cannot price its calls for max_cost_usd $1 (a model has no price)").is_empty());
     }
 }

@@ -325,7 +325,7 @@ impl Default for ToolOutputConfig {
 }
 
 /// A config that breaks a rule: where, which key, and the rule.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{file}{}: `{key}`: {rule}", line.map(|l| format!(":{l}")).unwrap_or_default())]
 pub struct ConfigError {
     pub file: String,

@@ -148,10 +148,13 @@ pub enum Event<'a> {
         retry_in_ms: Option<u64>,
     },
     ToolStarted {
+        /// The model's id for the call (`tool_use_id`).
+        id: &'a str,
         name: &'a str,
         input: &'a Value,
     },
     ToolFinished {
+        id: &'a str,
         name: &'a str,
         is_error: bool,
         summary: &'a str,
@@ -221,7 +224,7 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
 }
 
 /// The `end` event of a driver's run.
-fn end_event(result: std::result::Result<&RunEnd, &DriverError>) -> Value {
+pub fn end_event(result: std::result::Result<&RunEnd, &DriverError>) -> Value {
     match result {
         Ok(RunEnd::Answered { text }) => json!({"type": "end", "outcome": "final-response", "text": text}),
         Ok(RunEnd::Busy) => json!({"type": "end", "outcome": "busy"}),
@@ -1072,7 +1075,7 @@ impl<'a> Driver<'a> {
                 calls.iter().map(|c| self.prepare(step, c, &commands, &paths)).collect::<Result<_>>()?;
             self.guard.before_call();
             for c in calls {
-                observer.event(Event::ToolStarted { name: c.name, input: c.input });
+                observer.event(Event::ToolStarted { id: c.id, name: c.name, input: c.input });
             }
             let results: Vec<std::result::Result<toolcall::CallResult, ToolCallError>> = std::thread::scope(|scope| {
                 let handles: Vec<_> =
@@ -1094,7 +1097,7 @@ impl<'a> Driver<'a> {
                 }
                 let p = self.prepare(step, c, &commands, &paths)?;
                 self.guard.before_call();
-                observer.event(Event::ToolStarted { name: c.name, input: c.input });
+                observer.event(Event::ToolStarted { id: c.id, name: c.name, input: c.input });
                 let mut result = p.run(c, &grant, agent, limits)?;
                 interrupt.command_ended();
                 process::reap_strays(&self.runtime.launched());
@@ -1203,7 +1206,12 @@ impl<'a> Driver<'a> {
         rules: Option<&crate::domain::config::ContextRules>,
         observer: &mut dyn Observer,
     ) -> Result<CommitId> {
-        observer.event(Event::ToolFinished { name: call.name, is_error: result.is_error, summary: &result.summary });
+        observer.event(Event::ToolFinished {
+            id: call.id,
+            name: call.name,
+            is_error: result.is_error,
+            summary: &result.summary,
+        });
         if let Some(dir) = &result.cwd {
             self.set_cwd(dir)?;
         }

@@ -18,6 +18,7 @@ pub const FILE: &str = "events.ndjson";
 /// `event` as one JSON object tagged with `agent`; `None` for deltas other than text.
 pub fn to_json(agent: &str, event: &Event<'_>) -> Option<Value> {
     let mut v = match event {
+        Event::Delta(Delta::Text(text)) if text.is_empty() => return None,
         Event::Delta(Delta::Text(text)) => json!({"type": "text", "text": text}),
         Event::Delta(_) => return None,
         Event::Delivered { sender } => json!({"type": "delivered", "from": sender}),
@@ -31,9 +32,11 @@ pub fn to_json(agent: &str, event: &Event<'_>) -> Option<Value> {
         Event::AttemptFailed { attempt, error, retry_in_ms } => {
             json!({"type": "attempt_failed", "attempt": attempt, "error": error, "retry_in_ms": retry_in_ms})
         }
-        Event::ToolStarted { name, input } => json!({"type": "tool_call", "name": name, "input": input}),
-        Event::ToolFinished { name, is_error, summary } => {
-            json!({"type": "tool_result", "name": name, "is_error": is_error, "summary": summary})
+        Event::ToolStarted { id, name, input } => {
+            json!({"type": "tool_call", "tool_use_id": id, "name": name, "input": input})
+        }
+        Event::ToolFinished { id, name, is_error, summary } => {
+            json!({"type": "tool_result", "tool_use_id": id, "name": name, "is_error": is_error, "summary": summary})
         }
         Event::Repaired(repair) => json!({"type": "repaired", "what": repaired(*repair)}),
         Event::Transferred { child, files } => json!({"type": "transfer", "child": child, "files": files}),

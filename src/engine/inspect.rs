@@ -65,6 +65,9 @@ pub struct AgentState {
     pub goal: String,
     /// The agent above it, for children.
     pub parent: Option<String>,
+    /// For a `failed` or `stopped` agent, why, in one line: how its last run ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
@@ -88,6 +91,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
                 context_window: None,
                 parent: l.id.parent().map(|p| p.to_string()),
                 goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
+                why: None,
             });
             continue;
         };
@@ -130,9 +134,40 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             context_window,
             goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
             parent: facts.parent.clone(),
+            why: matches!(state, "failed" | "stopped").then(|| last_run_end(ws, &l.id)).flatten(),
         });
     }
     Ok(out)
+}
+
+/// How the agent's last run ended, from the end of its events file: the error of an
+/// `end` that was not an answer, or a step that began and never ended (its driver was
+/// killed or crashed).
+fn last_run_end(ws: &Workspace, id: &AgentId) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(ws.layout.steps(id).join(super::events::FILE)).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(64 * 1024))).ok()?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).ok()?;
+    let text = String::from_utf8_lossy(&tail);
+    let last = text
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| matches!(v.get("type").and_then(Value::as_str), Some("end" | "step")))?;
+    let field = |k: &str| last.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+    match (field("type").as_str(), field("outcome").as_str()) {
+        ("step", _) => Some(format!(
+            "its driver ended during step {} (killed or crashed)",
+            last.get("step").and_then(Value::as_u64).unwrap_or(0)
+        )),
+        ("end", "interrupted") => Some(format!("it was {}", field("reason"))),
+        ("end", "budget-exhausted") => Some(format!("budget exhausted: {}", field("error"))),
+        ("end", "error") => Some(field("error")),
+        _ => None,
+    }
+    .map(|why| why.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 impl AgentState {

@@ -117,7 +117,7 @@ fn a_first_answer_cut_off_at_the_limit_keeps_the_agent_to_look_at_and_go_on() {
         assert_eq!(run.code, 1);
         assert!(run.stderr.contains("cut off at the output limit"), "{}", run.stderr);
         assert!(!run.stderr.contains("Some("), "{}", run.stderr);
-        assert!(run.stderr.contains("offshoot config set roles.worker.max_output_tokens <more>"), "{}", run.stderr);
+        assert!(run.stderr.contains("offshoot config set roles.worker.max_output_tokens 20`"), "{}", run.stderr);
         assert!(!run.stderr.contains("removed again"), "{}", run.stderr);
         assert_eq!(run.stderr.matches("offshoot run").count(), 1, "one way on, said once: {}", run.stderr);
         // The cut-off answer's record is there, and the agent goes on.

@@ -201,3 +201,55 @@ else:
     let run = t.run(&["prompt", "use the adapter"]);
     assert_eq!(run.ok(), "saw: from-tool\n");
 }
+
+#[test]
+fn each_step_line_says_what_it_used_and_cost_and_the_run_ends_with_totals() {
+    let (server, t) = TestWorkspace::served("verbs-spend", Dialect::Chat);
+    server.push_turns([
+        Turn { input_tokens: 2000, cache_read: 1000, output_tokens: 100, ..Turn::bash("call_1", "true") },
+        Turn { input_tokens: 1000, output_tokens: 200, ..Turn::text("done") },
+    ]);
+    let run = t.run(&["prompt", "go"]);
+    run.ok();
+    // claude-sonnet-4-5 at 3 / 15 / 0.30 per million: 1,000 fresh + 1,000 cached + 100 out.
+    assert!(run.stderr.contains("· step 1 done: 2,000 in (1,000 cached), 100 out, $0.0048"), "{}", run.stderr);
+    assert!(run.stderr.contains("· step 2 done: 1,000 in, 200 out, $0.0060"), "{}", run.stderr);
+    assert!(run.stderr.contains("· total: 2 calls, 3,000 in (1,000 cached), 300 out, $0.0108"), "{}", run.stderr);
+
+    // A model with no price: tokens, and no made-up cost.
+    t.set("roles.worker.model", "unpriced-model");
+    server.push_turns([Turn { input_tokens: 10, output_tokens: 5, ..Turn::text("hi") }]);
+    let run = t.run(&["prompt", "again"]);
+    run.ok();
+    assert!(run.stderr.contains("· step 1 done: 10 in, 5 out\n"), "{}", run.stderr);
+    assert!(run.stderr.contains("· total: 1 call, 10 in, 5 out\n"), "{}", run.stderr);
+}
+
+#[test]
+fn ls_says_why_an_agent_needs_a_run() {
+    let (server, t) = TestWorkspace::served("verbs-why", Dialect::Anthropic);
+    server.push(Reply::Turn(Turn::text("hi")));
+    t.run(&["prompt", "--name", "Ada", "hello"]).ok();
+    for _ in 0..4 {
+        server.push(Reply::Status {
+            code: 529,
+            retry_after: None,
+            body: "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}".into(),
+        });
+    }
+    let failed = t.run(&["send", "Ada", "more"]);
+    assert_eq!(failed.code, 1, "{}", failed.stderr);
+    let agent = &t.agents()[0];
+    assert_eq!(agent["state"], "failed");
+    let why = agent["why"].as_str().expect("why");
+    assert!(why.starts_with("step 2 of agent") && why.contains("HTTP 529") && why.contains("Overloaded"), "{why}");
+    let ls = t.run(&["ls"]);
+    let lines: Vec<&str> = ls.ok().lines().collect();
+    assert_eq!(lines.len(), 3, "{}", ls.stdout);
+    assert!(lines[2].trim_start().starts_with("↳ step 2 of agent"), "{}", ls.stdout);
+    // Once it has run again, nothing is said.
+    server.push(Reply::Turn(Turn::text("fine now")));
+    t.run(&["run", "Ada"]).ok();
+    assert!(t.agents()[0].get("why").is_none());
+    assert_eq!(t.run(&["ls"]).ok().lines().count(), 2);
+}

@@ -21,8 +21,9 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let id = agents::resolve(&ws, &args.agent)?;
     let started = compaction::start(&ws, &ctx.runtime(&ws), &id, args.focus.as_deref(), &ctx.env)?;
     if ctx.out.json {
+        let note = format!("started by `offshoot compact` over {} transcript entries", started.entries);
         ctx.out.event(&json!({"type": "compaction", "outcome": "started", "agent": id.as_str(),
-            "compactor": started.compactor.as_str(), "entries": started.entries}));
+            "compactor": started.compactor.as_str(), "note": note, "entries": started.entries}));
         return Ok(());
     }
     ctx.out.line(started.compactor.as_str());

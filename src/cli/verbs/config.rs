@@ -1,9 +1,11 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
+use serde_json::json;
+
 use crate::cli::{CliError, Ctx};
 use crate::domain::config::{Config, FILE};
-use crate::engine::workspace::Workspace;
+use crate::engine::workspace::{Workspace, WorkspaceError};
 use crate::infra::process::{self, Group, Spec};
 
 /// Show, edit, set or validate the config (each change is a commit on its lineage)
@@ -49,7 +51,15 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     match args {
         Args::Show(l) => {
             let tip = ws.config_tip(&l.lineage)?;
-            ctx.out.stream(&ws.config_text_at(tip)?);
+            let text = ws.config_text_at(tip)?;
+            if !ctx.out.json {
+                ctx.out.stream(&text);
+                return Ok(());
+            }
+            // As JSON: the TOML's tables and values (even when a rule is broken).
+            let config: toml::Table = toml::from_str(&text)
+                .map_err(|e| CliError::usage(format!("{FILE} at config/{} is not TOML: {e}", l.lineage)))?;
+            ctx.out.event(&json!({"lineage": l.lineage, "commit": tip.to_string(), "config": config}));
             Ok(())
         }
         Args::Edit { path, lineage } => edit(ctx, &ws, &lineage.lineage, path.as_deref().unwrap_or(FILE)),
@@ -65,30 +75,58 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
                     "· new role `{role}` got the worker's soul as souls/{role}.md (`offshoot config edit souls/{role}.md` changes it)"
                 ));
             }
-            said_committed(ctx, &lineage.lineage, set.commit);
+            let souls: Vec<String> = set.souls_added.iter().map(|r| format!("souls/{r}.md")).collect();
+            said_committed(ctx, &lineage.lineage, set.commit, &souls);
             Ok(())
         }
-        Args::Validate { file, lineage } => match file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
-                let tip = ws.config_tip(&lineage.lineage)?;
-                let has = |p: &str| ws.config_file(tip, p).ok().flatten().is_some();
-                Config::parse(&text, &has).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
-                ctx.out.progress(&format!("· {} is valid", path.display()));
-                Ok(())
+        Args::Validate { file, lineage } => {
+            let (subject, checked) = match file {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .map_err(|e| CliError::usage(format!("cannot read {}: {e}", path.display())))?;
+                    let tip = ws.config_tip(&lineage.lineage)?;
+                    let has = |p: &str| ws.config_file(tip, p).ok().flatten().is_some();
+                    let checked = Config::parse(&text, &has).map(|_| ()).map_err(|e| {
+                        let message = format!("{}: {e}", path.display());
+                        (Some(e), CliError::usage(message))
+                    });
+                    (path.display().to_string(), checked)
+                }
+                None => {
+                    let checked = ws.config(&lineage.lineage).map(|_| ()).map_err(|e| match e {
+                        WorkspaceError::Config(c) => (Some(c.clone()), WorkspaceError::Config(c).into()),
+                        other => (None, other.into()),
+                    });
+                    (format!("config lineage `{}`", lineage.lineage), checked)
+                }
+            };
+            match checked {
+                Ok(()) if ctx.out.json => ctx.out.event(&json!({"valid": true, "checked": subject})),
+                Ok(()) => ctx.out.progress(&format!("· {subject} is valid")),
+                // A config that breaks a rule is the answer, not a failure to answer.
+                Err((Some(broken), err)) => {
+                    if ctx.out.json {
+                        ctx.out.event(&json!({"valid": false, "checked": subject, "error": broken,
+                            "message": err.message}));
+                        ctx.out.ended();
+                    }
+                    return Err(err);
+                }
+                Err((None, err)) => return Err(err),
             }
-            None => {
-                ws.config(&lineage.lineage)?;
-                ctx.out.progress(&format!("· config lineage `{}` is valid", lineage.lineage));
-                Ok(())
-            }
-        },
+            Ok(())
+        }
     }
 }
 
-/// Prints the commit (or that nothing changed).
-fn said_committed(ctx: &Ctx, lineage: &str, commit: Option<crate::infra::git::CommitId>) {
+/// Prints the commit (or that nothing changed); with `--json`, one object saying so and
+/// which soul files were added.
+fn said_committed(ctx: &Ctx, lineage: &str, commit: Option<crate::infra::git::CommitId>, added: &[String]) {
+    if ctx.out.json {
+        let commit = commit.map(|c| c.to_string());
+        ctx.out.event(&json!({"lineage": lineage, "commit": commit, "changed": commit.is_some(), "added": added}));
+        return;
+    }
     match commit {
         Some(commit) => {
             ctx.out.line(&commit.to_string());
@@ -163,7 +201,7 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str, file: &str) -> Result<(), CliE
         }
         Ok(commit) => {
             let _ = std::fs::remove_file(&path);
-            said_committed(ctx, lineage, commit);
+            said_committed(ctx, lineage, commit, &[]);
             Ok(())
         }
         Err(e) => Err(keep(e.into())),

@@ -46,6 +46,17 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
             s.context_percent().map(|p| format!("{p}%")).unwrap_or_else(|| "-".to_owned()),
             s.goal
         ));
+        if let Some(why) = &s.why {
+            ctx.out.line(&format!("{:<wi$}  ↳ {}", "", clip(why, 120)));
+        }
     }
     Ok(())
+}
+
+fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() > max {
+        format!("{}…", text.chars().take(max).collect::<String>())
+    } else {
+        text.to_owned()
+    }
 }

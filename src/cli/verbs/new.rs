@@ -15,6 +15,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         args.path.clone().or_else(|| ctx.explicit_workspace().cloned()).unwrap_or_else(|| ctx.default_workspace());
     let path = if path.is_absolute() { path } else { std::env::current_dir().map(|d| d.join(&path)).unwrap_or(path) };
     let ws = Workspace::create(&path, &ctx.template()?)?;
+    if ctx.out.json {
+        ctx.out.event(&serde_json::json!({"workspace": ws.layout.root().display().to_string()}));
+        return Ok(());
+    }
     ctx.out.line(&ws.layout.root().display().to_string());
     ctx.out.progress(&format!("· created workspace; use it with `offshoot -w {} prompt \"…\"`", path.display()));
     Ok(())

@@ -29,7 +29,13 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         // Drives here, or finds the driver that holds the agent and leaves it the message.
         return progress::attach(ctx, &ws, &id, false);
     }
-    match rt.wake(&id)? {
+    let woken = rt.wake(&id)?;
+    if ctx.out.json {
+        let driver = if matches!(woken, Woken::Running) { "running" } else { "started" };
+        ctx.out.event(&serde_json::json!({"type": "sent", "agent": id.as_str(), "driver": driver}));
+        return Ok(());
+    }
+    match woken {
         Woken::Running => ctx.out.progress(&format!("· delivered to `{id}`; its running driver will pick it up")),
         Woken::Launched(_) => ctx.out.progress(&format!("· delivered to `{id}`; a driver started")),
     }

@@ -52,10 +52,21 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     };
     if args.request {
         let request = inspect::reassemble(&ws, &id, step)?;
-        ctx.out.stream(&String::from_utf8_lossy(&driver::request_json(&request)));
+        let bytes = driver::request_json(&request);
+        if ctx.out.json {
+            // The same bytes as one line: JSON lines, like every `--json` output.
+            let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+            ctx.out.event(&value);
+        } else {
+            ctx.out.stream(&String::from_utf8_lossy(&bytes));
+        }
         return Ok(());
     }
     let meta = inspect::step_meta(&ws, &id, step)?;
+    if ctx.out.json {
+        ctx.out.event(&serde_json::to_value(&meta).unwrap_or_default());
+        return Ok(());
+    }
     ctx.out.line(&serde_json::to_string_pretty(&meta).unwrap_or_default());
     Ok(())
 }

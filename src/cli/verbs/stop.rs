@@ -22,12 +22,14 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let id = agents::resolve(&ws, &args.agent)?;
     let outcomes = agents::stop_tree(&ws, &ctx.runtime(&ws), &id, PATIENCE)?;
     let mut stuck = Vec::new();
+    let mut pids = Vec::new();
     for (agent, outcome) in &outcomes {
         let state = match outcome {
             Stopped::NotRunning => "not-running",
             Stopped::Stopped(_) => "stopped",
             Stopped::Signalled(pid) => {
                 stuck.push(format!("`{agent}` (pid {pid})"));
+                pids.push((pid.to_string(), agent.to_string()));
                 "still-running"
             }
         };
@@ -43,7 +45,11 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             stuck.join(", "),
             PATIENCE.as_secs()
         ))
-        .hint("`kill -9` ends a driver at once; `offshoot run <agent>` then settles what it left"));
+        .hint(format!(
+            "`kill -9 {}` ends them at once; then {} settles what was left",
+            pids.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>().join(" "),
+            pids.iter().map(|(_, a)| format!("`offshoot run {a}`")).collect::<Vec<_>>().join(", ")
+        )));
     }
     if !ctx.out.json {
         let running = outcomes.iter().any(|(_, o)| matches!(o, Stopped::Stopped(_)));

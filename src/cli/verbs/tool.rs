@@ -1,6 +1,6 @@
 use std::io::Read;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::cli::{CliError, Ctx};
 use crate::domain::grant;
@@ -70,12 +70,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             }
             if output.is_error { Err(CliError::runtime(format!("`{name}` reported an error"))) } else { Ok(()) }
         }
-        Err(ToolError::ToModel(message)) => {
-            if ctx.out.json {
-                ctx.out.event(&json!({"error": message}));
-            }
-            Err(CliError::runtime(message))
-        }
+        Err(ToolError::ToModel(message)) => Err(CliError::runtime(message)),
         Err(ToolError::Fatal(message)) => Err(CliError::runtime(message)),
     }
 }
