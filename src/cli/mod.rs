@@ -2,6 +2,7 @@
 //! (one file each under `verbs/`), and maps errors to words and exit codes. The
 //! only layer that reads environment variables.
 
+pub mod complete;
 pub mod ctx;
 pub mod error;
 pub mod follow;

@@ -20,6 +20,7 @@ mod processes;
 mod providers;
 mod scan;
 mod signals;
+mod snapshots;
 mod stress;
 mod tools;
 mod verbs;

@@ -142,9 +142,49 @@ fn config_edit_commits_changes_and_says_when_nothing_changed() {
 }
 
 #[test]
-fn completions_print_a_script() {
-    let t = TestWorkspace::new("completions");
-    assert!(t.run(&["completions", "bash"]).ok().contains("offshoot"));
+fn completions_complete_verbs_flags_and_the_workspaces_agents_in_bash() {
+    let (server, t) = TestWorkspace::served("completions", Dialect::Anthropic);
+    server.push_turns([Turn::text("one"), Turn::text("two")]);
+    t.run(&["prompt", "--name", "Ada", "first"]).ok();
+    t.run(&["prompt", "--name", "Adam", "second"]).ok();
+    let ids: Vec<String> = t.agents().iter().map(|a| a["id"].as_str().expect("id").to_owned()).collect();
+    let script = t.root.join("complete.bash");
+    std::fs::write(&script, t.run(&["completions", "bash"]).ok()).expect("script");
+    // Real bash: load the script and ask its function, as <Tab> would.
+    let complete = |words: &[&str]| -> Vec<String> {
+        let ws = t.ws.to_str().expect("utf-8");
+        let mut all = vec!["offshoot", "-w", ws];
+        all.extend_from_slice(words);
+        let quoted: Vec<String> = all.iter().map(|w| format!("'{w}'")).collect();
+        let body = format!(
+            "source {}\nCOMP_WORDS=({})\nCOMP_CWORD={}\n_clap_complete_offshoot offshoot '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display(),
+            quoted.join(" "),
+            all.len() - 1,
+            all[all.len() - 1],
+            all[all.len() - 2]
+        );
+        // The test's clean environment, for bash and the binary it calls.
+        let mut bash = std::process::Command::new("bash");
+        bash.env_clear();
+        for (k, v) in t.command_bare().get_envs() {
+            if let Some(v) = v {
+                bash.env(k, v);
+            }
+        }
+        let o = bash.arg("-c").arg(&body).output().expect("bash");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut got: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_owned).collect();
+        got.sort();
+        got
+    };
+    assert_eq!(complete(&["sen"]), ["send"]);
+    assert_eq!(complete(&["send", "Ad"]), ["Ada", "Adam"]);
+    let prefix = &ids[0][..3];
+    let matching: Vec<&String> = ids.iter().filter(|id| id.starts_with(prefix)).collect();
+    assert_eq!(complete(&["log", prefix]).len(), matching.len());
+    assert_eq!(complete(&["stop", "Adam"]), ["Adam"]);
+    assert!(complete(&["show", "Ada", "--st"]).contains(&"--step".to_owned()));
 }
 
 #[test]

@@ -10,6 +10,7 @@ use crate::engine::compaction::{self, CompactionError};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
     /// What the summary should keep above all (added to the compactor's goal)
     #[arg(long)]

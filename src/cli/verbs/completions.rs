@@ -1,8 +1,6 @@
-use clap::CommandFactory;
+use crate::cli::{CliError, Ctx};
 
-use crate::cli::{Cli, CliError, Ctx};
-
-/// Print a shell completion script
+/// Print a shell completion script (verbs, flags, and the agents of the workspace)
 #[derive(Debug, clap::Args)]
 pub struct Args {
     pub shell: clap_complete::Shell,
@@ -12,7 +10,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if ctx.out.json {
         return Err(CliError::usage("`completions` prints a shell script; `--json` does not apply to it"));
     }
-    let mut cmd = Cli::command();
-    clap_complete::generate(args.shell, &mut cmd, "offshoot", &mut std::io::stdout());
-    Ok(())
+    let shell = args.shell.to_string();
+    crate::cli::complete::registration(&shell, &mut std::io::stdout())
+        .map_err(|e| CliError::runtime(format!("cannot write the {shell} completion script: {e}")))
 }

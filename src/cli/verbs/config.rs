@@ -69,7 +69,16 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             }
             let pairs: Vec<(&str, &str)> = pairs.chunks(2).map(|p| (p[0].as_str(), p[1].as_str())).collect();
             let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
-            let set = ws.set_config_keys(&lineage.lineage, &pairs, &format!("config: set {}", keys.join(", ")))?;
+            let set = ws
+                .set_config_keys(&lineage.lineage, &pairs, &format!("config: set {}", keys.join(", ")))
+                .map_err(|e| {
+                    let mut err = CliError::from(e);
+                    if err.exit_code() == 2 {
+                        // The tip is as it was: nothing to fix there.
+                        err.hints = vec!["nothing was committed; the config is as it was".into()];
+                    }
+                    err
+                })?;
             for role in &set.souls_added {
                 ctx.out.progress(&format!(
                     "· new role `{role}` got the worker's soul as souls/{role}.md (`offshoot config edit souls/{role}.md` changes it)"

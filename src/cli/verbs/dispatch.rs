@@ -10,6 +10,7 @@ use crate::infra::time::Timestamp;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The parent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
     pub parent: String,
     /// The child's role
     #[arg(long, default_value = "worker")]

@@ -12,6 +12,7 @@ use crate::infra::provider::Block;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
 }
 

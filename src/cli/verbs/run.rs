@@ -6,6 +6,7 @@ use crate::engine::agents;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
 }
 

@@ -7,6 +7,7 @@ use crate::engine::runtime::Woken;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
     /// The message (`-` reads it from stdin)
     pub message: std::ffi::OsString,

@@ -9,6 +9,7 @@ use crate::engine::{agents, driver, inspect};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
     /// The step number (1 is the agent's first model call)
     #[arg(long, required_unless_present = "compaction", conflicts_with = "compaction")]

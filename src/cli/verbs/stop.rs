@@ -14,6 +14,7 @@ const PATIENCE: Duration = Duration::from_secs(10);
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
 }
 

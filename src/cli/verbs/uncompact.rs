@@ -9,6 +9,7 @@ use crate::engine::compaction;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
     /// Which compaction (1 is the first); the last when left out
     pub number: Option<u32>,

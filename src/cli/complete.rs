@@ -1,0 +1,68 @@
+//! Dynamic shell completion: the shell asks the binary (`COMPLETE=<shell> offshoot --
+//! <words>`), which completes verbs and flags from the command definition and agent
+//! arguments from the agents of the workspace the words name.
+
+use std::path::PathBuf;
+
+use clap_complete::engine::{ArgValueCandidates, CompletionCandidate};
+
+use crate::engine::agents;
+use crate::engine::workspace::Workspace;
+
+use super::Ctx;
+
+/// The completer of every argument that names an agent (id or name).
+pub fn agents_completer() -> ArgValueCandidates {
+    ArgValueCandidates::new(agent_candidates)
+}
+
+/// Every agent's id and name in the workspace being completed in; nothing when there is
+/// none (completing never creates a workspace).
+fn agent_candidates() -> Vec<CompletionCandidate> {
+    let ctx = Ctx::from_env(workspace_in_words(), false);
+    let Ok(ws) = Workspace::open(&ctx.workspace_path()) else { return Vec::new() };
+    let Ok(list) = agents::list(&ws) else { return Vec::new() };
+    let mut out = Vec::new();
+    for l in list {
+        let name = l.facts.and_then(|f| f.name);
+        out.push(CompletionCandidate::new(l.id.as_str()).help(name.clone().map(Into::into)));
+        if let Some(name) = name {
+            out.push(CompletionCandidate::new(name).help(Some(l.id.to_string().into())));
+        }
+    }
+    out
+}
+
+/// The workspace the words being completed give with `-w`/`--workspace`, else the one
+/// `OFFSHOOT_WORKSPACE` names.
+fn workspace_in_words() -> Option<PathBuf> {
+    let words: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut given = None;
+    for (i, w) in words.iter().enumerate() {
+        let Some(w) = w.to_str() else { continue };
+        if w == "-w" || w == "--workspace" {
+            given = words.get(i + 1).map(PathBuf::from);
+        } else if let Some(path) = w.strip_prefix("--workspace=") {
+            given = Some(PathBuf::from(path));
+        }
+    }
+    given.or_else(|| std::env::var_os("OFFSHOOT_WORKSPACE").filter(|v| !v.is_empty()).map(PathBuf::from))
+}
+
+/// The script that registers dynamic completion for `shell` (what `COMPLETE=<shell>
+/// offshoot` prints).
+pub fn registration(shell: &str, buf: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let shells = clap_complete::env::Shells::builtins();
+    let Some(completer) = shells.completer(shell) else {
+        return Err(std::io::Error::other(format!("no dynamic completion for `{shell}`")));
+    };
+    let bin = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("offshoot"));
+    let bin = bin.to_string_lossy();
+    completer.write_registration("COMPLETE", "offshoot", "offshoot", &bin, buf)
+}
+
+/// Answers a completion request when the shell made this call (`COMPLETE` is set), and
+/// exits; returns at once otherwise.
+pub fn answer_if_asked() {
+    clap_complete::CompleteEnv::with_factory(<super::Cli as clap::CommandFactory>::command).complete();
+}
