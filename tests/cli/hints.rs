@@ -134,6 +134,12 @@ fn a_config_broken_by_hand_hints_the_fix_and_never_a_run_that_fails_the_same_way
     assert_eq!(validate.code, 2, "validate reports the same fault: {}", validate.stderr);
     assert!(validate.stderr.contains("unknown field `unknown`"), "{}", validate.stderr);
 
+    // Saving the broken text unchanged says it is still broken, not "nothing changed".
+    t.env("EDITOR", "true");
+    let unchanged = run_hint(&t, &hints[0]);
+    assert_eq!(unchanged.code, 2, "{}", unchanged.stderr);
+    assert!(unchanged.stderr.contains("nothing changed, and the config is still not valid"), "{}", unchanged.stderr);
+    std::fs::remove_file(t.ws.join("tmp/config-edit-default-offshoot.toml")).expect("discard the kept text");
     // The editor the hint opens shows the broken text; putting the good text back fixes it.
     let good_path = t.root.join("good.toml");
     std::fs::write(&good_path, &good).expect("good");
