@@ -217,7 +217,12 @@ fn every_verb_prints_json_lines_of_its_documented_objects() {
     let sent = t.run(&["--json", "send", "--detach", "Kim", "more"]);
     let sent = lines(&sent);
     conforms(&sent[0], "sent", &events);
-    let _ = t.run(&["stop", "Kim"]);
+    // Once the detached driver has answered, there is nothing to stop.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while t.agents()[0]["state"] != "done" || !t.run(&["log", "Kim"]).ok().contains("again") {
+        assert!(std::time::Instant::now() < deadline, "the detached driver did not answer");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let stopped = check(&["stop", "Kim"], "stop");
     assert_eq!(stopped[0]["outcome"], "not-running");
     let refused = t.run(&["--json", "completions", "bash"]);
