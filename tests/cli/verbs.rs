@@ -113,10 +113,24 @@ fn fork_continues_from_an_earlier_commit_and_cuts_unpaired_calls() {
         let last = server.requests().last().expect("request").body.clone();
         assert_eq!(last["messages"].as_array().map(Vec::len), Some(1), "{from}");
     }
-    // A name that is an agent's id is refused: it could never be reached.
-    let run = t.run(&["prompt", "--name", &origin, "a confusing name"]);
+    // A name that is an agent's id is refused: it could never be reached. (An id that
+    // starts with a digit is no valid name anyway; make agents until one starts with a
+    // letter, as 26 of 32 do.)
+    let mut id = origin.clone();
+    for n in 0..12 {
+        if id.starts_with(|c: char| c.is_ascii_lowercase()) {
+            break;
+        }
+        server.push(Reply::Turn(Turn::text("another")));
+        t.run(&["prompt", "--name", &format!("Extra{n}"), "one more"]).ok();
+        id = t.agents().iter().find(|a| a["name"] == format!("Extra{n}")).expect("extra")["id"]
+            .as_str()
+            .expect("id")
+            .to_owned();
+    }
+    let run = t.run(&["prompt", "--name", &id, "a confusing name"]);
     assert_eq!(run.code, 2);
-    assert!(run.stderr.contains("is an agent's id"), "{}", run.stderr);
+    assert!(run.stderr.contains("is an agent's id"), "{id}: {}", run.stderr);
 }
 
 #[test]
