@@ -83,8 +83,14 @@ fn main() {
         ("ANTHROPIC_API_KEY".to_owned(), "bench".to_owned()),
         ("PATH".to_owned(), std::env::var("PATH").unwrap_or_default()),
     ]);
-    let spawn =
-        Start { message: "Fan out and collect.", name: Some("Bench"), now: Timestamp::now(), random: 4242, env: &env };
+    let spawn = Start {
+        message: "Fan out and collect.",
+        name: Some("Bench"),
+        now: Timestamp::now(),
+        random: 4242,
+        env: &env,
+        project: None,
+    };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_offshoot"));
     let runtime = Runtime::new(ws.layout.clone(), exe, env.clone(), Default::default());

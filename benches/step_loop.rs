@@ -86,8 +86,14 @@ fn main() {
     let create_us = file_creation_micros(&root.join("probe"));
     let ws = Workspace::create(&root.join("ws"), &files).expect("workspace");
     let env = Env::new([("ANTHROPIC_API_KEY".to_owned(), "bench".to_owned())]);
-    let spawn =
-        Start { message: "Run echo steps.", name: Some("Bench"), now: Timestamp::now(), random: 12345, env: &env };
+    let spawn = Start {
+        message: "Run echo steps.",
+        name: Some("Bench"),
+        now: Timestamp::now(),
+        random: 12345,
+        env: &env,
+        project: None,
+    };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let rss_before = memory::own_peak_rss_kib();
 

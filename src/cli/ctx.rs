@@ -2,13 +2,14 @@
 //! environment: where the workspace and the harness roots are, the environment
 //! variables the engine may use, and the output.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use crate::engine::Env;
 use crate::engine::interrupt::Interrupt;
 use crate::engine::runtime::Runtime;
 use crate::engine::workspace::{self, ConfigFiles, Workspace};
+use crate::infra::git::{Discovered, UserRepo};
 
 use super::error::CliError;
 use super::out::Out;
@@ -82,9 +83,74 @@ impl Ctx {
 
     /// Opens the workspace; the default one is created on first use.
     pub fn workspace(&self) -> Result<Workspace, CliError> {
-        match &self.workspace {
-            Some(path) => Ok(Workspace::open(path)?),
+        if let Some(path) = &self.workspace {
+            return Ok(Workspace::open(path)?);
+        }
+        // Inside a git repository, that project's workspace (made on first use).
+        match self.project_here()? {
+            Some(user) => Ok(Workspace::open_or_create_for_project(
+                &self.project_workspace(user.root()),
+                &self.template()?,
+                &user,
+            )?),
             None => Ok(Workspace::open_or_create(&self.default_workspace(), &self.template()?)?),
         }
     }
+
+    /// The repository holding the current directory, if any; a bare one is refused.
+    pub fn project_here(&self) -> Result<Option<UserRepo>, CliError> {
+        let cwd = std::env::current_dir()
+            .map_err(|e| CliError::runtime(format!("cannot read the current directory: {e}")))?;
+        project_at(&cwd, &self.git_ceilings())
+    }
+
+    /// `GIT_CEILING_DIRECTORIES`, honoured as git does when looking for the project.
+    pub fn git_ceilings(&self) -> Vec<PathBuf> {
+        let list = self.env.get("GIT_CEILING_DIRECTORIES").unwrap_or_default();
+        list.split(':').filter(|p| !p.is_empty()).map(PathBuf::from).collect()
+    }
+
+    /// `<data-root>/workspaces/<dir name>-<hash of the path>`: the workspace of the
+    /// project whose working tree is `root`.
+    pub fn project_workspace(&self, root: &Path) -> PathBuf {
+        let name = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "project".into());
+        let name: String =
+            name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+        self.data_root
+            .join("workspaces")
+            .join(format!("{name}-{:08x}", fnv(root.as_os_str().as_encoded_bytes()) as u32))
+    }
+
+    /// Where a git identity may be set for the user (`~/.gitconfig`, then the XDG one).
+    pub fn git_config_files(&self) -> Vec<PathBuf> {
+        let home = self.env.get("HOME").map(PathBuf::from);
+        let xdg =
+            self.env.get("XDG_CONFIG_HOME").map(PathBuf::from).or_else(|| home.as_ref().map(|h| h.join(".config")));
+        let mut files = Vec::new();
+        if let Some(home) = home {
+            files.push(home.join(".gitconfig"));
+        }
+        if let Some(xdg) = xdg {
+            files.push(xdg.join("git/config"));
+        }
+        files
+    }
+}
+
+/// The repository whose working tree holds `dir`, if any; a bare one is refused.
+pub fn project_at(dir: &Path, ceilings: &[PathBuf]) -> Result<Option<UserRepo>, CliError> {
+    match crate::infra::git::discover(dir, ceilings).map_err(|e| CliError::runtime(e.to_string()))? {
+        Discovered::Repo(user) => Ok(Some(user)),
+        Discovered::Bare(path) => Err(CliError::usage(format!(
+            "{} is a bare repository: agents need a working tree to start from and to give their work back to",
+            path.display()
+        ))
+        .hint("run offshoot in a clone or worktree of it, or give `-w` for a workspace of its own")),
+        Discovered::None => Ok(None),
+    }
+}
+
+/// FNV-1a, 64 bits: a hash that stays the same across builds (for workspace names).
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }

@@ -6,6 +6,7 @@ use crate::engine::agents::AgentError;
 use crate::engine::driver::DriverError;
 use crate::engine::inspect::InspectError;
 use crate::engine::model::ModelError;
+use crate::engine::project::ProjectError;
 use crate::engine::runtime::RuntimeError;
 use crate::engine::workspace::WorkspaceError;
 use crate::infra::provider::StreamError;
@@ -211,6 +212,28 @@ impl From<DriverError> for CliError {
             }
             DriverError::RoleGone { .. } => CliError::usage(e.to_string()),
             DriverError::Sandbox { ref role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
+            _ => CliError::runtime(e.to_string()),
+        }
+    }
+}
+
+impl From<ProjectError> for CliError {
+    fn from(e: ProjectError) -> Self {
+        match e {
+            ProjectError::Agent(a) => a.into(),
+            ProjectError::Workspace(w) => w.into(),
+            ProjectError::NoCommits(_) => CliError::usage(e.to_string())
+                .hint("commit once in it (`git commit --allow-empty -m start` will do), or give `-w` for a workspace of its own"),
+            ProjectError::NotFastForward { ref branch, .. } => CliError::usage(e.to_string()).hint(format!(
+                "`--force` moves `{branch}` anyway (its commits stay in the project's reflog), or `--branch` names another"
+            )),
+            ProjectError::Conflicts { .. } => CliError::usage(e.to_string())
+                .hint("nothing was changed; commit or stash your changes to those files, or take the work with `offshoot export`"),
+            ProjectError::NotProject
+            | ProjectError::UnknownBase(_)
+            | ProjectError::NoBase(_)
+            | ProjectError::BadBranch(_)
+            | ProjectError::CheckedOut(_) => CliError::usage(e.to_string()),
             _ => CliError::runtime(e.to_string()),
         }
     }

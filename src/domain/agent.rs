@@ -57,6 +57,11 @@ pub struct AgentFacts {
     /// The commit a `fork` continued from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<String>,
+    /// In project mode, the commit of the user's repository its tree started from (a
+    /// root's; children and forks keep their origin's): what `diff`, `export` and
+    /// `apply` measure the agent's change against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
 }
 
 impl AgentFacts {

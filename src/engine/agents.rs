@@ -61,6 +61,15 @@ pub enum AgentError {
 
 type Result<T> = std::result::Result<T, AgentError>;
 
+/// Where a root agent starts in project mode: a commit of the user's repository and
+/// the uncommitted changes it takes along (path, bytes and executable bit, or `None`
+/// for a deletion).
+#[derive(Debug, Clone)]
+pub struct ProjectStart {
+    pub base: CommitId,
+    pub changes: Vec<crate::infra::git::Change>,
+}
+
 /// What every new agent is started with.
 pub struct Start<'a> {
     /// Its first message (for a root, also its goal).
@@ -70,6 +79,9 @@ pub struct Start<'a> {
     pub random: u32,
     /// The environment the cli read (whether the role's sandbox can be enforced).
     pub env: &'a Env,
+    /// In project mode, where a root starts (forks and children start where their
+    /// origin stood).
+    pub project: Option<&'a ProjectStart>,
 }
 
 /// An agent as `ls` shows it.
@@ -114,12 +126,28 @@ fn make_root(
         name: Some(name),
         created: spawn.now.to_string(),
         forked_from: None,
+        base: spawn.project.map(|p| p.base.to_string()),
     };
-    let position = Position { branch: facts.name.clone(), head: ws.project.branch_tip(MAIN)? };
-    let mut edits = dispatch_files(ws, config_tip, config, &facts, &position)?;
+    // In project mode the directory starts as the base commit's tree (with the changes
+    // taken along) and the agent's git at that commit; else empty, on `main`.
+    let head = match spawn.project {
+        Some(p) => Some(p.base),
+        None => ws.project.branch_tip(MAIN)?,
+    };
+    let position = Position { branch: facts.name.clone(), head };
+    let mut edits = Vec::new();
+    for (path, content) in spawn.project.map(|p| &p.changes[..]).unwrap_or_default() {
+        match content {
+            Some((bytes, true)) => edits.push(TreeEdit::Executable { path: path.clone(), bytes: bytes.clone() }),
+            Some((bytes, false)) => edits.push(TreeEdit::Write { path: path.clone(), bytes: bytes.clone() }),
+            None => edits.push(TreeEdit::Remove { path: path.clone() }),
+        }
+    }
+    edits.extend(dispatch_files(ws, config_tip, config, &facts, &position)?);
     edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: spawn.message.as_bytes().to_vec() });
     let subject = format!("dispatch {id}: {}", first_line(spawn.message));
-    let commit = ws.repo.commit_edits(&[config_tip], None, &edits, &subject)?;
+    let base = spawn.project.map(|p| p.base);
+    let commit = ws.repo.commit_edits(&[config_tip], base, &edits, &subject)?;
     let first = Deposit::new("user", spawn.now, spawn.message);
     start(ws, id, &facts, commit, &position, &first)
 }
@@ -160,6 +188,7 @@ fn make_fork(
         name: Some(name),
         created: spawn.now.to_string(),
         forked_from: Some(source.to_string()),
+        base: source_facts.base.clone(),
     };
     // The fork's own git starts where the source's stood, on a branch of its own.
     let head = directory::recorded_position(ws, source_facts, source)?.head;
@@ -254,6 +283,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
             name: Some(name.clone()),
             created: child.now.to_string(),
             forked_from: Some(fork_point.to_string()),
+            base: fork_facts.base.clone(),
         };
         let position = Position { branch: Some(name.clone()), head };
         let made = (|| -> Result<()> {

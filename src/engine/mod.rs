@@ -15,6 +15,7 @@ pub mod inbox;
 pub mod inspect;
 pub mod interrupt;
 pub mod model;
+pub mod project;
 pub mod runtime;
 pub mod scan;
 pub mod snapshot;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::domain::agent;
 use crate::domain::config::{self, Config, ConfigError};
 use crate::domain::layout::Layout;
-use crate::infra::git::{CommitId, GitError, Project, Repo, TreeEdit};
+use crate::infra::git::{CommitId, GitError, Project, Repo, TreeEdit, UserRepo};
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkspaceError {
@@ -26,6 +26,8 @@ pub enum WorkspaceError {
     ConfigKey { key: String, reason: String },
     #[error("config lineage `{lineage}` kept moving while this change was made ({tries} tries); nothing was committed")]
     ConfigBusy { lineage: String, tries: u32 },
+    #[error("the project of this workspace, {0}, is not a git repository with a working tree any more")]
+    ProjectGone(PathBuf),
 }
 
 /// What setting config keys did.
@@ -48,7 +50,13 @@ pub struct Workspace {
     pub layout: Layout,
     pub repo: Repo,
     pub project: Project,
+    /// In project mode, the working tree of the user's repository the agents start
+    /// from (recorded in `<workspace>/project-source`).
+    pub source: Option<PathBuf>,
 }
+
+/// The file of a project workspace naming the user's repository.
+const SOURCE: &str = "project-source";
 
 /// A config's skills: name → files (path inside the skill, bytes).
 pub type Skills = std::collections::BTreeMap<String, Vec<(String, Vec<u8>)>>;
@@ -119,7 +127,46 @@ impl Workspace {
             files.iter().map(|(p, b)| TreeEdit::Write { path: p.clone(), bytes: b.clone() }).collect();
         let commit = repo.commit_edits(&[], None, &edits, "config: initial configuration")?;
         repo.create_branch("config/default", commit, "config: initial configuration")?;
-        Ok(Workspace { layout, repo, project })
+        Ok(Workspace { layout, repo, project, source: None })
+    }
+
+    /// Creates a workspace at `root` whose agents work on the user's repository at
+    /// `source` (its working tree): both repositories read the user's objects, which
+    /// are never copied. Refuses like `create`; removes what it made on failure.
+    pub fn create_for_project(root: &Path, files: &ConfigFiles, source: &UserRepo) -> Result<Workspace> {
+        let existed = root.exists();
+        let ws = Self::create(root, files)?;
+        let linked = (|| -> Result<()> {
+            ws.repo.add_alternate(&source.objects())?;
+            ws.project.add_alternate(&source.objects())?;
+            let path = root.join(SOURCE);
+            std::fs::write(&path, format!("{}\n", source.root().display())).map_err(io(&path))?;
+            Ok(())
+        })();
+        if let Err(e) = linked {
+            if existed {
+                for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+                    let _ = std::fs::remove_dir_all(entry.path()).or_else(|_| std::fs::remove_file(entry.path()));
+                }
+            } else {
+                let _ = std::fs::remove_dir_all(root);
+            }
+            return Err(e);
+        }
+        // Opened again: libgit2 reads a store's alternates when it opens it.
+        Self::open(root)
+    }
+
+    /// Opens the project workspace at `root` for `source`, creating it first if needed.
+    pub fn open_or_create_for_project(root: &Path, files: &ConfigFiles, source: &UserRepo) -> Result<Workspace> {
+        let empty = !root.exists() || std::fs::read_dir(root).map_err(io(root))?.next().is_none();
+        if empty { Self::create_for_project(root, files, source) } else { Self::open(root) }
+    }
+
+    /// The user's repository of a project workspace (`None` outside project mode).
+    pub fn user_repo(&self) -> Result<Option<UserRepo>> {
+        let Some(source) = &self.source else { return Ok(None) };
+        UserRepo::open(source).map(Some).map_err(|_| WorkspaceError::ProjectGone(source.clone()))
     }
 
     pub fn open(root: &Path) -> Result<Workspace> {
@@ -131,7 +178,8 @@ impl Workspace {
         // Workspaces made before agents had their own repository get one now.
         let project =
             if layout.project().is_dir() { Project::open(&layout.project())? } else { init_project(&layout)? };
-        Ok(Workspace { layout, repo, project })
+        let source = std::fs::read_to_string(root.join(SOURCE)).ok().map(|s| PathBuf::from(s.trim_end_matches('\n')));
+        Ok(Workspace { layout, repo, project, source })
     }
 
     /// Opens `root`, creating it first if it does not exist or is empty.

@@ -17,6 +17,7 @@ mod json;
 mod layering;
 mod ownership;
 mod processes;
+mod project;
 mod providers;
 mod scan;
 mod signals;

@@ -79,6 +79,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         now: Timestamp::now(),
         random: random_u32(),
         env: &ctx.env,
+        project: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn)?;
     progress::launch(ctx, &ws, &id, false, false)?;

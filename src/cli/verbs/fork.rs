@@ -32,6 +32,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         now: Timestamp::now(),
         random: random_u32(),
         env: &ctx.env,
+        project: None,
     };
     let id = agents::fork(&ws, &from, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, false)

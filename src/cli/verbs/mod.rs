@@ -1,10 +1,13 @@
 //! One file per verb: its arguments (the doc comment is its `--help`) and `run`.
 
+pub mod apply;
 pub mod compact;
 pub mod completions;
 pub mod config;
 pub mod demo;
+pub mod diff;
 pub mod dispatch;
+pub mod export;
 pub mod fork;
 pub mod log;
 pub mod ls;

@@ -1,7 +1,8 @@
 use crate::cli::{CliError, Ctx};
 use crate::cli::{input, progress};
+use crate::engine::agents::ProjectStart;
 use crate::engine::agents::{self, Start};
-use crate::engine::{model, random_u32};
+use crate::engine::{model, project, random_u32};
 use crate::infra::time::Timestamp;
 
 /// Start a new agent on a goal and watch it work
@@ -21,6 +22,12 @@ pub struct Args {
     /// Start the agent and return at once (its driver logs to steps/<id>/driver.log)
     #[arg(long)]
     pub detach: bool,
+    /// In a project: the commit to start from (default: HEAD)
+    #[arg(long, value_name = "REV")]
+    pub base: Option<String>,
+    /// In a project: take the uncommitted changes of your working tree along
+    #[arg(long)]
+    pub with_changes: bool,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -31,13 +38,41 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // A missing key or an unknown role is refused before anything is created (and
     // so is a sandbox this kernel cannot enforce, by the engine).
     model::plan(&config, &args.lineage, &args.role, &ctx.env)?;
+    let start = project::start_point(&ws, args.base.as_deref(), args.with_changes)?;
+    if let Some((start, left)) = &start {
+        say_start(ctx, start, left, args.with_changes);
+    }
     let spawn = Start {
         message: &message,
         name: args.name.as_deref(),
         now: Timestamp::now(),
         random: random_u32(),
         env: &ctx.env,
+        project: start.as_ref().map(|(s, _)| s),
     };
     let id = agents::create_root(&ws, &args.role, &args.lineage, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, true)
+}
+
+/// Says where in the project the agent starts, and which uncommitted changes stay
+/// behind (or go along).
+fn say_start(ctx: &Ctx, start: &ProjectStart, left: &[String], with_changes: bool) {
+    if ctx.out.json {
+        return;
+    }
+    let short = &start.base.to_string()[..12];
+    let list = |paths: &[String]| {
+        let shown: Vec<&str> = paths.iter().take(5).map(String::as_str).collect();
+        let more = if paths.len() > 5 { format!(" and {} more", paths.len() - 5) } else { String::new() };
+        format!("{}{more}", shown.join(", "))
+    };
+    if with_changes && !start.changes.is_empty() {
+        let paths: Vec<String> = start.changes.iter().map(|(p, _)| p.clone()).collect();
+        ctx.out.progress(&format!("· starting from {short} with your uncommitted changes: {}", list(&paths)));
+    } else if !left.is_empty() {
+        ctx.out.progress(&format!(
+            "· starting from {short}; your uncommitted changes are not included ({}); `--with-changes` takes them along",
+            list(left)
+        ));
+    }
 }

@@ -12,8 +12,10 @@ use git2::{
 
 mod project;
 mod tracked;
+mod user;
 
 pub use project::{Attachment, MAIN, Position, Project};
+pub use user::{Change, Discovered, UserRepo, discover};
 
 pub use tracked::{Additions, Difference, Restored, Tracked};
 
@@ -48,8 +50,18 @@ fn lib(what: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
 /// One change to a tree: write a file's bytes, or remove a path (file or directory).
 #[derive(Debug, Clone)]
 pub enum TreeEdit {
-    Write { path: String, bytes: Vec<u8> },
-    Remove { path: String },
+    Write {
+        path: String,
+        bytes: Vec<u8>,
+    },
+    /// Write an executable file.
+    Executable {
+        path: String,
+        bytes: Vec<u8>,
+    },
+    Remove {
+        path: String,
+    },
 }
 
 /// One entry of a directory in a commit's tree.
@@ -422,7 +434,7 @@ impl Repo {
             .iter()
             .filter_map(|e| match e {
                 TreeEdit::Remove { path } => Some(path.as_str()),
-                TreeEdit::Write { .. } => None,
+                TreeEdit::Write { .. } | TreeEdit::Executable { .. } => None,
             })
             .collect();
         if !removals.is_empty() {
@@ -435,10 +447,13 @@ impl Repo {
         }
         let mut update = TreeUpdateBuilder::new();
         for edit in edits {
-            if let TreeEdit::Write { path, bytes } = edit {
-                let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
-                update.upsert(path.as_str(), blob, FileMode::Blob);
-            }
+            let (path, bytes, mode) = match edit {
+                TreeEdit::Write { path, bytes } => (path, bytes, FileMode::Blob),
+                TreeEdit::Executable { path, bytes } => (path, bytes, FileMode::BlobExecutable),
+                TreeEdit::Remove { .. } => continue,
+            };
+            let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+            update.upsert(path.as_str(), blob, mode);
         }
         let tree = update.create_updated(&self.repo, &tree).map_err(lib("edit tree"))?;
         commit_tree(&self.repo, tree, parents, message)
@@ -464,7 +479,7 @@ impl Repo {
         }
         let mut root = Dir::default();
         for edit in edits {
-            if let TreeEdit::Write { path, bytes } = edit {
+            if let TreeEdit::Write { path, bytes } | TreeEdit::Executable { path, bytes } = edit {
                 let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
                 let mut parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
                 let Some(file) = parts.pop() else { continue };
@@ -526,4 +541,111 @@ impl Repo {
         let c = self.repo.find_commit(commit).map_err(lib(format!("find commit {commit}")))?;
         c.tree().map_err(lib(format!("tree of {commit}")))
     }
+
+    /// Reads objects from `objects` (another repository's store) too.
+    pub fn add_alternate(&self, objects: &Path) -> Result<()> {
+        add_alternate(self.repo.path(), objects)
+    }
+
+    /// The tree of `commit` without the directory `harness`: the agent's work.
+    pub fn work_tree(&self, commit: Oid, harness: &str) -> Result<Oid> {
+        without(&self.repo, &self.tree_of(commit)?, harness)
+    }
+
+    /// The change from `base`'s tree to `tree` as a unified diff, or with `stat` as a
+    /// summary of files and lines.
+    pub fn diff_text(&self, base: Oid, tree: Oid, stat: bool) -> Result<String> {
+        let from = self.tree_of(base)?;
+        let to = self.repo.find_tree(tree).map_err(lib(format!("find tree {tree}")))?;
+        let mut opts = git2::DiffOptions::new();
+        opts.id_abbrev(12);
+        let mut diff =
+            self.repo.diff_tree_to_tree(Some(&from), Some(&to), Some(&mut opts)).map_err(lib("diff trees"))?;
+        diff.find_similar(None).map_err(lib("find renames"))?;
+        if stat {
+            let stats = diff.stats().map_err(lib("diff stats"))?;
+            let buf = stats.to_buf(git2::DiffStatsFormat::FULL, 80).map_err(lib("diff stats"))?;
+            return Ok(String::from_utf8_lossy(&buf).into_owned());
+        }
+        let mut text = Vec::new();
+        diff.print(git2::DiffFormat::Patch, |_, _, line| {
+            if matches!(line.origin(), '+' | '-' | ' ') {
+                text.push(line.origin() as u8);
+            }
+            text.extend_from_slice(line.content());
+            true
+        })
+        .map_err(lib("print diff"))?;
+        Ok(String::from_utf8_lossy(&text).into_owned())
+    }
+
+    /// The files that differ from `base`'s tree to `tree`: (path, before, after), each
+    /// side a blob and whether it is executable, `None` where the file is absent.
+    pub fn file_changes(&self, base: Oid, tree: Oid) -> Result<Vec<FileChange>> {
+        let from = self.tree_of(base)?;
+        let to = self.repo.find_tree(tree).map_err(lib(format!("find tree {tree}")))?;
+        let diff = self.repo.diff_tree_to_tree(Some(&from), Some(&to), None).map_err(lib("diff trees"))?;
+        let side = |f: git2::DiffFile<'_>| {
+            let mode = f.mode();
+            (!f.id().is_zero() && matches!(mode, FileMode::Blob | FileMode::BlobExecutable))
+                .then(|| (f.id(), mode == FileMode::BlobExecutable))
+        };
+        Ok(diff
+            .deltas()
+            .filter_map(|d| {
+                let path = d.new_file().path().or(d.old_file().path())?.to_string_lossy().into_owned();
+                Some(FileChange { path, before: side(d.old_file()), after: side(d.new_file()) })
+            })
+            .collect())
+    }
+
+    /// A line-level three-way merge of one file's texts: the result, or `None` when
+    /// the two changes conflict.
+    pub fn merge_texts(&self, base: &[u8], ours: &[u8], theirs: &[u8]) -> Result<Option<Vec<u8>>> {
+        let entry = |bytes: &[u8]| -> Result<git2::IndexEntry> {
+            let id = self.repo.blob(bytes).map_err(lib("write blob"))?;
+            Ok(git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100644,
+                uid: 0,
+                gid: 0,
+                file_size: bytes.len() as u32,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: b"file".to_vec(),
+            })
+        };
+        let (b, o, t) = (entry(base)?, entry(ours)?, entry(theirs)?);
+        let merged = self.repo.merge_file_from_index(&b, &o, &t, None).map_err(lib("merge file"))?;
+        Ok(merged.is_automergeable().then(|| merged.content().to_vec()))
+    }
+}
+
+/// Whether `name` can be a branch (`refs/heads/<name>` is a valid reference name).
+pub fn valid_branch_name(name: &str) -> bool {
+    git2::Reference::is_valid_name(&format!("refs/heads/{name}"))
+}
+
+/// A file that differs between two trees.
+#[derive(Debug, Clone)]
+pub struct FileChange {
+    pub path: String,
+    pub before: Option<(Oid, bool)>,
+    pub after: Option<(Oid, bool)>,
+}
+
+/// Adds `objects` to the alternates of the repository at `git_dir` (once).
+fn add_alternate(git_dir: &Path, objects: &Path) -> Result<()> {
+    let path = git_dir.join("objects/info/alternates");
+    let existing = std::fs::read_to_string(&path).unwrap_or_default();
+    let line = objects.display().to_string();
+    if existing.lines().any(|l| l == line) {
+        return Ok(());
+    }
+    let text = format!("{existing}{}{line}\n", if existing.is_empty() || existing.ends_with('\n') { "" } else { "\n" });
+    tracked::write_file(git_dir, "objects/info/alternates", text.as_bytes())
 }

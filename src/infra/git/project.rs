@@ -141,6 +141,56 @@ impl Project {
         write_file(dir, ".git", self.dot_git(id).as_bytes())
     }
 
+    /// Reads objects from `objects` (the user's repository's store) too.
+    pub fn add_alternate(&self, objects: &Path) -> Result<()> {
+        super::add_alternate(&self.path, objects)
+    }
+
+    /// Writes a commit of `tree` on `parent`, authored by `author` (name, email) or
+    /// the harness; moves no ref.
+    pub fn commit_work(
+        &self,
+        parents: &[Oid],
+        tree: Oid,
+        author: Option<&(String, String)>,
+        message: &str,
+    ) -> Result<Oid> {
+        let harness = super::signature()?;
+        let when = harness.when();
+        let author = match author {
+            Some((name, email)) => git2::Signature::new(name, email, &when).map_err(lib("make the author"))?,
+            None => harness.clone(),
+        };
+        let tree = self.repo.find_tree(tree).map_err(lib(format!("find tree {tree}")))?;
+        let parents = parents
+            .iter()
+            .map(|p| self.repo.find_commit(*p).map_err(lib(format!("find commit {p}"))))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        self.repo.commit(None, &author, &harness, message, &tree, &refs).map_err(lib("write commit"))
+    }
+
+    /// Whether `descendant` has `ancestor` in its history (or is it).
+    pub fn descends(&self, descendant: Oid, ancestor: Oid) -> bool {
+        descendant == ancestor || self.repo.graph_descendant_of(descendant, ancestor).unwrap_or(false)
+    }
+
+    /// A commit's message and first parent, if it can be read.
+    pub fn commit_info(&self, commit: Oid) -> Option<(String, Option<Oid>)> {
+        let c = self.repo.find_commit(commit).ok()?;
+        Some((c.message().unwrap_or_default().to_owned(), c.parent_id(0).ok()))
+    }
+
+    /// The tree id of `commit`.
+    pub fn tree_id(&self, commit: Oid) -> Result<Oid> {
+        self.repo.find_commit(commit).map(|c| c.tree_id()).map_err(lib(format!("read commit {commit}")))
+    }
+
+    /// Copies `commit` and its history into the user's repository (what it lacks).
+    pub fn send_to(&self, user: &super::UserRepo, commit: Oid) -> Result<usize> {
+        user.receive(&self.repo, commit)
+    }
+
     /// Whether the project's objects include `commit`.
     pub fn has_commit(&self, commit: Oid) -> bool {
         self.repo.find_commit(commit).is_ok()

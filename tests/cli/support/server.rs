@@ -211,6 +211,13 @@ impl Server {
         last["content"][0]["content"].as_str().unwrap_or_default().to_owned()
     }
 
+    /// The tool result text the `n`th request of agent `name` carries last.
+    pub fn result_text_for(&self, name: &str, n: usize) -> String {
+        let body = &self.requests_for(name)[n].body;
+        let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
+        last["content"][0]["content"].as_str().unwrap_or_default().to_owned()
+    }
+
     pub fn requests(&self) -> Vec<Recorded> {
         self.state.lock().expect("state").requests.clone()
     }

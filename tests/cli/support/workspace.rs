@@ -78,7 +78,11 @@ impl TestWorkspace {
             .env("OFFSHOOT_HOME", &self.home)
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("NO_COLOR", "1");
+            .env("NO_COLOR", "1")
+            // The tests run inside offshoot's own repository: from here, no project is found
+            // above the test's directory (tests of project mode make their own below it).
+            .current_dir(&self.root)
+            .env("GIT_CEILING_DIRECTORIES", self.root.parent().unwrap_or(&self.root));
         for (k, v) in &self.env {
             c.env(k, v);
         }

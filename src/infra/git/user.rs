@@ -1,0 +1,227 @@
+//! The user's repository in project mode. Read for where agents start (HEAD, a
+//! revision, uncommitted changes); written only by `export` (objects and one branch
+//! that is not checked out) — never its HEAD, index, working tree or other refs.
+
+use std::path::{Path, PathBuf};
+
+use git2::{ObjectType, Oid, Repository, Status, StatusOptions};
+
+use super::{GitError, Result, configure_libgit2, lib};
+
+/// What a directory is, as a project.
+pub enum Discovered {
+    /// A repository with a working tree (a linked worktree or submodule included).
+    Repo(UserRepo),
+    /// A bare repository: there is no working tree to start from or apply to.
+    Bare(PathBuf),
+    /// No repository holds the directory.
+    None,
+}
+
+/// The user's repository.
+pub struct UserRepo {
+    repo: Repository,
+    root: PathBuf,
+}
+
+/// One uncommitted change of the user's working tree: the file's bytes and whether it
+/// is executable, or `None` when it was deleted.
+pub type Change = (String, Option<(Vec<u8>, bool)>);
+
+/// Finds the repository holding `dir` (itself or a parent), never looking in or above
+/// a directory of `ceilings` (as git's `GIT_CEILING_DIRECTORIES`).
+pub fn discover(dir: &Path, ceilings: &[PathBuf]) -> Result<Discovered> {
+    configure_libgit2();
+    let repo = match Repository::open_ext(dir, git2::RepositoryOpenFlags::empty(), ceilings) {
+        Ok(r) => r,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(Discovered::None),
+        Err(source) => {
+            return Err(GitError::Lib { what: format!("look for a repository at {}", dir.display()), source });
+        }
+    };
+    match repo.workdir() {
+        Some(root) => {
+            let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+            Ok(Discovered::Repo(UserRepo { repo, root }))
+        }
+        None => Ok(Discovered::Bare(repo.path().to_owned())),
+    }
+}
+
+impl UserRepo {
+    /// Opens the repository whose working tree is `root`.
+    pub fn open(root: &Path) -> Result<UserRepo> {
+        configure_libgit2();
+        let repo = Repository::open(root).map_err(lib(format!("open the project repository {}", root.display())))?;
+        let root = repo.workdir().map(Path::to_owned).unwrap_or_else(|| root.to_owned());
+        Ok(UserRepo { repo, root })
+    }
+
+    /// The top of its working tree.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Its object store (the common one, for a linked worktree).
+    pub fn objects(&self) -> PathBuf {
+        self.repo.commondir().join("objects")
+    }
+
+    /// The commit HEAD is at; `None` before the first commit.
+    pub fn head(&self) -> Result<Option<Oid>> {
+        match self.repo.head() {
+            Ok(h) => Ok(h.target()),
+            Err(e) if matches!(e.code(), git2::ErrorCode::UnbornBranch | git2::ErrorCode::NotFound) => Ok(None),
+            Err(source) => Err(GitError::Lib { what: "read the project's HEAD".into(), source }),
+        }
+    }
+
+    /// The commit `rev` names, if any.
+    pub fn resolve(&self, rev: &str) -> Option<Oid> {
+        self.repo.revparse_single(rev).and_then(|o| o.peel_to_commit()).map(|c| c.id()).ok()
+    }
+
+    /// Uncommitted changes of the working tree against HEAD: tracked files changed or
+    /// deleted, and untracked files that are not ignored (submodules left out).
+    pub fn changes(&self) -> Result<Vec<Change>> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false).exclude_submodules(true);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(lib("read the project's status"))?;
+        let mut out = Vec::new();
+        for entry in statuses.iter() {
+            let Ok(path) = entry.path() else { continue };
+            let status = entry.status();
+            if status.is_empty() || status.contains(Status::IGNORED) {
+                continue;
+            }
+            let full = self.root.join(path);
+            let meta = std::fs::symlink_metadata(&full).ok();
+            let content = match meta {
+                Some(m) if m.is_file() => {
+                    use std::os::unix::fs::PermissionsExt;
+                    let bytes = std::fs::read(&full).map_err(|source| GitError::Io { path: full.clone(), source })?;
+                    Some((bytes, m.permissions().mode() & 0o111 != 0))
+                }
+                // A symlink or anything else is left out, like a deletion would not be.
+                Some(_) => continue,
+                None => None,
+            };
+            out.push((path.to_owned(), content));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// The branch its HEAD is on, if any.
+    pub fn current_branch(&self) -> Option<String> {
+        let head = self.repo.find_reference("HEAD").ok()?;
+        head.symbolic_target().ok().flatten().and_then(|t| t.strip_prefix("refs/heads/")).map(str::to_owned)
+    }
+
+    /// Whether `branch` is the branch HEAD is on here or in any linked worktree.
+    pub fn checked_out(&self, branch: &str) -> bool {
+        if self.current_branch().as_deref() == Some(branch) {
+            return true;
+        }
+        let worktrees = self.repo.worktrees().ok();
+        worktrees.iter().flat_map(|w| w.iter().flatten().flatten()).any(|name| {
+            let head = self.repo.commondir().join("worktrees").join(name).join("HEAD");
+            std::fs::read_to_string(head).is_ok_and(|h| h.trim() == format!("ref: refs/heads/{branch}"))
+        })
+    }
+
+    pub fn branch_tip(&self, branch: &str) -> Option<Oid> {
+        self.repo.refname_to_id(&format!("refs/heads/{branch}")).ok()
+    }
+
+    /// Whether `descendant` has `ancestor` in its history (or is it).
+    pub fn descends(&self, descendant: Oid, ancestor: Oid) -> bool {
+        descendant == ancestor || self.repo.graph_descendant_of(descendant, ancestor).unwrap_or(false)
+    }
+
+    /// Copies into this repository every object of `commit`'s history that it lacks,
+    /// read from `from` (unchanged subtrees are not walked: an object here has all its
+    /// own below it).
+    pub fn receive(&self, from: &Repository, commit: Oid) -> Result<usize> {
+        let ours = self.repo.odb().map_err(lib("open the project's objects"))?;
+        let theirs = from.odb().map_err(lib("open the agents' objects"))?;
+        let mut stack = vec![commit];
+        let mut copied = 0;
+        while let Some(oid) = stack.pop() {
+            if ours.exists(oid) {
+                continue;
+            }
+            let object = theirs.read(oid).map_err(lib(format!("read object {oid}")))?;
+            match object.kind() {
+                ObjectType::Commit => {
+                    let c = from.find_commit(oid).map_err(lib(format!("read commit {oid}")))?;
+                    stack.push(c.tree_id());
+                    stack.extend(c.parent_ids());
+                }
+                ObjectType::Tree => {
+                    let t = from.find_tree(oid).map_err(lib(format!("read tree {oid}")))?;
+                    stack.extend(t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()));
+                }
+                _ => {}
+            }
+            ours.write(object.kind(), object.data()).map_err(lib(format!("write object {oid}")))?;
+            copied += 1;
+        }
+        Ok(copied)
+    }
+
+    /// Points `branch` at `commit` (which must be here), if it is still at `expected`.
+    pub fn set_branch(&self, branch: &str, commit: Oid, expected: Option<Oid>, message: &str) -> Result<()> {
+        let name = format!("refs/heads/{branch}");
+        let done = match expected {
+            Some(old) => self.repo.reference_matching(&name, commit, true, old, message).map(|_| ()),
+            None => self.repo.reference(&name, commit, false, message).map(|_| ()),
+        };
+        done.map_err(lib(format!("set {branch} in the project")))
+    }
+
+    /// The identity the user commits with (`user.name`/`user.email` of the
+    /// repository's config, else of `global` files), if one is set.
+    pub fn identity(&self, global: &[PathBuf]) -> Option<(String, String)> {
+        let mut config = git2::Config::new().ok()?;
+        for (level, path) in global.iter().enumerate().filter(|(_, p)| p.is_file()) {
+            let level = if level == 0 { git2::ConfigLevel::Global } else { git2::ConfigLevel::XDG };
+            config.add_file(path, level, false).ok()?;
+        }
+        let local = self.repo.commondir().join("config");
+        if local.is_file() {
+            config.add_file(&local, git2::ConfigLevel::Local, false).ok()?;
+        }
+        let name = config.get_string("user.name").ok()?;
+        let email = config.get_string("user.email").ok()?;
+        Some((name, email))
+    }
+
+    /// The file at `path` in the working tree, or `None` when there is none.
+    pub fn read_work_file(&self, path: &str) -> Option<Vec<u8>> {
+        let full = self.root.join(path);
+        std::fs::symlink_metadata(&full).ok().filter(|m| m.is_file())?;
+        std::fs::read(full).ok()
+    }
+
+    /// Writes (or with `None` removes) `path` in the working tree.
+    pub fn write_work_file(&self, path: &str, bytes: Option<&[u8]>, executable: bool) -> Result<()> {
+        let full = self.root.join(path);
+        let io = |source| GitError::Io { path: full.clone(), source };
+        match bytes {
+            Some(bytes) => {
+                if let Some(dir) = full.parent() {
+                    std::fs::create_dir_all(dir).map_err(io)?;
+                }
+                std::fs::write(&full, bytes).map_err(io)?;
+                use std::os::unix::fs::PermissionsExt;
+                let mode = if executable { 0o755 } else { 0o644 };
+                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode)).map_err(io)
+            }
+            None => match std::fs::remove_file(&full) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
+                _ => Ok(()),
+            },
+        }
+    }
+}

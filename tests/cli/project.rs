@@ -1,0 +1,313 @@
+//! Project mode: agents start from the user's repository, never write it, and give
+//! their work back through `diff`, `export` and `apply`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::support::server::{Server, Turn};
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+/// Plain git in `dir`, with an identity and no user config; its stdout.
+fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "User")
+        .env("GIT_AUTHOR_EMAIL", "user@example.com")
+        .env("GIT_COMMITTER_NAME", "User")
+        .env("GIT_COMMITTER_EMAIL", "user@example.com")
+        .args(args)
+        .output()
+        .expect("git");
+    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A repository with three commits (a.txt, b.txt, c.txt) and `a.txt` changed but not
+/// committed, and a workspace for it made with `new --project`.
+fn project(name: &str) -> (Server, TestWorkspace, PathBuf) {
+    let server = Server::start();
+    let mut t = TestWorkspace::new(name);
+    let repo = t.root.join("project");
+    std::fs::create_dir_all(&repo).expect("repo dir");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    for (i, file) in ["a.txt", "b.txt", "c.txt"].iter().enumerate() {
+        std::fs::write(repo.join(file), format!("line {i}\n")).expect("write");
+        git(&repo, &["add", file]);
+        git(&repo, &["commit", "-q", "-m", &format!("add {file}")]);
+    }
+    std::fs::write(repo.join("a.txt"), "line 0\nmine, not committed\n").expect("dirty");
+    // The workspace made by `TestWorkspace::new` is replaced by a project one.
+    std::fs::remove_dir_all(&t.ws).expect("rm ws");
+    t.run_bare(&["new", t.ws.to_str().expect("utf-8"), "--project", repo.to_str().expect("utf-8")]).ok();
+    t.set("retry.initial_backoff_ms", "5");
+    t.set("retry.max_backoff_ms", "20");
+    t.use_server(&server, Dialect::Anthropic);
+    (server, t, repo)
+}
+
+/// Every file of the repository — `.git` (objects aside) and working tree — by path.
+fn state(repo: &Path, skip: &[&str]) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![repo.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read dir").flatten() {
+            let path = entry.path();
+            let rel = path.strip_prefix(repo).expect("inside").to_string_lossy().into_owned();
+            if rel == ".git/objects" || skip.iter().any(|s| rel.starts_with(s)) {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.insert(rel, std::fs::read(&path).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+fn agent_dir(t: &TestWorkspace, name: &str) -> PathBuf {
+    let id = t.agents().iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned();
+    t.ws.join("agents").join(id)
+}
+
+#[test]
+fn an_agent_works_on_the_project_without_writing_it_and_its_work_comes_back_by_export() {
+    let (server, t, repo) = project("project-export");
+    let before = state(&repo, &[]);
+    server.push_turns([
+        Turn::bash("c1", "echo changed >> b.txt && git commit -qam 'agent: change b'"),
+        Turn::bash("c2", "echo new > d.txt"),
+        Turn::text("done"),
+    ]);
+    let run = t.run(&["prompt", "--name", "Ada", "change b and add d"]);
+    run.ok();
+    assert!(run.stderr.contains("your uncommitted changes are not included (a.txt)"), "{}", run.stderr);
+    assert_eq!(state(&repo, &[]), before, "the user's repository changed");
+
+    // The agent's git shows the real history and its own commit.
+    let dir = agent_dir(&t, "Ada");
+    let log = git(&dir, &["log", "--format=%s"]);
+    assert_eq!(log.lines().collect::<Vec<_>>(), ["agent: change b", "add c.txt", "add b.txt", "add a.txt"]);
+    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).expect("a"), "line 0\n", "the dirty change stayed behind");
+
+    // `diff` shows both changes, and nothing else.
+    let diff = t.run(&["diff", "Ada"]).ok().to_owned();
+    assert!(diff.contains("+++ b/b.txt") && diff.contains("+changed"), "{diff}");
+    assert!(diff.contains("+++ b/d.txt") && diff.contains("+new"), "{diff}");
+    assert!(!diff.contains("a.txt"), "{diff}");
+    let stat = t.run(&["diff", "Ada", "--stat"]).ok().to_owned();
+    assert!(stat.contains("2 files changed"), "{stat}");
+
+    // `export` makes offshoot/Ada on top of the user's HEAD: the agent's commit and one
+    // of its uncommitted work; nothing else of the repository changes.
+    let head = git(&repo, &["rev-parse", "HEAD"]).trim().to_owned();
+    t.run(&["export", "Ada"]).ok();
+    let chain = git(&repo, &["rev-list", "--first-parent", "offshoot/Ada"]);
+    assert!(chain.lines().any(|l| l == head), "{chain}");
+    let subjects = git(&repo, &["log", "--format=%s", "HEAD..offshoot/Ada"]);
+    assert_eq!(subjects.lines().collect::<Vec<_>>(), ["Ada: uncommitted work", "agent: change b"]);
+    assert_eq!(git(&repo, &["show", "offshoot/Ada:d.txt"]), "new\n");
+    let skip = [".git/refs/heads/offshoot", ".git/logs/refs/heads/offshoot"];
+    assert_eq!(state(&repo, &skip), state_without(&before, &skip));
+
+    // More work: the second export fast-forwards.
+    let first = git(&repo, &["rev-parse", "offshoot/Ada"]).trim().to_owned();
+    server.push_turns([Turn::bash("c3", "echo more >> d.txt"), Turn::text("more done")]);
+    t.run(&["send", "Ada", "more"]).ok();
+    t.run(&["export", "Ada"]).ok();
+    let second = git(&repo, &["rev-parse", "offshoot/Ada"]).trim().to_owned();
+    assert_ne!(first, second);
+    git(&repo, &["merge-base", "--is-ancestor", &first, &second]);
+    assert_eq!(git(&repo, &["show", "offshoot/Ada:d.txt"]), "new\nmore\n");
+
+    // Its git history rewritten: refused without --force, moved with it.
+    server.push_turns([
+        Turn::bash(
+            "c4",
+            "git reset -q --hard HEAD~1 && echo other > e.txt && git add e.txt && git commit -qm 'agent: other'",
+        ),
+        Turn::text("rewrote"),
+    ]);
+    t.run(&["send", "Ada", "start over"]).ok();
+    let refused = t.run(&["export", "Ada"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("does not build on"), "{}", refused.stderr);
+    assert!(refused.stderr.contains("--force"), "{}", refused.stderr);
+    assert_eq!(git(&repo, &["rev-parse", "offshoot/Ada"]).trim(), second);
+    t.run(&["export", "Ada", "--force"]).ok();
+    assert_eq!(git(&repo, &["log", "-1", "--format=%s", "offshoot/Ada~1"]).trim(), "agent: other");
+    // The user's own branch, HEAD and files never moved.
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]).trim(), head);
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt")).expect("a"), "line 0\nmine, not committed\n");
+}
+
+fn state_without(state: &BTreeMap<String, Vec<u8>>, skip: &[&str]) -> BTreeMap<String, Vec<u8>> {
+    state.iter().filter(|(k, _)| !skip.iter().any(|s| k.starts_with(s))).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+#[test]
+fn apply_writes_the_change_as_uncommitted_work_or_refuses_changing_nothing() {
+    let (server, t, repo) = project("project-apply");
+    git(&repo, &["checkout", "-q", "--", "a.txt"]);
+    server.push_turns([
+        Turn::bash("c1", "printf 'line 1\\nfrom the agent\\n' > b.txt && echo new > d.txt && rm c.txt"),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "--name", "Bo", "edit"]).ok();
+    // A conflicting change of the user's to b.txt: refused, nothing written.
+    std::fs::write(repo.join("b.txt"), "line 1\nfrom the user\n").expect("user change");
+    let before = state(&repo, &[]);
+    let refused = t.run(&["apply", "Bo"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("does not apply cleanly") && refused.stderr.contains("b.txt"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(state(&repo, &[]), before);
+
+    // On a clean tree it applies as uncommitted changes; HEAD and the index stay.
+    git(&repo, &["checkout", "-q", "--", "b.txt"]);
+    let head = git(&repo, &["rev-parse", "HEAD"]);
+    let index = std::fs::read(repo.join(".git/index")).expect("index");
+    let run = t.run(&["apply", "Bo"]);
+    run.ok();
+    assert_eq!(std::fs::read_to_string(repo.join("b.txt")).expect("b"), "line 1\nfrom the agent\n");
+    assert_eq!(std::fs::read_to_string(repo.join("d.txt")).expect("d"), "new\n");
+    assert!(!repo.join("c.txt").exists());
+    assert_eq!(git(&repo, &["rev-parse", "HEAD"]), head);
+    assert_eq!(std::fs::read(repo.join(".git/index")).expect("index"), index);
+    let status = git(&repo, &["status", "--porcelain"]);
+    assert_eq!(status.lines().collect::<Vec<_>>(), [" M b.txt", " D c.txt", "?? d.txt"]);
+}
+
+#[test]
+fn an_agent_using_git_cannot_change_the_users_repository() {
+    let (server, t, repo) = project("project-git");
+    let before = state(&repo, &[]);
+    server.push_turns([
+        Turn::bash(
+            "c1",
+            "git branch -D main; git checkout -q -b other; git reset -q --hard HEAD~2; \
+             git push origin main 2>&1; git push --all 2>&1; git gc -q --prune=now; echo done",
+        ),
+        Turn::text("tried"),
+    ]);
+    t.run(&["prompt", "--name", "Rex", "break things"]).ok();
+    assert_eq!(state(&repo, &[]), before);
+    assert_eq!(git(&repo, &["log", "--format=%s"]).lines().count(), 3);
+    git(&repo, &["fsck", "--no-progress"]);
+}
+
+#[test]
+fn two_agents_see_only_their_own_work_and_a_child_inherits_and_returns_its_parents() {
+    let (server, t, _repo) = project("project-many");
+    server.push_for("One", [Turn::bash("o1", "echo one > one.txt"), Turn::text("one done")]);
+    server.push_for("Two", [Turn::bash("t1", "ls; echo two > two.txt"), Turn::text("two done")]);
+    t.run(&["prompt", "--name", "One", "write one"]).ok();
+    t.run(&["prompt", "--name", "Two", "write two"]).ok();
+    assert!(!server.result_text_for("Two", 1).contains("one.txt"), "{}", server.result_text_for("Two", 1));
+    // A child of One starts with One's uncommitted work, and its own comes back.
+    server.push_for(
+        "One",
+        [
+            Turn::tool("d1", "dispatch", serde_json::json!({"role": "worker", "goal": "add to one", "name": "Kid"})),
+            Turn::text("waiting"),
+            Turn::text("kid is back"),
+        ],
+    );
+    server.push_for("Kid", [Turn::bash("k1", "cat one.txt && echo kid > kid.txt"), Turn::text("kid done")]);
+    t.run(&["send", "One", "get help"]).ok();
+    assert!(server.result_text_for("Kid", 1).contains("one"), "{}", server.result_text_for("Kid", 1));
+    let one = agent_dir(&t, "One");
+    assert_eq!(std::fs::read_to_string(one.join("kid.txt")).expect("kid's work"), "kid\n");
+    assert!(!agent_dir(&t, "Two").join("one.txt").exists());
+    let diff = t.run(&["diff", "One"]).ok().to_owned();
+    assert!(diff.contains("+++ b/kid.txt") && diff.contains("+++ b/one.txt") && !diff.contains("two.txt"), "{diff}");
+}
+
+#[test]
+fn inside_a_repository_offshoot_uses_its_project_workspace() {
+    let server = Server::start();
+    let t = TestWorkspace::new("project-cwd");
+    let repo = t.root.join("here");
+    std::fs::create_dir_all(repo.join("sub")).expect("repo");
+    git(&repo, &["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("sub/f.txt"), "f\n").expect("f");
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let run = |args: &[&str]| {
+        let mut c = t.command_bare();
+        c.current_dir(repo.join("sub")).env("ANTHROPIC_BASE_URL", server.url()).env("ANTHROPIC_API_KEY", "k");
+        let o = c.args(args).output().expect("run");
+        (
+            o.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    server.push_turns([Turn::bash("c1", "cat sub/f.txt"), Turn::text("read it")]);
+    let (code, _, stderr) = run(&["prompt", "--name", "Here", "read f"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(server.result_text(1).contains('f'), "{}", server.result_text(1));
+    let workspaces: Vec<String> = std::fs::read_dir(t.home.join("workspaces"))
+        .expect("workspaces")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(workspaces.len(), 1, "{workspaces:?}");
+    assert!(workspaces[0].starts_with("here-"), "{workspaces:?}");
+    let (code, stdout, _) = run(&["ls"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Here"), "{stdout}");
+
+    // A repository with no commits, and a bare one, get a clear answer.
+    let empty = t.root.join("empty");
+    std::fs::create_dir_all(&empty).expect("empty");
+    git(&empty, &["init", "-q"]);
+    let o = t
+        .command_bare()
+        .current_dir(&empty)
+        .env("ANTHROPIC_API_KEY", "k")
+        .args(["prompt", "hi"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("has no commits yet"), "{stderr}");
+    let bare = t.root.join("bare.git");
+    git(&t.root, &["init", "-q", "--bare", bare.to_str().expect("utf-8")]);
+    let o = t.command_bare().current_dir(&bare).args(["ls"]).output().expect("run");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("is a bare repository"), "{stderr}");
+}
+
+#[test]
+fn with_changes_takes_the_uncommitted_work_along_and_gitignored_output_stays_out_of_history() {
+    let (server, t, repo) = project("project-changes");
+    std::fs::write(repo.join(".gitignore"), "target/\n").expect("ignore");
+    std::fs::write(repo.join("new.txt"), "untracked\n").expect("untracked");
+    server.push_turns([
+        Turn::bash("c1", "mkdir -p target && echo built > target/out.bin && cat a.txt new.txt"),
+        Turn::text("built"),
+    ]);
+    let run = t.run(&["prompt", "--name", "Cy", "--with-changes", "build"]);
+    run.ok();
+    assert!(run.stderr.contains("with your uncommitted changes"), "{}", run.stderr);
+    let seen = server.result_text(1);
+    assert!(seen.contains("mine, not committed") && seen.contains("untracked"), "{seen}");
+    // The agent's git shows them as its uncommitted changes against HEAD.
+    let status = git(&agent_dir(&t, "Cy"), &["status", "--porcelain"]);
+    assert!(status.contains(" M a.txt") && status.contains("?? new.txt"), "{status}");
+    // target/ is ignored: on disk, never in the harness's history.
+    let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    assert!(agent_dir(&t, "Cy").join("target/out.bin").exists());
+    let files = t.git(&["ls-tree", "-r", "--name-only", &format!("agents/{id}")]);
+    assert!(!files.contains("target/"), "{files}");
+    assert!(files.lines().any(|l| l == "new.txt"), "{files}");
+}
