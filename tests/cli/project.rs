@@ -311,3 +311,54 @@ fn with_changes_takes_the_uncommitted_work_along_and_gitignored_output_stays_out
     assert!(!files.contains("target/"), "{files}");
     assert!(files.lines().any(|l| l == "new.txt"), "{files}");
 }
+
+#[test]
+fn a_linked_worktree_and_a_submodule_are_projects_and_agents_md_reaches_the_model() {
+    let server = Server::start();
+    let t = TestWorkspace::new("project-kinds");
+    let main = t.root.join("main");
+    std::fs::create_dir_all(&main).expect("main");
+    git(&main, &["init", "-q", "-b", "main"]);
+    std::fs::write(main.join("AGENTS.md"), "Use four spaces.\n").expect("agents.md");
+    git(&main, &["add", "."]);
+    git(&main, &["commit", "-q", "-m", "first"]);
+    let wt = t.root.join("wt");
+    git(&main, &["worktree", "add", "-q", "-b", "feature", wt.to_str().expect("utf-8")]);
+    let run_in = |dir: &Path, args: &[&str]| {
+        let o = t
+            .command_bare()
+            .current_dir(dir)
+            .env("ANTHROPIC_BASE_URL", server.url())
+            .env("ANTHROPIC_API_KEY", "k")
+            .args(args)
+            .output()
+            .expect("run");
+        (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    server.push_turns([Turn::bash("c1", "echo wt > wt.txt"), Turn::text("done")]);
+    let (code, stderr) = run_in(&wt, &["prompt", "--name", "Wt", "work in the worktree"]);
+    assert_eq!(code, 0, "{stderr}");
+    let first = server.requests()[0].body.to_string();
+    assert!(first.contains("Use four spaces."), "AGENTS.md is not in the first request: {first}");
+    // The branch goes to the common repository; the worktree's own branch is refused.
+    let (code, stderr) = run_in(&wt, &["export", "Wt", "--branch", "feature"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("is checked out"), "{stderr}");
+    let (code, stderr) = run_in(&wt, &["export", "Wt"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(git(&main, &["show", "offshoot/Wt:wt.txt"]), "wt\n");
+
+    // A submodule is the project when offshoot runs inside it.
+    let lib = t.root.join("lib");
+    std::fs::create_dir_all(&lib).expect("lib");
+    git(&lib, &["init", "-q", "-b", "main"]);
+    std::fs::write(lib.join("lib.txt"), "the library\n").expect("lib.txt");
+    git(&lib, &["add", "."]);
+    git(&lib, &["commit", "-q", "-m", "lib"]);
+    git(&main, &["-c", "protocol.file.allow=always", "submodule", "add", "-q", lib.to_str().expect("utf-8"), "lib"]);
+    server.push_turns([Turn::bash("c2", "cat lib.txt"), Turn::text("read")]);
+    let (code, stderr) = run_in(&main.join("lib"), &["prompt", "--name", "Sub", "read the library"]);
+    assert_eq!(code, 0, "{stderr}");
+    let last = server.requests().len() - 1;
+    assert!(server.result_text(last).contains("the library"), "{}", server.result_text(last));
+}
