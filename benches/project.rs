@@ -112,6 +112,20 @@ fn run(ws: &Workspace, server: &Server, repo: Option<&Path>) -> (Duration, f64) 
     let mut clock = Clock { starts: Vec::new() };
     driver::run(ws, &runtime, &id, &mut clock).expect("run");
     let steps: Vec<Duration> = clock.starts.windows(2).map(|w| w[1] - w[0]).collect();
+    if repo.is_some() {
+        // The agent's own first `git status` after the run, then a second one.
+        for label in ["first", "second"] {
+            let t = Instant::now();
+            let o = Command::new("git")
+                .current_dir(ws.layout.worktree(&id))
+                .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                .args(["status", "--porcelain"])
+                .output()
+                .expect("git status");
+            assert!(o.status.success());
+            println!("  the agent's {label} `git status`: {:.0} ms", t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
     (started, median_ms(&steps))
 }
 
@@ -132,7 +146,11 @@ fn main() {
     let plain = Workspace::create(&root.join("plain"), &files).expect("workspace");
     let (_, empty_step) = run(&plain, &server, None);
     println!("project mode: {STEPS} steps of `bash` changing one file, scripted server, zero model latency");
-    println!("directory: {}", base.display());
+    println!(
+        "directory: {} (creating one new file there costs {:.0} µs)",
+        base.display(),
+        file_creation_micros(&root.join("probe"))
+    );
     println!("step in an empty directory (no project): {empty_step:.1} ms (median)");
     println!(
         "{:>8} {:>12} {:>12} {:>14} {:>16} {:>12}",
@@ -161,4 +179,15 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// What creating one small new file costs in `dir` (mean of 2,000), in microseconds:
+/// the disk's state, which the agent's checkout of many files depends on.
+fn file_creation_micros(dir: &Path) -> f64 {
+    std::fs::create_dir_all(dir).expect("probe dir");
+    let t = Instant::now();
+    for i in 0..2000 {
+        std::fs::write(dir.join(format!("f{i}")), b"x").expect("probe");
+    }
+    t.elapsed().as_secs_f64() * 1e6 / 2000.0
 }

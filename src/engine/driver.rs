@@ -24,7 +24,7 @@ use crate::domain::inbox::{Deposit, Header};
 use crate::domain::results::{self, Reply};
 use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
-use crate::infra::git::{Additions, CommitId, GitError, Merged, Tracked};
+use crate::infra::git::{Additions, CommitId, GitError, Merged, Scan, Tracked};
 use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::process;
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
@@ -42,7 +42,7 @@ use super::compaction as compaction_engine;
 use super::containment::{self, Site};
 use super::directory::{self, Repair};
 use super::events;
-use super::guard::{self, Guard};
+use super::guard::{self, Due, Guard, WorkWatch};
 use super::inbox::{self, InboxError};
 use super::interrupt::Reason;
 use super::model::{self, ModelError};
@@ -387,6 +387,8 @@ struct Driver<'a> {
     dir: Tracked,
     /// Puts back what tools change in `.offshoot/` and `.git`.
     guard: Guard,
+    /// Which work products changed since the last scan.
+    work: WorkWatch,
     /// `.offshoot/git` as the tip has it (where the agent's own git stands).
     position: String,
     loader: Loader,
@@ -432,6 +434,7 @@ impl<'a> Driver<'a> {
         let root = dir.root().to_owned();
         let position = ws.repo.read_file(tip, agent::GIT)?.unwrap_or_default();
         let guard = Guard::new(&dir);
+        let work = WorkWatch::new(&dir);
         let driver = Driver {
             ws,
             runtime,
@@ -439,6 +442,7 @@ impl<'a> Driver<'a> {
             branch,
             dir,
             guard,
+            work,
             position: String::from_utf8_lossy(&position).into_owned(),
             loader: Loader::default(),
             client: Default::default(),
@@ -1256,7 +1260,16 @@ impl<'a> Driver<'a> {
         harness.extend(moved.iter().map(|p| (agent::GIT, p.as_bytes())));
         let written: Vec<String> = entries.iter().map(|(name, _)| format!("{}/{name}", agent::MESSAGES)).collect();
         self.guard.expect(written.iter().map(String::as_str).chain(harness.iter().map(|(p, _)| *p)));
+        let due = if scan { Some(self.work.due()) } else { None };
+        let scan = match &due {
+            None => Scan::Nothing,
+            Some(Due::Everything) => Scan::All,
+            Some(Due::Paths(paths)) => Scan::Paths(paths),
+        };
         let commit = self.dir.commit(&self.branch, tip, &Additions { entries, harness: &harness }, scan, message)?;
+        if due.is_some() {
+            self.work.scanned();
+        }
         if let Some(position) = moved {
             self.position = position;
         }

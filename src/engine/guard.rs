@@ -134,3 +134,53 @@ pub fn note(restored: &[Restored]) -> String {
         parts.join(", ")
     )
 }
+
+/// Which work products changed since the directory's last scan, so a commit scans only
+/// those: inotify on the whole tree but `.offshoot/` and `.git`. The first scan of a
+/// driver, one after lost events or a directory moved, and every scan where inotify
+/// cannot watch the tree (the user's watch limit, no inotify) look at everything.
+pub struct WorkWatch {
+    watch: Option<Watch>,
+    pending: BTreeSet<String>,
+    everything: bool,
+}
+
+/// What the next scan must look at.
+pub enum Due {
+    Everything,
+    Paths(Vec<String>),
+}
+
+impl WorkWatch {
+    pub fn new(dir: &Tracked) -> WorkWatch {
+        let watch = Watch::tree(dir.root(), &[agent::DIR, DOT_GIT]).ok();
+        // What changed while no driver watched is not known: the first scan is whole.
+        WorkWatch { watch, pending: BTreeSet::new(), everything: true }
+    }
+
+    /// What the next scan must cover.
+    pub fn due(&mut self) -> Due {
+        match self.watch.as_mut() {
+            Some(watch) => {
+                let touched = watch.take();
+                self.everything |= touched.everything;
+                self.pending.extend(touched.paths);
+            }
+            None => self.everything = true,
+        }
+        if self.everything { Due::Everything } else { Due::Paths(self.pending.iter().cloned().collect()) }
+    }
+
+    /// The scan `due` asked for was committed: nothing is pending. After a whole scan
+    /// that was due to lost track, the tree is watched afresh.
+    pub fn scanned(&mut self) {
+        if self.everything
+            && let Some(watch) = self.watch.as_mut()
+            && watch.rewatch().is_err()
+        {
+            self.watch = None;
+        }
+        self.pending.clear();
+        self.everything = self.watch.is_none();
+    }
+}

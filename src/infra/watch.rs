@@ -34,7 +34,8 @@ impl Touched {
     }
 }
 
-/// Watches `subtree` (relative to `root`) and the names `at_root` in `root`.
+/// Watches `subtree` (relative to `root`) and the names `at_root` in `root`; or, made
+/// with [`Watch::tree`], the whole tree but the names `at_root`.
 pub struct Watch {
     fd: OwnedFd,
     root: PathBuf,
@@ -42,6 +43,10 @@ pub struct Watch {
     at_root: Vec<String>,
     /// Watch descriptor → the directory it watches, relative to the root ("" is the root).
     dirs: HashMap<i32, String>,
+    /// The whole tree is watched, and `at_root` names what is left out.
+    whole: bool,
+    /// Every directory that should be watched is (a watch can fail: the user's limit).
+    complete: bool,
 }
 
 impl Watch {
@@ -54,9 +59,32 @@ impl Watch {
             subtree: subtree.to_owned(),
             at_root: at_root.iter().map(|s| (*s).to_owned()).collect(),
             dirs: HashMap::new(),
+            whole: false,
+            complete: true,
         };
         watch.add("", EVENTS)?;
         watch.add_subtree();
+        Ok(watch)
+    }
+
+    /// Watches every directory under `root` but the top-level names `skip`.
+    pub fn tree(root: &Path, skip: &[&str]) -> std::io::Result<Watch> {
+        let mut watch = Watch {
+            fd: inotify_init()?,
+            root: root.to_owned(),
+            subtree: String::new(),
+            at_root: skip.iter().map(|s| (*s).to_owned()).collect(),
+            dirs: HashMap::new(),
+            whole: true,
+            complete: true,
+        };
+        watch.add("", EVENTS)?;
+        for entry in std::fs::read_dir(root)?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) && !watch.at_root.contains(&name) {
+                watch.add_below(name);
+            }
+        }
         Ok(watch)
     }
 
@@ -64,7 +92,7 @@ impl Watch {
     pub fn rewatch(&mut self) -> std::io::Result<()> {
         let (root, subtree, at_root) = (self.root.clone(), self.subtree.clone(), self.at_root.clone());
         let names: Vec<&str> = at_root.iter().map(String::as_str).collect();
-        *self = Watch::new(&root, &subtree, &names)?;
+        *self = if self.whole { Watch::tree(&root, &names)? } else { Watch::new(&root, &subtree, &names)? };
         Ok(())
     }
 
@@ -78,7 +106,11 @@ impl Watch {
         while let Some(rel) = stack.pop() {
             let full = self.root.join(&rel);
             // Only real directories: a symlink planted here is not followed.
-            if !std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) || self.add(&rel, EVENTS).is_err() {
+            if !std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) {
+                continue;
+            }
+            if self.add(&rel, EVENTS).is_err() {
+                self.complete = false;
                 continue;
             }
             for entry in std::fs::read_dir(&full).into_iter().flatten().flatten() {
@@ -97,7 +129,7 @@ impl Watch {
 
     /// Everything touched since the last call.
     pub fn take(&mut self) -> Touched {
-        let mut touched = Touched::default();
+        let mut touched = Touched { everything: !self.complete, ..Touched::default() };
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let n = match read(&self.fd, &mut buf) {
@@ -118,6 +150,14 @@ impl Watch {
                     continue;
                 }
                 let Some(dir) = self.dirs.get(&wd).cloned() else { continue };
+                // In a whole tree, a directory that moved leaves watches named for where it
+                // was: anything may have changed, and the tree is watched afresh.
+                let moved_dir = mask & libc::IN_ISDIR != 0 && mask & libc::IN_MOVED_FROM != 0;
+                if self.whole && (moved_dir || (mask & libc::IN_MOVE_SELF != 0 && !dir.is_empty())) {
+                    touched.everything = true;
+                    self.complete = false;
+                    continue;
+                }
                 if mask & (libc::IN_DELETE_SELF | libc::IN_MOVE_SELF | libc::IN_IGNORED) != 0 {
                     if dir.is_empty() {
                         touched.everything = true;
@@ -127,7 +167,11 @@ impl Watch {
                     continue;
                 }
                 let path = if dir.is_empty() {
-                    if !(self.at_root.contains(&name) || name == self.subtree) {
+                    let wanted = match self.whole {
+                        true => !self.at_root.contains(&name),
+                        false => self.at_root.contains(&name) || name == self.subtree,
+                    };
+                    if !wanted {
                         continue;
                     }
                     name
@@ -138,8 +182,9 @@ impl Watch {
                 };
                 // A directory that appears in the subtree is watched from now on.
                 let new_dir = mask & libc::IN_ISDIR != 0 && mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0;
-                if new_dir && (path == self.subtree || path.starts_with(&format!("{}/", self.subtree))) {
+                if new_dir && (self.whole || path == self.subtree || path.starts_with(&format!("{}/", self.subtree))) {
                     self.add_below(path.clone());
+                    touched.everything |= !self.complete;
                 }
                 touched.paths.insert(path);
             }
@@ -186,6 +231,34 @@ fn read(fd: &OwnedFd, buf: &mut [u8]) -> std::io::Result<usize> {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_whole_tree_reports_work_paths_and_leaves_out_the_skipped_names() {
+        let root = std::env::temp_dir().join(format!("offshoot-watch-tree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("src/deep")).expect("dirs");
+        std::fs::create_dir_all(root.join(".h")).expect("dirs");
+        let mut w = Watch::tree(&root, &[".h", ".git"]).expect("watch");
+        assert!(w.take().is_empty());
+        std::fs::write(root.join("src/deep/a.rs"), "x").expect("write");
+        std::fs::write(root.join(".h/x"), "x").expect("write");
+        std::fs::write(root.join(".git"), "x").expect("write");
+        std::fs::create_dir_all(root.join("new/inner")).expect("mkdir");
+        std::fs::write(root.join("new/inner/b.rs"), "y").expect("write");
+        let touched = w.take();
+        assert!(!touched.everything);
+        assert!(touched.paths.contains("src/deep/a.rs") && touched.paths.contains("new"), "{touched:?}");
+        assert!(!touched.paths.iter().any(|p| p.starts_with(".h") || p == ".git"), "{touched:?}");
+        std::fs::write(root.join("new/inner/c.rs"), "z").expect("write");
+        assert!(w.take().paths.contains("new/inner/c.rs"));
+        // A directory moved within the tree: everything, once, then watched afresh.
+        std::fs::rename(root.join("src/deep"), root.join("moved")).expect("mv");
+        assert!(w.take().everything);
+        w.rewatch().expect("rewatch");
+        std::fs::write(root.join("moved/d.rs"), "d").expect("write");
+        assert_eq!(w.take().paths.into_iter().collect::<Vec<_>>(), ["moved/d.rs"]);
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn reports_touched_paths_and_only_watched_names_at_the_root() {

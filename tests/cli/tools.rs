@@ -345,3 +345,28 @@ fn a_cd_applies_to_the_calls_after_it_in_the_same_step() {
     let pwd = results[2]["content"].as_str().expect("text");
     assert!(pwd.contains("/inner\n"), "{pwd}");
 }
+
+#[test]
+fn every_change_a_step_makes_is_committed_whatever_the_watch_saw() {
+    // Commits scan only what inotify saw change; new directories, moves and deletions
+    // must all land, and a later step's edit inside a moved directory too.
+    let (server, t) = TestWorkspace::served("tools-watched", Dialect::Anthropic);
+    server.push_turns([
+        Turn::bash("c1", "mkdir -p a/b && echo 1 > a/b/x && echo 2 > top.txt"),
+        Turn::bash("c2", "mv a/b c && rm top.txt && echo 3 > c/y"),
+        Turn::bash("c3", "echo 4 >> c/x && mkdir -p d/e/f && echo 5 > d/e/f/z"),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "shuffle files"]).ok();
+    let id = t.only_agent();
+    let files = t.git(&["ls-tree", "-r", "--name-only", &format!("agents/{id}")]);
+    let work: Vec<&str> = files.lines().filter(|l| !l.starts_with(".offshoot/")).collect();
+    assert_eq!(work, ["c/x", "c/y", "d/e/f/z"]);
+    assert_eq!(t.git(&["show", &format!("agents/{id}:c/x")]), "1\n4\n");
+    // Each step's commit holds that step's state: after c2, top.txt is gone.
+    let log = t.git(&["log", "--format=%H %s", &format!("agents/{id}")]);
+    let after_c2 = log.lines().find(|l| l.contains("bash result") && l.contains("0005")).expect("c2's commit");
+    let c2 = after_c2.split(' ').next().expect("sha");
+    let at_c2 = t.git(&["ls-tree", "-r", "--name-only", c2]);
+    assert!(!at_c2.contains("top.txt") && at_c2.contains("c/y") && !at_c2.contains("a/b/x"), "{at_c2}");
+}

@@ -17,7 +17,7 @@ mod user;
 pub use project::{Attachment, MAIN, Position, Project};
 pub use user::{Change, Discovered, UserRepo, discover};
 
-pub use tracked::{Additions, Difference, Restored, Tracked};
+pub use tracked::{Additions, Difference, Restored, Scan, Tracked};
 
 /// A commit id, printed as 40 hex digits.
 pub type CommitId = Oid;

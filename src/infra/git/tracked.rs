@@ -33,6 +33,18 @@ pub struct Tracked {
     transcript_tree: std::cell::RefCell<Option<(Oid, Vec<u8>)>>,
 }
 
+/// What a commit scans of the directory for changed work products.
+#[derive(Debug, Clone, Copy)]
+pub enum Scan<'a> {
+    /// Nothing: the work products are the parent's.
+    Nothing,
+    /// Every top-level entry.
+    All,
+    /// Only these paths (files or directories, relative to the root): the caller knows
+    /// nothing else changed since the index was last brought up to date.
+    Paths(&'a [String]),
+}
+
 /// What one commit adds: transcript entries (file names in the transcript
 /// directory) and other harness files (paths under the harness directory).
 #[derive(Default)]
@@ -179,13 +191,16 @@ impl Tracked {
     /// `parent` to the new commit. With `scan`, every change to the work products
     /// (additions, modifications, deletions; .gitignore honoured) is committed too;
     /// without, the work products are the parent's.
-    pub fn commit(&self, branch: &str, parent: Oid, add: &Additions, scan: bool, message: &str) -> Result<Oid> {
+    pub fn commit(&self, branch: &str, parent: Oid, add: &Additions, scan: Scan<'_>, message: &str) -> Result<Oid> {
         let base = self.repo.find_commit(parent).and_then(|c| c.tree()).map_err(lib(format!("tree of {parent}")))?;
         let harness = self.harness_tree(&base, add)?;
         let mut work = None;
-        if scan {
+        if !matches!(scan, Scan::Nothing) {
             let mut index = self.repo.index().map_err(lib("open index"))?;
-            let roots = self.scan_roots(&index);
+            let roots = match scan {
+                Scan::Paths(paths) => paths.iter().filter(|p| self.is_work(p)).cloned().collect(),
+                _ => self.scan_roots(&index),
+            };
             if !roots.is_empty() && self.stage_changes(&mut index, &roots)? {
                 let id = index.write_tree().map_err(lib("write tree"))?;
                 work = Some(self.repo.find_tree(id).map_err(lib("find tree"))?);
@@ -318,6 +333,13 @@ impl Tracked {
             }
         }
         Ok(any)
+    }
+
+    /// Whether `path` (relative to the root) is a work product's: not the harness's
+    /// directory or `.git`, nor anything under them.
+    fn is_work(&self, path: &str) -> bool {
+        let top = path.split('/').next().unwrap_or(path);
+        !path.is_empty() && top != self.harness && top != ".git"
     }
 
     /// The paths to scan: every top-level entry on disk or in the index but the
