@@ -192,7 +192,7 @@ fn an_agent_using_git_cannot_change_the_users_repository() {
     server.push_turns([
         Turn::bash(
             "c1",
-            "git branch -D main; git checkout -q -b other; git reset -q --hard HEAD~2; \
+            "git checkout -q main; git branch -D Rex; git checkout -q -b other; git reset -q --hard HEAD~2; \
              git push origin main 2>&1; git push --all 2>&1; git gc -q --prune=now; echo done",
         ),
         Turn::text("tried"),
@@ -361,4 +361,35 @@ fn a_linked_worktree_and_a_submodule_are_projects_and_agents_md_reaches_the_mode
     assert_eq!(code, 0, "{stderr}");
     let last = server.requests().len() - 1;
     assert!(server.result_text(last).contains("the library"), "{}", server.result_text(last));
+}
+
+#[test]
+fn base_picks_the_start_forks_keep_it_and_the_export_is_authored_by_the_user() {
+    let (server, t, repo) = project("project-base");
+    git(&repo, &["config", "user.name", "Una User"]);
+    git(&repo, &["config", "user.email", "una@example.com"]);
+    server.push_turns([Turn::bash("c1", "ls; echo b > new.txt"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Old", "--base", "HEAD~1", "start earlier"]).ok();
+    let listing = server.result_text(1);
+    assert!(listing.contains("b.txt") && !listing.contains("c.txt"), "{listing}");
+    let dir = agent_dir(&t, "Old");
+    assert_eq!(git(&dir, &["log", "--format=%s"]).lines().collect::<Vec<_>>(), ["add b.txt", "add a.txt"]);
+    t.run(&["export", "Old"]).ok();
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%an <%ae> / %cn", "offshoot/Old"]).trim(),
+        "Una User <una@example.com> / offshoot"
+    );
+    assert_eq!(git(&repo, &["rev-parse", "offshoot/Old~1"]), git(&repo, &["rev-parse", "HEAD~1"]));
+
+    // A fork keeps the base: its diff is against the same commit.
+    server.push_turns([Turn::bash("f1", "echo f > fork.txt"), Turn::text("forked")]);
+    t.run(&["fork", "--from", "Old", "--name", "Forked", "and more"]).ok();
+    let diff = t.run(&["diff", "Forked", "--stat"]).ok().to_owned();
+    assert!(diff.contains("fork.txt") && diff.contains("new.txt") && diff.contains("2 files changed"), "{diff}");
+
+    // A revision that names nothing is refused before anything is made.
+    let run = t.run(&["prompt", "--base", "no-such-rev", "x"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("`no-such-rev` names no commit of the project"), "{}", run.stderr);
+    assert_eq!(t.agents().len(), 2);
 }
