@@ -54,6 +54,7 @@ pub enum Verb {
     Compact(verbs::compact::Args),
     Uncompact(verbs::uncompact::Args),
     Scan(verbs::scan::Args),
+    Doctor(verbs::doctor::Args),
     #[command(subcommand)]
     Config(verbs::config::Args),
     Tool(verbs::tool::Args),
@@ -82,6 +83,7 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Compact(args) => verbs::compact::run(&ctx, args),
         Verb::Uncompact(args) => verbs::uncompact::run(&ctx, args),
         Verb::Scan(args) => verbs::scan::run(&ctx, args),
+        Verb::Doctor(args) => verbs::doctor::run(&ctx, args),
         Verb::Config(args) => verbs::config::run(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),

@@ -159,6 +159,49 @@ pub fn unanswered_calls(entries: &[Entry]) -> Vec<(String, String)> {
     }
 }
 
+/// What makes a transcript invalid on the wire, in words: a tool call answered twice,
+/// a result for no pending call, an entry between a model output's calls and their
+/// results, or duplicate entry numbers. Calls of the last output still waiting for
+/// results are not a fault (a driver settles them); `unanswered_calls` names them.
+pub fn wire_faults(entries: &[Entry]) -> Vec<String> {
+    let mut faults = Vec::new();
+    let mut seen_numbers = HashSet::new();
+    let mut pending: Vec<String> = Vec::new();
+    let mut answered: HashSet<String> = HashSet::new();
+    for entry in entries {
+        let n = entry.number();
+        if !seen_numbers.insert(n) {
+            faults.push(format!("entry number {n:04} is used twice"));
+        }
+        match entry {
+            Entry::ToolResult { block: Block::ToolResult { tool_use_id, .. }, .. } => {
+                if let Some(at) = pending.iter().position(|p| p == tool_use_id) {
+                    pending.remove(at);
+                    answered.insert(tool_use_id.clone());
+                } else if answered.contains(tool_use_id) {
+                    faults.push(format!("entry {n:04} answers call `{tool_use_id}` a second time"));
+                } else {
+                    faults.push(format!("entry {n:04} answers call `{tool_use_id}`, which no model output made"));
+                }
+            }
+            Entry::ToolResult { .. } => faults.push(format!("entry {n:04} is a tool result without a call id")),
+            other if !pending.is_empty() => {
+                faults.push(format!(
+                    "entry {n:04} comes between a model output and the results of its calls ({})",
+                    pending.join(", ")
+                ));
+                pending.clear();
+                if let Entry::Output { output, .. } = other {
+                    pending = output.tool_uses().map(|(id, _, _)| id.to_owned()).collect();
+                }
+            }
+            Entry::Output { output, .. } => pending = output.tool_uses().map(|(id, _, _)| id.to_owned()).collect(),
+            Entry::Message { .. } => {}
+        }
+    }
+    faults
+}
+
 /// Where an inherited transcript must be cut so no tool call is left unpaired:
 /// the index of the last model output if its calls lack results, else the length.
 pub fn paired_len(entries: &[Entry]) -> usize {
@@ -209,6 +252,21 @@ mod tests {
 
     fn user(n: u32) -> Entry {
         Entry::Message { number: n, sender: "user".into(), text: "hi".into() }
+    }
+
+    #[test]
+    fn wire_faults_name_every_way_a_transcript_breaks_the_wire() {
+        let good = [user(1), call(2, &["a", "b"]), result(3, "b"), result(4, "a"), user(5), call(6, &["c"])];
+        assert_eq!(wire_faults(&good), Vec::<String>::new(), "a trailing call waits for its driver");
+        let twice = [user(1), call(2, &["a"]), result(3, "a"), result(4, "a")];
+        assert_eq!(wire_faults(&twice), ["entry 0004 answers call `a` a second time"]);
+        let stray = [user(1), result(2, "z")];
+        assert_eq!(wire_faults(&stray), ["entry 0002 answers call `z`, which no model output made"]);
+        let between = [user(1), call(2, &["a"]), user(3), result(4, "a")];
+        let faults = wire_faults(&between);
+        assert_eq!(faults[0], "entry 0003 comes between a model output and the results of its calls (a)");
+        let numbers = [user(1), user(1)];
+        assert_eq!(wire_faults(&numbers), ["entry number 0001 is used twice"]);
     }
 
     #[test]

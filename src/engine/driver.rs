@@ -211,6 +211,12 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
     let Some(lock) = LockGuard::try_acquire(&lock_path)? else {
         return Ok(RunEnd::Busy);
     };
+    // Only this agent's driver writes its branch: a lock file there now was left by a
+    // driver killed in the middle of a ref update, and would stop every commit.
+    ws.repo.remove_branch_lock(&id.branch());
+    let mut index_lock = ws.layout.index(id).into_os_string();
+    index_lock.push(".lock");
+    let _ = std::fs::remove_file(index_lock);
     let mut logged = events::Logged::new(&ws.layout.steps(id), id.as_str(), observer);
     let mut held = Some(lock);
     let result = run_locked(ws, rt, id, &mut held, &mut logged);

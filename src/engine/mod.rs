@@ -8,6 +8,7 @@ pub mod budget;
 pub mod compaction;
 pub mod containment;
 pub mod directory;
+pub mod doctor;
 pub mod driver;
 pub mod events;
 pub mod guard;

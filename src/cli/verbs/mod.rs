@@ -7,6 +7,7 @@ pub mod config;
 pub mod demo;
 pub mod diff;
 pub mod dispatch;
+pub mod doctor;
 pub mod export;
 pub mod fork;
 pub mod log;

@@ -1,0 +1,69 @@
+use serde_json::json;
+
+use crate::cli::{CliError, Ctx};
+use crate::engine::doctor::{self, Finding, Fix};
+
+/// Check every invariant of the workspace: transcripts valid on the wire, inboxes,
+/// marks, stray and lock files, every object reachable; exit 0 only when all hold
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Make the safe repairs (stray temporary and lock files, marks of missing agents)
+    /// and check again
+    #[arg(long)]
+    pub repair: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let (mut findings, mut checked) = doctor::check(&ws)?;
+    if args.repair && !findings.is_empty() {
+        for done in doctor::repair(&ws, &findings) {
+            if ctx.out.json {
+                ctx.out.event(&json!({"type": "repaired", "what": done}));
+            } else {
+                ctx.out.progress(&format!("· {done}"));
+            }
+        }
+        (findings, checked) = doctor::check(&ws)?;
+    }
+    for f in &findings {
+        say(ctx, f);
+    }
+    let summary = format!(
+        "{} agents, {} transcript entries, {} inbox files, {} commits, {} objects",
+        checked.agents, checked.entries, checked.inbox_files, checked.commits, checked.objects
+    );
+    if ctx.out.json {
+        ctx.out.event(&json!({"type": "checked", "findings": findings.len(), "agents": checked.agents,
+            "entries": checked.entries, "inbox_files": checked.inbox_files, "commits": checked.commits,
+            "objects": checked.objects}));
+    }
+    if findings.is_empty() {
+        if !ctx.out.json {
+            ctx.out.progress(&format!("· healthy: checked {summary}"));
+        }
+        return Ok(());
+    }
+    let repairable = findings.iter().filter(|f| !matches!(f.fix, Fix::Manual(_))).count();
+    let mut err = CliError::runtime(format!("{} findings (checked {summary})", findings.len()));
+    if repairable > 0 {
+        err = err.hint(format!("`offshoot doctor --repair` makes the {repairable} safe repairs"));
+    }
+    if ctx.out.json {
+        ctx.out.ended();
+    }
+    Err(err)
+}
+
+fn say(ctx: &Ctx, f: &Finding) {
+    let (fix, how) = match &f.fix {
+        Fix::RemoveFile(p) => ("repair", format!("`--repair` removes {}", p.display())),
+        Fix::DeleteRef(r) => ("repair", format!("`--repair` deletes {r}")),
+        Fix::Manual(m) => ("manual", m.clone()),
+    };
+    if ctx.out.json {
+        ctx.out.event(&json!({"type": "finding", "what": f.what, "fix": fix, "how": how}));
+    } else {
+        ctx.out.line(&format!("✗ {}\n  → {how}", f.what));
+    }
+}
