@@ -147,6 +147,9 @@ fn call_error(call: &CallError, message: String, at: Option<(&str, u32)>) -> Cli
             )
         }
         CallError::Truncated { .. } => err.hint("nothing was committed; raise the role's `max_output_tokens`"),
+        CallError::Stream { source: StreamError::Malformed(_), .. } => err.hint(
+            "the server does not speak the provider's protocol (asking again would not help): check that its `base_url` is an API of the provider's `protocol`",
+        ),
         _ => err,
     }
 }

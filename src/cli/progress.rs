@@ -220,9 +220,13 @@ fn attach_holding(
     let mut end = driver::end_event(result.as_ref());
     end["agent"] = id.as_str().into();
     match result {
-        Ok(RunEnd::Answered { .. }) => {
+        Ok(RunEnd::Answered { text }) => {
             if !live.worked && !ctx.out.json {
                 ctx.out.progress(&format!("· nothing is due for `{id}`: it has answered and has no new messages"));
+            } else if text.trim().is_empty() && !ctx.out.json {
+                ctx.out.progress(&format!(
+                    "· `{id}` answered with no content (an empty answer ends its turn; `offshoot send {id} \"…\"` asks again)"
+                ));
             }
             if ctx.out.json {
                 ctx.out.event(&end);

@@ -118,3 +118,77 @@ fn malformed_tool_arguments_get_an_error_result_and_the_conversation_goes_on() {
         assert!(second.contains("not a JSON object, so nothing ran"), "{dialect:?}: {second}");
     }
 }
+
+#[test]
+fn connection_refused_is_retried_recorded_and_said() {
+    let (server, mut t) = TestWorkspace::served("fault-refused", Dialect::Anthropic);
+    server.push(Reply::Turn(Turn::text("first")));
+    t.run(&["prompt", "--name", "Ada", "hello"]).ok();
+    // A port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    t.set("providers.anthropic.base_url", &format!("http://127.0.0.1:{closed}"));
+    t.set("retry.max_attempts", "3");
+    t.env("ANTHROPIC_API_KEY", "test-key");
+    let run = t.run(&["send", "Ada", "again"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("gave up after 3 attempts"), "{}", run.stderr);
+    assert!(run.stderr.to_lowercase().contains("connect"), "{}", run.stderr);
+    let m = meta(&t, &t.only_agent(), 2);
+    assert_eq!(m["outcome"], "error", "{m}");
+    let attempts = m["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 3, "{m}");
+    assert!(attempts.iter().all(|a| a["error"].as_str().is_some_and(|e| !e.is_empty())), "{m}");
+    // Nothing of the failed step was committed: the tip ends with the delivered message.
+    let tip_files = t.git(&["ls-tree", "--name-only", &format!("agents/{}", t.only_agent()), ".offshoot/messages/"]);
+    assert_eq!(tip_files.lines().last(), Some(".offshoot/messages/0003-user.md"));
+}
+
+#[test]
+fn a_malformed_event_stream_is_refused_recorded_and_commits_nothing() {
+    // §7 retries connection errors and retryable statuses; a server that does not speak
+    // the protocol is not helped by asking again.
+    for dialect in [Dialect::Anthropic, Dialect::Chat, Dialect::Responses] {
+        let (server, t) = TestWorkspace::served(&format!("fault-sse-{dialect:?}"), dialect);
+        server.push(Reply::Turn(Turn::text("first")));
+        t.run(&["prompt", "--name", "Ada", "hello"]).ok();
+        server.push(Reply::Raw(b"event: message_start\ndata: {this is not json\n\n".to_vec()));
+        server.push(Reply::Turn(Turn::text("never asked for")));
+        let run = t.run(&["send", "Ada", "again"]);
+        assert_eq!(run.code, 1, "{dialect:?}: {}", run.stderr);
+        assert!(run.stderr.contains("malformed stream"), "{dialect:?}: {}", run.stderr);
+        assert!(run.stderr.contains("does not speak the provider's protocol"), "{dialect:?}: {}", run.stderr);
+        let m = meta(&t, &t.only_agent(), 2);
+        assert_eq!(m["attempts"].as_array().map(Vec::len), Some(1), "{dialect:?}: {m}");
+        assert_eq!(server.remaining(), 1, "not retried");
+        let tip_files =
+            t.git(&["ls-tree", "--name-only", &format!("agents/{}", t.only_agent()), ".offshoot/messages/"]);
+        assert_eq!(tip_files.lines().last(), Some(".offshoot/messages/0003-user.md"));
+    }
+}
+
+#[test]
+fn a_call_of_a_tool_that_does_not_exist_is_answered_as_an_error() {
+    let (server, t) = TestWorkspace::served("fault-unknown-tool", Dialect::Anthropic);
+    server.push(Reply::Turn(Turn::tool("call_1", "teleport", serde_json::json!({"to": "mars"}))));
+    server.push(Reply::Turn(Turn::text("fine, staying")));
+    let run = t.run(&["prompt", "go"]);
+    assert!(run.ok().contains("fine, staying"), "{}", run.stderr);
+    let result = server.result_text(1);
+    assert!(result.contains("teleport"), "{result}");
+    let body = &server.requests()[1].body;
+    let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
+    assert_eq!(last["content"][0]["is_error"], true, "{last}");
+}
+
+#[test]
+fn a_model_that_answers_with_nothing_ends_the_turn_saying_so() {
+    for dialect in [Dialect::Anthropic, Dialect::Chat, Dialect::Responses] {
+        let (server, t) = TestWorkspace::served(&format!("fault-empty-{dialect:?}"), dialect);
+        server.push(Reply::Turn(Turn { input_tokens: 10, output_tokens: 0, ..Turn::default() }));
+        let run = t.run(&["prompt", "say nothing"]);
+        assert_eq!(run.code, 0, "{dialect:?}: {}", run.stderr);
+        assert!(run.stderr.contains("answered with no content"), "{dialect:?}: {}", run.stderr);
+        assert_eq!(t.agents()[0]["state"], "done");
+        t.run(&["doctor"]).ok();
+    }
+}
