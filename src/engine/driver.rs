@@ -499,7 +499,21 @@ impl<'a> Driver<'a> {
             self.settle(tip, next, &open, observer)?;
             return Ok(Turn::Again);
         }
-        let pending = inbox::pending(&self.ws.layout, &self.id)?;
+        let mut pending = inbox::pending(&self.ws.layout, &self.id)?;
+        if entries.is_empty() && pending.is_empty() {
+            // Made, but its first message never deposited (its maker was killed between
+            // the two): the goal the dispatch commit holds is that message.
+            let goal = self.ws.repo.read_file(tip, agent::GOAL)?.unwrap_or_default();
+            let from = self.facts.parent.clone().unwrap_or_else(|| "user".to_owned());
+            let first = crate::domain::inbox::Deposit::new(&from, Timestamp::now(), &String::from_utf8_lossy(&goal));
+            inbox::deposit(&self.ws.layout, &self.id, &first)?;
+            pending = inbox::pending(&self.ws.layout, &self.id)?;
+        }
+        if !pending.is_empty() && !transcript::warrants_call(entries) {
+            // An answer whose reply a crash cut off is owed before new mail buries it
+            // (`reply` pays a debt once: the mark says which answer was paid).
+            self.reply(tip)?;
+        }
         if !pending.is_empty() {
             // A step boundary: what is pending now is delivered; what arrives from
             // here on waits for the next one, so a steady stream of messages cannot
@@ -1505,16 +1519,35 @@ pub(crate) fn deposit_result(
     terminal: CommitId,
     body: String,
 ) -> Result<()> {
-    let deposit = Deposit {
-        from: from.to_string(),
-        at: Timestamp::now().to_string(),
-        epitaph: Some(epitaph.into()),
-        terminal: Some(terminal.to_string()),
-        body,
-    };
-    inbox::deposit(&ws.layout, to, &deposit)?;
+    // A driver killed between depositing and marking the debt paid deposits again when
+    // it comes back: a result already in the inbox or the transcript is not sent twice
+    // (the inbox first: a delivery commits before it removes the file).
+    if !already_received(ws, from, to, terminal)? {
+        let deposit = Deposit {
+            from: from.to_string(),
+            at: Timestamp::now().to_string(),
+            epitaph: Some(epitaph.into()),
+            terminal: Some(terminal.to_string()),
+            body,
+        };
+        inbox::deposit(&ws.layout, to, &deposit)?;
+    }
     if ws.repo.mark(STOPPED, to.as_str())?.is_none() {
         rt.wake(to).map_err(|e| DriverError::Wake { id: to.to_string(), reason: e.to_string() })?;
     }
     Ok(())
+}
+
+/// Whether `to` already holds `from`'s result made at `terminal`, pending or delivered.
+fn already_received(ws: &Workspace, from: &AgentId, to: &AgentId, terminal: CommitId) -> Result<bool> {
+    let terminal = terminal.to_string();
+    let ours = |text: &str| {
+        Header::parse(text).is_some_and(|h| h.from == from.as_str() && h.terminal.as_deref() == Some(terminal.as_str()))
+    };
+    if inbox::pending(&ws.layout, to)?.iter().any(|p| ours(&p.text)) {
+        return Ok(true);
+    }
+    let Some(tip) = ws.repo.branch_tip(&to.branch())? else { return Ok(false) };
+    let entries = Loader::default().entries(&ws.repo, tip)?.to_vec();
+    Ok(entries.iter().any(|e| matches!(e, Entry::Message { text, .. } if ours(text))))
 }

@@ -100,7 +100,8 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             "running"
         } else if ws.repo.mark(super::driver::STOPPED, l.id.as_str())?.is_some() {
             "stopped"
-        } else if inbox::has_pending(&ws.layout, &l.id) {
+        } else if inbox::has_pending(&ws.layout, &l.id) || entries.is_empty() {
+            // (An empty transcript: its goal is not delivered yet.)
             "waiting"
         } else if transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty() {
             "failed"

@@ -114,6 +114,9 @@ fn left_undone(
         return Ok(Some("mail undelivered"));
     }
     let entries = loader.entries(&ws.repo, tip)?;
+    if entries.is_empty() {
+        return Ok(Some("its goal never delivered"));
+    }
     if !transcript::unanswered_calls(entries).is_empty() {
         return Ok(Some("tool calls cut short"));
     }

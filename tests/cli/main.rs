@@ -12,6 +12,7 @@ mod crash;
 mod doctor;
 mod errors;
 mod faults;
+mod fuzz;
 mod hints;
 mod input;
 mod json;

@@ -180,7 +180,8 @@ fn signature() -> Result<Signature<'static>> {
 }
 
 fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
-    let result = with_lock_retries(|| repo.reference_matching(refname, new, true, expected, msg).map(|_| ()));
+    let result =
+        with_lock_retries(repo, refname, || repo.reference_matching(refname, new, true, expected, msg).map(|_| ()));
     result.map_err(|source| {
         let found = repo.refname_to_id(refname).map(|id| id.to_string()).unwrap_or_else(|_| "nothing".into());
         if found != expected.to_string() {
@@ -192,15 +193,30 @@ fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &s
 }
 
 /// Runs a ref update again while another process holds the ref's lock file for a
-/// moment (a creator checking a name, a person's `git` command): up to ~1 s.
+/// moment (a creator checking a name, a person's `git` command): up to ~3 s. A lock
+/// file older than `STALE_LOCK` is a dead process's (a live update holds one for
+/// microseconds; a driver killed in the middle of one leaves it for good): it is
+/// removed and the update tried again.
 fn with_lock_retries<T>(
+    repo: &Repository,
+    refname: &str,
     mut update: impl FnMut() -> std::result::Result<T, git2::Error>,
 ) -> std::result::Result<T, git2::Error> {
+    const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(2);
+    let lock = repo.path().join(format!("{refname}.lock"));
     let mut tries = 0;
     loop {
         match update() {
-            Err(e) if e.code() == git2::ErrorCode::Locked && tries < 100 => {
+            Err(e) if e.code() == git2::ErrorCode::Locked && tries < 300 => {
                 tries += 1;
+                let age = std::fs::metadata(&lock)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|m| std::time::SystemTime::now().duration_since(m).ok());
+                if age.is_some_and(|a| a >= STALE_LOCK) {
+                    let _ = std::fs::remove_file(&lock);
+                    continue;
+                }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             other => return other,
@@ -297,7 +313,7 @@ impl Repo {
     pub fn set_mark(&self, kind: &str, id: &str, content: &[u8]) -> Result<()> {
         let name = format!("refs/offshoot/{kind}/{id}");
         let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
-        with_lock_retries(|| self.repo.reference(&name, blob, true, "mark").map(|_| ()))
+        with_lock_retries(&self.repo, &name, || self.repo.reference(&name, blob, true, "mark").map(|_| ()))
             .map_err(lib(format!("set {name}")))
     }
 

@@ -113,8 +113,13 @@ struct State {
     /// Replies for when the script is empty (benchmarks): a `bash echo` turn while the
     /// request holds fewer than this many model outputs, then a final text.
     endless_steps: Option<usize>,
+    /// Replies for when the script is empty: a function of the request's text (so a
+    /// request asked again after a crash gets the same answer).
+    responder: Option<Responder>,
     served: u64,
 }
+
+pub type Responder = std::sync::Arc<dyn Fn(&str) -> Turn + Send + Sync>;
 
 pub struct Server {
     pub port: u16,
@@ -198,6 +203,11 @@ impl Server {
         self.state.lock().expect("state").endless_steps = Some(steps);
     }
 
+    /// Answers every request with `f` of its text once the script is empty.
+    pub fn respond_with(&self, f: impl Fn(&str) -> Turn + Send + Sync + 'static) {
+        self.state.lock().expect("state").responder = Some(std::sync::Arc::new(f));
+    }
+
     /// Answers `text` to every request once the script is empty.
     pub fn endless_text(&self, text: &str) {
         self.state.lock().expect("state").endless_text = Some(text.to_owned());
@@ -273,6 +283,9 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
                 s.scripts.iter_mut().find(|(key, _)| text.contains(key.as_str())).and_then(|(_, q)| q.pop_front());
             match own.or_else(|| s.script.pop_front()) {
                 Some(r) => r,
+                None if s.responder.is_some() => {
+                    Reply::Turn(s.responder.as_ref().map(|f| f(&text)).unwrap_or_default())
+                }
                 None if s.endless_echo => {
                     let n = s.served;
                     Reply::Turn(Turn::bash(&format!("call_{n}"), "echo step"))

@@ -1,0 +1,204 @@
+//! Crash fuzzing: a parent and two children work (dispatch, tools, a message, results)
+//! while drivers are killed with SIGKILL at random moments; then the workspace is
+//! recovered with `scan` and `run`, and must hold: every agent done, `doctor` clean,
+//! each child's result delivered to the parent (none lost, none twice: each names the
+//! child's commit it answers from), a message at most once (exactly once when the
+//! child's call says it was sent), the parent's final answer.
+//!
+//! CI runs a short variant; the long one is
+//! `OFFSHOOT_FUZZ_KILLS=500 cargo test --release --test cli fuzz -- --nocapture`
+//! (`OFFSHOOT_FUZZ_SEED` replays a run).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::server::{Server, Turn};
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The model: a function of the request alone, so a call asked again after a crash
+/// gets the same answer.
+fn model(text: &str) -> Turn {
+    let outputs = text.matches("\"role\":\"assistant\"").count();
+    let kid = ["Kid1", "Kid2"].into_iter().find(|k| text.contains(&format!("Your name is {k}.")));
+    match kid {
+        Some(kid) => {
+            let lower = kid.to_lowercase();
+            match outputs {
+                0 => Turn::bash("k1", &format!("echo {lower} >> {lower}.txt")),
+                1 => Turn::tool("k2", "message", json!({"to": "Boss", "content": format!("hello from {lower}")})),
+                _ => Turn::text(&format!("{lower} finished")),
+            }
+        }
+        None => match outputs {
+            0 => Turn {
+                calls: vec![
+                    (
+                        "d1".into(),
+                        "dispatch".into(),
+                        json!({"role": "worker", "goal": "work one", "name": "Kid1"}).to_string(),
+                    ),
+                    (
+                        "d2".into(),
+                        "dispatch".into(),
+                        json!({"role": "worker", "goal": "work two", "name": "Kid2"}).to_string(),
+                    ),
+                ],
+                input_tokens: 100,
+                output_tokens: 20,
+                ..Turn::default()
+            },
+            1 => Turn::bash("b1", "echo boss >> boss.txt"),
+            _ if text.contains("kid1 finished") && text.contains("kid2 finished") => Turn::text("all done"),
+            _ => Turn::text("waiting"),
+        },
+    }
+}
+
+/// The pid of the driver holding `id`, if one does (read from its lock file and
+/// checked against the process's command line).
+fn driver_pid(ws: &Path, id: &str) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(ws.join("locks").join(id)).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    (cmdline.contains(" run ") && cmdline.contains(id) && cmdline.contains(ws.to_str()?)).then_some(pid)
+}
+
+fn agents_by_name(t: &TestWorkspace) -> Vec<(String, String, String)> {
+    t.agents()
+        .iter()
+        .map(|a| {
+            let s = |k: &str| a[k].as_str().unwrap_or_default().to_owned();
+            (s("name"), s("id"), s("state"))
+        })
+        .collect()
+}
+
+/// Delivered messages of `name`'s transcript, as their full text (header included).
+fn delivered(t: &TestWorkspace, name: &str) -> Vec<String> {
+    let log = t.run(&["log", "--json", name]);
+    log.ok()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["side"] == "user")
+        .map(|e| e["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// One scenario with up to `kills` SIGKILLs; returns how many landed.
+fn scenario(round: usize, kills: usize, rng: &mut Rng) -> usize {
+    let server = Server::start();
+    let mut t = TestWorkspace::new(&format!("fuzz-{round}"));
+    t.use_server(&server, Dialect::Anthropic);
+    server.respond_with(model);
+    t.run(&["prompt", "--detach", "--name", "Boss", "get two things done"]).ok();
+    // Kill once both children exist (a kill before a dispatch lands leaves a parent
+    // whose model, being a script, would not dispatch again).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while agents_by_name(&t).len() < 3 {
+        assert!(Instant::now() < deadline, "the children never appeared");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut landed = 0;
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(rng.below(60)));
+        let agents = agents_by_name(&t);
+        let live: Vec<(String, i32)> =
+            agents.iter().filter_map(|(_, id, _)| driver_pid(&t.ws, id).map(|p| (id.clone(), p))).collect();
+        if live.is_empty() {
+            break;
+        }
+        let (_, pid) = &live[rng.below(live.len() as u64) as usize];
+        // SAFETY-free: kill(1) by pid, as a user's `kill -9` would.
+        if std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().is_ok_and(|s| s.success()) {
+            landed += 1;
+        }
+        // Sometimes bring it back at once, as a user running `scan` would.
+        if rng.below(2) == 0 {
+            t.run(&["scan"]);
+        }
+    }
+    // Recover: children first (a parent's run waits for them), until everyone is done.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let agents = agents_by_name(&t);
+        if agents.iter().all(|(_, _, state)| state == "done") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "round {round}: agents stuck: {agents:?}");
+        let mut pending: Vec<&(String, String, String)> =
+            agents.iter().filter(|(_, id, state)| state != "done" && driver_pid(&t.ws, id).is_none()).collect();
+        pending.sort_by_key(|(_, id, _)| std::cmp::Reverse(id.len()));
+        for (_, id, _) in pending {
+            let _ = t.run(&["run", id]);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let doctor = t.run(&["doctor"]);
+    assert_eq!(doctor.code, 0, "round {round}: doctor:\n{}\n{}", doctor.stdout, doctor.stderr);
+    let boss = delivered(&t, "Boss");
+    // No deposit delivered twice: a result names the child's commit it answers from.
+    let mut terminals: Vec<&str> =
+        boss.iter().filter_map(|m| m.lines().find(|l| l.starts_with("terminal: "))).collect();
+    let all = terminals.len();
+    terminals.sort();
+    terminals.dedup();
+    assert_eq!(terminals.len(), all, "round {round}: a result was delivered twice: {boss:#?}");
+    for kid in ["kid1", "kid2"] {
+        let results = boss.iter().filter(|m| m.contains(&format!("{kid} finished"))).count();
+        assert!(results >= 1, "round {round}: {kid}'s result was lost: {boss:#?}");
+        let hellos = boss.iter().filter(|m| m.contains(&format!("hello from {kid}"))).count();
+        assert!(hellos <= 1, "round {round}: {kid}'s message delivered {hellos} times: {boss:#?}");
+        // The child's own record of its message call: sent, or cut short by a kill.
+        let log = t.run(&["log", "--json", if kid == "kid1" { "Kid1" } else { "Kid2" }]);
+        let sent = log.ok().lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).any(|e| {
+            e["side"] == "tool"
+                && e["result"]["tool_use_id"] == "k2"
+                && !e["result"]["is_error"].as_bool().unwrap_or(false)
+                && !e["result"].to_string().contains("interrupted")
+        });
+        if sent {
+            assert_eq!(hellos, 1, "round {round}: {kid}'s message was sent but delivered {hellos} times: {boss:#?}");
+        }
+    }
+    let boss_log = t.run(&["log", "Boss"]);
+    assert!(boss_log.ok().contains("all done"), "round {round}: {}", boss_log.stdout);
+    landed
+}
+
+#[test]
+#[expect(clippy::print_stderr, reason = "the seed (to replay a failure) and the tally are the run's report")]
+fn drivers_killed_at_random_moments_lose_and_repeat_nothing() {
+    let target: usize = std::env::var("OFFSHOOT_FUZZ_KILLS").ok().and_then(|v| v.parse().ok()).unwrap_or(12);
+    let seed: u64 = std::env::var("OFFSHOOT_FUZZ_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64) | 1
+    });
+    eprintln!("crash fuzz: seed {seed}, target {target} kills");
+    let mut rng = Rng(seed);
+    let (mut kills, mut rounds) = (0, 0);
+    while kills < target {
+        kills += scenario(rounds, 4, &mut rng);
+        rounds += 1;
+        assert!(rounds < target * 4 + 8, "too few kills landed ({kills} in {rounds} rounds)");
+    }
+    eprintln!(
+        "crash fuzz: {kills} kills over {rounds} scenarios: 0 lost or repeated results, 0 doctor findings, 0 stuck agents"
+    );
+}
