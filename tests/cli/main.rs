@@ -9,6 +9,7 @@ mod conformance;
 mod containment;
 mod conversation;
 mod crash;
+mod disk;
 mod doctor;
 mod errors;
 mod faults;

@@ -1,0 +1,65 @@
+//! A full disk: a workspace on a small tmpfs (mounted in a user and mount namespace of
+//! its own, so no privilege is needed) whose agent fills it. The step fails saying so,
+//! the branch stays sound (`doctor`), and once space is freed the agent goes on.
+
+use std::process::Command;
+
+use crate::support::server::{Server, Turn};
+use crate::support::workspace::TestWorkspace;
+
+#[test]
+fn a_full_disk_fails_the_step_and_corrupts_nothing() {
+    let server = Server::start();
+    let t = TestWorkspace::new("disk-full");
+    server.push_turns([
+        Turn::bash("c1", "head -c 30000000 /dev/zero > big; echo wrote"),
+        Turn::text("after the space came back"),
+    ]);
+    let mnt = t.root.join("small");
+    std::fs::create_dir_all(&mnt).expect("mount point");
+    let bin = env!("CARGO_BIN_EXE_offshoot");
+    let ws = mnt.join("ws");
+    let (ws, mnt) = (ws.to_str().expect("utf-8"), mnt.to_str().expect("utf-8"));
+    let script = format!(
+        "set -u\n\
+         mount -t tmpfs -o size=6m tmpfs {mnt} || exit 90\n\
+         o={bin}\n\
+         $o new {ws} >/dev/null 2>&1 || exit 91\n\
+         $o -w {ws} config set providers.anthropic.base_url {url} >/dev/null 2>&1 || exit 92\n\
+         $o -w {ws} prompt --name Fill 'fill the disk' >/dev/null 2>{mnt}/../first.err; echo \"first=$?\"\n\
+         $o -w {ws} doctor >{mnt}/../doctor1.out 2>&1; echo \"doctor1=$?\"\n\
+         rm -f {ws}/agents/*/big\n\
+         $o -w {ws} run Fill >{mnt}/../second.out 2>&1; echo \"second=$?\"\n\
+         $o -w {ws} doctor >{mnt}/../doctor2.out 2>&1; echo \"doctor2=$?\"\n\
+         $o -w {ws} log Fill > {mnt}/../log.out 2>&1\n",
+        url = server.url()
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.env_clear();
+    for (k, v) in t.command_bare().get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let out = cmd.env("ANTHROPIC_API_KEY", "k").args(["-Urm", "sh", "-c", &script]).output().expect("unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let read = |name: &str| std::fs::read_to_string(t.root.join(name)).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "the namespace or its mount failed: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = read("first.err");
+    assert!(stdout.contains("first=1"), "{stdout}\n{first}");
+    assert!(first.contains("No space left on device"), "{first}");
+    // Sound but for the call the failure cut short, which the next run settles.
+    let doctor1 = read("doctor1.out");
+    assert!(stdout.contains("doctor1=1"), "{stdout}\n{doctor1}");
+    assert!(
+        doctor1.contains("error: 1 findings") && doctor1.contains("has calls without results and no driver: bash c1"),
+        "{doctor1}"
+    );
+    assert!(stdout.contains("second=0"), "{stdout}\n{}", read("second.out"));
+    assert!(read("second.out").contains("after the space came back"), "{}", read("second.out"));
+    assert!(stdout.contains("doctor2=0"), "{stdout}\n{}", read("doctor2.out"));
+}
