@@ -132,6 +132,11 @@ fn main() {
     row(format!("steps 1-{window} (median)"), h_first, f_first);
     row(format!("steps {}-{steps} (median)", steps - window + 1), h_last, f_last);
     println!("request.json size: step 1 {} bytes, step {steps} {} bytes", size(1), size(steps));
+    let (extended, pairs) = prefix_stability(&ws, &id, steps);
+    println!(
+        "prefix stability: {extended} of {pairs} consecutive requests ({:.1}%) extend the one before byte for byte (system, tools, every earlier message; `cache_control` marks, outside the cache key, left out)",
+        100.0 * extended as f64 / pairs.max(1) as f64
+    );
     println!(
         "a driver starting with nothing due after the run ({} transcript entries): {:.1} ms",
         2 * steps + 2,
@@ -181,6 +186,53 @@ fn floor(ws: &Workspace, id: &AgentId, server: &Server, steps: usize) -> Vec<Dur
         out.push(t.elapsed());
     }
     out
+}
+
+/// How many consecutive requests, as sent on the wire, extend the one before: the same
+/// system prompt and tools, and every earlier message byte for byte (what a provider's
+/// prompt cache needs). Returns (extending, pairs).
+fn prefix_stability(ws: &Workspace, id: &AgentId, steps: usize) -> (usize, usize) {
+    let wire = |n: usize| -> Option<serde_json::Value> {
+        let recorded = std::fs::read(ws.layout.step(id, n as u32).join("request.json")).ok()?;
+        let request: Request = serde_json::from_slice(&recorded).ok()?;
+        let mut body: serde_json::Value =
+            serde_json::from_slice(&anthropic::encode(&request, Some("bench")).body).ok()?;
+        // The cache key excludes `cache_control`, which moves to the newest blocks.
+        strip(&mut body, "cache_control");
+        Some(body)
+    };
+    let mut extended = 0;
+    let mut pairs = 0;
+    let mut before = wire(1);
+    for n in 2..=steps {
+        let now = wire(n);
+        if let (Some(a), Some(b)) = (&before, &now) {
+            pairs += 1;
+            let messages = |v: &serde_json::Value| v["messages"].as_array().cloned().unwrap_or_default();
+            let (ma, mb) = (messages(a), messages(b));
+            let same = a["system"] == b["system"]
+                && a["tools"] == b["tools"]
+                && ma.len() <= mb.len()
+                && ma.iter().zip(&mb).all(|(x, y)| x == y);
+            if same {
+                extended += 1;
+            }
+        }
+        before = now;
+    }
+    (extended, pairs)
+}
+
+/// Removes every field named `key`, at any depth.
+fn strip(value: &mut serde_json::Value, key: &str) {
+    match value {
+        serde_json::Value::Object(map) => {
+            map.remove(key);
+            map.values_mut().for_each(|v| strip(v, key));
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| strip(v, key)),
+        _ => {}
+    }
 }
 
 /// What creating one small new file costs in `dir` (mean of 200), in microseconds.
