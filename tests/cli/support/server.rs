@@ -116,6 +116,8 @@ struct State {
     /// Replies for when the script is empty: a function of the request's text (so a
     /// request asked again after a crash gets the same answer).
     responder: Option<Responder>,
+    /// How long each reply waits before it starts (a model's time to first token).
+    latency: Duration,
     served: u64,
 }
 
@@ -201,6 +203,11 @@ impl Server {
     /// answers.
     pub fn endless_steps(&self, steps: usize) {
         self.state.lock().expect("state").endless_steps = Some(steps);
+    }
+
+    /// Makes every reply wait `latency` before it starts (each connection on its own).
+    pub fn latency(&self, latency: Duration) {
+        self.state.lock().expect("state").latency = latency;
     }
 
     /// Answers every request with `f` of its text once the script is empty.
@@ -306,6 +313,10 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
                 },
             }
         };
+        let latency = state.lock().expect("state").latency;
+        if !latency.is_zero() {
+            std::thread::sleep(latency);
+        }
         if let Err(problem) = check_request(dialect, &body) {
             let _ = respond_status(&mut writer, 400, None, &error_body(dialect, "invalid_request_error", &problem));
             continue;
