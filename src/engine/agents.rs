@@ -344,10 +344,10 @@ fn next_child_number(ws: &Workspace, parent: &AgentId) -> Result<u32> {
 
 /// The marks that reserve child ids: `refs/offshoot/ids/<id>` → the parent's id.
 /// Set before a child's commit is built, removed with the agent.
-const IDS: &str = "ids";
+pub const IDS: &str = "ids";
 
 /// The marks that hold names: `refs/offshoot/names/<name>` → the agent's id.
-const NAMES: &str = "names";
+pub const NAMES: &str = "names";
 
 /// Checks what every spawn needs before anything is written: a message, a role
 /// that exists (`compactor` only for a compaction, and a compaction only as one), a

@@ -31,7 +31,14 @@ pub enum Finding {
     Relaunched { agent: String, why: &'static str, pid: Option<u32> },
     /// Dead again at the same commit: its parent (if any) was told.
     Died { agent: String, why: &'static str, told: Option<String> },
+    /// An agent that was being made when its maker died: its id (and name) claims were
+    /// released.
+    Released { agent: String, name: Option<String> },
 }
+
+/// How old a root's name claim must be before scan takes its maker for dead (a root is
+/// made by a command, which holds no lock scan could ask).
+const ROOT_CLAIM_STALE: std::time::Duration = std::time::Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
@@ -95,7 +102,45 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
         }
         found.push(Finding::Died { agent: l.id.to_string(), why, told: parent.map(|p| p.to_string()) });
     }
+    found.extend(release_dead_claims(ws)?);
     Ok(found)
+}
+
+/// Claims of ids and names for agents that were never made because their maker died in
+/// between (a SIGKILL during a dispatch): a child's when its parent's driver is gone, a
+/// root's when the claim is older than `ROOT_CLAIM_STALE`.
+fn release_dead_claims(ws: &Workspace) -> Result<Vec<Finding>> {
+    let mut claimed: Vec<(String, Option<String>)> =
+        ws.repo.marks(agents::IDS, "")?.into_iter().map(|id| (id, None)).collect();
+    for name in ws.repo.marks(agents::NAMES, "")? {
+        let id = String::from_utf8_lossy(&ws.repo.mark(agents::NAMES, &name)?.unwrap_or_default()).into_owned();
+        match claimed.iter_mut().find(|(i, _)| *i == id) {
+            Some(entry) => entry.1 = Some(name),
+            None => claimed.push((id, Some(name))),
+        }
+    }
+    let mut released = Vec::new();
+    for (id, name) in claimed {
+        let Ok(agent) = AgentId::parse(&id) else { continue };
+        if ws.repo.branch_tip(&agent.branch())?.is_some() {
+            continue;
+        }
+        let maker_gone = match agent.parent() {
+            Some(parent) => !LockGuard::is_held(&ws.layout.lock(&parent))?,
+            None => {
+                name.as_deref().and_then(|n| ws.repo.mark_age(agents::NAMES, n)).is_some_and(|a| a >= ROOT_CLAIM_STALE)
+            }
+        };
+        if !maker_gone {
+            continue;
+        }
+        ws.repo.delete_mark(agents::IDS, &id)?;
+        if let Some(name) = &name {
+            ws.repo.delete_mark(agents::NAMES, name)?;
+        }
+        released.push(Finding::Released { agent: id, name });
+    }
+    Ok(released)
 }
 
 /// Why an agent no driver holds still has work, if it does; stopped agents wait for a

@@ -1,5 +1,5 @@
-//! Crash fuzzing: a parent and two children work (dispatch, tools, a message, results)
-//! while drivers are killed with SIGKILL at random moments; then the workspace is
+//! Crash fuzzing: a parent and two children work (dispatch, tools, a message, results,
+//! a compaction every two steps) while drivers are killed with SIGKILL at random moments; then the workspace is
 //! recovered with `scan` and `run`, and must hold: every agent done, `doctor` clean,
 //! each child's result delivered to the parent (none lost, none twice: each names the
 //! child's commit it answers from), a message at most once (exactly once when the
@@ -34,42 +34,79 @@ impl Rng {
 }
 
 /// The model: a function of the request alone, so a call asked again after a crash
-/// gets the same answer.
+/// gets the same answer. It decides by cues (`CUE:…`) in the text rather than by counting
+/// turns, so it goes on right after a compaction replaced its earlier steps with a
+/// summary (the compactor copies every cue it sees into the summary).
 fn model(text: &str) -> Turn {
-    let outputs = text.matches("\"role\":\"assistant\"").count();
+    if text.contains("Compact the conversation of agent") {
+        // (Its own call has the id `s1`; the tools list names `write_summary` anyway.)
+        if text.contains("\"id\":\"s1\"") {
+            return Turn::text("summarised");
+        }
+        let mut cues: Vec<&str> = text.match_indices("CUE:").map(|(at, _)| cue_at(&text[at..])).collect();
+        if dispatched(text) {
+            cues.push("CUE:dispatched");
+        }
+        // The children's results it summarises away stay as words the parent reads.
+        for done in ["kid1 finished", "kid2 finished"] {
+            if text.contains(done) {
+                cues.push(done);
+            }
+        }
+        cues.sort_unstable();
+        cues.dedup();
+        return Turn::tool("s1", "write_summary", json!({"content": format!("So far: {}", cues.join(" "))}));
+    }
     let kid = ["Kid1", "Kid2"].into_iter().find(|k| text.contains(&format!("Your name is {k}.")));
     match kid {
         Some(kid) => {
             let lower = kid.to_lowercase();
-            match outputs {
-                0 => Turn::bash("k1", &format!("echo {lower} >> {lower}.txt")),
-                1 => Turn::tool("k2", "message", json!({"to": "Boss", "content": format!("hello from {lower}")})),
-                _ => Turn::text(&format!("{lower} finished")),
+            if !text.contains(&format!("CUE:{lower}-work-1")) {
+                Turn::bash("k1", &format!("echo CUE:{lower}-work-1 >> {lower}.txt; echo CUE:{lower}-work-1"))
+            } else if !text.contains(&format!("CUE:{lower}-work-2")) {
+                Turn::bash("k2", &format!("echo CUE:{lower}-work-2 >> {lower}.txt; echo CUE:{lower}-work-2"))
+            } else if !text.contains(&format!("CUE:{lower}-said")) {
+                let content = format!("hello from {lower} CUE:{lower}-said");
+                Turn::tool("k3", "message", json!({"to": "Boss", "content": content}))
+            } else {
+                Turn::text(&format!("{lower} finished"))
             }
         }
-        None => match outputs {
-            0 => Turn {
-                calls: vec![
-                    (
-                        "d1".into(),
-                        "dispatch".into(),
-                        json!({"role": "worker", "goal": "work one", "name": "Kid1"}).to_string(),
-                    ),
-                    (
-                        "d2".into(),
-                        "dispatch".into(),
-                        json!({"role": "worker", "goal": "work two", "name": "Kid2"}).to_string(),
-                    ),
-                ],
-                input_tokens: 100,
-                output_tokens: 20,
-                ..Turn::default()
-            },
-            1 => Turn::bash("b1", "echo boss >> boss.txt"),
-            _ if text.contains("kid1 finished") && text.contains("kid2 finished") => Turn::text("all done"),
-            _ => Turn::text("waiting"),
+        None if !dispatched(text) => Turn {
+            calls: vec![
+                (
+                    "d1".into(),
+                    "dispatch".into(),
+                    json!({"role": "worker", "goal": "work one", "name": "Kid1"}).to_string(),
+                ),
+                (
+                    "d2".into(),
+                    "dispatch".into(),
+                    json!({"role": "worker", "goal": "work two", "name": "Kid2"}).to_string(),
+                ),
+            ],
+            input_tokens: 100,
+            output_tokens: 20,
+            ..Turn::default()
         },
+        None if !text.contains("CUE:boss-work") => {
+            Turn::bash("b1", "echo CUE:boss-work >> boss.txt; echo CUE:boss-work")
+        }
+        None if text.contains("kid1 finished") && text.contains("kid2 finished") => Turn::text("all done"),
+        None => Turn::text("waiting"),
     }
+}
+
+/// Whether the parent's children exist, as its context shows it: a dispatch result, a
+/// refusal because the name is taken, or a summary's cue.
+fn dispatched(text: &str) -> bool {
+    text.contains("(Kid1)") || text.contains("CUE:dispatched") || text.contains("`Kid1` is already taken")
+}
+
+/// The cue at the start of `text` (`CUE:` and what follows up to a non-name character).
+fn cue_at(text: &str) -> &str {
+    let end = text[4..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '-')).map_or(text.len(), |e| e + 4);
+    &text[..end]
 }
 
 /// The pid of the driver holding `id`, if one does (read from its lock file and
@@ -102,11 +139,35 @@ fn delivered(t: &TestWorkspace, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// One scenario with up to `kills` SIGKILLs; returns how many landed.
-fn scenario(round: usize, kills: usize, rng: &mut Rng) -> usize {
+/// The summaries compactions landed in `name`'s transcript.
+fn summaries(t: &TestWorkspace, name: &str) -> Vec<String> {
+    let log = t.run(&["log", "--json", name]);
+    log.ok()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["side"] == "compaction")
+        .map(|e| e["summary"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// One scenario with up to `kills` SIGKILLs; returns how many landed, and how many
+/// compactions landed in it.
+fn scenario(round: usize, kills: usize, rng: &mut Rng) -> (usize, usize) {
     let server = Server::start();
     let mut t = TestWorkspace::new(&format!("fuzz-{round}"));
     t.use_server(&server, Dialect::Anthropic);
+    // A compaction every two steps of each agent: they land while drivers are killed.
+    t.run(&[
+        "config",
+        "set",
+        "compaction.trigger",
+        "every_n_steps",
+        "compaction.steps",
+        "2",
+        "compaction.keep_recent_steps",
+        "1",
+    ])
+    .ok();
     server.respond_with(model);
     t.run(&["prompt", "--detach", "--name", "Boss", "get two things done"]).ok();
     // Kill once both children exist (a kill before a dispatch lands leaves a parent
@@ -135,8 +196,10 @@ fn scenario(round: usize, kills: usize, rng: &mut Rng) -> usize {
             t.run(&["scan"]);
         }
     }
-    // Recover: children first (a parent's run waits for them), until everyone is done.
+    // Recover: `scan` (relaunches, releases what a dead maker claimed), then `run`,
+    // children first (a parent's run waits for them), until everyone is done.
     let deadline = Instant::now() + Duration::from_secs(60);
+    t.run(&["scan"]);
     loop {
         let agents = agents_by_name(&t);
         if agents.iter().all(|(_, _, state)| state == "done") {
@@ -151,6 +214,8 @@ fn scenario(round: usize, kills: usize, rng: &mut Rng) -> usize {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Once all is quiet, a scan releases what makers that died had claimed.
+    t.run(&["scan"]).ok();
     let doctor = t.run(&["doctor"]);
     assert_eq!(doctor.code, 0, "round {round}: doctor:\n{}\n{}", doctor.stdout, doctor.stderr);
     let boss = delivered(&t, "Boss");
@@ -163,24 +228,35 @@ fn scenario(round: usize, kills: usize, rng: &mut Rng) -> usize {
     assert_eq!(terminals.len(), all, "round {round}: a result was delivered twice: {boss:#?}");
     for kid in ["kid1", "kid2"] {
         let results = boss.iter().filter(|m| m.contains(&format!("{kid} finished"))).count();
-        assert!(results >= 1, "round {round}: {kid}'s result was lost: {boss:#?}");
+        let summarised_result = summaries(&t, "Boss").iter().any(|s| s.contains(&format!("{kid} finished")));
+        assert!(results >= 1 || summarised_result, "round {round}: {kid}'s result was lost: {boss:#?}");
         let hellos = boss.iter().filter(|m| m.contains(&format!("hello from {kid}"))).count();
         assert!(hellos <= 1, "round {round}: {kid}'s message delivered {hellos} times: {boss:#?}");
         // The child's own record of its message call: sent, or cut short by a kill.
         let log = t.run(&["log", "--json", if kid == "kid1" { "Kid1" } else { "Kid2" }]);
         let sent = log.ok().lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).any(|e| {
             e["side"] == "tool"
-                && e["result"]["tool_use_id"] == "k2"
+                && e["result"]["tool_use_id"] == "k3"
                 && !e["result"]["is_error"].as_bool().unwrap_or(false)
                 && !e["result"].to_string().contains("interrupted")
         });
+        // Delivered, or delivered and then summarised by a compaction (whose summary
+        // keeps the message's cue).
+        let summarised = summaries(&t, "Boss").iter().any(|s| s.contains(&format!("CUE:{kid}-said")));
         if sent {
-            assert_eq!(hellos, 1, "round {round}: {kid}'s message was sent but delivered {hellos} times: {boss:#?}");
+            assert!(
+                hellos == 1 || summarised,
+                "round {round}: {kid}'s message was sent but never delivered: {boss:#?}"
+            );
         }
     }
     let boss_log = t.run(&["log", "Boss"]);
     assert!(boss_log.ok().contains("all done"), "round {round}: {}", boss_log.stdout);
-    landed
+    let compactions: usize = ["Boss", "Kid1", "Kid2"]
+        .iter()
+        .map(|name| t.run(&["log", "--json", name]).stdout.matches("\"side\":\"compaction\"").count())
+        .sum();
+    (landed, compactions)
 }
 
 #[test]
@@ -192,13 +268,16 @@ fn drivers_killed_at_random_moments_lose_and_repeat_nothing() {
     });
     eprintln!("crash fuzz: seed {seed}, target {target} kills");
     let mut rng = Rng(seed);
-    let (mut kills, mut rounds) = (0, 0);
+    let (mut kills, mut rounds, mut compactions) = (0, 0, 0);
     while kills < target {
-        kills += scenario(rounds, 4, &mut rng);
+        let (landed, compacted) = scenario(rounds, 4, &mut rng);
+        kills += landed;
+        compactions += compacted;
         rounds += 1;
         assert!(rounds < target * 4 + 8, "too few kills landed ({kills} in {rounds} rounds)");
     }
+    assert!(compactions > 0, "no compaction landed in {rounds} scenarios: the fuzz would not cover them");
     eprintln!(
-        "crash fuzz: {kills} kills over {rounds} scenarios: 0 lost or repeated results, 0 doctor findings, 0 stuck agents"
+        "crash fuzz: {kills} kills over {rounds} scenarios, {compactions} compactions landed: 0 lost or repeated results, 0 doctor findings, 0 stuck agents"
     );
 }

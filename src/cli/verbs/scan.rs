@@ -27,6 +27,12 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
             Finding::Died { agent, why, told: None } => {
                 format!("died {agent} ({why}; dead again after a relaunch): a root, nobody to tell; `offshoot log {agent}` shows why")
             }
+            Finding::Released { agent, name: Some(name) } => {
+                format!("released the claims of {agent} ({name}): its maker died before it was made")
+            }
+            Finding::Released { agent, name: None } => {
+                format!("released the claim of {agent}: its maker died before it was made")
+            }
         });
     }
     Ok(())

@@ -325,6 +325,14 @@ impl Repo {
         create_only(&self.repo, &name, blob, "claim")
     }
 
+    /// How long ago the mark `refs/offshoot/<kind>/<key>` was set (its file's age; `None`
+    /// when it is packed or gone).
+    pub fn mark_age(&self, kind: &str, key: &str) -> Option<std::time::Duration> {
+        let path = self.repo.path().join(format!("refs/offshoot/{kind}/{key}"));
+        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
+        std::time::SystemTime::now().duration_since(modified).ok()
+    }
+
     /// The keys of the marks `refs/offshoot/<kind>/<prefix>*`.
     pub fn marks(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
         let base = format!("refs/offshoot/{kind}/");

@@ -76,8 +76,8 @@ impl Project {
         if self.branch_tip(branch)?.is_some() {
             return Err(GitError::BranchExists { branch: branch.to_owned() });
         }
-        self.repo
-            .reference(&branch_ref(branch), at, false, "offshoot: new agent")
+        let name = branch_ref(branch);
+        super::with_lock_retries(&self.repo, &name, || self.repo.reference(&name, at, false, "offshoot: new agent"))
             .map_err(lib(format!("create {branch}")))?;
         Ok(())
     }
