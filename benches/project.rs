@@ -9,6 +9,8 @@
 //!
 //! Run: `cargo bench --bench project -- [FILES...]` (default 5000 50000).
 
+#[path = "support/clock.rs"]
+mod clock;
 #[path = "../tests/cli/support/server.rs"]
 mod server;
 
@@ -16,9 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use clock::{Clock, median_ms};
 use offshoot::engine::Env;
 use offshoot::engine::agents::{self, Start};
-use offshoot::engine::driver::{self, Event, Observer};
+use offshoot::engine::driver;
 use offshoot::engine::project;
 use offshoot::engine::runtime::Runtime;
 use offshoot::engine::workspace::{Workspace, set_key, template_files};
@@ -27,24 +30,6 @@ use offshoot::infra::time::Timestamp;
 use server::{Server, Turn};
 
 const STEPS: usize = 20;
-
-struct Clock {
-    starts: Vec<Instant>,
-}
-
-impl Observer for Clock {
-    fn event(&mut self, event: Event<'_>) {
-        if let Event::StepStarted { .. } = event {
-            self.starts.push(Instant::now());
-        }
-    }
-}
-
-fn median_ms(d: &[Duration]) -> f64 {
-    let mut v: Vec<f64> = d.iter().map(|x| x.as_secs_f64() * 1000.0).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
 
 fn git(dir: &Path, args: &[&str]) {
     let o = Command::new("git")

@@ -10,6 +10,8 @@
 //! Run: `cargo bench --bench step_loop -- [STEPS]` (default 1000); with
 //! `OFFSHOOT_BENCH_BUDGETS=1` every whole-tree budget is set (and never reached).
 
+#[path = "support/clock.rs"]
+mod clock;
 #[path = "support/memory.rs"]
 mod memory;
 #[path = "../tests/cli/support/server.rs"]
@@ -20,37 +22,19 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use clock::{Clock, median_ms};
 use offshoot::domain::id::AgentId;
 use offshoot::engine::Env;
 use offshoot::engine::agents::{self, Start};
-use offshoot::engine::driver::{self, Event, Observer};
+use offshoot::engine::driver;
 use offshoot::engine::runtime::Runtime;
 use offshoot::engine::workspace::{Workspace, set_key, template_files};
 use offshoot::infra::provider::{Request, anthropic};
 use offshoot::infra::time::Timestamp;
 use server::{Server, Turn};
 
-/// Records when each step starts.
-struct Clock {
-    starts: Vec<Instant>,
-}
-
-impl Observer for Clock {
-    fn event(&mut self, event: Event<'_>) {
-        if let Event::StepStarted { .. } = event {
-            self.starts.push(Instant::now());
-        }
-    }
-}
-
 fn mean_ms(d: &[Duration]) -> f64 {
     d.iter().map(Duration::as_secs_f64).sum::<f64>() * 1000.0 / d.len().max(1) as f64
-}
-
-fn median_ms(d: &[Duration]) -> f64 {
-    let mut v: Vec<f64> = d.iter().map(|x| x.as_secs_f64() * 1000.0).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 fn main() {
