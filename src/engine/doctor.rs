@@ -100,6 +100,7 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
         }
     }
     check_inboxes(ws, &ids, &mut findings, &mut checked);
+    check_step_temps(ws, &ids, &mut findings);
     check_marks(ws, &ids, &mut findings)?;
     check_locks(ws, &mut findings);
     let connectivity = ws.repo.connectivity()?;
@@ -196,6 +197,23 @@ fn check_marks(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>) -> 
         }
     }
     Ok(())
+}
+
+/// `*.tmp` files a record's atomic rewrite leaves when its writer is killed in between.
+fn check_step_temps(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>) {
+    for id in ids {
+        for step in std::fs::read_dir(ws.layout.steps(id)).into_iter().flatten().flatten() {
+            for file in std::fs::read_dir(step.path()).into_iter().flatten().flatten() {
+                let path = file.path();
+                if path.extension().is_some_and(|e| e == "tmp") && age_secs(&path) >= STALE_SECS {
+                    findings.push(Finding {
+                        what: format!("stray temporary file {} (a record rewrite that was cut short)", path.display()),
+                        fix: Fix::RemoveFile(path),
+                    });
+                }
+            }
+        }
+    }
 }
 
 fn check_locks(ws: &Workspace, findings: &mut Vec<Finding>) {

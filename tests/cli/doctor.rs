@@ -56,6 +56,9 @@ fn each_kind_of_damage_is_found_and_the_safe_ones_repaired() {
     let tmp = inbox.join(".tmp-1-2");
     std::fs::write(&tmp, "half").expect("tmp");
     age(&tmp);
+    let meta_tmp = t.ws.join("steps").join(&id).join("0001").join("meta.tmp");
+    std::fs::write(&meta_tmp, "{").expect("meta tmp");
+    age(&meta_tmp);
     sh_in_repo(&t, "b=$(printf x | git hash-object -w --stdin) && git update-ref refs/offshoot/stopped/zzzzzz $b");
     // Needs a person: a bad header, a stray file, an answer given twice, a lost object.
     std::fs::write(inbox.join("0007-user.md"), "no header here\n").expect("bad header");
@@ -82,6 +85,7 @@ fn each_kind_of_damage_is_found_and_the_safe_ones_repaired() {
     let out = &run.stdout;
     for expected in [
         &format!("stray temporary file {}", tmp.display()),
+        &format!("stray temporary file {} (a record rewrite", meta_tmp.display()),
         &format!("stale lock file {}", lock.display()),
         &"mark `refs/offshoot/stopped/zzzzzz` names agent `zzzzzz`, which does not exist".to_owned(),
         &format!("{} has no valid header", inbox.join("0007-user.md").display()),
@@ -91,15 +95,15 @@ fn each_kind_of_damage_is_found_and_the_safe_ones_repaired() {
     ] {
         assert!(out.contains(expected.as_str()), "missing `{expected}` in:\n{out}");
     }
-    assert!(run.stderr.contains("7 findings"), "{}\n{}", run.stdout, run.stderr);
-    assert!(run.stderr.contains("`offshoot doctor --repair` makes the 3 safe repairs"), "{}", run.stderr);
+    assert!(run.stderr.contains("8 findings"), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("`offshoot doctor --repair` makes the 4 safe repairs"), "{}", run.stderr);
 
     let repaired = t.run(&["doctor", "--repair"]);
     assert_eq!(repaired.code, 1, "the rest needs a person: {}", repaired.stderr);
     assert!(repaired.stderr.contains(&format!("· removed {}", tmp.display())), "{}", repaired.stderr);
     assert!(repaired.stderr.contains("· deleted refs/offshoot/stopped/zzzzzz"), "{}", repaired.stderr);
     assert!(repaired.stderr.contains("4 findings"), "{}", repaired.stderr);
-    assert!(!tmp.exists() && !lock.exists());
+    assert!(!tmp.exists() && !lock.exists() && !meta_tmp.exists());
     assert!(!repaired.stdout.contains("stale lock") && repaired.stdout.contains("second time"), "{}", repaired.stdout);
 }
 
