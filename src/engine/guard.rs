@@ -142,7 +142,11 @@ pub fn note(restored: &[Restored]) -> String {
 pub struct WorkWatch {
     watch: Option<Watch>,
     pending: BTreeSet<String>,
+    /// The next scan must look at everything.
     everything: bool,
+    /// The watch lost track (events lost, a directory moved, a watch refused): it is
+    /// made afresh after the next whole scan.
+    lost: bool,
 }
 
 /// What the next scan must look at.
@@ -155,7 +159,7 @@ impl WorkWatch {
     pub fn new(dir: &Tracked) -> WorkWatch {
         let watch = Watch::tree(dir.root(), &[agent::DIR, DOT_GIT]).ok();
         // What changed while no driver watched is not known: the first scan is whole.
-        WorkWatch { watch, pending: BTreeSet::new(), everything: true }
+        WorkWatch { watch, pending: BTreeSet::new(), everything: true, lost: false }
     }
 
     /// What the next scan must cover.
@@ -164,6 +168,7 @@ impl WorkWatch {
             Some(watch) => {
                 let touched = watch.take();
                 self.everything |= touched.everything;
+                self.lost |= touched.everything;
                 self.pending.extend(touched.paths);
             }
             None => self.everything = true,
@@ -172,9 +177,10 @@ impl WorkWatch {
     }
 
     /// The scan `due` asked for was committed: nothing is pending. After a whole scan
-    /// that was due to lost track, the tree is watched afresh.
+    /// that was due to lost track, the tree is watched afresh (not after the first one:
+    /// the watch made at start has not lost anything).
     pub fn scanned(&mut self) {
-        if self.everything
+        if std::mem::take(&mut self.lost)
             && let Some(watch) = self.watch.as_mut()
             && watch.rewatch().is_err()
         {
