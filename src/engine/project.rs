@@ -159,13 +159,14 @@ pub fn export(
             (ws.project.commit_work(&parents, work, author, &message)?, true)
         }
     };
-    ws.project.send_to(&user, commit)?;
+    // Refused before anything is copied: project.git reads the user's objects too.
     if let Some(old) = previous
         && !force
-        && !user.descends(commit, old)
+        && !ws.project.descends(commit, old)
     {
         return Err(ProjectError::NotFastForward { branch, tip: old.to_string() });
     }
+    ws.project.send_to(&user, commit)?;
     if previous != Some(commit) {
         user.set_branch(&branch, commit, previous, &format!("offshoot export {id}"))?;
     }

@@ -133,8 +133,10 @@ fn an_agent_works_on_the_project_without_writing_it_and_its_work_comes_back_by_e
         Turn::text("rewrote"),
     ]);
     t.run(&["send", "Ada", "start over"]).ok();
+    let objects_before = count_objects(&repo);
     let refused = t.run(&["export", "Ada"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert_eq!(count_objects(&repo), objects_before, "a refused export copied objects");
     assert!(refused.stderr.contains("does not build on"), "{}", refused.stderr);
     assert!(refused.stderr.contains("--force"), "{}", refused.stderr);
     assert_eq!(git(&repo, &["rev-parse", "offshoot/Ada"]).trim(), second);
@@ -392,4 +394,13 @@ fn base_picks_the_start_forks_keep_it_and_the_export_is_authored_by_the_user() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("`no-such-rev` names no commit of the project"), "{}", run.stderr);
     assert_eq!(t.agents().len(), 2);
+}
+
+/// How many objects the repository's store holds (loose and packed).
+fn count_objects(repo: &Path) -> String {
+    git(repo, &["count-objects", "-v"])
+        .lines()
+        .filter(|l| l.starts_with("count:") || l.starts_with("in-pack:"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -134,11 +134,6 @@ impl UserRepo {
         self.repo.refname_to_id(&format!("refs/heads/{branch}")).ok()
     }
 
-    /// Whether `descendant` has `ancestor` in its history (or is it).
-    pub fn descends(&self, descendant: Oid, ancestor: Oid) -> bool {
-        descendant == ancestor || self.repo.graph_descendant_of(descendant, ancestor).unwrap_or(false)
-    }
-
     /// Copies into this repository every object of `commit`'s history that it lacks,
     /// read from `from` (unchanged subtrees are not walked: an object here has all its
     /// own below it).
