@@ -1522,7 +1522,7 @@ pub(crate) fn deposit_result(
     // A driver killed between depositing and marking the debt paid deposits again when
     // it comes back: a result already in the inbox or the transcript is not sent twice
     // (the inbox first: a delivery commits before it removes the file).
-    if !already_received(ws, from, to, terminal)? {
+    if !already_received(ws, from, to, epitaph, terminal)? {
         let deposit = Deposit {
             from: from.to_string(),
             at: Timestamp::now().to_string(),
@@ -1538,11 +1538,16 @@ pub(crate) fn deposit_result(
     Ok(())
 }
 
-/// Whether `to` already holds `from`'s result made at `terminal`, pending or delivered.
-fn already_received(ws: &Workspace, from: &AgentId, to: &AgentId, terminal: CommitId) -> Result<bool> {
+/// Whether `to` already holds `from`'s result of kind `epitaph` made at `terminal`,
+/// pending or delivered.
+fn already_received(ws: &Workspace, from: &AgentId, to: &AgentId, epitaph: &str, terminal: CommitId) -> Result<bool> {
     let terminal = terminal.to_string();
     let ours = |text: &str| {
-        Header::parse(text).is_some_and(|h| h.from == from.as_str() && h.terminal.as_deref() == Some(terminal.as_str()))
+        Header::parse(text).is_some_and(|h| {
+            h.from == from.as_str()
+                && h.terminal.as_deref() == Some(terminal.as_str())
+                && h.epitaph.as_deref() == Some(epitaph)
+        })
     };
     if inbox::pending(&ws.layout, to)?.iter().any(|p| ours(&p.text)) {
         return Ok(true);
