@@ -11,6 +11,8 @@
 
 #[path = "support/clock.rs"]
 mod clock;
+#[path = "support/disk.rs"]
+mod disk;
 #[path = "../tests/cli/support/server.rs"]
 mod server;
 
@@ -19,6 +21,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clock::{Clock, median_ms};
+use disk::file_creation_micros;
 use offshoot::engine::Env;
 use offshoot::engine::agents::{self, Start};
 use offshoot::engine::driver;
@@ -134,7 +137,7 @@ fn main() {
     println!(
         "directory: {} (creating one new file there costs {:.0} µs)",
         base.display(),
-        file_creation_micros(&root.join("probe"))
+        file_creation_micros(&root.join("probe"), 2000)
     );
     println!("step in an empty directory (no project): {empty_step:.1} ms (median)");
     println!(
@@ -164,15 +167,4 @@ fn main() {
         );
     }
     let _ = std::fs::remove_dir_all(&root);
-}
-
-/// What creating one small new file costs in `dir` (mean of 2,000), in microseconds:
-/// the disk's state, which the agent's checkout of many files depends on.
-fn file_creation_micros(dir: &Path) -> f64 {
-    std::fs::create_dir_all(dir).expect("probe dir");
-    let t = Instant::now();
-    for i in 0..2000 {
-        std::fs::write(dir.join(format!("f{i}")), b"x").expect("probe");
-    }
-    t.elapsed().as_secs_f64() * 1e6 / 2000.0
 }

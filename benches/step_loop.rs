@@ -12,6 +12,8 @@
 
 #[path = "support/clock.rs"]
 mod clock;
+#[path = "support/disk.rs"]
+mod disk;
 #[path = "support/memory.rs"]
 mod memory;
 #[path = "../tests/cli/support/server.rs"]
@@ -23,6 +25,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use clock::{Clock, median_ms};
+use disk::file_creation_micros;
 use offshoot::domain::id::AgentId;
 use offshoot::engine::Env;
 use offshoot::engine::agents::{self, Start};
@@ -67,7 +70,7 @@ fn main() {
             *bytes = text.into_bytes();
         }
     }
-    let create_us = file_creation_micros(&root.join("probe"));
+    let create_us = file_creation_micros(&root.join("probe"), 200);
     let ws = Workspace::create(&root.join("ws"), &files).expect("workspace");
     let env = Env::new([("ANTHROPIC_API_KEY".to_owned(), "bench".to_owned())]);
     let spawn = Start {
@@ -217,16 +220,6 @@ fn strip(value: &mut serde_json::Value, key: &str) {
         serde_json::Value::Array(items) => items.iter_mut().for_each(|v| strip(v, key)),
         _ => {}
     }
-}
-
-/// What creating one small new file costs in `dir` (mean of 200), in microseconds.
-fn file_creation_micros(dir: &Path) -> f64 {
-    std::fs::create_dir_all(dir).expect("probe dir");
-    let t = Instant::now();
-    for i in 0..200 {
-        write(&dir.join(format!("f{i}")), b"x");
-    }
-    t.elapsed().as_secs_f64() * 1e6 / 200.0
 }
 
 fn write(path: &Path, bytes: &[u8]) {

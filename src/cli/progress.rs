@@ -103,7 +103,8 @@ impl Live<'_> {
     }
 }
 
-fn one_line(text: &str, max: usize) -> String {
+/// `text` on one line (whitespace runs made one space), cut to `max` characters.
+pub(crate) fn one_line(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
 }

@@ -231,8 +231,7 @@ fn check_locks(ws: &Workspace, findings: &mut Vec<Finding>) {
 }
 
 fn age_secs(path: &std::path::Path) -> u64 {
-    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    modified.and_then(|m| std::time::SystemTime::now().duration_since(m).ok()).map_or(0, |d| d.as_secs())
+    git::file_age(path).map_or(0, |a| a.as_secs())
 }
 
 /// Makes the safe repairs among `findings`; what it did, in words.

@@ -47,16 +47,8 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
             s.goal
         ));
         if let Some(why) = &s.why {
-            ctx.out.line(&format!("{:<wi$}  ↳ {}", "", clip(why, 120)));
+            ctx.out.line(&format!("{:<wi$}  ↳ {}", "", crate::cli::progress::one_line(why, 120)));
         }
     }
     Ok(())
-}
-
-fn clip(text: &str, max: usize) -> String {
-    if text.chars().count() > max {
-        format!("{}…", text.chars().take(max).collect::<String>())
-    } else {
-        text.to_owned()
-    }
 }

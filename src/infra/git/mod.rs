@@ -209,11 +209,7 @@ fn with_lock_retries<T>(
         match update() {
             Err(e) if e.code() == git2::ErrorCode::Locked && tries < 300 => {
                 tries += 1;
-                let age = std::fs::metadata(&lock)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|m| std::time::SystemTime::now().duration_since(m).ok());
-                if age.is_some_and(|a| a >= STALE_LOCK) {
+                if file_age(&lock).is_some_and(|a| a >= STALE_LOCK) {
                     let _ = std::fs::remove_file(&lock);
                     continue;
                 }
@@ -328,9 +324,7 @@ impl Repo {
     /// How long ago the mark `refs/offshoot/<kind>/<key>` was set (its file's age; `None`
     /// when it is packed or gone).
     pub fn mark_age(&self, kind: &str, key: &str) -> Option<std::time::Duration> {
-        let path = self.repo.path().join(format!("refs/offshoot/{kind}/{key}"));
-        let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
-        std::time::SystemTime::now().duration_since(modified).ok()
+        file_age(&self.repo.path().join(format!("refs/offshoot/{kind}/{key}")))
     }
 
     /// The keys of the marks `refs/offshoot/<kind>/<prefix>*`.
@@ -728,11 +722,16 @@ impl Repo {
     }
 }
 
+/// How long ago the file at `path` was last written (`None` when it is gone).
+pub fn file_age(path: &Path) -> Option<std::time::Duration> {
+    let modified = std::fs::symlink_metadata(path).and_then(|m| m.modified()).ok()?;
+    std::time::SystemTime::now().duration_since(modified).ok()
+}
+
 /// `*.lock` files under `dir` (not following symlinks), with their age in seconds.
 pub fn lock_files(dir: &Path) -> Vec<(PathBuf, u64)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_owned()];
-    let now = std::time::SystemTime::now();
     while let Some(d) = stack.pop() {
         for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             let Ok(kind) = entry.file_type() else { continue };
@@ -743,9 +742,8 @@ pub fn lock_files(dir: &Path) -> Vec<(PathBuf, u64)> {
                     stack.push(path);
                 }
             } else if path.extension().is_some_and(|e| e == "lock") {
-                let age =
-                    entry.metadata().ok().and_then(|m| m.modified().ok()).and_then(|m| now.duration_since(m).ok());
-                out.push((path, age.map_or(0, |a| a.as_secs())));
+                let age = file_age(&path).map_or(0, |a| a.as_secs());
+                out.push((path, age));
             }
         }
     }
