@@ -4,8 +4,9 @@
 //! against the scripted Anthropic server with zero model latency, driven in-process
 //! through the same code as `offshoot run`. Reports the harness's time per step, the
 //! floor for the same work without git (the HTTP round trip of the same request, the
-//! tool's process, the record files), overhead at the start and end of the
-//! conversation, and peak memory.
+//! tool's process, the record files; each measured between two of the harness's
+//! steps, so both meet the disk in the same state), overhead at the start and end of
+//! the conversation, and peak memory.
 //!
 //! Run: `cargo bench --bench step_loop -- [STEPS]` (default 1000); with
 //! `OFFSHOOT_BENCH_BUDGETS=1` every whole-tree budget is set (and never reached).
@@ -29,7 +30,7 @@ use disk::file_creation_micros;
 use offshoot::domain::id::AgentId;
 use offshoot::engine::Env;
 use offshoot::engine::agents::{self, Start};
-use offshoot::engine::driver;
+use offshoot::engine::driver::{self, Event, Observer};
 use offshoot::engine::runtime::Runtime;
 use offshoot::engine::workspace::{Workspace, set_key, template_files};
 use offshoot::infra::provider::{Request, anthropic};
@@ -84,25 +85,28 @@ fn main() {
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let rss_before = memory::own_peak_rss_kib();
 
-    let mut clock = Clock { starts: Vec::new() };
+    // The floor of step n runs at the start of step n + 1, between two steps of the
+    // harness: both meet the disk in the same state (on ext4 what a new file costs
+    // drifts for minutes after a mass deletion).
+    let floor_server = Server::start_with(false);
+    let mut clock = Interleaved::new(&ws, &id, &floor_server, steps);
     let started = Instant::now();
     // The driver runs in this process; the runtime's binary is only for launches.
     let runtime = Runtime::new(ws.layout.clone(), "offshoot".into(), env, Default::default());
     driver::run(&ws, &runtime, &id, &mut clock).expect("run");
-    let total = started.elapsed();
+    let total = started.elapsed() - clock.floor.iter().sum::<Duration>();
     let rss_after = memory::own_peak_rss_kib();
     // A driver that starts with nothing due: it opens the directory (checking
     // `.offshoot/` against the tip, every transcript entry hashed) and lets go.
     let restart = Instant::now();
     driver::run(&ws, &runtime, &id, &mut Clock { starts: Vec::new() }).expect("rerun");
     let restart = restart.elapsed();
-    let per_step: Vec<Duration> = clock.starts.windows(2).map(|w| w[1] - w[0]).collect();
-
-    let floor = floor(&ws, &id, &server, steps);
+    let per_step = clock.harness();
     let window = 50.min(steps / 2).max(1);
     let (h_first, h_last) = (median_ms(&per_step[..window]), median_ms(&per_step[per_step.len() - window..]));
+    let floor = &clock.floor;
     let (f_first, f_last) = (median_ms(&floor[..window]), median_ms(&floor[floor.len() - window..]));
-    let (h_all, f_all) = (mean_ms(&per_step), mean_ms(&floor));
+    let (h_all, f_all) = (mean_ms(&per_step), mean_ms(floor));
     let size =
         |n: usize| std::fs::metadata(ws.layout.step(&id, n as u32).join("request.json")).map(|m| m.len()).unwrap_or(0);
 
@@ -135,32 +139,62 @@ fn main() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// The same work without git or the harness: for each step, POST that step's
-/// recorded request to the server and read the stream, run the tool's process, and
-/// write the same new files the harness writes outside git (the step record with its
-/// tool record, and the two transcript entries).
-fn floor(ws: &Workspace, id: &AgentId, server: &Server, steps: usize) -> Vec<Duration> {
-    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-    let scratch = ws.layout.root().join("floor");
-    std::fs::create_dir_all(&scratch).expect("scratch");
-    let mut out = Vec::with_capacity(steps);
-    for n in 1..=steps {
-        let recorded = std::fs::read(ws.layout.step(id, n as u32).join("request.json")).expect("request");
+/// Times the harness's steps and, between them, the floor: the same work without git
+/// or the harness. For each step, POST that step's recorded request to a second
+/// server and read the stream, run the tool's process, and write the same new files
+/// the harness writes outside git (the step record with its tool record, and the two
+/// transcript entries).
+struct Interleaved<'a> {
+    ws: &'a Workspace,
+    id: &'a AgentId,
+    server: &'a Server,
+    agent: ureq::Agent,
+    scratch: std::path::PathBuf,
+    /// When each step started (after the floor run at its start) and when the floor
+    /// run at its start began.
+    started: Vec<Instant>,
+    paused: Vec<Instant>,
+    floor: Vec<Duration>,
+}
+
+impl<'a> Interleaved<'a> {
+    fn new(ws: &'a Workspace, id: &'a AgentId, server: &'a Server, steps: usize) -> Interleaved<'a> {
+        let scratch = ws.layout.root().join("floor");
+        std::fs::create_dir_all(&scratch).expect("scratch");
+        Interleaved {
+            ws,
+            id,
+            server,
+            agent: ureq::Agent::config_builder().http_status_as_error(false).build().into(),
+            scratch,
+            started: Vec::with_capacity(steps + 1),
+            paused: Vec::with_capacity(steps + 1),
+            floor: Vec::with_capacity(steps),
+        }
+    }
+
+    /// The harness's time for each step but the last: from its start to the pause
+    /// at the start of the next.
+    fn harness(&self) -> Vec<Duration> {
+        self.started.iter().zip(self.paused.iter().skip(1)).map(|(s, p)| *p - *s).collect()
+    }
+
+    fn floor_step(&mut self, n: usize) -> Duration {
+        let recorded = std::fs::read(self.ws.layout.step(self.id, n as u32).join("request.json")).expect("request");
         let request: Request = serde_json::from_slice(&recorded).expect("parse");
         let wire = anthropic::encode(&request, Some("bench"));
-        server.push(server::Reply::Turn(Turn::bash("call_floor", "echo step")));
+        self.server.push(server::Reply::Turn(Turn::bash("call_floor", "echo step")));
         let t = Instant::now();
-        let response = agent
-            .post(format!("{}{}", server.url(), wire.path))
+        let response = self
+            .agent
+            .post(format!("{}{}", self.server.url(), wire.path))
             .header("content-type", "application/json")
             .send(&wire.body[..])
             .expect("post");
         let mut body = Vec::new();
         response.into_body().into_reader().read_to_end(&mut body).expect("read");
         let tool = Command::new("sh").args(["-c", "echo step"]).output().expect("sh");
-        // The files the harness writes outside git: the step record and the two
-        // transcript entries in the worktree.
-        let dir = scratch.join(format!("{n:04}"));
+        let dir = self.scratch.join(format!("{n:04}"));
         let tool_dir = dir.join("tools").join("call_floor");
         std::fs::create_dir_all(&tool_dir).expect("step dirs");
         write(&dir.join("request.json"), &recorded);
@@ -168,11 +202,23 @@ fn floor(ws: &Workspace, id: &AgentId, server: &Server, steps: usize) -> Vec<Dur
         write(&dir.join("meta.json"), b"{\"outcome\":\"ok\"}");
         write(&tool_dir.join("input.json"), b"{\"command\":\"echo step\"}");
         write(&tool_dir.join("output.json"), &tool.stdout);
-        write(&scratch.join(format!("{:04}-model.json", 2 * n)), &body[..body.len().min(512)]);
-        write(&scratch.join(format!("{:04}-tool.json", 2 * n + 1)), &tool.stdout);
-        out.push(t.elapsed());
+        write(&self.scratch.join(format!("{:04}-model.json", 2 * n)), &body[..body.len().min(512)]);
+        write(&self.scratch.join(format!("{:04}-tool.json", 2 * n + 1)), &tool.stdout);
+        t.elapsed()
     }
-    out
+}
+
+impl Observer for Interleaved<'_> {
+    fn event(&mut self, event: Event<'_>) {
+        if let Event::StepStarted { step, .. } = event {
+            self.paused.push(Instant::now());
+            if step > 1 {
+                let d = self.floor_step(step as usize - 1);
+                self.floor.push(d);
+            }
+            self.started.push(Instant::now());
+        }
+    }
 }
 
 /// How many consecutive requests, as sent on the wire, extend the one before: the same

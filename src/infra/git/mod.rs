@@ -10,6 +10,7 @@ use git2::{
     build::TreeUpdateBuilder,
 };
 
+mod loose;
 mod project;
 mod tracked;
 mod user;

@@ -265,8 +265,8 @@ impl Tracked {
             path: self.transcript.clone(),
             dir: "a directory of files only".into(),
         })?;
-        let odb = self.repo.odb().map_err(lib("open odb"))?;
-        let id = odb.write(ObjectType::Tree, &bytes).map_err(lib("write tree"))?;
+        // It grows with the conversation and is written twice a step (see `loose`).
+        let id = super::loose::write_stored(&self.repo.path().join("objects"), "tree", &bytes)?;
         *cache = Some((id, bytes));
         Ok(id)
     }
