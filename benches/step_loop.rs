@@ -123,6 +123,10 @@ fn main() {
     row(format!("steps 1-{window} (median)"), h_first, f_first);
     row(format!("steps {}-{steps} (median)", steps - window + 1), h_last, f_last);
     println!("request.json size: step 1 {} bytes, step {steps} {} bytes", size(1), size(steps));
+    println!(
+        "repo.git on disk after the run: {:.1} MiB",
+        tree_bytes(&ws.layout.root().join("repo.git")) as f64 / 1048576.0
+    );
     let (extended, pairs) = prefix_stability(&ws, &id, steps);
     println!(
         "prefix stability: {extended} of {pairs} consecutive requests ({:.1}%) extend the one before byte for byte (system, tools, every earlier message; `cache_control` marks, outside the cache key, left out)",
@@ -266,6 +270,19 @@ fn strip(value: &mut serde_json::Value, key: &str) {
         serde_json::Value::Array(items) => items.iter_mut().for_each(|v| strip(v, key)),
         _ => {}
     }
+}
+
+/// The bytes of every file below `dir`.
+fn tree_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => total += tree_bytes(&entry.path()),
+            Ok(_) => total += entry.metadata().map(|m| m.len()).unwrap_or(0),
+            Err(_) => {}
+        }
+    }
+    total
 }
 
 fn write(path: &Path, bytes: &[u8]) {

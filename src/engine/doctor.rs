@@ -103,6 +103,7 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
     check_step_temps(ws, &ids, &mut findings);
     check_marks(ws, &ids, &mut findings)?;
     check_locks(ws, &mut findings);
+    check_object_temps(ws, &mut findings);
     let connectivity = ws.repo.connectivity()?;
     checked.commits = connectivity.commits;
     checked.objects = connectivity.objects;
@@ -224,6 +225,21 @@ fn check_locks(ws: &Workspace, findings: &mut Vec<Finding>) {
         if age >= STALE_SECS {
             findings.push(Finding {
                 what: format!("stale lock file {} ({age} s old): the next write there would fail", path.display()),
+                fix: Fix::RemoveFile(path),
+            });
+        }
+    }
+}
+
+/// Object files a killed write left half made in `repo.git` or `project.git` (never
+/// read: an object is only found under its final name).
+fn check_object_temps(ws: &Workspace, findings: &mut Vec<Finding>) {
+    let mut temps = ws.repo.temp_objects();
+    temps.extend(git::temp_objects(&ws.layout.project()));
+    for (path, age) in temps {
+        if age >= STALE_SECS {
+            findings.push(Finding {
+                what: format!("stray temporary file {} (an object write that was cut short)", path.display()),
                 fix: Fix::RemoveFile(path),
             });
         }

@@ -76,6 +76,9 @@ fn each_kind_of_damage_is_found_and_the_safe_ones_repaired() {
     let lock = t.ws.join(format!("repo.git/refs/heads/agents/{id}.lock"));
     std::fs::write(&lock, "0000").expect("lock");
     age(&lock);
+    let object_tmp = t.ws.join("repo.git/objects/tmp_object_offshoot_1_0");
+    std::fs::write(&object_tmp, "x").expect("object tmp");
+    age(&object_tmp);
     let goal = sh_in_repo(&t, &format!("git rev-parse agents/{id}:.offshoot/goal.md"));
     let goal = goal.trim();
     std::fs::remove_file(t.ws.join(format!("repo.git/objects/{}/{}", &goal[..2], &goal[2..]))).expect("rm object");
@@ -87,6 +90,7 @@ fn each_kind_of_damage_is_found_and_the_safe_ones_repaired() {
         &format!("stray temporary file {}", tmp.display()),
         &format!("stray temporary file {} (a record rewrite", meta_tmp.display()),
         &format!("stale lock file {}", lock.display()),
+        &format!("stray temporary file {} (an object write that was cut short)", object_tmp.display()),
         &"mark `refs/offshoot/stopped/zzzzzz` names agent `zzzzzz`, which does not exist".to_owned(),
         &format!("{} has no valid header", inbox.join("0007-user.md").display()),
         &format!("{} is not an inbox file", inbox.join("notes.txt").display()),
@@ -95,15 +99,15 @@ fn each_kind_of_damage_is_found_and_the_safe_ones_repaired() {
     ] {
         assert!(out.contains(expected.as_str()), "missing `{expected}` in:\n{out}");
     }
-    assert!(run.stderr.contains("8 findings"), "{}\n{}", run.stdout, run.stderr);
-    assert!(run.stderr.contains("`offshoot doctor --repair` makes the 4 safe repairs"), "{}", run.stderr);
+    assert!(run.stderr.contains("9 findings"), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("`offshoot doctor --repair` makes the 5 safe repairs"), "{}", run.stderr);
 
     let repaired = t.run(&["doctor", "--repair"]);
     assert_eq!(repaired.code, 1, "the rest needs a person: {}", repaired.stderr);
     assert!(repaired.stderr.contains(&format!("· removed {}", tmp.display())), "{}", repaired.stderr);
     assert!(repaired.stderr.contains("· deleted refs/offshoot/stopped/zzzzzz"), "{}", repaired.stderr);
     assert!(repaired.stderr.contains("4 findings"), "{}", repaired.stderr);
-    assert!(!tmp.exists() && !lock.exists() && !meta_tmp.exists());
+    assert!(!tmp.exists() && !lock.exists() && !meta_tmp.exists() && !object_tmp.exists());
     assert!(!repaired.stdout.contains("stale lock") && repaired.stdout.contains("second time"), "{}", repaired.stdout);
 }
 

@@ -43,11 +43,8 @@ pub(super) fn write_stored(objects: &Path, kind: &str, body: &[u8]) -> Result<Oi
         _ => {}
     }
     static SERIAL: AtomicU64 = AtomicU64::new(0);
-    let temp = objects.join(format!(
-        "tmp_object_offshoot_{}_{}",
-        std::process::id(),
-        SERIAL.fetch_add(1, Ordering::Relaxed)
-    ));
+    let temp =
+        objects.join(format!("tmp_object_offshoot_{}_{}", std::process::id(), SERIAL.fetch_add(1, Ordering::Relaxed)));
     let written = (|| {
         use std::os::unix::fs::OpenOptionsExt;
         let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o444).open(&temp)?;

@@ -716,6 +716,11 @@ impl Repo {
         lock_files(self.repo.path())
     }
 
+    /// Temporary object files left in `objects/`, with their age in seconds.
+    pub fn temp_objects(&self) -> Vec<(PathBuf, u64)> {
+        temp_objects(self.repo.path())
+    }
+
     /// Removes the lock file of `branch`, left by a process that died updating it. Only
     /// for a caller that knows nobody else writes the branch now.
     pub fn remove_branch_lock(&self, branch: &str) {
@@ -748,6 +753,25 @@ pub fn lock_files(dir: &Path) -> Vec<(PathBuf, u64)> {
             }
         }
     }
+    out.sort();
+    out
+}
+
+/// Temporary object files in the object store of the repository at `git_dir` (an
+/// object write, libgit2's or offshoot's, cut short by a kill), with their age in
+/// seconds.
+pub fn temp_objects(git_dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out: Vec<(PathBuf, u64)> = std::fs::read_dir(git_dir.join("objects"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tmp_object_"))
+        .map(|e| {
+            let path = e.path();
+            let age = file_age(&path).map_or(0, |a| a.as_secs());
+            (path, age)
+        })
+        .collect();
     out.sort();
     out
 }
