@@ -185,7 +185,15 @@ pub fn call_gist(input: &serde_json::Value) -> String {
 /// Runs the driver in this process with live output. `fresh` marks an agent this
 /// command just created (removed again if its first call fails).
 pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
-    attach_holding(ctx, ws, id, fresh, None)
+    attach_holding(ctx, ws, id, fresh, None, true)
+}
+
+/// `attach` for a driver the runtime launched: nobody reads its output but its
+/// driver.log, so it does not tail the events of every agent below it (with a
+/// thousand agents, a thousand drivers listing `steps/` ten times a second took a
+/// third of the machine's CPU).
+pub fn attach_launched(ctx: &Ctx, ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
+    attach_holding(ctx, ws, id, false, None, false)
 }
 
 /// `attach`, with `announce` (the new agent's JSON `agent` event) held back until the
@@ -196,6 +204,7 @@ fn attach_holding(
     id: &AgentId,
     fresh: bool,
     announce: Option<serde_json::Value>,
+    follow: bool,
 ) -> Result<(), CliError> {
     let held = announce.map(|a| vec![a]);
     let mut live = Live { ctx, agent: id.to_string(), worked: false, spent: Spent::default(), held };
@@ -208,9 +217,11 @@ fn attach_holding(
         None if ctx.out.json => View::Json,
         None => View::Lines,
     };
-    let follower = Follower::start(ws.layout.root(), id, view);
+    let follower = follow.then(|| Follower::start(ws.layout.root(), id, view));
     let result = if fresh { driver::run_fresh(ws, &rt, id, &mut live) } else { driver::run(ws, &rt, id, &mut live) };
-    follower.finish();
+    if let Some(follower) = follower {
+        follower.finish();
+    }
     ctx.out.end_live();
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
@@ -321,7 +332,7 @@ pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool
     }
     if !detach {
         let announce = (ctx.out.json && fresh).then_some(announce);
-        return attach_holding(ctx, ws, id, fresh, announce);
+        return attach_holding(ctx, ws, id, fresh, announce, true);
     }
     ctx.runtime(ws).launch(id)?;
     if !ctx.out.json {

@@ -110,7 +110,7 @@ impl Runtime {
         }
     }
 
-    /// Starts `offshoot run <id>` detached: its own session, stdin closed, output
+    /// Starts `offshoot run --launched <id>` detached: its own session, stdin closed, output
     /// appended to `steps/<id>/driver.log`. If a driver already holds the agent, the
     /// new one finds the lock busy and exits quietly.
     pub fn launch(&self, id: &AgentId) -> Result<u32> {
@@ -119,8 +119,13 @@ impl Runtime {
             std::fs::create_dir_all(dir).map_err(|source| RuntimeError::Io { path: dir.to_owned(), source })?;
         }
         let env: Vec<(String, String)> = self.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
-        let args =
-            [OsStr::new("--workspace"), self.layout.root().as_os_str(), OsStr::new("run"), OsStr::new(id.as_str())];
+        let args = [
+            OsStr::new("--workspace"),
+            self.layout.root().as_os_str(),
+            OsStr::new("run"),
+            OsStr::new("--launched"),
+            OsStr::new(id.as_str()),
+        ];
         let spec = Spec {
             program: &self.exe,
             args: &args,

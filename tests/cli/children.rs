@@ -413,6 +413,22 @@ fn an_attached_prompt_shows_every_agent_of_the_tree_and_its_json_names_each_agen
     let kid = format!("{}.1", id_of(&t, "Lines"));
     assert!(run.stderr.contains(&format!("  [{kid} LinesKid] → bash ls")), "{}", run.stderr);
     assert!(run.stderr.contains(&format!("  [{kid} LinesKid] answered: listed")), "{}", run.stderr);
+
+    // A driver the runtime started writes only to its driver.log, where nobody follows
+    // the agents below it (each has a log of its own): its log has none of their lines.
+    script(&server, "Quiet");
+    t.run(&["prompt", "--detach", "--name", "Quiet", "follow a kid"]).ok();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !t.agents().iter().all(|a| a["state"] == "done") || t.agents().len() < 6 {
+        assert!(std::time::Instant::now() < until, "{:?}", t.agents());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let quiet = id_of(&t, "Quiet");
+    let kid = format!("{quiet}.1");
+    let kid_events = std::fs::read_to_string(t.steps_dir(&kid).join("events.ndjson")).expect("kid events");
+    assert!(kid_events.contains("\"tool_call\""), "{kid_events}");
+    let log = std::fs::read_to_string(t.steps_dir(&quiet).join("driver.log")).unwrap_or_default();
+    assert!(!log.contains("QuietKid]"), "{log}");
 }
 
 #[test]
