@@ -190,8 +190,9 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
 
 /// `attach` for a driver the runtime launched: nobody reads its output but its
 /// driver.log, so it does not tail the events of every agent below it (with a
-/// thousand agents, a thousand drivers listing `steps/` ten times a second took a
-/// third of the machine's CPU).
+/// thousand agents, a thousand drivers listing `steps/` ten times a second took 30%
+/// of the machine's CPU in the fleet bench, most of it spinning on that directory's
+/// lock).
 pub fn attach_launched(ctx: &Ctx, ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
     attach_holding(ctx, ws, id, false, None, false)
 }
