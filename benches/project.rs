@@ -13,6 +13,8 @@
 mod clock;
 #[path = "support/disk.rs"]
 mod disk;
+#[path = "support/median.rs"]
+mod median;
 #[path = "../tests/cli/support/server.rs"]
 mod server;
 
@@ -20,8 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use clock::{Clock, median_ms};
+use clock::Clock;
 use disk::file_creation_micros;
+use median::median_ms;
 use offshoot::engine::Env;
 use offshoot::engine::agents::{self, Start};
 use offshoot::engine::driver;
@@ -96,7 +99,7 @@ fn run(ws: &Workspace, server: &Server, repo: Option<&Path>) -> (Duration, f64) 
     };
     let id = agents::create_root(ws, "worker", "default", &spawn).expect("agent");
     let started = t.elapsed();
-    let runtime = Runtime::new(ws.layout.clone(), "offshoot".into(), env, Default::default());
+    let runtime = Runtime::new(ws.layout.clone(), env!("CARGO_BIN_EXE_offshoot").into(), env, Default::default());
     let mut clock = Clock { starts: Vec::new() };
     driver::run(ws, &runtime, &id, &mut clock).expect("run");
     let steps: Vec<Duration> = clock.starts.windows(2).map(|w| w[1] - w[0]).collect();

@@ -8,6 +8,11 @@
 //! steps, so both meet the disk in the same state), overhead at the start and end of
 //! the conversation, and peak memory.
 //!
+//! The floor's tool process runs as the harness runs it: in the agent's sandbox
+//! (the same jail, through the sandbox helper), so the overhead is the harness's own;
+//! `OFFSHOOT_BENCH_FLOOR=plain` runs it unconfined instead (the sandbox's cost then
+//! counts as overhead; `cargo bench --bench sandbox` measures it alone).
+//!
 //! Run: `cargo bench --bench step_loop -- [STEPS]` (default 1000); with
 //! `OFFSHOOT_BENCH_BUDGETS=1` every whole-tree budget is set (and never reached).
 
@@ -15,25 +20,32 @@
 mod clock;
 #[path = "support/disk.rs"]
 mod disk;
+#[path = "support/median.rs"]
+mod median;
 #[path = "support/memory.rs"]
 mod memory;
 #[path = "../tests/cli/support/server.rs"]
 mod server;
 
+use std::ffi::OsStr;
 use std::io::Read;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use clock::{Clock, median_ms};
+use clock::Clock;
 use disk::file_creation_micros;
+use median::median_ms;
 use offshoot::domain::id::AgentId;
 use offshoot::engine::Env;
 use offshoot::engine::agents::{self, Start};
+use offshoot::engine::containment::{self, Site};
 use offshoot::engine::driver::{self, Event, Observer};
 use offshoot::engine::runtime::Runtime;
 use offshoot::engine::workspace::{Workspace, set_key, template_files};
+use offshoot::infra::process::{self, Group, Io, Limits, Spec};
 use offshoot::infra::provider::{Request, anthropic};
+use offshoot::infra::sandbox::{self, Jail};
 use offshoot::infra::time::Timestamp;
 use server::{Server, Turn};
 
@@ -89,10 +101,12 @@ fn main() {
     // harness: both meet the disk in the same state (on ext4 what a new file costs
     // drifts for minutes after a mass deletion).
     let floor_server = Server::start_with(false);
-    let mut clock = Interleaved::new(&ws, &id, &floor_server, steps);
+    let plain = std::env::var("OFFSHOOT_BENCH_FLOOR").is_ok_and(|v| v == "plain");
+    let jail = (!plain).then(|| jail_of(&ws, &id));
+    let mut clock = Interleaved::new(&ws, &id, &floor_server, steps, jail);
     let started = Instant::now();
     // The driver runs in this process; the runtime's binary is only for launches.
-    let runtime = Runtime::new(ws.layout.clone(), "offshoot".into(), env, Default::default());
+    let runtime = Runtime::new(ws.layout.clone(), env!("CARGO_BIN_EXE_offshoot").into(), env, Default::default());
     driver::run(&ws, &runtime, &id, &mut clock).expect("run");
     let total = started.elapsed() - clock.floor.iter().sum::<Duration>();
     let rss_after = memory::own_peak_rss_kib();
@@ -114,6 +128,14 @@ fn main() {
         "step loop: {steps} steps of one `bash echo` each, scripted Anthropic server on loopback, zero model latency"
     );
     println!("directory: {} (creating one new file there costs {create_us:.0} µs)", base.display());
+    println!(
+        "the floor's tool process: {}",
+        if plain {
+            "unconfined (OFFSHOOT_BENCH_FLOOR=plain)"
+        } else {
+            "in the agent's sandbox, as the harness runs it"
+        }
+    );
     println!("total wall time: {:.2} s", total.as_secs_f64());
     println!("{:<28} {:>13} {:>13} {:>15} {:>7}", "", "harness/step", "floor/step", "overhead/step", "ratio");
     let row = |label: String, h: f64, f: f64| {
@@ -154,6 +176,8 @@ struct Interleaved<'a> {
     server: &'a Server,
     agent: ureq::Agent,
     scratch: std::path::PathBuf,
+    /// The agent's jail, for the floor's tool process (none: unconfined).
+    jail: Option<Jail>,
     /// When each step started (after the floor run at its start) and when the floor
     /// run at its start began.
     started: Vec<Instant>,
@@ -162,7 +186,13 @@ struct Interleaved<'a> {
 }
 
 impl<'a> Interleaved<'a> {
-    fn new(ws: &'a Workspace, id: &'a AgentId, server: &'a Server, steps: usize) -> Interleaved<'a> {
+    fn new(
+        ws: &'a Workspace,
+        id: &'a AgentId,
+        server: &'a Server,
+        steps: usize,
+        jail: Option<Jail>,
+    ) -> Interleaved<'a> {
         let scratch = ws.layout.root().join("floor");
         std::fs::create_dir_all(&scratch).expect("scratch");
         Interleaved {
@@ -171,6 +201,7 @@ impl<'a> Interleaved<'a> {
             server,
             agent: ureq::Agent::config_builder().http_status_as_error(false).build().into(),
             scratch,
+            jail,
             started: Vec::with_capacity(steps + 1),
             paused: Vec::with_capacity(steps + 1),
             floor: Vec::with_capacity(steps),
@@ -197,7 +228,7 @@ impl<'a> Interleaved<'a> {
             .expect("post");
         let mut body = Vec::new();
         response.into_body().into_reader().read_to_end(&mut body).expect("read");
-        let tool = Command::new("sh").args(["-c", "echo step"]).output().expect("sh");
+        let tool = self.tool();
         let dir = self.scratch.join(format!("{n:04}"));
         let tool_dir = dir.join("tools").join("call_floor");
         std::fs::create_dir_all(&tool_dir).expect("step dirs");
@@ -209,6 +240,59 @@ impl<'a> Interleaved<'a> {
         write(&self.scratch.join(format!("{:04}-model.json", 2 * n)), &body[..body.len().min(512)]);
         write(&self.scratch.join(format!("{:04}-tool.json", 2 * n + 1)), &tool.stdout);
         t.elapsed()
+    }
+}
+
+impl Interleaved<'_> {
+    /// The tool's process, as the harness starts it: `sh -c "echo step"`, in the
+    /// agent's jail unless the floor is plain. Returns its stdout.
+    fn tool(&self) -> ToolOut {
+        let Some(jail) = &self.jail else {
+            return ToolOut { stdout: Command::new("sh").args(["-c", "echo step"]).output().expect("sh").stdout };
+        };
+        let args = [OsStr::new("-c"), OsStr::new("echo step")];
+        let env = vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+        let spec = Spec {
+            program: Path::new("/bin/sh"),
+            args: &args,
+            cwd: &self.scratch,
+            env: &env,
+            group: Group::Own,
+            stdin: None,
+            sandbox: Some(jail),
+            pgid_record: None,
+        };
+        let limits = Limits { head: 2048, tail: 2048, record_max: 0, timeout: None, idle: None };
+        let done = process::run(&spec, &limits, Io::default()).expect("tool");
+        ToolOut { stdout: done.stdout.head }
+    }
+}
+
+struct ToolOut {
+    stdout: Vec<u8>,
+}
+
+/// The jail the harness runs agent `id`'s commands in (its role's confinement on
+/// this machine).
+fn jail_of(ws: &Workspace, id: &AgentId) -> Jail {
+    let (_, config) = ws.config("default").expect("config");
+    let role = config.role("worker").expect("worker");
+    let workspace = std::fs::canonicalize(ws.layout.root()).expect("workspace");
+    let own = std::fs::canonicalize(ws.layout.worktree(id)).expect("agent directory");
+    let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: None };
+    let mut c = containment::confinement(&site, role).expect("a sandboxed role");
+    // The floor writes its records beside the workspace's.
+    std::fs::create_dir_all(workspace.join("floor")).expect("floor");
+    c.read_write.push(workspace.join("floor"));
+    let helper = Path::new(env!("CARGO_BIN_EXE_offshoot"));
+    let support = sandbox::probe(helper);
+    Jail {
+        helper: helper.to_owned(),
+        landlock: sandbox::ruleset(&c, sandbox::abi(None), support.namespaces.is_ok()).expect("ruleset"),
+        namespaces: support.namespaces.is_ok(),
+        network: c.network,
+        processes: c.processes,
+        file_bytes: c.file_bytes,
     }
 }
 

@@ -1,6 +1,6 @@
-//! When each step starts, as a driver's events say, and the median of durations.
+//! When each step starts, as a driver's events say.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use offshoot::engine::driver::{Event, Observer};
 
@@ -15,11 +15,4 @@ impl Observer for Clock {
             self.starts.push(Instant::now());
         }
     }
-}
-
-/// The median of `d`, in milliseconds.
-pub fn median_ms(d: &[Duration]) -> f64 {
-    let mut v: Vec<f64> = d.iter().map(|x| x.as_secs_f64() * 1000.0).collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }

@@ -79,6 +79,7 @@ impl Ctx {
     /// The agent runtime of `ws`: deposits, wake-ups, launches and stops.
     pub fn runtime(&self, ws: &Workspace) -> Runtime {
         Runtime::new(ws.layout.clone(), self.exe.clone(), self.env.clone(), self.interrupt.clone())
+            .hiding_workspaces(self.data_root.join("workspaces"))
     }
 
     /// Opens the workspace; the default one is created on first use.

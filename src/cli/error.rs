@@ -93,6 +93,7 @@ impl From<AgentError> for CliError {
             | AgentError::Ambiguous { .. }
             | AgentError::TooDeep { .. }
             | AgentError::CompactorRole
+            | AgentError::Looser(_)
             | AgentError::UnknownRole { .. }
             | AgentError::EmptyMessage
             | AgentError::UnknownRef(_)

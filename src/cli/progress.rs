@@ -147,6 +147,7 @@ impl Observer for Live<'_> {
                 out.progress(&format!("  {mark} {}", one_line(summary, 100)));
             }
             Event::Repaired(repair) => out.progress(&format!("· {}", events::repaired(repair))),
+            Event::Warning(text) => out.progress(&format!("warning: {text}")),
             Event::Usage { step, usage, cost_usd } => out.progress(&format!(
                 "· step {step} done: {}",
                 usage_words(

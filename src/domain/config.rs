@@ -124,29 +124,53 @@ pub struct RoleConfig {
     /// How this role's tool commands are confined.
     #[serde(default)]
     pub sandbox: Sandbox,
-    /// With `sandbox = "workspace-write"`: whether tool commands may use TCP
-    /// (forbidding it needs Landlock ABI 4, Linux 6.7).
+    /// With `sandbox = "workspace-write"`: whether tool commands may reach the
+    /// network (`false`: no socket of theirs leaves the sandbox).
     #[serde(default = "yes")]
     pub network: bool,
     /// Absolute paths outside the agent's directory its tools may also write.
     #[serde(default)]
     pub write_paths: Vec<String>,
+    /// At most this many processes at once in one command's tree.
+    #[serde(default = "default_max_processes")]
+    pub max_processes: u64,
+    /// No file a command writes may grow past this many bytes.
+    #[serde(default = "default_max_file_bytes")]
+    pub max_file_bytes: u64,
+    /// Work products larger than this many bytes stay on disk but out of the agent's
+    /// history.
+    #[serde(default = "default_max_commit_file_bytes")]
+    pub max_commit_file_bytes: u64,
 }
 
 fn yes() -> bool {
     true
 }
 
+fn default_max_processes() -> u64 {
+    1024
+}
+
+fn default_max_file_bytes() -> u64 {
+    1 << 30
+}
+
+fn default_max_commit_file_bytes() -> u64 {
+    100 << 20
+}
+
 /// How tool commands are confined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Sandbox {
-    /// No confinement beyond the file tools' path rules.
-    #[default]
+    /// Full access: commands run unconfined, as you, and may read and write
+    /// whatever you can (your keys and other agents included). Said at every start.
     None,
-    /// Landlock: writes only in the agent's directory, the agents' repository, its
-    /// temporary directory, `/dev/null` and `write_paths`; no reads of the
-    /// workspace's internals or other agents' directories.
+    /// The default: commands run in namespaces of their own under Landlock; writes
+    /// only in the agent's directory, its git, its temporary directory and
+    /// `write_paths`; no reads of the workspace's internals, other agents or other
+    /// workspaces; no access to the driver.
+    #[default]
     WorkspaceWrite,
 }
 
@@ -444,6 +468,15 @@ impl Config {
             }
             if let Some(path) = role.write_paths.iter().find(|p| !p.starts_with('/')) {
                 return Err(fail(key("write_paths"), format!("`{path}` must be an absolute path")));
+            }
+            for (field, value) in [
+                ("max_processes", role.max_processes),
+                ("max_file_bytes", role.max_file_bytes),
+                ("max_commit_file_bytes", role.max_commit_file_bytes),
+            ] {
+                if value == 0 {
+                    return Err(fail(key(field), format!("`{field}` must be at least 1")));
+                }
             }
             if !role.network && role.sandbox != Sandbox::WorkspaceWrite {
                 return Err(fail(

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod budget;
 pub mod compaction;
 pub mod config;
+pub mod confinement;
 pub mod context;
 pub mod glob;
 pub mod grant;

@@ -29,6 +29,20 @@ const GIT_VARIABLES: &[&str] = &[
     "GIT_COMMITTER_DATE",
 ];
 
+/// Variables that hand a command a way into the user's agents and sessions (an ssh
+/// agent signs with the user's keys; a session bus reaches their keyring).
+const AGENT_SOCKETS: &[&str] = &["SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS"];
+
+/// Whether a variable names a socket of the user's (an agent, a bus, a daemon),
+/// which commands do not get unless `[tool_env] keep` names it.
+pub fn is_socket_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    AGENT_SOCKETS.contains(&upper.as_str())
+        || upper.ends_with("_SOCK")
+        || upper.ends_with("_SOCKET")
+        || upper == "DOCKER_HOST"
+}
+
 /// The PATH a command gets when the user's environment has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -65,8 +79,9 @@ pub struct Placement<'a> {
     pub tmpdir: &'a Path,
 }
 
-/// The environment of a tool command: `base` (the user's) without secrets, git
-/// redirections and offshoot's own variables, plus `placement`, then the config's
+/// The environment of a tool command: `base` (the user's) without secrets, sockets
+/// of the user's agents, git redirections and offshoot's own variables, plus
+/// `placement`, then the config's
 /// `[tool_env]`: `keep` brings back named variables (never a provider's key),
 /// `set` sets values last.
 pub fn environment<'b>(
@@ -80,7 +95,7 @@ pub fn environment<'b>(
         .filter(|(name, _)| {
             let kept = config.tool_env.keep.iter().any(|k| k == name);
             !keys.contains(name)
-                && (kept || !is_secret_name(name))
+                && (kept || !(is_secret_name(name) || is_socket_name(name)))
                 && !GIT_VARIABLES.contains(name)
                 && !name.starts_with("OFFSHOOT_")
         })
@@ -153,6 +168,8 @@ mod tests {
             ("GIT_AUTHOR_NAME", "The User"),
             ("OFFSHOOT_HOME", "/h"),
             ("LANG", "C.UTF-8"),
+            ("SSH_AUTH_SOCK", "/tmp/ssh-x/agent.1"),
+            ("DOCKER_HOST", "unix:///var/run/docker.sock"),
         ];
         let identity = Identity::for_agent(&config, "PeachHollow");
         let placement = Placement {

@@ -45,6 +45,8 @@ pub enum AgentError {
     EmptyMessage,
     #[error("role `{role}` cannot run its tools: {source}; nothing was created")]
     Sandbox { role: String, source: SandboxError },
+    #[error("{0}")]
+    Looser(String),
     #[error("`{0}` names no commit")]
     UnknownRef(String),
     #[error(transparent)]
@@ -240,6 +242,14 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     let parent_facts = snapshot::read_facts(&ws.repo, parent_tip)?;
     let (config_tip, config) = ws.config(&parent_facts.lineage)?;
     check_spawn(child.role, &parent_facts.lineage, child.goal, child.env, &config, child.compactor)?;
+    // No escalation through dispatch: the child's role may not be looser than what
+    // its parent runs with.
+    if let (Some(parent_role), Some(child_role)) =
+        (containment::effective_role(&ws.repo, &parent_facts, &config), config.role(child.role))
+        && let Some(rule) = crate::domain::confinement::looser(child.role, child_role, &parent_role)
+    {
+        return Err(AgentError::Looser(rule));
+    }
     // A compactor dispatches nothing, so it cannot deepen a tree: depth does not bar it.
     if !child.compactor && parent.depth() + 1 > config.budgets.max_depth {
         return Err(AgentError::TooDeep {

@@ -1,21 +1,30 @@
 //! What an agent's tools may touch: the path rules of its file tools and, with
-//! `sandbox = "workspace-write"`, the Landlock confinement of its commands, both
-//! derived from the workspace's layout and the role's config.
+//! `sandbox = "workspace-write"` (the default), the confinement of its commands,
+//! both derived from the workspace's layout and the agent's role met with its
+//! ancestors' (a child is never less confined than its parent).
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use crate::domain::agent;
-use crate::domain::config::{RoleConfig, Sandbox};
+use crate::domain::agent::{self, AgentFacts};
+use crate::domain::config::{Config, RoleConfig, Sandbox};
+use crate::domain::confinement;
 use crate::domain::id::AgentId;
 use crate::domain::layout::Layout;
-use crate::infra::sandbox::{self, Confinement, SandboxError};
+use crate::infra::git::Repo;
+use crate::infra::sandbox::{self, Confinement, SandboxError, Support};
 use crate::infra::tools::{PathPolicy, Place};
 
 use super::Env;
+use super::snapshot;
 
 /// Lowers the Landlock ABI offshoot believes the kernel has (to test an older or a
 /// missing Landlock; it never raises it).
 pub const ABI_CAP_VARIABLE: &str = "OFFSHOOT_LANDLOCK_ABI";
+
+/// Set to `1`, offshoot behaves as on a machine without user namespaces (to test the
+/// fallback; it never adds support).
+pub const NO_NAMESPACES_VARIABLE: &str = "OFFSHOOT_NO_NAMESPACES";
 
 /// The workspace, the agent's directory and its paths, all resolved.
 pub struct Site<'a> {
@@ -25,6 +34,9 @@ pub struct Site<'a> {
     pub id: &'a AgentId,
     /// The agent's directory with symlinks resolved.
     pub own: &'a Path,
+    /// Where other workspaces live (the data root's `workspaces/`), resolved: hidden
+    /// from sandboxed commands like this workspace's internals.
+    pub others: Option<&'a Path>,
 }
 
 impl Site<'_> {
@@ -77,7 +89,7 @@ pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
     }
 }
 
-/// The Landlock confinement of the role's commands, if it has one.
+/// The confinement of the role's commands, if it has one.
 pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
     if role.sandbox != Sandbox::WorkspaceWrite {
         return None;
@@ -85,15 +97,49 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
     let ws = at.workspace;
     let mut read_write = vec![at.own.to_owned(), ws.join("project.git"), at.own_tmp()];
     read_write.extend(at.write_paths(role));
+    // Every other workspace is hidden too (those made elsewhere with `new PATH`
+    // cannot be known, and are not).
+    let mut hidden = vec![ws.to_owned()];
+    hidden.extend(at.others.map(Path::to_owned));
     Some(Confinement {
         read_write,
         // The agents' git reads the harness's objects through its alternates (files
         // by name, never a listing) and looks for packs.
         read: vec![at.own_steps(), ws.join("repo.git/objects/pack")],
         read_files: vec![ws.join("repo.git/objects")],
-        hidden: ws.to_owned(),
+        hidden,
         network: role.network,
+        processes: role.max_processes,
+        file_bytes: role.max_file_bytes,
     })
+}
+
+/// The role `facts`' agent runs with: its own met with every ancestor's (a role
+/// an ancestor no longer has, or an ancestor gone, confines nothing more).
+pub fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -> Option<RoleConfig> {
+    let mut role = config.role(&facts.role)?.clone();
+    let mut parent = facts.parent.clone();
+    while let Some(id) = parent {
+        let Ok(id) = AgentId::parse(&id) else { break };
+        let Some(tip) = repo.branch_tip(&id.branch()).ok().flatten() else { break };
+        let Ok(above) = snapshot::read_facts(repo, tip) else { break };
+        if let Some(theirs) = config.role(&above.role) {
+            role = confinement::meet(&role, theirs);
+        }
+        parent = above.parent;
+    }
+    Some(role)
+}
+
+/// What this machine lets the sandbox helper do, found once per process by running
+/// it (`helper` is this binary); [`NO_NAMESPACES_VARIABLE`] pretends there are no
+/// user namespaces.
+pub fn support(helper: &Path, env: &Env) -> Support {
+    static FOUND: OnceLock<Support> = OnceLock::new();
+    if env.get(NO_NAMESPACES_VARIABLE) == Some("1") {
+        return Support::without_namespaces(&format!("{NO_NAMESPACES_VARIABLE}=1"));
+    }
+    FOUND.get_or_init(|| sandbox::probe(helper)).clone()
 }
 
 /// The Landlock ABI to plan with: the kernel's, lowered by [`ABI_CAP_VARIABLE`].
@@ -103,15 +149,8 @@ pub fn abi(env: &Env) -> i32 {
 
 /// Refuses a role whose sandbox this kernel cannot enforce, before anything runs.
 pub fn check(role: &RoleConfig, env: &Env) -> Result<(), SandboxError> {
-    if role.sandbox != Sandbox::WorkspaceWrite {
-        return Ok(());
-    }
-    let abi = abi(env);
-    if abi < 1 {
+    if role.sandbox == Sandbox::WorkspaceWrite && abi(env) < 1 {
         return Err(SandboxError::Unsupported);
-    }
-    if !role.network && abi < 4 {
-        return Err(SandboxError::NoNetworkRules(abi));
     }
     Ok(())
 }

@@ -30,7 +30,7 @@ use crate::infra::process;
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
 use crate::infra::provider::{Block, Delta, Output, Usage, sse};
 use crate::infra::redact::Redactor;
-use crate::infra::sandbox::{self, Confinement, SandboxError};
+use crate::infra::sandbox::{self, Confinement, Jail, SandboxError};
 use crate::infra::time::Timestamp;
 use crate::infra::tools::PathPolicy;
 use crate::infra::tools::{Commands, RecordDir, ToolEnv};
@@ -161,6 +161,9 @@ pub enum Event<'a> {
     },
     /// The agent's directory needed mending before the driver could start.
     Repaired(Repair),
+    /// Something the user should know before the agent runs commands (they run
+    /// unconfined, or with less confinement than asked for on this machine).
+    Warning(&'a str),
     /// A child's work was merged in before its result.
     Transferred {
         child: &'a str,
@@ -340,6 +343,9 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
     for repair in repairs {
         observer.event(Event::Repaired(repair));
     }
+    for warning in driver.warnings()? {
+        observer.event(Event::Warning(&warning));
+    }
     let result = loop {
         match driver.turn(observer) {
             Ok(Turn::Again) => continue,
@@ -413,8 +419,8 @@ struct Driver<'a> {
     real_workspace: PathBuf,
     /// The `cwd` mark's content, read once at open (only this driver writes it).
     cwd_mark: Option<String>,
-    /// The Landlock ruleset of the role's commands, by the confinement it was built for.
-    sandbox: Option<(Confinement, Arc<std::os::fd::OwnedFd>)>,
+    /// The jail of the role's commands, by the confinement it was built for.
+    sandbox: Option<(Confinement, Arc<Jail>)>,
     /// The tree's step records read so far (for its budgets).
     records: Records,
     /// The last call's reported prompt tokens and request bytes (read from the step
@@ -1152,11 +1158,17 @@ impl<'a> Driver<'a> {
         };
         let vars = self.runtime.env();
         let redactor = Redactor::new(tool_env::secret_values(vars.vars(), config));
-        let role = config.role(&self.facts.role).ok_or_else(|| self.role_gone())?;
-        let site =
-            Site { layout: &self.ws.layout, workspace: &self.real_workspace, id: &self.id, own: &self.real_root };
-        let paths = Arc::new(containment::path_policy(&site, role));
-        let confinement = containment::confinement(&site, role);
+        let role = containment::effective_role(&self.ws.repo, &self.facts, config).ok_or_else(|| self.role_gone())?;
+        let others = self.runtime.workspaces().and_then(|w| std::fs::canonicalize(w).ok());
+        let site = Site {
+            layout: &self.ws.layout,
+            workspace: &self.real_workspace,
+            id: &self.id,
+            own: &self.real_root,
+            others: others.as_deref(),
+        };
+        let paths = Arc::new(containment::path_policy(&site, &role));
+        let confinement = containment::confinement(&site, &role);
         let env = tool_env::environment(vars.vars(), config, &placement);
         let sandbox = match confinement {
             None => None,
@@ -1175,20 +1187,48 @@ impl<'a> Driver<'a> {
         Ok((commands, paths))
     }
 
-    /// The Landlock ruleset for `confinement`, built once and kept while the
-    /// confinement stays the same.
-    fn sandbox(&mut self, confinement: Confinement) -> Result<Arc<std::os::fd::OwnedFd>> {
-        if let Some((built_for, fd)) = &self.sandbox
+    /// The jail for `confinement`, built once and kept while the confinement stays
+    /// the same.
+    fn sandbox(&mut self, confinement: Confinement) -> Result<Arc<Jail>> {
+        if let Some((built_for, jail)) = &self.sandbox
             && *built_for == confinement
         {
-            return Ok(fd.clone());
+            return Ok(jail.clone());
         }
         let abi = containment::abi(self.runtime.env());
-        let fd = sandbox::ruleset(&confinement, abi)
+        let support = containment::support(self.runtime.exe(), self.runtime.env());
+        let landlock = sandbox::ruleset(&confinement, abi, support.namespaces.is_ok())
             .map_err(|source| DriverError::Sandbox { role: self.facts.role.clone(), source })?;
-        let fd = Arc::new(fd);
-        self.sandbox = Some((confinement, fd.clone()));
-        Ok(fd)
+        let jail = Arc::new(Jail {
+            helper: self.runtime.exe().to_owned(),
+            landlock,
+            namespaces: support.namespaces.is_ok(),
+            network: confinement.network,
+            processes: confinement.processes,
+            file_bytes: confinement.file_bytes,
+        });
+        self.sandbox = Some((confinement, jail.clone()));
+        Ok(jail)
+    }
+
+    /// What an agent about to run commands should be told of their confinement: that
+    /// it has none, or what this machine cannot give it.
+    fn warnings(&mut self) -> Result<Vec<String>> {
+        let (_, config) = self.config()?;
+        let Some(role) = containment::effective_role(&self.ws.repo, &self.facts, &config) else {
+            return Ok(Vec::new());
+        };
+        if !role.tools.iter().any(|t| t == "bash") {
+            return Ok(Vec::new());
+        }
+        let name = &self.facts.role;
+        if role.sandbox == crate::domain::config::Sandbox::None {
+            return Ok(vec![format!(
+                "role `{name}` runs commands unconfined (`sandbox = \"none\"`): they can read and write whatever you can, your keys and other agents included"
+            )]);
+        }
+        let support = containment::support(self.runtime.exe(), self.runtime.env());
+        Ok(support.losses(sandbox::running_as_root()).into_iter().collect())
     }
 
     fn role_gone(&self) -> DriverError {

@@ -39,6 +39,7 @@ pub fn to_json(agent: &str, event: &Event<'_>) -> Option<Value> {
             json!({"type": "tool_result", "tool_use_id": id, "name": name, "is_error": is_error, "summary": summary})
         }
         Event::Repaired(repair) => json!({"type": "repaired", "what": repaired(*repair)}),
+        Event::Warning(text) => json!({"type": "warning", "text": text}),
         Event::Transferred { child, files } => json!({"type": "transfer", "child": child, "files": files}),
         Event::Conflicted { child, files } => json!({"type": "conflict", "child": child, "files": files}),
         Event::Waiting { children } => json!({"type": "waiting", "children": children}),

@@ -69,12 +69,30 @@ pub struct Runtime {
     interrupt: Interrupt,
     /// Drivers this process launched (children of ours that are not strays).
     launched: Mutex<Vec<u32>>,
+    /// Where workspaces live (the data root's `workspaces/`): hidden from commands.
+    workspaces: Option<PathBuf>,
 }
 
 impl Runtime {
     /// `interrupt` carries stop requests (Ctrl-C, SIGTERM) to a driver run here.
     pub fn new(layout: Layout, exe: PathBuf, env: Env, interrupt: Interrupt) -> Runtime {
-        Runtime { layout, exe, env, interrupt, launched: Mutex::new(Vec::new()) }
+        Runtime { layout, exe, env, interrupt, launched: Mutex::new(Vec::new()), workspaces: None }
+    }
+
+    /// The same runtime, hiding the workspaces under `dir` from sandboxed commands.
+    pub fn hiding_workspaces(mut self, dir: PathBuf) -> Runtime {
+        self.workspaces = Some(dir);
+        self
+    }
+
+    /// Where workspaces live, if known: hidden from sandboxed commands.
+    pub fn workspaces(&self) -> Option<&std::path::Path> {
+        self.workspaces.as_deref()
+    }
+
+    /// The offshoot binary: what detached drivers run, and the sandbox helper.
+    pub fn exe(&self) -> &std::path::Path {
+        &self.exe
     }
 
     /// Where a stop request for a driver in this process goes.
@@ -144,16 +162,19 @@ impl Runtime {
     }
 
     /// Asks `id`'s driver to stop (SIGTERM, after checking that the pid the lock
-    /// file names is the process holding that lock) and waits up to `patience` for
+    /// file names is still the process that wrote it) and waits up to `patience` for
     /// it to settle its calls and let go.
     pub fn stop(&self, id: &AgentId, patience: Duration) -> Result<Stopped> {
         let lock = self.layout.lock(id);
-        let Probe::Held(Some(pid)) = LockGuard::probe(&lock)? else {
+        let Probe::Held(Some(holder)) = LockGuard::probe(&lock)? else {
             return Ok(Stopped::NotRunning);
         };
-        if !process::has_open(pid, &lock) {
+        // The pid the lock file names is the process that wrote it (drivers are not
+        // dumpable, so which files they hold open cannot be read by others).
+        if !holder.is_alive() {
             return Ok(Stopped::NotRunning);
         }
+        let pid = holder.pid;
         process::terminate(pid).map_err(|source| RuntimeError::Signal { id: id.to_string(), pid, source })?;
         let until = Instant::now() + patience;
         while Instant::now() < until {

@@ -1,5 +1,5 @@
 //! Exclusive per-agent driver locks: open-file-description locks (`F_OFD_SETLK`) on
-//! plain files. The holder writes its pid into the file. A probe asks the kernel
+//! plain files. The holder writes its pid and start time into the file. A probe asks the kernel
 //! whether a lock is held (`F_OFD_GETLK`) without ever taking it, so probing can
 //! never make a starting driver find the lock busy. The kernel releases a lock when
 //! its holder dies.
@@ -27,8 +27,37 @@ pub struct LockGuard {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Probe {
     Free,
-    /// Held by a live process; its pid as the holder wrote it (if readable).
-    Held(Option<u32>),
+    /// Held by a live process; who, as the holder wrote it (if readable).
+    Held(Option<Holder>),
+}
+
+/// The process that wrote a lock file: its pid and when it started (clock ticks
+/// since boot, `/proc/<pid>/stat`), so a pid used again by another process is
+/// never taken for the holder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    pub pid: u32,
+    pub started: u64,
+}
+
+impl Holder {
+    fn parse(text: &str) -> Option<Holder> {
+        let mut words = text.split_whitespace();
+        Some(Holder { pid: words.next()?.parse().ok()?, started: words.next()?.parse().ok()? })
+    }
+
+    /// Whether the holder is still the process it was (same pid, same start).
+    pub fn is_alive(&self) -> bool {
+        start_time(self.pid) == Some(self.started)
+    }
+}
+
+/// When process `pid` started, in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`, readable for any process).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 impl LockGuard {
@@ -46,9 +75,10 @@ impl LockGuard {
             Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => return Ok(None),
             Err(source) => return Err(LockError::Lock { path: path.to_owned(), source }),
         }
-        let pid = std::process::id().to_string();
-        // The pid is informational (for `stop`); a failure to write it does not unlock.
-        let _ = file.set_len(0).and_then(|()| file.write_all(pid.as_bytes()));
+        let pid = std::process::id();
+        let holder = format!("{pid} {}", start_time(pid).unwrap_or(0));
+        // Who holds it is for `stop`; a failure to write it does not unlock.
+        let _ = file.set_len(0).and_then(|()| file.write_all(holder.as_bytes()));
         Ok(Some(LockGuard { file }))
     }
 
@@ -65,8 +95,8 @@ impl LockGuard {
         if !held {
             return Ok(Probe::Free);
         }
-        let pid = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok());
-        Ok(Probe::Held(pid))
+        let holder = std::fs::read_to_string(path).ok().and_then(|t| Holder::parse(&t));
+        Ok(Probe::Held(holder))
     }
 
     /// Whether someone holds the lock right now (see [`LockGuard::probe`]).
@@ -109,7 +139,10 @@ mod tests {
         let held = LockGuard::try_acquire(&path).expect("lock").expect("free");
         // A second open file description cannot take it, even in the same process.
         assert!(LockGuard::try_acquire(&path).expect("lock").is_none());
-        assert_eq!(LockGuard::probe(&path).expect("probe"), Probe::Held(Some(std::process::id())));
+        let me = Holder { pid: std::process::id(), started: start_time(std::process::id()).expect("stat") };
+        assert_eq!(LockGuard::probe(&path).expect("probe"), Probe::Held(Some(me)));
+        assert!(me.is_alive());
+        assert!(!Holder { started: me.started + 1, ..me }.is_alive());
         drop(held);
         // While probes run, a driver can always take a free lock.
         for _ in 0..100 {

@@ -1,7 +1,8 @@
 //! Every child process the harness starts begins here: tool commands, the `command`
 //! provider and detached drivers. A child gets exactly the environment it is handed
 //! (nothing is inherited), its own process group or session, stdin closed or fed
-//! from memory, and optionally a Landlock ruleset. While it runs, its output goes to
+//! from memory, and optionally a jail (it is then started through the sandbox
+//! helper, `infra::sandbox`). While it runs, its output goes to
 //! record files in full and only its head and tail stay in memory; a timeout or an
 //! idle limit ends it; when it exits, whatever it left running in its group is
 //! killed; and it is always reaped.
@@ -14,6 +15,8 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use super::sandbox::Jail;
 
 /// How long output may keep flowing after the child exited and its group was killed
 /// (a process that left the group can hold the pipes open forever).
@@ -48,11 +51,11 @@ pub struct Spec<'a> {
     pub group: Group,
     /// Bytes for the child's stdin; `None` connects it to /dev/null.
     pub stdin: Option<&'a [u8]>,
-    /// A Landlock ruleset the child enforces on itself before it execs.
-    pub sandbox: Option<RawFd>,
+    /// The jail the child runs in: it is started through the sandbox helper.
+    pub sandbox: Option<&'a Jail>,
     /// A file to hold the child's process group id: written by the child before it
-    /// execs when it runs code there anyway (a sandbox), else by us the moment the
-    /// spawn returns (sparing the fork that running code in the child needs).
+    /// execs when it runs code there anyway (a new session), else by us the moment
+    /// the spawn returns (sparing the fork that running code in the child needs).
     pub pgid_record: Option<&'a File>,
 }
 
@@ -179,10 +182,14 @@ pub struct Finished {
 /// Starts `spec` and waits for it, feeding stdin and gathering output as it goes.
 pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessError> {
     let program = spec.program.display().to_string();
-    let mut command = command(spec);
+    let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
+    // The jail's ruleset, as a descriptor the helper inherits for the spawn's length.
+    let inherited = spec.sandbox.map(Jail::inheritable).transpose().map_err(spawn_err)?;
+    let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd));
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     command.stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    let mut child = command.spawn().map_err(|source| ProcessError::Spawn { program: program.clone(), source })?;
+    let mut child = command.spawn().map_err(spawn_err)?;
+    drop(inherited);
     if let Some(mut record) = spec.pgid_record.filter(|_| !runs_code_in_child(spec)) {
         let _ = writeln!(record, "{}", child.id());
     }
@@ -203,7 +210,7 @@ pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessErro
 /// it: for the user's editor, which should use [`Group::Terminal`].
 pub fn run_attached(spec: &Spec) -> Result<Exit, ProcessError> {
     let program = spec.program.display().to_string();
-    let status = command(spec).status().map_err(|source| ProcessError::Spawn { program, source })?;
+    let status = command(spec, None).status().map_err(|source| ProcessError::Spawn { program, source })?;
     Ok(Exit::of(status))
 }
 
@@ -214,7 +221,7 @@ pub fn launch(spec: &Spec, log: &Path) -> Result<u32, ProcessError> {
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
     let out = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
     let err = out.try_clone().map_err(spawn_err)?;
-    let mut command = command(spec);
+    let mut command = command(spec, None);
     command.stdin(Stdio::null()).stdout(out).stderr(err);
     let mut child = command.spawn().map_err(spawn_err)?;
     let pid = child.id();
@@ -222,40 +229,43 @@ pub fn launch(spec: &Spec, log: &Path) -> Result<u32, ProcessError> {
     Ok(pid)
 }
 
+/// The std command for `spec`; a jailed one runs the helper with the ruleset as
+/// descriptor `ruleset`, which the helper then enforces on the real command.
 #[expect(unsafe_code, reason = "pre_exec runs in the forked child; see the SAFETY note")]
-fn command(spec: &Spec) -> Command {
-    let mut command = Command::new(spec.program);
-    command.args(spec.args).current_dir(spec.cwd).env_clear();
+fn command(spec: &Spec, ruleset: Option<RawFd>) -> Command {
+    let mut command = match (spec.sandbox, ruleset) {
+        (Some(jail), Some(fd)) => {
+            let mut c = Command::new(&jail.helper);
+            c.args(jail.argv(fd, spec.program, spec.args));
+            c
+        }
+        _ => {
+            let mut c = Command::new(spec.program);
+            c.args(spec.args);
+            c
+        }
+    };
+    command.current_dir(spec.cwd).env_clear();
     for (k, v) in spec.env {
         command.env(k, v);
     }
     if spec.group == Group::Own {
         command.process_group(0);
     }
-    let session = spec.group == Group::Session;
-    let sandbox = spec.sandbox;
     if runs_code_in_child(spec) {
         let record = spec.pgid_record.map(AsRawFd::as_raw_fd);
         // SAFETY: the closure runs in the child between fork and exec. It allocates
-        // nothing and calls only async-signal-safe functions (setsid, getpid, write,
-        // prctl, syscall) on descriptors the parent keeps open until spawn returns.
+        // nothing and calls only async-signal-safe functions (setsid, getpid, write)
+        // on a descriptor the parent keeps open until spawn returns.
         unsafe {
             command.pre_exec(move || {
-                if session && libc::setsid() < 0 {
+                if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
                 if let Some(fd) = record {
                     let mut digits = [0u8; 24];
                     let text = decimal(libc::getpid() as u64, &mut digits);
                     libc::write(fd, text.as_ptr().cast(), text.len());
-                }
-                if let Some(fd) = sandbox {
-                    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
                 }
                 Ok(())
             });
@@ -266,9 +276,10 @@ fn command(spec: &Spec) -> Command {
 
 /// Whether the child must run code of ours between fork and exec (which makes std
 /// fork instead of using the much cheaper `posix_spawn`, whose cost does not grow with
-/// the parent's memory).
+/// the parent's memory): only a new session does. A jailed command's namespaces and
+/// rules are the helper's work, after a `posix_spawn` of it.
 fn runs_code_in_child(spec: &Spec) -> bool {
-    spec.group == Group::Session || spec.sandbox.is_some()
+    spec.group == Group::Session
 }
 
 /// `n` in decimal with a trailing newline, written into `buf` without allocating.
@@ -510,12 +521,24 @@ pub fn terminate(pid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether process `pid` has `path` open (so a pid read from a file still names the
-/// process that wrote it, not one that inherited the number).
-pub fn has_open(pid: u32, path: &Path) -> bool {
-    let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).into_iter().flatten().flatten();
-    fds.filter_map(|fd| std::fs::read_link(fd.path()).ok()).any(|link| link == target)
+/// Makes this process unreadable to others of the same user: not dumpable (so its
+/// `/proc/<pid>/environ` and memory need CAP_SYS_PTRACE over its namespace, which a
+/// sandboxed command never has) and with no core file. The driver holds API keys.
+#[expect(unsafe_code, reason = "prctl and setrlimit(2) with integers and a struct on our stack")]
+pub fn harden_self() {
+    let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: integers, and `none` lives across the call.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+    }
+}
+
+/// Whether this process can be read by others of its user (see [`harden_self`]).
+#[expect(unsafe_code, reason = "prctl(2) with integers")]
+pub fn is_dumpable() -> bool {
+    // SAFETY: integers only.
+    unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
 }
 
 /// Makes this process the reaper of its orphaned descendants: a process a command

@@ -128,9 +128,12 @@ fn a_providers_key_never_reaches_a_tool_or_a_record() {
     let secret = "sk-ant-test-0123456789-SECRET";
     t.env("ANTHROPIC_API_KEY", secret);
     t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    // A key the agent finds some other way (a file of the user's) is redacted.
+    std::fs::create_dir_all(&t.home).expect("home");
+    std::fs::write(t.home.join(".profile"), format!("export ANTHROPIC_API_KEY={secret}\n")).expect("profile");
     server.push_turns([
         Turn::tool("c1", "bash", json!({"command": "env; echo \"key=$ANTHROPIC_API_KEY\""})),
-        Turn::tool("c2", "bash", json!({"command": "tr '\\0' '\\n' < /proc/$PPID/environ | grep ANTHROPIC"})),
+        Turn::tool("c2", "bash", json!({"command": "grep ANTHROPIC \"$HOME/.profile\""})),
         Turn::text("nothing to see"),
     ]);
     t.run(&["prompt", "find the key"]).ok();
@@ -140,24 +143,8 @@ fn a_providers_key_never_reaches_a_tool_or_a_record() {
     assert!(!first.contains("ANTHROPIC_API_KEY="), "{first}");
     let second = server.result_text(2);
     assert!(second.contains("ANTHROPIC_API_KEY=[redacted: the value of ANTHROPIC_API_KEY]"), "{second}");
-    for r in server.requests() {
-        assert!(!String::from_utf8_lossy(&r.raw).contains(secret));
-    }
-    // Not in any record: step records, the transcript, the driver's files.
-    let mut stack = vec![t.ws.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).expect("ls").flatten() {
-            let path = entry.path();
-            if entry.file_type().expect("type").is_dir() {
-                if !path.ends_with("objects") {
-                    stack.push(path);
-                }
-            } else {
-                let bytes = std::fs::read(&path).unwrap_or_default();
-                assert!(!String::from_utf8_lossy(&bytes).contains(secret), "{} holds the key", path.display());
-            }
-        }
-    }
+    // Not in any request, nor any record: step records, the transcript, the driver's files.
+    crate::sandbox::assert_nowhere(&t.ws, &server, &[secret.to_owned()]);
     let log = t.git(&["log", "-p", "--all"]);
     assert!(!log.contains(secret));
 }

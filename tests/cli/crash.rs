@@ -24,7 +24,7 @@ fn a_killed_driver_is_settled_and_continued_by_the_next() {
     let id = run.ok().trim().to_owned();
     let tree = t.ws.join("agents").join(&id);
     wait_for("the tool to start", || std::fs::read_to_string(tree.join("started")).is_ok_and(|s| s.ends_with('\n')));
-    let driver_pid = std::fs::read_to_string(t.ws.join("locks").join(&id)).expect("lock pid").trim().to_owned();
+    let driver_pid = t.driver_pid(&id).expect("the driver's pid").to_string();
     assert!(std::process::Command::new("kill").args(["-9", &driver_pid]).status().expect("kill").success());
     // Its leader shows as a zombie before its last thread has let go of the lock.
     wait_for("the driver to let go", || t.agents()[0]["state"] != "running");
@@ -91,7 +91,7 @@ fn a_step_cut_short_by_a_crash_shows_as_interrupted_and_is_counted() {
     server.push(crate::support::server::Reply::Stall(Turn::text("never finished"), Duration::from_secs(30)));
     let id = t.run(&["prompt", "--detach", "slow answer"]).ok().trim().to_owned();
     wait_for("the call to start", || server.requests().len() == 1);
-    let driver_pid = std::fs::read_to_string(t.ws.join("locks").join(&id)).expect("lock pid").trim().to_owned();
+    let driver_pid = t.driver_pid(&id).expect("the driver's pid").to_string();
     assert!(std::process::Command::new("kill").args(["-9", &driver_pid]).status().expect("kill").success());
     wait_for("the driver to let go", || t.agents()[0]["state"] != "running");
     let shown: serde_json::Value = serde_json::from_str(t.run(&["show", &id, "--step", "1"]).ok()).expect("json");

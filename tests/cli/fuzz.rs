@@ -112,7 +112,7 @@ fn cue_at(text: &str) -> &str {
 /// The pid of the driver holding `id`, if one does (read from its lock file and
 /// checked against the process's command line).
 fn driver_pid(ws: &Path, id: &str) -> Option<i32> {
-    let pid: i32 = std::fs::read_to_string(ws.join("locks").join(id)).ok()?.trim().parse().ok()?;
+    let pid: i32 = std::fs::read_to_string(ws.join("locks").join(id)).ok()?.split_whitespace().next()?.parse().ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
     (cmdline.contains(" run ") && cmdline.contains(id) && cmdline.contains(ws.to_str()?)).then_some(pid)

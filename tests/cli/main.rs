@@ -22,6 +22,7 @@ mod ownership;
 mod processes;
 mod project;
 mod providers;
+mod sandbox;
 mod scan;
 mod signals;
 mod snapshots;

@@ -65,7 +65,9 @@ fn a_silent_adapter_is_stopped_at_its_idle_limit_and_reaped() {
 
 #[test]
 fn a_process_that_escapes_the_group_with_the_output_open_cannot_hang_a_call() {
+    // Unconfined (in the sandbox it is PID 1's and dies with the command).
     let (server, t) = TestWorkspace::served("proc-escape", Dialect::Anthropic);
+    t.set("roles.worker.sandbox", "none");
     server.push_turns([
         Turn::call("c1", "bash", &json!({"command": "setsid sleep 5 & sleep 0.3; echo done"}).to_string()),
         Turn::text("ok"),

@@ -53,7 +53,7 @@ fn a_child_whose_driver_was_killed_is_relaunched_once_and_its_result_arrives_onc
     wait_for("the child's tool to start", || {
         std::fs::read_to_string(dir.join("started")).is_ok_and(|s| s.ends_with('\n'))
     });
-    let pid = std::fs::read_to_string(t.ws.join("locks").join(&child)).expect("lock pid").trim().to_owned();
+    let pid = t.driver_pid(&child).expect("the driver's pid").to_string();
     assert!(std::process::Command::new("kill").args(["-9", &pid]).status().expect("kill").success());
     wait_for("the child's driver to let go", || state(&t, &child) != "running");
     wait_for("the parent to go quiet", || state(&t, &home) == "done");

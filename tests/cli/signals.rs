@@ -172,9 +172,24 @@ fn stop_ends_a_detached_driver_and_a_message_revives_it() {
     assert!(!agent_dir(&t, &id).join("late.txt").exists());
 }
 
+/// Running processes whose command line holds `arg` as one of its words.
+fn running_with_arg(arg: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if cmdline.split(|&b| b == 0).any(|w| w == arg.as_bytes()) && running(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 #[test]
 fn a_process_that_escaped_its_group_is_ended_after_the_call() {
+    // Unconfined, the driver adopts it (it is the subreaper) and ends it after the call.
     let (server, t) = TestWorkspace::served("sig-escape", Dialect::Anthropic);
+    t.set("roles.worker.sandbox", "none");
     server.push_turns([
         Turn::bash("c1", "setsid sh -c 'echo $$ > escaped.pid; exec sleep 30' > /dev/null 2>&1 & sleep 0.3; echo done"),
         Turn::text("ok"),
@@ -184,6 +199,39 @@ fn a_process_that_escaped_its_group_is_ended_after_the_call() {
     let pid: u32 =
         std::fs::read_to_string(agent_dir(&t, &id).join("escaped.pid")).expect("pid").trim().parse().expect("pid");
     wait_for("the escaped process to end", Duration::from_secs(2), || !running(pid));
+}
+
+#[test]
+fn in_the_sandbox_a_daemon_ends_with_its_command_even_deaf_to_signals() {
+    let (server, t) = TestWorkspace::served("sig-escape-sandboxed", Dialect::Anthropic);
+    let marker = format!("{}.25", 900_000 + std::process::id() % 99_999);
+    server.push_turns([
+        Turn::bash(
+            "c1",
+            &format!(
+                "setsid sh -c 'trap \"\" INT TERM HUP; exec sleep {marker}' > /dev/null 2>&1 & sleep 0.3; echo done"
+            ),
+        ),
+        Turn::text("ok"),
+    ]);
+    t.run(&["prompt", "escape"]).ok();
+    assert_eq!(server.result_text(1), "exit code 0\n<stdout>\ndone\n</stdout>");
+    wait_for("the daemon to end", Duration::from_secs(2), || running_with_arg(&marker).is_empty());
+}
+
+#[test]
+fn in_the_sandbox_a_killed_drivers_commands_die_with_it() {
+    let (server, t) = TestWorkspace::served("sig-driver-killed-sandboxed", Dialect::Anthropic);
+    let marker = format!("{}.5", 800_000 + std::process::id() % 99_999);
+    server.push_turns([Turn::bash(
+        "c1",
+        &format!("setsid sh -c 'trap \"\" INT TERM HUP; exec sleep {marker}' > /dev/null 2>&1 & sleep {marker}"),
+    )]);
+    let id = t.run(&["prompt", "--detach", "leave a daemon"]).ok().trim().to_owned();
+    wait_for("the daemon and the command", Duration::from_secs(30), || running_with_arg(&marker).len() == 2);
+    let driver = t.driver_pid(&id).expect("the driver's pid");
+    signal(driver, "KILL");
+    wait_for("every process of the command to end", Duration::from_secs(2), || running_with_arg(&marker).is_empty());
 }
 
 #[test]
@@ -197,12 +245,15 @@ fn orphans_whose_group_never_reached_the_record_are_found_by_their_marks() {
     orphans_are_killed("sig-orphan-unrecorded", true);
 }
 
+/// Unconfined (in the sandbox they die with the driver; see above), a killed
+/// driver's commands live on until the next driver settles its calls.
 fn orphans_are_killed(name: &str, lose_the_record: bool) {
     let (server, t) = TestWorkspace::served(name, Dialect::Anthropic);
+    t.set("roles.worker.sandbox", "none");
     server.push_turns([slow_turn(), Turn::text("settled")]);
     let id = t.run(&["prompt", "--detach", "leave an orphan"]).ok().trim().to_owned();
     let (_, pgid) = recorded_group(&t, "slow");
-    let driver: u32 = std::fs::read_to_string(t.ws.join("locks").join(&id)).expect("lock").trim().parse().expect("pid");
+    let driver = t.driver_pid(&id).expect("the driver's pid");
     signal(driver, "KILL");
     // Its leader shows as a zombie before its last thread has let go of the lock.
     wait_for("the driver to die", Duration::from_secs(5), || t.agents()[0]["state"] != "running");

@@ -44,7 +44,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         env: &commands.env,
         group: Group::Own,
         stdin: None,
-        sandbox: commands.sandbox.as_deref().map(std::os::fd::AsRawFd::as_raw_fd),
+        sandbox: commands.sandbox.as_deref(),
         pgid_record: pgid.as_ref(),
     };
     let limits = Limits {

@@ -11,7 +11,6 @@ mod paths;
 mod read_file;
 mod write_file;
 
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -19,6 +18,7 @@ use serde_json::Value;
 
 use super::provider::ToolSpec;
 use super::redact::Redactor;
+use super::sandbox::Jail;
 pub use paths::{PathPolicy, Place};
 
 /// What the harness tells every tool about where it runs.
@@ -40,8 +40,8 @@ pub struct ToolEnv {
 #[derive(Clone)]
 pub struct Commands {
     pub env: Vec<(String, String)>,
-    /// A Landlock ruleset every command enforces on itself.
-    pub sandbox: Option<Arc<OwnedFd>>,
+    /// The jail every command runs in (none: commands run unconfined).
+    pub sandbox: Option<Arc<Jail>>,
     pub head_bytes: usize,
     pub tail_bytes: usize,
     /// Bytes of each output stream kept in the record.

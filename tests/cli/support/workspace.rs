@@ -13,6 +13,28 @@ pub struct TestWorkspace {
     pub home: PathBuf,
     pub ws: PathBuf,
     env: Vec<(String, String)>,
+    /// The user offshoot runs as, when not the tests' own.
+    user: Option<u32>,
+}
+
+/// Who runs offshoot in a test: the tests' own user, or an unprivileged one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum User {
+    Own,
+    /// `nobody` (65534) when the tests run as root; else the tests' own user, which
+    /// is unprivileged already.
+    Unprivileged,
+}
+
+/// The user that [`User::Unprivileged`] runs offshoot as, when the tests run as root.
+pub const NOBODY: u32 = 65534;
+
+/// Whether the tests run as root.
+pub fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
 }
 
 /// A finished command: exit code and both streams as text.
@@ -52,12 +74,21 @@ pub const DIALECTS: [Dialect; 3] = [Dialect::Anthropic, Dialect::Chat, Dialect::
 impl TestWorkspace {
     /// A fresh home with a workspace made by `offshoot new`.
     pub fn new(name: &str) -> TestWorkspace {
+        TestWorkspace::new_as(name, User::Own)
+    }
+
+    /// [`TestWorkspace::new`] with offshoot run as `user`.
+    pub fn new_as(name: &str, user: User) -> TestWorkspace {
         let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).expect("temp root");
+        let user = (user == User::Unprivileged && running_as_root()).then_some(NOBODY);
+        if let Some(uid) = user {
+            std::os::unix::fs::chown(&root, Some(uid), Some(uid)).expect("chown the test root");
+        }
         let home = root.join("home");
         let ws = root.join("ws");
-        let t = TestWorkspace { root, home, ws, env: Vec::new() };
+        let t = TestWorkspace { root, home, ws, env: Vec::new(), user };
         t.run_bare(&["new", t.ws.to_str().expect("utf-8")]).ok();
         t.set("retry.initial_backoff_ms", "5");
         t.set("retry.max_backoff_ms", "20");
@@ -71,7 +102,11 @@ impl TestWorkspace {
 
     /// The binary with the test environment, not yet pointed at the workspace.
     pub fn command_bare(&self) -> Command {
+        use std::os::unix::process::CommandExt;
         let mut c = Command::new(env!("CARGO_BIN_EXE_offshoot"));
+        if let Some(uid) = self.user {
+            c.uid(uid).gid(uid);
+        }
         c.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", &self.home)
@@ -145,6 +180,8 @@ impl TestWorkspace {
         let o = Command::new("git")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
+            // The workspace may belong to the test's unprivileged user.
+            .args(["-c", "safe.directory=*"])
             .arg("--git-dir")
             .arg(self.ws.join("repo.git"))
             .args(args)
@@ -156,10 +193,20 @@ impl TestWorkspace {
 
     /// A fresh workspace whose worker talks to a fresh scripted server in `dialect`.
     pub fn served(name: &str, dialect: Dialect) -> (Server, TestWorkspace) {
+        TestWorkspace::served_as(name, dialect, User::Own)
+    }
+
+    /// [`TestWorkspace::served`] with offshoot run as `user`.
+    pub fn served_as(name: &str, dialect: Dialect, user: User) -> (Server, TestWorkspace) {
         let server = Server::start();
-        let mut t = TestWorkspace::new(name);
+        let mut t = TestWorkspace::new_as(name, user);
         t.use_server(&server, dialect);
         (server, t)
+    }
+
+    /// Whether offshoot runs as root here.
+    pub fn as_root(&self) -> bool {
+        self.user.is_none() && running_as_root()
     }
 
     /// The id of the first agent `ls` lists (the only one, in most tests).
@@ -171,6 +218,12 @@ impl TestWorkspace {
     pub fn agents(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["ls", "--json"]);
         out.ok().lines().map(|l| serde_json::from_str(l).expect("json line")).collect()
+    }
+
+    /// The pid of the driver holding agent `id`, as its lock file names it.
+    pub fn driver_pid(&self, id: &str) -> Option<u32> {
+        let text = std::fs::read_to_string(self.ws.join("locks").join(id)).ok()?;
+        text.split_whitespace().next()?.parse().ok()
     }
 
     pub fn steps_dir(&self, id: &str) -> PathBuf {

@@ -1,0 +1,195 @@
+//! Confinement for tool commands. A confined command is started through the sandbox
+//! helper — this same binary, run as `offshoot __sandbox …` — which puts it in a
+//! user and PID namespace of its own (and a network namespace without network),
+//! limits its processes and file sizes, enforces the Landlock ruleset the driver
+//! built and, without network, a seccomp filter, and then execs it. The command is
+//! PID 1 of its namespace: when it ends, or when the driver dies, everything it
+//! started dies with it. Where the kernel refuses user namespaces the helper runs
+//! the command with what still holds (no capabilities, Landlock, seccomp), and the
+//! driver says so once.
+
+pub mod helper;
+mod landlock;
+pub mod seccomp;
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+pub use landlock::ruleset;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("this kernel does not support Landlock, which `sandbox = \"workspace-write\"` needs")]
+    Unsupported,
+    #[error("cannot build the Landlock ruleset: {0}")]
+    Ruleset(#[from] ::landlock::RulesetError),
+}
+
+/// What a confined command may touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confinement {
+    /// Read, write, create and remove below these.
+    pub read_write: Vec<PathBuf>,
+    /// Read below these.
+    pub read: Vec<PathBuf>,
+    /// Read files below these, but not list them.
+    pub read_files: Vec<PathBuf>,
+    /// Nothing inside these directories is readable but what the lists above allow;
+    /// everything outside them is.
+    pub hidden: Vec<PathBuf>,
+    /// Whether the command may reach the network.
+    pub network: bool,
+    /// At most this many processes at once in the command's tree.
+    pub processes: u64,
+    /// No file the command writes may grow past this many bytes.
+    pub file_bytes: u64,
+}
+
+/// The Landlock ABI of this kernel (0 without Landlock). `cap` lowers it (to test
+/// older or missing support); it never raises it.
+pub fn abi(cap: Option<i32>) -> i32 {
+    let found = kernel_abi();
+    cap.map_or(found, |c| found.min(c))
+}
+
+#[expect(unsafe_code, reason = "landlock_create_ruleset(2) asked only for its version: no pointer is read")]
+fn kernel_abi() -> i32 {
+    // SAFETY: with a null attribute, size 0 and LANDLOCK_CREATE_RULESET_VERSION the
+    // call reads no memory and returns the ABI version (or an error).
+    let version = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
+    i32::try_from(version).unwrap_or(0).max(0)
+}
+
+/// What this machine lets the helper do, found by running it once ([`probe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Support {
+    /// User, PID and network namespaces; else why not.
+    pub namespaces: Result<(), String>,
+    /// A process limit inside a PID namespace (`pid_max` per namespace, Linux 6.14).
+    pub process_limit: bool,
+}
+
+impl Support {
+    /// As on a machine without user namespaces (for tests).
+    pub fn without_namespaces(why: &str) -> Support {
+        Support { namespaces: Err(why.to_owned()), process_limit: false }
+    }
+
+    /// What the command loses here, in words, if anything.
+    pub fn losses(&self, running_as_root: bool) -> Option<String> {
+        match &self.namespaces {
+            Err(why) => Some(format!(
+                "user namespaces are unavailable ({why}): commands run without a user, PID and network namespace of their own (with all capabilities dropped{}), so a process a command leaves behind can outlive a killed driver and `network = false` refuses every socket but socket pairs",
+                if running_as_root { "; as root the process limit is not enforced" } else { "" }
+            )),
+            Ok(()) if !self.process_limit && running_as_root => Some(
+                "this kernel cannot limit processes per PID namespace (Linux 6.14): as root, a command's processes are not limited".into(),
+            ),
+            Ok(()) => None,
+        }
+    }
+}
+
+/// A confinement ready to be applied to every command: the Landlock ruleset, built
+/// once, and how the helper is to be run.
+#[derive(Debug)]
+pub struct Jail {
+    /// This binary, which runs as the helper.
+    pub helper: PathBuf,
+    pub landlock: OwnedFd,
+    pub namespaces: bool,
+    pub network: bool,
+    pub processes: u64,
+    pub file_bytes: u64,
+}
+
+impl Jail {
+    /// The helper's arguments for running `program` with `args`, handing it the
+    /// ruleset as descriptor `fd` (a copy the child inherits).
+    pub fn argv(&self, fd: RawFd, program: &Path, args: &[&OsStr]) -> Vec<OsString> {
+        let mut argv: Vec<OsString> = vec![helper::ARG.into(), "--landlock".into(), fd.to_string().into()];
+        if self.namespaces {
+            argv.push("--namespaces".into());
+        }
+        if !self.network {
+            argv.push("--no-network".into());
+        }
+        argv.extend(["--processes".into(), self.processes.to_string().into()]);
+        argv.extend(["--file-bytes".into(), self.file_bytes.to_string().into()]);
+        argv.extend(["--parent".into(), std::process::id().to_string().into()]);
+        argv.push("--".into());
+        argv.push(program.as_os_str().to_owned());
+        argv.extend(args.iter().map(|a| (*a).to_owned()));
+        argv
+    }
+
+    /// A copy of the ruleset's descriptor that a child inherits (closed on drop).
+    pub fn inheritable(&self) -> std::io::Result<OwnedFd> {
+        inheritable(self.landlock.as_raw_fd())
+    }
+}
+
+#[expect(unsafe_code, reason = "dup(2) of a descriptor we own; the copy is owned by the result")]
+fn inheritable(fd: RawFd) -> std::io::Result<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: dup takes an integer; a copy made by dup has no close-on-exec flag.
+    let copy = unsafe { libc::dup(fd) };
+    if copy < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
+}
+
+/// Whether this process runs as root (then a command's process limit needs the
+/// PID namespace's own limit, and without user namespaces its capabilities go).
+pub fn running_as_root() -> bool {
+    helper::effective_uid() == 0
+}
+
+/// The arguments that make the helper report what this machine supports.
+pub fn probe_args() -> Vec<OsString> {
+    vec![helper::ARG.into(), helper::PROBE.into()]
+}
+
+/// Reads what the helper's probe printed.
+pub fn parse_probe(output: &str) -> Support {
+    let mut support = Support::without_namespaces("the sandbox helper did not answer");
+    for line in output.lines() {
+        match line.split_once(' ') {
+            Some(("namespaces", "yes")) => support.namespaces = Ok(()),
+            Some(("namespaces", why)) => support.namespaces = Err(why.trim_start_matches("no ").to_owned()),
+            Some(("pid_max", answer)) => support.process_limit = answer == "yes",
+            _ => {}
+        }
+    }
+    support
+}
+
+/// Runs the helper's probe (`helper` is this binary) and reads its answer.
+pub fn probe(helper: &Path) -> Support {
+    let args = probe_args();
+    let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    let spec = super::process::Spec {
+        program: helper,
+        args: &args,
+        cwd: Path::new("/"),
+        env: &[],
+        group: super::process::Group::Own,
+        stdin: None,
+        sandbox: None,
+        pgid_record: None,
+    };
+    let limits = super::process::Limits {
+        head: 4096,
+        tail: 0,
+        record_max: 0,
+        timeout: Some(std::time::Duration::from_secs(10)),
+        idle: None,
+    };
+    match super::process::run(&spec, &limits, super::process::Io::default()) {
+        Ok(done) => parse_probe(&String::from_utf8_lossy(&done.stdout.head)),
+        Err(e) => Support::without_namespaces(&format!("the sandbox helper did not start: {e}")),
+    }
+}

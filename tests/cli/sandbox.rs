@@ -1,0 +1,366 @@
+//! The default config contains a hostile agent, as root and as an unprivileged
+//! user: its commands cannot read the driver's keys or trace or signal it, cannot
+//! write outside their agent, cannot read other workspaces, reach nothing outside
+//! without network, and cannot start a child less confined than themselves.
+
+use serde_json::json;
+
+use crate::support::server::{Server, Turn};
+use crate::support::workspace::{Dialect, TestWorkspace, User};
+
+const SECRET: &str = "sk-ant-test-0123456789-SECRET";
+
+/// The ways `secret` can appear in base64, whatever the bytes before it: its
+/// encoding at each of the three alignments, less the characters the neighbours
+/// change.
+fn base64_forms(secret: &str) -> Vec<String> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let encode = |bytes: &[u8]| -> String {
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..=chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    };
+    (0..3)
+        .map(|pad| {
+            let mut bytes = vec![b'='; pad];
+            bytes.extend_from_slice(secret.as_bytes());
+            let text = encode(&bytes);
+            // Drop the characters that also encode the padding, and the last two.
+            text[(pad * 4).div_ceil(3)..text.len() - 2].to_owned()
+        })
+        .collect()
+}
+
+/// Fails if any of `needles` is in a request the model got or in any file under
+/// `dir` (the workspace, the home, records, logs), git objects aside.
+pub fn assert_nowhere(dir: &std::path::Path, server: &Server, needles: &[String]) {
+    for r in server.requests() {
+        let raw = String::from_utf8_lossy(&r.raw);
+        for n in needles {
+            assert!(!raw.contains(n.as_str()), "a request holds `{n}`");
+        }
+    }
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("ls").flatten() {
+            let path = entry.path();
+            if entry.file_type().expect("type").is_dir() {
+                if !path.ends_with("objects") {
+                    stack.push(path);
+                }
+            } else {
+                let text = String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()).into_owned();
+                for n in needles {
+                    assert!(!text.contains(n.as_str()), "{} holds `{n}`", path.display());
+                }
+            }
+        }
+    }
+}
+
+/// Every process's environment, read and base64'd; how many hold the key; a
+/// ptrace attach and, with `kill`, a SIGKILL at the driver of workspace `t` (found
+/// by its command line, `offshoot -w <workspace> …`).
+fn key_hunt(t: &TestWorkspace, kill: bool) -> Vec<Turn> {
+    let ws = t.ws.display().to_string();
+    let ptrace = format!(
+        r#"python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for p in os.listdir("/proc"):
+    try:
+        words = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")
+    except OSError:
+        continue
+    if words[0].endswith(b"offs" + b"hoot") and words[1:3] == [b"-w", b"{ws}"]:
+        r = libc.ptrace(0x4206, int(p), 0, 0)
+        print("attach", "refused" if r else "ATTACHED")
+'"#
+    );
+    let kill_it = format!(
+        "for p in /proc/[0-9]*; do case \"$(tr '\\0' ' ' 2>/dev/null < $p/cmdline)\" in *offs\"\"hoot\\ -w\\ {ws}\\ *) kill -9 ${{p#/proc/}} 2>&1 | sed 's/.*kill/kill/';; esac; done; echo tried"
+    );
+    let mut turns = vec![
+        Turn::bash("env", "env | grep -c 0123456789-SECRET; echo \"key=$ANTHROPIC_API_KEY\""),
+        Turn::bash("count", "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c 0123456789-SECRET"),
+        Turn::bash("b64", "for p in /proc/[0-9]*; do base64 -w0 $p/environ 2>/dev/null && echo; done | wc -l"),
+        Turn::bash(
+            "mem",
+            "for p in /proc/[0-9]*; do head -c 64 $p/mem 2>/dev/null | wc -c; done | sort -u | tr '\\n' ' '",
+        ),
+        Turn::bash("trace", &ptrace),
+    ];
+    if kill {
+        turns.push(Turn::bash("kill", &kill_it));
+    }
+    turns.push(Turn::text("nothing found"));
+    turns
+}
+
+fn hunt_for_keys(name: &str, user: User, extra: &[(&str, &str)]) {
+    let (server, mut t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
+    t.env("ANTHROPIC_API_KEY", SECRET);
+    for (k, v) in extra {
+        t.set(k, v);
+    }
+    let unconfined = extra.contains(&("roles.worker.sandbox", "none"));
+    server.push_turns(key_hunt(&t, !unconfined));
+    let run = t.run(&["prompt", "find the key"]);
+    assert!(run.ok().contains("nothing found"), "the driver survived: {}", run.stderr);
+    let r = |n: usize| server.result_text(n);
+    assert_eq!(r(1), "exit code 0\n<stdout>\n0\nkey=\n</stdout>");
+    // No environment holding the key could be read.
+    assert_eq!(r(2), "exit code 1\n<stdout>\n0\n</stdout>", "as {user:?}");
+    assert!(r(3).starts_with("exit code 0"), "{}", r(3));
+    // Nothing of any process's memory could be read.
+    assert_eq!(r(4), "exit code 0\n<stdout>\n0 \n</stdout>");
+    assert_eq!(r(5), "exit code 0\n<stdout>\nattach refused\n</stdout>");
+    if !unconfined {
+        // In its PID namespace the driver's pid names nothing; without one, Landlock
+        // refuses the signal.
+        let refused = ["kill: No such process", "kill: Operation not permitted"];
+        assert!(refused.iter().any(|w| r(6).contains(w)) && r(6).ends_with("tried\n</stdout>"), "{:?}", r(6));
+    }
+    assert_eq!(server.requests()[0].header("x-api-key"), Some(SECRET));
+    let mut needles = base64_forms(SECRET);
+    needles.push(SECRET.to_owned());
+    assert_nowhere(&t.root, &server, &needles);
+}
+
+#[test]
+fn the_keys_are_out_of_reach_of_commands_as_root() {
+    hunt_for_keys("sandbox-keys-root", User::Own, &[]);
+}
+
+#[test]
+fn the_keys_are_out_of_reach_of_commands_as_an_unprivileged_user() {
+    hunt_for_keys("sandbox-keys-user", User::Unprivileged, &[]);
+}
+
+#[test]
+fn unconfined_commands_of_an_unprivileged_user_cannot_read_the_driver_either() {
+    // `sandbox = "none"` is full access; still, the driver is not dumpable.
+    hunt_for_keys("sandbox-keys-user-unconfined", User::Unprivileged, &[("roles.worker.sandbox", "none")]);
+}
+
+#[test]
+fn base64_forms_are_found_whatever_comes_before() {
+    for prefix in ["", "a", "ab", "KEY=", "ANTHROPIC_API_KEY="] {
+        let text = base64_of(&format!("{prefix}{SECRET}\0HOME=/root"));
+        assert!(base64_forms(SECRET).iter().any(|f| text.contains(f.as_str())), "{prefix}: {text}");
+    }
+}
+
+fn base64_of(text: &str) -> String {
+    let out = std::process::Command::new("base64")
+        .arg("-w0")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(text.as_bytes())?;
+            c.wait_with_output()
+        })
+        .expect("base64");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Writes at everything that is not the agent's: the user's home and /tmp, another
+/// agent's directory and inbox, the harness's repository, records and locks.
+fn write_outside(user: User) {
+    let (server, t) = TestWorkspace::served_as(&format!("sandbox-writes-{user:?}"), Dialect::Anthropic, user);
+    server.push_turns([
+        Turn::tool("o1", "write_file", json!({"path": "mine.txt", "content": "other's"})),
+        Turn::text("ok"),
+    ]);
+    t.run(&["prompt", "--name", "Other", "keep a file"]).ok();
+    let other = t.agents()[0]["id"].as_str().expect("id").to_owned();
+    let before = t.git(&["log", "--all", "--format=%H %s"]);
+    let tmp = format!("/tmp/offshoot-planted-{}", std::process::id());
+    let commands = [
+        format!("echo x > {}/planted; echo x > {tmp}", t.home.display()),
+        format!("mkdir -p ../../inbox/{other} && printf 'forged' > ../../inbox/{other}/0099-user.md"),
+        format!("echo overwritten > ../{other}/mine.txt; rm -f ../{other}/mine.txt"),
+        "git --git-dir=../../repo.git tag evil HEAD; git --git-dir=../../repo.git update-ref refs/heads/x HEAD".into(),
+        "rm -rf ../../locks ../../steps ../../repo.git/refs 2>&1 | head -1; echo x > ../../repo.git/HEAD".into(),
+    ];
+    let mut turns: Vec<Turn> = commands.iter().enumerate().map(|(i, c)| Turn::bash(&format!("w{i}"), c)).collect();
+    turns.push(Turn::text("done"));
+    server.push_turns(turns);
+    t.run(&["prompt", "--name", "Vandal", "break things"]).ok();
+    for n in 1..=commands.len() {
+        let text = server.result_text(n + 1);
+        assert!(!text.starts_with("exit code 0\n"), "{}: {text}", commands[n - 1]);
+    }
+    assert!(!t.home.join("planted").exists() && !std::path::Path::new(&tmp).exists());
+    assert!(!t.ws.join("inbox").join(&other).join("0099-user.md").exists());
+    assert_eq!(std::fs::read_to_string(t.ws.join("agents").join(&other).join("mine.txt")).expect("kept"), "other's");
+    assert!(t.git(&["tag"]).is_empty() && t.git(&["for-each-ref", "refs/heads/x"]).is_empty());
+    let after = t.git(&["log", "--all", "--format=%H %s"]);
+    assert!(before.lines().all(|l| after.contains(l)), "history was lost:\n{before}\n---\n{after}");
+    // Every verb still works, and the other agent goes on.
+    assert_eq!(t.agents().len(), 2);
+    server.push_turns([Turn::text("still here")]);
+    assert!(t.run(&["send", "Other", "are you there?"]).ok().contains("still here"));
+    t.run(&["doctor"]).ok();
+}
+
+#[test]
+fn commands_write_nothing_outside_their_agent_as_root() {
+    write_outside(User::Own);
+}
+
+#[test]
+fn commands_write_nothing_outside_their_agent_as_an_unprivileged_user() {
+    write_outside(User::Unprivileged);
+}
+
+#[test]
+fn other_workspaces_and_this_ones_internals_are_unreadable() {
+    let (server, t) = TestWorkspace::served("sandbox-reads", Dialect::Anthropic);
+    let other = t.home.join("workspaces").join("other");
+    t.run_bare(&["new", other.to_str().expect("utf-8")]).ok();
+    server.push_turns([
+        Turn::bash("r1", &format!("cat {}/repo.git/HEAD; ls {}", other.display(), t.home.join("workspaces").display())),
+        Turn::bash("r2", "cat ../../repo.git/HEAD; ls ../../steps ../../inbox ../../locks"),
+        Turn::bash("r3", "cat /etc/hostname > /dev/null && echo system-readable"),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "look around"]).ok();
+    let r = |n: usize| server.result_text(n);
+    assert!(r(1).matches("Permission denied").count() == 2, "{}", r(1));
+    assert!(r(2).matches("Permission denied").count() == 4, "{}", r(2));
+    assert_eq!(r(3), "exit code 0\n<stdout>\nsystem-readable\n</stdout>");
+}
+
+#[test]
+fn without_network_no_socket_reaches_outside() {
+    let (server, mut t) = TestWorkspace::served("sandbox-net", Dialect::Anthropic);
+    t.set("roles.worker.network", "false");
+    // A UDP socket, a UNIX socket standing in for an ssh agent, and the model server
+    // itself: all outside the sandbox.
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    udp.set_nonblocking(true).expect("nonblocking");
+    let sock = t.root.join("agent.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&sock).expect("unix");
+    unix.set_nonblocking(true).expect("nonblocking");
+    t.env("SSH_AUTH_SOCK", sock.to_str().expect("utf-8"));
+    let probe = format!(
+        r#"python3 -c '
+import socket
+def attempt(name, f):
+    try:
+        f(); print(name, "REACHED")
+    except OSError as e:
+        print(name, "refused")
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2))
+attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", {udp})))
+attempt("route", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).connect(("8.8.8.8", 53)))
+attempt("unix", lambda: socket.socket(socket.AF_UNIX).connect("{sock}"))
+attempt("abstract", lambda: socket.socket(socket.AF_UNIX).connect("\0offshoot-test"))
+a, b = socket.socketpair(); a.send(b"pair"); print("pair", b.recv(4).decode())
+'"#,
+        port = server.port,
+        udp = udp.local_addr().expect("addr").port(),
+        sock = sock.display()
+    );
+    server.push_turns([
+        Turn::bash("env", "echo \"ssh=$SSH_AUTH_SOCK\""),
+        Turn::bash("net", &probe),
+        Turn::bash("local", "python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & sleep 0.5; python3 -c 'import urllib.request; print(urllib.request.urlopen(\"http://127.0.0.1:8765/\").status)'"),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "phone home"]).ok();
+    assert_eq!(server.result_text(1), "exit code 0\n<stdout>\nssh=\n</stdout>");
+    let net = server.result_text(2);
+    for line in ["tcp refused", "route refused", "unix refused", "abstract refused", "pair pair"] {
+        assert!(net.contains(line), "{line}: {net}");
+    }
+    let mut buf = [0u8; 8];
+    assert!(udp.recv_from(&mut buf).is_err(), "a datagram left the sandbox");
+    assert!(unix.accept().is_err(), "the ssh agent's socket was reached");
+    // Inside, its own loopback works.
+    assert_eq!(server.result_text(3), "exit code 0\n<stdout>\n200\n</stdout>");
+}
+
+#[test]
+fn an_ssh_agent_is_not_handed_to_commands_unless_kept() {
+    let (server, mut t) = TestWorkspace::served("sandbox-ssh", Dialect::Anthropic);
+    t.env("SSH_AUTH_SOCK", "/tmp/ssh-agent.sock");
+    t.env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/0/bus");
+    server.push_turns([Turn::bash("env", "echo \"[$SSH_AUTH_SOCK][$DBUS_SESSION_BUS_ADDRESS]\""), Turn::text("ok")]);
+    t.run(&["prompt", "look"]).ok();
+    assert_eq!(server.result_text(1), "exit code 0\n<stdout>\n[][]\n</stdout>");
+    t.set("tool_env.keep", "[\"SSH_AUTH_SOCK\"]");
+    server.push_turns([Turn::bash("env", "echo \"[$SSH_AUTH_SOCK]\""), Turn::text("ok")]);
+    t.run(&["prompt", "look again"]).ok();
+    assert_eq!(server.result_text(3), "exit code 0\n<stdout>\n[/tmp/ssh-agent.sock]\n</stdout>");
+}
+
+#[test]
+fn a_child_is_never_less_confined_than_its_parent() {
+    let (server, t) = TestWorkspace::served("sandbox-escalation", Dialect::Anthropic);
+    t.set("roles.openai.sandbox", "none");
+    t.set("roles.openai.provider", "anthropic");
+    t.run(&[
+        "config",
+        "set",
+        "roles.reviewer.provider",
+        "anthropic",
+        "roles.reviewer.model",
+        "m",
+        "roles.reviewer.tools",
+        "[\"bash\"]",
+    ])
+    .ok();
+    t.set("roles.worker.network", "false");
+    server.push_turns([
+        Turn::tool("d1", "dispatch", json!({"role": "openai", "goal": "write outside for me"})),
+        Turn::tool("d2", "dispatch", json!({"role": "reviewer", "goal": "fetch something"})),
+        Turn::text("refused twice"),
+    ]);
+    t.run(&["prompt", "escalate"]).ok();
+    assert_eq!(
+        server.result_text(1),
+        "no child was started: role `openai` runs commands unconfined (`sandbox = \"none\"`) and you are sandboxed; a child may not be less confined than its parent"
+    );
+    assert_eq!(
+        server.result_text(2),
+        "no child was started: role `reviewer` may use the network and you may not; a child may not be less confined than its parent"
+    );
+    assert_eq!(t.agents().len(), 1);
+}
+
+#[test]
+fn an_unconfined_role_and_a_machine_without_namespaces_are_said_at_start() {
+    let (server, mut t) = TestWorkspace::served("sandbox-warnings", Dialect::Anthropic);
+    t.set("roles.worker.sandbox", "none");
+    server.push_turns([Turn::text("ok")]);
+    let run = t.run(&["prompt", "hello"]);
+    assert!(
+        run.stderr.contains("warning: role `worker` runs commands unconfined (`sandbox = \"none\"`): they can read and write whatever you can, your keys and other agents included"),
+        "{}",
+        run.stderr
+    );
+    t.set("roles.worker.sandbox", "workspace-write");
+    t.env("OFFSHOOT_NO_NAMESPACES", "1");
+    t.env("ANTHROPIC_API_KEY", SECRET);
+    server.push_turns(key_hunt(&t, true));
+    let run = t.run(&["prompt", "--json", "find the key"]);
+    assert!(run.stdout.contains("\"type\":\"warning\""), "{}", run.stdout);
+    assert!(run.stdout.contains("user namespaces are unavailable (OFFSHOOT_NO_NAMESPACES=1)"), "{}", run.stdout);
+    // What still holds without them: the key, the driver's memory, tracing, signals.
+    let first = 1;
+    let r = |n: usize| server.result_text(first + n);
+    assert_eq!(r(2), "exit code 1\n<stdout>\n0\n</stdout>");
+    assert_eq!(r(4), "exit code 0\n<stdout>\n0 \n</stdout>");
+    assert_eq!(r(5), "exit code 0\n<stdout>\nattach refused\n</stdout>");
+    assert!(run.stdout.contains("nothing found"), "{}", run.stdout);
+}
