@@ -1284,9 +1284,21 @@ impl<'a> Driver<'a> {
             None => Vec::new(),
         };
         let restored = self.guard.after_call(self.ws, &self.id, &self.dir, tip)?;
+        // Files libgit2 reads in the scan that are not files (a FIFO would hold us).
+        let cleared = match (result.writes, self.work.due()) {
+            (false, _) => Vec::new(),
+            (true, Due::Everything) => self.dir.clear_rule_files(Scan::All)?,
+            (true, Due::Paths(paths)) => self.dir.clear_rule_files(Scan::Paths(&paths))?,
+        };
         if let Block::ToolResult { content, .. } = &mut result.block {
             if !restored.is_empty() {
                 content.push_str(&guard::note(&restored));
+            }
+            if !cleared.is_empty() {
+                content.push_str(&format!(
+                    "\n[offshoot: removed {}: git reads these, and they were not regular files (a FIFO, a device or a link)]",
+                    cleared.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+                ));
             }
             for (shown, text) in &context {
                 content.push_str(&context::context_file_block(shown, text));

@@ -5,7 +5,7 @@
 
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::id::AgentId;
-use crate::infra::git::{CommitId, GitError, UserRepo};
+use crate::infra::git::{CommitId, GitError, UserRepo, WorkFile};
 
 use super::agents::{AgentError, ProjectStart};
 use super::snapshot::{self, SnapshotError};
@@ -188,10 +188,13 @@ pub fn apply(ws: &Workspace, id: &AgentId) -> Result<Vec<String>> {
     let mut conflicts = Vec::new();
     for change in ws.repo.file_changes(base, work)? {
         let (before, after) = (blob(change.before)?, blob(change.after)?);
-        let ours = user.read_work_file(&change.path);
-        let occupied = ours.is_none() && user.root().join(&change.path).symlink_metadata().is_ok();
+        let (ours, in_the_way) = match user.work_file(&change.path) {
+            WorkFile::File(bytes) => (Some(bytes), false),
+            WorkFile::Missing => (None, false),
+            WorkFile::InTheWay => (None, true),
+        };
         let text = |side: &Option<(Vec<u8>, bool)>| side.as_ref().map(|(b, _)| b.clone());
-        if occupied {
+        if in_the_way {
             conflicts.push(change.path);
         } else if ours == text(&after) {
             // Already so.

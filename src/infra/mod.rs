@@ -2,6 +2,7 @@
 //! processes, locks, time and the built-in tools. Knows nothing of agents; may use
 //! only the standard library and its crates.
 
+pub mod door;
 pub mod git;
 pub mod lock;
 pub mod process;

@@ -99,3 +99,37 @@ fn children_start_in_one_place_with_the_environment_they_are_handed() {
     let code = std::fs::read_to_string(&process).expect("process.rs");
     assert!(code.contains(".env_clear()"), "infra::process must clear the inherited environment");
 }
+
+#[test]
+fn file_tools_touch_files_only_through_the_door() {
+    // Every file a tool reads or writes for an agent goes through `infra::door`
+    // (beneath a directory handle, no link followed, no FIFO opened). `bash` keeps its
+    // output records in the harness's step directory, which is not the agent's.
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/infra/tools");
+    let forbidden = [
+        "std::fs::read",
+        "fs::read_to_string",
+        "std::fs::write",
+        "File::open",
+        "File::create",
+        "OpenOptions",
+        "create_dir",
+        "remove_file",
+        "remove_dir",
+        "std::fs::rename",
+        "std::fs::copy",
+        "hard_link",
+        "set_permissions",
+        "search_path",
+    ];
+    let mut offenders = Vec::new();
+    for (file, code) in sources(&tools) {
+        if file.file_name().is_some_and(|n| n == "bash.rs") {
+            continue;
+        }
+        for f in forbidden.iter().filter(|f| code.contains(*f)) {
+            offenders.push(format!("{}: {f}", file.display()));
+        }
+    }
+    assert!(offenders.is_empty(), "file tools reaching files around the door:\n{}", offenders.join("\n"));
+}

@@ -11,6 +11,7 @@ mod conversation;
 mod crash;
 mod disk;
 mod doctor;
+mod door;
 mod errors;
 mod faults;
 mod fuzz;

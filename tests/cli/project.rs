@@ -9,7 +9,7 @@ use crate::support::server::{Server, Turn};
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 /// Plain git in `dir`, with an identity and no user config; its stdout.
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let o = Command::new("git")
         .current_dir(dir)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -27,7 +27,7 @@ fn git(dir: &Path, args: &[&str]) -> String {
 
 /// A repository with three commits (a.txt, b.txt, c.txt) and `a.txt` changed but not
 /// committed, and a workspace for it made with `new --project`.
-fn project(name: &str) -> (Server, TestWorkspace, PathBuf) {
+pub(crate) fn project(name: &str) -> (Server, TestWorkspace, PathBuf) {
     let server = Server::start();
     let mut t = TestWorkspace::new(name);
     let repo = t.root.join("project");
@@ -49,7 +49,7 @@ fn project(name: &str) -> (Server, TestWorkspace, PathBuf) {
 }
 
 /// Every file of the repository — `.git` (objects aside) and working tree — by path.
-fn state(repo: &Path, skip: &[&str]) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn state(repo: &Path, skip: &[&str]) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut stack = vec![repo.to_owned()];
     while let Some(dir) = stack.pop() {

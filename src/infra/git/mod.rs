@@ -16,7 +16,7 @@ mod tracked;
 mod user;
 
 pub use project::{Attachment, MAIN, Position, Project};
-pub use user::{Change, Discovered, UserRepo, discover};
+pub use user::{Change, Discovered, UserRepo, WorkFile, discover};
 
 pub use tracked::{Additions, Difference, Restored, Scan, Tracked};
 
@@ -39,6 +39,8 @@ pub enum GitError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("`{path}` is not in {dir}")]
     Outside { path: String, dir: String },
+    #[error(transparent)]
+    Door(#[from] crate::infra::door::DoorError),
 }
 
 type Result<T> = std::result::Result<T, GitError>;

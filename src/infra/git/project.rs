@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use git2::{Index, Oid, Repository, RepositoryInitOptions};
 
 use super::{GitError, Result, branch_ref, commit_tree, configure_libgit2, lib, tracked::write_file};
+use crate::infra::door::Beneath;
 
 /// Where a worktree's HEAD is: on a branch (whose tip may be unborn), or detached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,17 +123,16 @@ impl Project {
         format!("gitdir: {}\n", self.admin(id).display())
     }
 
-    /// How far `dir` is still worktree `id`.
+    /// How far `dir` is still worktree `id`. Every file read here is one an agent can
+    /// write, so each is read through the door (no link, no FIFO, a few bytes).
     pub fn attachment(&self, id: &str, dir: &Path) -> Attachment {
-        let admin = self.admin(id);
+        let admin = format!("worktrees/{id}");
         let points_back =
-            std::fs::read_to_string(admin.join("gitdir")).is_ok_and(|g| Path::new(g.trim()) == dir.join(".git"));
-        if !points_back || !admin.join("HEAD").is_file() {
+            small(&self.path, &format!("{admin}/gitdir")).is_some_and(|g| Path::new(g.trim()) == dir.join(".git"));
+        if !points_back || small(&self.path, &format!("{admin}/HEAD")).is_none() {
             return Attachment::Detached;
         }
-        let dot_git = dir.join(".git");
-        let right = std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file())
-            && std::fs::read_to_string(&dot_git).is_ok_and(|g| g == self.dot_git(id));
+        let right = small(dir, ".git").is_some_and(|g| g == self.dot_git(id));
         if right { Attachment::Attached } else { Attachment::DotGitWrong }
     }
 
@@ -202,23 +202,50 @@ impl Project {
     }
 
     /// Where worktree `id`'s HEAD is, read from its admin directory (never through
-    /// the directory's `.git`, which the agent can change).
+    /// the directory's `.git`, which the agent can change). The agent can write these
+    /// files too: they are read through the door, and the branch's ref is read as a
+    /// loose ref or a line of `packed-refs` (libgit2 would block on a FIFO there).
     pub fn position(&self, id: &str) -> Result<Position> {
-        let path = self.admin(id).join("HEAD");
-        let text = std::fs::read_to_string(&path).map_err(|source| GitError::Io { path, source })?;
+        let door = Beneath::open(&self.path)?;
+        let text = door.read(Path::new(&format!("worktrees/{id}/HEAD")), SMALL)?;
+        let text = String::from_utf8_lossy(&text);
         let text = text.trim();
         if let Some(reference) = text.strip_prefix("ref:") {
             let reference = reference.trim();
-            let head = match self.repo.refname_to_id(reference) {
-                Ok(oid) => Some(oid),
-                Err(e) if e.code() == git2::ErrorCode::NotFound => None,
-                Err(source) => return Err(GitError::Lib { what: format!("resolve {reference}"), source }),
-            };
             let branch = reference.strip_prefix("refs/heads/").unwrap_or(reference).to_owned();
-            return Ok(Position { branch: Some(branch), head });
+            return Ok(Position { branch: Some(branch), head: read_ref(&door, reference) });
         }
         Ok(Position { branch: None, head: Oid::from_str(text).ok() })
     }
+}
+
+/// What a pointer file of git's may hold (HEAD, a ref, `gitdir`): a few lines.
+const SMALL: u64 = 4096;
+
+/// The file `rel` below `root` as text, if it is a small regular file reached
+/// without a link.
+fn small(root: &Path, rel: &str) -> Option<String> {
+    let bytes = Beneath::open(root).ok()?.read(Path::new(rel), SMALL).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// What ref `name` (`refs/…`) points at in the repository `door` stands for: its
+/// loose file, else its line in `packed-refs`; `None` when it is neither, or is not
+/// a plain object id (a symbolic ref is not followed).
+fn read_ref(door: &Beneath, name: &str) -> Option<Oid> {
+    if !name.starts_with("refs/") || name.split('/').any(|p| p.is_empty() || p == "..") {
+        return None;
+    }
+    match door.read(Path::new(name), SMALL) {
+        Ok(bytes) => return Oid::from_str(String::from_utf8_lossy(&bytes).trim()).ok(),
+        Err(e) if !e.is_not_found() => return None,
+        Err(_) => {}
+    }
+    let packed = door.read(Path::new("packed-refs"), 256 << 20).ok()?;
+    String::from_utf8_lossy(&packed).lines().find_map(|line| {
+        let (oid, refname) = line.split_once(' ')?;
+        (refname == name).then(|| Oid::from_str(oid).ok()).flatten()
+    })
 }
 
 /// `target` as a path relative to `from` (both absolute or both relative to the

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use git2::build::{CheckoutBuilder, TreeUpdateBuilder};
 use git2::{FileMode, Index, ObjectType, Oid, Repository};
 
+use std::os::unix::ffi::OsStrExt;
+
 use super::{GitError, Result, branch_ref, cas_update, commit_tree, configure_libgit2, lib};
+use crate::infra::door::Beneath;
 
 /// The name a directory's pointer to its own repository has; never captured.
 const DOT_GIT: &str = ".git";
@@ -90,18 +93,41 @@ impl Tracked {
 
     /// Writes `paths` as `commit` has them (removing those it has not), and their
     /// index entries with them: for a commit made outside the directory (a child's
-    /// work merged in).
+    /// work merged in). Through the door: a link the agent left where the commit has
+    /// a directory or file (one its `.gitignore` hides, say) is replaced, never
+    /// followed.
     pub fn checkout_paths(&self, commit: Oid, paths: &[String]) -> Result<()> {
         if paths.is_empty() {
             return Ok(());
         }
         let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
-        let mut opts = CheckoutBuilder::new();
-        opts.force().update_index(true).disable_pathspec_match(true);
+        let door = Beneath::open(&self.root)?;
+        let mut index = self.repo.index().map_err(lib("open index"))?;
         for path in paths {
-            opts.path(path);
+            let rel = Path::new(path);
+            let Ok(entry) = tree.get_path(rel) else {
+                door.remove_all(rel)?;
+                index.remove_path(rel).map_err(lib(format!("unstage {path}")))?;
+                continue;
+            };
+            let mode = entry.filemode();
+            let blob = match entry.to_object(&self.repo).map(|o| o.into_blob()) {
+                Ok(Ok(blob)) => blob,
+                // A submodule's commit, or a directory: nothing to write as a file.
+                _ => continue,
+            };
+            if mode == i32::from(FileMode::Link) {
+                door.symlink(rel, std::ffi::OsStr::from_bytes(blob.content()))?;
+            } else {
+                let exec = mode == i32::from(FileMode::BlobExecutable);
+                door.write(rel, blob.content(), Some(if exec { 0o755 } else { 0o644 }), true)?;
+            }
+            let full = self.root.join(path);
+            let meta = std::fs::symlink_metadata(&full).map_err(|source| GitError::Io { path: full, source })?;
+            let mut stat = stat_entry(path, entry.id(), &meta);
+            stat.mode = mode as u32;
+            index.add(&stat).map_err(lib(format!("stage {path}")))?;
         }
-        self.repo.checkout_tree(tree.as_object(), Some(&mut opts)).map_err(lib(format!("check out {commit}")))?;
         Ok(())
     }
 
@@ -120,14 +146,75 @@ impl Tracked {
                 })
             });
             if real {
-                let path = self.root.join(rel);
-                remove_entry(&path).map_err(|source| GitError::Io { path, source })?;
+                remove_entry(&self.root, rel)?;
             }
         }
         for (rel, bytes) in written {
             write_file(&self.root, rel, bytes)?;
         }
         Ok(())
+    }
+
+    /// Removes every `.gitignore` and `.gitattributes` the coming `scan` would have
+    /// libgit2 read that is not a regular file (a FIFO would hold the driver, a link
+    /// to `/dev/zero` fill its memory; the agent made them), and returns their paths.
+    /// Those of every directory the scan walks are looked at, and of each directory
+    /// above a path it looks at.
+    pub fn clear_rule_files(&self, scan: Scan<'_>) -> Result<Vec<String>> {
+        let mut dirs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        let mut walk: Vec<String> = Vec::new();
+        match scan {
+            Scan::Nothing => return Ok(Vec::new()),
+            Scan::All => walk.push(String::new()),
+            Scan::Paths(paths) => {
+                for path in paths {
+                    let mut above = String::new();
+                    dirs.insert(String::new());
+                    for part in path.split('/').filter(|p| !p.is_empty()) {
+                        above = if above.is_empty() { part.to_owned() } else { format!("{above}/{part}") };
+                        dirs.insert(above.clone());
+                    }
+                    walk.push(path.clone());
+                }
+            }
+        }
+        // Each directory below the walked paths, links not followed.
+        while let Some(rel) = walk.pop() {
+            let full = if rel.is_empty() { self.root.clone() } else { self.root.join(&rel) };
+            if !std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) {
+                continue;
+            }
+            for entry in std::fs::read_dir(&full).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let child = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+                if entry.file_type().is_ok_and(|t| t.is_dir()) && !self.is_harness_or_git(&child) {
+                    walk.push(child);
+                }
+            }
+            dirs.insert(rel);
+        }
+        let door = Beneath::open(&self.root)?;
+        let mut cleared = Vec::new();
+        for dir in dirs.into_iter().filter(|d| !self.is_harness_or_git(d)) {
+            for name in [".gitignore", ".gitattributes"] {
+                let rel = if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") };
+                match door.kind(Path::new(&rel)) {
+                    Ok(None) | Ok(Some(crate::infra::door::Kind::File { .. })) => {}
+                    // A link on the way: the path is not walked into by libgit2 either.
+                    Err(_) => {}
+                    Ok(Some(_)) => {
+                        door.remove_all(Path::new(&rel))?;
+                        cleared.push(rel);
+                    }
+                }
+            }
+        }
+        Ok(cleared)
+    }
+
+    fn is_harness_or_git(&self, rel: &str) -> bool {
+        let first = rel.split('/').next().unwrap_or(rel);
+        first == self.harness || first == DOT_GIT
     }
 
     /// Makes the in-memory index equal to `commit`'s tree less the harness's
@@ -279,7 +366,6 @@ impl Tracked {
             super::files_under(&self.repo, &tree, prefix)?.into_iter().collect();
         let on_disk = disk_entries(&self.root, prefix);
         let mut restored = Vec::new();
-        let io = |path: PathBuf| move |source| GitError::Io { path, source };
         // Entries the commit does not have, deepest first (a directory after its contents).
         for (path, kind) in on_disk.iter().rev() {
             let keep = match kind {
@@ -287,8 +373,7 @@ impl Tracked {
                 _ => committed.contains_key(path),
             };
             if !keep {
-                let full = self.root.join(path);
-                remove_entry(&full).map_err(io(full))?;
+                remove_entry(&self.root, path)?;
                 if *kind != Kind::Dir || !restored.iter().any(|r: &Restored| r.path.starts_with(&format!("{path}/"))) {
                     restored.push(Restored { path: path.clone(), difference: Difference::Extra });
                 }
@@ -465,51 +550,18 @@ fn push_blob_entry(out: &mut Vec<u8>, name: &[u8], id: Oid) {
     out.extend_from_slice(id.as_bytes());
 }
 
-/// Writes `bytes` to `root/rel` without following a symlink anywhere below `root`:
-/// an ancestor that is not a real directory, or whatever stands at the path, is
-/// replaced. (An agent can plant a symlink where the harness is about to write.)
+/// Writes `bytes` to `root/rel` through the door: no symlink below `root` is ever
+/// followed; a link or file standing where a directory should be, or whatever stands
+/// at the path, is replaced. (An agent can plant a symlink where the harness is about
+/// to write.)
 pub(super) fn write_file(root: &Path, rel: &str, bytes: &[u8]) -> Result<()> {
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| GitError::Io { path, source }
-    };
-    let mut dir = root.to_owned();
-    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
-    let Some((file, ancestors)) = parts.split_last() else {
-        return Err(GitError::Outside { path: rel.to_owned(), dir: root.display().to_string() });
-    };
-    for part in ancestors {
-        dir.push(part);
-        match std::fs::symlink_metadata(&dir) {
-            Ok(m) if m.is_dir() => continue,
-            Ok(_) => std::fs::remove_file(&dir).map_err(io(&dir))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&dir)(e)),
-        }
-        std::fs::create_dir(&dir).map_err(io(&dir))?;
-    }
-    let path = dir.join(file);
-    let create = || std::fs::OpenOptions::new().write(true).create_new(true).open(&path);
-    let mut out = match create() {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            remove_entry(&path).map_err(io(&path))?;
-            create().map_err(io(&path))?
-        }
-        Err(e) => return Err(io(&path)(e)),
-    };
-    std::io::Write::write_all(&mut out, bytes).map_err(io(&path))
+    Ok(Beneath::open(root)?.write(Path::new(rel), bytes, None, true)?)
 }
 
-/// Removes whatever stands at `path` (a directory with its contents; a symlink
-/// itself, never its target).
-fn remove_entry(path: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
+/// Removes whatever stands at `root/rel` (a directory with its contents; a symlink
+/// itself, never its target), through the door.
+fn remove_entry(root: &Path, rel: &str) -> Result<()> {
+    Ok(Beneath::open(root)?.remove_all(Path::new(rel))?)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use git2::{ObjectType, Oid, Repository, Status, StatusOptions};
 
 use super::{GitError, Result, configure_libgit2, lib};
+use crate::infra::door::Beneath;
 
 /// What a directory is, as a project.
 pub enum Discovered {
@@ -192,31 +193,38 @@ impl UserRepo {
         Some((name, email))
     }
 
-    /// The file at `path` in the working tree, or `None` when there is none.
-    pub fn read_work_file(&self, path: &str) -> Option<Vec<u8>> {
-        let full = self.root.join(path);
-        std::fs::symlink_metadata(&full).ok().filter(|m| m.is_file())?;
-        std::fs::read(full).ok()
-    }
-
-    /// Writes (or with `None` removes) `path` in the working tree.
-    pub fn write_work_file(&self, path: &str, bytes: Option<&[u8]>, executable: bool) -> Result<()> {
-        let full = self.root.join(path);
-        let io = |source| GitError::Io { path: full.clone(), source };
-        match bytes {
-            Some(bytes) => {
-                if let Some(dir) = full.parent() {
-                    std::fs::create_dir_all(dir).map_err(io)?;
-                }
-                std::fs::write(&full, bytes).map_err(io)?;
-                use std::os::unix::fs::PermissionsExt;
-                let mode = if executable { 0o755 } else { 0o644 };
-                std::fs::set_permissions(&full, std::fs::Permissions::from_mode(mode)).map_err(io)
-            }
-            None => match std::fs::remove_file(&full) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(e)),
-                _ => Ok(()),
-            },
+    /// What stands at `path` in the working tree, looked at through the door: a
+    /// symbolic link anywhere on the way (an untracked `data -> /elsewhere`, say), a
+    /// directory, FIFO or device is in the way of a file.
+    pub fn work_file(&self, path: &str) -> WorkFile {
+        let Ok(door) = Beneath::open(&self.root) else { return WorkFile::InTheWay };
+        match door.read(Path::new(path), WORK_FILE_MAX) {
+            Ok(bytes) => WorkFile::File(bytes),
+            Err(e) if e.is_not_found() => WorkFile::Missing,
+            Err(_) => WorkFile::InTheWay,
         }
     }
+
+    /// Writes (or with `None` removes) `path` in the working tree, through the door:
+    /// a link on the way is refused, never followed.
+    pub fn write_work_file(&self, path: &str, bytes: Option<&[u8]>, executable: bool) -> Result<()> {
+        let door = Beneath::open(&self.root)?;
+        let rel = Path::new(path);
+        match bytes {
+            Some(bytes) => Ok(door.write(rel, bytes, Some(if executable { 0o755 } else { 0o644 }), false)?),
+            None => Ok(door.remove(rel)?),
+        }
+    }
+}
+
+/// The largest file of the user's working tree `apply` reads to merge.
+const WORK_FILE_MAX: u64 = 1 << 30;
+
+/// What stands at a path of the user's working tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkFile {
+    Missing,
+    File(Vec<u8>),
+    /// A link on the way, or something other than a regular file.
+    InTheWay,
 }

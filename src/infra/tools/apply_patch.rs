@@ -3,11 +3,9 @@
 //! new content is computed in memory first; one hunk that does not match uniquely
 //! names itself and no file is touched.
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
-use super::{ToolEnv, ToolError, ToolOutput, str_arg, write_path};
+use super::{Kind, Target, ToolEnv, ToolError, ToolOutput, str_arg};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Line {
@@ -218,86 +216,85 @@ fn apply_hunks(path: &str, text: &str, hunks: &[Hunk]) -> Result<String, String>
 
 /// One file change, computed before anything is written.
 enum Change {
-    Write { path: PathBuf, shown: String, text: String },
-    Remove { path: PathBuf },
+    Write { target: Target, text: String },
+    Remove { target: Target },
 }
+
+/// Bytes of a file a patch may update.
+const MAX_BYTES: u64 = 10 * 1024 * 1024;
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let patch = str_arg(input, "patch")?;
     let refuse = |why: String| ToolError::ToModel(format!("patch not applied, no file changed: {why}"));
+    let refused = |e: ToolError| refuse(e.to_string());
     let ops = parse(patch).map_err(refuse)?;
     let mut changes = Vec::new();
     let mut report = Vec::new();
     for op in &ops {
         match op {
             Op::Add { path, lines } => {
-                let full = write_path(env, path).map_err(|e| refuse(e.to_string()))?;
-                if full.exists() {
+                let target = Target::to_write(env, path).map_err(refused)?;
+                if target.kind().map_err(refused)?.is_some() {
                     return Err(refuse(format!("`{path}` already exists; use `*** Update File:`")));
                 }
                 let mut text = lines.join("\n");
                 text.push('\n');
-                changes.push(Change::Write { path: full, shown: path.clone(), text });
+                changes.push(Change::Write { target, text });
                 report.push(format!("A {path}"));
             }
             Op::Delete { path } => {
-                let full = write_path(env, path).map_err(|e| refuse(e.to_string()))?;
-                if !full.is_file() {
+                let target = Target::to_write(env, path).map_err(refused)?;
+                if !matches!(target.kind().map_err(refused)?, Some(Kind::File { .. })) {
                     return Err(refuse(format!("`{path}` cannot be deleted: there is no such file")));
                 }
-                changes.push(Change::Remove { path: full });
+                changes.push(Change::Remove { target });
                 report.push(format!("D {path}"));
             }
             Op::Update { path, move_to, hunks } => {
-                let full = write_path(env, path).map_err(|e| refuse(e.to_string()))?;
-                let text = std::fs::read_to_string(&full).map_err(|e| refuse(format!("cannot read `{path}`: {e}")))?;
+                let target = Target::to_write(env, path).map_err(refused)?;
+                let bytes = target.read(MAX_BYTES).map_err(refused)?;
+                let text = String::from_utf8(bytes).map_err(|_| refuse(format!("`{path}` is not UTF-8 text")))?;
                 let updated = apply_hunks(path, &text, hunks).map_err(refuse)?;
                 match move_to {
                     Some(to) => {
-                        let dest = write_path(env, to).map_err(|e| refuse(e.to_string()))?;
-                        if dest.exists() {
+                        let dest = Target::to_write(env, to).map_err(refused)?;
+                        if dest.kind().map_err(refused)?.is_some() {
                             return Err(refuse(format!("cannot move `{path}` to `{to}`: it already exists")));
                         }
-                        changes.push(Change::Write { path: dest, shown: to.clone(), text: updated });
-                        changes.push(Change::Remove { path: full });
+                        changes.push(Change::Write { target: dest, text: updated });
+                        changes.push(Change::Remove { target });
                         report.push(format!("R {path} -> {to}"));
                     }
                     None => {
-                        changes.push(Change::Write { path: full, shown: path.clone(), text: updated });
+                        changes.push(Change::Write { target, text: updated });
                         report.push(format!("M {path}"));
                     }
                 }
             }
         }
     }
-    write_all(&changes).map_err(refuse)?;
+    write_all(&changes).map_err(refused)?;
     Ok(ToolOutput::summary(format!("applied: {}", report.join(", "))))
 }
 
-/// Writes every change; if one fails, restores what was already changed.
-fn write_all(changes: &[Change]) -> Result<(), String> {
-    let mut undo: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
+/// Writes every change; if one fails, restores what was already changed (the
+/// failing one included: it may have been done in part).
+fn write_all(changes: &[Change]) -> Result<(), ToolError> {
+    let mut undo: Vec<(&Target, Option<Vec<u8>>)> = Vec::new();
     for change in changes {
-        let (path, result) = match change {
-            Change::Write { path, shown, text } => {
-                undo.push((path.clone(), std::fs::read(path).ok()));
-                let made = path.parent().map(std::fs::create_dir_all).unwrap_or(Ok(()));
-                (
-                    path,
-                    made.and_then(|()| std::fs::write(path, text)).map_err(|e| format!("cannot write `{shown}`: {e}")),
-                )
-            }
-            Change::Remove { path } => {
-                undo.push((path.clone(), std::fs::read(path).ok()));
-                (path, std::fs::remove_file(path).map_err(|e| format!("cannot delete `{}`: {e}", path.display())))
-            }
+        let target = match change {
+            Change::Write { target, .. } | Change::Remove { target } => target,
+        };
+        undo.push((target, target.read(MAX_BYTES).ok()));
+        let result = match change {
+            Change::Write { target, text } => target.write(text.as_bytes()),
+            Change::Remove { target } => target.remove(),
         };
         if let Err(e) = result {
-            let _ = path;
-            for (p, before) in undo.into_iter().rev() {
+            for (t, before) in undo.into_iter().rev() {
                 let _ = match before {
-                    Some(bytes) => std::fs::write(&p, bytes),
-                    None => std::fs::remove_file(&p),
+                    Some(bytes) => t.write(&bytes),
+                    None => t.remove(),
                 };
             }
             return Err(e);
@@ -312,7 +309,7 @@ mod tests {
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
-    fn setup(name: &str, files: &[(&str, &str)]) -> (ToolEnv, PathBuf) {
+    fn setup(name: &str, files: &[(&str, &str)]) -> (ToolEnv, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("offshoot-patch-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for (p, t) in files {

@@ -3,7 +3,10 @@
 
 use serde_json::Value;
 
-use super::{ToolEnv, ToolError, ToolOutput, str_arg, write_path};
+use super::{Target, ToolEnv, ToolError, ToolOutput, str_arg};
+
+/// Files larger than this are not edited (as `read_file` reads none larger).
+const MAX_BYTES: u64 = 10 * 1024 * 1024;
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let path = str_arg(input, "path")?;
@@ -16,8 +19,10 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     if old == new {
         return Err(ToolError::ToModel("`old_string` and `new_string` are the same; nothing to change".into()));
     }
-    let full = write_path(env, path)?;
-    let text = std::fs::read_to_string(&full).map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
+    let target = Target::to_write(env, path)?;
+    let bytes = target.read(MAX_BYTES)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| ToolError::ToModel(format!("`{path}` is not UTF-8 text; it was not edited")))?;
     let starts: Vec<usize> = text.match_indices(old).map(|(i, _)| i).collect();
     let line_of = |offset: usize| text[..offset].matches('\n').count() + 1;
     match starts.len() {
@@ -37,7 +42,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         _ => {}
     }
     let replaced = if replace_all { text.replace(old, new) } else { text.replacen(old, new, 1) };
-    std::fs::write(&full, &replaced).map_err(|e| ToolError::ToModel(format!("cannot write `{path}`: {e}")))?;
+    target.write(replaced.as_bytes())?;
     let lines: Vec<String> = starts.iter().map(|&s| line_of(s).to_string()).collect();
     let count = starts.len();
     let noun = if count == 1 { "occurrence" } else { "occurrences" };

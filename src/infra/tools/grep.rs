@@ -11,7 +11,7 @@ use ignore::overrides::OverrideBuilder;
 use ignore::{WalkBuilder, WalkState};
 use serde_json::Value;
 
-use super::{PathPolicy, Stream, ToolEnv, ToolError, ToolOutput, read_path, str_arg};
+use super::{Beneath, Kind, PathPolicy, Stream, ToolEnv, ToolError, ToolOutput, read_path, str_arg};
 
 /// Matches shown to the model; the rest are counted.
 const SHOWN: usize = 200;
@@ -42,21 +42,29 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         .map_err(|e| ToolError::ToModel(format!("`{pattern}` is not a valid regex: {e}")))?;
     let walker = walker(&root, glob, env.paths.clone())?;
     let found = Mutex::new(Found::default());
+    let door = everywhere()?;
     walker.build_parallel().run(|| {
         let matcher = matcher.clone();
         let found = &found;
         let root = root.clone();
+        let door = door.clone();
         let mut searcher = SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
         Box::new(move |entry| {
             let Ok(entry) = entry else { return WalkState::Continue };
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 return WalkState::Continue;
             }
+            // Through the door: a link swapped in since the walk saw the file is refused.
+            let Ok(file) =
+                entry.path().strip_prefix("/").map_err(drop).and_then(|rel| door.open_file(rel).map_err(drop))
+            else {
+                return WalkState::Continue;
+            };
             let shown = relative(&root, entry.path());
             let mut local = Vec::new();
-            let _ = searcher.search_path(
+            let _ = searcher.search_file(
                 &matcher,
-                entry.path(),
+                &file,
                 Lossy(|line, text| {
                     let text: String = text.trim_end_matches(['\n', '\r']).chars().take(LINE_CHARS).collect();
                     local.push((shown.clone(), line, text));
@@ -94,18 +102,52 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     Ok(ToolOutput { summary, streams: vec![Stream::whole("matches", text)], ..ToolOutput::default() })
 }
 
+/// The filesystem's root as a door, for the walks' reads (their paths are resolved).
+fn everywhere() -> Result<Arc<Beneath>, ToolError> {
+    Beneath::open(Path::new("/")).map(Arc::new).map_err(|e| ToolError::ToModel(format!("cannot search: {e}")))
+}
+
+/// Whether directory `dir` keeps ignore files the walker can read as files (a FIFO
+/// or a link there would make it block or read elsewhere; such a directory is not
+/// searched). Only places the agent can write are looked at: elsewhere the ignore
+/// files are the user's.
+fn plain_ignore_files(door: &Beneath, dir: &Path, paths: Option<&PathPolicy>) -> bool {
+    if !paths.is_some_and(|p| p.writable.iter().any(|w| dir.starts_with(w))) {
+        return true;
+    }
+    let Ok(dir) = dir.strip_prefix("/") else { return false };
+    [".gitignore", ".ignore", ".rgignore"]
+        .iter()
+        .all(|name| matches!(door.kind(&dir.join(name)), Ok(None) | Ok(Some(Kind::File { .. }))))
+}
+
 /// A .gitignore-aware walker over `root`, restricted to `glob` when given, that
-/// never enters what `paths` forbids reading.
+/// never enters what `paths` forbids reading, nor a directory of the agent's whose
+/// ignore files are not plain files. (`.git/info/exclude` is not read: the agent
+/// writes its git directory.)
 pub(super) fn walker(
     root: &Path,
     glob: Option<&str>,
     paths: Option<Arc<PathPolicy>>,
 ) -> Result<WalkBuilder, ToolError> {
-    let mut builder = WalkBuilder::new(root);
-    builder.require_git(false).threads(std::thread::available_parallelism().map_or(2, |n| n.get().min(8)));
-    if let Some(policy) = paths {
-        builder.filter_entry(move |entry| policy.may_read(entry.path()));
+    let door = everywhere()?;
+    // The walker reads the ignore files of the root's ancestors too.
+    if let Some(blocked) = root.ancestors().find(|d| !plain_ignore_files(&door, d, paths.as_deref())) {
+        return Err(ToolError::ToModel(format!(
+            "{} holds an ignore file that is not a regular file (a FIFO or a link); nothing was searched",
+            blocked.display()
+        )));
     }
+    let mut builder = WalkBuilder::new(root);
+    builder
+        .require_git(false)
+        .git_exclude(false)
+        .threads(std::thread::available_parallelism().map_or(2, |n| n.get().min(8)));
+    builder.filter_entry(move |entry| {
+        let policy = paths.as_deref();
+        policy.is_none_or(|p| p.may_read(entry.path()))
+            && (!entry.file_type().is_some_and(|t| t.is_dir()) || plain_ignore_files(&door, entry.path(), policy))
+    });
     if let Some(glob) = glob {
         let mut overrides = OverrideBuilder::new(root);
         overrides.add(glob).map_err(|e| ToolError::ToModel(format!("`{glob}` is not a valid glob: {e}")))?;

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::door::{Beneath, DoorError, Kind};
 use super::provider::ToolSpec;
 use super::redact::Redactor;
 use super::sandbox::Jail;
@@ -269,27 +270,97 @@ fn u64_arg(input: &Value, key: &str) -> Result<Option<u64>, ToolError> {
     }
 }
 
-/// A path argument the tool will read, resolved and checked against the policy.
+/// A path argument the tool will read, resolved and checked against the policy
+/// (with none — a person running a tool by hand — only resolved).
 fn read_path(env: &ToolEnv, path: &str) -> Result<PathBuf, ToolError> {
     match &env.paths {
         Some(policy) => policy.read(&env.cwd, path).map_err(ToolError::ToModel),
-        None => Ok(plain(env, path)),
+        None => Ok(paths::resolve(&env.cwd, path)),
     }
 }
 
-/// A path argument the tool will write, resolved and checked against the policy.
-fn write_path(env: &ToolEnv, path: &str) -> Result<PathBuf, ToolError> {
-    match &env.paths {
-        Some(policy) => policy.write(&env.cwd, path).map_err(ToolError::ToModel),
-        None => Ok(plain(env, path)),
-    }
+/// A file a tool reads or writes: resolved, checked against the policy, and then
+/// reached only through the door — beneath a directory handle, no symbolic link
+/// followed in any component, no FIFO or device opened, reads bounded.
+pub(super) struct Target {
+    door: Beneath,
+    rel: PathBuf,
+    /// The path as the model gave it, for what it is told.
+    shown: String,
 }
 
-/// A path argument against the working directory, as given (no policy: a person
-/// running a tool by hand).
-fn plain(env: &ToolEnv, path: &str) -> PathBuf {
-    let p = Path::new(path);
-    if p.is_absolute() { p.to_owned() } else { env.cwd.join(p) }
+impl Target {
+    /// The file `path` will be read from.
+    fn to_read(env: &ToolEnv, path: &str) -> Result<Target, ToolError> {
+        let resolved = read_path(env, path)?;
+        Target::beneath(Path::new("/"), &resolved, path)
+    }
+
+    /// The file `path` will be written to: beneath the writable root holding it.
+    fn to_write(env: &ToolEnv, path: &str) -> Result<Target, ToolError> {
+        let resolved = match &env.paths {
+            Some(policy) => policy.write(&env.cwd, path).map_err(ToolError::ToModel)?,
+            None => paths::resolve(&env.cwd, path),
+        };
+        let root = env
+            .paths
+            .as_ref()
+            .and_then(|p| p.writable.iter().filter(|w| resolved.starts_with(w)).max_by_key(|w| w.as_os_str().len()))
+            .map_or(Path::new("/"), PathBuf::as_path);
+        Target::beneath(root, &resolved, path)
+    }
+
+    fn beneath(root: &Path, resolved: &Path, shown: &str) -> Result<Target, ToolError> {
+        let rel = resolved.strip_prefix(root).map_err(|_| ToolError::ToModel(format!("`{shown}` is not a path")))?;
+        let door =
+            Beneath::open(root).map_err(|e| ToolError::ToModel(format!("cannot reach `{}`: {e}", root.display())))?;
+        Ok(Target { door, rel: rel.to_owned(), shown: shown.to_owned() })
+    }
+
+    /// What stands there now (`None`: nothing), a link at the last component not followed.
+    fn kind(&self) -> Result<Option<Kind>, ToolError> {
+        self.door.kind(&self.rel).map_err(|e| self.refused("read", e))
+    }
+
+    /// The whole file, refused over `max` bytes.
+    fn read(&self, max: u64) -> Result<Vec<u8>, ToolError> {
+        self.door.read(&self.rel, max).map_err(|e| self.refused("read", e))
+    }
+
+    /// The file, opened for reading.
+    fn open(&self) -> Result<std::fs::File, ToolError> {
+        self.door.open_file(&self.rel).map_err(|e| self.refused("read", e))
+    }
+
+    /// Writes the file (its directories made, its mode kept); a link on the way is
+    /// refused, never followed.
+    fn write(&self, bytes: &[u8]) -> Result<(), ToolError> {
+        self.door.write(&self.rel, bytes, None, false).map_err(|e| self.refused("write", e))
+    }
+
+    fn remove(&self) -> Result<(), ToolError> {
+        self.door.remove(&self.rel).map_err(|e| self.refused("delete", e))
+    }
+
+    /// What the model is told when the door refuses.
+    fn refused(&self, verb: &str, e: DoorError) -> ToolError {
+        let path = &self.shown;
+        ToolError::ToModel(match e {
+            DoorError::Symlink(at) => format!(
+                "cannot {verb} `{path}`: it passes through the symbolic link `{}`, and file tools never follow one; nothing was {}",
+                at.display(),
+                match verb {
+                    "write" => "written",
+                    "delete" => "deleted",
+                    _ => "read",
+                }
+            ),
+            DoorError::NotRegular(_) => format!("cannot {verb} `{path}`: it is not a regular file"),
+            DoorError::TooLarge { size, max, .. } => format!("`{path}` is {size} bytes, over the {max}-byte limit"),
+            e if e.is_not_found() => format!("cannot {verb} `{path}`: there is no such file"),
+            e => format!("cannot {verb} `{path}`: {e}"),
+        })
+    }
 }
 
 #[cfg(test)]

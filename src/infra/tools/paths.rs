@@ -36,6 +36,12 @@ impl PathPolicy {
     /// The resolved path if it may be read, else why not.
     pub fn read(&self, cwd: &Path, path: &str) -> Result<PathBuf, String> {
         let resolved = resolve(cwd, path);
+        if is_process_files(&resolved) {
+            return Err(format!(
+                "`{path}` is a process's files under /proc ({}), which agents may not read",
+                resolved.display()
+            ));
+        }
         if self.may_read(&resolved) {
             return Ok(resolved);
         }
@@ -48,8 +54,9 @@ impl PathPolicy {
     /// Whether an already resolved path may be read (for walks that do not follow
     /// symlinks).
     pub fn may_read(&self, resolved: &Path) -> bool {
-        self.readable.iter().any(|r| resolved.starts_with(r))
-            || !self.unreadable.iter().any(|u| resolved.starts_with(&u.path))
+        !is_process_files(resolved)
+            && (self.readable.iter().any(|r| resolved.starts_with(r))
+                || !self.unreadable.iter().any(|u| resolved.starts_with(&u.path)))
     }
 
     /// The resolved path if it may be written, else why not.
@@ -68,6 +75,18 @@ impl PathPolicy {
         }
         Ok(resolved)
     }
+}
+
+/// Whether `resolved` is inside a process's own directory under /proc
+/// (`/proc/<pid>`, `/proc/self`, `/proc/thread-self`): the file tools run in the
+/// driver, whose environment holds the API keys.
+fn is_process_files(resolved: &Path) -> bool {
+    let mut parts = resolved.components().skip(1);
+    parts.next() == Some(Component::Normal("proc".as_ref()))
+        && parts.next().is_some_and(|c| {
+            let c = c.as_os_str().to_string_lossy();
+            c == "self" || c == "thread-self" || (!c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+        })
 }
 
 /// `path` made absolute against `cwd`, with every symlink and `..` resolved: the
@@ -140,6 +159,12 @@ mod tests {
         );
         let err = policy.read(&own, "../other/f").expect_err("other agent");
         assert!(err.starts_with("`../other/f` is in another agent's directory"), "{err}");
+        for proc in ["/proc/self/environ", "/proc/1/environ", "/proc/thread-self/environ", "/proc/self/task"] {
+            let err = policy.read(&own, proc).expect_err(proc);
+            assert!(err.contains("a process's files under /proc"), "{proc}: {err}");
+            assert!(!policy.may_read(&resolve(&own, proc)), "{proc}");
+        }
+        assert!(policy.read(&own, "/proc/cpuinfo").is_ok());
         let err = policy.read(&own, "../../repo.git/HEAD").expect_err("internals");
         assert!(err.starts_with("`../../repo.git/HEAD` is in the workspace's internals"), "{err}");
         let _ = std::fs::remove_dir_all(&root);

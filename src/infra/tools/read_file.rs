@@ -1,11 +1,10 @@
 //! `read_file`: numbered lines of a text file, a window at a time.
 
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 
 use serde_json::Value;
 
-use super::{Stream, ToolEnv, ToolError, ToolOutput, read_path, str_arg, u64_arg};
+use super::{Kind, Stream, Target, ToolEnv, ToolError, ToolOutput, str_arg, u64_arg};
 
 const DEFAULT_LIMIT: u64 = 2000;
 const MAX_BYTES: u64 = 10 * 1024 * 1024;
@@ -14,28 +13,27 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     let path = str_arg(input, "path")?;
     let offset = u64_arg(input, "offset")?.unwrap_or(1).max(1);
     let limit = u64_arg(input, "limit")?.unwrap_or(DEFAULT_LIMIT).max(1);
-    let full = read_path(env, path)?;
-    let cannot = |e: std::io::Error| ToolError::ToModel(format!("cannot read `{path}`: {e}"));
-    let meta = std::fs::metadata(&full).map_err(cannot)?;
-    if meta.is_dir() {
-        return Err(ToolError::ToModel(format!("`{path}` is a directory; use `bash` with `ls` to list it")));
-    }
-    // Devices, pipes and sockets have no size and may never end (or never start).
-    if !meta.is_file() {
-        return Err(ToolError::ToModel(format!(
-            "`{path}` is not a regular file (a device, pipe or socket); read it with `bash` if you must, with a timeout"
-        )));
-    }
-    if meta.len() > MAX_BYTES {
-        return Err(too_big(path, meta.len()));
-    }
-    // Non-blocking, so a pipe swapped in since the check cannot hold the call.
-    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&full).map_err(cannot)?;
-    if !file.metadata().map_err(cannot)?.is_file() {
-        return Err(ToolError::ToModel(format!("`{path}` is not a regular file")));
+    let target = Target::to_read(env, path)?;
+    match target.kind()? {
+        None => return Err(ToolError::ToModel(format!("cannot read `{path}`: there is no such file"))),
+        Some(Kind::Dir) => {
+            return Err(ToolError::ToModel(format!("`{path}` is a directory; use `bash` with `ls` to list it")));
+        }
+        // Devices, pipes and sockets have no size and may never end (or never start).
+        Some(Kind::Special) => {
+            return Err(ToolError::ToModel(format!(
+                "`{path}` is not a regular file (a device, pipe or socket); read it with `bash` if you must, with a timeout"
+            )));
+        }
+        Some(Kind::File { size, .. }) if size > MAX_BYTES => return Err(too_big(path, size)),
+        Some(_) => {}
     }
     let mut bytes = Vec::new();
-    (&mut file).take(MAX_BYTES + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    let file = target.open()?;
+    (&file)
+        .take(MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
     if bytes.len() as u64 > MAX_BYTES {
         return Err(too_big(path, bytes.len() as u64));
     }

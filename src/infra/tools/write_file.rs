@@ -2,21 +2,19 @@
 
 use serde_json::Value;
 
-use super::{ToolEnv, ToolError, ToolOutput, str_arg, write_path};
+use super::{Kind, Target, ToolEnv, ToolError, ToolOutput, str_arg};
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let path = str_arg(input, "path")?;
     let content = str_arg(input, "content")?;
-    let full = write_path(env, path)?;
-    if full.is_dir() {
-        return Err(ToolError::ToModel(format!("`{path}` is a directory; give a file path")));
-    }
-    let existed = full.exists();
-    if let Some(dir) = full.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| ToolError::ToModel(format!("cannot create the directory of `{path}`: {e}")))?;
-    }
-    std::fs::write(&full, content).map_err(|e| ToolError::ToModel(format!("cannot write `{path}`: {e}")))?;
+    let target = Target::to_write(env, path)?;
+    let existed = match target.kind() {
+        Ok(Some(Kind::Dir)) => return Err(ToolError::ToModel(format!("`{path}` is a directory; give a file path"))),
+        Ok(found) => found.is_some(),
+        // A link above it: the write says so.
+        Err(_) => false,
+    };
+    target.write(content.as_bytes())?;
     let verb = if existed { "overwrote" } else { "created" };
     let lines = content.lines().count();
     Ok(ToolOutput::summary(format!("{verb} `{path}` ({} bytes, {lines} lines)", content.len())))
