@@ -24,7 +24,7 @@ use crate::domain::inbox::{Deposit, Header};
 use crate::domain::results::{self, Reply};
 use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
-use crate::infra::git::{Additions, CommitId, GitError, Merged, Scan, Tracked};
+use crate::infra::git::{Additions, CommitId, GitError, Merged, Scan, Staged, Tracked};
 use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::process;
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
@@ -1284,21 +1284,13 @@ impl<'a> Driver<'a> {
             None => Vec::new(),
         };
         let restored = self.guard.after_call(self.ws, &self.id, &self.dir, tip)?;
-        // Files libgit2 reads in the scan that are not files (a FIFO would hold us).
-        let cleared = match (result.writes, self.work.due()) {
-            (false, _) => Vec::new(),
-            (true, Due::Everything) => self.dir.clear_rule_files(Scan::All)?,
-            (true, Due::Paths(paths)) => self.dir.clear_rule_files(Scan::Paths(&paths))?,
-        };
+        let scanned = if result.writes { Some(self.stage()?) } else { None };
         if let Block::ToolResult { content, .. } = &mut result.block {
             if !restored.is_empty() {
                 content.push_str(&guard::note(&restored));
             }
-            if !cleared.is_empty() {
-                content.push_str(&format!(
-                    "\n[offshoot: removed {}: git reads these, and they were not regular files (a FIFO, a device or a link)]",
-                    cleared.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
-                ));
+            if let Some((staged, cleared, limit)) = &scanned {
+                content.push_str(&left_out_note(cleared, &staged.skipped, *limit));
             }
             for (shown, text) in &context {
                 content.push_str(&context::context_file_block(shown, text));
@@ -1309,37 +1301,52 @@ impl<'a> Driver<'a> {
         let harness: Vec<(&str, &[u8])> =
             result.harness_files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
         let message = format!("{entry}: {} result", call.name);
-        self.commit_with(tip, &[(&entry, &bytes)], &harness, result.writes, &message)
+        self.commit_with(tip, &[(&entry, &bytes)], &harness, scanned.map(|(s, _, _)| s), &message)
+    }
+
+    /// Stages what changed in the directory since the last scan, first removing the
+    /// rule files libgit2 would read that are not files (a FIFO would hold us) and
+    /// leaving out files over the role's `max_commit_file_bytes`. Returns what was
+    /// staged, the rule files removed, and the size limit.
+    fn stage(&mut self) -> Result<(Staged, Vec<String>, u64)> {
+        let (_, config) = self.config()?;
+        let limit = containment::effective_role(&self.ws.repo, &self.facts, &config)
+            .map_or(u64::MAX, |r| r.max_commit_file_bytes);
+        let due = self.work.due();
+        let scan = match &due {
+            Due::Everything => Scan::All,
+            Due::Paths(paths) => Scan::Paths(paths),
+        };
+        let cleared = self.dir.clear_rule_files(scan)?;
+        Ok((self.dir.stage(scan, limit)?, cleared, limit))
     }
 
     /// Commits transcript `entries` on top of `tip`. With `scan`, the directory's
     /// changes go in too, and where the agent's own git now stands if that moved.
     fn commit(&mut self, tip: CommitId, entries: &[(&str, &[u8])], scan: bool, message: &str) -> Result<CommitId> {
-        self.commit_with(tip, entries, &[], scan, message)
+        let staged = if scan { Some(self.stage()?.0) } else { None };
+        self.commit_with(tip, entries, &[], staged, message)
     }
 
-    /// [`Driver::commit`] with other harness files (under `.offshoot/`) as well.
+    /// [`Driver::commit`] with other harness files (under `.offshoot/`) as well, and
+    /// the directory's changes when `staged`.
     fn commit_with(
         &mut self,
         tip: CommitId,
         entries: &[(&str, &[u8])],
         files: &[(&str, &[u8])],
-        scan: bool,
+        staged: Option<Staged>,
         message: &str,
     ) -> Result<CommitId> {
-        let moved = if scan { self.moved_position() } else { None };
+        let moved = if staged.is_some() { self.moved_position() } else { None };
         let mut harness: Vec<(&str, &[u8])> = files.to_vec();
         harness.extend(moved.iter().map(|p| (agent::GIT, p.as_bytes())));
         let written: Vec<String> = entries.iter().map(|(name, _)| format!("{}/{name}", agent::MESSAGES)).collect();
         self.guard.expect(written.iter().map(String::as_str).chain(harness.iter().map(|(p, _)| *p)));
-        let due = if scan { Some(self.work.due()) } else { None };
-        let scan = match &due {
-            None => Scan::Nothing,
-            Some(Due::Everything) => Scan::All,
-            Some(Due::Paths(paths)) => Scan::Paths(paths),
-        };
-        let commit = self.dir.commit(&self.branch, tip, &Additions { entries, harness: &harness }, scan, message)?;
-        if due.is_some() {
+        let additions = Additions { entries, harness: &harness };
+        let commit =
+            self.dir.commit(&self.branch, tip, &additions, staged.as_ref().unwrap_or(&Staged::default()), message)?;
+        if staged.is_some() {
             self.work.scanned();
         }
         if let Some(position) = moved {
@@ -1399,6 +1406,25 @@ impl<'a> Driver<'a> {
 
 /// Marks a call that a stop request cut short: an error, saying so before whatever
 /// it printed.
+/// What the model is told of work that stayed out of its history: rule files that
+/// were not files (removed), files over the size limit (left on disk).
+fn left_out_note(cleared: &[String], skipped: &[(String, u64)], limit: u64) -> String {
+    let mut note = String::new();
+    if !cleared.is_empty() {
+        note.push_str(&format!(
+            "\n[offshoot: removed {}: git reads these, and they were not regular files (a FIFO, a device or a link)]",
+            cleared.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !skipped.is_empty() {
+        note.push_str(&format!(
+            "\n[offshoot: not recorded in your history, over the {limit}-byte limit of `max_commit_file_bytes`: {} (they stay on disk)]",
+            skipped.iter().map(|(p, size)| format!("`{p}` ({size} bytes)")).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    note
+}
+
 fn cut_short(result: &mut toolcall::CallResult, reason: Reason) {
     result.is_error = true;
     result.summary = format!("{}; its processes were killed", reason.words());

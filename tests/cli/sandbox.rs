@@ -364,3 +364,58 @@ fn an_unconfined_role_and_a_machine_without_namespaces_are_said_at_start() {
     assert_eq!(r(5), "exit code 0\n<stdout>\nattach refused\n</stdout>");
     assert!(run.stdout.contains("nothing found"), "{}", run.stdout);
 }
+
+/// Limits of a role, each met by a command and named in what the model is told.
+fn limits_are_held_and_named(name: &str, user: User) {
+    let (server, t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
+    t.run(&[
+        "config",
+        "set",
+        "roles.worker.max_processes",
+        "300",
+        "roles.worker.max_file_bytes",
+        "1000000",
+        "roles.worker.max_commit_file_bytes",
+        "4096",
+    ])
+    .ok();
+    server.push_turns([
+        Turn::bash("procs", "i=0; while [ $i -lt 400 ]; do sleep 30 & i=$((i+1)); done; echo all started"),
+        Turn::bash("size", "head -c 2000000 /dev/zero > big.bin"),
+        Turn::bash(
+            "commit",
+            "head -c 5000 /dev/zero > blob.bin && echo small > small.txt && ls -l big.bin | cut -d' ' -f5",
+        ),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "go past the limits"]).ok();
+    let procs = server.result_text(1);
+    assert!(
+        procs.contains("a process could not start: commands may run at most 300 processes at once (`max_processes`)"),
+        "{procs}"
+    );
+    assert!(procs.contains("Cannot fork"), "{procs}");
+    let size = server.result_text(2);
+    assert!(size.contains("a file reached the 1000000-byte limit of `max_file_bytes`"), "{size}");
+    let commit = server.result_text(3);
+    assert!(commit.contains("1000000"), "the file stopped at the limit: {commit}");
+    assert!(
+        size.contains("not recorded in your history, over the 4096-byte limit of `max_commit_file_bytes`: `big.bin` (1000000 bytes) (they stay on disk)"),
+        "{size}"
+    );
+    assert!(commit.contains("`max_commit_file_bytes`: `blob.bin` (5000 bytes)"), "{commit}");
+    let id = t.only_agent();
+    let tree = t.git(&["ls-tree", "--name-only", &format!("agents/{id}")]);
+    assert!(tree.contains("small.txt") && !tree.contains("big.bin") && !tree.contains("blob.bin"), "{tree}");
+    assert!(t.ws.join("agents").join(&id).join("blob.bin").is_file());
+}
+
+#[test]
+fn limits_hold_and_are_named_as_root() {
+    limits_are_held_and_named("sandbox-limits-root", User::Own);
+}
+
+#[test]
+fn limits_hold_and_are_named_as_an_unprivileged_user() {
+    limits_are_held_and_named("sandbox-limits-user", User::Unprivileged);
+}

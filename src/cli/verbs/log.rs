@@ -88,36 +88,45 @@ fn clip(text: &str, lines: usize) -> String {
     format!("{}\n… ({} more lines)", all[..lines].join("\n"), all.len() - lines)
 }
 
+/// An entry as `log` shows it: a header at the margin, then its body indented, so
+/// nothing a model, a tool or another agent wrote can pass for a header.
 fn render(entry: &Entry) -> String {
     match entry {
         Entry::Message { number, sender, text } => {
             let body = text.split_once("\n---\n").map(|(_, b)| b).unwrap_or(text);
-            format!("── {number:04} {sender}\n{}\n", body.trim_end())
+            format!("── {number:04} {sender}\n{}\n", indent(body.trim_end()))
         }
         Entry::Output { number, model, output } => {
-            let mut s = format!("── {number:04} {model}\n");
+            let mut body = String::new();
             for b in &output.content {
                 match b {
-                    Block::Text { text, .. } => s.push_str(&format!("{}\n", text.trim_end())),
+                    Block::Text { text, .. } => body.push_str(&format!("{}\n", text.trim_end())),
                     Block::ToolUse { name, input, .. } => {
-                        s.push_str(&format!("→ {name} {}\n", clip(&crate::cli::progress::call_gist(input), 3)));
+                        body.push_str(&format!("→ {name} {}\n", clip(&crate::cli::progress::call_gist(input), 3)));
                     }
-                    Block::Thinking { thinking, .. } => s.push_str(&format!("(thinking: {} chars)\n", thinking.len())),
-                    Block::Opaque { block } => s.push_str(&format!(
+                    Block::Thinking { thinking, .. } => {
+                        body.push_str(&format!("(thinking: {} chars)\n", thinking.len()))
+                    }
+                    Block::Opaque { block } => body.push_str(&format!(
                         "(a `{}` block, kept for the provider)\n",
                         block["type"].as_str().unwrap_or("?")
                     )),
                     _ => {}
                 }
             }
-            s
+            format!("── {number:04} {model}\n{}\n", indent(body.trim_end()))
         }
         Entry::ToolResult { number, block } => match block {
             Block::ToolResult { content, is_error, .. } => {
                 let mark = if *is_error { "✗" } else { "←" };
-                format!("── {number:04} tool {mark}\n{}\n", clip(content, 8))
+                format!("── {number:04} tool {mark}\n{}\n", indent(&clip(content, 8)))
             }
             _ => String::new(),
         },
     }
+}
+
+/// `text` with every line but empty ones indented by two spaces.
+fn indent(text: &str) -> String {
+    text.lines().map(|l| if l.is_empty() { String::new() } else { format!("  {l}") }).collect::<Vec<_>>().join("\n")
 }

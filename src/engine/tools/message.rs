@@ -5,7 +5,11 @@ use serde_json::Value;
 use crate::infra::provider::ToolSpec;
 use crate::infra::tools::{self, ToolError, ToolOutput, str_arg};
 
+use crate::domain::id::AgentId;
+
 use super::super::agents;
+use super::super::budget;
+use super::super::driver::STOPPED;
 use super::super::runtime::Woken;
 use super::super::workspace::Workspace;
 use super::{Handler, ToolContext};
@@ -47,8 +51,22 @@ impl Handler for Message {
         let not_sent = |e: &dyn std::fmt::Display| ToolError::ToModel(format!("nothing was sent: {e}"));
         let ws = Workspace::open(agent.runtime.layout().root()).map_err(|e| not_sent(&e))?;
         let recipient = agents::resolve(&ws, to).map_err(|e| not_sent(&e))?;
+        let sender = AgentId::parse(&agent.facts.id).map_err(|e| not_sent(&e))?;
+        // Agents talk within the tree of one prompt, never to another's.
+        let root = budget::root_of(&sender);
+        if budget::root_of(&recipient) != root {
+            return Err(not_sent(&format_args!(
+                "`{to}` is not in your tree; agents message only the agents started from `{root}` (it and those below it)"
+            )));
+        }
         // The sender is who runs this step, whatever the model says.
         agent.runtime.deposit(&recipient, &agent.facts.id, content).map_err(|e| not_sent(&e))?;
+        // What the user stopped stays stopped until the user sends it something.
+        if ws.repo.mark(STOPPED, recipient.as_str()).ok().flatten().is_some() {
+            return Ok(ToolOutput::summary(format!(
+                "left in `{recipient}`'s inbox; it was stopped, and reads it when the user sends it a message or runs it"
+            )));
+        }
         let woken = agent.runtime.wake(&recipient).map_err(|e| {
             ToolError::ToModel(format!("left in `{recipient}`'s inbox, but it could not be woken: {e}"))
         })?;

@@ -18,7 +18,7 @@ mod user;
 pub use project::{Attachment, MAIN, Position, Project};
 pub use user::{Change, Discovered, UserRepo, WorkFile, discover};
 
-pub use tracked::{Additions, Difference, Restored, Scan, Tracked};
+pub use tracked::{Additions, Difference, Restored, Scan, Staged, Tracked};
 
 /// A commit id, printed as 40 hex digits.
 pub type CommitId = Oid;

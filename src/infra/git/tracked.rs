@@ -36,6 +36,17 @@ pub struct Tracked {
     transcript_tree: std::cell::RefCell<Option<(Oid, Vec<u8>)>>,
 }
 
+/// Work products staged for a commit, and what was left out.
+#[derive(Debug, Default)]
+pub struct Staged {
+    /// The work products' tree, when anything changed.
+    tree: Option<Oid>,
+    /// Whether the directory was scanned at all.
+    pub scanned: bool,
+    /// Files left out for their size: path and bytes.
+    pub skipped: Vec<(String, u64)>,
+}
+
 /// What a commit scans of the directory for changed work products.
 #[derive(Debug, Clone, Copy)]
 pub enum Scan<'a> {
@@ -274,27 +285,36 @@ impl Tracked {
         Ok(Some(changed))
     }
 
-    /// Writes `add` to disk and commits it on top of `parent`, moving `branch` from
-    /// `parent` to the new commit. With `scan`, every change to the work products
-    /// (additions, modifications, deletions; .gitignore honoured) is committed too;
-    /// without, the work products are the parent's.
-    pub fn commit(&self, branch: &str, parent: Oid, add: &Additions, scan: Scan<'_>, message: &str) -> Result<Oid> {
+    /// Stages the work products `scan` covers into the in-memory index, leaving out
+    /// files over `max_file_bytes` (they stay on disk, out of history; an earlier
+    /// version of such a file leaves the index too), for [`Tracked::commit`].
+    pub fn stage(&self, scan: Scan<'_>, max_file_bytes: u64) -> Result<Staged> {
+        let mut staged = Staged::default();
+        if matches!(scan, Scan::Nothing) {
+            return Ok(staged);
+        }
+        staged.scanned = true;
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        let roots = match scan {
+            Scan::Paths(paths) => paths.iter().filter(|p| self.is_work(p)).cloned().collect(),
+            _ => self.scan_roots(&index),
+        };
+        if !roots.is_empty() && self.stage_changes(&mut index, &roots, max_file_bytes, &mut staged.skipped)? {
+            staged.tree = Some(index.write_tree().map_err(lib("write tree"))?);
+        }
+        Ok(staged)
+    }
+
+    /// Commits the harness's additions and what [`Tracked::stage`] staged (nothing
+    /// staged: the parent's work products) as one commit on `branch` after `parent`.
+    pub fn commit(&self, branch: &str, parent: Oid, add: &Additions, staged: &Staged, message: &str) -> Result<Oid> {
         let base = self.repo.find_commit(parent).and_then(|c| c.tree()).map_err(lib(format!("tree of {parent}")))?;
         let harness = self.harness_tree(&base, add)?;
-        let mut work = None;
-        if !matches!(scan, Scan::Nothing) {
-            let mut index = self.repo.index().map_err(lib("open index"))?;
-            let roots = match scan {
-                Scan::Paths(paths) => paths.iter().filter(|p| self.is_work(p)).cloned().collect(),
-                _ => self.scan_roots(&index),
-            };
-            if !roots.is_empty() && self.stage_changes(&mut index, &roots)? {
-                let id = index.write_tree().map_err(lib("write tree"))?;
-                work = Some(self.repo.find_tree(id).map_err(lib("find tree"))?);
-            }
-        }
         // Unchanged work products: the parent's tree is the index's tree.
-        let work = work.unwrap_or(base);
+        let work = match staged.tree {
+            Some(id) => self.repo.find_tree(id).map_err(lib("find tree"))?,
+            None => base,
+        };
         let mut update = TreeUpdateBuilder::new();
         update.upsert(self.harness.as_str(), harness, FileMode::Tree);
         let tree = update.create_updated(&self.repo, &work).map_err(lib("edit tree"))?;
@@ -397,7 +417,13 @@ impl Tracked {
 
     /// Stages every addition, change and deletion below `roots` (taken as literal
     /// paths, so libgit2 walks only those subtrees).
-    fn stage_changes(&self, index: &mut git2::Index, roots: &[String]) -> Result<bool> {
+    fn stage_changes(
+        &self,
+        index: &mut git2::Index,
+        roots: &[String],
+        max_bytes: u64,
+        skipped: &mut Vec<(String, u64)>,
+    ) -> Result<bool> {
         let mut opts = git2::DiffOptions::new();
         opts.include_untracked(true).recurse_untracked_dirs(true).disable_pathspec_match(true).include_typechange(true);
         for r in roots {
@@ -411,8 +437,12 @@ impl Tracked {
         }
         let any = !changed.is_empty();
         for (path, deleted) in changed {
-            if deleted {
+            let size = std::fs::symlink_metadata(self.root.join(&path)).map(|m| m.len()).unwrap_or(0);
+            if deleted || size > max_bytes {
                 index.remove_path(&path).map_err(lib(format!("unstage {}", path.display())))?;
+                if !deleted {
+                    skipped.push((path.to_string_lossy().into_owned(), size));
+                }
             } else {
                 index.add_path(&path).map_err(lib(format!("stage {}", path.display())))?;
             }

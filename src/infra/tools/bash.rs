@@ -11,8 +11,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{Cut, Stream, ToolEnv, ToolError, ToolOutput, str_arg, u64_arg};
-use crate::infra::process::{self, Ended, Exit, Group, Io, Kept, Limits, Spec};
+use crate::infra::process::{self, Ended, Exit, Finished, Group, Io, Kept, Limits, Spec};
 use crate::infra::redact::Redacting;
+use crate::infra::sandbox::Jail;
 
 const DEFAULT_TIMEOUT_SECS: u64 = 120;
 
@@ -88,6 +89,9 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
             "; a process that left the command's process group still held its output open, so output after the command ended may be missing",
         );
     }
+    if let Some(jail) = commands.sandbox.as_deref() {
+        summary.push_str(&limits_met(jail, &done));
+    }
     let stream = |name: &'static str, kept: &Kept| {
         let record = env.record.as_ref().map(|r| format!("{}/{name}", r.shown));
         stream(name, kept, record, &redactor)
@@ -98,6 +102,32 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         is_error: done.ended == Ended::TimedOut || !done.exit.success(),
         ..ToolOutput::default()
     })
+}
+
+/// What the summary says when the command seems to have met a limit of its sandbox
+/// (the kernel refuses a fork with EAGAIN, and stops a writer past the file size
+/// with SIGXFSZ): the limit, by name.
+fn limits_met(jail: &Jail, done: &Finished) -> String {
+    let err = String::from_utf8_lossy(&done.stderr.head) + String::from_utf8_lossy(&done.stderr.tail);
+    let mut said = String::new();
+    let fork_refused = ["Cannot fork", "fork: retry", "fork: Resource temporarily unavailable", "can't fork"];
+    if fork_refused.iter().any(|f| err.contains(f)) {
+        said.push_str(&format!(
+            "; a process could not start: commands may run at most {} processes at once (`max_processes`)",
+            jail.processes
+        ));
+    }
+    let xfsz = libc::SIGXFSZ;
+    if done.exit == Exit::Signal(xfsz)
+        || done.exit == Exit::Code(128 + xfsz)
+        || err.contains("File size limit exceeded")
+    {
+        said.push_str(&format!(
+            "; a file reached the {}-byte limit of `max_file_bytes` and the process writing it was stopped",
+            jail.file_bytes
+        ));
+    }
+    said
 }
 
 /// A record file written only if it is needed: bytes stay in memory up to a limit;

@@ -42,14 +42,17 @@ fn steps_commit_the_directory_as_it_is_and_only_harness_files_under_offshoot() {
     assert_eq!(std::fs::read_to_string(root.join("README")).expect("checked out"), "inherited");
     assert_eq!(std::fs::read_to_string(root.join(".offshoot/messages/0001-user.md")).expect("checked out"), "hi");
 
-    let second = tracked.commit("agents/a", first, &adds(&[("0002-model.json", b"{}")], &[]), Scan::Nothing, "output");
+    let second =
+        tracked.commit("agents/a", first, &adds(&[("0002-model.json", b"{}")], &[]), &Staged::default(), "output");
     let second = second.expect("append");
     std::fs::write(root.join("work.txt"), "product").expect("write");
     // The agent's own edits under .offshoot/ are never captured by the scan.
     std::fs::write(root.join(".offshoot/goal.md"), "forged").expect("write");
     std::fs::write(root.join(".offshoot/stray"), "x").expect("write");
     let add = adds(&[("0003-tool.json", b"{}")], &[(".offshoot/git", b"branch Agent\n")]);
-    let third = tracked.commit("agents/a", second, &add, Scan::All, "tool").expect("scan");
+    let third = tracked
+        .commit("agents/a", second, &add, &tracked.stage(Scan::All, u64::MAX).expect("stage"), "tool")
+        .expect("scan");
 
     assert_eq!(repo.branch_tip("agents/a").expect("tip"), Some(third));
     assert_eq!(repo.read_file(third, "work.txt").expect("read"), Some(b"product".to_vec()));
@@ -63,11 +66,11 @@ fn steps_commit_the_directory_as_it_is_and_only_harness_files_under_offshoot() {
     assert_eq!(listed, vec!["0001-user.md", "0002-model.json", "0003-tool.json"]);
     // A stale parent is refused: one writer per branch.
     let err = tracked
-        .commit("agents/a", second, &adds(&[("0004-x.md", b"x")], &[]), Scan::Nothing, "late")
+        .commit("agents/a", second, &adds(&[("0004-x.md", b"x")], &[]), &Staged::default(), "late")
         .expect_err("race");
     assert!(matches!(err, GitError::Raced { .. }), "{err}");
     let err = tracked
-        .commit("agents/a", third, &adds(&[], &[("elsewhere.txt", b"x")]), Scan::Nothing, "out")
+        .commit("agents/a", third, &adds(&[], &[("elsewhere.txt", b"x")]), &Staged::default(), "out")
         .expect_err("out");
     assert!(matches!(err, GitError::Outside { .. }), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -113,7 +116,7 @@ fn raw_tree_insertion_keeps_git_order() {
 fn harness_files_may_be_nested() {
     let (dir, repo, _project, tracked, first) = setup("nested");
     let add = adds(&[("0002-tool.json", b"{}")], &[(".offshoot/skills/s/SKILL.md", b"skill")]);
-    let second = tracked.commit("agents/a", first, &add, Scan::Nothing, "skill").expect("commit");
+    let second = tracked.commit("agents/a", first, &add, &Staged::default(), "skill").expect("commit");
     assert_eq!(repo.read_file(second, ".offshoot/skills/s/SKILL.md").expect("read"), Some(b"skill".to_vec()));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -128,11 +131,15 @@ fn a_scan_of_paths_looks_only_there_and_never_at_the_harness() {
     std::fs::write(root.join(".offshoot/stray"), "x").expect("write");
     let paths = vec!["src".to_owned(), ".offshoot/stray".to_owned(), ".git".to_owned()];
     let add = adds(&[("0002-tool.json", b"{}")], &[]);
-    let second = tracked.commit("agents/a", first, &add, Scan::Paths(&paths), "tool").expect("scan");
+    let second = tracked
+        .commit("agents/a", first, &add, &tracked.stage(Scan::Paths(&paths), u64::MAX).expect("stage"), "tool")
+        .expect("scan");
     assert_eq!(repo.read_file(second, "src/told.rs").expect("read"), Some(b"told".to_vec()));
     assert_eq!(repo.read_file(second, "untold.rs").expect("read"), None, "a path not named is not scanned");
     assert_eq!(repo.read_file(second, ".offshoot/stray").expect("read"), None);
     let add = adds(&[("0003-tool.json", b"{}")], &[]);
-    let third = tracked.commit("agents/a", second, &add, Scan::All, "tool").expect("scan");
+    let third = tracked
+        .commit("agents/a", second, &add, &tracked.stage(Scan::All, u64::MAX).expect("stage"), "tool")
+        .expect("scan");
     assert_eq!(repo.read_file(third, "untold.rs").expect("read"), Some(b"untold".to_vec()));
 }
