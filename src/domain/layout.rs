@@ -23,9 +23,20 @@ impl Layout {
         self.root.join("repo.git")
     }
 
-    /// The agents' own repository; each agent's directory is one of its worktrees.
+    /// The agents' shared repository: every agent's published branch and objects,
+    /// written only by the harness.
     pub fn project(&self) -> PathBuf {
         self.root.join("project.git")
+    }
+
+    /// Where each agent's own git directory is (`gits/<id>`).
+    pub fn gits(&self) -> PathBuf {
+        self.root.join("gits")
+    }
+
+    /// Agent `id`'s own git directory: what its directory's `.git` points at.
+    pub fn git_dir(&self, id: &AgentId) -> PathBuf {
+        self.gits().join(id.as_str())
     }
 
     /// The harness's index of an agent's directory (its stat cache).
@@ -63,7 +74,7 @@ impl Layout {
     }
 
     /// Every directory a workspace has from birth.
-    pub fn skeleton(&self) -> [PathBuf; 6] {
-        ["agents", "steps", "inbox", "locks", "index", "tmp"].map(|d| self.root.join(d))
+    pub fn skeleton(&self) -> [PathBuf; 7] {
+        ["agents", "gits", "steps", "inbox", "locks", "index", "tmp"].map(|d| self.root.join(d))
     }
 }

@@ -69,6 +69,7 @@ pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
     let internals = "the workspace's internals";
     let ws = at.workspace;
     let mut writable = vec![at.own.to_owned(), at.own_tmp()];
+    // (The file tools never write the agent's git directory: only its git does.)
     writable.extend(at.write_paths(role));
     PathPolicy {
         writable,
@@ -83,9 +84,10 @@ pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
             Place::new(ws.join("steps"), internals),
             Place::new(ws.join("locks"), internals),
             Place::new(ws.join("tmp"), internals),
+            Place::new(ws.join("gits"), "another agent's git"),
             Place::new(ws.join("agents"), "another agent's directory"),
         ],
-        readable: vec![at.own.to_owned(), at.own_steps(), at.own_tmp()],
+        readable: vec![at.own.to_owned(), at.own_steps(), at.own_tmp(), at.inside(at.layout.git_dir(at.id))],
     }
 }
 
@@ -95,7 +97,10 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
         return None;
     }
     let ws = at.workspace;
-    let mut read_write = vec![at.own.to_owned(), ws.join("project.git"), at.own_tmp()];
+    // Its own git directory; the shared one (every agent's published branch) only
+    // read.
+    let own_git = at.inside(at.layout.git_dir(at.id));
+    let mut read_write = vec![at.own.to_owned(), own_git, at.own_tmp()];
     read_write.extend(at.write_paths(role));
     // Every other workspace is hidden too (those made elsewhere with `new PATH`
     // cannot be known, and are not).
@@ -105,7 +110,7 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
         read_write,
         // The agents' git reads the harness's objects through its alternates (files
         // by name, never a listing) and looks for packs.
-        read: vec![at.own_steps(), ws.join("repo.git/objects/pack")],
+        read: vec![at.own_steps(), ws.join("project.git"), ws.join("repo.git/objects/pack")],
         read_files: vec![ws.join("repo.git/objects")],
         hidden,
         network: role.network,

@@ -1,15 +1,22 @@
-//! An agent's directory is a cache of its branch. It is a linked worktree of the
-//! agents' repository (`project.git`, on the project branch its `.offshoot/git`
-//! records) and is tracked by the harness from `repo.git` with an index of its own.
-//! Opening it for a driver mends what is broken: a missing directory is rebuilt from
-//! the tip (a stale admin entry pruned first), a `.git` that no longer points at its
-//! worktree is put back.
+//! An agent's directory is a cache of its branch. It has a git directory of its own
+//! (`gits/<id>`, on the project branch its `.offshoot/git` records, borrowing from the
+//! shared `project.git`) and is tracked by the harness from `repo.git` with an index
+//! of its own. Opening it for a driver mends what is broken: a missing directory is
+//! rebuilt from the tip, a `.git` that no longer points at its git directory is put
+//! back, and a git directory that is gone or unreadable is made again at the recorded
+//! position. What the agent commits with its git is published to the shared
+//! repository by an exporter in its sandbox.
 
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::id::AgentId;
 use crate::infra::git::{Attachment, CommitId, GitError, MAIN, Position, Tracked};
+use crate::infra::process::{self, Group, Io, Limits, Spec};
+use crate::infra::sandbox::Jail;
 
 use super::workspace::Workspace;
+
+/// How long the exporter may take to hand over an agent's new objects.
+const EXPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What opening a directory had to mend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,4 +110,55 @@ pub fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> R
         ws.project.create_branch(branch, head)?;
     }
     Ok(position)
+}
+
+/// Publishes agent `id`'s git at `position`: the objects of its head the shared store
+/// lacks are exported by `exe` (this binary) in the agent's `jail` and taken in as
+/// data, and the shared branch named `own` (the agent's name) follows the head when
+/// the agent is on it. Another branch of the agent's is not published (only its own
+/// name is a shared branch). Says why when it could not be done.
+pub fn publish(
+    ws: &Workspace,
+    exe: &std::path::Path,
+    jail: Option<&Jail>,
+    id: &AgentId,
+    position: &Position,
+    own: &str,
+) -> Result<(), String> {
+    let Some(head) = position.head else { return Ok(()) };
+    if !ws.project.has_commit(head) {
+        let args = ws.project.export_args(id.as_str(), &[head]);
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+        let spec = Spec {
+            program: exe,
+            args: &args,
+            cwd: ws.layout.root(),
+            env: &[],
+            group: Group::Own,
+            stdin: None,
+            sandbox: jail,
+            pgid_record: None,
+        };
+        let limits = Limits { head: 0, tail: 4096, record_max: 0, timeout: Some(EXPORT_TIMEOUT), idle: None };
+        let mut importer = ws.project.importer().map_err(|e| e.to_string())?;
+        let mut take = |bytes: &[u8]| importer.feed(bytes);
+        let done = process::run(&spec, &limits, Io { on_stdout: Some(&mut take), ..Io::default() })
+            .map_err(|e| e.to_string())?;
+        if !done.exit.success() {
+            let said = String::from_utf8_lossy(&done.stderr.tail).trim().to_owned();
+            return Err(format!(
+                "its objects could not be read ({}{})",
+                done.exit,
+                if said.is_empty() { String::new() } else { format!(": {said}") }
+            ));
+        }
+        importer.finish()?;
+        if !ws.project.has_commit(head) {
+            return Err(format!("commit {head} did not come"));
+        }
+    }
+    if position.branch.as_deref() == Some(own) {
+        ws.project.publish_branch(own, head).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }

@@ -908,7 +908,7 @@ impl<'a> Driver<'a> {
                 Ok((
                     tip,
                     format!(
-                        "\n\n[offshoot: `{child}`'s changes conflict with yours in {}; nothing of them was merged. They are in its branch (commit {terminal}); merge them by hand (e.g. `git merge` its project branch) or ask it to redo them]",
+                        "\n\n[offshoot: `{child}`'s changes conflict with yours in {}; nothing of them was merged. They are in its branch (commit {terminal}); merge them by hand (`git merge agents/<its name>`) or ask it to redo them]",
                         paths.join(", ")
                     ),
                 ))
@@ -1289,8 +1289,8 @@ impl<'a> Driver<'a> {
             if !restored.is_empty() {
                 content.push_str(&guard::note(&restored));
             }
-            if let Some((staged, cleared, limit)) = &scanned {
-                content.push_str(&left_out_note(cleared, &staged.skipped, *limit));
+            if let Some(scanned) = &scanned {
+                content.push_str(&scanned.note());
             }
             for (shown, text) in &context {
                 content.push_str(&context::context_file_block(shown, text));
@@ -1301,51 +1301,72 @@ impl<'a> Driver<'a> {
         let harness: Vec<(&str, &[u8])> =
             result.harness_files.iter().map(|(p, b)| (p.as_str(), b.as_slice())).collect();
         let message = format!("{entry}: {} result", call.name);
-        self.commit_with(tip, &[(&entry, &bytes)], &harness, scanned.map(|(s, _, _)| s), &message)
+        self.commit_with(tip, &[(&entry, &bytes)], &harness, scanned, &message)
     }
 
     /// Stages what changed in the directory since the last scan, first removing the
     /// rule files libgit2 would read that are not files (a FIFO would hold us) and
-    /// leaving out files over the role's `max_commit_file_bytes`. Returns what was
-    /// staged, the rule files removed, and the size limit.
-    fn stage(&mut self) -> Result<(Staged, Vec<String>, u64)> {
+    /// leaving out files over the role's `max_commit_file_bytes`; puts back the
+    /// agent's git config and hooks if it changed them; and when its git moved,
+    /// publishes it to the shared repository.
+    fn stage(&mut self) -> Result<Scanned> {
         let (_, config) = self.config()?;
-        let limit = containment::effective_role(&self.ws.repo, &self.facts, &config)
-            .map_or(u64::MAX, |r| r.max_commit_file_bytes);
+        let role = containment::effective_role(&self.ws.repo, &self.facts, &config);
+        let limit = role.as_ref().map_or(u64::MAX, |r| r.max_commit_file_bytes);
         let due = self.work.due();
         let scan = match &due {
             Due::Everything => Scan::All,
             Due::Paths(paths) => Scan::Paths(paths),
         };
         let cleared = self.dir.clear_rule_files(scan)?;
-        Ok((self.dir.stage(scan, limit)?, cleared, limit))
+        let staged = self.dir.stage(scan, limit)?;
+        let put_back = self.ws.project.put_back_config(self.id.as_str())?;
+        let moved = self.moved_position();
+        let mut unpublished = None;
+        if let Some(position) = moved.as_deref().and_then(agent::parse_position) {
+            // The exporter runs in the agent's jail (made now if no command ran yet).
+            let jail = match role.as_ref().map(|r| r.sandbox) {
+                Some(crate::domain::config::Sandbox::WorkspaceWrite) => self.commands(&config)?.0.sandbox,
+                _ => None,
+            };
+            let own = self.facts.name.clone().unwrap_or_else(|| self.id.to_string());
+            if let Err(why) =
+                directory::publish(self.ws, self.runtime.exe(), jail.as_deref(), &self.id, &position, &own)
+            {
+                unpublished = Some(why);
+            }
+        }
+        Ok(Scanned { staged, cleared, limit, put_back, moved, unpublished })
     }
 
     /// Commits transcript `entries` on top of `tip`. With `scan`, the directory's
     /// changes go in too, and where the agent's own git now stands if that moved.
     fn commit(&mut self, tip: CommitId, entries: &[(&str, &[u8])], scan: bool, message: &str) -> Result<CommitId> {
-        let staged = if scan { Some(self.stage()?.0) } else { None };
-        self.commit_with(tip, entries, &[], staged, message)
+        let scanned = if scan { Some(self.stage()?) } else { None };
+        self.commit_with(tip, entries, &[], scanned, message)
     }
 
     /// [`Driver::commit`] with other harness files (under `.offshoot/`) as well, and
-    /// the directory's changes when `staged`.
+    /// the directory's changes when `scanned`.
     fn commit_with(
         &mut self,
         tip: CommitId,
         entries: &[(&str, &[u8])],
         files: &[(&str, &[u8])],
-        staged: Option<Staged>,
+        scanned: Option<Scanned>,
         message: &str,
     ) -> Result<CommitId> {
-        let moved = if staged.is_some() { self.moved_position() } else { None };
+        let (staged, moved) = match scanned {
+            Some(s) => (Some(s.staged), s.moved),
+            None => (None, None),
+        };
         let mut harness: Vec<(&str, &[u8])> = files.to_vec();
         harness.extend(moved.iter().map(|p| (agent::GIT, p.as_bytes())));
         let written: Vec<String> = entries.iter().map(|(name, _)| format!("{}/{name}", agent::MESSAGES)).collect();
         self.guard.expect(written.iter().map(String::as_str).chain(harness.iter().map(|(p, _)| *p)));
         let additions = Additions { entries, harness: &harness };
-        let commit =
-            self.dir.commit(&self.branch, tip, &additions, staged.as_ref().unwrap_or(&Staged::default()), message)?;
+        let nothing = Staged::default();
+        let commit = self.dir.commit(&self.branch, tip, &additions, staged.as_ref().unwrap_or(&nothing), message)?;
         if staged.is_some() {
             self.work.scanned();
         }
@@ -1404,8 +1425,42 @@ impl<'a> Driver<'a> {
     }
 }
 
-/// Marks a call that a stop request cut short: an error, saying so before whatever
-/// it printed.
+/// What a scan of the directory found and did, for the commit after a call.
+struct Scanned {
+    staged: Staged,
+    /// Rule files removed: not regular files.
+    cleared: Vec<String>,
+    /// `max_commit_file_bytes`.
+    limit: u64,
+    /// What of the agent's git directory was put back (its config, its hooks).
+    put_back: Vec<&'static str>,
+    /// `.offshoot/git` for where the agent's git stands now, if that moved.
+    moved: Option<String>,
+    /// Why its git could not be published, if it could not.
+    unpublished: Option<String>,
+}
+
+impl Scanned {
+    /// What the model is told of it: work that stayed out of its history (rule files
+    /// that were not files, removed; files over the size limit, left on disk), its
+    /// git's config or hooks put back, and its git left unpublished.
+    fn note(&self) -> String {
+        let mut note = left_out_note(&self.cleared, &self.staged.skipped, self.limit);
+        if !self.put_back.is_empty() {
+            note.push_str(&format!(
+                "\n[offshoot: your git's {} put back: they are the harness's (a person's `git` in your directory would run them)]",
+                self.put_back.join(" and ")
+            ));
+        }
+        if let Some(why) = &self.unpublished {
+            note.push_str(&format!(
+                "\n[offshoot: your git's new commits were not published to the other agents or `export`: {why}]"
+            ));
+        }
+        note
+    }
+}
+
 /// What the model is told of work that stayed out of its history: rule files that
 /// were not files (removed), files over the size limit (left on disk).
 fn left_out_note(cleared: &[String], skipped: &[(String, u64)], limit: u64) -> String {
@@ -1425,6 +1480,8 @@ fn left_out_note(cleared: &[String], skipped: &[(String, u64)], limit: u64) -> S
     note
 }
 
+/// Marks a call that a stop request cut short: an error, saying so before whatever
+/// it printed.
 fn cut_short(result: &mut toolcall::CallResult, reason: Reason) {
     result.is_error = true;
     result.summary = format!("{}; its processes were killed", reason.words());

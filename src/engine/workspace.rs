@@ -176,8 +176,11 @@ impl Workspace {
         }
         let repo = Repo::open(&layout.repo())?;
         // Workspaces made before agents had their own repository get one now.
-        let project =
-            if layout.project().is_dir() { Project::open(&layout.project())? } else { init_project(&layout)? };
+        let project = if layout.project().is_dir() {
+            Project::open(&layout.project(), &layout.gits())?
+        } else {
+            init_project(&layout)?
+        };
         let source = std::fs::read_to_string(root.join(SOURCE)).ok().map(|s| PathBuf::from(s.trim_end_matches('\n')));
         Ok(Workspace { layout, repo, project, source })
     }
@@ -309,7 +312,7 @@ impl Workspace {
 }
 
 fn init_project(layout: &Layout) -> Result<Project> {
-    Ok(Project::init(&layout.project(), agent::DIR, &layout.repo().join("objects"))?)
+    Ok(Project::init(&layout.project(), &layout.gits(), agent::DIR, &layout.repo().join("objects"))?)
 }
 
 /// Sets one dotted key (`roles.worker.model`, `prices."gpt-4.1".input`) in TOML text,

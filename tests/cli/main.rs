@@ -2,6 +2,7 @@
 
 mod support;
 
+mod agent_git;
 mod children;
 mod compaction;
 mod config;

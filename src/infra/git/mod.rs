@@ -12,6 +12,7 @@ use git2::{
 
 mod loose;
 mod project;
+pub mod publish;
 mod tracked;
 mod user;
 

@@ -1,7 +1,12 @@
-//! The agents' own repository, `project.git`: a bare repository whose linked
-//! worktrees are the agents' directories. Whatever an agent does with git acts
-//! here; the harness only makes and mends the worktrees, creates and removes
-//! branches, and reads where each worktree's HEAD is.
+//! The agents' git. Each agent's directory has a git directory of its own
+//! (`gits/<id>`, what its `.git` points at): its HEAD, index, config, hooks, refs and
+//! the objects it writes, which nothing but that agent (and the harness) reads or
+//! writes. Its object store borrows, read-only, from the shared `project.git`, which
+//! only the harness writes: every agent's published branch and the objects it needs
+//! (the harness's own, through alternates). An agent sees the others' branches as
+//! `agents/<name>` (its `refs/remotes/agents` leads to the shared branches). Whatever
+//! an agent does with git acts in its own directory; damage there breaks only that
+//! agent, and the harness rebuilds it from what was published.
 
 use std::path::{Path, PathBuf};
 
@@ -17,51 +22,57 @@ pub struct Position {
     pub head: Option<Oid>,
 }
 
-/// The agents' repository.
+/// The agents' repositories: the shared one and each agent's own.
 pub struct Project {
     repo: Repository,
     path: PathBuf,
+    /// The directory holding each agent's own git directory.
+    gits: PathBuf,
 }
 
-/// How far a directory is still the linked worktree the harness made it.
+/// How far a directory is still attached to its own git directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attachment {
     Attached,
-    /// The admin directory is fine; the directory's `.git` is missing or changed.
+    /// The git directory is fine; the directory's `.git` is missing or changed.
     DotGitWrong,
-    /// No admin directory points at this directory.
+    /// The agent's git directory is missing or unreadable.
     Detached,
 }
 
 /// The branch every root agent starts from outside project mode.
 pub const MAIN: &str = "main";
 
+/// The config of an agent's own git directory (what the harness puts back when the
+/// agent changes it: a hook or `core.fsmonitor` there would run in a person's `git`).
+const AGENT_CONFIG: &str =
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n";
+
 impl Project {
     /// Creates `path` as a bare repository with one empty commit on `main`, the
     /// harness's directory `harness` excluded everywhere, and `objects` (the
     /// harness's object store) as an alternate, so content the harness already
-    /// stored is not stored again by the agents' git.
-    pub fn init(path: &Path, harness: &str, objects: &Path) -> Result<Project> {
+    /// stored is not stored again by the agents' git. Agents' own git directories
+    /// go in `gits`.
+    pub fn init(path: &Path, gits: &Path, harness: &str, objects: &Path) -> Result<Project> {
         configure_libgit2();
         let mut opts = RepositoryInitOptions::new();
         opts.bare(true).mkpath(true).initial_head(MAIN);
         let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
-        let mut config = repo.config().map_err(lib("open project config"))?;
-        // Agents may want their reflog to undo a reset.
-        config.set_bool("core.logAllRefUpdates", true).map_err(lib("configure reflogs"))?;
         write_file(path, "info/exclude", format!("/{harness}/\n").as_bytes())?;
         let alternate = relative_to(objects, &path.join("objects"));
         write_file(path, "objects/info/alternates", format!("{}\n", alternate.display()).as_bytes())?;
         let empty = repo.treebuilder(None).and_then(|b| b.write()).map_err(lib("write the empty tree"))?;
         let first = commit_tree(&repo, empty, &[], "project: an empty beginning")?;
         repo.reference(&branch_ref(MAIN), first, false, "init").map_err(lib("create main"))?;
-        Ok(Project { repo, path: path.to_owned() })
+        std::fs::create_dir_all(gits).map_err(|source| GitError::Io { path: gits.to_owned(), source })?;
+        Ok(Project { repo, path: path.to_owned(), gits: gits.to_owned() })
     }
 
-    pub fn open(path: &Path) -> Result<Project> {
+    pub fn open(path: &Path, gits: &Path) -> Result<Project> {
         configure_libgit2();
         let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
-        Ok(Project { repo, path: path.to_owned() })
+        Ok(Project { repo, path: path.to_owned(), gits: gits.to_owned() })
     }
 
     pub fn branch_tip(&self, branch: &str) -> Result<Option<Oid>> {
@@ -90,55 +101,115 @@ impl Project {
         }
     }
 
-    fn admin(&self, id: &str) -> PathBuf {
-        self.path.join("worktrees").join(id)
+    /// Agent `id`'s own git directory.
+    pub fn git_dir(&self, id: &str) -> PathBuf {
+        self.gits.join(id)
     }
 
-    /// Makes `dir` the linked worktree `id` at `at`: its `.git` file, the admin
-    /// directory, and an index equal to the HEAD's tree (so `git status` shows the
-    /// files on disk as changes against it). Files in `dir` are not touched.
+    /// Makes `dir` agent `id`'s working tree at `at`, with a git directory of its
+    /// own made afresh: HEAD, config, `info/exclude`, an object store borrowing from
+    /// the shared one, its branch, the other agents' branches as `agents/<name>`, and
+    /// an index equal to the HEAD's tree (so `git status` shows the files on disk as
+    /// changes against it). Files in `dir` are not touched.
     pub fn attach(&self, id: &str, dir: &Path, at: &Position) -> Result<()> {
-        let admin = self.admin(id);
-        let _ = std::fs::remove_dir_all(&admin);
+        self.detach(id);
+        let gits = Beneath::open(&self.gits)?;
+        let git = |rel: &str, bytes: &[u8]| -> Result<()> {
+            Ok(gits.write(Path::new(&format!("{id}/{rel}")), bytes, None, true)?)
+        };
         let head = match (&at.branch, at.head) {
             (Some(branch), _) => format!("ref: refs/heads/{branch}\n"),
             (None, Some(oid)) => format!("{oid}\n"),
             (None, None) => format!("ref: refs/heads/{MAIN}\n"),
         };
-        let rel = format!("worktrees/{id}");
-        write_file(&self.path, &format!("{rel}/HEAD"), head.as_bytes())?;
-        write_file(&self.path, &format!("{rel}/commondir"), b"../..\n")?;
-        write_file(&self.path, &format!("{rel}/gitdir"), format!("{}\n", dir.join(".git").display()).as_bytes())?;
-        let mut index = Index::open(&admin.join("index")).map_err(lib("open the worktree's index"))?;
+        git("HEAD", head.as_bytes())?;
+        git("config", AGENT_CONFIG.as_bytes())?;
+        let exclude = std::fs::read(self.path.join("info/exclude")).unwrap_or_default();
+        git("info/exclude", &exclude)?;
+        // From `gits/<id>/objects` to `project.git/objects`, relative so a moved
+        // workspace keeps working.
+        let shared = relative_to(&self.path.join("objects"), &self.gits.join(id).join("objects"));
+        git("objects/info/alternates", format!("{}\n", shared.display()).as_bytes())?;
+        if let (Some(branch), Some(oid)) = (&at.branch, at.head) {
+            git(&format!("refs/heads/{branch}"), format!("{oid}\n").as_bytes())?;
+        }
+        for made in ["objects/pack", "refs/tags", "hooks"] {
+            gits.create_dir_all(Path::new(&format!("{id}/{made}")))?;
+        }
+        let branches = relative_to(&self.path.join("refs/heads"), &self.gits.join(id).join("refs/remotes"));
+        gits.symlink(Path::new(&format!("{id}/refs/remotes/agents")), branches.as_os_str())?;
+        let mut index = Index::open(&self.git_dir(id).join("index")).map_err(lib("open the agent's index"))?;
         if let Some(oid) = at.head {
             let tree = self.repo.find_commit(oid).and_then(|c| c.tree()).map_err(lib(format!("tree of {oid}")))?;
-            index.read_tree(&tree).map_err(lib("read tree into the worktree's index"))?;
+            index.read_tree(&tree).map_err(lib("read tree into the agent's index"))?;
         }
-        index.write().map_err(lib("write the worktree's index"))?;
+        index.write().map_err(lib("write the agent's index"))?;
         write_file(dir, ".git", self.dot_git(id).as_bytes())
     }
 
-    /// What the `.git` file of worktree `id` says.
+    /// What the `.git` file of agent `id`'s directory says.
     fn dot_git(&self, id: &str) -> String {
-        format!("gitdir: {}\n", self.admin(id).display())
+        format!("gitdir: {}\n", self.git_dir(id).display())
     }
 
-    /// How far `dir` is still worktree `id`. Every file read here is one an agent can
-    /// write, so each is read through the door (no link, no FIFO, a few bytes).
+    /// How far `dir` is still attached to agent `id`'s git directory. Every file read
+    /// here is one the agent can write, so each is read through the door (no link, no
+    /// FIFO, a few bytes).
     pub fn attachment(&self, id: &str, dir: &Path) -> Attachment {
-        let admin = format!("worktrees/{id}");
-        let points_back =
-            small(&self.path, &format!("{admin}/gitdir")).is_some_and(|g| Path::new(g.trim()) == dir.join(".git"));
-        if !points_back || small(&self.path, &format!("{admin}/HEAD")).is_none() {
+        let head = small(&self.gits, &format!("{id}/HEAD"));
+        if !head.is_some_and(|h| h.starts_with("ref: refs/") || Oid::from_str(h.trim()).is_ok()) {
             return Attachment::Detached;
         }
         let right = small(dir, ".git").is_some_and(|g| g == self.dot_git(id));
         if right { Attachment::Attached } else { Attachment::DotGitWrong }
     }
 
-    /// Writes `dir/.git` back as worktree `id`'s pointer, replacing whatever is there.
+    /// Writes `dir/.git` back as agent `id`'s pointer, replacing whatever is there.
     pub fn restore_dot_git(&self, id: &str, dir: &Path) -> Result<()> {
         write_file(dir, ".git", self.dot_git(id).as_bytes())
+    }
+
+    /// Puts back what of agent `id`'s git directory runs code in a person's `git`
+    /// (its config and its hooks) if the agent changed it; returns what was put back.
+    pub fn put_back_config(&self, id: &str) -> Result<Vec<&'static str>> {
+        let gits = Beneath::open(&self.gits)?;
+        let mut put_back = Vec::new();
+        let config = Path::new(id).join("config");
+        if gits.read(&config, 64 << 10).ok().as_deref() != Some(AGENT_CONFIG.as_bytes()) {
+            gits.write(&config, AGENT_CONFIG.as_bytes(), None, true)?;
+            put_back.push("config");
+        }
+        let hooks = Path::new(id).join("hooks");
+        let empty_dir = std::fs::read_dir(self.git_dir(id).join("hooks")).is_ok_and(|mut d| d.next().is_none());
+        if !empty_dir || gits.kind(&hooks)? != Some(crate::infra::door::Kind::Dir) {
+            gits.remove_all(&hooks)?;
+            gits.create_dir_all(&hooks)?;
+            put_back.push("hooks");
+        }
+        Ok(put_back)
+    }
+
+    /// The exporter's arguments (after the binary) for publishing what agent `id`'s
+    /// git holds of `tips` that the shared store lacks.
+    pub fn export_args(&self, id: &str, tips: &[Oid]) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec![super::publish::ARG.into()];
+        args.push(self.git_dir(id).join("objects").into_os_string());
+        args.push(self.path.clone().into_os_string());
+        args.extend(tips.iter().map(|t| t.to_string().into()));
+        args
+    }
+
+    /// Takes an exporter's frames into the shared store.
+    pub fn importer(&self) -> Result<super::publish::Importer<'_>> {
+        super::publish::Importer::new(&self.repo).map_err(lib("open the shared objects"))
+    }
+
+    /// Points the shared `branch` (an agent's published branch) at `head`.
+    pub fn publish_branch(&self, branch: &str, head: Oid) -> Result<()> {
+        let name = branch_ref(branch);
+        super::with_lock_retries(&self.repo, &name, || self.repo.reference(&name, head, true, "offshoot: published"))
+            .map_err(lib(format!("publish {branch}")))?;
+        Ok(())
     }
 
     /// Reads objects from `objects` (the user's repository's store) too.
@@ -196,18 +267,22 @@ impl Project {
         self.repo.find_commit(commit).is_ok()
     }
 
-    /// Removes worktree `id`'s admin directory (its files stay where they are).
+    /// Removes agent `id`'s git directory (its files stay where they are), and the
+    /// linked-worktree admin entry an agent made before agents had their own.
     pub fn detach(&self, id: &str) {
-        let _ = std::fs::remove_dir_all(self.admin(id));
+        if let Ok(gits) = Beneath::open(&self.gits) {
+            let _ = gits.remove_all(Path::new(id));
+        }
+        let _ = std::fs::remove_dir_all(self.path.join("worktrees").join(id));
     }
 
-    /// Where worktree `id`'s HEAD is, read from its admin directory (never through
-    /// the directory's `.git`, which the agent can change). The agent can write these
-    /// files too: they are read through the door, and the branch's ref is read as a
-    /// loose ref or a line of `packed-refs` (libgit2 would block on a FIFO there).
+    /// Where agent `id`'s HEAD is, read from its git directory (never through the
+    /// directory's `.git`, which the agent can change). The agent writes these files:
+    /// they are read through the door, and the branch's ref is read as a loose ref or
+    /// a line of `packed-refs` (libgit2 would block on a FIFO there).
     pub fn position(&self, id: &str) -> Result<Position> {
-        let door = Beneath::open(&self.path)?;
-        let text = door.read(Path::new(&format!("worktrees/{id}/HEAD")), SMALL)?;
+        let door = Beneath::open(&self.git_dir(id))?;
+        let text = door.read(Path::new("HEAD"), SMALL)?;
         let text = String::from_utf8_lossy(&text);
         let text = text.trim();
         if let Some(reference) = text.strip_prefix("ref:") {

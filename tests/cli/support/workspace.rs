@@ -175,15 +175,20 @@ impl TestWorkspace {
         self.env(var, "test-key");
     }
 
-    /// The tip of a branch, read with plain git.
+    /// Plain git on the harness's repository; its stdout.
     pub fn git(&self, args: &[&str]) -> String {
+        self.git_in("repo.git", args)
+    }
+
+    /// Plain git on the workspace's repository `name` (`repo.git`, `project.git`).
+    pub fn git_in(&self, name: &str, args: &[&str]) -> String {
         let o = Command::new("git")
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             // The workspace may belong to the test's unprivileged user.
             .args(["-c", "safe.directory=*"])
             .arg("--git-dir")
-            .arg(self.ws.join("repo.git"))
+            .arg(self.ws.join(name))
             .args(args)
             .output()
             .expect("git");

@@ -12,7 +12,9 @@ fn temp_dir(name: &str) -> PathBuf {
 fn setup(name: &str) -> (PathBuf, Repo, Project, Tracked, Oid) {
     let dir = temp_dir(name);
     let repo = Repo::init(&dir.join("repo.git")).expect("init");
-    let project = Project::init(&dir.join("project.git"), ".offshoot", &dir.join("repo.git/objects")).expect("project");
+    let project =
+        Project::init(&dir.join("project.git"), &dir.join("gits"), ".offshoot", &dir.join("repo.git/objects"))
+            .expect("project");
     let edits = [
         TreeEdit::Write { path: ".offshoot/goal.md".into(), bytes: b"goal".to_vec() },
         TreeEdit::Write { path: ".offshoot/messages/0001-user.md".into(), bytes: b"hi".to_vec() },
@@ -77,12 +79,19 @@ fn steps_commit_the_directory_as_it_is_and_only_harness_files_under_offshoot() {
 }
 
 #[test]
-fn the_directory_is_a_worktree_of_the_agents_repository() {
+fn the_directory_has_a_git_directory_of_its_own() {
     let (dir, _repo, project, _tracked, _) = setup("project");
     let root = dir.join("agents/a");
     assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::Attached);
     let position = project.position("a").expect("position");
     assert_eq!(position.branch.as_deref(), Some("Agent"));
+    // Its config and hooks are the harness's; changed, they are put back.
+    assert!(project.put_back_config("a").expect("check").is_empty());
+    std::fs::write(dir.join("gits/a/config"), "[core]\n\tfsmonitor = touch /tmp/x\n").expect("write");
+    std::fs::write(dir.join("gits/a/hooks/post-commit"), "#!/bin/sh\n").expect("write");
+    assert_eq!(project.put_back_config("a").expect("put back"), ["config", "hooks"]);
+    assert!(!std::fs::read_to_string(dir.join("gits/a/config")).expect("read").contains("fsmonitor"));
+    assert!(!dir.join("gits/a/hooks/post-commit").exists());
     std::fs::write(root.join(".git"), "gitdir: /elsewhere\n").expect("write");
     assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::DotGitWrong);
     project.restore_dot_git("a", &root).expect("restore");

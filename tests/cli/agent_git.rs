@@ -1,0 +1,163 @@
+//! Each agent's git is its own: no agent writes another's git state, hooks or config,
+//! nor the shared repository; hooks and config an agent plants are put back after
+//! its call, so a person's `git` in its directory runs nothing of them; damage to an
+//! agent's git breaks only that agent, and its next run rebuilds it; what an agent
+//! commits is published for the others (`agents/<name>`) and for `export`.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::server::Turn;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+fn id_of(t: &TestWorkspace, name: &str) -> String {
+    let agents = t.agents();
+    agents.iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned()
+}
+
+/// Plain git in `dir` as a person would run it (no identity of theirs needed).
+fn person_git(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "P")
+        .env("GIT_AUTHOR_EMAIL", "p@example.com")
+        .env("GIT_COMMITTER_NAME", "P")
+        .env("GIT_COMMITTER_EMAIL", "p@example.com")
+        .args(args)
+        .output()
+        .expect("git")
+}
+
+#[test]
+fn no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back() {
+    let (server, mut t) = TestWorkspace::served("git-own", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    server.push_for("Calm", [Turn::text("idle")]);
+    t.run(&["prompt", "--name", "Calm", "wait"]).ok();
+    let ran = t.root.join("ran");
+    let planted = format!("#!/bin/sh\ntouch {}\n", ran.display());
+    let hook = format!(
+        "printf '{}' > $(sed 's/gitdir: //' .git)/hooks/post-commit; chmod +x $(sed 's/gitdir: //' .git)/hooks/post-commit",
+        planted.replace('\n', "\\n")
+    );
+    server.push_for(
+        "Vandal",
+        [
+            // The shared repository: read-only.
+            Turn::bash("s1", &format!("printf '{}' > ../../project.git/hooks/post-commit", planted.replace('\n', "\\n"))),
+            Turn::bash("s2", "git config --file ../../project.git/config core.fsmonitor 'touch /tmp/x'; git --git-dir=../../project.git update-ref refs/heads/Calm HEAD"),
+            Turn::bash("s3", "rm -rf ../../project.git/objects ../../project.git/refs"),
+            // Another agent's git: not even readable.
+            Turn::bash("s4", &format!("ls ../../gits/{}", "$(ls ../../gits | grep -v $(basename $(sed 's/gitdir: //' .git)) | head -1)")),
+            // Its own: allowed, and put back after the call.
+            Turn::bash("o1", &format!("{hook}; git config core.fsmonitor 'touch {}'", ran.display())),
+            Turn::text("planted"),
+        ],
+    );
+    t.run(&["prompt", "--name", "Vandal", "plant hooks"]).ok();
+    let r = |n: usize| server.result_text_for("Vandal", n);
+    for n in 1..=4 {
+        assert!(!r(n).starts_with("exit code 0\n"), "{n}: {}", r(n));
+        assert!(r(n).contains("denied") || r(n).contains("Read-only") || r(n).contains("unable"), "{n}: {}", r(n));
+    }
+    assert!(
+        r(5).contains("[offshoot: your git's config and hooks put back: they are the harness's (a person's `git` in your directory would run them)]"),
+        "{}",
+        r(5)
+    );
+    // A person's git in the vandal's directory, and the other agent's commits, run nothing.
+    let vandal = t.ws.join("agents").join(id_of(&t, "Vandal"));
+    assert!(person_git(&vandal, &["status"]).status.success());
+    server.push_for(
+        "Calm",
+        [
+            Turn::bash("c1", "echo x > f && git add f && git commit -qm mine && git log --format=%s -1"),
+            Turn::text("done"),
+        ],
+    );
+    assert!(t.run(&["send", "Calm", "commit something"]).ok().contains("done"));
+    assert_eq!(server.result_text_for("Calm", 2), "exit code 0\n<stdout>\nmine\n</stdout>");
+    assert!(!ran.exists(), "a planted hook or fsmonitor ran");
+    // The shared repository is as the harness keeps it.
+    let shared = t.ws.join("project.git");
+    assert!(
+        std::fs::read_dir(shared.join("hooks"))
+            .map(|d| d.filter_map(Result::ok).all(|e| e.file_name().to_string_lossy().ends_with(".sample")))
+            .unwrap_or(true)
+    );
+    assert!(!std::fs::read_to_string(shared.join("config")).expect("config").contains("fsmonitor"));
+}
+
+#[test]
+fn an_agent_that_wrecks_its_git_breaks_only_itself_and_its_next_run_rebuilds_it() {
+    let (server, mut t) = TestWorkspace::served("git-wreck", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    server.push_for(
+        "Wrecker",
+        [
+            Turn::bash("w1", "echo a > a && git add a && git commit -qm kept && git log --format=%s -1"),
+            Turn::bash(
+                "w2",
+                "g=$(sed 's/gitdir: //' .git) && rm $g/HEAD && mkfifo $g/HEAD && rm -rf $g/objects && echo wrecked",
+            ),
+            Turn::text("wrecked"),
+        ],
+    );
+    t.run(&["prompt", "--name", "Wrecker", "wreck your git"]).ok();
+    // A sibling works on meanwhile.
+    server.push_for(
+        "Sibling",
+        [
+            Turn::bash("s1", "echo s > s && git add s && git commit -qm sib && git log --format=%s -1"),
+            Turn::text("fine"),
+        ],
+    );
+    assert!(t.run(&["prompt", "--name", "Sibling", "work"]).ok().contains("fine"));
+    assert_eq!(server.result_text_for("Sibling", 1), "exit code 0\n<stdout>\nsib\n</stdout>");
+    // The next run makes the wrecked git again from what it published.
+    server.push_for(
+        "Wrecker",
+        [Turn::bash("w3", "git log --format=%s -1 && git status --porcelain"), Turn::text("back")],
+    );
+    let run = t.run(&["send", "Wrecker", "look again"]);
+    assert!(run.ok().contains("back"), "{}", run.stderr);
+    assert!(run.stderr.contains("attached again"), "{}", run.stderr);
+    assert_eq!(server.result_text_for("Wrecker", 4), "exit code 0\n<stdout>\nkept\n</stdout>");
+    t.run(&["doctor"]).ok();
+}
+
+#[test]
+fn what_an_agent_commits_is_published_for_the_others_and_for_export() {
+    let (server, mut t) = TestWorkspace::served("git-publish", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    server.push_for(
+        "Lead",
+        [
+            Turn::tool("d1", "dispatch", json!({"role": "worker", "goal": "commit notes", "name": "Scribe"})),
+            Turn::text("waiting"),
+            Turn::bash("m1", "git log --format=%s -1 agents/Scribe && git show agents/Scribe:notes"),
+            Turn::text("merged"),
+        ],
+    );
+    server.push_for(
+        "Scribe",
+        [
+            Turn::bash("s1", "echo noted > notes && git add notes && git commit -qm 'scribe: notes'"),
+            Turn::text("committed"),
+        ],
+    );
+    t.run(&["prompt", "--name", "Lead", "get notes"]).ok();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.requests_for("Lead").len() < 4 {
+        assert!(std::time::Instant::now() < until, "the lead never merged");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let merged = server.result_text_for("Lead", 3);
+    assert!(merged.contains("scribe: notes") && merged.contains("noted"), "{merged}");
+    let shared = t.git_in("project.git", &["log", "--format=%s", "-1", "Scribe"]);
+    assert_eq!(shared.trim(), "scribe: notes");
+}
