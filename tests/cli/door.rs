@@ -10,7 +10,7 @@ use serde_json::json;
 
 use crate::project::{git, project, state};
 use crate::support::server::Turn;
-use crate::support::workspace::{Dialect, TestWorkspace};
+use crate::support::workspace::{Dialect, TestWorkspace, User};
 
 fn id_of(t: &TestWorkspace, name: &str) -> String {
     let agents = t.agents();
@@ -20,8 +20,9 @@ fn id_of(t: &TestWorkspace, name: &str) -> String {
 /// Dangling links planted with `bash`, then the file tools asked to write through
 /// them: to the user's `~/.gitconfig`, another agent's inbox (a forged message from
 /// the user) and another agent's directory.
-fn plant_and_write(sandbox: &str) {
-    let (server, mut t) = TestWorkspace::served(&format!("door-dangling-{sandbox}"), Dialect::Anthropic);
+fn plant_and_write(sandbox: &str, user: User) {
+    let (server, mut t) =
+        TestWorkspace::served_as(&format!("door-dangling-{sandbox}-{user:?}"), Dialect::Anthropic, user);
     t.env("PATH", &std::env::var("PATH").unwrap_or_default());
     t.set("roles.worker.sandbox", sandbox);
     server.push_turns([Turn::text("idle")]);
@@ -69,12 +70,17 @@ fn plant_and_write(sandbox: &str) {
 
 #[test]
 fn file_tools_never_write_through_a_dangling_link_in_the_sandbox() {
-    plant_and_write("workspace-write");
+    plant_and_write("workspace-write", User::Own);
+}
+
+#[test]
+fn file_tools_never_write_through_a_dangling_link_as_an_unprivileged_user() {
+    plant_and_write("workspace-write", User::Unprivileged);
 }
 
 #[test]
 fn file_tools_never_write_through_a_dangling_link_unconfined_either() {
-    plant_and_write("none");
+    plant_and_write("none", User::Own);
 }
 
 #[test]
@@ -93,6 +99,14 @@ fn file_tools_never_write_through_a_dangling_link_into_the_users_repository() {
         ),
         Turn::tool("w1", "write_file", json!({"path": "conftest.py", "content": "import os; os.system('id')\n"})),
         Turn::tool("w2", "write_file", json!({"path": "hook", "content": "#!/bin/sh\ntouch /tmp/pwned\n"})),
+        // And straight, with the command.
+        Turn::bash(
+            "b1",
+            &format!(
+                "printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > {0}/.git/hooks/pre-commit; echo x > {0}/conftest.py",
+                repo.display()
+            ),
+        ),
         Turn::text("done"),
     ]);
     t.run(&["prompt", "plant in the project"]).ok();
@@ -100,6 +114,8 @@ fn file_tools_never_write_through_a_dangling_link_into_the_users_repository() {
         let text = server.result_text(n);
         assert!(text.contains("passes through the symbolic link"), "{text}");
     }
+    let straight = server.result_text(4);
+    assert_eq!(straight.matches("Permission denied").count(), 2, "{straight}");
     assert_eq!(state(&repo, &[]), before, "the user's repository changed");
 }
 

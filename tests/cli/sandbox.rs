@@ -190,6 +190,8 @@ fn write_outside(user: User) {
         format!("echo overwritten > ../{other}/mine.txt; rm -f ../{other}/mine.txt"),
         "git --git-dir=../../repo.git tag evil HEAD; git --git-dir=../../repo.git update-ref refs/heads/x HEAD".into(),
         "rm -rf ../../locks ../../steps ../../repo.git/refs 2>&1 | head -1; echo x > ../../repo.git/HEAD".into(),
+        // The binary itself, as the user: it must write repo.git to change the config.
+        format!("{} -w {} config set roles.worker.sandbox none", env!("CARGO_BIN_EXE_offshoot"), t.ws.display()),
     ];
     let mut turns: Vec<Turn> = commands.iter().enumerate().map(|(i, c)| Turn::bash(&format!("w{i}"), c)).collect();
     turns.push(Turn::text("done"));
@@ -203,6 +205,7 @@ fn write_outside(user: User) {
     assert!(!t.ws.join("inbox").join(&other).join("0099-user.md").exists());
     assert_eq!(std::fs::read_to_string(t.ws.join("agents").join(&other).join("mine.txt")).expect("kept"), "other's");
     assert!(t.git(&["tag"]).is_empty() && t.git(&["for-each-ref", "refs/heads/x"]).is_empty());
+    assert!(!t.run(&["config", "show"]).ok().contains("sandbox = \"none\""), "the config was changed");
     let after = t.git(&["log", "--all", "--format=%H %s"]);
     assert!(before.lines().all(|l| after.contains(l)), "history was lost:\n{before}\n---\n{after}");
     // Every verb still works, and the other agent goes on.
