@@ -24,7 +24,7 @@ use crate::domain::inbox::{Deposit, Header};
 use crate::domain::results::{self, Reply};
 use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
-use crate::infra::git::{Additions, CommitId, GitError, Merged, Scan, Staged, Tracked};
+use crate::infra::git::{Additions, CommitId, GitError, Merged, Scan, Skipped, Staged, Tracked, Why};
 use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::process;
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
@@ -118,7 +118,8 @@ pub const EXHAUSTED: &str = "exhausted";
 /// The mark of the tip whose stop an agent's parent was told of (`refs/offshoot/told/<id>`).
 const TOLD: &str = "told";
 /// The mark of a stopped agent (`refs/offshoot/stopped/<id>`, the tip it stopped at):
-/// results wait for it instead of waking it, until a message or a run revives it.
+/// results and other agents' messages wait for it instead of waking it, until the
+/// user's message or a run revives it.
 pub const STOPPED: &str = "stopped";
 
 /// What a driver reports as it works (the cli turns these into output).
@@ -1462,8 +1463,9 @@ impl Scanned {
 }
 
 /// What the model is told of work that stayed out of its history: rule files that
-/// were not files (removed), files over the size limit (left on disk).
-fn left_out_note(cleared: &[String], skipped: &[(String, u64)], limit: u64) -> String {
+/// were not files (removed), files over the size limit and paths git refuses (left
+/// on disk).
+fn left_out_note(cleared: &[String], skipped: &[Skipped], limit: u64) -> String {
     let mut note = String::new();
     if !cleared.is_empty() {
         note.push_str(&format!(
@@ -1471,11 +1473,26 @@ fn left_out_note(cleared: &[String], skipped: &[(String, u64)], limit: u64) -> S
             cleared.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
         ));
     }
-    if !skipped.is_empty() {
+    let too_big: Vec<String> = skipped
+        .iter()
+        .filter_map(|s| match s.why {
+            Why::Size(size) => Some(format!("`{}` ({size} bytes)", s.path)),
+            Why::Refused(_) => None,
+        })
+        .collect();
+    if !too_big.is_empty() {
         note.push_str(&format!(
             "\n[offshoot: not recorded in your history, over the {limit}-byte limit of `max_commit_file_bytes`: {} (they stay on disk)]",
-            skipped.iter().map(|(p, size)| format!("`{p}` ({size} bytes)")).collect::<Vec<_>>().join(", ")
+            too_big.join(", ")
         ));
+    }
+    for s in skipped {
+        if let Why::Refused(said) = &s.why {
+            note.push_str(&format!(
+                "\n[offshoot: `{}` is not recorded in your history: git refuses it ({said})]",
+                s.path
+            ));
+        }
     }
     note
 }
@@ -1584,7 +1601,7 @@ impl CallObserver for Recorder<'_> {
 
 /// After a stop (by `offshoot stop`, or because the tree's budget ran out): marks the
 /// agent stopped at `tip` (results of its children then wait in its inbox instead of
-/// waking it; a message revives it), tells its parent, and says why it stopped.
+/// waking it; the user's message revives it), tells its parent, and says why it stopped.
 fn stopped(ws: &Workspace, rt: &Runtime, id: &AgentId, parent: Option<&str>, tip: CommitId) -> Result<DriverError> {
     ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
     let exhausted = ws.repo.mark(EXHAUSTED, id.as_str())?.map(|b| String::from_utf8_lossy(&b).into_owned());
@@ -1594,7 +1611,7 @@ fn stopped(ws: &Workspace, rt: &Runtime, id: &AgentId, parent: Option<&str>, tip
             None => (EPITAPH_STOPPED, "was stopped".to_owned()),
         };
         let body = format!(
-            "`{id}` {why}; everything it did until then is on its branch (commit {tip}). A message to it revives it."
+            "`{id}` {why}; everything it did until then is on its branch (commit {tip}). A message from the user revives it; yours waits until then."
         );
         deposit_result(ws, rt, id, &parent, epitaph, tip, body)?;
         ws.repo.set_mark(TOLD, id.as_str(), tip.to_string().as_bytes())?;

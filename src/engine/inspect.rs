@@ -46,7 +46,7 @@ pub struct AgentState {
     pub name: Option<String>,
     pub role: String,
     /// `running` (a driver holds it), `stopped` (by `offshoot stop`, Ctrl-C or its
-    /// tree's budget, until a message or a run revives it), `waiting` (messages
+    /// tree's budget, until the user's message or a run revives it), `waiting` (messages
     /// undelivered and no driver yet), `failed` (a call is due and no driver holds
     /// it: its last call failed or its driver died; `offshoot run` goes on), `done`
     /// (nothing is due), or `damaged` (its branch's tip is not a valid agent commit;

@@ -151,6 +151,11 @@ impl Beneath {
                 Ok(f) => {
                     let file = File::from(f);
                     let meta = file.metadata().map_err(|source| self.io(rel, source))?;
+                    if !meta.is_file() && replace {
+                        // A FIFO with a reader, a device: gone, and a file in its place.
+                        sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
+                        continue;
+                    }
                     if !meta.is_file() {
                         return Err(DoorError::NotRegular(rel.to_owned()));
                     }
@@ -164,8 +169,12 @@ impl Beneath {
                 Err(e) if is_link_refusal(&e) && replace => {
                     sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
                 }
-                // A directory where the file belongs goes, with what is in it.
+                // A directory where the file belongs goes, with what is in it; so does a
+                // FIFO nobody reads (ENXIO).
                 Err(e) if e.raw_os_error() == Some(libc::EISDIR) && replace => self.remove_all(rel)?,
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) && replace => {
+                    sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
+                }
                 Err(e) if is_link_refusal(&e) => return Err(DoorError::Symlink(rel.to_owned())),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::ENXIO)) => {
                     return Err(DoorError::NotRegular(rel.to_owned()));

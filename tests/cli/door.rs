@@ -234,3 +234,25 @@ fn fifos_and_devices_planted_in_the_agents_git_and_tree_hold_nothing() {
     t.run(&["ls"]).ok();
     assert!(Path::new(&t.ws).join("repo.git").is_dir());
 }
+
+#[test]
+fn git_files_an_agent_plants_never_stop_it() {
+    let (server, mut t) = TestWorkspace::served("door-git-files", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    server.push_turns([
+        // libgit2 refuses to stage a `.gitmodules` that is a link.
+        Turn::bash("m1", "ln -s /dev/zero .gitmodules && echo linked"),
+        // The directory's pointer to its git, made a FIFO.
+        Turn::bash("p1", "rm -f .git && mkfifo .git && echo fifo"),
+        Turn::bash("s1", "git status --porcelain >/dev/null && echo alive"),
+        Turn::text("still here"),
+    ]);
+    let run = t.run(&["prompt", "plant git files"]);
+    assert!(run.ok().contains("still here"), "{}", run.stderr);
+    let r = |n: usize| server.result_text(n);
+    assert!(r(1).contains("[offshoot: `.gitmodules` is not recorded in your history: git refuses it"), "{}", r(1));
+    assert!(r(2).contains("`.git`"), "{}", r(2));
+    assert_eq!(r(3), "exit code 0\n<stdout>\nalive\n</stdout>");
+    server.push_turns([Turn::text("again")]);
+    assert!(t.run(&["send", &t.only_agent(), "go on"]).ok().contains("again"));
+}

@@ -294,17 +294,33 @@ a, b = socket.socketpair(); a.send(b"pair"); print("pair", b.recv(4).decode())
 }
 
 #[test]
-fn an_ssh_agent_is_not_handed_to_commands_unless_kept() {
+fn an_ssh_agent_is_not_handed_to_commands_unless_kept_nor_reached_with_network() {
     let (server, mut t) = TestWorkspace::served("sandbox-ssh", Dialect::Anthropic);
+    // A socket standing in for the user's ssh agent, found the way an agent would.
+    let sock = t.root.join("agent.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&sock).expect("unix");
+    unix.set_nonblocking(true).expect("nonblocking");
     t.env("SSH_AUTH_SOCK", "/tmp/ssh-agent.sock");
     t.env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/user/0/bus");
-    server.push_turns([Turn::bash("env", "echo \"[$SSH_AUTH_SOCK][$DBUS_SESSION_BUS_ADDRESS]\""), Turn::text("ok")]);
+    let connect = format!(
+        "grep -c {} /proc/1/net/unix; python3 -c 'import socket; socket.socket(socket.AF_UNIX).connect(\"{}\")' 2>&1 | tail -1",
+        sock.display(),
+        sock.display()
+    );
+    server.push_turns([
+        Turn::bash("env", "echo \"[$SSH_AUTH_SOCK][$DBUS_SESSION_BUS_ADDRESS]\""),
+        Turn::bash("find", &connect),
+        Turn::text("ok"),
+    ]);
     t.run(&["prompt", "look"]).ok();
     assert_eq!(server.result_text(1), "exit code 0\n<stdout>\n[][]\n</stdout>");
+    let found = server.result_text(2);
+    assert!(found.contains("PermissionError: [Errno 13] Permission denied"), "{found}");
+    assert!(unix.accept().is_err(), "the socket was reached with network on");
     t.set("tool_env.keep", "[\"SSH_AUTH_SOCK\"]");
     server.push_turns([Turn::bash("env", "echo \"[$SSH_AUTH_SOCK]\""), Turn::text("ok")]);
     t.run(&["prompt", "look again"]).ok();
-    assert_eq!(server.result_text(3), "exit code 0\n<stdout>\n[/tmp/ssh-agent.sock]\n</stdout>");
+    assert_eq!(server.result_text(4), "exit code 0\n<stdout>\n[/tmp/ssh-agent.sock]\n</stdout>");
 }
 
 #[test]
@@ -421,4 +437,29 @@ fn limits_hold_and_are_named_as_root() {
 #[test]
 fn limits_hold_and_are_named_as_an_unprivileged_user() {
     limits_are_held_and_named("sandbox-limits-user", User::Unprivileged);
+}
+
+/// The host's System V shared memory segments, as `ipcs -m` lists them.
+fn host_segments() -> String {
+    let out = std::process::Command::new("ipcs").arg("-m").output().expect("ipcs");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn system_v_ipc_stays_inside_the_sandbox() {
+    let (server, t) = TestWorkspace::served("sandbox-ipc", Dialect::Anthropic);
+    let made = std::process::Command::new("ipcmk").args(["-M", "4096"]).output().expect("ipcmk");
+    let id = String::from_utf8_lossy(&made.stdout).split_whitespace().last().expect("an id").to_owned();
+    let before = host_segments();
+    server.push_turns([
+        Turn::bash("i1", &format!("ipcs -m | grep -c ' {id} ' ; ipcmk -M 1048576 >/dev/null && ipcs -m | grep -c 0x")),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "share memory"]).ok();
+    let seen = server.result_text(1);
+    let _ = std::process::Command::new("ipcrm").args(["-m", &id]).status();
+    // The host's segment was not there; the agent's own was, and went with it.
+    assert_eq!(seen, "exit code 0\n<stdout>\n0\n1\n</stdout>");
+    let after = host_segments();
+    assert_eq!(after.lines().count() + 1, before.lines().count(), "{before}\n---\n{after}");
 }

@@ -19,7 +19,7 @@ mod user;
 pub use project::{Attachment, MAIN, Position, Project};
 pub use user::{Change, Discovered, UserRepo, WorkFile, discover};
 
-pub use tracked::{Additions, Difference, Restored, Scan, Staged, Tracked};
+pub use tracked::{Additions, Difference, Restored, Scan, Skipped, Staged, Tracked, Why};
 
 /// A commit id, printed as 40 hex digits.
 pub type CommitId = Oid;

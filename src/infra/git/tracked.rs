@@ -43,8 +43,24 @@ pub struct Staged {
     tree: Option<Oid>,
     /// Whether the directory was scanned at all.
     pub scanned: bool,
-    /// Files left out for their size: path and bytes.
-    pub skipped: Vec<(String, u64)>,
+    /// Files left out of the commit.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A work product left out of a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub path: String,
+    pub why: Why,
+}
+
+/// Why a work product was left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Why {
+    /// Over the size limit: its size.
+    Size(u64),
+    /// Git refuses the path: what it said.
+    Refused(String),
 }
 
 /// What a commit scans of the directory for changed work products.
@@ -422,7 +438,7 @@ impl Tracked {
         index: &mut git2::Index,
         roots: &[String],
         max_bytes: u64,
-        skipped: &mut Vec<(String, u64)>,
+        skipped: &mut Vec<Skipped>,
     ) -> Result<bool> {
         let mut opts = git2::DiffOptions::new();
         opts.include_untracked(true).recurse_untracked_dirs(true).disable_pathspec_match(true).include_typechange(true);
@@ -441,10 +457,16 @@ impl Tracked {
             if deleted || size > max_bytes {
                 index.remove_path(&path).map_err(lib(format!("unstage {}", path.display())))?;
                 if !deleted {
-                    skipped.push((path.to_string_lossy().into_owned(), size));
+                    skipped.push(Skipped { path: path.to_string_lossy().into_owned(), why: Why::Size(size) });
                 }
-            } else {
-                index.add_path(&path).map_err(lib(format!("stage {}", path.display())))?;
+            } else if let Err(e) = index.add_path(&path) {
+                // A path git refuses (a `.gitmodules` that is a link, say) stays out of
+                // history; it must not stop every later commit of the agent.
+                let _ = index.remove_path(&path);
+                skipped.push(Skipped {
+                    path: path.to_string_lossy().into_owned(),
+                    why: Why::Refused(e.message().to_owned()),
+                });
             }
         }
         Ok(any)

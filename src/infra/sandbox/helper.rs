@@ -3,13 +3,13 @@
 //!
 //! It dies with the driver (parent-death signal). With `--namespaces` it enters a
 //! user namespace mapping only its own user and group (so no capability it holds
-//! there reaches the driver's namespace), a PID namespace, and without network a
-//! network namespace whose loopback is up and leads nowhere. It then forks the
+//! there reaches the driver's namespace), a PID and an IPC namespace, and without
+//! network a network namespace whose loopback is up and leads nowhere. It then forks the
 //! command's first process, which is PID 1 of the new namespace (so when it ends,
 //! every process it left behind is killed by the kernel), dies with the helper,
 //! leads a session of its own (no terminal to type into), limits its processes and
 //! file sizes, enforces the Landlock ruleset, closes every other descriptor, installs
-//! the seccomp filter without network, and execs the command. The helper waits for
+//! the seccomp filter, and execs the command. The helper waits for
 //! it and exits as it did.
 
 use std::ffi::{CString, OsString};
@@ -143,9 +143,7 @@ fn first_process(plan: &Plan, uid: u32, alive: RawFd) -> ! {
         step("enforce the Landlock ruleset", restrict_self(fd));
     }
     close_from(3);
-    if !plan.network {
-        step("install the seccomp filter", seccomp::install(&seccomp::without_network(plan.namespaces)));
-    }
+    step("install the seccomp filter", seccomp::install(&seccomp::filter(plan.network, plan.namespaces)));
     exec(&plan.command)
 }
 
@@ -178,7 +176,9 @@ fn fail(what: &str, code: i32) -> ! {
 }
 
 fn enter_namespaces(uid: u32, gid: u32, network: bool) -> std::io::Result<()> {
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID;
+    // System V IPC (shared memory, queues, semaphores) is per IPC namespace: without
+    // one a command could read and write the host's segments, and leave its own.
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
     if !network {
         flags |= libc::CLONE_NEWNET;
     }

@@ -1,11 +1,12 @@
-//! The seccomp filter of a command whose role has `network = false`: sockets that
-//! could reach outside the sandbox are never made. In its own network namespace a
-//! command may still make IP and netlink sockets (they see only that namespace's
-//! loopback); UNIX sockets are refused everywhere (a path names a socket outside
-//! the namespace just as well, and Landlock below ABI 9 cannot stop a connect to
-//! one); `socketpair` stays (it reaches nothing). io_uring is refused too: its
-//! socket and connect operations would pass the filter by. Calls of another
-//! architecture (x32 on x86-64 included) are refused before anything else.
+//! The seccomp filter of every sandboxed command. No UNIX socket is ever made
+//! (`socketpair` stays: it reaches nothing): a path names a socket outside the
+//! sandbox — the user's ssh agent, Docker's — and Landlock below ABI 9 cannot refuse a
+//! connect to one, while `/proc/<pid>/net/unix` lists them all. Nor a vsock (on WSL2 it
+//! reaches Windows). Without network, in a network namespace of its own a command may
+//! still make IP and netlink sockets (they see only that namespace's loopback); with
+//! none (the fallback) no other socket either. io_uring is refused (its socket and
+//! connect operations would pass the filter by). Calls of another architecture (x32
+//! on x86-64 included) are refused before anything else.
 
 /// `struct sock_filter`: one classic BPF instruction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,9 +52,9 @@ fn nr(call: libc::c_long) -> u32 {
     call as u32
 }
 
-/// The filter for a command without network: `own_network` says whether it runs in
+/// The filter for a command with `network` or without it; `own_network`: it runs in
 /// a network namespace of its own (then IP and netlink sockets stay inside it).
-pub fn without_network(own_network: bool) -> Vec<Instruction> {
+pub fn filter(network: bool, own_network: bool) -> Vec<Instruction> {
     let denied = RET_ERRNO | libc::EACCES as u32;
     let mut p = vec![op(LD_W_ABS, ARCH), jump_if(NATIVE, 1, 0), op(RET_K, RET_KILL_PROCESS), op(LD_W_ABS, NR)];
     if cfg!(target_arch = "x86_64") {
@@ -64,6 +65,13 @@ pub fn without_network(own_network: bool) -> Vec<Instruction> {
     }
     // Anything but `socket` is allowed; `socket` is looked at by its family.
     p.extend([jump_if(nr(libc::SYS_socket), 1, 0), op(RET_K, RET_ALLOW), op(LD_W_ABS, ARG0)]);
+    for family in [libc::AF_UNIX, libc::AF_VSOCK] {
+        p.extend([jump_if(family as u32, 0, 1), op(RET_K, denied)]);
+    }
+    if network {
+        p.push(op(RET_K, RET_ALLOW));
+        return p;
+    }
     if own_network {
         for family in [libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK] {
             p.extend([jump_if(family as u32, 0, 1), op(RET_K, RET_ALLOW)]);
@@ -125,15 +133,15 @@ mod tests {
     fn sockets_that_could_leave_are_refused_and_everything_else_passes() {
         let denied = RET_ERRNO | libc::EACCES as u32;
         let socket = nr(libc::SYS_socket);
-        for own_network in [true, false] {
-            let p = without_network(own_network);
+        for (network, own_network) in [(true, true), (true, false), (false, true), (false, false)] {
+            let p = filter(network, own_network);
             let v = |call: u32, arg0: u32| verdict(&p, NATIVE, call, arg0);
             assert_eq!(v(socket, libc::AF_UNIX as u32), denied);
             assert_eq!(v(socket, libc::AF_VSOCK as u32), denied);
-            assert_eq!(v(socket, libc::AF_PACKET as u32), denied);
-            let ip = if own_network { RET_ALLOW } else { denied };
+            let ip = if network || own_network { RET_ALLOW } else { denied };
             assert_eq!(v(socket, libc::AF_INET as u32), ip);
             assert_eq!(v(socket, libc::AF_INET6 as u32), ip);
+            assert_eq!(v(socket, libc::AF_PACKET as u32), if network { RET_ALLOW } else { denied });
             assert_eq!(v(nr(libc::SYS_socketpair), libc::AF_UNIX as u32), RET_ALLOW);
             assert_eq!(v(nr(libc::SYS_connect), 3), RET_ALLOW);
             assert_eq!(v(nr(libc::SYS_read), 0), RET_ALLOW);
