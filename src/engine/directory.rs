@@ -103,7 +103,11 @@ pub fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> R
     if position.head.is_some_and(|h| !ws.project.has_commit(h)) {
         position.head = main;
     }
+    // Only the agent's own name is a shared branch (whatever else its git was on is
+    // its own business: made shared, it would take names and clutter `agents/`).
+    let own = facts.name.clone().unwrap_or_else(|| facts.id.clone());
     if let Some(branch) = &position.branch
+        && *branch == own
         && ws.project.branch_tip(branch)?.is_none()
         && let Some(head) = position.head
     {
@@ -140,7 +144,7 @@ pub fn publish(
             pgid_record: None,
         };
         let limits = Limits { head: 0, tail: 4096, record_max: 0, timeout: Some(EXPORT_TIMEOUT), idle: None };
-        let mut importer = ws.project.importer().map_err(|e| e.to_string())?;
+        let mut importer = ws.project.importer()?;
         let mut take = |bytes: &[u8]| importer.feed(bytes);
         let done = process::run(&spec, &limits, Io { on_stdout: Some(&mut take), ..Io::default() })
             .map_err(|e| e.to_string())?;

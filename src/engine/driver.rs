@@ -443,6 +443,11 @@ impl<'a> Driver<'a> {
             containment::check(role, runtime.env())
                 .map_err(|source| DriverError::Sandbox { role: facts.role.clone(), source })?;
         }
+        // Only this driver publishes the agent's shared branch: a lock file there was
+        // left by a driver killed while publishing.
+        if let Some(name) = &facts.name {
+            ws.project.remove_branch_lock(name);
+        }
         let (dir, repairs) = directory::open(ws, id, &facts, tip)?;
         let root = dir.root().to_owned();
         let position = ws.repo.read_file(tip, agent::GIT)?.unwrap_or_default();
@@ -1450,7 +1455,7 @@ impl Scanned {
         if !self.put_back.is_empty() {
             note.push_str(&format!(
                 "\n[offshoot: your git's {} put back: they are the harness's (a person's `git` in your directory would run them)]",
-                self.put_back.join(" and ")
+                self.put_back.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
             ));
         }
         if let Some(why) = &self.unpublished {

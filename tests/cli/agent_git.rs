@@ -65,7 +65,7 @@ fn no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back(
         assert!(r(n).contains("denied") || r(n).contains("Read-only") || r(n).contains("unable"), "{n}: {}", r(n));
     }
     assert!(
-        r(5).contains("[offshoot: your git's config and hooks put back: they are the harness's (a person's `git` in your directory would run them)]"),
+        r(5).contains("[offshoot: your git's `config`, `hooks` put back: they are the harness's (a person's `git` in your directory would run them)]"),
         "{}",
         r(5)
     );
@@ -160,4 +160,71 @@ fn what_an_agent_commits_is_published_for_the_others_and_for_export() {
     assert!(merged.contains("scribe: notes") && merged.contains("noted"), "{merged}");
     let shared = t.git_in("project.git", &["log", "--format=%s", "-1", "Scribe"]);
     assert_eq!(shared.trim(), "scribe: notes");
+}
+
+#[test]
+fn a_person_s_git_in_an_agents_directory_runs_nothing_it_planted() {
+    let (server, mut t) = TestWorkspace::served("git-person", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let ran = t.root.join("ran");
+    let touch = format!("touch {}; true", ran.display());
+    // A config of its own brought in through `commondir`, and a nested repository
+    // (registered as a submodule) whose config has an fsmonitor.
+    let commondir = format!(
+        "g=$(sed 's/gitdir: //' .git) && mkdir -p .cfg && cp -r $g/objects $g/refs $g/HEAD .cfg/ && printf '[core]\\n\\tfsmonitor = \"{touch}\"\\n' > .cfg/config && echo $PWD/.cfg > $g/commondir && echo planted"
+    );
+    let nested = format!(
+        "mkdir sub && cd sub && git init -q && git commit --allow-empty -qm s && git config core.fsmonitor \"{touch}\" && cd .. && git add sub && echo nested"
+    );
+    server.push_turns([Turn::bash("c1", &commondir), Turn::bash("n1", &nested), Turn::text("planted")]);
+    t.run(&["prompt", "plant config"]).ok();
+    assert!(server.result_text(1).contains("`commondir`"), "{}", server.result_text(1));
+    let dir = t.ws.join("agents").join(t.only_agent());
+    for args in [&["status"][..], &["diff"], &["log", "-1"]] {
+        let out = person_git(&dir, args);
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(!ran.exists(), "a person's git ran what the agent planted");
+}
+
+#[test]
+fn an_incomplete_commit_is_never_published_and_no_agent_makes_shared_branches() {
+    let (server, mut t) = TestWorkspace::served("git-bogus", Dialect::Anthropic);
+    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let bogus = "T=$(printf 'tree 1111111111111111111111111111111111111111\\nauthor a <a@b> 0 +0000\\ncommitter a <a@b> 0 +0000\\n\\nbogus\\n' | git hash-object -t commit -w --literally --stdin) && git update-ref refs/heads/$(git branch --show-current) $T && echo $T > bogus.id";
+    server.push_for(
+        "Forger",
+        [
+            Turn::bash("b1", bogus),
+            Turn::bash("b2", "git update-ref refs/heads/$(git branch --show-current) agents/main"),
+            Turn::bash("b3", "git update-ref refs/heads/$(git branch --show-current) $(cat bogus.id)"),
+            Turn::bash(
+                "b4",
+                "git update-ref refs/heads/$(git branch --show-current) agents/main && git checkout -q -b Squat",
+            ),
+            Turn::tool("d1", "dispatch", json!({"role": "worker", "goal": "nothing", "name": "Heir"})),
+            Turn::text("done"),
+            Turn::text("heard"),
+        ],
+    );
+    server.push_for("Heir", [Turn::text("born")]);
+    t.run(&["prompt", "--name", "Forger", "forge"]).ok();
+    let first = server.result_text_for("Forger", 1);
+    assert!(first.contains("were not published"), "{first}");
+    let bogus_id = std::fs::read_to_string(t.ws.join("agents").join(id_of(&t, "Forger")).join("bogus.id")).expect("id");
+    let missing = Command::new("git")
+        .args(["--git-dir", t.ws.join("project.git").to_str().expect("utf-8"), "cat-file", "-e", bogus_id.trim()])
+        .status()
+        .expect("git");
+    assert!(!missing.success(), "the incomplete commit reached the shared store");
+    assert!(
+        server.result_text_for("Forger", 3).contains("were not published"),
+        "{}",
+        server.result_text_for("Forger", 3)
+    );
+    let branches = t.git_in("project.git", &["for-each-ref", "--format=%(refname)"]);
+    assert!(!branches.contains("Squat"), "{branches}");
+    assert!(server.result_text_for("Forger", 5).starts_with("started"), "{}", server.result_text_for("Forger", 5));
+    let fsck = t.git_in("project.git", &["fsck", "--connectivity-only"]);
+    assert!(!fsck.contains("missing") && !fsck.contains("broken"), "{fsck}");
 }

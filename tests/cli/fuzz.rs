@@ -62,7 +62,13 @@ fn model(text: &str) -> Turn {
         Some(kid) => {
             let lower = kid.to_lowercase();
             if !text.contains(&format!("CUE:{lower}-work-1")) {
-                Turn::bash("k1", &format!("echo CUE:{lower}-work-1 >> {lower}.txt; echo CUE:{lower}-work-1"))
+                // Its git commits too, so kills also land while it is published.
+                Turn::bash(
+                    "k1",
+                    &format!(
+                        "echo CUE:{lower}-work-1 >> {lower}.txt; git add -A >/dev/null 2>&1; git commit -qm {lower} >/dev/null 2>&1; echo CUE:{lower}-work-1"
+                    ),
+                )
             } else if !text.contains(&format!("CUE:{lower}-work-2")) {
                 Turn::bash("k2", &format!("echo CUE:{lower}-work-2 >> {lower}.txt; echo CUE:{lower}-work-2"))
             } else if !text.contains(&format!("CUE:{lower}-said")) {

@@ -45,8 +45,14 @@ pub const MAIN: &str = "main";
 
 /// The config of an agent's own git directory (what the harness puts back when the
 /// agent changes it: a hook or `core.fsmonitor` there would run in a person's `git`).
-const AGENT_CONFIG: &str =
-    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n";
+/// Submodules are not looked into by `git status` and `git diff`: a nested repository
+/// the agent made has a config of its own, which would run there.
+const AGENT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n[diff]\n\tignoreSubmodules = all\n";
+
+/// Files of a git directory that would make git read config from elsewhere (`commondir`
+/// names another directory whose config and hooks are used; `config.worktree` is read
+/// beside the config): an agent's git directory never has them.
+const ELSEWHERE: &[&str] = &["commondir", "config.worktree"];
 
 impl Project {
     /// Creates `path` as a bare repository with one empty commit on `main`, the
@@ -169,8 +175,9 @@ impl Project {
         write_file(dir, ".git", self.dot_git(id).as_bytes())
     }
 
-    /// Puts back what of agent `id`'s git directory runs code in a person's `git`
-    /// (its config and its hooks) if the agent changed it; returns what was put back.
+    /// Puts back what of agent `id`'s git directory runs code in a person's `git` (its
+    /// config and its hooks, and a `commondir` or `config.worktree` that would bring
+    /// another's) if the agent changed it; returns what was put back.
     pub fn put_back_config(&self, id: &str) -> Result<Vec<&'static str>> {
         let gits = Beneath::open(&self.gits)?;
         let mut put_back = Vec::new();
@@ -186,6 +193,13 @@ impl Project {
             gits.create_dir_all(&hooks)?;
             put_back.push("hooks");
         }
+        for name in ELSEWHERE {
+            let path = Path::new(id).join(name);
+            if gits.kind(&path)?.is_some() {
+                gits.remove_all(&path)?;
+                put_back.push(name);
+            }
+        }
         Ok(put_back)
     }
 
@@ -200,8 +214,14 @@ impl Project {
     }
 
     /// Takes an exporter's frames into the shared store.
-    pub fn importer(&self) -> Result<super::publish::Importer<'_>> {
-        super::publish::Importer::new(&self.repo).map_err(lib("open the shared objects"))
+    pub fn importer(&self) -> std::result::Result<super::publish::Importer<'_>, String> {
+        super::publish::Importer::new(&self.repo)
+    }
+
+    /// Removes the lock file a killed publication of `branch` left (only that agent's
+    /// driver writes the shared `branch`).
+    pub fn remove_branch_lock(&self, branch: &str) {
+        let _ = std::fs::remove_file(self.path.join(format!("{}.lock", branch_ref(branch))));
     }
 
     /// Points the shared `branch` (an agent's published branch) at `head`.

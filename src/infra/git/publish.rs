@@ -5,9 +5,9 @@
 //! the object files (no config, no hooks) and writes each missing object reachable
 //! from the given commits to its stdout as a frame: a type letter, the size in
 //! decimal, a newline, the raw content. The harness reads the frames as data: each
-//! object is written through libgit2 (which hashes it, so none can pose as another),
-//! and the import is accepted only if every object it brought names only objects the
-//! shared store has.
+//! object is written through libgit2 (which hashes it, so none can pose as another)
+//! into a quarantine, and moved into the shared store only if every object the import
+//! brought names only objects it brought or the shared store has.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -114,10 +114,16 @@ pub fn export(objects: &Path, shared: &Path, tips: &[Oid], out: &mut impl Write)
     Ok(())
 }
 
-/// Reads frames as they arrive and writes each object into a repository's store.
+/// Reads frames as they arrive and writes each object into a quarantine — a
+/// repository of its own beside the shared one, borrowing its objects — so nothing
+/// reaches the shared store until the whole import is known to be complete: then the
+/// objects are moved in (loose object files renamed, each atomically). A rejected or
+/// abandoned import leaves nothing in the shared store.
 pub struct Importer<'r> {
-    repo: &'r Repository,
-    odb: Odb<'r>,
+    shared: &'r Repository,
+    /// The quarantine's directory, and its repository.
+    dir: std::path::PathBuf,
+    quarantine: Repository,
     buf: Vec<u8>,
     total: u64,
     /// What was written: each object's id and kind.
@@ -125,9 +131,29 @@ pub struct Importer<'r> {
     error: Option<String>,
 }
 
+/// Where quarantines are made, inside the shared repository (same filesystem, so the
+/// objects move in by rename; not under `objects/`, so git never sees them).
+const QUARANTINE: &str = "quarantine";
+
+/// A quarantine older than this was left by a driver that died while publishing.
+const ABANDONED: std::time::Duration = std::time::Duration::from_secs(300);
+
 impl<'r> Importer<'r> {
-    pub fn new(repo: &'r Repository) -> Result<Importer<'r>, git2::Error> {
-        Ok(Importer { repo, odb: repo.odb()?, buf: Vec::new(), total: 0, written: Vec::new(), error: None })
+    pub fn new(shared: &'r Repository) -> Result<Importer<'r>, String> {
+        let root = shared.path().join(QUARANTINE);
+        sweep(&root);
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = root.join(format!("{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let quarantine = Repository::init_bare(&dir).map_err(|e| format!("make a quarantine: {}", e.message()))?;
+        let alternates = dir.join("objects/info/alternates");
+        std::fs::write(&alternates, format!("{}\n", shared.path().join("objects").display()))
+            .map_err(|e| format!("make a quarantine: {e}"))?;
+        // Opened again: libgit2 reads a store's alternates when it opens it.
+        let quarantine =
+            Repository::open_bare(quarantine.path()).map_err(|e| format!("open the quarantine: {}", e.message()))?;
+        Ok(Importer { shared, dir, quarantine, buf: Vec::new(), total: 0, written: Vec::new(), error: None })
     }
 
     /// Takes the next bytes of the stream; `false` once it went wrong (then the
@@ -155,7 +181,7 @@ impl<'r> Importer<'r> {
                 break;
             }
             let data = &self.buf[newline + 1..newline + 1 + size];
-            match self.odb.write(kind, data) {
+            match self.quarantine.odb().and_then(|odb| odb.write(kind, data)) {
                 Ok(oid) => self.written.push((oid, kind)),
                 Err(e) => {
                     self.error = Some(format!("cannot store an object: {}", e.message()));
@@ -167,34 +193,70 @@ impl<'r> Importer<'r> {
         true
     }
 
-    /// What was written, once the stream has ended whole and every object written
-    /// names only objects the store has.
+    /// Once the stream has ended whole and every object it brought names only objects
+    /// it brought or the shared store has, moves them into the shared store and
+    /// returns them.
     pub fn finish(self) -> Result<Vec<(Oid, ObjectType)>, String> {
-        if let Some(e) = self.error {
-            return Err(e);
+        let done = self.check().and_then(|()| self.admit());
+        let _ = std::fs::remove_dir_all(&self.dir);
+        done.map(|()| self.written.clone())
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
         }
         if !self.buf.is_empty() {
             return Err("the exporter's output ended inside an object".into());
         }
+        let repo = &self.quarantine;
+        let odb = repo.odb().map_err(|e| e.message().to_owned())?;
         let missing = |oid: Oid| format!("object {oid} is named but was not published");
         for (oid, kind) in &self.written {
             let named: Vec<Oid> = match kind {
                 ObjectType::Commit => {
-                    let c = self.repo.find_commit(*oid).map_err(|e| e.message().to_owned())?;
+                    let c = repo.find_commit(*oid).map_err(|e| e.message().to_owned())?;
                     std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
                 }
                 ObjectType::Tree => {
-                    let t = self.repo.find_tree(*oid).map_err(|e| e.message().to_owned())?;
+                    let t = repo.find_tree(*oid).map_err(|e| e.message().to_owned())?;
                     t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()).collect()
                 }
-                ObjectType::Tag => vec![self.repo.find_tag(*oid).map_err(|e| e.message().to_owned())?.target_id()],
+                ObjectType::Tag => vec![repo.find_tag(*oid).map_err(|e| e.message().to_owned())?.target_id()],
                 _ => Vec::new(),
             };
-            if let Some(gone) = named.into_iter().find(|n| !self.odb.exists(*n)) {
+            if let Some(gone) = named.into_iter().find(|n| !odb.exists(*n)) {
                 return Err(missing(gone));
             }
         }
-        Ok(self.written)
+        Ok(())
+    }
+
+    /// Moves the quarantine's loose objects into the shared store.
+    fn admit(&self) -> Result<(), String> {
+        let from = self.dir.join("objects");
+        let to = self.shared.path().join("objects");
+        for (oid, _) in &self.written {
+            let hex = oid.to_string();
+            let (dir, file) = hex.split_at(2);
+            let target = to.join(dir).join(file);
+            if target.exists() {
+                continue;
+            }
+            std::fs::create_dir_all(to.join(dir)).map_err(|e| format!("{}: {e}", to.join(dir).display()))?;
+            std::fs::rename(from.join(dir).join(file), &target).map_err(|e| format!("{}: {e}", target.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Removes quarantines abandoned by drivers that died while publishing.
+fn sweep(root: &Path) {
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let old = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
+        if old.is_some_and(|age| age > ABANDONED) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -240,6 +302,7 @@ mod tests {
         let mut importer = Importer::new(&other).expect("importer");
         assert!(importer.feed(&frame));
         assert!(importer.finish().expect_err("incomplete").contains("is named but was not published"));
+        assert!(other.find_commit(lone).is_err(), "a refused import left its commit in the store");
         let mut importer = Importer::new(&other).expect("importer");
         assert!(importer.feed(&frame[..frame.len() - 1]));
         assert_eq!(importer.finish().expect_err("cut"), "the exporter's output ended inside an object");
