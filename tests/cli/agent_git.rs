@@ -10,7 +10,7 @@ use std::process::Command;
 use serde_json::json;
 
 use crate::support::server::Turn;
-use crate::support::workspace::{Dialect, TestWorkspace};
+use crate::support::workspace::{Dialect, TestWorkspace, User};
 
 fn id_of(t: &TestWorkspace, name: &str) -> String {
     let agents = t.agents();
@@ -27,14 +27,25 @@ fn person_git(dir: &Path, args: &[&str]) -> std::process::Output {
         .env("GIT_AUTHOR_EMAIL", "p@example.com")
         .env("GIT_COMMITTER_NAME", "P")
         .env("GIT_COMMITTER_EMAIL", "p@example.com")
+        // The directory may be the test's unprivileged user's.
+        .args(["-c", "safe.directory=*"])
         .args(args)
         .output()
         .expect("git")
 }
 
 #[test]
-fn no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back() {
-    let (server, mut t) = TestWorkspace::served("git-own", Dialect::Anthropic);
+fn no_agent_writes_another_agents_git_as_root() {
+    no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back("git-own", User::Own);
+}
+
+#[test]
+fn no_agent_writes_another_agents_git_as_an_unprivileged_user() {
+    no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back("git-own-user", User::Unprivileged);
+}
+
+fn no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back(name: &str, user: User) {
+    let (server, mut t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
     t.env("PATH", &std::env::var("PATH").unwrap_or_default());
     server.push_for("Calm", [Turn::text("idle")]);
     t.run(&["prompt", "--name", "Calm", "wait"]).ok();

@@ -194,8 +194,17 @@ fn file_tools_cannot_read_the_drivers_proc_files() {
 }
 
 #[test]
-fn fifos_and_devices_planted_in_the_agents_git_and_tree_hold_nothing() {
-    let (server, mut t) = TestWorkspace::served("door-fifo", Dialect::Anthropic);
+fn fifos_and_devices_hold_nothing_as_root() {
+    fifos_and_devices_planted_in_the_agents_git_and_tree_hold_nothing("door-fifo", User::Own);
+}
+
+#[test]
+fn fifos_and_devices_hold_nothing_as_an_unprivileged_user() {
+    fifos_and_devices_planted_in_the_agents_git_and_tree_hold_nothing("door-fifo-user", User::Unprivileged);
+}
+
+fn fifos_and_devices_planted_in_the_agents_git_and_tree_hold_nothing(name: &str, user: User) {
+    let (server, mut t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
     t.env("PATH", &std::env::var("PATH").unwrap_or_default());
     server.push_turns([
         // The worktree's HEAD in the agents' repository, which the harness reads after

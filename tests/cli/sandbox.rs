@@ -244,8 +244,17 @@ fn other_workspaces_and_this_ones_internals_are_unreadable() {
 }
 
 #[test]
-fn without_network_no_socket_reaches_outside() {
-    let (server, mut t) = TestWorkspace::served("sandbox-net", Dialect::Anthropic);
+fn without_network_no_socket_reaches_outside_as_root() {
+    without_network_no_socket_reaches_outside("sandbox-net", User::Own);
+}
+
+#[test]
+fn without_network_no_socket_reaches_outside_as_an_unprivileged_user() {
+    without_network_no_socket_reaches_outside("sandbox-net-user", User::Unprivileged);
+}
+
+fn without_network_no_socket_reaches_outside(name: &str, user: User) {
+    let (server, mut t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
     t.set("roles.worker.network", "false");
     // A UDP socket, a UNIX socket standing in for an ssh agent, and the model server
     // itself: all outside the sandbox.
