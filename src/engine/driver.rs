@@ -24,7 +24,7 @@ use crate::domain::inbox::{Deposit, Header};
 use crate::domain::results::{self, Reply};
 use crate::domain::tool_env::{self, Identity, Placement};
 use crate::domain::transcript::{self, Entry, Side};
-use crate::infra::git::{Additions, CommitId, GitError, Merged, Scan, Skipped, Staged, Tracked, Why};
+use crate::infra::git::{Additions, CommitId, GitError, Merged, Scan, Staged, Tracked};
 use crate::infra::lock::{LockError, LockGuard};
 use crate::infra::process;
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
@@ -47,6 +47,7 @@ use super::inbox::{self, InboxError};
 use super::interrupt::Reason;
 use super::model::{self, ModelError};
 use super::runtime::Runtime;
+use super::scanned::Scanned;
 use super::snapshot::{Loader, SnapshotError};
 use super::toolcall::{self, ToolCallError};
 use super::tools::{self, AgentContext, ToolContext};
@@ -1429,77 +1430,6 @@ impl<'a> Driver<'a> {
         }
         Ok(out)
     }
-}
-
-/// What a scan of the directory found and did, for the commit after a call.
-struct Scanned {
-    staged: Staged,
-    /// Rule files removed: not regular files.
-    cleared: Vec<String>,
-    /// `max_commit_file_bytes`.
-    limit: u64,
-    /// What of the agent's git directory was put back (its config, its hooks).
-    put_back: Vec<&'static str>,
-    /// `.offshoot/git` for where the agent's git stands now, if that moved.
-    moved: Option<String>,
-    /// Why its git could not be published, if it could not.
-    unpublished: Option<String>,
-}
-
-impl Scanned {
-    /// What the model is told of it: work that stayed out of its history (rule files
-    /// that were not files, removed; files over the size limit, left on disk), its
-    /// git's config or hooks put back, and its git left unpublished.
-    fn note(&self) -> String {
-        let mut note = left_out_note(&self.cleared, &self.staged.skipped, self.limit);
-        if !self.put_back.is_empty() {
-            note.push_str(&format!(
-                "\n[offshoot: your git's {} put back: they are the harness's (a person's `git` in your directory would run them)]",
-                self.put_back.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
-            ));
-        }
-        if let Some(why) = &self.unpublished {
-            note.push_str(&format!(
-                "\n[offshoot: your git's new commits were not published to the other agents or `export`: {why}]"
-            ));
-        }
-        note
-    }
-}
-
-/// What the model is told of work that stayed out of its history: rule files that
-/// were not files (removed), files over the size limit and paths git refuses (left
-/// on disk).
-fn left_out_note(cleared: &[String], skipped: &[Skipped], limit: u64) -> String {
-    let mut note = String::new();
-    if !cleared.is_empty() {
-        note.push_str(&format!(
-            "\n[offshoot: removed {}: git reads these, and they were not regular files (a FIFO, a device or a link)]",
-            cleared.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", ")
-        ));
-    }
-    let too_big: Vec<String> = skipped
-        .iter()
-        .filter_map(|s| match s.why {
-            Why::Size(size) => Some(format!("`{}` ({size} bytes)", s.path)),
-            Why::Refused(_) => None,
-        })
-        .collect();
-    if !too_big.is_empty() {
-        note.push_str(&format!(
-            "\n[offshoot: not recorded in your history, over the {limit}-byte limit of `max_commit_file_bytes`: {} (they stay on disk)]",
-            too_big.join(", ")
-        ));
-    }
-    for s in skipped {
-        if let Why::Refused(said) = &s.why {
-            note.push_str(&format!(
-                "\n[offshoot: `{}` is not recorded in your history: git refuses it ({said})]",
-                s.path
-            ));
-        }
-    }
-    note
 }
 
 /// Marks a call that a stop request cut short: an error, saying so before whatever

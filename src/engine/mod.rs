@@ -19,6 +19,7 @@ pub mod model;
 pub mod project;
 pub mod runtime;
 pub mod scan;
+mod scanned;
 pub mod snapshot;
 pub mod toolcall;
 pub mod tools;
