@@ -46,6 +46,7 @@ fn main() {
         network,
         processes: 1024,
         file_bytes: 1 << 30,
+        read_only_but: (namespaces && support.read_only).then(|| vec![own.clone()]),
     };
     drop(landlock);
     let kinds: Vec<(&str, Option<Jail>)> = vec![

@@ -293,6 +293,7 @@ fn jail_of(ws: &Workspace, id: &AgentId) -> Jail {
         network: c.network,
         processes: c.processes,
         file_bytes: c.file_bytes,
+        read_only_but: (support.namespaces.is_ok() && support.read_only).then(|| c.read_write.clone()),
     }
 }
 

@@ -65,6 +65,12 @@ pub struct AgentFacts {
 }
 
 impl AgentFacts {
+    /// The agent's branch in the shared project repository: its name (its id for an
+    /// agent from before every agent had one). The only shared branch it publishes.
+    pub fn project_branch(&self) -> String {
+        self.name.clone().unwrap_or_else(|| self.id.clone())
+    }
+
     pub fn to_toml(&self) -> String {
         toml::to_string(self).unwrap_or_default()
     }

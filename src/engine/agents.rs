@@ -244,9 +244,13 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     check_spawn(child.role, &parent_facts.lineage, child.goal, child.env, &config, child.compactor)?;
     // No escalation through dispatch: the child's role may not be looser than what
     // its parent runs with.
-    if let (Some(parent_role), Some(child_role)) =
-        (containment::effective_role(&ws.repo, &parent_facts, &config), config.role(child.role))
-        && let Some(rule) = crate::domain::confinement::looser(child.role, child_role, &parent_role)
+    let parent_role = containment::effective_role(&ws.repo, &parent_facts, &config).ok_or_else(|| {
+        AgentError::Looser(format!(
+            "the confinement `{parent}` runs with cannot be read (its role is gone or an ancestor is damaged)"
+        ))
+    })?;
+    if let Some(child_role) = config.role(child.role).map(containment::resolved)
+        && let Some(rule) = crate::domain::confinement::looser(child.role, &child_role, &parent_role)
     {
         return Err(AgentError::Looser(rule));
     }

@@ -119,21 +119,34 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
     })
 }
 
-/// The role `facts`' agent runs with: its own met with every ancestor's (a role
-/// an ancestor no longer has, or an ancestor gone, confines nothing more).
+/// The role `facts`' agent runs with: its own met with every ancestor's (a role an
+/// ancestor no longer has, or an ancestor removed, confines nothing more; an ancestor
+/// whose facts cannot be read confines everything: the agent runs nothing). Write
+/// paths are compared as the sandbox will see them, resolved.
 pub fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -> Option<RoleConfig> {
-    let mut role = config.role(&facts.role)?.clone();
+    let mut role = resolved(config.role(&facts.role)?);
     let mut parent = facts.parent.clone();
     while let Some(id) = parent {
-        let Ok(id) = AgentId::parse(&id) else { break };
-        let Some(tip) = repo.branch_tip(&id.branch()).ok().flatten() else { break };
-        let Ok(above) = snapshot::read_facts(repo, tip) else { break };
+        let id = AgentId::parse(&id).ok()?;
+        let Some(tip) = repo.branch_tip(&id.branch()).ok()? else { break };
+        let above = snapshot::read_facts(repo, tip).ok()?;
         if let Some(theirs) = config.role(&above.role) {
-            role = confinement::meet(&role, theirs);
+            role = confinement::meet(&role, &resolved(theirs));
         }
         parent = above.parent;
     }
     Some(role)
+}
+
+/// `role` with its write paths resolved through the filesystem (`..` and links).
+pub fn resolved(role: &RoleConfig) -> RoleConfig {
+    let mut role = role.clone();
+    for path in &mut role.write_paths {
+        if let Ok(real) = std::fs::canonicalize(&*path) {
+            *path = real.display().to_string();
+        }
+    }
+    role
 }
 
 /// What this machine lets the sandbox helper do, found once per process by running

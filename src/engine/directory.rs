@@ -105,7 +105,7 @@ pub fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> R
     }
     // Only the agent's own name is a shared branch (whatever else its git was on is
     // its own business: made shared, it would take names and clutter `agents/`).
-    let own = facts.name.clone().unwrap_or_else(|| facts.id.clone());
+    let own = facts.project_branch();
     if let Some(branch) = &position.branch
         && *branch == own
         && ws.project.branch_tip(branch)?.is_none()
@@ -148,6 +148,12 @@ pub fn publish(
         let mut take = |bytes: &[u8]| importer.feed(bytes);
         let done = process::run(&spec, &limits, Io { on_stdout: Some(&mut take), ..Io::default() })
             .map_err(|e| e.to_string())?;
+        if let Some(why) = importer.refused() {
+            return Err(why.to_owned());
+        }
+        if done.ended == process::Ended::TimedOut {
+            return Err(format!("reading its objects took over {} s", EXPORT_TIMEOUT.as_secs()));
+        }
         if !done.exit.success() {
             let said = String::from_utf8_lossy(&done.stderr.tail).trim().to_owned();
             return Err(format!(

@@ -430,6 +430,8 @@ struct Driver<'a> {
     last_call: Option<Option<(u64, u64)>>,
     /// The agent's own step count at its last landing (from the ledger, read once).
     landed_steps: Option<u32>,
+    /// Its git's last publication failed: it is tried again after the next call.
+    publish_due: bool,
 }
 
 impl<'a> Driver<'a> {
@@ -446,9 +448,7 @@ impl<'a> Driver<'a> {
         }
         // Only this driver publishes the agent's shared branch: a lock file there was
         // left by a driver killed while publishing.
-        if let Some(name) = &facts.name {
-            ws.project.remove_branch_lock(name);
-        }
+        ws.project.remove_branch_lock(&facts.project_branch());
         let (dir, repairs) = directory::open(ws, id, &facts, tip)?;
         let root = dir.root().to_owned();
         let position = ws.repo.read_file(tip, agent::GIT)?.unwrap_or_default();
@@ -476,6 +476,7 @@ impl<'a> Driver<'a> {
             records: Records::default(),
             last_call: None,
             landed_steps: None,
+            publish_due: false,
         };
         driver.recover(tip)?;
         Ok((driver, repairs))
@@ -1213,6 +1214,7 @@ impl<'a> Driver<'a> {
             network: confinement.network,
             processes: confinement.processes,
             file_bytes: confinement.file_bytes,
+            read_only_but: (support.namespaces.is_ok() && support.read_only).then(|| confinement.read_write.clone()),
         });
         self.sandbox = Some((confinement, jail.clone()));
         Ok(jail)
@@ -1235,7 +1237,8 @@ impl<'a> Driver<'a> {
             )]);
         }
         let support = containment::support(self.runtime.exe(), self.runtime.env());
-        Ok(support.losses(sandbox::running_as_root()).into_iter().collect())
+        let abi = containment::abi(self.runtime.env());
+        Ok(support.losses(sandbox::running_as_root(), abi).into_iter().collect())
     }
 
     fn role_gone(&self) -> DriverError {
@@ -1325,25 +1328,41 @@ impl<'a> Driver<'a> {
             Due::Everything => Scan::All,
             Due::Paths(paths) => Scan::Paths(paths),
         };
-        let cleared = self.dir.clear_rule_files(scan)?;
+        // What the agent did to its own files must not stop its driver: a check that
+        // cannot be made is said, not fatal.
+        let mut unchecked = Vec::new();
+        let cleared = self.dir.clear_rule_files(scan).unwrap_or_else(|e| {
+            unchecked.push(format!("its `.gitignore` and `.gitattributes` files ({e})"));
+            Vec::new()
+        });
         let staged = self.dir.stage(scan, limit)?;
-        let put_back = self.ws.project.put_back_config(self.id.as_str())?;
+        let put_back = self.ws.project.put_back_config(self.id.as_str()).unwrap_or_else(|e| {
+            unchecked.push(format!("your git's config and hooks ({e})"));
+            Vec::new()
+        });
         let moved = self.moved_position();
         let mut unpublished = None;
-        if let Some(position) = moved.as_deref().and_then(agent::parse_position) {
+        // Published when its git moved, and again after a publication that failed.
+        let publish = match &moved {
+            Some(text) => Some(text.as_str()),
+            None if self.publish_due => Some(self.position.as_str()),
+            None => None,
+        };
+        if let Some(position) = publish.and_then(agent::parse_position) {
             // The exporter runs in the agent's jail (made now if no command ran yet).
             let jail = match role.as_ref().map(|r| r.sandbox) {
                 Some(crate::domain::config::Sandbox::WorkspaceWrite) => self.commands(&config)?.0.sandbox,
                 _ => None,
             };
-            let own = self.facts.name.clone().unwrap_or_else(|| self.id.to_string());
+            let own = self.facts.project_branch();
             if let Err(why) =
                 directory::publish(self.ws, self.runtime.exe(), jail.as_deref(), &self.id, &position, &own)
             {
                 unpublished = Some(why);
             }
+            self.publish_due = unpublished.is_some();
         }
-        Ok(Scanned { staged, cleared, limit, put_back, moved, unpublished })
+        Ok(Scanned { staged, cleared, limit, put_back, moved, unpublished, unchecked })
     }
 
     /// Commits transcript `entries` on top of `tip`. With `scan`, the directory's

@@ -17,6 +17,8 @@ pub struct Scanned {
     pub moved: Option<String>,
     /// Why its git could not be published, if it could not.
     pub unpublished: Option<String>,
+    /// What could not be checked, and why.
+    pub unchecked: Vec<String>,
 }
 
 impl Scanned {
@@ -30,6 +32,9 @@ impl Scanned {
                 "\n[offshoot: your git's {} put back: they are the harness's (a person's `git` in your directory would run them)]",
                 self.put_back.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
             ));
+        }
+        for what in &self.unchecked {
+            note.push_str(&format!("\n[offshoot: could not check {what}]"));
         }
         if let Some(why) = &self.unpublished {
             note.push_str(&format!(

@@ -146,6 +146,8 @@ impl Beneath {
         let (parent, name) = self.parent_of(rel, if replace { Make::Replacing } else { Make::Missing })?;
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
         let mut fd = None;
+        // A file replaced because it had other names keeps its mode.
+        let mut kept_mode = None;
         for _ in 0..3 {
             match sys::open_at(parent.as_raw_fd(), &name, flags, mode.unwrap_or(0o644)) {
                 Ok(f) => {
@@ -160,6 +162,7 @@ impl Beneath {
                         return Err(DoorError::NotRegular(rel.to_owned()));
                     }
                     if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+                        kept_mode = Some(std::os::unix::fs::MetadataExt::mode(&meta) & 0o777);
                         sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
                         continue;
                     }
@@ -185,7 +188,7 @@ impl Beneath {
         let mut file = fd.ok_or_else(|| DoorError::NotRegular(rel.to_owned()))?;
         file.set_len(0).map_err(|source| self.io(rel, source))?;
         file.write_all(bytes).map_err(|source| self.io(rel, source))?;
-        if let Some(mode) = mode {
+        if let Some(mode) = mode.or(kept_mode) {
             use std::os::unix::fs::PermissionsExt;
             file.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
                 .map_err(|source| self.io(rel, source))?;

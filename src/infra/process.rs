@@ -210,6 +210,7 @@ pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessErro
 /// it: for the user's editor, which should use [`Group::Terminal`].
 pub fn run_attached(spec: &Spec) -> Result<Exit, ProcessError> {
     let program = spec.program.display().to_string();
+    unjailed(spec)?;
     let status = command(spec, None).status().map_err(|source| ProcessError::Spawn { program, source })?;
     Ok(Exit::of(status))
 }
@@ -218,6 +219,7 @@ pub fn run_attached(spec: &Spec) -> Result<Exit, ProcessError> {
 /// and returns its pid; a thread reaps it if it ends while we still run.
 pub fn launch(spec: &Spec, log: &Path) -> Result<u32, ProcessError> {
     let program = spec.program.display().to_string();
+    unjailed(spec)?;
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
     let out = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
     let err = out.try_clone().map_err(spawn_err)?;
@@ -227,6 +229,18 @@ pub fn launch(spec: &Spec, log: &Path) -> Result<u32, ProcessError> {
     let pid = child.id();
     std::thread::spawn(move || child.wait());
     Ok(pid)
+}
+
+/// Refuses a jailed `spec` where jails are not made (only [`run`] hands the helper
+/// its ruleset): it would run unconfined.
+fn unjailed(spec: &Spec) -> Result<(), ProcessError> {
+    match spec.sandbox {
+        None => Ok(()),
+        Some(_) => Err(ProcessError::Spawn {
+            program: spec.program.display().to_string(),
+            source: std::io::Error::other("a sandboxed command is started only by `process::run`"),
+        }),
+    }
 }
 
 /// The std command for `spec`; a jailed one runs the helper with the ruleset as

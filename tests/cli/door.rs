@@ -115,7 +115,8 @@ fn file_tools_never_write_through_a_dangling_link_into_the_users_repository() {
         assert!(text.contains("passes through the symbolic link"), "{text}");
     }
     let straight = server.result_text(4);
-    assert_eq!(straight.matches("Permission denied").count(), 2, "{straight}");
+    let refusals = straight.matches("Read-only file system").count() + straight.matches("Permission denied").count();
+    assert_eq!(refusals, 2, "{straight}");
     assert_eq!(state(&repo, &[]), before, "the user's repository changed");
 }
 
@@ -254,6 +255,12 @@ fn git_files_an_agent_plants_never_stop_it() {
         // The directory's pointer to its git, made a FIFO.
         Turn::bash("p1", "rm -f .git && mkfifo .git && echo fifo"),
         Turn::bash("s1", "git status --porcelain >/dev/null && echo alive"),
+        // Its owner's access taken from its own files, its git's config and hooks.
+        Turn::bash(
+            "c1",
+            "g=$(sed 's/gitdir: //' .git) && mkdir -p shut/in && echo x > shut/in/f && chmod 000 shut/in shut && chmod 000 $g/config && mkdir $g/hooks/locked && chmod 000 $g/hooks/locked && echo shut",
+        ),
+        Turn::bash("c2", "echo after > after.txt && echo alive"),
         Turn::text("still here"),
     ]);
     let run = t.run(&["prompt", "plant git files"]);
@@ -262,6 +269,9 @@ fn git_files_an_agent_plants_never_stop_it() {
     assert!(r(1).contains("[offshoot: `.gitmodules` is not recorded in your history: git refuses it"), "{}", r(1));
     assert!(r(2).contains("`.git`"), "{}", r(2));
     assert_eq!(r(3), "exit code 0\n<stdout>\nalive\n</stdout>");
+    assert!(r(4).starts_with("exit code 0\n<stdout>\nshut\n</stdout>"), "{}", r(4));
+    assert!(r(5).starts_with("exit code 0\n<stdout>\nalive\n</stdout>"), "{}", r(5));
+    assert_eq!(t.git(&["show", &format!("agents/{}:after.txt", t.only_agent())]), "after\n");
     server.push_turns([Turn::text("again")]);
     assert!(t.run(&["send", &t.only_agent(), "go on"]).ok().contains("again"));
 }

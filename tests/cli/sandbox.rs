@@ -184,12 +184,25 @@ fn write_outside(user: User) {
     let other = t.agents()[0]["id"].as_str().expect("id").to_owned();
     let before = t.git(&["log", "--all", "--format=%H %s"]);
     let tmp = format!("/tmp/offshoot-planted-{}", std::process::id());
+    // A file of the user's, private; metadata is what Landlock cannot guard.
+    std::fs::create_dir_all(&t.home).expect("home");
+    let private = t.home.join("private.key");
+    std::fs::write(&private, "secret").expect("write");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).expect("meta").permissions().mode() & 0o7777;
+    let internals = mode(&t.ws.join("repo.git"));
     let commands = [
         format!("echo x > {}/planted; echo x > {tmp}", t.home.display()),
         format!("mkdir -p ../../inbox/{other} && printf 'forged' > ../../inbox/{other}/0099-user.md"),
         format!("echo overwritten > ../{other}/mine.txt; rm -f ../{other}/mine.txt"),
         "git --git-dir=../../repo.git tag evil HEAD; git --git-dir=../../repo.git update-ref refs/heads/x HEAD".into(),
         "rm -rf ../../locks ../../steps ../../repo.git/refs 2>&1 | head -1; echo x > ../../repo.git/HEAD".into(),
+        // Metadata: modes, owners, times of what is not the agent's.
+        format!(
+            "chmod 644 {0}; chmod u+s {0}; chown 0:0 {0}; touch -d 1970-01-01 {0}; chmod 000 ../../repo.git ../{other}; touch -d 1970-01-01 ../../project.git/HEAD",
+            private.display()
+        ),
         // The binary itself, as the user: it must write repo.git to change the config.
         format!("{} -w {} config set roles.worker.sandbox none", env!("CARGO_BIN_EXE_offshoot"), t.ws.display()),
     ];
@@ -206,6 +219,15 @@ fn write_outside(user: User) {
     assert_eq!(std::fs::read_to_string(t.ws.join("agents").join(&other).join("mine.txt")).expect("kept"), "other's");
     assert!(t.git(&["tag"]).is_empty() && t.git(&["for-each-ref", "refs/heads/x"]).is_empty());
     assert!(!t.run(&["config", "show"]).ok().contains("sandbox = \"none\""), "the config was changed");
+    assert_eq!(mode(&private), 0o600, "the mode of a file of the user's was changed");
+    assert_eq!(mode(&t.ws.join("repo.git")), internals, "the mode of the harness's repository was changed");
+    let old = std::fs::metadata(t.ws.join("project.git/HEAD")).and_then(|m| m.modified()).expect("mtime");
+    assert!(old.elapsed().expect("age") < std::time::Duration::from_secs(3600), "a time was changed");
+    // Its own files it may change as it likes.
+    server.push_turns([Turn::bash("own", "touch x && chmod 755 x && test -x x && echo mine"), Turn::text("ok")]);
+    t.run(&["send", "Vandal", "your own"]).ok();
+    let last = server.result_text(server.requests().len() - 1);
+    assert_eq!(last, "exit code 0\n<stdout>\nmine\n</stdout>");
     let after = t.git(&["log", "--all", "--format=%H %s"]);
     assert!(before.lines().all(|l| after.contains(l)), "history was lost:\n{before}\n---\n{after}");
     // Every verb still works, and the other agent goes on.
@@ -364,6 +386,29 @@ fn a_child_is_never_less_confined_than_its_parent() {
         "no child was started: role `reviewer` may use the network and you may not; a child may not be less confined than its parent"
     );
     assert_eq!(t.agents().len(), 1);
+    // Write paths are compared where they lead: a child's path below the parent's, but
+    // through a link out of it, is the child's to lose.
+    let data = t.root.join("data");
+    std::fs::create_dir_all(&data).expect("data");
+    std::fs::create_dir_all(&t.home).expect("home");
+    std::os::unix::fs::symlink(&t.home, data.join("out")).expect("link");
+    t.run(&["config", "set", "roles.worker.write_paths", &format!("[\"{}\"]", data.display())]).ok();
+    t.run(&[
+        "config",
+        "set",
+        "roles.reviewer.write_paths",
+        &format!("[\"{}/out\"]", data.display()),
+        "roles.reviewer.network",
+        "false",
+    ])
+    .ok();
+    server.push_turns([
+        Turn::tool("d3", "dispatch", json!({"role": "reviewer", "goal": "write home"})),
+        Turn::text("refused again"),
+    ]);
+    t.run(&["prompt", "escalate through a link"]).ok();
+    let text = server.result_text(server.requests().len() - 1);
+    assert!(text.contains("role `reviewer` may write") && text.contains("and you may not"), "{text}");
 }
 
 #[test]
@@ -409,7 +454,9 @@ fn limits_are_held_and_named(name: &str, user: User) {
     .ok();
     server.push_turns([
         Turn::bash("procs", "i=0; while [ $i -lt 400 ]; do sleep 30 & i=$((i+1)); done; echo all started"),
-        Turn::bash("size", "head -c 2000000 /dev/zero > big.bin"),
+        // `exec`: the writer is the command itself (it must not be PID 1, which the
+        // kernel spares the SIGXFSZ).
+        Turn::bash("size", "exec head -c 2000000 /dev/zero > big.bin"),
         Turn::bash(
             "commit",
             "head -c 5000 /dev/zero > blob.bin && echo small > small.txt && ls -l big.bin | cut -d' ' -f5",

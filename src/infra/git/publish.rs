@@ -92,26 +92,29 @@ pub fn export(objects: &Path, shared: &Path, tips: &[Oid], out: &mut impl Write)
         }
         let object = odb.read(oid).map_err(err(&format!("read {oid}")))?;
         let Some(l) = letter(object.kind()) else { continue };
-        match object.kind() {
-            ObjectType::Commit => {
-                let c = repo.find_commit(oid).map_err(err(&format!("read commit {oid}")))?;
-                stack.push(c.tree_id());
-                stack.extend(c.parent_ids());
-            }
-            ObjectType::Tree => {
-                let t = repo.find_tree(oid).map_err(err(&format!("read tree {oid}")))?;
-                stack.extend(t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()));
-            }
-            ObjectType::Tag => {
-                let t = repo.find_tag(oid).map_err(err(&format!("read tag {oid}")))?;
-                stack.push(t.target_id());
-            }
-            _ => {}
-        }
+        stack.extend(named_by(&repo, oid, object.kind())?);
         writeln!(out, "{l}{}", object.data().len()).map_err(|e| e.to_string())?;
         out.write_all(object.data()).map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// The objects `oid` (of `kind`) names: a commit its tree and parents, a tree its
+/// entries (a submodule's commit aside: it is another repository's), a tag its target.
+fn named_by(repo: &Repository, oid: Oid, kind: ObjectType) -> Result<Vec<Oid>, String> {
+    let err = |e: git2::Error| format!("read {oid}: {}", e.message());
+    Ok(match kind {
+        ObjectType::Commit => {
+            let c = repo.find_commit(oid).map_err(err)?;
+            std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
+        }
+        ObjectType::Tree => {
+            let t = repo.find_tree(oid).map_err(err)?;
+            t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()).collect()
+        }
+        ObjectType::Tag => vec![repo.find_tag(oid).map_err(err)?.target_id()],
+        _ => Vec::new(),
+    })
 }
 
 /// Reads frames as they arrive and writes each object into a quarantine — a
@@ -193,13 +196,18 @@ impl<'r> Importer<'r> {
         true
     }
 
+    /// Why the import went wrong, if it did while feeding.
+    pub fn refused(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
     /// Once the stream has ended whole and every object it brought names only objects
     /// it brought or the shared store has, moves them into the shared store and
-    /// returns them.
+    /// returns them. (Dropped unfinished, the quarantine goes with nothing moved.)
     pub fn finish(self) -> Result<Vec<(Oid, ObjectType)>, String> {
-        let done = self.check().and_then(|()| self.admit());
-        let _ = std::fs::remove_dir_all(&self.dir);
-        done.map(|()| self.written.clone())
+        self.check()?;
+        self.admit()?;
+        Ok(self.written.clone())
     }
 
     fn check(&self) -> Result<(), String> {
@@ -211,32 +219,21 @@ impl<'r> Importer<'r> {
         }
         let repo = &self.quarantine;
         let odb = repo.odb().map_err(|e| e.message().to_owned())?;
-        let missing = |oid: Oid| format!("object {oid} is named but was not published");
         for (oid, kind) in &self.written {
-            let named: Vec<Oid> = match kind {
-                ObjectType::Commit => {
-                    let c = repo.find_commit(*oid).map_err(|e| e.message().to_owned())?;
-                    std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
-                }
-                ObjectType::Tree => {
-                    let t = repo.find_tree(*oid).map_err(|e| e.message().to_owned())?;
-                    t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()).collect()
-                }
-                ObjectType::Tag => vec![repo.find_tag(*oid).map_err(|e| e.message().to_owned())?.target_id()],
-                _ => Vec::new(),
-            };
-            if let Some(gone) = named.into_iter().find(|n| !odb.exists(*n)) {
-                return Err(missing(gone));
+            if let Some(gone) = named_by(repo, *oid, *kind)?.into_iter().find(|n| !odb.exists(*n)) {
+                return Err(format!("object {gone} is named but was not published"));
             }
         }
         Ok(())
     }
 
-    /// Moves the quarantine's loose objects into the shared store.
+    /// Moves the quarantine's loose objects into the shared store, each after every
+    /// object it names (the exporter sends an object before what it names, so in the
+    /// reverse order): cut short, what moved is whole.
     fn admit(&self) -> Result<(), String> {
         let from = self.dir.join("objects");
         let to = self.shared.path().join("objects");
-        for (oid, _) in &self.written {
+        for (oid, _) in self.written.iter().rev() {
             let hex = oid.to_string();
             let (dir, file) = hex.split_at(2);
             let target = to.join(dir).join(file);
@@ -247,6 +244,12 @@ impl<'r> Importer<'r> {
             std::fs::rename(from.join(dir).join(file), &target).map_err(|e| format!("{}: {e}", target.display()))?;
         }
         Ok(())
+    }
+}
+
+impl Drop for Importer<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -315,7 +315,18 @@ impl Tracked {
             Scan::Paths(paths) => paths.iter().filter(|p| self.is_work(p)).cloned().collect(),
             _ => self.scan_roots(&index),
         };
-        if !roots.is_empty() && self.stage_changes(&mut index, &roots, max_file_bytes, &mut staged.skipped)? {
+        if roots.is_empty() {
+            return Ok(staged);
+        }
+        let mut changed = self.stage_changes(&mut index, &roots, max_file_bytes, &mut staged.skipped);
+        if changed.is_err() {
+            // A directory or file the agent took its owner's access from (`chmod 000`)
+            // stops the scan: the owner's access is given back, and it runs again.
+            grant_owner_access(&self.root, &self.harness);
+            staged.skipped.clear();
+            changed = self.stage_changes(&mut index, &roots, max_file_bytes, &mut staged.skipped);
+        }
+        if changed? {
             staged.tree = Some(index.write_tree().map_err(lib("write tree"))?);
         }
         Ok(staged)
@@ -608,6 +619,38 @@ fn push_blob_entry(out: &mut Vec<u8>, name: &[u8], id: Oid) {
 /// to write.)
 pub(super) fn write_file(root: &Path, rel: &str, bytes: &[u8]) -> Result<()> {
     Ok(Beneath::open(root)?.write(Path::new(rel), bytes, None, true)?)
+}
+
+/// Gives the owner read, write and (for directories) search access back to
+/// everything below `root` but `skip` and `.git`, never following a link.
+fn grant_owner_access(root: &Path, skip: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![root.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&dir) else { continue };
+        let mode = meta.permissions().mode();
+        if mode & 0o700 != 0o700 {
+            let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode | 0o700));
+        }
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let top = dir == root && (entry.file_name() == skip || entry.file_name() == DOT_GIT);
+            match entry.file_type() {
+                Ok(t) if t.is_dir() && !top => stack.push(path),
+                Ok(t) if t.is_file() => {
+                    if let Ok(m) = entry.metadata()
+                        && m.permissions().mode() & 0o600 != 0o600
+                    {
+                        let _ = std::fs::set_permissions(
+                            &path,
+                            std::fs::Permissions::from_mode(m.permissions().mode() | 0o600),
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
 }
 
 /// Removes whatever stands at `root/rel` (a directory with its contents; a symlink

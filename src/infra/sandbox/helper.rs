@@ -12,7 +12,7 @@
 //! the seccomp filter, and execs the command. The helper waits for
 //! it and exits as it did.
 
-use std::ffi::{CString, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::io::Write;
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
@@ -33,6 +33,8 @@ struct Plan {
     processes: Option<u64>,
     file_bytes: Option<u64>,
     parent: Option<i32>,
+    /// Make every mount read-only but these (the command's writable places).
+    read_only_but: Option<Vec<OsString>>,
     command: Vec<OsString>,
 }
 
@@ -50,6 +52,11 @@ fn parse(args: Vec<OsString>) -> Result<Plan, String> {
             Some("--processes") => plan.processes = Some(number(it.next(), "--processes")?),
             Some("--file-bytes") => plan.file_bytes = Some(number(it.next(), "--file-bytes")?),
             Some("--parent") => plan.parent = Some(number(it.next(), "--parent")? as i32),
+            Some("--read-only") => plan.read_only_but = Some(Vec::new()),
+            Some("--writable") => {
+                let path = it.next().ok_or("`--writable` needs a path")?;
+                plan.read_only_but.get_or_insert_with(Vec::new).push(path);
+            }
             Some("--") => {
                 plan.command = it.collect();
                 break;
@@ -123,13 +130,16 @@ fn first_process(plan: &Plan, uid: u32, alive: RawFd) -> ! {
     if plan.namespaces && !plan.network {
         step("bring the sandbox's loopback up", loopback_up());
     }
-    if let Some(n) = plan.processes {
-        // Per PID namespace (Linux 6.14+; root is exempt from RLIMIT_NPROC). The
-        // kernel refuses values below 301; the probe told the driver what holds.
-        if plan.namespaces {
-            let _ = std::fs::write("/proc/sys/kernel/pid_max", (n + 1).max(301).to_string());
-        }
+    // Per PID namespace (Linux 6.14+; root is exempt from RLIMIT_NPROC) and per user
+    // namespace (RLIMIT_NPROC counts the processes of the uid in it). Without
+    // namespaces RLIMIT_NPROC would count every process of the user's, so none is set.
+    if let (Some(n), true) = (plan.processes, plan.namespaces) {
+        // The kernel refuses values below 301; the probe told the driver what holds.
+        let _ = std::fs::write("/proc/sys/kernel/pid_max", (n + 1).max(301).to_string());
         step("limit processes", set_limit(libc::RLIMIT_NPROC, n));
+    }
+    if let Some(writable) = &plan.read_only_but {
+        step("make the filesystem read-only", read_only_but(writable));
     }
     if let Some(n) = plan.file_bytes {
         step("limit file sizes", set_limit(libc::RLIMIT_FSIZE, n));
@@ -144,7 +154,45 @@ fn first_process(plan: &Plan, uid: u32, alive: RawFd) -> ! {
     }
     close_from(3);
     step("install the seccomp filter", seccomp::install(&seccomp::filter(plan.network, plan.namespaces)));
-    exec(&plan.command)
+    if !plan.namespaces {
+        exec(&plan.command)
+    }
+    // PID 1 of the namespace stays a minimal init: the kernel spares PID 1 the
+    // signals it has no handler for (a writer past the file size limit would get
+    // EFBIG instead of SIGXFSZ, a pipe's reader SIGPIPE never), and orphans are
+    // reaped here. When the command ends, this ends, and the namespace with it.
+    match fork() {
+        Err(e) => fail(&format!("cannot start the command: {e}"), 125),
+        Ok(0) => exec(&plan.command),
+        Ok(command) => {
+            for fd in 0..3 {
+                close(fd);
+            }
+            exit_as(reap_until(command))
+        }
+    }
+}
+
+/// Every mount read-only (chmod, chown and the like reach what Landlock cannot stop:
+/// a file's metadata), but the `writable` places, each bound on itself first. Needs a
+/// mount namespace of our own and `mount_setattr` (Linux 5.12).
+fn read_only_but(writable: &[OsString]) -> std::io::Result<()> {
+    // The working directory is entered again after: held from before, it would stay
+    // on the mount under the bind.
+    let cwd = std::fs::read_link("/proc/self/cwd")?;
+    mount(None, "/", libc::MS_REC | libc::MS_PRIVATE)?;
+    let mut bound = Vec::new();
+    for path in writable {
+        // A place that does not exist cannot be written anyway.
+        if mount(Some(path.as_os_str()), path.as_os_str(), libc::MS_BIND | libc::MS_REC).is_ok() {
+            bound.push(path);
+        }
+    }
+    set_read_only(OsStr::new("/"), true)?;
+    for path in bound {
+        set_read_only(path, false)?;
+    }
+    change_dir(&cwd)
 }
 
 /// What `--probe` prints: whether namespaces can be entered here, and whether a
@@ -152,18 +200,23 @@ fn first_process(plan: &Plan, uid: u32, alive: RawFd) -> ! {
 fn probe() -> ! {
     let mut out = String::new();
     match enter_namespaces(effective_uid(), effective_gid(), false) {
-        Err(e) => out.push_str(&format!("namespaces no {e}\npid_max no\n")),
+        Err(e) => out.push_str(&format!("namespaces no {e}\npid_max no\nread_only no\n")),
         Ok(()) => match fork() {
             Ok(0) => {
                 let now = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap_or_default();
-                let ok = std::fs::write("/proc/sys/kernel/pid_max", now.trim()).is_ok();
-                exit_now(if ok { 0 } else { 1 })
+                let limit = std::fs::write("/proc/sys/kernel/pid_max", now.trim()).is_ok();
+                let read_only = read_only_but(&[]).is_ok();
+                exit_now(i32::from(limit) | (i32::from(read_only) << 1))
             }
             Ok(child) => {
-                let limit = matches!(wait(child), Status::Exited(0));
-                out.push_str(&format!("namespaces yes\npid_max {}\n", if limit { "yes" } else { "no" }));
+                let found = match wait(child) {
+                    Status::Exited(code) => code,
+                    Status::Signalled(_) => 0,
+                };
+                let yes = |bit: i32| if found & bit != 0 { "yes" } else { "no" };
+                out.push_str(&format!("namespaces yes\npid_max {}\nread_only {}\n", yes(1), yes(2)));
             }
-            Err(e) => out.push_str(&format!("namespaces no cannot fork in them: {e}\npid_max no\n")),
+            Err(e) => out.push_str(&format!("namespaces no cannot fork in them: {e}\npid_max no\nread_only no\n")),
         },
     }
     let _ = std::io::stdout().write_all(out.as_bytes());
@@ -178,7 +231,7 @@ fn fail(what: &str, code: i32) -> ! {
 fn enter_namespaces(uid: u32, gid: u32, network: bool) -> std::io::Result<()> {
     // System V IPC (shared memory, queues, semaphores) is per IPC namespace: without
     // one a command could read and write the host's segments, and leave its own.
-    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC;
+    let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWNS;
     if !network {
         flags |= libc::CLONE_NEWNET;
     }
@@ -314,6 +367,77 @@ fn close_from(first: u32) {
     unsafe {
         libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32);
     }
+}
+
+#[expect(unsafe_code, reason = "mount(2) with C strings we own for the call")]
+fn mount(source: Option<&OsStr>, target: impl AsRef<OsStr>, flags: libc::c_ulong) -> std::io::Result<()> {
+    let target =
+        CString::new(target.as_ref().as_bytes()).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let source = source
+        .map(|s| CString::new(s.as_bytes()))
+        .transpose()
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let source_ptr = source.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+    // SAFETY: the strings outlive the call; a null type and data are allowed for binds
+    // and propagation changes.
+    check(unsafe { libc::mount(source_ptr, target.as_ptr(), std::ptr::null(), flags, std::ptr::null()) }.into())
+}
+
+/// Sets (or clears) read-only on the mount at `path` and every mount below it.
+#[expect(unsafe_code, reason = "mount_setattr(2) with a C string and a struct on our stack")]
+fn set_read_only(path: &OsStr, read_only: bool) -> std::io::Result<()> {
+    #[repr(C)]
+    struct MountAttr {
+        set: u64,
+        clear: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const RDONLY: u64 = 1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let (set, clear) = if read_only { (RDONLY, 0) } else { (0, RDONLY) };
+    let attr = MountAttr { set, clear, propagation: 0, userns_fd: 0 };
+    let path = CString::new(path.as_bytes()).map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `path` and `attr` outlive the call; the size is the struct's.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            size_of::<MountAttr>(),
+        )
+    })
+}
+
+/// Reaps every process that ends (PID 1 adopts orphans) until `command` does; its
+/// status.
+#[expect(unsafe_code, reason = "waitpid(2) with a status integer we own")]
+fn reap_until(command: libc::pid_t) -> Status {
+    loop {
+        let mut status = 0;
+        // SAFETY: `status` lives across the call.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid == command {
+            return if libc::WIFSIGNALED(status) {
+                Status::Signalled(libc::WTERMSIG(status))
+            } else {
+                Status::Exited(libc::WEXITSTATUS(status))
+            };
+        }
+        if pid < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return Status::Exited(125);
+        }
+    }
+}
+
+#[expect(unsafe_code, reason = "chdir(2) with a C string we own for the call")]
+fn change_dir(path: &std::path::Path) -> std::io::Result<()> {
+    let path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: the string outlives the call.
+    check(unsafe { libc::chdir(path.as_ptr()) }.into())
 }
 
 #[expect(unsafe_code, reason = "setsid(2) takes nothing")]
@@ -453,6 +577,10 @@ mod tests {
             "99",
             "--parent",
             "42",
+            "--writable",
+            "/w",
+            "--writable",
+            "/v",
             "--",
             "sh",
             "-c",
@@ -468,6 +596,7 @@ mod tests {
                 processes: Some(1024),
                 file_bytes: Some(99),
                 parent: Some(42),
+                read_only_but: Some(vec!["/w".into(), "/v".into()]),
                 command: args(&["sh", "-c", "echo --namespaces"]),
             }
         );

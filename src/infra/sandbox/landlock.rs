@@ -13,7 +13,8 @@ use super::{Confinement, SandboxError};
 use landlock::{ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, path_beneath_rules};
 
 /// The ABI whose rights we ask for; newer kernels enforce them all, older ones as
-/// many as they know (the checks below refuse what would be silently lost).
+/// many as they know (what an older kernel cannot enforce is said at the driver's
+/// start, or held by the namespaces and the seccomp filter instead).
 const TARGET: ABI = ABI::V6;
 
 /// Builds the ruleset for `c` on a kernel with Landlock ABI `abi`; the descriptor is

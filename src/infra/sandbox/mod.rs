@@ -64,30 +64,39 @@ fn kernel_abi() -> i32 {
 /// What this machine lets the helper do, found by running it once ([`probe`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Support {
-    /// User, PID and network namespaces; else why not.
+    /// User, PID, IPC, mount and network namespaces; else why not.
     pub namespaces: Result<(), String>,
     /// A process limit inside a PID namespace (`pid_max` per namespace, Linux 6.14).
     pub process_limit: bool,
+    /// Every mount made read-only but the writable places (`mount_setattr`, 5.12).
+    pub read_only: bool,
 }
 
 impl Support {
     /// As on a machine without user namespaces (for tests).
     pub fn without_namespaces(why: &str) -> Support {
-        Support { namespaces: Err(why.to_owned()), process_limit: false }
+        Support { namespaces: Err(why.to_owned()), process_limit: false, read_only: false }
     }
 
-    /// What the command loses here, in words, if anything.
-    pub fn losses(&self, running_as_root: bool) -> Option<String> {
-        match &self.namespaces {
-            Err(why) => Some(format!(
-                "user namespaces are unavailable ({why}): commands run without a user, PID and network namespace of their own (with all capabilities dropped{}), so a process a command leaves behind can outlive a killed driver and `network = false` refuses every socket but socket pairs",
-                if running_as_root { "; as root the process limit is not enforced" } else { "" }
-            )),
-            Ok(()) if !self.process_limit && running_as_root => Some(
+    /// What the command loses here, in words, if anything (`abi`: Landlock's).
+    pub fn losses(&self, running_as_root: bool, abi: i32) -> Option<String> {
+        let mut lost: Vec<String> = Vec::new();
+        if let Err(why) = &self.namespaces {
+            lost.push(format!("user namespaces are unavailable ({why}): commands run without namespaces of their own (with all capabilities dropped), so a process a command leaves behind can outlive a killed driver, commands share System V IPC with your processes, no process limit holds, and `network = false` refuses every socket but socket pairs"));
+            if abi < 6 {
+                lost.push(format!(
+                    "with Landlock ABI {abi} (6 scopes signals) commands can signal your processes, the driver included"
+                ));
+            }
+        } else if !self.process_limit && running_as_root {
+            lost.push(
                 "this kernel cannot limit processes per PID namespace (Linux 6.14): as root, a command's processes are not limited".into(),
-            ),
-            Ok(()) => None,
+            );
         }
+        if !self.read_only {
+            lost.push("the filesystem cannot be made read-only around commands (it needs a mount namespace and Linux 5.12): they can change the modes and owners of files they can reach, yours included".into());
+        }
+        (!lost.is_empty()).then(|| lost.join("; "))
     }
 }
 
@@ -102,6 +111,8 @@ pub struct Jail {
     pub network: bool,
     pub processes: u64,
     pub file_bytes: u64,
+    /// With a read-only filesystem around the command: the places it may write.
+    pub read_only_but: Option<Vec<PathBuf>>,
 }
 
 impl Jail {
@@ -118,6 +129,12 @@ impl Jail {
         argv.extend(["--processes".into(), self.processes.to_string().into()]);
         argv.extend(["--file-bytes".into(), self.file_bytes.to_string().into()]);
         argv.extend(["--parent".into(), std::process::id().to_string().into()]);
+        if let Some(writable) = &self.read_only_but {
+            argv.push("--read-only".into());
+            for path in writable {
+                argv.extend(["--writable".into(), path.as_os_str().to_owned()]);
+            }
+        }
         argv.push("--".into());
         argv.push(program.as_os_str().to_owned());
         argv.extend(args.iter().map(|a| (*a).to_owned()));
@@ -161,6 +178,7 @@ pub fn parse_probe(output: &str) -> Support {
             Some(("namespaces", "yes")) => support.namespaces = Ok(()),
             Some(("namespaces", why)) => support.namespaces = Err(why.trim_start_matches("no ").to_owned()),
             Some(("pid_max", answer)) => support.process_limit = answer == "yes",
+            Some(("read_only", answer)) => support.read_only = answer == "yes",
             _ => {}
         }
     }

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::{Kind, Target, ToolEnv, ToolError, ToolOutput, str_arg};
+use super::{Kind, MAX_FILE_BYTES, Target, ToolEnv, ToolError, ToolOutput, str_arg};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Line {
@@ -220,9 +220,6 @@ enum Change {
     Remove { target: Target },
 }
 
-/// Bytes of a file a patch may update.
-const MAX_BYTES: u64 = 10 * 1024 * 1024;
-
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let patch = str_arg(input, "patch")?;
     let refuse = |why: String| ToolError::ToModel(format!("patch not applied, no file changed: {why}"));
@@ -244,15 +241,22 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
             }
             Op::Delete { path } => {
                 let target = Target::to_write(env, path).map_err(refused)?;
-                if !matches!(target.kind().map_err(refused)?, Some(Kind::File { .. })) {
-                    return Err(refuse(format!("`{path}` cannot be deleted: there is no such file")));
+                match target.kind().map_err(refused)? {
+                    Some(Kind::File { size, .. }) if size > MAX_FILE_BYTES => {
+                        // Undone, it could not be put back.
+                        return Err(refuse(format!(
+                            "`{path}` is {size} bytes, over the {MAX_FILE_BYTES}-byte limit of a patch; delete it with `bash`"
+                        )));
+                    }
+                    Some(Kind::File { .. }) => {}
+                    _ => return Err(refuse(format!("`{path}` cannot be deleted: there is no such file"))),
                 }
                 changes.push(Change::Remove { target });
                 report.push(format!("D {path}"));
             }
             Op::Update { path, move_to, hunks } => {
                 let target = Target::to_write(env, path).map_err(refused)?;
-                let bytes = target.read(MAX_BYTES).map_err(refused)?;
+                let bytes = target.read(MAX_FILE_BYTES).map_err(refused)?;
                 let text = String::from_utf8(bytes).map_err(|_| refuse(format!("`{path}` is not UTF-8 text")))?;
                 let updated = apply_hunks(path, &text, hunks).map_err(refuse)?;
                 match move_to {
@@ -285,7 +289,7 @@ fn write_all(changes: &[Change]) -> Result<(), ToolError> {
         let target = match change {
             Change::Write { target, .. } | Change::Remove { target } => target,
         };
-        undo.push((target, target.read(MAX_BYTES).ok()));
+        undo.push((target, target.read(MAX_FILE_BYTES).ok()));
         let result = match change {
             Change::Write { target, text } => target.write(text.as_bytes()),
             Change::Remove { target } => target.remove(),

@@ -112,16 +112,17 @@ fn limits_met(jail: &Jail, done: &Finished) -> String {
     let mut said = String::new();
     let fork_refused = ["Cannot fork", "fork: retry", "fork: Resource temporarily unavailable", "can't fork"];
     if fork_refused.iter().any(|f| err.contains(f)) {
+        // A PID namespace holds no fewer than 300 (the kernel's floor for pid_max).
+        let floor =
+            if jail.namespaces && jail.processes < 300 { " (no fewer than 300 in a PID namespace)" } else { "" };
         said.push_str(&format!(
-            "; a process could not start: commands may run at most {} processes at once (`max_processes`)",
+            "; a process could not start: commands may run at most {} processes at once (`max_processes`){floor}",
             jail.processes
         ));
     }
     let xfsz = libc::SIGXFSZ;
-    if done.exit == Exit::Signal(xfsz)
-        || done.exit == Exit::Code(128 + xfsz)
-        || err.contains("File size limit exceeded")
-    {
+    let stopped = done.exit == Exit::Signal(xfsz) || done.exit == Exit::Code(128 + xfsz);
+    if stopped || err.contains("File size limit exceeded") || err.contains("File too large") {
         said.push_str(&format!(
             "; a file reached the {}-byte limit of `max_file_bytes` and the process writing it was stopped",
             jail.file_bytes

@@ -3,10 +3,7 @@
 
 use serde_json::Value;
 
-use super::{Target, ToolEnv, ToolError, ToolOutput, str_arg};
-
-/// Files larger than this are not edited (as `read_file` reads none larger).
-const MAX_BYTES: u64 = 10 * 1024 * 1024;
+use super::{MAX_FILE_BYTES, Target, ToolEnv, ToolError, ToolOutput, str_arg};
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let path = str_arg(input, "path")?;
@@ -20,7 +17,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         return Err(ToolError::ToModel("`old_string` and `new_string` are the same; nothing to change".into()));
     }
     let target = Target::to_write(env, path)?;
-    let bytes = target.read(MAX_BYTES)?;
+    let bytes = target.read(MAX_FILE_BYTES)?;
     let text = String::from_utf8(bytes)
         .map_err(|_| ToolError::ToModel(format!("`{path}` is not UTF-8 text; it was not edited")))?;
     let starts: Vec<usize> = text.match_indices(old).map(|(i, _)| i).collect();

@@ -66,6 +66,9 @@ impl Default for Commands {
     }
 }
 
+/// The largest file a file tool reads, edits or patches (10 MB).
+pub(super) const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+
 /// Bytes of each output stream a command's record keeps (64 MiB): enough for any
 /// log worth reading, and a bound on what `yes` can do to the disk.
 pub const RECORD_MAX_BYTES: u64 = 64 << 20;
@@ -279,9 +282,11 @@ fn read_path(env: &ToolEnv, path: &str) -> Result<PathBuf, ToolError> {
     }
 }
 
-/// A file a tool reads or writes: resolved, checked against the policy, and then
-/// reached only through the door — beneath a directory handle, no symbolic link
-/// followed in any component, no FIFO or device opened, reads bounded.
+/// A file a tool reads or writes: resolved (links that exist are followed to where
+/// they lead, so the policy judges the real place), checked against the policy, and
+/// then reached only through the door — beneath a directory handle, no symbolic link
+/// followed in any component (a dangling one, or one swapped in since), no FIFO or
+/// device opened, reads bounded.
 pub(super) struct Target {
     door: Beneath,
     rel: PathBuf,

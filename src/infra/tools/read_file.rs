@@ -4,10 +4,9 @@ use std::io::Read;
 
 use serde_json::Value;
 
-use super::{Kind, Stream, Target, ToolEnv, ToolError, ToolOutput, str_arg, u64_arg};
+use super::{Kind, MAX_FILE_BYTES, Stream, Target, ToolEnv, ToolError, ToolOutput, str_arg, u64_arg};
 
 const DEFAULT_LIMIT: u64 = 2000;
-const MAX_BYTES: u64 = 10 * 1024 * 1024;
 
 pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError> {
     let path = str_arg(input, "path")?;
@@ -25,16 +24,16 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
                 "`{path}` is not a regular file (a device, pipe or socket); read it with `bash` if you must, with a timeout"
             )));
         }
-        Some(Kind::File { size, .. }) if size > MAX_BYTES => return Err(too_big(path, size)),
+        Some(Kind::File { size, .. }) if size > MAX_FILE_BYTES => return Err(too_big(path, size)),
         Some(_) => {}
     }
     let mut bytes = Vec::new();
     let file = target.open()?;
     (&file)
-        .take(MAX_BYTES + 1)
+        .take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
-    if bytes.len() as u64 > MAX_BYTES {
+    if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(too_big(path, bytes.len() as u64));
     }
     if bytes[..bytes.len().min(8192)].contains(&0) || std::str::from_utf8(&bytes).is_err() {
@@ -63,7 +62,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
 
 fn too_big(path: &str, size: u64) -> ToolError {
     ToolError::ToModel(format!(
-        "`{path}` is {size} bytes, over the {MAX_BYTES}-byte limit; read parts of it with `bash` (head, tail, sed -n)"
+        "`{path}` is {size} bytes, over the {MAX_FILE_BYTES}-byte limit; read parts of it with `bash` (head, tail, sed -n)"
     ))
 }
 
