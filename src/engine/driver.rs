@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::compaction;
-use crate::domain::config::Config;
+use crate::domain::config::{Config, RoleConfig};
 use crate::domain::context;
 use crate::domain::grant;
 use crate::domain::id::AgentId;
@@ -432,6 +432,16 @@ struct Driver<'a> {
     landed_steps: Option<u32>,
     /// Its git's last publication failed: it is tried again after the next call.
     publish_due: bool,
+    /// How commands start and what file tools may touch, for the config last used.
+    tools_setup: Option<ToolsSetup>,
+}
+
+/// What the tools of one config commit run with.
+struct ToolsSetup {
+    config: CommitId,
+    commands: Commands,
+    paths: Arc<PathPolicy>,
+    role: RoleConfig,
 }
 
 impl<'a> Driver<'a> {
@@ -477,6 +487,7 @@ impl<'a> Driver<'a> {
             last_call: None,
             landed_steps: None,
             publish_due: false,
+            tools_setup: None,
         };
         driver.recover(tip)?;
         Ok((driver, repairs))
@@ -1100,7 +1111,7 @@ impl<'a> Driver<'a> {
         let grant = config.grant(&self.facts.role);
         let limits = &config.tool_output;
         let rules = config.role(&self.facts.role).map(|r| &r.context);
-        let (commands, paths) = self.commands(&config)?;
+        let (commands, paths) = self.commands(config_commit, &config)?;
         let facts = self.facts.clone();
         let agent = AgentContext { runtime: self.runtime, facts: &facts, config: &config, config_commit };
         let read_only = |c: &toolcall::Call<'_>| {
@@ -1152,8 +1163,29 @@ impl<'a> Driver<'a> {
     }
 
     /// How this step's commands start: the tool environment, output limits and the
-    /// secret values hidden from their output.
-    fn commands(&mut self, config: &Config) -> Result<(Commands, Arc<PathPolicy>)> {
+    /// secret values hidden from their output; built once per config commit.
+    fn commands(&mut self, config_commit: CommitId, config: &Config) -> Result<(Commands, Arc<PathPolicy>)> {
+        if let Some(kept) = &self.tools_setup
+            && kept.config == config_commit
+        {
+            return Ok((kept.commands.clone(), kept.paths.clone()));
+        }
+        let (commands, paths, role) = self.build_commands(config)?;
+        self.tools_setup =
+            Some(ToolsSetup { config: config_commit, commands: commands.clone(), paths: paths.clone(), role });
+        Ok((commands, paths))
+    }
+
+    /// The role this agent runs with under the config of `config_commit` (its own met
+    /// with its ancestors'), as [`Driver::commands`] last built it.
+    fn effective_role(&mut self, config_commit: CommitId, config: &Config) -> Option<RoleConfig> {
+        match &self.tools_setup {
+            Some(kept) if kept.config == config_commit => Some(kept.role.clone()),
+            _ => containment::effective_role(&self.ws.repo, &self.facts, config),
+        }
+    }
+
+    fn build_commands(&mut self, config: &Config) -> Result<(Commands, Arc<PathPolicy>, RoleConfig)> {
         let tmpdir = self.ws.layout.tmp(&self.id);
         std::fs::create_dir_all(&tmpdir).map_err(|source| DriverError::Io { path: tmpdir.clone(), source })?;
         let name = self.facts.name.clone().unwrap_or_else(|| self.id.to_string());
@@ -1192,7 +1224,7 @@ impl<'a> Driver<'a> {
             sandbox,
             ..Commands::default()
         };
-        Ok((commands, paths))
+        Ok((commands, paths, role))
     }
 
     /// The jail for `confinement`, built once and kept while the confinement stays
@@ -1320,8 +1352,8 @@ impl<'a> Driver<'a> {
     /// agent's git config and hooks if it changed them; and when its git moved,
     /// publishes it to the shared repository.
     fn stage(&mut self) -> Result<Scanned> {
-        let (_, config) = self.config()?;
-        let role = containment::effective_role(&self.ws.repo, &self.facts, &config);
+        let (config_commit, config) = self.config()?;
+        let role = self.effective_role(config_commit, &config);
         let limit = role.as_ref().map_or(u64::MAX, |r| r.max_commit_file_bytes);
         let due = self.work.due();
         let scan = match &due {
@@ -1351,7 +1383,9 @@ impl<'a> Driver<'a> {
         if let Some(position) = publish.and_then(agent::parse_position) {
             // The exporter runs in the agent's jail (made now if no command ran yet).
             let jail = match role.as_ref().map(|r| r.sandbox) {
-                Some(crate::domain::config::Sandbox::WorkspaceWrite) => self.commands(&config)?.0.sandbox,
+                Some(crate::domain::config::Sandbox::WorkspaceWrite) => {
+                    self.commands(config_commit, &config)?.0.sandbox
+                }
                 _ => None,
             };
             let own = self.facts.project_branch();

@@ -179,24 +179,24 @@ impl Project {
     /// config and its hooks, and a `commondir` or `config.worktree` that would bring
     /// another's) if the agent changed it; returns what was put back.
     pub fn put_back_config(&self, id: &str) -> Result<Vec<&'static str>> {
-        let gits = Beneath::open(&self.gits)?;
+        let git = Beneath::open(&self.git_dir(id))?;
         let mut put_back = Vec::new();
-        let config = Path::new(id).join("config");
-        if gits.read(&config, 64 << 10).ok().as_deref() != Some(AGENT_CONFIG.as_bytes()) {
-            gits.write(&config, AGENT_CONFIG.as_bytes(), None, true)?;
+        let config = Path::new("config");
+        if git.read(config, 64 << 10).ok().as_deref() != Some(AGENT_CONFIG.as_bytes()) {
+            git.write(config, AGENT_CONFIG.as_bytes(), None, true)?;
             put_back.push("config");
         }
-        let hooks = Path::new(id).join("hooks");
-        let empty_dir = std::fs::read_dir(self.git_dir(id).join("hooks")).is_ok_and(|mut d| d.next().is_none());
-        if !empty_dir || gits.kind(&hooks)? != Some(crate::infra::door::Kind::Dir) {
-            gits.remove_all(&hooks)?;
-            gits.create_dir_all(&hooks)?;
+        let hooks = Path::new("hooks");
+        let empty = git.kind(hooks)? == Some(crate::infra::door::Kind::Dir)
+            && std::fs::read_dir(self.git_dir(id).join("hooks")).is_ok_and(|mut d| d.next().is_none());
+        if !empty {
+            git.remove_all(hooks)?;
+            git.create_dir_all(hooks)?;
             put_back.push("hooks");
         }
         for name in ELSEWHERE {
-            let path = Path::new(id).join(name);
-            if gits.kind(&path)?.is_some() {
-                gits.remove_all(&path)?;
+            if git.kind(Path::new(name))?.is_some() {
+                git.remove_all(Path::new(name))?;
                 put_back.push(name);
             }
         }
