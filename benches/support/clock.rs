@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use offshoot::engine::driver::{Event, Observer};
+use offshoot::engine::events::{Event, Observer};
 
 /// Records when each step starts.
 pub struct Clock {

@@ -5,8 +5,8 @@
 use serde_json::json;
 
 use crate::domain::id::AgentId;
-use crate::engine::driver::{self, Event, Observer, RunEnd};
-use crate::engine::events;
+use crate::engine::driver::{self, RunEnd};
+use crate::engine::events::{self, Event, Observer};
 use crate::engine::interrupt::{Disposition, Reason};
 use crate::engine::workspace::Workspace;
 use crate::infra::provider::Delta;

@@ -7,10 +7,79 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::infra::provider::Delta;
+use crate::infra::provider::{Delta, Usage};
 
 use super::directory::Repair;
-use super::driver::{Event, Observer};
+
+/// What a driver reports as it works (the cli turns these into output).
+#[derive(Debug)]
+pub enum Event<'a> {
+    Delivered {
+        sender: &'a str,
+    },
+    Settled {
+        tool_use_id: &'a str,
+    },
+    StepStarted {
+        step: u32,
+        provider: &'a str,
+        model: &'a str,
+    },
+    Delta(&'a Delta),
+    /// A model call ended: what it used and, at the configured price, cost.
+    Usage {
+        step: u32,
+        usage: &'a Usage,
+        cost_usd: Option<f64>,
+    },
+    AttemptFailed {
+        attempt: u32,
+        error: &'a str,
+        retry_in_ms: Option<u64>,
+    },
+    ToolStarted {
+        /// The model's id for the call (`tool_use_id`).
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+    },
+    ToolFinished {
+        id: &'a str,
+        name: &'a str,
+        is_error: bool,
+        summary: &'a str,
+    },
+    /// The agent's directory needed mending before the driver could start.
+    Repaired(Repair),
+    /// Something the user should know before the agent runs commands (they run
+    /// unconfined, or with less confinement than asked for on this machine).
+    Warning(&'a str),
+    /// A child's work was merged in before its result.
+    Transferred {
+        child: &'a str,
+        files: usize,
+    },
+    /// A child's work conflicts with this agent's and was not merged.
+    Conflicted {
+        child: &'a str,
+        files: usize,
+    },
+    /// Nothing is due, but children are still at work: the driver waits for them.
+    Waiting {
+        children: usize,
+    },
+    /// A compaction of this agent `started`, `landed`, or ended without landing
+    /// (`declined`); `note` says what it did.
+    Compaction {
+        compactor: &'a str,
+        outcome: &'a str,
+        note: &'a str,
+    },
+}
+
+pub trait Observer {
+    fn event(&mut self, event: Event<'_>);
+}
 
 /// The file a driver's events are appended to, in the agent's step records.
 pub const FILE: &str = "events.ndjson";

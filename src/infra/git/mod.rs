@@ -10,12 +10,15 @@ use git2::{
     build::TreeUpdateBuilder,
 };
 
+mod health;
 mod loose;
+mod marks;
 mod project;
 pub mod publish;
 mod tracked;
 mod user;
 
+pub use health::{Connectivity, file_age, lock_files, temp_objects};
 pub use project::{Attachment, MAIN, Position, Project};
 pub use user::{Change, Discovered, UserRepo, WorkFile, discover};
 
@@ -297,68 +300,6 @@ impl Repo {
     /// Moves a branch from `expected` to `new`, failing if it is elsewhere.
     pub fn move_branch(&self, branch: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
         cas_update(&self.repo, &branch_ref(branch), new, expected, msg)
-    }
-
-    /// The content of the mark `refs/offshoot/<kind>/<id>`, if it is set.
-    pub fn mark(&self, kind: &str, id: &str) -> Result<Option<Vec<u8>>> {
-        let name = format!("refs/offshoot/{kind}/{id}");
-        match self.repo.refname_to_id(&name) {
-            Ok(oid) => Ok(Some(self.read_blob(oid)?)),
-            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
-            Err(source) => Err(GitError::Lib { what: format!("read {name}"), source }),
-        }
-    }
-
-    /// Sets the mark `refs/offshoot/<kind>/<id>` to a blob of `content`.
-    pub fn set_mark(&self, kind: &str, id: &str, content: &[u8]) -> Result<()> {
-        let name = format!("refs/offshoot/{kind}/{id}");
-        let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
-        with_lock_retries(&self.repo, &name, || self.repo.reference(&name, blob, true, "mark").map(|_| ()))
-            .map_err(lib(format!("set {name}")))
-    }
-
-    /// Sets the mark `refs/offshoot/<kind>/<key>` to a blob of `content` unless it is
-    /// already set (create-only, atomic); `false` when it was taken.
-    pub fn claim_mark(&self, kind: &str, key: &str, content: &[u8]) -> Result<bool> {
-        let name = format!("refs/offshoot/{kind}/{key}");
-        let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
-        create_only(&self.repo, &name, blob, "claim")
-    }
-
-    /// How long ago the mark `refs/offshoot/<kind>/<key>` was set (its file's age; `None`
-    /// when it is packed or gone).
-    pub fn mark_age(&self, kind: &str, key: &str) -> Option<std::time::Duration> {
-        file_age(&self.repo.path().join(format!("refs/offshoot/{kind}/{key}")))
-    }
-
-    /// The keys of the marks `refs/offshoot/<kind>/<prefix>*`.
-    pub fn marks(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
-        let base = format!("refs/offshoot/{kind}/");
-        let refs = self.repo.references_glob(&format!("{base}{prefix}*")).map_err(lib("list marks"))?;
-        Ok(refs
-            .flatten()
-            .filter_map(|r| r.name().ok().and_then(|n| n.strip_prefix(&base)).map(str::to_owned))
-            .collect())
-    }
-
-    /// Removes the mark `refs/offshoot/<kind>/<key>` (one that is gone is fine).
-    pub fn delete_mark(&self, kind: &str, key: &str) -> Result<()> {
-        let name = format!("refs/offshoot/{kind}/{key}");
-        match self.repo.find_reference(&name) {
-            Ok(mut r) => r.delete().map_err(lib(format!("delete {name}"))),
-            Err(_) => Ok(()),
-        }
-    }
-
-    pub fn delete_marks(&self, id: &str) -> Result<()> {
-        let refs = self.repo.references_glob(&format!("refs/offshoot/*/{id}")).map_err(lib("list marks"))?;
-        let names: Vec<String> = refs.flatten().filter_map(|r| r.name().ok().map(str::to_owned)).collect();
-        for name in names {
-            if let Ok(mut r) = self.repo.find_reference(&name) {
-                r.delete().map_err(lib(format!("delete {name}")))?;
-            }
-        }
-        Ok(())
     }
 
     pub fn delete_branch(&self, branch: &str) -> Result<()> {
@@ -645,138 +586,6 @@ impl Repo {
         let merged = self.repo.merge_file_from_index(&b, &o, &t, None).map_err(lib("merge file"))?;
         Ok(merged.is_automergeable().then(|| merged.content().to_vec()))
     }
-}
-
-/// What a walk of every object the refs reach found.
-#[derive(Debug, Default, Clone)]
-pub struct Connectivity {
-    pub commits: usize,
-    pub objects: usize,
-    /// Objects that are referenced but cannot be found: (object, the ref it is reached from).
-    pub missing: Vec<(Oid, String)>,
-}
-
-impl Repo {
-    /// Every ref and what it points at.
-    pub fn all_refs(&self) -> Result<Vec<(String, Oid)>> {
-        let refs = self.repo.references().map_err(lib("list refs"))?;
-        Ok(refs.flatten().filter_map(|r| Some((r.name().ok()?.to_owned(), r.target()?))).collect())
-    }
-
-    /// Walks every object every ref reaches (each once) and names those missing: what
-    /// `git fsck --connectivity-only` checks, through libgit2.
-    pub fn connectivity(&self) -> Result<Connectivity> {
-        let odb = self.repo.odb().map_err(lib("open odb"))?;
-        let mut seen = std::collections::HashSet::new();
-        let mut out = Connectivity::default();
-        for (name, target) in self.all_refs()? {
-            let mut stack = vec![target];
-            while let Some(oid) = stack.pop() {
-                if !seen.insert(oid) {
-                    continue;
-                }
-                let Ok((_, kind)) = odb.read_header(oid) else {
-                    out.missing.push((oid, name.clone()));
-                    continue;
-                };
-                out.objects += 1;
-                match kind {
-                    ObjectType::Commit => {
-                        out.commits += 1;
-                        let c = self.repo.find_commit(oid).map_err(lib(format!("read commit {oid}")))?;
-                        stack.push(c.tree_id());
-                        stack.extend(c.parent_ids());
-                    }
-                    ObjectType::Tree => {
-                        let t = self.repo.find_tree(oid).map_err(lib(format!("read tree {oid}")))?;
-                        // Submodule entries name commits of another repository.
-                        stack.extend(t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// The first line of `commit`'s message.
-    pub fn subject(&self, commit: Oid) -> Result<String> {
-        let c = self.repo.find_commit(commit).map_err(lib(format!("find commit {commit}")))?;
-        Ok(c.summary().ok().flatten().unwrap_or_default().to_owned())
-    }
-
-    /// Deletes the ref `name` (one that is gone is fine).
-    pub fn delete_ref(&self, name: &str) -> Result<()> {
-        match self.repo.find_reference(name) {
-            Ok(mut r) => r.delete().map_err(lib(format!("delete {name}"))),
-            Err(_) => Ok(()),
-        }
-    }
-
-    /// Lock files left in the repository (a process killed while it updated a ref or
-    /// the config), with their age in seconds.
-    pub fn lock_files(&self) -> Vec<(PathBuf, u64)> {
-        lock_files(self.repo.path())
-    }
-
-    /// Temporary object files left in `objects/`, with their age in seconds.
-    pub fn temp_objects(&self) -> Vec<(PathBuf, u64)> {
-        temp_objects(self.repo.path())
-    }
-
-    /// Removes the lock file of `branch`, left by a process that died updating it. Only
-    /// for a caller that knows nobody else writes the branch now.
-    pub fn remove_branch_lock(&self, branch: &str) {
-        let _ = std::fs::remove_file(self.repo.path().join(format!("{}.lock", branch_ref(branch))));
-    }
-}
-
-/// How long ago the file at `path` was last written (`None` when it is gone).
-pub fn file_age(path: &Path) -> Option<std::time::Duration> {
-    let modified = std::fs::symlink_metadata(path).and_then(|m| m.modified()).ok()?;
-    std::time::SystemTime::now().duration_since(modified).ok()
-}
-
-/// `*.lock` files under `dir` (not following symlinks), with their age in seconds.
-pub fn lock_files(dir: &Path) -> Vec<(PathBuf, u64)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let Ok(kind) = entry.file_type() else { continue };
-            let path = entry.path();
-            if kind.is_dir() {
-                // Object directories hold no locks worth a walk of thousands of files.
-                if entry.file_name() != "objects" {
-                    stack.push(path);
-                }
-            } else if path.extension().is_some_and(|e| e == "lock") {
-                let age = file_age(&path).map_or(0, |a| a.as_secs());
-                out.push((path, age));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-/// Temporary object files in the object store of the repository at `git_dir` (an
-/// object write, libgit2's or offshoot's, cut short by a kill), with their age in
-/// seconds.
-pub fn temp_objects(git_dir: &Path) -> Vec<(PathBuf, u64)> {
-    let mut out: Vec<(PathBuf, u64)> = std::fs::read_dir(git_dir.join("objects"))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("tmp_object_"))
-        .map(|e| {
-            let path = e.path();
-            let age = file_age(&path).map_or(0, |a| a.as_secs());
-            (path, age)
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 /// Whether `name` can be a branch (`refs/heads/<name>` is a valid reference name).

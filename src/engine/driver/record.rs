@@ -1,0 +1,117 @@
+//! Commits of the step loop: the directory staged (rule files cleared, the agent's
+//! git config put back and its git published), transcript entries and harness
+//! files added.
+
+use crate::domain::agent;
+use crate::engine::directory;
+use crate::engine::guard::Due;
+use crate::engine::scanned::Scanned;
+use crate::infra::git::{Additions, CommitId, Scan, Staged};
+
+use super::{Driver, Result};
+
+impl Driver<'_> {
+    /// Stages what changed in the directory since the last scan, first removing the
+    /// rule files libgit2 would read that are not files (a FIFO would hold us) and
+    /// leaving out files over the role's `max_commit_file_bytes`; puts back the
+    /// agent's git config and hooks if it changed them; and when its git moved,
+    /// publishes it to the shared repository.
+    pub(super) fn stage(&mut self) -> Result<Scanned> {
+        let (config_commit, config) = self.config()?;
+        let role = self.effective_role(config_commit, &config);
+        let limit = role.as_ref().map_or(u64::MAX, |r| r.max_commit_file_bytes);
+        let due = self.work.due();
+        let scan = match &due {
+            Due::Everything => Scan::All,
+            Due::Paths(paths) => Scan::Paths(paths),
+        };
+        // What the agent did to its own files must not stop its driver: a check that
+        // cannot be made is said, not fatal.
+        let mut unchecked = Vec::new();
+        let cleared = self.dir.clear_rule_files(scan).unwrap_or_else(|e| {
+            unchecked.push(format!("its `.gitignore` and `.gitattributes` files ({e})"));
+            Vec::new()
+        });
+        let staged = self.dir.stage(scan, limit)?;
+        let put_back = self.ws.project.put_back_config(self.id.as_str()).unwrap_or_else(|e| {
+            unchecked.push(format!("your git's config and hooks ({e})"));
+            Vec::new()
+        });
+        let moved = self.moved_position();
+        let mut unpublished = None;
+        // Published when its git moved, and again after a publication that failed.
+        let publish = match &moved {
+            Some(text) => Some(text.as_str()),
+            None if self.publish_due => Some(self.position.as_str()),
+            None => None,
+        };
+        if let Some(position) = publish.and_then(agent::parse_position) {
+            // The exporter runs in the agent's jail (made now if no command ran yet).
+            let jail = match role.as_ref().map(|r| r.sandbox) {
+                Some(crate::domain::config::Sandbox::WorkspaceWrite) => {
+                    self.commands(config_commit, &config)?.0.sandbox
+                }
+                _ => None,
+            };
+            let own = self.facts.project_branch();
+            if let Err(why) =
+                directory::publish(self.ws, self.runtime.exe(), jail.as_deref(), &self.id, &position, &own)
+            {
+                unpublished = Some(why);
+            }
+            self.publish_due = unpublished.is_some();
+        }
+        Ok(Scanned { staged, cleared, limit, put_back, moved, unpublished, unchecked })
+    }
+
+    /// Commits transcript `entries` on top of `tip`. With `scan`, the directory's
+    /// changes go in too, and where the agent's own git now stands if that moved.
+    pub(super) fn commit(
+        &mut self,
+        tip: CommitId,
+        entries: &[(&str, &[u8])],
+        scan: bool,
+        message: &str,
+    ) -> Result<CommitId> {
+        let scanned = if scan { Some(self.stage()?) } else { None };
+        self.commit_with(tip, entries, &[], scanned, message)
+    }
+
+    /// [`Driver::commit`] with other harness files (under `.offshoot/`) as well, and
+    /// the directory's changes when `scanned`.
+    pub(super) fn commit_with(
+        &mut self,
+        tip: CommitId,
+        entries: &[(&str, &[u8])],
+        files: &[(&str, &[u8])],
+        scanned: Option<Scanned>,
+        message: &str,
+    ) -> Result<CommitId> {
+        let (staged, moved) = match scanned {
+            Some(s) => (Some(s.staged), s.moved),
+            None => (None, None),
+        };
+        let mut harness: Vec<(&str, &[u8])> = files.to_vec();
+        harness.extend(moved.iter().map(|p| (agent::GIT, p.as_bytes())));
+        let written: Vec<String> = entries.iter().map(|(name, _)| format!("{}/{name}", agent::MESSAGES)).collect();
+        self.guard.expect(written.iter().map(String::as_str).chain(harness.iter().map(|(p, _)| *p)));
+        let additions = Additions { entries, harness: &harness };
+        let nothing = Staged::default();
+        let commit = self.dir.commit(&self.branch, tip, &additions, staged.as_ref().unwrap_or(&nothing), message)?;
+        if staged.is_some() {
+            self.work.scanned();
+        }
+        if let Some(position) = moved {
+            self.position = position;
+        }
+        self.loader.record(tip, commit, entries)?;
+        Ok(commit)
+    }
+
+    /// `.offshoot/git` for where the agent's own git stands now, if that differs from
+    /// the tip's (an admin entry the agent removed leaves the last one recorded).
+    pub(super) fn moved_position(&self) -> Option<String> {
+        let now = agent::position_text(&self.ws.project.position(self.id.as_str()).ok()?);
+        (now != self.position).then_some(now)
+    }
+}

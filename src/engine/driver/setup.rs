@@ -1,0 +1,144 @@
+//! What a role's tools run with: how commands start, the sandbox they start in,
+//! what file tools may touch, and what the user is warned of; built once per
+//! config commit.
+
+use std::sync::Arc;
+
+use crate::domain::config::{Config, RoleConfig};
+use crate::domain::tool_env::{self, Identity, Placement};
+use crate::engine::containment::{self, Site};
+use crate::infra::git::CommitId;
+use crate::infra::redact::Redactor;
+use crate::infra::sandbox::{self, Confinement, Jail};
+use crate::infra::tools::{Commands, PathPolicy};
+
+use super::{Driver, DriverError, Result};
+
+/// What the tools of one config commit run with.
+pub(super) struct ToolsSetup {
+    config: CommitId,
+    commands: Commands,
+    paths: Arc<PathPolicy>,
+    role: RoleConfig,
+}
+
+impl Driver<'_> {
+    /// How this step's commands start: the tool environment, output limits and the
+    /// secret values hidden from their output; built once per config commit.
+    pub(super) fn commands(&mut self, config_commit: CommitId, config: &Config) -> Result<(Commands, Arc<PathPolicy>)> {
+        if let Some(kept) = &self.tools_setup
+            && kept.config == config_commit
+        {
+            return Ok((kept.commands.clone(), kept.paths.clone()));
+        }
+        let (commands, paths, role) = self.build_commands(config)?;
+        self.tools_setup =
+            Some(ToolsSetup { config: config_commit, commands: commands.clone(), paths: paths.clone(), role });
+        Ok((commands, paths))
+    }
+
+    /// The role this agent runs with under the config of `config_commit` (its own met
+    /// with its ancestors'), as [`Driver::commands`] last built it.
+    pub(super) fn effective_role(&mut self, config_commit: CommitId, config: &Config) -> Option<RoleConfig> {
+        match &self.tools_setup {
+            Some(kept) if kept.config == config_commit => Some(kept.role.clone()),
+            _ => containment::effective_role(&self.ws.repo, &self.facts, config),
+        }
+    }
+
+    pub(super) fn build_commands(&mut self, config: &Config) -> Result<(Commands, Arc<PathPolicy>, RoleConfig)> {
+        let tmpdir = self.ws.layout.tmp(&self.id);
+        std::fs::create_dir_all(&tmpdir).map_err(|source| DriverError::Io { path: tmpdir.clone(), source })?;
+        let name = self.facts.name.clone().unwrap_or_else(|| self.id.to_string());
+        let identity = Identity::for_agent(config, &name);
+        let placement = Placement {
+            workspace: &self.real_workspace,
+            agent: self.id.as_str(),
+            identity: &identity,
+            tmpdir: &tmpdir,
+        };
+        let vars = self.runtime.env();
+        let redactor = Redactor::new(tool_env::secret_values(vars.vars(), config));
+        let role = containment::effective_role(&self.ws.repo, &self.facts, config).ok_or_else(|| self.role_gone())?;
+        let others = self.runtime.workspaces().and_then(|w| std::fs::canonicalize(w).ok());
+        let site = Site {
+            layout: &self.ws.layout,
+            workspace: &self.real_workspace,
+            id: &self.id,
+            own: &self.real_root,
+            others: others.as_deref(),
+        };
+        let paths = Arc::new(containment::path_policy(&site, &role));
+        let confinement = containment::confinement(&site, &role);
+        let env = tool_env::environment(vars.vars(), config, &placement);
+        let sandbox = match confinement {
+            None => None,
+            Some(c) => Some(self.sandbox(c)?),
+        };
+        let interrupt = self.runtime.interrupt().clone();
+        let commands = Commands {
+            env,
+            on_spawn: Some(Arc::new(move |group| interrupt.command_started(group))),
+            head_bytes: config.tool_output.head_bytes,
+            tail_bytes: config.tool_output.tail_bytes,
+            redactor: Some(Arc::new(redactor)),
+            sandbox,
+            ..Commands::default()
+        };
+        Ok((commands, paths, role))
+    }
+
+    /// The jail for `confinement`, built once and kept while the confinement stays
+    /// the same.
+    pub(super) fn sandbox(&mut self, confinement: Confinement) -> Result<Arc<Jail>> {
+        if let Some((built_for, jail)) = &self.sandbox
+            && *built_for == confinement
+        {
+            return Ok(jail.clone());
+        }
+        let abi = containment::abi(self.runtime.env());
+        let support = containment::support(self.runtime.exe(), self.runtime.env());
+        let landlock = sandbox::ruleset(&confinement, abi, support.namespaces.is_ok())
+            .map_err(|source| DriverError::Sandbox { role: self.facts.role.clone(), source })?;
+        let jail = Arc::new(Jail {
+            helper: self.runtime.exe().to_owned(),
+            landlock,
+            namespaces: support.namespaces.is_ok(),
+            network: confinement.network,
+            processes: confinement.processes,
+            file_bytes: confinement.file_bytes,
+            read_only_but: (support.namespaces.is_ok() && support.read_only).then(|| confinement.read_write.clone()),
+        });
+        self.sandbox = Some((confinement, jail.clone()));
+        Ok(jail)
+    }
+
+    /// What an agent about to run commands should be told of their confinement: that
+    /// it has none, or what this machine cannot give it.
+    pub(super) fn warnings(&mut self) -> Result<Vec<String>> {
+        let (_, config) = self.config()?;
+        let Some(role) = containment::effective_role(&self.ws.repo, &self.facts, &config) else {
+            return Ok(Vec::new());
+        };
+        if !role.tools.iter().any(|t| t == "bash") {
+            return Ok(Vec::new());
+        }
+        let name = &self.facts.role;
+        if role.sandbox == crate::domain::config::Sandbox::None {
+            return Ok(vec![format!(
+                "role `{name}` runs commands unconfined (`sandbox = \"none\"`): they can read and write whatever you can, your keys and other agents included"
+            )]);
+        }
+        let support = containment::support(self.runtime.exe(), self.runtime.env());
+        let abi = containment::abi(self.runtime.env());
+        Ok(support.losses(sandbox::running_as_root(), abi).into_iter().collect())
+    }
+
+    pub(super) fn role_gone(&self) -> DriverError {
+        DriverError::RoleGone {
+            id: self.id.to_string(),
+            role: self.facts.role.clone(),
+            lineage: self.facts.lineage.clone(),
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! Marks: small facts the harness keeps about an agent as refs
+//! `refs/offshoot/<kind>/<key>` pointing at a blob of their content (set, claimed
+//! create-only, read, listed, removed).
+
+use super::{GitError, Repo, Result, create_only, file_age, lib, with_lock_retries};
+
+impl Repo {
+    /// The content of the mark `refs/offshoot/<kind>/<id>`, if it is set.
+    pub fn mark(&self, kind: &str, id: &str) -> Result<Option<Vec<u8>>> {
+        let name = format!("refs/offshoot/{kind}/{id}");
+        match self.repo.refname_to_id(&name) {
+            Ok(oid) => Ok(Some(self.read_blob(oid)?)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read {name}"), source }),
+        }
+    }
+
+    /// Sets the mark `refs/offshoot/<kind>/<id>` to a blob of `content`.
+    pub fn set_mark(&self, kind: &str, id: &str, content: &[u8]) -> Result<()> {
+        let name = format!("refs/offshoot/{kind}/{id}");
+        let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
+        with_lock_retries(&self.repo, &name, || self.repo.reference(&name, blob, true, "mark").map(|_| ()))
+            .map_err(lib(format!("set {name}")))
+    }
+
+    /// Sets the mark `refs/offshoot/<kind>/<key>` to a blob of `content` unless it is
+    /// already set (create-only, atomic); `false` when it was taken.
+    pub fn claim_mark(&self, kind: &str, key: &str, content: &[u8]) -> Result<bool> {
+        let name = format!("refs/offshoot/{kind}/{key}");
+        let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
+        create_only(&self.repo, &name, blob, "claim")
+    }
+
+    /// How long ago the mark `refs/offshoot/<kind>/<key>` was set (its file's age; `None`
+    /// when it is packed or gone).
+    pub fn mark_age(&self, kind: &str, key: &str) -> Option<std::time::Duration> {
+        file_age(&self.repo.path().join(format!("refs/offshoot/{kind}/{key}")))
+    }
+
+    /// The keys of the marks `refs/offshoot/<kind>/<prefix>*`.
+    pub fn marks(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
+        let base = format!("refs/offshoot/{kind}/");
+        let refs = self.repo.references_glob(&format!("{base}{prefix}*")).map_err(lib("list marks"))?;
+        Ok(refs
+            .flatten()
+            .filter_map(|r| r.name().ok().and_then(|n| n.strip_prefix(&base)).map(str::to_owned))
+            .collect())
+    }
+
+    /// Removes the mark `refs/offshoot/<kind>/<key>` (one that is gone is fine).
+    pub fn delete_mark(&self, kind: &str, key: &str) -> Result<()> {
+        self.delete_ref(&format!("refs/offshoot/{kind}/{key}"))
+    }
+
+    /// Removes every mark of `id` (`refs/offshoot/*/<id>`).
+    pub fn delete_marks(&self, id: &str) -> Result<()> {
+        let refs = self.repo.references_glob(&format!("refs/offshoot/*/{id}")).map_err(lib("list marks"))?;
+        let names: Vec<String> = refs.flatten().filter_map(|r| r.name().ok().map(str::to_owned)).collect();
+        for name in names {
+            if let Ok(mut r) = self.repo.find_reference(&name) {
+                r.delete().map_err(lib(format!("delete {name}")))?;
+            }
+        }
+        Ok(())
+    }
+}
