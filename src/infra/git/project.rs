@@ -128,7 +128,6 @@ impl Project {
             (None, Some(oid)) => format!("{oid}\n"),
             (None, None) => format!("ref: refs/heads/{MAIN}\n"),
         };
-        git("HEAD", head.as_bytes())?;
         git("config", AGENT_CONFIG.as_bytes())?;
         let exclude = std::fs::read(self.path.join("info/exclude")).unwrap_or_default();
         git("info/exclude", &exclude)?;
@@ -150,6 +149,9 @@ impl Project {
             index.read_tree(&tree).map_err(lib("read tree into the agent's index"))?;
         }
         index.write().map_err(lib("write the agent's index"))?;
+        // HEAD last: [`Project::attach`] cut short by a kill or a failure leaves no
+        // HEAD, which [`Project::attachment`] reads as detached, so it is made again.
+        git("HEAD", head.as_bytes())?;
         write_file(dir, ".git", self.dot_git(id).as_bytes())
     }
 
@@ -158,7 +160,8 @@ impl Project {
         format!("gitdir: {}\n", self.git_dir(id).display())
     }
 
-    /// How far `dir` is still attached to agent `id`'s git directory. Every file read
+    /// How far `dir` is still attached to agent `id`'s git directory (whole once its
+    /// HEAD, written last, is there). Every file read
     /// here is one the agent can write, so each is read through the door (no link, no
     /// FIFO, a few bytes).
     pub fn attachment(&self, id: &str, dir: &Path) -> Attachment {

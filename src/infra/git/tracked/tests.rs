@@ -152,3 +152,23 @@ fn a_scan_of_paths_looks_only_there_and_never_at_the_harness() {
         .expect("scan");
     assert_eq!(repo.read_file(third, "untold.rs").expect("read"), Some(b"untold".to_vec()));
 }
+
+#[test]
+fn an_attach_cut_short_leaves_the_directory_detached_to_be_made_again() {
+    let dir = temp_dir("attach-cut");
+    let project = Project::init(&dir.join("project.git"), &dir.join("gits"), ".offshoot", &dir).expect("project");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).expect("mkdir");
+    let main = project.branch_tip(crate::infra::git::MAIN).expect("main");
+    // A head the shared store lacks fails the attach after most of it is written.
+    let missing = Oid::from_str("0123456789abcdef0123456789abcdef01234567").expect("oid");
+    let at = Position { branch: Some("agents/a".into()), head: Some(missing) };
+    assert!(project.attach("a", &work, &at).is_err());
+    assert_eq!(project.attachment("a", &work), crate::infra::git::Attachment::Detached);
+
+    let at = Position { branch: Some("agents/a".into()), head: main };
+    project.attach("a", &work, &at).expect("attach");
+    assert_eq!(project.attachment("a", &work), crate::infra::git::Attachment::Attached);
+    assert_eq!(project.position("a").expect("position").head, main);
+    let _ = std::fs::remove_dir_all(&dir);
+}
