@@ -6,7 +6,7 @@ use crate::domain::agent;
 use crate::engine::directory;
 use crate::engine::guard::Due;
 use crate::engine::scanned::Scanned;
-use crate::infra::git::{Additions, CommitId, Scan, Staged};
+use crate::infra::git::{Additions, CommitId, Scan};
 
 use super::{Driver, Result};
 
@@ -96,8 +96,7 @@ impl Driver<'_> {
         let written: Vec<String> = entries.iter().map(|(name, _)| format!("{}/{name}", agent::MESSAGES)).collect();
         self.guard.expect(written.iter().map(String::as_str).chain(harness.iter().map(|(p, _)| *p)));
         let additions = Additions { entries, harness: &harness };
-        let nothing = Staged::default();
-        let commit = self.dir.commit(&self.branch, tip, &additions, staged.as_ref().unwrap_or(&nothing), message)?;
+        let commit = self.dir.commit(&self.branch, tip, &additions, staged.as_ref(), message)?;
         if staged.is_some() {
             self.work.scanned();
         }

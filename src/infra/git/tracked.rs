@@ -15,6 +15,13 @@ use crate::infra::door::Beneath;
 
 /// The name a directory's pointer to its own repository has; never captured.
 const DOT_GIT: &str = ".git";
+/// The files libgit2 reads rules from in each directory it walks.
+const RULE_FILES: [&str; 2] = [".gitignore", ".gitattributes"];
+
+/// `name` in the directory `dir` (relative; empty for the root).
+fn joined(dir: &str, name: &str) -> String {
+    if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") }
+}
 
 /// An agent's directory as `repo.git` tracks it.
 ///
@@ -41,8 +48,6 @@ pub struct Tracked {
 pub struct Staged {
     /// The work products' tree, when anything changed.
     tree: Option<Oid>,
-    /// Whether the directory was scanned at all.
-    pub scanned: bool,
     /// Files left out of the commit.
     pub skipped: Vec<Skipped>,
 }
@@ -66,8 +71,6 @@ pub enum Why {
 /// What a commit scans of the directory for changed work products.
 #[derive(Debug, Clone, Copy)]
 pub enum Scan<'a> {
-    /// Nothing: the work products are the parent's.
-    Nothing,
     /// Every top-level entry.
     All,
     /// Only these paths (files or directories, relative to the root): the caller knows
@@ -185,63 +188,74 @@ impl Tracked {
     /// Removes every `.gitignore` and `.gitattributes` the coming `scan` would have
     /// libgit2 read that is not a regular file (a FIFO would hold the driver, a link
     /// to `/dev/zero` fill its memory; the agent made them), and returns their paths.
-    /// Those of every directory the scan walks are looked at, and of each directory
-    /// above a path it looks at.
+    /// Those of each directory above a scanned path are looked at through the door;
+    /// below, every directory the scan walks is listed (top first, so the rules that
+    /// say what is ignored are safe to read by the time a directory is asked about).
+    /// An ignored directory with nothing tracked in it is not walked, by libgit2 nor
+    /// here (a `node_modules/` is not listed at every call).
     pub fn clear_rule_files(&self, scan: Scan<'_>) -> Result<Vec<String>> {
-        let mut dirs: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        let door = Beneath::open(&self.root)?;
+        let mut cleared = Vec::new();
         let mut walk: Vec<String> = Vec::new();
+        let mut above: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
         match scan {
-            Scan::Nothing => return Ok(Vec::new()),
             Scan::All => walk.push(String::new()),
             Scan::Paths(paths) => {
-                for path in paths {
-                    let mut above = String::new();
-                    dirs.insert(String::new());
+                for path in paths.iter().filter(|p| self.is_work(p)) {
+                    let mut dir = String::new();
+                    above.insert(String::new());
                     for part in path.split('/').filter(|p| !p.is_empty()) {
-                        above = if above.is_empty() { part.to_owned() } else { format!("{above}/{part}") };
-                        dirs.insert(above.clone());
+                        if !dir.is_empty() {
+                            dir.push('/');
+                        }
+                        dir.push_str(part);
+                        above.insert(dir.clone());
                     }
                     walk.push(path.clone());
                 }
             }
         }
+        // (A parent sorts before its children.)
+        for dir in &above {
+            for name in RULE_FILES {
+                let rel = joined(dir, name);
+                // A link on the way (`Err`): libgit2 does not walk into the path either.
+                if let Ok(Some(kind)) = door.kind(Path::new(&rel))
+                    && !matches!(kind, crate::infra::door::Kind::File { .. })
+                {
+                    door.remove_all(Path::new(&rel))?;
+                    cleared.push(rel);
+                }
+            }
+        }
+        let index = self.repo.index().map_err(lib("open index"))?;
         // Each directory below the walked paths, links not followed.
         while let Some(rel) = walk.pop() {
             let full = if rel.is_empty() { self.root.clone() } else { self.root.join(&rel) };
             if !std::fs::symlink_metadata(&full).is_ok_and(|m| m.is_dir()) {
                 continue;
             }
+            let mut dirs = Vec::new();
             for entry in std::fs::read_dir(&full).into_iter().flatten().flatten() {
+                let Ok(kind) = entry.file_type() else { continue };
                 let name = entry.file_name().to_string_lossy().into_owned();
-                let child = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-                if entry.file_type().is_ok_and(|t| t.is_dir()) && !self.is_harness_or_git(&child) {
-                    walk.push(child);
+                let child = joined(&rel, &name);
+                if RULE_FILES.contains(&name.as_str()) && !kind.is_file() {
+                    door.remove_all(Path::new(&child))?;
+                    cleared.push(child);
+                } else if kind.is_dir() && self.is_work(&child) {
+                    dirs.push(child);
                 }
             }
-            dirs.insert(rel);
-        }
-        let door = Beneath::open(&self.root)?;
-        let mut cleared = Vec::new();
-        for dir in dirs.into_iter().filter(|d| !self.is_harness_or_git(d)) {
-            for name in [".gitignore", ".gitattributes"] {
-                let rel = if dir.is_empty() { name.to_owned() } else { format!("{dir}/{name}") };
-                match door.kind(Path::new(&rel)) {
-                    Ok(None) | Ok(Some(crate::infra::door::Kind::File { .. })) => {}
-                    // A link on the way: the path is not walked into by libgit2 either.
-                    Err(_) => {}
-                    Ok(Some(_)) => {
-                        door.remove_all(Path::new(&rel))?;
-                        cleared.push(rel);
-                    }
+            for dir in dirs {
+                let ignored = self.repo.is_path_ignored(&dir).unwrap_or(false)
+                    && index.find_prefix(format!("{dir}/").as_str()).is_err();
+                if !ignored {
+                    walk.push(dir);
                 }
             }
         }
         Ok(cleared)
-    }
-
-    fn is_harness_or_git(&self, rel: &str) -> bool {
-        let first = rel.split('/').next().unwrap_or(rel);
-        first == self.harness || first == DOT_GIT
     }
 
     /// Makes the in-memory index equal to `commit`'s tree less the harness's
@@ -306,14 +320,10 @@ impl Tracked {
     /// version of such a file leaves the index too), for [`Tracked::commit`].
     pub fn stage(&self, scan: Scan<'_>, max_file_bytes: u64) -> Result<Staged> {
         let mut staged = Staged::default();
-        if matches!(scan, Scan::Nothing) {
-            return Ok(staged);
-        }
-        staged.scanned = true;
         let mut index = self.repo.index().map_err(lib("open index"))?;
         let roots = match scan {
             Scan::Paths(paths) => paths.iter().filter(|p| self.is_work(p)).cloned().collect(),
-            _ => self.scan_roots(&index),
+            Scan::All => self.scan_roots(&index),
         };
         if roots.is_empty() {
             return Ok(staged);
@@ -333,12 +343,20 @@ impl Tracked {
     }
 
     /// Commits the harness's additions and what [`Tracked::stage`] staged (nothing
-    /// staged: the parent's work products) as one commit on `branch` after `parent`.
-    pub fn commit(&self, branch: &str, parent: Oid, add: &Additions, staged: &Staged, message: &str) -> Result<Oid> {
+    /// staged, or no scan: the parent's work products) as one commit on `branch` after
+    /// `parent`.
+    pub fn commit(
+        &self,
+        branch: &str,
+        parent: Oid,
+        add: &Additions,
+        staged: Option<&Staged>,
+        message: &str,
+    ) -> Result<Oid> {
         let base = self.repo.find_commit(parent).and_then(|c| c.tree()).map_err(lib(format!("tree of {parent}")))?;
         let harness = self.harness_tree(&base, add)?;
         // Unchanged work products: the parent's tree is the index's tree.
-        let work = match staged.tree {
+        let work = match staged.and_then(|s| s.tree) {
             Some(id) => self.repo.find_tree(id).map_err(lib("find tree"))?,
             None => base,
         };

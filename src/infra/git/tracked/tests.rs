@@ -44,8 +44,7 @@ fn steps_commit_the_directory_as_it_is_and_only_harness_files_under_offshoot() {
     assert_eq!(std::fs::read_to_string(root.join("README")).expect("checked out"), "inherited");
     assert_eq!(std::fs::read_to_string(root.join(".offshoot/messages/0001-user.md")).expect("checked out"), "hi");
 
-    let second =
-        tracked.commit("agents/a", first, &adds(&[("0002-model.json", b"{}")], &[]), &Staged::default(), "output");
+    let second = tracked.commit("agents/a", first, &adds(&[("0002-model.json", b"{}")], &[]), None, "output");
     let second = second.expect("append");
     std::fs::write(root.join("work.txt"), "product").expect("write");
     // The agent's own edits under .offshoot/ are never captured by the scan.
@@ -53,7 +52,7 @@ fn steps_commit_the_directory_as_it_is_and_only_harness_files_under_offshoot() {
     std::fs::write(root.join(".offshoot/stray"), "x").expect("write");
     let add = adds(&[("0003-tool.json", b"{}")], &[(".offshoot/git", b"branch Agent\n")]);
     let third = tracked
-        .commit("agents/a", second, &add, &tracked.stage(Scan::All, u64::MAX).expect("stage"), "tool")
+        .commit("agents/a", second, &add, Some(&tracked.stage(Scan::All, u64::MAX).expect("stage")), "tool")
         .expect("scan");
 
     assert_eq!(repo.branch_tip("agents/a").expect("tip"), Some(third));
@@ -67,13 +66,9 @@ fn steps_commit_the_directory_as_it_is_and_only_harness_files_under_offshoot() {
     let listed: Vec<_> = repo.list_dir(third, ".offshoot/messages").expect("ls").into_iter().map(|e| e.name).collect();
     assert_eq!(listed, vec!["0001-user.md", "0002-model.json", "0003-tool.json"]);
     // A stale parent is refused: one writer per branch.
-    let err = tracked
-        .commit("agents/a", second, &adds(&[("0004-x.md", b"x")], &[]), &Staged::default(), "late")
-        .expect_err("race");
+    let err = tracked.commit("agents/a", second, &adds(&[("0004-x.md", b"x")], &[]), None, "late").expect_err("race");
     assert!(matches!(err, GitError::Raced { .. }), "{err}");
-    let err = tracked
-        .commit("agents/a", third, &adds(&[], &[("elsewhere.txt", b"x")]), &Staged::default(), "out")
-        .expect_err("out");
+    let err = tracked.commit("agents/a", third, &adds(&[], &[("elsewhere.txt", b"x")]), None, "out").expect_err("out");
     assert!(matches!(err, GitError::Outside { .. }), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -125,7 +120,7 @@ fn raw_tree_insertion_keeps_git_order() {
 fn harness_files_may_be_nested() {
     let (dir, repo, _project, tracked, first) = setup("nested");
     let add = adds(&[("0002-tool.json", b"{}")], &[(".offshoot/skills/s/SKILL.md", b"skill")]);
-    let second = tracked.commit("agents/a", first, &add, &Staged::default(), "skill").expect("commit");
+    let second = tracked.commit("agents/a", first, &add, None, "skill").expect("commit");
     assert_eq!(repo.read_file(second, ".offshoot/skills/s/SKILL.md").expect("read"), Some(b"skill".to_vec()));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -141,14 +136,14 @@ fn a_scan_of_paths_looks_only_there_and_never_at_the_harness() {
     let paths = vec!["src".to_owned(), ".offshoot/stray".to_owned(), ".git".to_owned()];
     let add = adds(&[("0002-tool.json", b"{}")], &[]);
     let second = tracked
-        .commit("agents/a", first, &add, &tracked.stage(Scan::Paths(&paths), u64::MAX).expect("stage"), "tool")
+        .commit("agents/a", first, &add, Some(&tracked.stage(Scan::Paths(&paths), u64::MAX).expect("stage")), "tool")
         .expect("scan");
     assert_eq!(repo.read_file(second, "src/told.rs").expect("read"), Some(b"told".to_vec()));
     assert_eq!(repo.read_file(second, "untold.rs").expect("read"), None, "a path not named is not scanned");
     assert_eq!(repo.read_file(second, ".offshoot/stray").expect("read"), None);
     let add = adds(&[("0003-tool.json", b"{}")], &[]);
     let third = tracked
-        .commit("agents/a", second, &add, &tracked.stage(Scan::All, u64::MAX).expect("stage"), "tool")
+        .commit("agents/a", second, &add, Some(&tracked.stage(Scan::All, u64::MAX).expect("stage")), "tool")
         .expect("scan");
     assert_eq!(repo.read_file(third, "untold.rs").expect("read"), Some(b"untold".to_vec()));
 }
@@ -170,5 +165,42 @@ fn an_attach_cut_short_leaves_the_directory_detached_to_be_made_again() {
     project.attach("a", &work, &at).expect("attach");
     assert_eq!(project.attachment("a", &work), crate::infra::git::Attachment::Attached);
     assert_eq!(project.position("a").expect("position").head, main);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn mkfifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status().expect("mkfifo");
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+#[test]
+fn rule_files_that_are_not_files_are_cleared_where_a_scan_walks_and_ignored_directories_are_left() {
+    let (dir, repo, _project, tracked, first) = setup("rule-files");
+    let root = dir.join("agents/a");
+    // An ignored directory with a tracked file in it is walked by libgit2 all the same.
+    let edits = [TreeEdit::Write { path: "build/keep.txt".into(), bytes: b"kept".to_vec() }];
+    let second = repo.commit_edits(&[first], Some(first), &edits, "tracked in build").expect("commit");
+    repo.move_branch("agents/a", second, first, "tracked in build").expect("move");
+    tracked.checkout(second).expect("checkout");
+    std::fs::write(root.join(".gitignore"), "node_modules/\nbuild/\n").expect("ignore");
+    std::fs::create_dir_all(root.join("sub/deep/.gitattributes")).expect("dirs");
+    mkfifo(&root.join("sub/.gitignore"));
+    mkfifo(&root.join("build/.gitattributes"));
+    std::fs::create_dir_all(root.join("node_modules/pkg")).expect("dirs");
+    mkfifo(&root.join("node_modules/pkg/.gitignore"));
+
+    let mut cleared = tracked.clear_rule_files(Scan::All).expect("clear");
+    cleared.sort();
+    assert_eq!(cleared, ["build/.gitattributes", "sub/.gitignore", "sub/deep/.gitattributes"]);
+    let left = std::fs::symlink_metadata(root.join("node_modules/pkg/.gitignore")).expect("left");
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&left.file_type()));
+
+    // libgit2 does not read what was left either: the scan ends.
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let staged = tracked.stage(Scan::All, u64::MAX).map(|s| s.skipped.len());
+        let _ = done.send(staged.is_ok());
+    });
+    assert_eq!(ended.recv_timeout(std::time::Duration::from_secs(20)), Ok(true), "the scan was held");
     let _ = std::fs::remove_dir_all(&dir);
 }
