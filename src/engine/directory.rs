@@ -26,8 +26,8 @@ pub enum Repair {
     Rebuilt,
     /// The directory's `.git` was missing or changed and was put back.
     DotGit,
-    /// The directory was no longer a worktree of the agents' repository and was
-    /// attached again at its recorded position.
+    /// The agent's own git directory was gone or unreadable (or half made) and was
+    /// made again at its recorded position.
     Reattached,
     /// This many files of `.offshoot/` differed from the branch and were put back.
     HarnessFiles(usize),

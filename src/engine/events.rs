@@ -125,9 +125,7 @@ pub fn repaired(repair: Repair) -> String {
     match repair {
         Repair::Rebuilt => "the agent's directory was missing; it was rebuilt from its branch".into(),
         Repair::DotGit => "the directory's `.git` was changed; it points at the agent's repository again".into(),
-        Repair::Reattached => {
-            "the directory was no longer a worktree of the agents' repository; it was attached again".into()
-        }
+        Repair::Reattached => "its git directory was gone or unreadable; it was made again where its git stood".into(),
         Repair::HarnessFiles(n) => format!("{n} files of `.offshoot/` differed from the branch and were put back"),
     }
 }

@@ -14,7 +14,7 @@
 use std::ffi::{CString, OsStr};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub enum Kind {
     File {
         size: u64,
-        mode: u32,
     },
     Dir,
     Symlink,
@@ -91,11 +90,6 @@ impl Beneath {
         Ok(Beneath { dir: fd, root: root.to_owned() })
     }
 
-    /// The directory this handle stands for.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
     /// Reads the regular file at `rel`, refusing one over `max` bytes.
     pub fn read(&self, rel: &Path, max: u64) -> Result<Vec<u8>> {
         let file = self.open_file(rel)?;
@@ -125,7 +119,7 @@ impl Beneath {
 
     /// What stands at `rel` (`None`: nothing), its last component not followed.
     pub fn kind(&self, rel: &Path) -> Result<Option<Kind>> {
-        let (parent, name) = match self.parent(rel, false) {
+        let (parent, name) = match self.parent(rel) {
             Ok(p) => p,
             Err(e) if e.is_not_found() => return Ok(None),
             Err(e) => return Err(e),
@@ -217,7 +211,7 @@ impl Beneath {
     /// Removes what stands at `rel` and, for a directory, everything in it, never
     /// following a link (one is removed as itself); nothing there is fine.
     pub fn remove_all(&self, rel: &Path) -> Result<()> {
-        let (parent, name) = match self.parent(rel, false) {
+        let (parent, name) = match self.parent(rel) {
             Ok(p) => p,
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e),
@@ -238,7 +232,7 @@ impl Beneath {
     /// Removes what stands at `rel` (a file, a link — never what it leads to — or an
     /// empty directory); nothing there is fine.
     pub fn remove(&self, rel: &Path) -> Result<()> {
-        let (parent, name) = match self.parent(rel, false) {
+        let (parent, name) = match self.parent(rel) {
             Ok(p) => p,
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e),
@@ -255,19 +249,9 @@ impl Beneath {
         }
     }
 
-    /// Renames `from` to `to`, both beneath this directory (what stands at `to` is
-    /// replaced, not followed).
-    pub fn rename(&self, from: &Path, to: &Path) -> Result<()> {
-        let (from_dir, from_name) = self.parent(from, false)?;
-        let (to_dir, to_name) = self.parent(to, true)?;
-        sys::rename_at(from_dir.as_raw_fd(), &from_name, to_dir.as_raw_fd(), &to_name)
-            .map_err(|source| self.io(from, source))
-    }
-
-    /// The directory holding `rel`'s last component (made with `create`), and that
-    /// component's name.
-    fn parent(&self, rel: &Path, create: bool) -> Result<(OwnedFd, CString)> {
-        self.parent_of(rel, if create { Make::Missing } else { Make::Nothing })
+    /// The directory holding `rel`'s last component, and that component's name.
+    fn parent(&self, rel: &Path) -> Result<(OwnedFd, CString)> {
+        self.parent_of(rel, Make::Nothing)
     }
 
     fn parent_of(&self, rel: &Path, make: Make) -> Result<(OwnedFd, CString)> {
@@ -369,12 +353,6 @@ impl Beneath {
     }
 }
 
-impl AsFd for Beneath {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.dir.as_fd()
-    }
-}
-
 /// The plain components of `rel`; `..`, a root or a prefix is refused.
 fn components(rel: &Path) -> Result<Vec<&OsStr>> {
     rel.components()
@@ -396,7 +374,7 @@ fn c_name(name: &OsStr, rel: &Path) -> Result<CString> {
 
 fn kind_of(st: &libc::stat) -> Kind {
     match st.st_mode & libc::S_IFMT {
-        libc::S_IFREG => Kind::File { size: st.st_size as u64, mode: st.st_mode & 0o7777 },
+        libc::S_IFREG => Kind::File { size: st.st_size as u64 },
         libc::S_IFDIR => Kind::Dir,
         libc::S_IFLNK => Kind::Symlink,
         _ => Kind::Special,
@@ -473,12 +451,6 @@ mod sys {
     pub fn symlink_at(target: &CString, dir: RawFd, name: &CString) -> std::io::Result<()> {
         // SAFETY: both strings outlive the call.
         ok(unsafe { libc::symlinkat(target.as_ptr(), dir, name.as_ptr()) })
-    }
-
-    #[expect(unsafe_code, reason = "renameat(2) with two C strings")]
-    pub fn rename_at(from_dir: RawFd, from: &CString, to_dir: RawFd, to: &CString) -> std::io::Result<()> {
-        // SAFETY: both strings outlive the call.
-        ok(unsafe { libc::renameat(from_dir, from.as_ptr(), to_dir, to.as_ptr()) })
     }
 
     #[expect(unsafe_code, reason = "fcntl(F_DUPFD_CLOEXEC) on a descriptor we own")]

@@ -548,13 +548,6 @@ pub fn harden_self() {
     }
 }
 
-/// Whether this process can be read by others of its user (see [`harden_self`]).
-#[expect(unsafe_code, reason = "prctl(2) with integers")]
-pub fn is_dumpable() -> bool {
-    // SAFETY: integers only.
-    unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
-}
-
 /// Makes this process the reaper of its orphaned descendants: a process a command
 /// left behind (by leaving its group and outliving its parent) becomes our child,
 /// where [`reap_strays`] finds it.

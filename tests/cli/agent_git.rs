@@ -4,35 +4,13 @@
 //! agent's git breaks only that agent, and its next run rebuilds it; what an agent
 //! commits is published for the others (`agents/<name>`) and for `export`.
 
-use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
 
+use crate::project::person_git;
 use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace, User};
-
-fn id_of(t: &TestWorkspace, name: &str) -> String {
-    let agents = t.agents();
-    agents.iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned()
-}
-
-/// Plain git in `dir` as a person would run it (no identity of theirs needed).
-fn person_git(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "P")
-        .env("GIT_AUTHOR_EMAIL", "p@example.com")
-        .env("GIT_COMMITTER_NAME", "P")
-        .env("GIT_COMMITTER_EMAIL", "p@example.com")
-        // The directory may be the test's unprivileged user's.
-        .args(["-c", "safe.directory=*"])
-        .args(args)
-        .output()
-        .expect("git")
-}
 
 #[test]
 fn no_agent_writes_another_agents_git_as_root() {
@@ -45,8 +23,7 @@ fn no_agent_writes_another_agents_git_as_an_unprivileged_user() {
 }
 
 fn no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back(name: &str, user: User) {
-    let (server, mut t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
     server.push_for("Calm", [Turn::text("idle")]);
     t.run(&["prompt", "--name", "Calm", "wait"]).ok();
     let ran = t.root.join("ran");
@@ -81,7 +58,7 @@ fn no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back(
         r(5)
     );
     // A person's git in the vandal's directory, and the other agent's commits, run nothing.
-    let vandal = t.ws.join("agents").join(id_of(&t, "Vandal"));
+    let vandal = t.ws.join("agents").join(t.id_of("Vandal"));
     assert!(person_git(&vandal, &["status"]).status.success());
     server.push_for(
         "Calm",
@@ -105,8 +82,7 @@ fn no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back(
 
 #[test]
 fn an_agent_that_wrecks_its_git_breaks_only_itself_and_its_next_run_rebuilds_it() {
-    let (server, mut t) = TestWorkspace::served("git-wreck", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("git-wreck", Dialect::Anthropic);
     server.push_for(
         "Wrecker",
         [
@@ -136,15 +112,14 @@ fn an_agent_that_wrecks_its_git_breaks_only_itself_and_its_next_run_rebuilds_it(
     );
     let run = t.run(&["send", "Wrecker", "look again"]);
     assert!(run.ok().contains("back"), "{}", run.stderr);
-    assert!(run.stderr.contains("attached again"), "{}", run.stderr);
+    assert!(run.stderr.contains("its git directory was gone or unreadable; it was made again"), "{}", run.stderr);
     assert_eq!(server.result_text_for("Wrecker", 4), "exit code 0\n<stdout>\nkept\n</stdout>");
     t.run(&["doctor"]).ok();
 }
 
 #[test]
 fn what_an_agent_commits_is_published_for_the_others_and_for_export() {
-    let (server, mut t) = TestWorkspace::served("git-publish", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("git-publish", Dialect::Anthropic);
     server.push_for(
         "Lead",
         [
@@ -175,8 +150,7 @@ fn what_an_agent_commits_is_published_for_the_others_and_for_export() {
 
 #[test]
 fn a_person_s_git_in_an_agents_directory_runs_nothing_it_planted() {
-    let (server, mut t) = TestWorkspace::served("git-person", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("git-person", Dialect::Anthropic);
     let ran = t.root.join("ran");
     let touch = format!("touch {}; true", ran.display());
     // A config of its own brought in through `commondir`, and a nested repository
@@ -200,8 +174,7 @@ fn a_person_s_git_in_an_agents_directory_runs_nothing_it_planted() {
 
 #[test]
 fn an_incomplete_commit_is_never_published_and_no_agent_makes_shared_branches() {
-    let (server, mut t) = TestWorkspace::served("git-bogus", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("git-bogus", Dialect::Anthropic);
     let bogus = "T=$(printf 'tree 1111111111111111111111111111111111111111\\nauthor a <a@b> 0 +0000\\ncommitter a <a@b> 0 +0000\\n\\nbogus\\n' | git hash-object -t commit -w --literally --stdin) && git update-ref refs/heads/$(git branch --show-current) $T && echo $T > bogus.id";
     server.push_for(
         "Forger",
@@ -222,7 +195,7 @@ fn an_incomplete_commit_is_never_published_and_no_agent_makes_shared_branches() 
     t.run(&["prompt", "--name", "Forger", "forge"]).ok();
     let first = server.result_text_for("Forger", 1);
     assert!(first.contains("were not published"), "{first}");
-    let bogus_id = std::fs::read_to_string(t.ws.join("agents").join(id_of(&t, "Forger")).join("bogus.id")).expect("id");
+    let bogus_id = std::fs::read_to_string(t.ws.join("agents").join(t.id_of("Forger")).join("bogus.id")).expect("id");
     let missing = Command::new("git")
         .args(["--git-dir", t.ws.join("project.git").to_str().expect("utf-8"), "cat-file", "-e", bogus_id.trim()])
         .status()

@@ -23,11 +23,6 @@ fn messages(t: &TestWorkspace, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn id_of(t: &TestWorkspace, name: &str) -> String {
-    let agents = t.agents();
-    agents.iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned()
-}
-
 #[test]
 fn a_parent_dispatches_two_children_gets_their_work_and_results_and_ends() {
     let (server, t) = TestWorkspace::served("kids-two", Dialect::Anthropic);
@@ -55,9 +50,9 @@ fn a_parent_dispatches_two_children_gets_their_work_and_results_and_ends() {
     let run = t.run(&["prompt", "--name", "Boss", "get two files written"]);
     let out = run.ok();
     assert!(out.contains("waiting for my children"), "{out}");
-    let boss = id_of(&t, "Boss");
+    let boss = t.id_of("Boss");
     // Each child's id is the parent's plus `.N`, and its result came once.
-    let (a, b) = (id_of(&t, "KidA"), id_of(&t, "KidB"));
+    let (a, b) = (t.id_of("KidA"), t.id_of("KidB"));
     let mut kids = vec![a.clone(), b.clone()];
     kids.sort();
     assert_eq!(kids, vec![format!("{boss}.1"), format!("{boss}.2")]);
@@ -127,7 +122,7 @@ fn a_child_that_messages_its_parent_and_the_parent_that_answers_stop_by_themselv
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(server.requests().len(), calls, "still talking");
     let talker = messages(&t, "Talker");
-    assert!(talker.iter().any(|(from, _)| from == &id_of(&t, "Parent")), "{talker:?}");
+    assert!(talker.iter().any(|(from, _)| from == &t.id_of("Parent")), "{talker:?}");
 }
 
 #[test]
@@ -135,7 +130,7 @@ fn an_agent_messages_only_its_own_tree() {
     let (server, t) = TestWorkspace::served("kids-trees", Dialect::Anthropic);
     server.push_for("Stranger", [Turn::text("idle")]);
     t.run(&["prompt", "--name", "Stranger", "wait"]).ok();
-    let stranger = id_of(&t, "Stranger");
+    let stranger = t.id_of("Stranger");
     server.push_for(
         "Meddler",
         [
@@ -181,7 +176,7 @@ fn a_fork_gets_exactly_the_tools_its_role_grants_now() {
     t.run(&["prompt", "--name", "Wide", "many tools"]).ok();
     t.set("roles.worker.tools", "[\"read_file\"]");
     t.run(&["fork", "--from", "Wide", "--name", "Narrow", "fewer tools"]).ok();
-    let narrow = id_of(&t, "Narrow");
+    let narrow = t.id_of("Narrow");
     let tools = t.git(&["ls-tree", "--name-only", &format!("agents/{narrow}"), ".offshoot/tools/"]);
     assert_eq!(tools, ".offshoot/tools/read_file.json\n");
     // The fork's history came from Wide; `ls` counts only the fork's own call.
@@ -214,7 +209,7 @@ fn two_children_editing_the_same_line_give_one_transfer_and_one_conflict() {
     server.push_for("SayB", [Turn::bash("b", "echo B > shared.txt"), Turn::text("said B")]);
     server.endless_text("noted");
     t.run(&["prompt", "--name", "Editor", "edit one line twice"]).ok();
-    let editor = id_of(&t, "Editor");
+    let editor = t.id_of("Editor");
     let subjects = t.git(&["log", "--format=%s", &format!("agents/{editor}")]);
     assert_eq!(subjects.lines().filter(|l| l.starts_with("transfer from")).count(), 1, "{subjects}");
     let conflicted = t.git(&["for-each-ref", "--format=%(refname)", "refs/offshoot/conflicted/"]);
@@ -240,7 +235,7 @@ fn twenty_children_in_one_step_all_report_once_and_the_parent_ends() {
     let started = std::time::Instant::now();
     t.run(&["prompt", "--name", "Many", "fan out"]).ok();
     let elapsed = started.elapsed();
-    let many = id_of(&t, "Many");
+    let many = t.id_of("Many");
     let agents = t.agents();
     assert_eq!(agents.len(), 21);
     let mut names: Vec<&str> = agents.iter().filter_map(|a| a["name"].as_str()).collect();
@@ -344,7 +339,7 @@ fn a_cost_budget_stops_the_whole_tree_before_the_next_call_and_names_the_spend()
     assert_eq!(server.requests_for("Kid").len(), 2);
     assert_eq!(server.requests_for("Boss").len(), 2);
     // The parent holds the child's obituary, naming the spend; both are stopped.
-    let (boss, kid) = (id_of(&t, "Boss"), id_of(&t, "Kid"));
+    let (boss, kid) = (t.id_of("Boss"), t.id_of("Kid"));
     // (In its inbox, or already in its transcript when the parent's driver delivered it
     // at a step boundary before the stop reached it.)
     let mut inbox: Vec<String> = std::fs::read_dir(t.ws.join("inbox").join(&boss))
@@ -427,7 +422,7 @@ fn an_attached_prompt_shows_every_agent_of_the_tree_and_its_json_names_each_agen
     let run = t.run(&["--json", "prompt", "--name", "Json", "follow a kid"]);
     let events: Vec<serde_json::Value> =
         run.ok().lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
-    let boss = id_of(&t, "Json");
+    let boss = t.id_of("Json");
     let kid = format!("{boss}.1");
     let of = |agent: &str, kind: &str| -> Vec<&serde_json::Value> {
         events.iter().filter(|e| e["agent"] == agent && e["type"] == kind).collect()
@@ -453,7 +448,7 @@ fn an_attached_prompt_shows_every_agent_of_the_tree_and_its_json_names_each_agen
     // Without --json (and no terminal), the child's calls and end are progress lines.
     script(&server, "Lines");
     let run = t.run(&["prompt", "--name", "Lines", "follow a kid"]);
-    let kid = format!("{}.1", id_of(&t, "Lines"));
+    let kid = format!("{}.1", t.id_of("Lines"));
     assert!(run.stderr.contains(&format!("  [{kid} LinesKid] → bash ls")), "{}", run.stderr);
     assert!(run.stderr.contains(&format!("  [{kid} LinesKid] answered: listed")), "{}", run.stderr);
 
@@ -466,7 +461,7 @@ fn an_attached_prompt_shows_every_agent_of_the_tree_and_its_json_names_each_agen
         assert!(std::time::Instant::now() < until, "{:?}", t.agents());
         std::thread::sleep(Duration::from_millis(50));
     }
-    let quiet = id_of(&t, "Quiet");
+    let quiet = t.id_of("Quiet");
     let kid = format!("{quiet}.1");
     let kid_events = std::fs::read_to_string(t.steps_dir(&kid).join("events.ndjson")).expect("kid events");
     assert!(kid_events.contains("\"tool_call\""), "{kid_events}");

@@ -19,10 +19,6 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     }
 }
 
-fn id_of(t: &TestWorkspace, name: &str) -> String {
-    t.agents().iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned()
-}
-
 /// The files of `dir` in the agent's branch tip.
 fn listed(t: &TestWorkspace, id: &str, dir: &str) -> Vec<String> {
     let out = t.git(&["ls-tree", "--name-only", &format!("agents/{id}:{dir}")]);
@@ -45,7 +41,7 @@ fn long_agent(server: &Server, t: &TestWorkspace) -> String {
         ],
     );
     t.run(&["prompt", "--name", "Long", "do three things"]).ok();
-    id_of(t, "Long")
+    t.id_of("Long")
 }
 
 fn summary_turn(id: &str, content: &str) -> Turn {
@@ -276,7 +272,7 @@ fn every_n_steps_counts_own_steps_lands_at_most_one_per_n_and_never_compacts_a_c
     }
     let run = t.run(&["--json", "prompt", "--name", "Solo", "take two hundred steps"]);
     let events: Vec<Value> = run.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
-    let id = id_of(&t, "Solo");
+    let id = t.id_of("Solo");
     let of = |outcome: &str| events.iter().filter(|e| e["type"] == "compaction" && e["outcome"] == outcome).count();
     let ledger = t.git(&["show", &format!("agents/{id}:.offshoot/compactions")]);
     let landings = ledger.lines().count();
@@ -307,7 +303,7 @@ fn context_percent_starts_a_compaction_after_the_step_that_crossed_it() {
     let run = t.run(&["prompt", "--name", "Full", "fill the window"]);
     assert!(run.stderr.contains("compacting:"), "{}", run.stderr);
     assert!(run.stderr.contains("compaction 1 landed"), "{}", run.stderr);
-    let id = id_of(&t, "Full");
+    let id = t.id_of("Full");
     assert_eq!(listed(&t, &id, ".offshoot/summary"), ["0001.md"]);
     // 150,000 of the worker's 200,000 tokens is past the default 70%: one compaction.
     assert_eq!(server.requests_matching(COMPACTOR).len(), 2);
@@ -322,7 +318,7 @@ fn a_summary_with_conflict_markers_is_never_sent() {
     let (server, t) = TestWorkspace::served("compact-markers", Dialect::Anthropic);
     server.push_for("Marked", [Turn::text("first")]);
     t.run(&["prompt", "--name", "Marked", "hello"]).ok();
-    let id = id_of(&t, "Marked");
+    let id = t.id_of("Marked");
     // Only a commit made by hand can bring one: write_summary refuses markers.
     let tip = t.git(&["rev-parse", &format!("agents/{id}")]).trim().to_owned();
     let index = t.ws.join("hand-index");
@@ -387,7 +383,7 @@ fn a_full_context_is_never_sent_with_never_the_run_stops_and_says_what_to_do() {
     assert!(run.stderr.contains("offshoot compact"), "{}", run.stderr);
     assert_eq!(server.requests_for("Tight").len(), 2, "the third request was never sent");
     // No step record was made for it either.
-    let id = id_of(&t, "Tight");
+    let id = t.id_of("Tight");
     assert_eq!(t.step_records(&id).len(), 2);
 }
 
@@ -432,7 +428,7 @@ fn a_compaction_started_late_forks_further_back_so_the_compactor_fits_its_window
     let wide = |i: usize| Turn::bash(&format!("w{i}"), "printf '%01200d\\n' 0");
     server.push_for("Wide", (0..6).map(wide).chain([Turn::text("wide enough")]));
     t.run(&["prompt", "--name", "Wide", "print a lot"]).ok();
-    let id = id_of(&t, "Wide");
+    let id = t.id_of("Wide");
     server.push_matching(COMPACTOR, [summary_turn("w", "lots of x"), Turn::text("done")]);
     let run = t.run(&["compact", "Wide"]);
     // Keeping two steps back would compact 10 entries; only what fits is compacted.

@@ -7,22 +7,15 @@ use serde_json::json;
 use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace};
 
-fn id_of(t: &TestWorkspace, name: &str) -> String {
-    let agents = t.agents();
-    let agent = agents.iter().find(|a| a["name"] == name).expect("agent");
-    agent["id"].as_str().expect("id").to_owned()
-}
-
 #[test]
 fn file_tools_write_only_in_their_own_directory_and_read_no_internals() {
-    let (server, mut t) = TestWorkspace::served("contain-paths", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("contain-paths", Dialect::Anthropic);
     server.push_turns([
         Turn::tool("o1", "write_file", json!({"path": "mine.txt", "content": "other's"})),
         Turn::text("ok"),
     ]);
     t.run(&["prompt", "--name", "Other", "keep a file"]).ok();
-    let other = id_of(&t, "Other");
+    let other = t.id_of("Other");
     let outside = format!("/tmp/offshoot-outside-{}.txt", std::process::id());
     let patch = "*** Begin Patch\n*** Add File: ../escape.txt\n+x\n*** End Patch";
     server.push_turns([
@@ -47,7 +40,7 @@ fn file_tools_write_only_in_their_own_directory_and_read_no_internals() {
         Turn::text("contained"),
     ]);
     t.run(&["prompt", "--name", "Prisoner", "try to get out"]).ok();
-    let me = id_of(&t, "Prisoner");
+    let me = t.id_of("Prisoner");
     // The first agent made two requests before these.
     let r = |n: usize| server.result_text(n + 2);
     for n in [1, 2, 4, 5, 6] {
@@ -78,8 +71,7 @@ fn file_tools_write_only_in_their_own_directory_and_read_no_internals() {
 
 #[test]
 fn a_sandboxed_command_writes_only_inside() {
-    let (server, mut t) = TestWorkspace::served("contain-sandbox", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("contain-sandbox", Dialect::Anthropic);
     t.set("roles.worker.sandbox", "workspace-write");
     let outside = std::path::PathBuf::from(format!("/tmp/offshoot-outside-sandbox-{}", std::process::id()));
     server.push_turns([
@@ -129,7 +121,6 @@ fn a_providers_key_never_reaches_a_tool_or_a_record() {
     let (server, mut t) = TestWorkspace::served("contain-secret", Dialect::Anthropic);
     let secret = "sk-ant-test-0123456789-SECRET";
     t.env("ANTHROPIC_API_KEY", secret);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
     // A key the agent finds some other way (a file of the user's) is redacted.
     std::fs::create_dir_all(&t.home).expect("home");
     std::fs::write(t.home.join(".profile"), format!("export ANTHROPIC_API_KEY={secret}\n")).expect("profile");

@@ -12,22 +12,15 @@ use crate::project::{git, project, state};
 use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace, User};
 
-fn id_of(t: &TestWorkspace, name: &str) -> String {
-    let agents = t.agents();
-    agents.iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned()
-}
-
 /// Dangling links planted with `bash`, then the file tools asked to write through
 /// them: to the user's `~/.gitconfig`, another agent's inbox (a forged message from
 /// the user) and another agent's directory.
 fn plant_and_write(sandbox: &str, user: User) {
-    let (server, mut t) =
-        TestWorkspace::served_as(&format!("door-dangling-{sandbox}-{user:?}"), Dialect::Anthropic, user);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served_as(&format!("door-dangling-{sandbox}-{user:?}"), Dialect::Anthropic, user);
     t.set("roles.worker.sandbox", sandbox);
     server.push_turns([Turn::text("idle")]);
     t.run(&["prompt", "--name", "Other", "wait"]).ok();
-    let other = id_of(&t, "Other");
+    let other = t.id_of("Other");
     let gitconfig = t.home.join(".gitconfig");
     let links = format!(
         "ln -s {} gc && ln -s ../../inbox/{other}/0099-user.md forged && ln -s ../{other}/AGENTS.md theirs && mkdir d && ln -s {}/planted d/deep",
@@ -85,8 +78,7 @@ fn file_tools_never_write_through_a_dangling_link_unconfined_either() {
 
 #[test]
 fn file_tools_never_write_through_a_dangling_link_into_the_users_repository() {
-    let (server, mut t, repo) = project("door-project");
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t, repo) = project("door-project");
     let before = state(&repo, &[]);
     server.push_turns([
         Turn::bash(
@@ -122,8 +114,7 @@ fn file_tools_never_write_through_a_dangling_link_into_the_users_repository() {
 
 #[test]
 fn a_childs_work_is_merged_through_no_link_the_parent_planted() {
-    let (server, mut t) = TestWorkspace::served("door-transfer", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("door-transfer", Dialect::Anthropic);
     let outside = t.root.join("outside");
     std::fs::create_dir_all(&outside).expect("outside");
     std::fs::write(outside.join("file"), "original").expect("write");
@@ -145,7 +136,7 @@ fn a_childs_work_is_merged_through_no_link_the_parent_planted() {
     );
     t.run(&["prompt", "--name", "Parent", "get out/file written"]).ok();
     let deadline = Instant::now() + Duration::from_secs(30);
-    let parent_dir = t.ws.join("agents").join(id_of(&t, "Parent"));
+    let parent_dir = t.ws.join("agents").join(t.id_of("Parent"));
     while !std::fs::symlink_metadata(parent_dir.join("out")).is_ok_and(|m| m.is_dir()) {
         assert!(Instant::now() < deadline, "the child's work never arrived");
         std::thread::sleep(Duration::from_millis(50));
@@ -205,8 +196,7 @@ fn fifos_and_devices_hold_nothing_as_an_unprivileged_user() {
 }
 
 fn fifos_and_devices_planted_in_the_agents_git_and_tree_hold_nothing(name: &str, user: User) {
-    let (server, mut t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
     server.push_turns([
         // The worktree's HEAD in the agents' repository, which the harness reads after
         // each command, made a FIFO; then a link to /dev/zero.
@@ -247,8 +237,7 @@ fn fifos_and_devices_planted_in_the_agents_git_and_tree_hold_nothing(name: &str,
 
 #[test]
 fn git_files_an_agent_plants_never_stop_it() {
-    let (server, mut t) = TestWorkspace::served("door-git-files", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("door-git-files", Dialect::Anthropic);
     server.push_turns([
         // libgit2 refuses to stage a `.gitmodules` that is a link.
         Turn::bash("m1", "ln -s /dev/zero .gitmodules && echo linked"),

@@ -28,8 +28,7 @@ fn harness_subjects(t: &TestWorkspace, id: &str) -> Vec<String> {
 
 #[test]
 fn an_agents_own_git_never_touches_the_harness() {
-    let (server, mut t) = TestWorkspace::served("own-git", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("own-git", Dialect::Anthropic);
     server.push_turns([
         Turn::bash("c1", "echo one > a.txt && git add -A && git commit -q -m first && git log --format=%s"),
         Turn::bash(
@@ -197,8 +196,7 @@ fn harness_files_changed_while_no_driver_ran_are_put_back_at_the_next_start() {
 
 #[test]
 fn symlinks_planted_where_the_harness_writes_are_replaced_not_followed() {
-    let (server, mut t) = TestWorkspace::served("own-symlinks", Dialect::Anthropic);
-    t.env("PATH", &std::env::var("PATH").unwrap_or_default());
+    let (server, t) = TestWorkspace::served("own-symlinks", Dialect::Anthropic);
     let decoy = t.root.join("decoy");
     std::fs::create_dir_all(&decoy).expect("decoy");
     server.push_turns([

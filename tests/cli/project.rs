@@ -10,7 +10,15 @@ use crate::support::workspace::{Dialect, TestWorkspace};
 
 /// Plain git in `dir`, with an identity and no user config; its stdout.
 pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
-    let o = Command::new("git")
+    let o = person_git(dir, args);
+    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Plain git in `dir` as a person would run it: no config of theirs, an identity of
+/// the test's, any owner's directory trusted (it may be the test's unprivileged user's).
+pub(crate) fn person_git(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
         .current_dir(dir)
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
         .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -18,11 +26,10 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
         .env("GIT_AUTHOR_EMAIL", "user@example.com")
         .env("GIT_COMMITTER_NAME", "User")
         .env("GIT_COMMITTER_EMAIL", "user@example.com")
+        .args(["-c", "safe.directory=*"])
         .args(args)
         .output()
-        .expect("git");
-    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
+        .expect("git")
 }
 
 /// A repository with three commits (a.txt, b.txt, c.txt) and `a.txt` changed but not

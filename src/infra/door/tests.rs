@@ -84,7 +84,7 @@ fn fifos_devices_and_big_files_are_refused_without_blocking() {
         assert_eq!(door.kind(Path::new("fifo")).expect("kind"), Some(Kind::Special));
         // The harness, replacing, puts a file where the FIFO was.
         door.write(Path::new("fifo"), b"x", None, true).expect("replaced");
-        assert_eq!(door.kind(Path::new("fifo")).expect("kind"), Some(Kind::File { size: 1, mode: 0o644 }));
+        assert_eq!(door.kind(Path::new("fifo")).expect("kind"), Some(Kind::File { size: 1 }));
         assert_eq!(door.kind(Path::new("nothing")).expect("kind"), None);
         let _ = std::fs::remove_dir_all(root.parent().expect("base"));
     });
@@ -109,10 +109,8 @@ fn writes_make_directories_keep_or_set_modes_and_never_write_through_hard_links(
         assert_eq!(std::fs::read_to_string(out.join("linked")).expect("read"), "outside");
         assert_eq!(std::fs::read_to_string(root.join("hard")).expect("read"), "inside");
         assert!(matches!(door.write(Path::new("a/b"), b"x", None, false), Err(DoorError::NotRegular(_))));
-        door.rename(Path::new("a/b/c.txt"), Path::new("moved/c.txt")).expect("rename");
-        assert_eq!(door.read(Path::new("moved/c.txt"), 10).expect("read"), b"one");
-        door.symlink(Path::new("link"), OsStr::new("moved/c.txt")).expect("symlink");
-        assert_eq!(std::fs::read_link(root.join("link")).expect("link"), PathBuf::from("moved/c.txt"));
+        door.symlink(Path::new("link"), OsStr::new("a/b/c.txt")).expect("symlink");
+        assert_eq!(std::fs::read_link(root.join("link")).expect("link"), PathBuf::from("a/b/c.txt"));
         let _ = std::fs::remove_dir_all(root.parent().expect("base"));
     });
 }

@@ -108,7 +108,7 @@ impl Project {
     }
 
     /// Agent `id`'s own git directory.
-    pub fn git_dir(&self, id: &str) -> PathBuf {
+    fn git_dir(&self, id: &str) -> PathBuf {
         self.gits.join(id)
     }
 

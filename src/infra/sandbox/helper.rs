@@ -27,7 +27,7 @@ pub const PROBE: &str = "--probe";
 /// What the helper was asked to do.
 #[derive(Debug, Default, PartialEq)]
 struct Plan {
-    landlock: Option<RawFd>,
+    landlock: RawFd,
     namespaces: bool,
     network: bool,
     processes: Option<u64>,
@@ -40,13 +40,14 @@ struct Plan {
 
 fn parse(args: Vec<OsString>) -> Result<Plan, String> {
     let mut plan = Plan { network: true, ..Plan::default() };
+    let mut landlock = None;
     let mut it = args.into_iter();
     let number = |v: Option<OsString>, flag: &str| -> Result<u64, String> {
         v.and_then(|v| v.to_str().and_then(|s| s.parse().ok())).ok_or_else(|| format!("`{flag}` needs a number"))
     };
     while let Some(arg) = it.next() {
         match arg.to_str() {
-            Some("--landlock") => plan.landlock = Some(number(it.next(), "--landlock")? as RawFd),
+            Some("--landlock") => landlock = Some(number(it.next(), "--landlock")? as RawFd),
             Some("--namespaces") => plan.namespaces = true,
             Some("--no-network") => plan.network = false,
             Some("--processes") => plan.processes = Some(number(it.next(), "--processes")?),
@@ -67,9 +68,7 @@ fn parse(args: Vec<OsString>) -> Result<Plan, String> {
     if plan.command.is_empty() {
         return Err("no command after `--`".into());
     }
-    if plan.landlock.is_none() {
-        return Err("no Landlock ruleset (`--landlock FD`)".into());
-    }
+    plan.landlock = landlock.ok_or("no Landlock ruleset (`--landlock FD`)")?;
     Ok(plan)
 }
 
@@ -149,9 +148,7 @@ fn first_process(plan: &Plan, uid: u32, alive: RawFd) -> ! {
     if !plan.namespaces && uid == 0 {
         step("drop capabilities", drop_capabilities());
     }
-    if let Some(fd) = plan.landlock {
-        step("enforce the Landlock ruleset", restrict_self(fd));
-    }
+    step("enforce the Landlock ruleset", restrict_self(plan.landlock));
     close_from(3);
     step("install the seccomp filter", seccomp::install(&seccomp::filter(plan.network, plan.namespaces)));
     if !plan.namespaces {
@@ -346,6 +343,11 @@ fn wait(child: libc::pid_t) -> Status {
             return Status::Exited(125);
         }
     }
+    decoded(status)
+}
+
+/// What a wait status says of how a process ended.
+fn decoded(status: libc::c_int) -> Status {
     if libc::WIFSIGNALED(status) {
         Status::Signalled(libc::WTERMSIG(status))
     } else {
@@ -420,11 +422,7 @@ fn reap_until(command: libc::pid_t) -> Status {
         // SAFETY: `status` lives across the call.
         let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
         if pid == command {
-            return if libc::WIFSIGNALED(status) {
-                Status::Signalled(libc::WTERMSIG(status))
-            } else {
-                Status::Exited(libc::WEXITSTATUS(status))
-            };
+            return decoded(status);
         }
         if pid < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return Status::Exited(125);
@@ -590,7 +588,7 @@ mod tests {
         assert_eq!(
             plan,
             Plan {
-                landlock: Some(7),
+                landlock: 7,
                 namespaces: true,
                 network: false,
                 processes: Some(1024),

@@ -166,12 +166,12 @@ pub fn running_as_root() -> bool {
 }
 
 /// The arguments that make the helper report what this machine supports.
-pub fn probe_args() -> Vec<OsString> {
+fn probe_args() -> Vec<OsString> {
     vec![helper::ARG.into(), helper::PROBE.into()]
 }
 
 /// Reads what the helper's probe printed.
-pub fn parse_probe(output: &str) -> Support {
+fn parse_probe(output: &str) -> Support {
     let mut support = Support::without_namespaces("the sandbox helper did not answer");
     for line in output.lines() {
         match line.split_once(' ') {

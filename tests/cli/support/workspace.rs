@@ -219,6 +219,12 @@ impl TestWorkspace {
         self.agents()[0]["id"].as_str().expect("an agent id").to_owned()
     }
 
+    /// The id of the agent named `name`.
+    pub fn id_of(&self, name: &str) -> String {
+        let agents = self.agents();
+        agents.iter().find(|a| a["name"] == name).expect("agent")["id"].as_str().expect("id").to_owned()
+    }
+
     /// Every agent as `ls --json` describes it.
     pub fn agents(&self) -> Vec<serde_json::Value> {
         let out = self.run(&["ls", "--json"]);
