@@ -61,8 +61,9 @@ impl Site<'_> {
     }
 }
 
-/// The file tools' rules: read anywhere but the workspace's internals and other
-/// agents' directories (the agent's own records excepted); write only in the
+/// The file tools' rules: read anywhere but the workspace's internals, other
+/// agents' directories and other workspaces (the agent's own records excepted), as
+/// its commands may; write only in the
 /// agent's directory, its temporary directory and the role's `write_paths`, never
 /// into `.offshoot/` or `.git`.
 pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
@@ -71,7 +72,7 @@ pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
     let mut writable = vec![at.own.to_owned(), at.own_tmp()];
     // (The file tools never write the agent's git directory: only its git does.)
     writable.extend(at.write_paths(role));
-    PathPolicy {
+    let mut policy = PathPolicy {
         writable,
         reserved: vec![
             Place::new(at.own.join(agent::DIR), "the harness's directory `.offshoot/`"),
@@ -88,7 +89,12 @@ pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
             Place::new(ws.join("agents"), "another agent's directory"),
         ],
         readable: vec![at.own.to_owned(), at.own_steps(), at.own_tmp(), at.inside(at.layout.git_dir(at.id))],
+    };
+    if let Some(others) = at.others {
+        policy.unreadable.push(Place::new(others, "another workspace"));
+        policy.readable.push(ws.to_owned());
     }
+    policy
 }
 
 /// The confinement of the role's commands, if it has one.

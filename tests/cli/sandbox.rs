@@ -256,6 +256,12 @@ fn other_workspaces_and_this_ones_internals_are_unreadable() {
         Turn::bash("r1", &format!("cat {}/repo.git/HEAD; ls {}", other.display(), t.home.join("workspaces").display())),
         Turn::bash("r2", "cat ../../repo.git/HEAD; ls ../../steps ../../inbox ../../locks"),
         Turn::bash("r3", "cat /etc/hostname > /dev/null && echo system-readable"),
+        // The file tools follow the same rules.
+        Turn::tool("f1", "read_file", json!({"path": other.join("repo.git/HEAD")})),
+        Turn::tool("f2", "grep", json!({"pattern": "ref", "path": other})),
+        Turn::tool("f3", "glob", json!({"pattern": "**/HEAD", "path": t.home.join("workspaces")})),
+        Turn::tool("f4", "read_file", json!({"path": "../../repo.git/HEAD"})),
+        Turn::tool("f5", "read_file", json!({"path": "../../project.git/HEAD"})),
         Turn::text("done"),
     ]);
     t.run(&["prompt", "look around"]).ok();
@@ -263,6 +269,11 @@ fn other_workspaces_and_this_ones_internals_are_unreadable() {
     assert!(r(1).matches("Permission denied").count() == 2, "{}", r(1));
     assert!(r(2).matches("Permission denied").count() == 4, "{}", r(2));
     assert_eq!(r(3), "exit code 0\n<stdout>\nsystem-readable\n</stdout>");
+    assert!(r(4).contains("is in another workspace") && r(4).contains("which agents may not read"), "{}", r(4));
+    assert!(r(5).contains("is in another workspace"), "{}", r(5));
+    assert!(r(6).contains("is in another workspace") && !r(6).contains("repo.git"), "{}", r(6));
+    assert!(r(7).contains("is in the workspace's internals"), "{}", r(7));
+    assert!(r(8).contains("ref: refs/heads/main"), "{}", r(8));
 }
 
 #[test]

@@ -26,9 +26,11 @@ pub struct PathPolicy {
     pub writable: Vec<PathBuf>,
     /// Inside the writable roots, what only the harness writes (`.offshoot/`, `.git`).
     pub reserved: Vec<Place>,
-    /// What may not be read (the workspace's internals, other agents' directories).
+    /// What may not be read (the workspace's internals, other agents' directories,
+    /// other workspaces).
     pub unreadable: Vec<Place>,
-    /// Exceptions inside `unreadable` (the agent's own directory and records).
+    /// Exceptions inside `unreadable` (the agent's own directory and records, its
+    /// workspace among the others). The deepest place a path is in decides.
     pub readable: Vec<PathBuf>,
 }
 
@@ -45,18 +47,27 @@ impl PathPolicy {
         if self.may_read(&resolved) {
             return Ok(resolved);
         }
-        if let Some(place) = self.unreadable.iter().find(|u| resolved.starts_with(&u.path)) {
-            return Err(format!("`{path}` is in {} ({}), which agents may not read", place.what, resolved.display()));
+        match self.unreadable.iter().filter(|u| resolved.starts_with(&u.path)).max_by_key(|u| depth(&u.path)) {
+            Some(place) => {
+                Err(format!("`{path}` is in {} ({}), which agents may not read", place.what, resolved.display()))
+            }
+            None => Ok(resolved),
         }
-        Ok(resolved)
     }
 
     /// Whether an already resolved path may be read (for walks that do not follow
     /// symlinks).
     pub fn may_read(&self, resolved: &Path) -> bool {
-        !is_process_files(resolved)
-            && (self.readable.iter().any(|r| resolved.starts_with(r))
-                || !self.unreadable.iter().any(|u| resolved.starts_with(&u.path)))
+        if is_process_files(resolved) {
+            return false;
+        }
+        let deepest = |places: &mut dyn Iterator<Item = &PathBuf>| {
+            places.filter(|p| resolved.starts_with(p)).map(|p| depth(p)).max()
+        };
+        match deepest(&mut self.unreadable.iter().map(|u| &u.path)) {
+            None => true,
+            Some(unreadable) => deepest(&mut self.readable.iter()).is_some_and(|readable| readable >= unreadable),
+        }
     }
 
     /// The resolved path if it may be written, else why not.
@@ -75,6 +86,11 @@ impl PathPolicy {
         }
         Ok(resolved)
     }
+}
+
+/// How many components deep `path` is.
+fn depth(path: &Path) -> usize {
+    path.components().count()
 }
 
 /// Whether `resolved` is inside a process's own directory under /proc
@@ -123,6 +139,31 @@ pub fn resolve(cwd: &Path, path: &str) -> PathBuf {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn the_deepest_place_a_path_is_in_decides_whether_it_may_be_read() {
+        let others = PathBuf::from("/data/workspaces");
+        let ws = others.join("mine");
+        let own = ws.join("agents/me");
+        let policy = PathPolicy {
+            unreadable: vec![
+                Place::new(&others, "another workspace"),
+                Place::new(ws.join("repo.git"), "the workspace's internals"),
+                Place::new(ws.join("agents"), "another agent's directory"),
+            ],
+            readable: vec![own.clone(), ws.clone()],
+            ..PathPolicy::default()
+        };
+        assert_eq!(policy.read(&own, "../../project.git/HEAD"), Ok(ws.join("project.git/HEAD")));
+        assert_eq!(policy.read(&own, "notes.txt"), Ok(own.join("notes.txt")));
+        let refused = |path: &str| policy.read(&own, path).expect_err(path);
+        assert!(refused("/data/workspaces/theirs/repo.git/HEAD").contains("is in another workspace"));
+        assert!(refused("/data/workspaces").contains("is in another workspace"));
+        assert!(refused("../../repo.git/HEAD").contains("is in the workspace's internals"));
+        assert!(refused("../other/f").contains("is in another agent's directory"));
+        assert!(!policy.may_read(Path::new("/data/workspaces/mine/agents/other")));
+        assert!(policy.may_read(Path::new("/data/workspaces/mine/agents/me/sub")));
+    }
 
     #[test]
     fn paths_resolve_through_symlinks_and_dots_before_the_rules_apply() {
