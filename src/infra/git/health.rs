@@ -68,10 +68,7 @@ impl Repo {
 
     /// Deletes the ref `name` (one that is gone is fine).
     pub fn delete_ref(&self, name: &str) -> Result<()> {
-        match self.repo.find_reference(name) {
-            Ok(mut r) => r.delete().map_err(lib(format!("delete {name}"))),
-            Err(_) => Ok(()),
-        }
+        super::delete_ref(&self.repo, name)
     }
 
     /// Lock files left in the repository (a process killed while it updated a ref or

@@ -56,11 +56,27 @@ impl Repo {
     pub fn delete_marks(&self, id: &str) -> Result<()> {
         let refs = self.repo.references_glob(&format!("refs/offshoot/*/{id}")).map_err(lib("list marks"))?;
         let names: Vec<String> = refs.flatten().filter_map(|r| r.name().ok().map(str::to_owned)).collect();
-        for name in names {
-            if let Ok(mut r) = self.repo.find_reference(&name) {
-                r.delete().map_err(lib(format!("delete {name}")))?;
-            }
-        }
-        Ok(())
+        names.iter().try_for_each(|name| self.delete_ref(name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mark_is_removed_past_a_lock_file_a_killed_process_left() {
+        let dir = std::env::temp_dir().join(format!("offshoot-marks-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let repo = Repo::init(&dir.join("repo.git")).expect("init");
+        repo.set_mark("compacting", "a", b"a.1").expect("set");
+        let lock = dir.join("repo.git/refs/offshoot/compacting/a.lock");
+        let file = std::fs::File::create(&lock).expect("lock");
+        let then = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+        file.set_modified(then).expect("age the lock");
+        repo.delete_mark("compacting", "a").expect("delete past the stale lock");
+        assert_eq!(repo.mark("compacting", "a").expect("read"), None);
+        assert!(!lock.exists());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

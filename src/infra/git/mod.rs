@@ -303,11 +303,7 @@ impl Repo {
     }
 
     pub fn delete_branch(&self, branch: &str) -> Result<()> {
-        let name = branch_ref(branch);
-        match self.repo.find_reference(&name) {
-            Ok(mut r) => r.delete().map_err(lib(format!("delete {name}"))),
-            Err(_) => Ok(()),
-        }
+        delete_ref(&self.repo, &branch_ref(branch))
     }
 
     /// The size in bytes of blob `oid` (read from its header, not its content).
@@ -599,6 +595,16 @@ pub struct FileChange {
     pub path: String,
     pub before: Option<(Oid, bool)>,
     pub after: Option<(Oid, bool)>,
+}
+
+/// Deletes the ref `name` (one that is gone is fine), past a lock file a killed
+/// process left on it.
+fn delete_ref(repo: &Repository, name: &str) -> Result<()> {
+    with_lock_retries(repo, name, || match repo.find_reference(name) {
+        Ok(mut r) => r.delete(),
+        Err(_) => Ok(()),
+    })
+    .map_err(lib(format!("delete {name}")))
 }
 
 /// Adds `objects` to the alternates of the repository at `git_dir` (once).

@@ -101,10 +101,7 @@ impl Project {
     }
 
     pub fn delete_branch(&self, branch: &str) -> Result<()> {
-        match self.repo.find_reference(&branch_ref(branch)) {
-            Ok(mut r) => r.delete().map_err(lib(format!("delete project branch {branch}"))),
-            Err(_) => Ok(()),
-        }
+        super::delete_ref(&self.repo, &branch_ref(branch))
     }
 
     /// Agent `id`'s own git directory.
