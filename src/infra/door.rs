@@ -50,6 +50,11 @@ impl DoorError {
     pub fn is_not_found(&self) -> bool {
         matches!(self, DoorError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
+
+    /// Whether the path's owner was refused for want of access.
+    fn is_denied(&self) -> bool {
+        matches!(self, DoorError::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied)
+    }
 }
 
 type Result<T> = std::result::Result<T, DoorError>;
@@ -59,6 +64,8 @@ type Result<T> = std::result::Result<T, DoorError>;
 pub struct Beneath {
     dir: OwnedFd,
     root: PathBuf,
+    /// A directory the harness keeps for an agent (see [`Beneath::open_kept`]).
+    kept: bool,
 }
 
 /// What a walk to a directory makes on its way.
@@ -87,7 +94,15 @@ impl Beneath {
         let path = c_path(root)?;
         let fd = sys::open_at(libc::AT_FDCWD, &path, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
             .map_err(|source| DoorError::Io { path: root.to_owned(), source })?;
-        Ok(Beneath { dir: fd, root: root.to_owned() })
+        Ok(Beneath { dir: fd, root: root.to_owned(), kept: false })
+    }
+
+    /// [`Beneath::open`] for a directory the harness keeps for an agent (its directory,
+    /// its git directory): what the agent took of its owner's access there (`chmod`,
+    /// which binds a user, not root) is given back on the way to a path an operation
+    /// was refused for, and the operation tried again.
+    pub fn open_kept(root: &Path) -> Result<Beneath> {
+        Ok(Beneath { kept: true, ..Beneath::open(root)? })
     }
 
     /// Reads the regular file at `rel`, refusing one over `max` bytes.
@@ -108,27 +123,31 @@ impl Beneath {
     /// Opens the regular file at `rel` for reading (non-blocking, so a FIFO swapped
     /// in cannot hold the caller; refused anyway by the check that follows).
     pub fn open_file(&self, rel: &Path) -> Result<File> {
-        let fd = self.resolve(rel, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)?;
-        let file = File::from(fd);
-        let meta = file.metadata().map_err(|source| self.io(rel, source))?;
-        if !meta.is_file() {
-            return Err(DoorError::NotRegular(rel.to_owned()));
-        }
-        Ok(file)
+        self.again(rel, || {
+            let fd = self.resolve(rel, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)?;
+            let file = File::from(fd);
+            let meta = file.metadata().map_err(|source| self.io(rel, source))?;
+            if !meta.is_file() {
+                return Err(DoorError::NotRegular(rel.to_owned()));
+            }
+            Ok(file)
+        })
     }
 
     /// What stands at `rel` (`None`: nothing), its last component not followed.
     pub fn kind(&self, rel: &Path) -> Result<Option<Kind>> {
-        let (parent, name) = match self.parent(rel) {
-            Ok(p) => p,
-            Err(e) if e.is_not_found() => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        match sys::stat_at(parent.as_raw_fd(), &name) {
-            Ok(st) => Ok(Some(kind_of(&st))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(self.io(rel, source)),
-        }
+        self.again(rel, || {
+            let (parent, name) = match self.parent(rel) {
+                Ok(p) => p,
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            match sys::stat_at(parent.as_raw_fd(), &name) {
+                Ok(st) => Ok(Some(kind_of(&st))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(source) => Err(self.io(rel, source)),
+            }
+        })
     }
 
     /// Writes `bytes` as the file at `rel`, making its directories. A symbolic link
@@ -137,116 +156,124 @@ impl Beneath {
     /// the file put in its place (a directory standing at `rel` goes too); a file with other names (hard links) is replaced,
     /// never written through. `mode` sets the permission bits (a new file gets 0644).
     pub fn write(&self, rel: &Path, bytes: &[u8], mode: Option<u32>, replace: bool) -> Result<()> {
-        let (parent, name) = self.parent_of(rel, if replace { Make::Replacing } else { Make::Missing })?;
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
-        let mut fd = None;
-        // A file replaced because it had other names keeps its mode.
-        let mut kept_mode = None;
-        for _ in 0..3 {
-            match sys::open_at(parent.as_raw_fd(), &name, flags, mode.unwrap_or(0o644)) {
-                Ok(f) => {
-                    let file = File::from(f);
-                    let meta = file.metadata().map_err(|source| self.io(rel, source))?;
-                    if !meta.is_file() && replace {
-                        // A FIFO with a reader, a device: gone, and a file in its place.
-                        sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
-                        continue;
+        self.again(rel, || {
+            let (parent, name) = self.parent_of(rel, if replace { Make::Replacing } else { Make::Missing })?;
+            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+            let mut fd = None;
+            // A file replaced because it had other names keeps its mode.
+            let mut kept_mode = None;
+            for _ in 0..3 {
+                match sys::open_at(parent.as_raw_fd(), &name, flags, mode.unwrap_or(0o644)) {
+                    Ok(f) => {
+                        let file = File::from(f);
+                        let meta = file.metadata().map_err(|source| self.io(rel, source))?;
+                        if !meta.is_file() && replace {
+                            // A FIFO with a reader, a device: gone, and a file in its place.
+                            sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
+                            continue;
+                        }
+                        if !meta.is_file() {
+                            return Err(DoorError::NotRegular(rel.to_owned()));
+                        }
+                        if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+                            kept_mode = Some(std::os::unix::fs::MetadataExt::mode(&meta) & 0o777);
+                            sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
+                            continue;
+                        }
+                        fd = Some(file);
+                        break;
                     }
-                    if !meta.is_file() {
+                    Err(e) if is_link_refusal(&e) && replace => {
+                        sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
+                    }
+                    // A directory where the file belongs goes, with what is in it; so does a
+                    // FIFO nobody reads (ENXIO).
+                    Err(e) if e.raw_os_error() == Some(libc::EISDIR) && replace => self.remove_all(rel)?,
+                    Err(e) if e.raw_os_error() == Some(libc::ENXIO) && replace => {
+                        sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
+                    }
+                    Err(e) if is_link_refusal(&e) => return Err(DoorError::Symlink(rel.to_owned())),
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::ENXIO)) => {
                         return Err(DoorError::NotRegular(rel.to_owned()));
                     }
-                    if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
-                        kept_mode = Some(std::os::unix::fs::MetadataExt::mode(&meta) & 0o777);
-                        sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
-                        continue;
-                    }
-                    fd = Some(file);
-                    break;
+                    Err(source) => return Err(self.io(rel, source)),
                 }
-                Err(e) if is_link_refusal(&e) && replace => {
-                    sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
-                }
-                // A directory where the file belongs goes, with what is in it; so does a
-                // FIFO nobody reads (ENXIO).
-                Err(e) if e.raw_os_error() == Some(libc::EISDIR) && replace => self.remove_all(rel)?,
-                Err(e) if e.raw_os_error() == Some(libc::ENXIO) && replace => {
-                    sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?;
-                }
-                Err(e) if is_link_refusal(&e) => return Err(DoorError::Symlink(rel.to_owned())),
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::ENXIO)) => {
-                    return Err(DoorError::NotRegular(rel.to_owned()));
-                }
-                Err(source) => return Err(self.io(rel, source)),
             }
-        }
-        let mut file = fd.ok_or_else(|| DoorError::NotRegular(rel.to_owned()))?;
-        file.set_len(0).map_err(|source| self.io(rel, source))?;
-        file.write_all(bytes).map_err(|source| self.io(rel, source))?;
-        if let Some(mode) = mode.or(kept_mode) {
-            use std::os::unix::fs::PermissionsExt;
-            file.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
-                .map_err(|source| self.io(rel, source))?;
-        }
-        Ok(())
+            let mut file = fd.ok_or_else(|| DoorError::NotRegular(rel.to_owned()))?;
+            file.set_len(0).map_err(|source| self.io(rel, source))?;
+            file.write_all(bytes).map_err(|source| self.io(rel, source))?;
+            if let Some(mode) = mode.or(kept_mode) {
+                use std::os::unix::fs::PermissionsExt;
+                file.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))
+                    .map_err(|source| self.io(rel, source))?;
+            }
+            Ok(())
+        })
     }
 
     /// Makes the symbolic link `rel` → `target` (a link the agent's tree holds); what
     /// stands there is replaced unless it is a directory.
     pub fn symlink(&self, rel: &Path, target: &OsStr) -> Result<()> {
-        let (parent, name) = self.parent_of(rel, Make::Replacing)?;
-        let target = CString::new(target.as_bytes()).map_err(|_| DoorError::Escapes(rel.to_owned()))?;
-        match sys::stat_at(parent.as_raw_fd(), &name) {
-            Ok(st) if kind_of(&st) == Kind::Dir => return Err(DoorError::NotRegular(rel.to_owned())),
-            Ok(_) => sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?,
-            Err(_) => {}
-        }
-        sys::symlink_at(&target, parent.as_raw_fd(), &name).map_err(|source| self.io(rel, source))
+        self.again(rel, || {
+            let (parent, name) = self.parent_of(rel, Make::Replacing)?;
+            let target = CString::new(target.as_bytes()).map_err(|_| DoorError::Escapes(rel.to_owned()))?;
+            match sys::stat_at(parent.as_raw_fd(), &name) {
+                Ok(st) if kind_of(&st) == Kind::Dir => return Err(DoorError::NotRegular(rel.to_owned())),
+                Ok(_) => sys::unlink_at(parent.as_raw_fd(), &name, 0).map_err(|source| self.io(rel, source))?,
+                Err(_) => {}
+            }
+            sys::symlink_at(&target, parent.as_raw_fd(), &name).map_err(|source| self.io(rel, source))
+        })
     }
 
     /// Makes the directory `rel` and those above it; a link in the way is refused.
     pub fn create_dir_all(&self, rel: &Path) -> Result<()> {
-        self.walk_dirs(rel, Make::Missing).map(drop)
+        self.again(rel, || self.walk_dirs(rel, Make::Missing).map(drop))
     }
 
     /// Removes what stands at `rel` and, for a directory, everything in it, never
     /// following a link (one is removed as itself); nothing there is fine.
     pub fn remove_all(&self, rel: &Path) -> Result<()> {
-        let (parent, name) = match self.parent(rel) {
-            Ok(p) => p,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        match sys::stat_at(parent.as_raw_fd(), &name).map(|st| kind_of(&st)) {
-            Ok(Kind::Dir) => {
-                // Through the parent's descriptor, so no link above `rel` is followed;
-                // std's removal opens each directory below without following links.
-                let at = PathBuf::from(format!("/proc/self/fd/{}", parent.as_raw_fd()))
-                    .join(OsStr::from_bytes(name.as_bytes()));
-                std::fs::remove_dir_all(at).map_err(|source| self.io(rel, source))
+        self.again(rel, || {
+            let (parent, name) = match self.parent(rel) {
+                Ok(p) => p,
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            match sys::stat_at(parent.as_raw_fd(), &name).map(|st| kind_of(&st)) {
+                Ok(Kind::Dir) => {
+                    // Through the parent's descriptor, so no link above `rel` is followed;
+                    // std's removal opens each directory below without following links.
+                    let at = PathBuf::from(format!("/proc/self/fd/{}", parent.as_raw_fd()))
+                        .join(OsStr::from_bytes(name.as_bytes()));
+                    std::fs::remove_dir_all(at).map_err(|source| self.io(rel, source))
+                }
+                Ok(_) => self.remove(rel),
+                Err(_) => Ok(()),
             }
-            Ok(_) => self.remove(rel),
-            Err(_) => Ok(()),
-        }
+        })
     }
 
     /// Removes what stands at `rel` (a file, a link — never what it leads to — or an
     /// empty directory); nothing there is fine.
     pub fn remove(&self, rel: &Path) -> Result<()> {
-        let (parent, name) = match self.parent(rel) {
-            Ok(p) => p,
-            Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let flags = match sys::stat_at(parent.as_raw_fd(), &name) {
-            Ok(st) if kind_of(&st) == Kind::Dir => libc::AT_REMOVEDIR,
-            Ok(_) => 0,
-            Err(_) => return Ok(()),
-        };
-        match sys::unlink_at(parent.as_raw_fd(), &name, flags) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(self.io(rel, source)),
-        }
+        self.again(rel, || {
+            let (parent, name) = match self.parent(rel) {
+                Ok(p) => p,
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            let flags = match sys::stat_at(parent.as_raw_fd(), &name) {
+                Ok(st) if kind_of(&st) == Kind::Dir => libc::AT_REMOVEDIR,
+                Ok(_) => 0,
+                Err(_) => return Ok(()),
+            };
+            match sys::unlink_at(parent.as_raw_fd(), &name, flags) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(source) => Err(self.io(rel, source)),
+            }
+        })
     }
 
     /// The directory holding `rel`'s last component, and that component's name.
@@ -348,8 +375,84 @@ impl Beneath {
         }
     }
 
+    /// Runs `op`; refused for want of access in a kept directory, gives the owner's
+    /// access back along `rel` and runs it again.
+    fn again<T>(&self, rel: &Path, mut op: impl FnMut() -> Result<T>) -> Result<T> {
+        match op() {
+            Err(e) if self.kept && e.is_denied() => {
+                self.give_back(rel);
+                op()
+            }
+            other => other,
+        }
+    }
+
+    /// Gives the owner read, write and search access back to this directory, each
+    /// directory on the way to `rel`, `rel` itself and, when it is a directory,
+    /// everything in it; never through a link.
+    fn give_back(&self, rel: &Path) {
+        let Ok(parts) = components(rel) else { return };
+        let Ok(mut at) = sys::dup(self.dir.as_raw_fd()) else { return };
+        grant(&at, Kind::Dir);
+        for (i, part) in parts.iter().enumerate() {
+            let Ok(name) = c_name(part, rel) else { return };
+            let kind = match sys::stat_at(at.as_raw_fd(), &name) {
+                Ok(st) => kind_of(&st),
+                Err(_) => return,
+            };
+            let dir = libc::O_PATH | libc::O_NOFOLLOW | if kind == Kind::Dir { libc::O_DIRECTORY } else { 0 };
+            let Ok(next) = sys::open_at(at.as_raw_fd(), &name, dir, 0) else { return };
+            match kind {
+                Kind::Dir if i + 1 == parts.len() => grant_below(&next),
+                Kind::Dir => grant(&next, kind),
+                Kind::File { .. } => return grant(&next, kind),
+                Kind::Symlink | Kind::Special => return,
+            }
+            at = next;
+        }
+    }
+
     fn io(&self, rel: &Path, source: std::io::Error) -> DoorError {
         DoorError::Io { path: self.root.join(rel), source }
+    }
+}
+
+/// Adds the owner's read and write (and for a directory, search) access to what
+/// `fd` (opened without following a link) stands for, when it lacks them.
+fn grant(fd: &OwnedFd, kind: Kind) {
+    use std::os::unix::fs::PermissionsExt;
+    let want = if kind == Kind::Dir { 0o700 } else { 0o600 };
+    // (Through the descriptor's own name: the object opened, never a path walked again.)
+    let at = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    if let Ok(meta) = std::fs::metadata(&at)
+        && meta.permissions().mode() & want != want
+    {
+        let _ = std::fs::set_permissions(&at, std::fs::Permissions::from_mode(meta.permissions().mode() | want));
+    }
+}
+
+/// [`grant`] for the directory `dir` and everything in it, links left alone.
+fn grant_below(dir: &OwnedFd) {
+    grant(dir, Kind::Dir);
+    let listed = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    for entry in listed.into_iter().flatten().flatten() {
+        let Ok(name) = CString::new(entry.file_name().as_bytes()) else { continue };
+        let Ok(st) = sys::stat_at(dir.as_raw_fd(), &name) else { continue };
+        let kind = kind_of(&st);
+        let flags = libc::O_PATH | libc::O_NOFOLLOW;
+        match kind {
+            Kind::Dir => {
+                if let Ok(below) = sys::open_at(dir.as_raw_fd(), &name, flags | libc::O_DIRECTORY, 0) {
+                    grant_below(&below);
+                }
+            }
+            Kind::File { .. } => {
+                if let Ok(file) = sys::open_at(dir.as_raw_fd(), &name, flags, 0) {
+                    grant(&file, kind);
+                }
+            }
+            Kind::Symlink | Kind::Special => {}
+        }
     }
 }
 

@@ -42,7 +42,14 @@ fn no_agent_writes_another_agents_git_and_what_it_plants_in_its_own_is_put_back(
             // Another agent's git: not even readable.
             Turn::bash("s4", &format!("ls ../../gits/{}", "$(ls ../../gits | grep -v $(basename $(sed 's/gitdir: //' .git)) | head -1)")),
             // Its own: allowed, and put back after the call.
-            Turn::bash("o1", &format!("{hook}; git config core.fsmonitor 'touch {}'", ran.display())),
+            // (Locked against its owner: that binds a user, and the harness all the same.)
+            Turn::bash(
+                "o1",
+                &format!(
+                    "{hook}; git config core.fsmonitor 'touch {}'; g=$(sed 's/gitdir: //' .git); chmod 444 $g/config; chmod 555 $g/hooks",
+                    ran.display()
+                ),
+            ),
             Turn::text("planted"),
         ],
     );

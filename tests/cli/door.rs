@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::project::{git, project, state};
+use crate::project::{git, person_git, project, state};
 use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace, User};
 
@@ -236,8 +236,21 @@ fn fifos_and_devices_planted_in_the_agents_git_and_tree_hold_nothing(name: &str,
 }
 
 #[test]
-fn git_files_an_agent_plants_never_stop_it() {
-    let (server, t) = TestWorkspace::served("door-git-files", Dialect::Anthropic);
+fn git_files_an_agent_plants_never_stop_it_as_root() {
+    git_files_an_agent_plants_never_stop_it("door-git-files", User::Own);
+}
+
+#[test]
+fn git_files_an_agent_plants_never_stop_it_as_an_unprivileged_user() {
+    git_files_an_agent_plants_never_stop_it("door-git-files-user", User::Unprivileged);
+}
+
+/// What an agent does to its own directory and git — a link or a FIFO where git
+/// looks, its owner's access taken from what the harness writes (which binds only a
+/// user, not root) — neither stops its driver nor survives into a person's `git`.
+fn git_files_an_agent_plants_never_stop_it(name: &str, user: User) {
+    let (server, t) = TestWorkspace::served_as(name, Dialect::Anthropic, user);
+    let ran = t.root.join("ran");
     server.push_turns([
         // libgit2 refuses to stage a `.gitmodules` that is a link.
         Turn::bash("m1", "ln -s /dev/zero .gitmodules && echo linked"),
@@ -250,6 +263,17 @@ fn git_files_an_agent_plants_never_stop_it() {
             "g=$(sed 's/gitdir: //' .git) && mkdir -p shut/in && echo x > shut/in/f && chmod 000 shut/in shut && chmod 000 $g/config && mkdir $g/hooks/locked && chmod 000 $g/hooks/locked && echo shut",
         ),
         Turn::bash("c2", "echo after > after.txt && echo alive"),
+        // Its pointer made a directory of config a person's git would run, then locked.
+        Turn::bash(
+            "d1",
+            &format!(
+                "rm -f .git && mkdir .git && printf '[core]\\n\\tfsmonitor = touch {}\\n' > .git/config && chmod 555 .git && echo locked",
+                ran.display()
+            ),
+        ),
+        // Its own directory, the harness's and the transcript's taken from its owner.
+        Turn::bash("h1", "chmod 000 .offshoot/messages .offshoot . && echo shut"),
+        Turn::bash("h2", "echo later > later.txt && echo alive"),
         Turn::text("still here"),
     ]);
     let run = t.run(&["prompt", "plant git files"]);
@@ -260,7 +284,14 @@ fn git_files_an_agent_plants_never_stop_it() {
     assert_eq!(r(3), "exit code 0\n<stdout>\nalive\n</stdout>");
     assert!(r(4).starts_with("exit code 0\n<stdout>\nshut\n</stdout>"), "{}", r(4));
     assert!(r(5).starts_with("exit code 0\n<stdout>\nalive\n</stdout>"), "{}", r(5));
-    assert_eq!(t.git(&["show", &format!("agents/{}:after.txt", t.only_agent())]), "after\n");
+    assert!(r(6).starts_with("exit code 0\n<stdout>\nlocked\n</stdout>") && r(6).contains("`.git`"), "{}", r(6));
+    assert!(r(8).starts_with("exit code 0\n<stdout>\nalive\n</stdout>"), "{}", r(8));
+    let id = t.only_agent();
+    assert_eq!(t.git(&["show", &format!("agents/{id}:after.txt")]), "after\n");
+    assert_eq!(t.git(&["show", &format!("agents/{id}:later.txt")]), "later\n");
+    // A person's git in the directory runs nothing the agent planted.
+    assert!(person_git(&t.ws.join("agents").join(&id), &["status"]).status.success());
+    assert!(!ran.exists(), "the planted fsmonitor ran");
     server.push_turns([Turn::text("again")]);
-    assert!(t.run(&["send", &t.only_agent(), "go on"]).ok().contains("again"));
+    assert!(t.run(&["send", &id, "go on"]).ok().contains("again"));
 }

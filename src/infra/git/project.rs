@@ -116,7 +116,7 @@ impl Project {
     /// changes against it). Files in `dir` are not touched.
     pub fn attach(&self, id: &str, dir: &Path, at: &Position) -> Result<()> {
         self.detach(id);
-        let gits = Beneath::open(&self.gits)?;
+        let gits = Beneath::open_kept(&self.gits)?;
         let git = |rel: &str, bytes: &[u8]| -> Result<()> {
             Ok(gits.write(Path::new(&format!("{id}/{rel}")), bytes, None, true)?)
         };
@@ -179,7 +179,7 @@ impl Project {
     /// config and its hooks, and a `commondir` or `config.worktree` that would bring
     /// another's) if the agent changed it; returns what was put back.
     pub fn put_back_config(&self, id: &str) -> Result<Vec<&'static str>> {
-        let git = Beneath::open(&self.git_dir(id))?;
+        let git = Beneath::open_kept(&self.git_dir(id))?;
         let mut put_back = Vec::new();
         let config = Path::new("config");
         if git.read(config, 64 << 10).ok().as_deref() != Some(AGENT_CONFIG.as_bytes()) {
@@ -290,7 +290,7 @@ impl Project {
     /// Removes agent `id`'s git directory (its files stay where they are), and the
     /// linked-worktree admin entry an agent made before agents had their own.
     pub fn detach(&self, id: &str) {
-        if let Ok(gits) = Beneath::open(&self.gits) {
+        if let Ok(gits) = Beneath::open_kept(&self.gits) {
             let _ = gits.remove_all(Path::new(id));
         }
         let _ = std::fs::remove_dir_all(self.path.join("worktrees").join(id));
@@ -301,7 +301,7 @@ impl Project {
     /// they are read through the door, and the branch's ref is read as a loose ref or
     /// a line of `packed-refs` (libgit2 would block on a FIFO there).
     pub fn position(&self, id: &str) -> Result<Position> {
-        let door = Beneath::open(&self.git_dir(id))?;
+        let door = Beneath::open_kept(&self.git_dir(id))?;
         let text = door.read(Path::new("HEAD"), SMALL)?;
         let text = String::from_utf8_lossy(&text);
         let text = text.trim();
@@ -320,7 +320,7 @@ const SMALL: u64 = 4096;
 /// The file `rel` below `root` as text, if it is a small regular file reached
 /// without a link.
 fn small(root: &Path, rel: &str) -> Option<String> {
-    let bytes = Beneath::open(root).ok()?.read(Path::new(rel), SMALL).ok()?;
+    let bytes = Beneath::open_kept(root).ok()?.read(Path::new(rel), SMALL).ok()?;
     String::from_utf8(bytes).ok()
 }
 

@@ -131,7 +131,7 @@ impl Tracked {
             return Ok(());
         }
         let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
-        let door = Beneath::open(&self.root)?;
+        let door = Beneath::open_kept(&self.root)?;
         let mut index = self.repo.index().map_err(lib("open index"))?;
         for path in paths {
             let rel = Path::new(path);
@@ -194,7 +194,7 @@ impl Tracked {
     /// An ignored directory with nothing tracked in it is not walked, by libgit2 nor
     /// here (a `node_modules/` is not listed at every call).
     pub fn clear_rule_files(&self, scan: Scan<'_>) -> Result<Vec<String>> {
-        let door = Beneath::open(&self.root)?;
+        let door = Beneath::open_kept(&self.root)?;
         let mut cleared = Vec::new();
         let mut walk: Vec<String> = Vec::new();
         let mut above: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
@@ -636,7 +636,7 @@ fn push_blob_entry(out: &mut Vec<u8>, name: &[u8], id: Oid) {
 /// at the path, is replaced. (An agent can plant a symlink where the harness is about
 /// to write.)
 pub(super) fn write_file(root: &Path, rel: &str, bytes: &[u8]) -> Result<()> {
-    Ok(Beneath::open(root)?.write(Path::new(rel), bytes, None, true)?)
+    Ok(Beneath::open_kept(root)?.write(Path::new(rel), bytes, None, true)?)
 }
 
 /// Gives the owner read, write and (for directories) search access back to
@@ -674,7 +674,7 @@ fn grant_owner_access(root: &Path, skip: &str) {
 /// Removes whatever stands at `root/rel` (a directory with its contents; a symlink
 /// itself, never its target), through the door.
 fn remove_entry(root: &Path, rel: &str) -> Result<()> {
-    Ok(Beneath::open(root)?.remove_all(Path::new(rel))?)
+    Ok(Beneath::open_kept(root)?.remove_all(Path::new(rel))?)
 }
 
 #[cfg(test)]
