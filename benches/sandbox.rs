@@ -30,7 +30,6 @@ fn main() {
     let confinement = |network: bool| Confinement {
         read_write: vec![own.clone()],
         read: Vec::new(),
-        read_files: Vec::new(),
         hidden: vec![root.join("ws")],
         network,
         processes: 1024,

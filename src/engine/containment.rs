@@ -114,10 +114,8 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
     hidden.extend(at.others.map(Path::to_owned));
     Some(Confinement {
         read_write,
-        // The agents' git reads the harness's objects through its alternates (files
-        // by name, never a listing) and looks for packs.
-        read: vec![at.own_steps(), ws.join("project.git"), ws.join("repo.git/objects/pack")],
-        read_files: vec![ws.join("repo.git/objects")],
+        // (The agents' git reads the shared one; nothing of the harness's `repo.git`.)
+        read: vec![at.own_steps(), ws.join("project.git")],
         hidden,
         network: role.network,
         processes: role.max_processes,

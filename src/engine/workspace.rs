@@ -177,7 +177,7 @@ impl Workspace {
         let repo = Repo::open(&layout.repo())?;
         // Workspaces made before agents had their own repository get one now.
         let project = if layout.project().is_dir() {
-            Project::open(&layout.project(), &layout.gits())?
+            Project::open(&layout.project(), &layout.gits(), &layout.repo().join("objects"))?
         } else {
             init_project(&layout)?
         };

@@ -219,3 +219,37 @@ fn an_incomplete_commit_is_never_published_and_no_agent_makes_shared_branches() 
     let fsck = t.git_in("project.git", &["fsck", "--connectivity-only"]);
     assert!(!fsck.contains("missing") && !fsck.contains("broken"), "{fsck}");
 }
+
+#[test]
+fn an_agents_git_reads_nothing_of_the_harnesss_store_even_once_it_is_packed() {
+    let (server, t) = TestWorkspace::served("git-harness-store", Dialect::Anthropic);
+    server.push_for(
+        "Keeper",
+        [Turn::bash("k1", "echo kept > k && git add k && git commit -qm keep && echo ok"), Turn::text("kept")],
+    );
+    t.run(&["prompt", "--name", "Keeper", "remember TOPSECRET-4711"]).ok();
+    // The user packs the harness's repository, as git's own upkeep would.
+    let packed = person_git(&t.ws.join("repo.git"), &["gc", "-q"]);
+    assert!(packed.status.success(), "{}", String::from_utf8_lossy(&packed.stderr));
+    server.push_for(
+        "Snoop",
+        [
+            Turn::bash("s1", "git cat-file --batch-all-objects --batch | grep -c TOPSECRET-4711"),
+            Turn::bash(
+                "s2",
+                "echo mine > m && git add m && git commit -qm mine && git log --format=%s -1 agents/Keeper",
+            ),
+            Turn::text("done"),
+        ],
+    );
+    t.run(&["prompt", "--name", "Snoop", "look around"]).ok();
+    assert!(
+        server.result_text_for("Snoop", 1).contains("<stdout>\n0\n</stdout>"),
+        "{}",
+        server.result_text_for("Snoop", 1)
+    );
+    assert_eq!(server.result_text_for("Snoop", 2), "exit code 0\n<stdout>\nkeep\n</stdout>");
+    // The others' work is whole in the shared store, as a person's git sees it.
+    let shared = person_git(&t.ws.join("project.git"), &["fsck", "--connectivity-only", "--no-dangling"]);
+    assert!(shared.status.success(), "{}", String::from_utf8_lossy(&shared.stderr));
+}

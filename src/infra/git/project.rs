@@ -2,8 +2,10 @@
 //! (`gits/<id>`, what its `.git` points at): its HEAD, index, config, hooks, refs and
 //! the objects it writes, which nothing but that agent (and the harness) reads or
 //! writes. Its object store borrows, read-only, from the shared `project.git`, which
-//! only the harness writes: every agent's published branch and the objects it needs
-//! (the harness's own, through alternates). An agent sees the others' branches as
+//! only the harness writes: every agent's published branch and the objects it needs.
+//! `project.git` never borrows from the harness's `repo.git` (whose objects are every
+//! agent's transcript): only the harness's own handle on it reads `repo.git` too. An
+//! agent sees the others' branches as
 //! `agents/<name>` (its `refs/remotes/agents` leads to the shared branches). Whatever
 //! an agent does with git acts in its own directory; damage there breaks only that
 //! agent, and the harness rebuilds it from what was published.
@@ -55,29 +57,39 @@ const AGENT_CONFIG: &str = "[core]\n\trepositoryformatversion = 0\n\tfilemode = 
 const ELSEWHERE: &[&str] = &["commondir", "config.worktree"];
 
 impl Project {
-    /// Creates `path` as a bare repository with one empty commit on `main`, the
-    /// harness's directory `harness` excluded everywhere, and `objects` (the
-    /// harness's object store) as an alternate, so content the harness already
-    /// stored is not stored again by the agents' git. Agents' own git directories
-    /// go in `gits`.
-    pub fn init(path: &Path, gits: &Path, harness: &str, objects: &Path) -> Result<Project> {
+    /// Creates `path` as a bare repository with one empty commit on `main` and the
+    /// harness's directory `harness` excluded everywhere; agents' own git directories
+    /// go in `gits`. `harness_objects` (the harness's object store) is read through
+    /// this handle only (see [`Project::open`]).
+    pub fn init(path: &Path, gits: &Path, harness: &str, harness_objects: &Path) -> Result<Project> {
         configure_libgit2();
         let mut opts = RepositoryInitOptions::new();
         opts.bare(true).mkpath(true).initial_head(MAIN);
         let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
         write_file(path, "info/exclude", format!("/{harness}/\n").as_bytes())?;
-        let alternate = relative_to(objects, &path.join("objects"));
-        write_file(path, "objects/info/alternates", format!("{}\n", alternate.display()).as_bytes())?;
         let empty = repo.treebuilder(None).and_then(|b| b.write()).map_err(lib("write the empty tree"))?;
         let first = commit_tree(&repo, empty, &[], "project: an empty beginning")?;
         repo.reference(&branch_ref(MAIN), first, false, "init").map_err(lib("create main"))?;
         std::fs::create_dir_all(gits).map_err(|source| GitError::Io { path: gits.to_owned(), source })?;
-        Ok(Project { repo, path: path.to_owned(), gits: gits.to_owned() })
+        Project::open(path, gits, harness_objects)
     }
 
-    pub fn open(path: &Path, gits: &Path) -> Result<Project> {
+    /// Opens the shared repository at `path`. The harness's handle reads
+    /// `harness_objects` as well (an export commits work products the harness
+    /// stored); the repository itself does not borrow from it, so no agent's git
+    /// reaches it. One made when it did is first given the objects its refs reach
+    /// from there, then made to stop.
+    pub fn open(path: &Path, gits: &Path, harness_objects: &Path) -> Result<Project> {
         configure_libgit2();
+        stop_borrowing(path, harness_objects)?;
         let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
+        let harness = harness_objects.to_str().ok_or_else(|| GitError::Io {
+            path: harness_objects.to_owned(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not UTF-8"),
+        })?;
+        repo.odb()
+            .and_then(|odb| odb.add_disk_alternate(harness))
+            .map_err(lib("read the harness's objects through project.git"))?;
         Ok(Project { repo, path: path.to_owned(), gits: gits.to_owned() })
     }
 
@@ -312,6 +324,80 @@ impl Project {
         }
         Ok(Position { branch: None, head: Oid::from_str(text).ok() })
     }
+}
+
+/// Makes the repository at `path` stop borrowing objects from `harness_objects`
+/// (workspaces made before agents' git was kept from the harness's store listed it
+/// in `objects/info/alternates`): every object its refs reach that only the harness
+/// holds is copied in first, then the line goes. Cut short, it is done again whole
+/// at the next open.
+fn stop_borrowing(path: &Path, harness_objects: &Path) -> Result<()> {
+    let objects = path.join("objects");
+    let listed = objects.join("info/alternates");
+    let Ok(text) = std::fs::read_to_string(&listed) else { return Ok(()) };
+    let resolved = std::fs::canonicalize(harness_objects).unwrap_or_else(|_| harness_objects.to_owned());
+    let is_harness = |line: &str| std::fs::canonicalize(objects.join(line)).is_ok_and(|p| p == resolved);
+    let (theirs, kept): (Vec<&str>, Vec<&str>) = text.lines().partition(|l| is_harness(l));
+    if theirs.is_empty() {
+        return Ok(());
+    }
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| GitError::Io { path, source }
+    };
+    let full = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
+    let odb = full.odb().map_err(lib("open project.git's objects"))?;
+    // What the harness holds, and what project.git borrows from elsewhere (the user's
+    // repository, whose objects name none of the harness's). (An object database
+    // follows the alternates of what it is given, so "own" cannot be asked.)
+    let harness = git2::Odb::new().map_err(lib("open the harness's objects"))?;
+    harness.add_disk_alternate(&harness_objects.to_string_lossy()).map_err(lib("open the harness's objects"))?;
+    let elsewhere = git2::Odb::new().map_err(lib("open the borrowed objects"))?;
+    for line in &kept {
+        let _ = elsewhere.add_disk_alternate(&objects.join(line).to_string_lossy());
+    }
+    // Copies are written in a repository of their own (no alternates: libgit2 skips
+    // writing an object any alternate has) and moved in by rename.
+    let staging_dir = path.join(super::publish::QUARANTINE).join(format!("{}-borrowed", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging_dir);
+    let staging = Repository::init_bare(&staging_dir).map_err(lib("make a place for the copies"))?;
+    let staged = staging.odb().map_err(lib("open the copies' objects"))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack: Vec<Oid> =
+        full.references().map_err(lib("list project.git's refs"))?.flatten().filter_map(|r| r.target()).collect();
+    let mut copied = Vec::new();
+    while let Some(oid) = stack.pop() {
+        if !seen.insert(oid) || elsewhere.exists(oid) {
+            continue;
+        }
+        let Ok((_, kind)) = odb.read_header(oid) else { continue };
+        if harness.exists(oid) {
+            let object = odb.read(oid).map_err(lib(format!("read {oid}")))?;
+            staged.write(kind, object.data()).map_err(lib(format!("copy {oid}")))?;
+            copied.push(oid);
+        }
+        stack.extend(
+            super::publish::named_by(&full, oid, kind)
+                .map_err(|what| GitError::Io { path: path.to_owned(), source: std::io::Error::other(what) })?,
+        );
+    }
+    // Each object after what it names (found after it): cut short, what moved is whole.
+    // (One project.git has too, loose, stays as it is.)
+    for oid in copied.iter().rev() {
+        let hex = oid.to_string();
+        let (dir, file) = hex.split_at(2);
+        let target = objects.join(dir).join(file);
+        if !target.exists() {
+            std::fs::create_dir_all(objects.join(dir)).map_err(io(&objects.join(dir)))?;
+            std::fs::rename(staging_dir.join("objects").join(dir).join(file), &target).map_err(io(&target))?;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&staging_dir);
+    // Replaced whole (a half-written list would lose the user's repository).
+    let rest: String = kept.iter().map(|l| format!("{l}\n")).collect();
+    let next = listed.with_extension("new");
+    std::fs::write(&next, rest).map_err(io(&next))?;
+    std::fs::rename(&next, &listed).map_err(io(&listed))
 }
 
 /// What a pointer file of git's may hold (HEAD, a ref, `gitdir`): a few lines.

@@ -101,7 +101,7 @@ pub fn export(objects: &Path, shared: &Path, tips: &[Oid], out: &mut impl Write)
 
 /// The objects `oid` (of `kind`) names: a commit its tree and parents, a tree its
 /// entries (a submodule's commit aside: it is another repository's), a tag its target.
-fn named_by(repo: &Repository, oid: Oid, kind: ObjectType) -> Result<Vec<Oid>, String> {
+pub(super) fn named_by(repo: &Repository, oid: Oid, kind: ObjectType) -> Result<Vec<Oid>, String> {
     let err = |e: git2::Error| format!("read {oid}: {}", e.message());
     Ok(match kind {
         ObjectType::Commit => {
@@ -136,7 +136,7 @@ pub struct Importer<'r> {
 
 /// Where quarantines are made, inside the shared repository (same filesystem, so the
 /// objects move in by rename; not under `objects/`, so git never sees them).
-const QUARANTINE: &str = "quarantine";
+pub(super) const QUARANTINE: &str = "quarantine";
 
 /// A quarantine older than this was left by a driver that died while publishing.
 const ABANDONED: std::time::Duration = std::time::Duration::from_secs(300);

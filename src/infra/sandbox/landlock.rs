@@ -38,7 +38,6 @@ pub fn ruleset(c: &Confinement, abi: i32, own_network: bool) -> Result<OwnedFd, 
         .create()?
         .add_rules(path_beneath_rules(outside(&c.hidden), read))?
         .add_rules(path_beneath_rules(&c.read, read))?
-        .add_rules(path_beneath_rules(&c.read_files, AccessFs::ReadFile))?
         .add_rules(path_beneath_rules(&c.read_write, all))?
         .add_rules(path_beneath_rules(["/dev/null"], all))?;
     let fd: Option<OwnedFd> = created.into();

@@ -33,8 +33,6 @@ pub struct Confinement {
     pub read_write: Vec<PathBuf>,
     /// Read below these.
     pub read: Vec<PathBuf>,
-    /// Read files below these, but not list them.
-    pub read_files: Vec<PathBuf>,
     /// Nothing inside these directories is readable but what the lists above allow;
     /// everything outside them is.
     pub hidden: Vec<PathBuf>,

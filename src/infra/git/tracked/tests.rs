@@ -204,3 +204,42 @@ fn rule_files_that_are_not_files_are_cleared_where_a_scan_walks_and_ignored_dire
     assert_eq!(ended.recv_timeout(std::time::Duration::from_secs(20)), Ok(true), "the scan was held");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_shared_repository_that_borrowed_the_harnesss_objects_is_given_them_and_stops() {
+    let dir = temp_dir("borrowed");
+    let repo = Repo::init(&dir.join("repo.git")).expect("init");
+    let harness_objects = dir.join("repo.git/objects");
+    let edits = [
+        TreeEdit::Write { path: ".offshoot/goal.md".into(), bytes: b"goal".to_vec() },
+        TreeEdit::Write { path: "work.txt".into(), bytes: b"the agent's work".to_vec() },
+    ];
+    let scanned = repo.commit_edits(&[], None, &edits, "scan").expect("commit");
+    let work = repo.work_tree(scanned, ".offshoot").expect("tree");
+    let shared = dir.join("project.git");
+    let gits = dir.join("gits");
+    // A new shared repository lists nothing of the harness's; its handle reads it.
+    let project = Project::init(&shared, &gits, ".offshoot", &harness_objects).expect("project");
+    let alternates = shared.join("objects/info/alternates");
+    assert_eq!(std::fs::read_to_string(&alternates).unwrap_or_default(), "");
+    let exported = project.commit_work(&[], work, None, "export").expect("reads the harness's tree");
+    assert!(project.has_commit(exported));
+    drop(project);
+    // One made when it borrowed: an agent's published commit names the harness's tree.
+    std::fs::write(&alternates, "../../repo.git/objects\n").expect("borrow");
+    let published = {
+        let old = git2::Repository::open_bare(&shared).expect("open");
+        let sig = git2::Signature::now("A", "a@example.com").expect("sig");
+        let tree = old.find_tree(work).expect("borrowed tree");
+        old.commit(Some("refs/heads/Agent"), &sig, &sig, "work", &tree, &[]).expect("commit")
+    };
+    Project::open(&shared, &gits, &harness_objects).expect("open");
+    assert_eq!(std::fs::read_to_string(&alternates).expect("alternates"), "");
+    // What an agent's git sees: the commit whole, nothing of the harness's beyond it.
+    let plain = git2::Repository::open_bare(&shared).expect("open");
+    let tree = plain.find_commit(published).and_then(|c| c.tree()).expect("tree");
+    let blob = tree.get_name("work.txt").expect("entry").to_object(&plain).expect("blob");
+    assert_eq!(blob.as_blob().expect("blob").content(), b"the agent's work");
+    assert!(plain.find_commit(scanned).is_err(), "the harness's commit is not the agents'");
+    let _ = std::fs::remove_dir_all(&dir);
+}
