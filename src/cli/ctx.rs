@@ -44,6 +44,11 @@ impl Ctx {
                 env.get("XDG_CONFIG_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".config")).join("offshoot"),
             ),
         };
+        // Relative paths are made absolute once, here: a workspace's paths reach agents
+        // (`.git`'s `gitdir:`, `TMPDIR`), who run elsewhere.
+        let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+        let (data_root, config_root) = (absolute(data_root), absolute(config_root));
+        let workspace = workspace.map(absolute);
         let out = Out::new(json, env.get("NO_COLOR").is_some());
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("offshoot"));
         Ctx {

@@ -253,3 +253,16 @@ fn an_agents_git_reads_nothing_of_the_harnesss_store_even_once_it_is_packed() {
     let shared = person_git(&t.ws.join("project.git"), &["fsck", "--connectivity-only", "--no-dangling"]);
     assert!(shared.status.success(), "{}", String::from_utf8_lossy(&shared.stderr));
 }
+
+#[test]
+fn a_workspace_named_by_a_relative_path_gives_its_agents_absolute_ones() {
+    let (server, t) = TestWorkspace::served("git-relative", Dialect::Anthropic);
+    server.push_turns([
+        Turn::bash("r1", "git status --porcelain >/dev/null && touch \"$TMPDIR/t\" && echo fine"),
+        Turn::text("done"),
+    ]);
+    // (The test's commands run in the directory holding `ws`.)
+    let run = t.run_bare(&["-w", "ws", "prompt", "look"]);
+    assert!(run.ok().contains("done"), "{}", run.stderr);
+    assert_eq!(server.result_text(1), "exit code 0\n<stdout>\nfine\n</stdout>");
+}
