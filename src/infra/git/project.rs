@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use git2::{Index, Oid, Repository, RepositoryInitOptions};
 
 use super::{GitError, Result, branch_ref, commit_tree, configure_libgit2, lib, tracked::write_file};
-use crate::infra::door::Beneath;
+use crate::infra::door::{Beneath, Kind};
 
 /// Where a worktree's HEAD is: on a branch (whose tip may be unborn), or detached.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,12 +170,19 @@ impl Project {
     }
 
     /// How far `dir` is still attached to agent `id`'s git directory (whole once its
-    /// HEAD, written last, is there). Every file read
+    /// HEAD, written last, is there, and what git needs has not gone since). Every file read
     /// here is one the agent can write, so each is read through the door (no link, no
     /// FIFO, a few bytes).
     pub fn attachment(&self, id: &str, dir: &Path) -> Attachment {
         let head = small(&self.gits, &format!("{id}/HEAD"));
         if !head.is_some_and(|h| h.starts_with("ref: refs/") || Oid::from_str(h.trim()).is_ok()) {
+            return Attachment::Detached;
+        }
+        // What git cannot do without (the agent may have removed it): its objects,
+        // with the way to the shared ones, and its refs.
+        let Ok(git) = Beneath::open_kept(&self.git_dir(id)) else { return Attachment::Detached };
+        let is = |rel: &str, kind: fn(&Kind) -> bool| git.kind(Path::new(rel)).ok().flatten().is_some_and(|k| kind(&k));
+        if !is("objects/info/alternates", |k| matches!(k, Kind::File { .. })) || !is("refs", |k| *k == Kind::Dir) {
             return Attachment::Detached;
         }
         let right = small(dir, ".git").is_some_and(|g| g == self.dot_git(id));
@@ -199,7 +206,7 @@ impl Project {
             put_back.push("config");
         }
         let hooks = Path::new("hooks");
-        let empty = git.kind(hooks)? == Some(crate::infra::door::Kind::Dir)
+        let empty = git.kind(hooks)? == Some(Kind::Dir)
             && std::fs::read_dir(self.git_dir(id).join("hooks")).is_ok_and(|mut d| d.next().is_none());
         if !empty {
             git.remove_all(hooks)?;

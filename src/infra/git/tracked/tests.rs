@@ -243,3 +243,19 @@ fn a_shared_repository_that_borrowed_the_harnesss_objects_is_given_them_and_stop
     assert!(plain.find_commit(scanned).is_err(), "the harness's commit is not the agents'");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_git_directory_left_with_its_head_alone_is_made_again() {
+    let (dir, _repo, project, _tracked, _first) = setup("head-alone");
+    let root = dir.join("agents/a");
+    assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::Attached);
+    let git = dir.join("gits/a");
+    for entry in std::fs::read_dir(&git).expect("list").flatten() {
+        if entry.file_name() != "HEAD" {
+            let path = entry.path();
+            std::fs::remove_dir_all(&path).or_else(|_| std::fs::remove_file(&path)).expect("remove");
+        }
+    }
+    assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::Detached);
+    let _ = std::fs::remove_dir_all(&dir);
+}
