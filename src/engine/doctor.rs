@@ -33,6 +33,8 @@ pub enum Fix {
     RemoveFile(PathBuf),
     /// `repair` deletes this ref.
     DeleteRef(String),
+    /// `repair` removes this directory and what is in it.
+    RemoveDir(PathBuf),
     /// A person's step, in words (a command where there is one).
     Manual(String),
 }
@@ -104,6 +106,7 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
     check_marks(ws, &ids, &mut findings)?;
     check_locks(ws, &mut findings);
     check_object_temps(ws, &mut findings);
+    check_quarantines(ws, &mut findings);
     let connectivity = ws.repo.connectivity()?;
     checked.commits = connectivity.commits;
     checked.objects = connectivity.objects;
@@ -231,6 +234,17 @@ fn check_locks(ws: &Workspace, findings: &mut Vec<Finding>) {
     }
 }
 
+/// Quarantines of publications a kill cut short: objects that never reached the shared
+/// store (the next driver or `scan` removes them too).
+fn check_quarantines(ws: &Workspace, findings: &mut Vec<Finding>) {
+    for dir in ws.project.abandoned_quarantines() {
+        findings.push(Finding {
+            what: format!("{} holds the objects of a publication a kill cut short", dir.display()),
+            fix: Fix::RemoveDir(dir),
+        });
+    }
+}
+
 /// Object files a killed write left half made in `repo.git` or `project.git` (never
 /// read: an object is only found under its final name).
 fn check_object_temps(ws: &Workspace, findings: &mut Vec<Finding>) {
@@ -257,6 +271,11 @@ pub fn repair(ws: &Workspace, findings: &[Finding]) -> Vec<String> {
         match &f.fix {
             Fix::RemoveFile(path) => {
                 if std::fs::remove_file(path).is_ok() {
+                    done.push(format!("removed {}", path.display()));
+                }
+            }
+            Fix::RemoveDir(path) => {
+                if std::fs::remove_dir_all(path).is_ok() {
                     done.push(format!("removed {}", path.display()));
                 }
             }

@@ -103,6 +103,8 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
         found.push(Finding::Died { agent: l.id.to_string(), why, told: parent.map(|p| p.to_string()) });
     }
     found.extend(release_dead_claims(ws)?);
+    // What publications cut short by a kill left (never part of the shared store).
+    ws.project.sweep_quarantines();
     Ok(found)
 }
 

@@ -9,6 +9,8 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use super::process::start_time;
+
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     #[error("cannot open lock file {path}: {source}")]
@@ -50,14 +52,6 @@ impl Holder {
     pub fn is_alive(&self) -> bool {
         start_time(self.pid) == Some(self.started)
     }
-}
-
-/// When process `pid` started, in clock ticks since boot (field 22 of
-/// `/proc/<pid>/stat`, readable for any process).
-pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 impl LockGuard {

@@ -616,10 +616,23 @@ fn carries(pid: u32, marks: &[&str]) -> bool {
     marks.iter().all(|m| vars.contains(&m.as_bytes()))
 }
 
+/// The fields of `/proc/<pid>/stat` after the command name (`state ppid pgrp …`; the
+/// name may hold spaces and parentheses), if the process exists.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
 /// Whether `pid` is a running process (not gone, not a zombie).
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
+pub fn running(pid: u32) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|state| state != "Z"))
+}
+
+/// When process `pid` started, in clock ticks since boot (field 22 of
+/// `/proc/<pid>/stat`, readable for any process): with its pid, what names it.
+pub fn start_time(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
 }
 
 /// Whether some running member of group `pgid` has every one of `marks`
@@ -643,11 +656,8 @@ pub fn group_members(pgid: u32) -> Vec<u32> {
     let mut members = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
-        let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        if fields.first() != Some(&"Z") && fields.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) {
+        let Some(fields) = stat_fields(pid) else { continue };
+        if fields.first().is_some_and(|s| s != "Z") && fields.get(2).and_then(|g| g.parse::<u32>().ok()) == Some(pgid) {
             members.push(pid);
         }
     }

@@ -266,3 +266,28 @@ fn a_workspace_named_by_a_relative_path_gives_its_agents_absolute_ones() {
     assert!(run.ok().contains("done"), "{}", run.stderr);
     assert_eq!(server.result_text(1), "exit code 0\n<stdout>\nfine\n</stdout>");
 }
+
+#[test]
+fn a_publication_cut_short_by_a_kill_is_said_by_doctor_and_swept_by_scan() {
+    let t = TestWorkspace::new("git-quarantine");
+    let quarantines = t.ws.join("project.git/quarantine");
+    // One whose maker is gone (no pid goes this high), one whose maker runs (this test).
+    let gone = quarantines.join("4194305-0");
+    let live = quarantines.join(format!("{}-0", std::process::id()));
+    for dir in [&gone, &live] {
+        std::fs::create_dir_all(dir.join("objects/ab")).expect("quarantine");
+        std::fs::write(dir.join("objects/ab/cdef"), "half").expect("object");
+    }
+    let doctor = t.run(&["doctor"]);
+    assert_ne!(doctor.code, 0);
+    assert!(
+        doctor.stdout.contains("4194305-0 holds the objects of a publication a kill cut short"),
+        "{}",
+        doctor.stdout
+    );
+    assert!(!doctor.stdout.contains(&live.display().to_string()), "{}", doctor.stdout);
+    t.run(&["scan"]).ok();
+    assert!(!gone.exists() && live.exists());
+    std::fs::remove_dir_all(&live).expect("remove");
+    assert_eq!(t.run(&["doctor"]).code, 0);
+}

@@ -335,8 +335,10 @@ impl<'a> Driver<'a> {
                 .map_err(|source| DriverError::Sandbox { role: facts.role.clone(), source })?;
         }
         // Only this driver publishes the agent's shared branch: a lock file there was
-        // left by a driver killed while publishing.
+        // left by a driver killed while publishing, and so was a quarantine whose
+        // maker is gone (any agent's).
         ws.project.remove_branch_lock(&facts.project_branch());
+        ws.project.sweep_quarantines();
         let (dir, repairs) = directory::open(ws, id, &facts, tip)?;
         let root = dir.root().to_owned();
         let position = ws.repo.read_file(tip, agent::GIT)?.unwrap_or_default();

@@ -232,6 +232,17 @@ impl Project {
         args
     }
 
+    /// The quarantines publications cut short by a kill left (their objects never
+    /// reached the shared store).
+    pub fn abandoned_quarantines(&self) -> Vec<PathBuf> {
+        super::publish::abandoned(&self.path.join(super::publish::QUARANTINE))
+    }
+
+    /// Removes what [`Project::abandoned_quarantines`] finds.
+    pub fn sweep_quarantines(&self) {
+        super::publish::sweep(&self.path.join(super::publish::QUARANTINE));
+    }
+
     /// Takes an exporter's frames into the shared store.
     pub fn importer(&self) -> std::result::Result<super::publish::Importer<'_>, String> {
         super::publish::Importer::new(&self.repo)

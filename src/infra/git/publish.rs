@@ -138,9 +138,6 @@ pub struct Importer<'r> {
 /// objects move in by rename; not under `objects/`, so git never sees them).
 pub(super) const QUARANTINE: &str = "quarantine";
 
-/// A quarantine older than this was left by a driver that died while publishing.
-const ABANDONED: std::time::Duration = std::time::Duration::from_secs(300);
-
 impl<'r> Importer<'r> {
     pub fn new(shared: &'r Repository) -> Result<Importer<'r>, String> {
         let root = shared.path().join(QUARANTINE);
@@ -252,14 +249,30 @@ impl Drop for Importer<'_> {
     }
 }
 
-/// Removes quarantines abandoned by drivers that died while publishing.
-fn sweep(root: &Path) {
-    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
-        let old = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok());
-        if old.is_some_and(|age| age > ABANDONED) {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
+/// Removes the quarantines in `root` their makers left (see [`abandoned`]).
+pub(super) fn sweep(root: &Path) {
+    for dir in abandoned(root) {
+        let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// The quarantines in `root` (each named `<pid>-…` after the process that made it)
+/// whose maker is no longer running: a publication cut short by a kill. (A pid used
+/// again keeps one until that process is gone too.)
+pub(super) fn abandoned(root: &Path) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = std::fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let maker = name.split('-').next().and_then(|p| p.parse::<u32>().ok());
+            maker.is_none_or(|pid| !crate::infra::process::running(pid))
+        })
+        .map(|e| e.path())
+        .collect();
+    out.sort();
+    out
 }
 
 #[cfg(test)]
