@@ -91,6 +91,36 @@ pub fn open(
 
 /// Where the agent's git stood at `tip`, with its project branch made to exist:
 /// recreated at the recorded head if it is gone. An agent from before positions were
+/// What of agent `id`'s git a person's `git` in its directory would run that the agent
+/// put there — its git's config or hooks, a `.git` of its own — for when no driver of
+/// it runs to put it back (one killed during a call). A git directory that is gone
+/// runs nothing (the next run makes it again).
+pub fn planted(ws: &Workspace, id: &AgentId) -> Vec<&'static str> {
+    tend(ws, id, false).unwrap_or_default()
+}
+
+/// Puts back what [`planted`] finds; what it put back.
+pub fn put_back(ws: &Workspace, id: &AgentId) -> Result<Vec<&'static str>, GitError> {
+    tend(ws, id, true)
+}
+
+fn tend(ws: &Workspace, id: &AgentId, mend: bool) -> Result<Vec<&'static str>, GitError> {
+    let dir = ws.layout.worktree(id);
+    let dot_git = match ws.project.attachment(id.as_str(), &dir) {
+        _ if !dir.is_dir() => return Ok(Vec::new()),
+        Attachment::Detached => return Ok(Vec::new()),
+        Attachment::Attached => false,
+        Attachment::DotGitWrong => true,
+    };
+    let mut found = if mend { ws.project.put_back_config(id.as_str())? } else { ws.project.planted(id.as_str())? };
+    if dot_git {
+        if mend {
+            ws.project.restore_dot_git(id.as_str(), &dir)?;
+        }
+        found.push(".git");
+    }
+    Ok(found)
+}
 /// recorded works on a branch named after it, from `main`.
 pub fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> Result<Position, GitError> {
     let recorded =

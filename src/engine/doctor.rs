@@ -35,6 +35,8 @@ pub enum Fix {
     DeleteRef(String),
     /// `repair` removes this directory and what is in it.
     RemoveDir(PathBuf),
+    /// `repair` puts back what this agent planted in its git.
+    PutBackGit(AgentId),
     /// A person's step, in words (a command where there is one).
     Manual(String),
 }
@@ -107,6 +109,7 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
     check_locks(ws, &mut findings);
     check_object_temps(ws, &mut findings);
     check_quarantines(ws, &mut findings);
+    check_planted(ws, &ids, &mut findings);
     let connectivity = ws.repo.connectivity()?;
     checked.commits = connectivity.commits;
     checked.objects = connectivity.objects;
@@ -234,6 +237,26 @@ fn check_locks(ws: &Workspace, findings: &mut Vec<Finding>) {
     }
 }
 
+/// What agents whose driver is not running (killed during a call) planted in their
+/// git for a person's `git` to run.
+fn check_planted(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>) {
+    for id in ids {
+        if LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true) {
+            continue;
+        }
+        let planted = super::directory::planted(ws, id);
+        if !planted.is_empty() {
+            findings.push(Finding {
+                what: format!(
+                    "agent `{id}`'s git has {} of the agent's making, which a person's `git` in its directory would run",
+                    planted.join(", ")
+                ),
+                fix: Fix::PutBackGit(id.clone()),
+            });
+        }
+    }
+}
+
 /// Quarantines of publications a kill cut short: objects that never reached the shared
 /// store (the next driver or `scan` removes them too).
 fn check_quarantines(ws: &Workspace, findings: &mut Vec<Finding>) {
@@ -277,6 +300,11 @@ pub fn repair(ws: &Workspace, findings: &[Finding]) -> Vec<String> {
             Fix::RemoveDir(path) => {
                 if std::fs::remove_dir_all(path).is_ok() {
                     done.push(format!("removed {}", path.display()));
+                }
+            }
+            Fix::PutBackGit(id) => {
+                if let Ok(put_back) = super::directory::put_back(ws, id) {
+                    done.push(format!("put back agent `{id}`'s {}", put_back.join(", ")));
                 }
             }
             Fix::DeleteRef(name) => {

@@ -1,6 +1,8 @@
 //! `offshoot scan`: agents whose driver died with work left (mail undelivered, a call
 //! due or cut short, an answer never deposited) are relaunched once; one still dead at
 //! the same commit after that is reported to its parent with a `died` obituary, once.
+//! First, what an agent whose driver is gone planted in its git for a person's `git` to
+//! run is put back; last, quarantines of publications a kill cut short are removed.
 
 use crate::domain::id::AgentId;
 use crate::domain::results::{self, Reply};
@@ -67,7 +69,14 @@ impl From<DriverError> for ScanError {
 pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
     let mut loader = Loader::default();
     let mut found = Vec::new();
-    for l in agents::list(ws)? {
+    let listed = agents::list(ws)?;
+    // What agents killed during a call planted in their git for a person's to run.
+    for l in &listed {
+        if !LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(true) {
+            let _ = super::directory::put_back(ws, &l.id);
+        }
+    }
+    for l in listed {
         let Some(facts) = &l.facts else { continue };
         let Some(why) = left_undone(ws, &mut loader, &l.id, l.tip, facts.parent.as_deref())? else { continue };
         let tip = l.tip.to_string();

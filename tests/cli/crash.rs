@@ -104,3 +104,31 @@ fn a_step_cut_short_by_a_crash_shows_as_interrupted_and_is_counted() {
     let shown: serde_json::Value = serde_json::from_str(t.run(&["show", &id, "--step", "2"]).ok()).expect("json");
     assert_eq!(shown["outcome"], "ok");
 }
+
+#[test]
+fn what_an_agent_killed_mid_call_planted_in_its_git_is_said_by_doctor_and_put_back_by_scan() {
+    let (server, t) = TestWorkspace::served("crash-planted", Dialect::Anthropic);
+    let ran = t.root.join("ran");
+    let plant = format!(
+        "g=$(sed 's/gitdir: //' .git); git config core.fsmonitor 'touch {ran}'; printf '#!/bin/sh\\ntouch {ran}\\n' > $g/hooks/pre-commit; chmod +x $g/hooks/pre-commit; echo $$ > started; sleep 30",
+        ran = ran.display()
+    );
+    server.push_turns([Turn::bash("p1", &plant), Turn::text("back")]);
+    let id = t.run(&["prompt", "--detach", "--name", "Planter", "plant"]).ok().trim().to_owned();
+    let tree = t.ws.join("agents").join(&id);
+    wait_for("the tool to start", || std::fs::read_to_string(tree.join("started")).is_ok_and(|s| s.ends_with('\n')));
+    let driver_pid = t.driver_pid(&id).expect("the driver's pid").to_string();
+    assert!(std::process::Command::new("kill").args(["-9", &driver_pid]).status().expect("kill").success());
+    wait_for("the driver to let go", || t.agents()[0]["state"] != "running");
+    let doctor = t.run(&["doctor"]);
+    assert_ne!(doctor.code, 0);
+    let said = format!("agent `{id}`'s git has config, hooks of the agent's making");
+    assert!(doctor.stdout.contains(&said), "{}", doctor.stdout);
+    // The next scan puts them back before anything else (and relaunches the agent).
+    t.run(&["scan"]).ok();
+    assert!(crate::project::person_git(&tree, &["status"]).status.success());
+    assert!(!ran.exists(), "a planted fsmonitor or hook ran");
+    wait_for("the relaunched agent to finish", || t.agents()[0]["state"] == "done");
+    let doctor = t.run(&["doctor"]);
+    assert_eq!(doctor.code, 0, "{}", doctor.stdout);
+}

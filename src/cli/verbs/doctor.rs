@@ -58,6 +58,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 fn say(ctx: &Ctx, f: &Finding) {
     let (fix, how) = match &f.fix {
         Fix::RemoveFile(p) => ("repair", format!("`--repair` removes {}", p.display())),
+        Fix::PutBackGit(id) => ("repair", format!("`--repair` puts back agent `{id}`'s git as the harness keeps it")),
         Fix::RemoveDir(p) => ("repair", format!("`--repair` removes {} and what is in it", p.display())),
         Fix::DeleteRef(r) => ("repair", format!("`--repair` deletes {r}")),
         Fix::Manual(m) => ("manual", m.clone()),

@@ -198,28 +198,43 @@ impl Project {
     /// config and its hooks, and a `commondir` or `config.worktree` that would bring
     /// another's) if the agent changed it; returns what was put back.
     pub fn put_back_config(&self, id: &str) -> Result<Vec<&'static str>> {
+        self.tend_config(id, true)
+    }
+
+    /// What [`Project::put_back_config`] would put back now, nothing changed.
+    pub fn planted(&self, id: &str) -> Result<Vec<&'static str>> {
+        self.tend_config(id, false)
+    }
+
+    fn tend_config(&self, id: &str, mend: bool) -> Result<Vec<&'static str>> {
         let git = Beneath::open_kept(&self.git_dir(id))?;
-        let mut put_back = Vec::new();
+        let mut found = Vec::new();
         let config = Path::new("config");
         if git.read(config, 64 << 10).ok().as_deref() != Some(AGENT_CONFIG.as_bytes()) {
-            git.write(config, AGENT_CONFIG.as_bytes(), None, true)?;
-            put_back.push("config");
+            if mend {
+                git.write(config, AGENT_CONFIG.as_bytes(), None, true)?;
+            }
+            found.push("config");
         }
         let hooks = Path::new("hooks");
         let empty = git.kind(hooks)? == Some(Kind::Dir)
             && std::fs::read_dir(self.git_dir(id).join("hooks")).is_ok_and(|mut d| d.next().is_none());
         if !empty {
-            git.remove_all(hooks)?;
-            git.create_dir_all(hooks)?;
-            put_back.push("hooks");
+            if mend {
+                git.remove_all(hooks)?;
+                git.create_dir_all(hooks)?;
+            }
+            found.push("hooks");
         }
         for name in ELSEWHERE {
             if git.kind(Path::new(name))?.is_some() {
-                git.remove_all(Path::new(name))?;
-                put_back.push(name);
+                if mend {
+                    git.remove_all(Path::new(name))?;
+                }
+                found.push(name);
             }
         }
-        Ok(put_back)
+        Ok(found)
     }
 
     /// The exporter's arguments (after the binary) for publishing what agent `id`'s
