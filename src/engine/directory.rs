@@ -126,16 +126,13 @@ pub fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> R
     let recorded =
         ws.repo.read_file(tip, agent::GIT)?.and_then(|b| agent::parse_position(&String::from_utf8_lossy(&b)));
     let main = ws.project.branch_tip(MAIN)?;
-    let mut position = recorded.unwrap_or_else(|| Position {
-        branch: Some(facts.name.clone().unwrap_or_else(|| facts.id.clone())),
-        head: main,
-    });
+    let own = facts.project_branch();
+    let mut position = recorded.unwrap_or_else(|| Position { branch: Some(own.clone()), head: main });
     if position.head.is_some_and(|h| !ws.project.has_commit(h)) {
         position.head = main;
     }
     // Only the agent's own name is a shared branch (whatever else its git was on is
     // its own business: made shared, it would take names and clutter `agents/`).
-    let own = facts.project_branch();
     if let Some(branch) = &position.branch
         && *branch == own
         && ws.project.branch_tip(branch)?.is_none()

@@ -120,7 +120,7 @@ pub fn export(
 ) -> Result<Exported> {
     let user = user(ws)?;
     let (tip, facts, base) = agent_base(ws, id)?;
-    let name = facts.name.clone().unwrap_or_else(|| id.to_string());
+    let name = facts.project_branch();
     let branch = branch.map(str::to_owned).unwrap_or_else(|| format!("offshoot/{name}"));
     if !crate::infra::git::valid_branch_name(&branch) {
         return Err(ProjectError::BadBranch(branch));

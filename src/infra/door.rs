@@ -37,6 +37,8 @@ pub enum DoorError {
     Symlink(PathBuf),
     #[error("`{0}` is not a regular file (a directory, FIFO, device or socket)")]
     NotRegular(PathBuf),
+    #[error("`{0}` cannot be reached: a part of its path is not a directory")]
+    NotADirectory(PathBuf),
     #[error("`{path}` is {size} bytes, over the {max} this may read")]
     TooLarge { path: PathBuf, size: u64, max: u64 },
     #[error("`{0}` is not a plain relative path beneath its directory")]
@@ -369,7 +371,7 @@ impl Beneath {
         } else if e.raw_os_error() == Some(libc::EXDEV) {
             DoorError::Escapes(rel.to_owned())
         } else if e.raw_os_error() == Some(libc::ENOTDIR) {
-            DoorError::NotRegular(rel.to_owned())
+            DoorError::NotADirectory(rel.to_owned())
         } else {
             self.io(rel, e)
         }

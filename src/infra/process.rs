@@ -185,7 +185,7 @@ pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessErro
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
     // The jail's ruleset, as a descriptor the helper inherits for the spawn's length.
     let inherited = spec.sandbox.map(Jail::inheritable).transpose().map_err(spawn_err)?;
-    let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd));
+    let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd))?;
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     command.stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     let mut child = command.spawn().map_err(spawn_err)?;
@@ -210,8 +210,7 @@ pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessErro
 /// it: for the user's editor, which should use [`Group::Terminal`].
 pub fn run_attached(spec: &Spec) -> Result<Exit, ProcessError> {
     let program = spec.program.display().to_string();
-    unjailed(spec)?;
-    let status = command(spec, None).status().map_err(|source| ProcessError::Spawn { program, source })?;
+    let status = command(spec, None)?.status().map_err(|source| ProcessError::Spawn { program, source })?;
     Ok(Exit::of(status))
 }
 
@@ -219,11 +218,10 @@ pub fn run_attached(spec: &Spec) -> Result<Exit, ProcessError> {
 /// and returns its pid; a thread reaps it if it ends while we still run.
 pub fn launch(spec: &Spec, log: &Path) -> Result<u32, ProcessError> {
     let program = spec.program.display().to_string();
-    unjailed(spec)?;
+    let mut command = command(spec, None)?;
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
     let out = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
     let err = out.try_clone().map_err(spawn_err)?;
-    let mut command = command(spec, None);
     command.stdin(Stdio::null()).stdout(out).stderr(err);
     let mut child = command.spawn().map_err(spawn_err)?;
     let pid = child.id();
@@ -231,32 +229,28 @@ pub fn launch(spec: &Spec, log: &Path) -> Result<u32, ProcessError> {
     Ok(pid)
 }
 
-/// Refuses a jailed `spec` where jails are not made (only [`run`] hands the helper
-/// its ruleset): it would run unconfined.
-fn unjailed(spec: &Spec) -> Result<(), ProcessError> {
-    match spec.sandbox {
-        None => Ok(()),
-        Some(_) => Err(ProcessError::Spawn {
-            program: spec.program.display().to_string(),
-            source: std::io::Error::other("a sandboxed command is started only by `process::run`"),
-        }),
-    }
-}
-
 /// The std command for `spec`; a jailed one runs the helper with the ruleset as
-/// descriptor `ruleset`, which the helper then enforces on the real command.
+/// descriptor `ruleset`, which the helper then enforces on the real command. A
+/// jailed `spec` without its ruleset (only [`run`] hands the helper one) is refused:
+/// it would run unconfined.
 #[expect(unsafe_code, reason = "pre_exec runs in the forked child; see the SAFETY note")]
-fn command(spec: &Spec, ruleset: Option<RawFd>) -> Command {
+fn command(spec: &Spec, ruleset: Option<RawFd>) -> Result<Command, ProcessError> {
     let mut command = match (spec.sandbox, ruleset) {
         (Some(jail), Some(fd)) => {
             let mut c = Command::new(&jail.helper);
             c.args(jail.argv(fd, spec.program, spec.args));
             c
         }
-        _ => {
+        (None, _) => {
             let mut c = Command::new(spec.program);
             c.args(spec.args);
             c
+        }
+        (Some(_), None) => {
+            return Err(ProcessError::Spawn {
+                program: spec.program.display().to_string(),
+                source: std::io::Error::other("a sandboxed command is started only by `process::run`"),
+            });
         }
     };
     command.current_dir(spec.cwd).env_clear();
@@ -285,7 +279,7 @@ fn command(spec: &Spec, ruleset: Option<RawFd>) -> Command {
             });
         }
     }
-    command
+    Ok(command)
 }
 
 /// Whether the child must run code of ours between fork and exec (which makes std

@@ -109,6 +109,10 @@ fn writes_make_directories_keep_or_set_modes_and_never_write_through_hard_links(
         assert_eq!(std::fs::read_to_string(out.join("linked")).expect("read"), "outside");
         assert_eq!(std::fs::read_to_string(root.join("hard")).expect("read"), "inside");
         assert!(matches!(door.write(Path::new("a/b"), b"x", None, false), Err(DoorError::NotRegular(_))));
+        // A file where a directory belongs is named as that.
+        assert!(matches!(door.read(Path::new("a/b/c.txt/x"), 10), Err(DoorError::NotADirectory(_))));
+        let through = door.write(Path::new("a/b/c.txt/x"), b"x", None, false);
+        assert!(matches!(through, Err(DoorError::NotADirectory(_))), "{through:?}");
         door.symlink(Path::new("link"), OsStr::new("a/b/c.txt")).expect("symlink");
         assert_eq!(std::fs::read_link(root.join("link")).expect("link"), PathBuf::from("a/b/c.txt"));
         let _ = std::fs::remove_dir_all(root.parent().expect("base"));

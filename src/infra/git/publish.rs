@@ -147,9 +147,7 @@ impl<'r> Importer<'r> {
         let dir = root.join(format!("{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let quarantine = Repository::init_bare(&dir).map_err(|e| format!("make a quarantine: {}", e.message()))?;
-        let alternates = dir.join("objects/info/alternates");
-        std::fs::write(&alternates, format!("{}\n", shared.path().join("objects").display()))
-            .map_err(|e| format!("make a quarantine: {e}"))?;
+        super::add_alternate(&dir, &shared.path().join("objects")).map_err(|e| format!("make a quarantine: {e}"))?;
         // Opened again: libgit2 reads a store's alternates when it opens it.
         let quarantine =
             Repository::open_bare(quarantine.path()).map_err(|e| format!("open the quarantine: {}", e.message()))?;

@@ -332,11 +332,6 @@ impl Target {
         self.door.read(&self.rel, max).map_err(|e| self.refused("read", e))
     }
 
-    /// The file, opened for reading.
-    fn open(&self) -> Result<std::fs::File, ToolError> {
-        self.door.open_file(&self.rel).map_err(|e| self.refused("read", e))
-    }
-
     /// Writes the file (its directories made, its mode kept); a link on the way is
     /// refused, never followed.
     fn write(&self, bytes: &[u8]) -> Result<(), ToolError> {
@@ -361,6 +356,9 @@ impl Target {
                 }
             ),
             DoorError::NotRegular(_) => format!("cannot {verb} `{path}`: it is not a regular file"),
+            DoorError::NotADirectory(_) => {
+                format!("cannot {verb} `{path}`: a part of its path is a file, not a directory")
+            }
             DoorError::TooLarge { size, max, .. } => format!("`{path}` is {size} bytes, over the {max}-byte limit"),
             e if e.is_not_found() => format!("cannot {verb} `{path}`: there is no such file"),
             e => format!("cannot {verb} `{path}`: {e}"),

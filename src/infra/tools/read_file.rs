@@ -1,7 +1,5 @@
 //! `read_file`: numbered lines of a text file, a window at a time.
 
-use std::io::Read;
-
 use serde_json::Value;
 
 use super::{Kind, MAX_FILE_BYTES, Stream, Target, ToolEnv, ToolError, ToolOutput, str_arg, u64_arg};
@@ -27,15 +25,8 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         Some(Kind::File { size, .. }) if size > MAX_FILE_BYTES => return Err(too_big(path, size)),
         Some(_) => {}
     }
-    let mut bytes = Vec::new();
-    let file = target.open()?;
-    (&file)
-        .take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ToolError::ToModel(format!("cannot read `{path}`: {e}")))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(too_big(path, bytes.len() as u64));
-    }
+    // (Bounded again: the file may have grown since.)
+    let bytes = target.read(MAX_FILE_BYTES)?;
     if bytes[..bytes.len().min(8192)].contains(&0) || std::str::from_utf8(&bytes).is_err() {
         return Err(ToolError::ToModel(format!("`{path}` is a binary file of {} bytes; it was not read", bytes.len())));
     }
