@@ -41,20 +41,8 @@ impl Repo {
                     continue;
                 };
                 out.objects += 1;
-                match kind {
-                    ObjectType::Commit => {
-                        out.commits += 1;
-                        let c = self.repo.find_commit(oid).map_err(lib(format!("read commit {oid}")))?;
-                        stack.push(c.tree_id());
-                        stack.extend(c.parent_ids());
-                    }
-                    ObjectType::Tree => {
-                        let t = self.repo.find_tree(oid).map_err(lib(format!("read tree {oid}")))?;
-                        // Submodule entries name commits of another repository.
-                        stack.extend(t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()));
-                    }
-                    _ => {}
-                }
+                out.commits += usize::from(kind == ObjectType::Commit);
+                stack.extend(super::named_by(&self.repo, oid, kind)?);
             }
         }
         Ok(out)

@@ -597,6 +597,23 @@ pub struct FileChange {
     pub after: Option<(Oid, bool)>,
 }
 
+/// The objects `oid` (of `kind`) names: a commit its tree and parents, a tree its
+/// entries (a submodule's commit aside: it is another repository's), a tag its target.
+fn named_by(repo: &Repository, oid: Oid, kind: ObjectType) -> Result<Vec<Oid>> {
+    Ok(match kind {
+        ObjectType::Commit => {
+            let c = repo.find_commit(oid).map_err(lib(format!("read commit {oid}")))?;
+            std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
+        }
+        ObjectType::Tree => {
+            let t = repo.find_tree(oid).map_err(lib(format!("read tree {oid}")))?;
+            t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()).collect()
+        }
+        ObjectType::Tag => vec![repo.find_tag(oid).map_err(lib(format!("read tag {oid}")))?.target_id()],
+        _ => Vec::new(),
+    })
+}
+
 /// Deletes the ref `name` (one that is gone is fine), past a lock file a killed
 /// process left on it.
 fn delete_ref(repo: &Repository, name: &str) -> Result<()> {

@@ -409,10 +409,7 @@ fn stop_borrowing(path: &Path, harness_objects: &Path) -> Result<()> {
             staged.write(kind, object.data()).map_err(lib(format!("copy {oid}")))?;
             copied.push(oid);
         }
-        stack.extend(
-            super::publish::named_by(&full, oid, kind)
-                .map_err(|what| GitError::Io { path: path.to_owned(), source: std::io::Error::other(what) })?,
-        );
+        stack.extend(super::named_by(&full, oid, kind)?);
     }
     // Each object after what it names (found after it): cut short, what moved is whole.
     // (One project.git has too, loose, stays as it is.)

@@ -92,29 +92,11 @@ pub fn export(objects: &Path, shared: &Path, tips: &[Oid], out: &mut impl Write)
         }
         let object = odb.read(oid).map_err(err(&format!("read {oid}")))?;
         let Some(l) = letter(object.kind()) else { continue };
-        stack.extend(named_by(&repo, oid, object.kind())?);
+        stack.extend(super::named_by(&repo, oid, object.kind()).map_err(|e| e.to_string())?);
         writeln!(out, "{l}{}", object.data().len()).map_err(|e| e.to_string())?;
         out.write_all(object.data()).map_err(|e| e.to_string())?;
     }
     Ok(())
-}
-
-/// The objects `oid` (of `kind`) names: a commit its tree and parents, a tree its
-/// entries (a submodule's commit aside: it is another repository's), a tag its target.
-pub(super) fn named_by(repo: &Repository, oid: Oid, kind: ObjectType) -> Result<Vec<Oid>, String> {
-    let err = |e: git2::Error| format!("read {oid}: {}", e.message());
-    Ok(match kind {
-        ObjectType::Commit => {
-            let c = repo.find_commit(oid).map_err(err)?;
-            std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
-        }
-        ObjectType::Tree => {
-            let t = repo.find_tree(oid).map_err(err)?;
-            t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()).collect()
-        }
-        ObjectType::Tag => vec![repo.find_tag(oid).map_err(err)?.target_id()],
-        _ => Vec::new(),
-    })
 }
 
 /// Reads frames as they arrive and writes each object into a quarantine — a
@@ -214,7 +196,8 @@ impl<'r> Importer<'r> {
         let repo = &self.quarantine;
         let odb = repo.odb().map_err(|e| e.message().to_owned())?;
         for (oid, kind) in &self.written {
-            if let Some(gone) = named_by(repo, *oid, *kind)?.into_iter().find(|n| !odb.exists(*n)) {
+            let named = super::named_by(repo, *oid, *kind).map_err(|e| e.to_string())?;
+            if let Some(gone) = named.into_iter().find(|n| !odb.exists(*n)) {
                 return Err(format!("object {gone} is named but was not published"));
             }
         }

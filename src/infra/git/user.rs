@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{ObjectType, Oid, Repository, Status, StatusOptions};
+use git2::{Oid, Repository, Status, StatusOptions};
 
 use super::{GitError, Result, configure_libgit2, lib};
 use crate::infra::door::Beneath;
@@ -148,18 +148,7 @@ impl UserRepo {
                 continue;
             }
             let object = theirs.read(oid).map_err(lib(format!("read object {oid}")))?;
-            match object.kind() {
-                ObjectType::Commit => {
-                    let c = from.find_commit(oid).map_err(lib(format!("read commit {oid}")))?;
-                    stack.push(c.tree_id());
-                    stack.extend(c.parent_ids());
-                }
-                ObjectType::Tree => {
-                    let t = from.find_tree(oid).map_err(lib(format!("read tree {oid}")))?;
-                    stack.extend(t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()));
-                }
-                _ => {}
-            }
+            stack.extend(super::named_by(from, oid, object.kind())?);
             ours.write(object.kind(), object.data()).map_err(lib(format!("write object {oid}")))?;
             copied += 1;
         }
