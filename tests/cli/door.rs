@@ -295,3 +295,29 @@ fn git_files_an_agent_plants_never_stop_it(name: &str, user: User) {
     server.push_turns([Turn::text("again")]);
     assert!(t.run(&["send", &id, "go on"]).ok().contains("again"));
 }
+
+#[test]
+fn a_context_file_that_is_a_link_shows_only_what_the_agent_may_read() {
+    let (server, t) = TestWorkspace::served("door-context", Dialect::Anthropic);
+    let other = t.home.join("workspaces").join("other");
+    t.run_bare(&["new", other.to_str().expect("utf-8")]).ok();
+    std::fs::write(other.join("secret.txt"), "OTHER-WORKSPACE-SECRET\n").expect("secret");
+    let links = format!(
+        "mkdir a b c && ln -s /proc/self/environ a/AGENTS.md && ln -s {}/secret.txt b/AGENTS.md && printf 'tabs here\\n' > c/real.md && ln -s real.md c/AGENTS.md && echo linked",
+        other.display()
+    );
+    server.push_turns([
+        Turn::bash("l1", &links),
+        Turn::tool("d1", "cd", json!({"path": "a"})),
+        Turn::tool("d2", "cd", json!({"path": "../b"})),
+        Turn::tool("d3", "cd", json!({"path": "../c"})),
+        Turn::text("done"),
+    ]);
+    let run = t.run(&["prompt", "look at the rules"]);
+    assert!(run.ok().contains("done"), "{}", run.stderr);
+    let r = |n: usize| server.result_text(n);
+    assert!(!r(2).contains("<context-file") && !r(2).contains("API_KEY"), "{}", r(2));
+    assert!(!r(3).contains("<context-file") && !r(3).contains("OTHER-WORKSPACE-SECRET"), "{}", r(3));
+    // A link to a file of its own is read, as its `read_file` would.
+    assert!(r(4).ends_with("<context-file path=\"c/AGENTS.md\">\ntabs here\n</context-file>"), "{}", r(4));
+}

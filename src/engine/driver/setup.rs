@@ -18,7 +18,7 @@ use super::{Driver, DriverError, Result};
 pub(super) struct ToolsSetup {
     config: CommitId,
     commands: Commands,
-    paths: Arc<PathPolicy>,
+    pub(super) paths: Arc<PathPolicy>,
     role: RoleConfig,
 }
 

@@ -248,12 +248,15 @@ impl Driver<'_> {
             return Ok(Vec::new());
         }
         let shown = context::shown_context_files(self.loader.entries(&self.ws.repo, tip)?);
+        // Read as the agent's own `read_file` would: an `AGENTS.md` that is a link to
+        // a key or another workspace's transcript is not read for it either.
+        let Some(paths) = self.tools_setup.as_ref().map(|s| s.paths.clone()) else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for (name, file) in found {
             if shown.contains(&name) {
                 continue;
             }
-            if let Ok(text) = std::fs::read_to_string(&file) {
+            if let Some(text) = crate::infra::tools::read_text_as_tool(&paths, &cwd, &file) {
                 out.push((name, text));
             }
         }

@@ -20,7 +20,7 @@ use super::door::{Beneath, DoorError, Kind};
 use super::provider::ToolSpec;
 use super::redact::Redactor;
 use super::sandbox::Jail;
-pub use paths::{PathPolicy, Place};
+pub use paths::{PathPolicy, Place, resolve};
 
 /// What the harness tells every tool about where it runs.
 #[derive(Clone, Default)]
@@ -280,6 +280,16 @@ fn read_path(env: &ToolEnv, path: &str) -> Result<PathBuf, ToolError> {
         Some(policy) => policy.read(&env.cwd, path).map_err(ToolError::ToModel),
         None => Ok(paths::resolve(&env.cwd, path)),
     }
+}
+
+/// The text of the file at `path`, read as `read_file` reads (the path rules of
+/// `paths`, then the door: no link followed past resolution, no FIFO or device, at most
+/// [`MAX_FILE_BYTES`]); `None` when it may not be read or is not UTF-8 text. For what
+/// the harness reads of an agent's files on its behalf (context files).
+pub fn read_text_as_tool(paths: &PathPolicy, cwd: &Path, path: &Path) -> Option<String> {
+    let resolved = paths.read(cwd, path.to_str()?).ok()?;
+    let bytes = Target::beneath(Path::new("/"), &resolved, "").ok()?.read(MAX_FILE_BYTES).ok()?;
+    String::from_utf8(bytes).ok()
 }
 
 /// A file a tool reads or writes: resolved (links that exist are followed to where
