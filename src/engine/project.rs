@@ -156,6 +156,7 @@ pub fn export(
         [only] if ws.project.tree_id(only)? == work => (only, false),
         _ => {
             let message = format!("{name}: uncommitted work\n\n{marker}; not committed by its git.");
+            ws.project.take_work(&ws.repo, work)?;
             (ws.project.commit_work(&parents, work, author, &message)?, true)
         }
     };

@@ -291,3 +291,22 @@ fn a_publication_cut_short_by_a_kill_is_said_by_doctor_and_swept_by_scan() {
     std::fs::remove_dir_all(&live).expect("remove");
     assert_eq!(t.run(&["doctor"]).code, 0);
 }
+
+#[test]
+fn an_agent_that_points_its_git_at_a_harness_commit_publishes_nothing_of_it() {
+    let (server, t) = TestWorkspace::served("git-harness-commit", Dialect::Anthropic);
+    // The commit its first step was made on: a harness commit, its id in the step record.
+    let point = "x=$(python3 -c 'import json,os; print(json.load(open(os.environ[\"OFFSHOOT_WORKSPACE\"]+\"/steps/\"+os.environ[\"OFFSHOOT_AGENT\"]+\"/0001/meta.json\"))[\"commit\"])') && g=$(sed 's/gitdir: //' .git) && echo $x > $g/refs/heads/$(git branch --show-current) && echo $x";
+    server.push_turns([Turn::bash("h1", point), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Pointer", "point"]).ok();
+    let result = server.result_text(1);
+    let harness_commit = result.lines().nth(2).expect("the commit").to_owned();
+    assert_eq!(harness_commit.len(), 40, "{result}");
+    let shared = t.ws.join("project.git");
+    let has = person_git(&shared, &["cat-file", "-e", &harness_commit]);
+    assert!(!has.status.success(), "the harness commit reached project.git");
+    let branch = person_git(&shared, &["rev-parse", "refs/heads/Pointer"]);
+    assert_ne!(String::from_utf8_lossy(&branch.stdout).trim(), harness_commit);
+    assert!(result.contains("not published"), "{result}");
+    assert_eq!(t.run(&["doctor"]).code, 0);
+}

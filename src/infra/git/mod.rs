@@ -614,6 +614,25 @@ fn named_by(repo: &Repository, oid: Oid, kind: ObjectType) -> Result<Vec<Oid>> {
     })
 }
 
+/// Copies into `to` every object `root` reaches that `to` lacks, read from `from`
+/// (what `to` has, it has all below: those are not walked); how many were copied.
+fn copy_missing(from: &Repository, to: &Repository, root: Oid) -> Result<usize> {
+    let ours = to.odb().map_err(lib("open the receiving objects"))?;
+    let theirs = from.odb().map_err(lib("open the giving objects"))?;
+    let mut stack = vec![root];
+    let mut copied = 0;
+    while let Some(oid) = stack.pop() {
+        if ours.exists(oid) {
+            continue;
+        }
+        let object = theirs.read(oid).map_err(lib(format!("read object {oid}")))?;
+        stack.extend(named_by(from, oid, object.kind())?);
+        ours.write(object.kind(), object.data()).map_err(lib(format!("write object {oid}")))?;
+        copied += 1;
+    }
+    Ok(copied)
+}
+
 /// Deletes the ref `name` (one that is gone is fine), past a lock file a killed
 /// process left on it.
 fn delete_ref(repo: &Repository, name: &str) -> Result<()> {

@@ -59,8 +59,8 @@ const ELSEWHERE: &[&str] = &["commondir", "config.worktree"];
 impl Project {
     /// Creates `path` as a bare repository with one empty commit on `main` and the
     /// harness's directory `harness` excluded everywhere; agents' own git directories
-    /// go in `gits`. `harness_objects` (the harness's object store) is read through
-    /// this handle only (see [`Project::open`]).
+    /// go in `gits`. `harness_objects` is the harness's object store (see
+    /// [`Project::open`]).
     pub fn init(path: &Path, gits: &Path, harness: &str, harness_objects: &Path) -> Result<Project> {
         configure_libgit2();
         let mut opts = RepositoryInitOptions::new();
@@ -74,23 +74,22 @@ impl Project {
         Project::open(path, gits, harness_objects)
     }
 
-    /// Opens the shared repository at `path`. The harness's handle reads
-    /// `harness_objects` as well (an export commits work products the harness
-    /// stored); the repository itself does not borrow from it, so no agent's git
-    /// reaches it. One made when it did is first given the objects its refs reach
-    /// from there, then made to stop.
+    /// Opens the shared repository at `path`. It borrows nothing from the harness's
+    /// store `harness_objects` — not even through this handle, so whatever commit an
+    /// agent names, only what the agents' git holds can be published or exported. One
+    /// made when it did is first given the objects its refs reach from there, then
+    /// made to stop.
     pub fn open(path: &Path, gits: &Path, harness_objects: &Path) -> Result<Project> {
         configure_libgit2();
         stop_borrowing(path, harness_objects)?;
         let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
-        let harness = harness_objects.to_str().ok_or_else(|| GitError::Io {
-            path: harness_objects.to_owned(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not UTF-8"),
-        })?;
-        repo.odb()
-            .and_then(|odb| odb.add_disk_alternate(harness))
-            .map_err(lib("read the harness's objects through project.git"))?;
         Ok(Project { repo, path: path.to_owned(), gits: gits.to_owned() })
+    }
+
+    /// Copies the work products' tree `tree` from the harness's repository `from`
+    /// (what this store lacks of it), for an export to commit.
+    pub fn take_work(&self, from: &super::Repo, tree: Oid) -> Result<usize> {
+        super::copy_missing(&from.repo, &self.repo, tree)
     }
 
     pub fn branch_tip(&self, branch: &str) -> Result<Option<Oid>> {

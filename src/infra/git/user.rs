@@ -139,20 +139,7 @@ impl UserRepo {
     /// read from `from` (unchanged subtrees are not walked: an object here has all its
     /// own below it).
     pub fn receive(&self, from: &Repository, commit: Oid) -> Result<usize> {
-        let ours = self.repo.odb().map_err(lib("open the project's objects"))?;
-        let theirs = from.odb().map_err(lib("open the agents' objects"))?;
-        let mut stack = vec![commit];
-        let mut copied = 0;
-        while let Some(oid) = stack.pop() {
-            if ours.exists(oid) {
-                continue;
-            }
-            let object = theirs.read(oid).map_err(lib(format!("read object {oid}")))?;
-            stack.extend(super::named_by(from, oid, object.kind())?);
-            ours.write(object.kind(), object.data()).map_err(lib(format!("write object {oid}")))?;
-            copied += 1;
-        }
-        Ok(copied)
+        super::copy_missing(from, &self.repo, commit)
     }
 
     /// Points `branch` at `commit` (which must be here), if it is still at `expected`.

@@ -218,11 +218,15 @@ fn a_shared_repository_that_borrowed_the_harnesss_objects_is_given_them_and_stop
     let work = repo.work_tree(scanned, ".offshoot").expect("tree");
     let shared = dir.join("project.git");
     let gits = dir.join("gits");
-    // A new shared repository lists nothing of the harness's; its handle reads it.
+    // A new shared repository borrows nothing of the harness's, not even through the
+    // harness's handle: an export takes the work products' tree in first.
     let project = Project::init(&shared, &gits, ".offshoot", &harness_objects).expect("project");
     let alternates = shared.join("objects/info/alternates");
     assert_eq!(std::fs::read_to_string(&alternates).unwrap_or_default(), "");
-    let exported = project.commit_work(&[], work, None, "export").expect("reads the harness's tree");
+    assert!(!project.has_commit(scanned));
+    assert!(project.commit_work(&[], work, None, "export").is_err());
+    assert_eq!(project.take_work(&repo, work).expect("take"), 2);
+    let exported = project.commit_work(&[], work, None, "export").expect("commit");
     assert!(project.has_commit(exported));
     drop(project);
     // One made when it borrowed: an agent's published commit names the harness's tree.
