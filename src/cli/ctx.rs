@@ -30,6 +30,14 @@ pub struct Ctx {
     pub driving: Arc<OnceLock<String>>,
 }
 
+/// `path` made absolute and real, once, as the CLI takes it: a workspace's paths reach
+/// agents (`.git`'s `gitdir:`, `TMPDIR`), who run elsewhere, and are compared with the
+/// real paths an agent's file tools resolve (a link or `..` in `-w` would miss).
+pub fn real(path: PathBuf) -> PathBuf {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    crate::infra::tools::resolve(&cwd, path)
+}
+
 impl Ctx {
     pub fn from_env(workspace: Option<PathBuf>, json: bool) -> Ctx {
         let env = Env::new(std::env::vars());
@@ -44,11 +52,8 @@ impl Ctx {
                 env.get("XDG_CONFIG_HOME").map(PathBuf::from).unwrap_or_else(|| home.join(".config")).join("offshoot"),
             ),
         };
-        // Relative paths are made absolute once, here: a workspace's paths reach agents
-        // (`.git`'s `gitdir:`, `TMPDIR`), who run elsewhere.
-        let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
-        let (data_root, config_root) = (absolute(data_root), absolute(config_root));
-        let workspace = workspace.map(absolute);
+        let (data_root, config_root) = (real(data_root), real(config_root));
+        let workspace = workspace.map(real);
         let out = Out::new(json, env.get("NO_COLOR").is_some());
         let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("offshoot"));
         Ctx {

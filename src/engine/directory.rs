@@ -106,12 +106,12 @@ pub fn put_back(ws: &Workspace, id: &AgentId) -> Result<Vec<&'static str>, GitEr
 
 fn tend(ws: &Workspace, id: &AgentId, mend: bool) -> Result<Vec<&'static str>, GitError> {
     let dir = ws.layout.worktree(id);
-    let dot_git = match ws.project.attachment(id.as_str(), &dir) {
-        _ if !dir.is_dir() => return Ok(Vec::new()),
-        Attachment::Detached => return Ok(Vec::new()),
-        Attachment::Attached => false,
-        Attachment::DotGitWrong => true,
-    };
+    if !ws.project.has_git_dir(id.as_str()) {
+        return Ok(Vec::new());
+    }
+    // A git directory judged detached (its HEAD in a form this does not take, a part
+    // removed) may still be one a person's git would use: its config is tended all the same.
+    let dot_git = dir.is_dir() && ws.project.attachment(id.as_str(), &dir) == Attachment::DotGitWrong;
     let mut found = if mend { ws.project.put_back_config(id.as_str())? } else { ws.project.planted(id.as_str())? };
     if dot_git {
         if mend {

@@ -6,7 +6,8 @@ use crate::infra::git::{Skipped, Staged, Why};
 
 /// What a scan of the directory found and did, for the commit after a call.
 pub struct Scanned {
-    pub staged: Staged,
+    /// `None` when the directory could not be scanned (said in `unchecked`).
+    pub staged: Option<Staged>,
     /// Rule files removed: not regular files.
     pub cleared: Vec<String>,
     /// `max_commit_file_bytes`.
@@ -26,7 +27,7 @@ impl Scanned {
     /// that were not files, removed; files over the size limit, left on disk), its
     /// git's config or hooks put back, and its git left unpublished.
     pub fn note(&self) -> String {
-        let mut note = left_out_note(&self.cleared, &self.staged.skipped, self.limit);
+        let mut note = left_out_note(&self.cleared, self.staged.as_ref().map_or(&[], |s| &s.skipped), self.limit);
         if !self.put_back.is_empty() {
             note.push_str(&format!(
                 "\n[offshoot: your git's {} put back: they are the harness's (a person's `git` in your directory would run them)]",

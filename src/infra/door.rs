@@ -405,7 +405,7 @@ impl Beneath {
             let dir = libc::O_PATH | libc::O_NOFOLLOW | if kind == Kind::Dir { libc::O_DIRECTORY } else { 0 };
             let Ok(next) = sys::open_at(at.as_raw_fd(), &name, dir, 0) else { return };
             match kind {
-                Kind::Dir if i + 1 == parts.len() => grant_below(&next),
+                Kind::Dir if i + 1 == parts.len() => grant_below(&next, GRANT_DEPTH),
                 Kind::Dir => grant(&next, kind),
                 Kind::File { .. } => return grant(&next, kind),
                 Kind::Symlink | Kind::Special => return,
@@ -433,9 +433,17 @@ fn grant(fd: &OwnedFd, kind: Kind) {
     }
 }
 
-/// [`grant`] for the directory `dir` and everything in it, links left alone.
-fn grant_below(dir: &OwnedFd) {
+/// How many levels below a directory [`grant_below`] goes (each holds two
+/// descriptors; an agent can nest directories thousands deep).
+const GRANT_DEPTH: usize = 128;
+
+/// [`grant`] for the directory `dir` and everything in it `depth` levels down, links
+/// left alone.
+fn grant_below(dir: &OwnedFd, depth: usize) {
     grant(dir, Kind::Dir);
+    if depth == 0 {
+        return;
+    }
     let listed = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()));
     for entry in listed.into_iter().flatten().flatten() {
         let Ok(name) = CString::new(entry.file_name().as_bytes()) else { continue };
@@ -445,7 +453,7 @@ fn grant_below(dir: &OwnedFd) {
         match kind {
             Kind::Dir => {
                 if let Ok(below) = sys::open_at(dir.as_raw_fd(), &name, flags | libc::O_DIRECTORY, 0) {
-                    grant_below(&below);
+                    grant_below(&below, depth - 1);
                 }
             }
             Kind::File { .. } => {

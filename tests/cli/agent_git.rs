@@ -310,3 +310,33 @@ fn an_agent_that_points_its_git_at_a_harness_commit_publishes_nothing_of_it() {
     assert!(result.contains("not published"), "{result}");
     assert_eq!(t.run(&["doctor"]).code, 0);
 }
+
+#[test]
+fn a_directory_git_cannot_walk_stops_neither_the_agent_nor_the_config_put_back() {
+    let (server, t) = TestWorkspace::served("git-deep", Dialect::Anthropic);
+    let ran = t.root.join("ran");
+    // Deeper than libgit2 walks (it stops at 100 levels), with a config planted in the
+    // same command.
+    let deep = format!(
+        "d=$(python3 -c 'print(\"/\".join([\"n\"] * 120))') && mkdir -p $d && echo x > $d/f && git config core.fsmonitor 'touch {}; true' && echo deep",
+        ran.display()
+    );
+    server.push_turns([
+        Turn::bash("d1", &deep),
+        Turn::bash("d2", "rm -rf n && echo shallow > kept.txt && echo shallow"),
+        Turn::text("done"),
+    ]);
+    let out = t.run(&["prompt", "--name", "Deep", "nest"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let first = server.result_text(1);
+    assert!(first.contains("`config` put back"), "{first}");
+    assert!(first.contains("not recorded in this step"), "{first}");
+    // The next command's changes are recorded: nothing was lost of the directory.
+    let id = t.only_agent();
+    let files = t.git(&["ls-tree", "-r", "--name-only", &format!("agents/{id}")]);
+    assert!(files.lines().any(|f| f == "kept.txt"), "{files}");
+    assert!(!files.contains("n/n/"), "{files}");
+    assert!(person_git(&t.ws.join("agents").join(&id), &["status"]).status.success());
+    assert!(!ran.exists(), "a person's git ran what the agent planted");
+    assert_eq!(t.run(&["doctor"]).code, 0);
+}

@@ -110,7 +110,7 @@ fn what_an_agent_killed_mid_call_planted_in_its_git_is_said_by_doctor_and_put_ba
     let (server, t) = TestWorkspace::served("crash-planted", Dialect::Anthropic);
     let ran = t.root.join("ran");
     let plant = format!(
-        "g=$(sed 's/gitdir: //' .git); git config core.fsmonitor 'touch {ran}'; printf '#!/bin/sh\\ntouch {ran}\\n' > $g/hooks/pre-commit; chmod +x $g/hooks/pre-commit; echo $$ > started; sleep 30",
+        "g=$(sed 's/gitdir: //' .git); git config core.fsmonitor 'touch {ran}'; printf '#!/bin/sh\\ntouch {ran}\\n' > $g/hooks/pre-commit; chmod +x $g/hooks/pre-commit; printf 'ref:refs/heads/Planter\\n' > $g/HEAD; echo $$ > started; sleep 30",
         ran = ran.display()
     );
     server.push_turns([Turn::bash("p1", &plant), Turn::text("back")]);

@@ -530,3 +530,25 @@ fn system_v_ipc_stays_inside_the_sandbox() {
     let after = host_segments();
     assert_eq!(after.lines().count() + 1, before.lines().count(), "{before}\n---\n{after}");
 }
+
+#[test]
+fn a_workspace_named_through_a_link_is_known_by_its_real_place() {
+    let (server, t) = TestWorkspace::served("sandbox-linked", Dialect::Anthropic);
+    // Named relative to the current directory, through a link: the file tools resolve
+    // the agent's paths to real ones, so the workspace's must be real too.
+    std::os::unix::fs::symlink(&t.ws, t.root.join("via")).expect("link");
+    server.push_turns([
+        Turn::tool("f1", "read_file", json!({"path": "../../repo.git/HEAD"})),
+        Turn::tool("f2", "grep", json!({"pattern": "ref", "path": "../../steps"})),
+        Turn::text("done"),
+    ]);
+    let out = t.command_bare().args(["-w", "via", "prompt", "look"]).output().expect("run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(server.result_text(1).contains("is in the workspace's internals"), "{}", server.result_text(1));
+    assert!(server.result_text(2).contains("is in the workspace's internals"), "{}", server.result_text(2));
+    assert!(!server.result_text(1).contains("refs/heads"), "{}", server.result_text(1));
+    // What reaches the agent names the real place: the link may go.
+    let dot_git = std::fs::read_to_string(t.ws.join("agents").join(t.only_agent()).join(".git")).expect(".git");
+    let real = std::fs::canonicalize(&t.ws).expect("real");
+    assert_eq!(dot_git.trim(), format!("gitdir: {}/gits/{}", real.display(), t.only_agent()));
+}

@@ -17,7 +17,7 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let path =
         args.path.clone().or_else(|| ctx.explicit_workspace().cloned()).unwrap_or_else(|| ctx.default_workspace());
-    let path = std::path::absolute(&path).unwrap_or(path);
+    let path = crate::cli::ctx::real(path);
     let ws = match &args.project {
         Some(dir) => {
             let user = crate::cli::ctx::project_at(dir, &[])?

@@ -241,6 +241,11 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
             Err(e) => break Err(e),
         }
     };
+    if result.is_err() {
+        // Whatever ended the run, a person's `git` in the directory runs nothing the
+        // agent planted since the last step (best effort: scan and doctor look again).
+        let _ = directory::put_back(ws, id);
+    }
     let synced = driver.tip().and_then(|tip| Ok(driver.dir.save_index(tip)?));
     let result = match result {
         Err(DriverError::Interrupted { reason: Reason::Stopped, .. }) => {

@@ -27,16 +27,24 @@ impl Driver<'_> {
         };
         // What the agent did to its own files must not stop its driver: a check that
         // cannot be made is said, not fatal.
+        // Its git's config first: whatever stops the rest, a person's `git` runs nothing
+        // of the agent's.
         let mut unchecked = Vec::new();
-        let cleared = self.dir.clear_rule_files(scan).unwrap_or_else(|e| {
-            unchecked.push(format!("its `.gitignore` and `.gitattributes` files ({e})"));
-            Vec::new()
-        });
-        let staged = self.dir.stage(scan, limit)?;
         let put_back = self.ws.project.put_back_config(self.id.as_str()).unwrap_or_else(|e| {
             unchecked.push(format!("your git's config and hooks ({e})"));
             Vec::new()
         });
+        let cleared = self.dir.clear_rule_files(scan).unwrap_or_else(|e| {
+            unchecked.push(format!("its `.gitignore` and `.gitattributes` files ({e})"));
+            Vec::new()
+        });
+        // A directory git cannot walk (nested past libgit2's limit, say) keeps the last
+        // recorded work products; it is scanned again after the next command.
+        let staged = self
+            .dir
+            .stage(scan, limit)
+            .map_err(|e| unchecked.push(format!("your directory's changes, not recorded in this step ({e})")))
+            .ok();
         let moved = self.moved_position();
         let mut unpublished = None;
         // Published when its git moved, and again after a publication that failed.
@@ -88,7 +96,7 @@ impl Driver<'_> {
         message: &str,
     ) -> Result<CommitId> {
         let (staged, moved) = match scanned {
-            Some(s) => (Some(s.staged), s.moved),
+            Some(s) => (s.staged, s.moved),
             None => (None, None),
         };
         let mut harness: Vec<(&str, &[u8])> = files.to_vec();

@@ -115,6 +115,11 @@ impl Project {
         super::delete_ref(&self.repo, &branch_ref(branch))
     }
 
+    /// Whether agent `id` has a git directory (whatever state it is in).
+    pub fn has_git_dir(&self, id: &str) -> bool {
+        self.git_dir(id).is_dir()
+    }
+
     /// Agent `id`'s own git directory.
     fn git_dir(&self, id: &str) -> PathBuf {
         self.gits.join(id)
@@ -174,7 +179,7 @@ impl Project {
     /// FIFO, a few bytes).
     pub fn attachment(&self, id: &str, dir: &Path) -> Attachment {
         let head = small(&self.gits, &format!("{id}/HEAD"));
-        if !head.is_some_and(|h| h.starts_with("ref: refs/") || Oid::from_str(h.trim()).is_ok()) {
+        if !head.is_some_and(|h| is_head(&h)) {
             return Attachment::Detached;
         }
         // What git cannot do without (the agent may have removed it): its objects,
@@ -437,6 +442,15 @@ const SMALL: u64 = 4096;
 fn small(root: &Path, rel: &str) -> Option<String> {
     let bytes = Beneath::open_kept(root).ok()?.read(Path::new(rel), SMALL).ok()?;
     String::from_utf8(bytes).ok()
+}
+
+/// Whether `head` is a HEAD git takes: `ref:`, any blanks, then a ref under `refs/`
+/// (git skips the blanks, so `ref:refs/heads/x` is one), or an object id.
+fn is_head(head: &str) -> bool {
+    match head.strip_prefix("ref:") {
+        Some(target) => target.trim_start().starts_with("refs/"),
+        None => Oid::from_str(head.trim()).is_ok(),
+    }
 }
 
 /// What ref `name` (`refs/…`) points at in the repository `door` stands for: its

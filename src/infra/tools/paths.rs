@@ -108,8 +108,8 @@ fn is_process_files(resolved: &Path) -> bool {
 /// `path` made absolute against `cwd`, with every symlink and `..` resolved: the
 /// longest existing prefix through the filesystem, the rest (which cannot hold a
 /// symlink, since it does not exist) lexically.
-pub fn resolve(cwd: &Path, path: &str) -> PathBuf {
-    let joined = if Path::new(path).is_absolute() { PathBuf::from(path) } else { cwd.join(path) };
+pub fn resolve(cwd: &Path, path: impl AsRef<Path>) -> PathBuf {
+    let joined = cwd.join(path);
     let parts: Vec<Component> = joined.components().collect();
     // The longest prefix that exists, resolved by the filesystem.
     let mut split = parts.len();

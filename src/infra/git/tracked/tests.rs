@@ -87,6 +87,9 @@ fn the_directory_has_a_git_directory_of_its_own() {
     assert_eq!(project.put_back_config("a").expect("put back"), ["config", "hooks"]);
     assert!(!std::fs::read_to_string(dir.join("gits/a/config")).expect("read").contains("fsmonitor"));
     assert!(!dir.join("gits/a/hooks/post-commit").exists());
+    // git skips blanks after `ref:`, so does this.
+    std::fs::write(dir.join("gits/a/HEAD"), "ref:refs/heads/Agent\n").expect("write");
+    assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::Attached);
     std::fs::write(root.join(".git"), "gitdir: /elsewhere\n").expect("write");
     assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::DotGitWrong);
     project.restore_dot_git("a", &root).expect("restore");
