@@ -5,6 +5,7 @@ use crate::domain::id::IdError;
 use crate::engine::agents::AgentError;
 use crate::engine::driver::DriverError;
 use crate::engine::inspect::InspectError;
+use crate::engine::lifecycle::LifecycleError;
 use crate::engine::model::ModelError;
 use crate::engine::project::ProjectError;
 use crate::engine::runtime::RuntimeError;
@@ -248,6 +249,12 @@ pub fn sandbox_hint(role: &str) -> String {
     format!(
         "`offshoot config set roles.{role}.sandbox none` runs its tools without Landlock (the file tools' path rules still apply)"
     )
+}
+
+impl From<LifecycleError> for CliError {
+    fn from(e: LifecycleError) -> Self {
+        CliError::runtime(e.to_string())
+    }
 }
 
 impl From<RuntimeError> for CliError {

@@ -299,6 +299,8 @@ pub fn watch_signals(ctx: &Ctx) {
         let code = 128 + signal;
         let continues = if id.is_empty() { String::new() } else { format!("; `offshoot run {id}` continues") };
         let end = |line: String| {
+            // The stop is a stop, not a crash: recorded before the process ends.
+            interrupt.exiting(reason);
             let event = json!({"type": "end", "outcome": "interrupted", "agent": id, "reason": reason.words()});
             Out::from_any_thread(json, &line, &event);
             std::process::exit(code);

@@ -14,9 +14,8 @@ use super::Env;
 use super::containment;
 use super::directory;
 use super::inbox::{self, InboxError};
-use super::runtime::{Runtime, Stopped};
 use super::snapshot::{self, Loader, SnapshotError};
-use super::tools;
+use super::specs;
 use super::workspace::{Workspace, WorkspaceError};
 
 #[derive(Debug, thiserror::Error)]
@@ -470,8 +469,8 @@ fn dispatch_files(
         TreeEdit::Write { path: agent::GIT.into(), bytes: agent::position_text(position).into_bytes() },
     ];
     for name in config.grant(&facts.role) {
-        if let Some(handler) = tools::handler(&name) {
-            let spec = serde_json::to_vec_pretty(&handler.spec()).unwrap_or_default();
+        if let Some(spec) = specs::spec(&name) {
+            let spec = serde_json::to_vec_pretty(&spec).unwrap_or_default();
             edits.push(TreeEdit::Write { path: format!("{}/{name}.json", agent::TOOLS), bytes: spec });
         }
     }
@@ -559,57 +558,6 @@ pub fn resolve(ws: &Workspace, handle: &str) -> Result<AgentId> {
             candidates: many.iter().map(ToString::to_string).collect(),
         }),
     }
-}
-
-/// Stops `id` and every agent below it: each is marked stopped (results then wait
-/// in its inbox instead of waking it), then each running driver is told to stop,
-/// deepest first so parents hear of their children. Returns what happened to each.
-pub fn stop_tree(
-    ws: &Workspace,
-    rt: &Runtime,
-    id: &AgentId,
-    patience: std::time::Duration,
-) -> Result<Vec<(AgentId, Stopped)>> {
-    let mut tree = descendants(ws, id)?;
-    tree.push(id.clone());
-    stop_all(ws, rt, tree, patience)
-}
-
-/// Marks every one of `agents` stopped, then stops each running driver, deepest first,
-/// waiting up to `patience` for each to settle (zero: asked, not waited for).
-pub fn stop_all(
-    ws: &Workspace,
-    rt: &Runtime,
-    mut agents: Vec<AgentId>,
-    patience: std::time::Duration,
-) -> Result<Vec<(AgentId, Stopped)>> {
-    agents.sort_by_key(|a| std::cmp::Reverse(a.depth()));
-    for agent in &agents {
-        if let Some(tip) = ws.repo.branch_tip(&agent.branch())? {
-            ws.repo.set_mark(super::driver::STOPPED, agent.as_str(), tip.to_string().as_bytes())?;
-        }
-    }
-    let mut out = Vec::new();
-    for agent in agents {
-        let stopped =
-            rt.stop(&agent, patience).map_err(|e| AgentError::Stop { id: agent.to_string(), reason: e.to_string() })?;
-        if let Stopped::Stopped(_) = stopped {
-            super::driver::tell_parent_if_untold(ws, rt, &agent)
-                .map_err(|e| AgentError::Stop { id: agent.to_string(), reason: e.to_string() })?;
-        }
-        out.push((agent, stopped));
-    }
-    Ok(out)
-}
-
-/// Every agent below `id` (children, their children, …), by branch.
-pub fn descendants(ws: &Workspace, id: &AgentId) -> std::result::Result<Vec<AgentId>, GitError> {
-    Ok(ws
-        .repo
-        .branches(&format!("{}.", id.branch()))?
-        .into_iter()
-        .filter_map(|(branch, _)| AgentId::parse(branch.trim_start_matches("agents/")).ok())
-        .collect())
 }
 
 /// The display name of agent `id`, if it has one.

@@ -106,7 +106,7 @@ pub fn start(ws: &Workspace, rt: &Runtime, id: &AgentId, focus: Option<&str>, en
 pub fn in_flight(ws: &Workspace, id: &AgentId) -> Result<Option<AgentId>> {
     let Some(mark) = ws.repo.mark(COMPACTING, id.as_str())? else { return Ok(None) };
     let Ok(compactor) = AgentId::parse(&String::from_utf8_lossy(&mark)) else { return Ok(None) };
-    let stopped = ws.repo.mark(super::driver::STOPPED, compactor.as_str())?.is_some();
+    let stopped = ws.repo.mark(super::lifecycle::STOPPED, compactor.as_str())?.is_some();
     Ok(ws.repo.branch_tip(&compactor.branch())?.filter(|_| !stopped).map(|_| compactor))
 }
 

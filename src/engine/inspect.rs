@@ -98,7 +98,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
         let running = LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(false);
         let state = if running {
             "running"
-        } else if ws.repo.mark(super::driver::STOPPED, l.id.as_str())?.is_some() {
+        } else if ws.repo.mark(super::lifecycle::STOPPED, l.id.as_str())?.is_some() {
             "stopped"
         } else if inbox::has_pending(&ws.layout, &l.id) || entries.is_empty() {
             // (An empty transcript: its goal is not delivered yet.)

@@ -4,8 +4,8 @@
 //! settles the calls it cut short, commits and lets go. During a model call there is
 //! nothing to keep, so the receiver is told to end the process right away.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::infra::{process, signals};
 
@@ -59,12 +59,18 @@ const IDLE: u8 = 0;
 const CALLING: u8 = 1;
 const EXITING: u8 = 2;
 
+/// What a driver leaves behind when its process ends at once: the stop recorded as a
+/// stop (the agent marked stopped, who should hear of it told).
+pub type ExitHook = Box<dyn Fn(Reason) + Send + Sync>;
+
 #[derive(Default)]
 struct Shared {
     reason: AtomicU8,
     /// The process group of the command running now (0: none).
     group: AtomicU32,
     phase: AtomicU8,
+    /// Run by [`Interrupt::exiting`], once.
+    on_exit: Mutex<Option<ExitHook>>,
 }
 
 /// The handle both sides hold.
@@ -121,6 +127,21 @@ impl Interrupt {
             return false;
         }
         true
+    }
+
+    /// Sets what [`Interrupt::exiting`] runs (a driver's run sets it, and clears it with
+    /// `None` when it ends).
+    pub fn on_exit(&self, hook: Option<ExitHook>) {
+        *self.shared.on_exit.lock().unwrap_or_else(|p| p.into_inner()) = hook;
+    }
+
+    /// The receiver is about to end the process for `reason` (a request during a model
+    /// call, or a second one): the driver's stop is recorded first, once.
+    pub fn exiting(&self, reason: Reason) {
+        let hook = self.shared.on_exit.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(hook) = hook {
+            hook(reason);
+        }
     }
 
     /// Leaves a model call. If the receiver already chose to end the process, this

@@ -85,6 +85,19 @@ impl Runtime {
         self
     }
 
+    /// The same runtime for another thread, with a stop request of its own (what a
+    /// signal's receiver does before the process ends).
+    pub fn sibling(&self) -> Runtime {
+        Runtime {
+            layout: self.layout.clone(),
+            exe: self.exe.clone(),
+            env: self.env.clone(),
+            interrupt: Interrupt::default(),
+            launched: Mutex::new(Vec::new()),
+            workspaces: self.workspaces.clone(),
+        }
+    }
+
     /// Where workspaces live, if known: hidden from sandboxed commands.
     pub fn workspaces(&self) -> Option<&std::path::Path> {
         self.workspaces.as_deref()

@@ -5,14 +5,12 @@
 //! run is put back; last, quarantines of publications a kill cut short are removed.
 
 use crate::domain::id::AgentId;
-use crate::domain::results::{self, Reply};
-use crate::domain::transcript;
 use crate::infra::git::{CommitId, GitError};
 use crate::infra::lock::{LockError, LockGuard};
 
 use super::agents::{self, AgentError};
-use super::driver::{self, DriverError};
-use super::inbox;
+use super::driver::DriverError;
+use super::lifecycle::{self, LifecycleError};
 use super::runtime::{Runtime, Woken};
 use super::snapshot::{Loader, SnapshotError};
 use super::workspace::Workspace;
@@ -54,6 +52,8 @@ pub enum ScanError {
     Lock(#[from] LockError),
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
     #[error("cannot relaunch `{id}`: {reason}")]
     Launch { id: String, reason: String },
 }
@@ -107,7 +107,7 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
                 "`{}` stopped working ({why}) and a relaunch did not get it further; everything it did is on its branch (commit {tip}). `offshoot log {}` shows its last step; a message to it tries again.",
                 l.id, l.id
             );
-            driver::deposit_result(ws, rt, &l.id, parent, EPITAPH_DIED, l.tip, body)?;
+            lifecycle::deposit_result(ws, rt, &l.id, parent, EPITAPH_DIED, l.tip, body)?;
         }
         found.push(Finding::Died { agent: l.id.to_string(), why, told: parent.map(|p| p.to_string()) });
     }
@@ -163,28 +163,8 @@ fn left_undone(
     tip: CommitId,
     parent: Option<&str>,
 ) -> Result<Option<&'static str>> {
-    if LockGuard::is_held(&ws.layout.lock(id))? || ws.repo.mark(driver::STOPPED, id.as_str())?.is_some() {
+    if LockGuard::is_held(&ws.layout.lock(id))? || ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() {
         return Ok(None);
     }
-    if inbox::has_pending(&ws.layout, id) {
-        return Ok(Some("mail undelivered"));
-    }
-    let entries = loader.entries(&ws.repo, tip)?;
-    if entries.is_empty() {
-        return Ok(Some("its goal never delivered"));
-    }
-    if !transcript::unanswered_calls(entries).is_empty() {
-        return Ok(Some("tool calls cut short"));
-    }
-    if transcript::warrants_call(entries) {
-        return Ok(Some("a model call due"));
-    }
-    let replied = ws.repo.mark(driver::REPLIED, id.as_str())?;
-    if transcript::final_text(entries).is_some()
-        && replied.as_deref() != Some(tip.to_string().as_bytes())
-        && matches!(results::reply(entries, id.as_str(), parent), Reply::To(_))
-    {
-        return Ok(Some("an answer never delivered"));
-    }
-    Ok(None)
+    Ok(lifecycle::work_left(ws, loader, id, tip, parent)?)
 }

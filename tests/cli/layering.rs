@@ -133,3 +133,82 @@ fn file_tools_touch_files_only_through_the_door() {
     }
     assert!(offenders.is_empty(), "file tools reaching files around the door:\n{}", offenders.join("\n"));
 }
+
+/// The engine modules `code` names through `prefix` (`crate::engine::`, or the
+/// `super::` that reaches the engine from where the file is): plain and grouped.
+fn engine_modules_named(code: &str, prefix: &str) -> Vec<String> {
+    let mut named = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find(prefix) {
+        // `super::` inside `super::super::` is not the engine seen from here.
+        let before = &rest[..at];
+        rest = &rest[at + prefix.len()..];
+        if prefix == "super::"
+            && (before.ends_with("super::") || before.ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+        {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let body = &group[..group.find('}').unwrap_or(group.len())];
+            named.extend(body.split(',').map(|i| i.trim().split("::").next().unwrap_or("").trim().to_owned()));
+        } else {
+            let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            named.push(rest[..end].to_owned());
+        }
+    }
+    named.retain(|n| !n.is_empty());
+    named
+}
+
+#[test]
+fn no_engine_module_imports_in_a_circle() {
+    let engine = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
+    let module_of = |file: &Path| -> (String, bool) {
+        let rel = file.strip_prefix(&engine).expect("under engine");
+        let parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+        let top = parts[0].trim_end_matches(".rs").to_owned();
+        // A file one level down (`driver/record.rs`) reaches the engine with `super::super::`.
+        let nested = parts.len() > 1 && parts[1] != "mod.rs";
+        (top, nested)
+    };
+    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
+    let files = sources(&engine);
+    let modules: std::collections::BTreeSet<String> = files.iter().map(|(f, _)| module_of(f).0).collect();
+    for (file, code) in &files {
+        let (from, nested) = module_of(file);
+        let mut named = engine_modules_named(code, "crate::engine::");
+        named.extend(engine_modules_named(code, if nested { "super::super::" } else { "super::" }));
+        let to = edges.entry(from.clone()).or_default();
+        to.extend(named.into_iter().filter(|n| *n != from && modules.contains(n)));
+    }
+    // A depth-first walk that finds a way back to where it started.
+    fn back_to<'a>(
+        edges: &'a std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+        start: &str,
+        at: &'a str,
+        path: &mut Vec<&'a str>,
+        seen: &mut std::collections::BTreeSet<&'a str>,
+    ) -> bool {
+        for next in edges.get(at).into_iter().flatten() {
+            if next == start {
+                path.push(next);
+                return true;
+            }
+            if seen.insert(next) {
+                path.push(next);
+                if back_to(edges, start, next, path, seen) {
+                    return true;
+                }
+                path.pop();
+            }
+        }
+        false
+    }
+    for start in edges.keys() {
+        let mut path = vec![start.as_str()];
+        if back_to(&edges, start, start, &mut path, &mut Default::default()) {
+            panic!("engine modules import in a circle: {}", path.join(" → "));
+        }
+    }
+    assert!(edges.get("driver").is_some_and(|d| d.contains("agents")), "the walk sees imports: {edges:?}");
+}

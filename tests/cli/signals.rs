@@ -268,3 +268,59 @@ fn orphans_are_killed(name: &str, lose_the_record: bool) {
     assert!(!agent_dir(&t, &id).join("late.txt").exists());
     assert!(!t.git(&["log", "--name-only", "--format=", &format!("agents/{id}")]).contains("late.txt"));
 }
+
+#[test]
+fn ctrl_c_during_a_model_call_stops_the_agent_and_scan_leaves_it_stopped() {
+    let (server, t) = TestWorkspace::served("sig-int-call", Dialect::Anthropic);
+    server.latency(Duration::from_secs(20));
+    server.push_turns([Turn::text("never heard")]);
+    let child = t
+        .command()
+        .args(["prompt", "--name", "Caller", "think hard"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for("the model call", Duration::from_secs(30), || !server.requests().is_empty());
+    signal(child.id(), "INT");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let agent = &t.agents()[0];
+    assert_eq!(agent["state"], "stopped", "{agent}");
+    // The user stopped it: scan relaunches nothing, and no request is sent.
+    let scan = t.run(&["scan", "--json"]);
+    assert!(!scan.ok().contains("relaunched"), "{}", scan.stdout);
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(t.run(&["doctor"]).code, 0);
+}
+
+#[test]
+fn stop_from_elsewhere_during_a_model_call_is_a_stop_and_changes_nothing_once_done() {
+    let (server, t) = TestWorkspace::served("sig-stop-call", Dialect::Anthropic);
+    server.latency(Duration::from_secs(20));
+    server.push_turns([Turn::text("never heard")]);
+    let child = t
+        .command()
+        .args(["prompt", "--name", "Attached", "think hard"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    wait_for("the model call", Duration::from_secs(30), || !server.requests().is_empty());
+    let id = t.id_of("Attached");
+    t.run(&["stop", "Attached"]).ok();
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(143));
+    let agent = &t.agents()[0];
+    assert_eq!(agent["state"], "stopped", "{agent}");
+    assert!(t.run(&["scan", "--json"]).ok().trim().is_empty() || server.requests().len() == 1);
+    assert_eq!(server.requests().len(), 1);
+    // Revived and finished, a stop changes nothing.
+    server.latency(Duration::ZERO);
+    server.push_turns([Turn::text("finished")]);
+    t.run(&["send", &id, "go on"]).ok();
+    assert_eq!(t.agents()[0]["state"], "done");
+    let stop = t.run(&["stop", &id]);
+    assert!(stop.stderr.contains("nothing to stop"), "{}", stop.stderr);
+    assert_eq!(t.agents()[0]["state"], "done");
+}

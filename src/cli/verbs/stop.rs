@@ -3,8 +3,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::agents;
 use crate::engine::runtime::Stopped;
+use crate::engine::{agents, lifecycle};
 
 /// How long `stop` waits for the driver to settle and let go.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -21,7 +21,7 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
-    let outcomes = agents::stop_tree(&ws, &ctx.runtime(&ws), &id, PATIENCE)?;
+    let outcomes = lifecycle::stop_tree(&ws, &ctx.runtime(&ws), &id, PATIENCE)?;
     let mut stuck = Vec::new();
     let mut pids = Vec::new();
     for (agent, outcome) in &outcomes {
@@ -54,7 +54,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     if !ctx.out.json {
         let running = outcomes.iter().any(|(_, o)| matches!(o, Stopped::Stopped(_)));
-        if !running {
+        let marked = ws.repo.mark(lifecycle::STOPPED, id.as_str()).ok().flatten().is_some();
+        if !running && !marked {
+            ctx.out.progress(&format!("· `{id}` is not running and has nothing left to do; nothing to stop"));
+        } else if !running {
             ctx.out.progress(&format!(
                 "· `{id}` is not running; nothing to stop (it stays stopped until a message or `offshoot run`)"
             ));

@@ -11,8 +11,9 @@ use crate::engine::events::{Event, Observer};
 use crate::engine::inbox;
 use crate::infra::git::{CommitId, Merged};
 
-use super::ending::deposit_result;
-use super::{CONFLICTED, Driver, DriverError, FINAL_RESPONSE, REPLIED, Result};
+use crate::engine::lifecycle::{FINAL_RESPONSE, REPLIED, deposit_result};
+
+use super::{CONFLICTED, Driver, DriverError, Result};
 
 impl Driver<'_> {
     /// Moves each inbox message into the transcript, oldest first, one commit each;

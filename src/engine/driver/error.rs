@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use crate::engine::inbox::InboxError;
 use crate::engine::interrupt::Reason;
+use crate::engine::lifecycle::LifecycleError;
 use crate::engine::model::ModelError;
 use crate::engine::snapshot::SnapshotError;
 use crate::engine::toolcall::ToolCallError;
@@ -54,6 +55,8 @@ pub enum DriverError {
     Inbox(#[from] InboxError),
     #[error(transparent)]
     Tool(#[from] ToolCallError),
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
     #[error("cannot write {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }

@@ -11,7 +11,9 @@ use crate::infra::git::CommitId;
 use crate::infra::lock::LockGuard;
 
 use super::model_call::next_step;
-use super::{Driver, DriverError, FINAL_RESPONSE, Result};
+use crate::engine::lifecycle::FINAL_RESPONSE;
+
+use super::{Driver, DriverError, Result};
 
 impl Driver<'_> {
     /// The context is full: with a trigger, a compaction is made sure of and waited

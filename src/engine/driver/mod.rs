@@ -49,35 +49,18 @@ mod tool_calls;
 
 use setup::ToolsSetup;
 
-pub(crate) use ending::{deposit_result, tell_parent_if_untold};
 pub use error::DriverError;
 pub use model_call::request_json;
 
+use super::lifecycle::{self, EXHAUSTED, STOPPED};
 use ending::{interrupted_by_user, stopped, stopped_at_tip};
 
 type Result<T> = std::result::Result<T, DriverError>;
 
 /// The mark holding an agent's working directory (`refs/offshoot/cwd/<id>`).
 const CWD_MARK: &str = "cwd";
-/// The mark holding the terminal commit whose answer was deposited.
-pub const REPLIED: &str = "replied";
 /// The mark naming a child whose work conflicted (`refs/offshoot/conflicted/<child>`).
 const CONFLICTED: &str = "conflicted";
-/// The epitaph of a result that is an agent's final response.
-const FINAL_RESPONSE: &str = "final-response";
-/// The epitaph of an agent that was stopped.
-const EPITAPH_STOPPED: &str = "stopped";
-/// The epitaph of an agent stopped because its tree's budget ran out.
-const EPITAPH_EXHAUSTED: &str = "budget-exhausted";
-/// The mark of an agent stopped because its tree's budget ran out
-/// (`refs/offshoot/exhausted/<id>`, what was spent); cleared when it is revived.
-pub const EXHAUSTED: &str = "exhausted";
-/// The mark of the tip whose stop an agent's parent was told of (`refs/offshoot/told/<id>`).
-const TOLD: &str = "told";
-/// The mark of a stopped agent (`refs/offshoot/stopped/<id>`, the tip it stopped at):
-/// results and other agents' messages wait for it instead of waking it, until the
-/// user's message or a run revives it.
-pub const STOPPED: &str = "stopped";
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +93,9 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
     let _ = std::fs::remove_file(index_lock);
     let mut logged = events::Logged::new(&ws.layout.steps(id), id.as_str(), observer);
     let mut held = Some(lock);
+    rt.interrupt().on_exit(Some(record_stop_on_exit(ws, rt, id)));
     let result = run_locked(ws, rt, id, &mut held, &mut logged);
+    rt.interrupt().on_exit(None);
     if let Err(e) = &result {
         logged.end(end_event(Err(e)));
     }
@@ -118,6 +103,21 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
     // free has all of this driver's events.)
     drop(held);
     result
+}
+
+/// What the receiver of a stop request runs before it ends the process at once (a
+/// request during a model call, or a second one): the stop recorded as the driver
+/// would have (`stopped`, the parent told; Ctrl-C stops the agents below too), so the
+/// agent reads `stopped` and `scan` leaves it alone.
+fn record_stop_on_exit(ws: &Workspace, rt: &Runtime, id: &AgentId) -> crate::engine::interrupt::ExitHook {
+    let (root, rt, id) = (ws.layout.root().to_owned(), rt.sibling(), id.clone());
+    Box::new(move |reason| {
+        let Ok(ws) = Workspace::open(&root) else { return };
+        let _ = match reason {
+            Reason::User => lifecycle::interrupted_by_user(&ws, &rt, &id),
+            Reason::Stopped => lifecycle::stopped_at_tip(&ws, &rt, &id).map(|_| ()),
+        };
+    })
 }
 
 /// The `end` event of a driver's run.
@@ -207,7 +207,7 @@ fn wait_for_descendants(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &m
 fn active_descendants(ws: &Workspace, id: &AgentId) -> Result<usize> {
     const UNREAD_FOR: std::time::Duration = std::time::Duration::from_secs(10);
     let mut active = 0;
-    for descendant in agents::descendants(ws, id)? {
+    for descendant in lifecycle::descendants(ws, id)? {
         let held = LockGuard::is_held(&ws.layout.lock(&descendant))?;
         let fresh_mail = || {
             inbox::pending(&ws.layout, &descendant).ok().and_then(|p| p.into_iter().next()).is_some_and(|oldest| {

@@ -10,7 +10,6 @@ use serde_json::Value;
 use crate::domain::agent;
 use crate::domain::compaction;
 use crate::infra::git::CommitId;
-use crate::infra::provider::ToolSpec;
 use crate::infra::tools::{self, ToolError, ToolOutput, str_arg};
 
 use super::super::workspace::Workspace;
@@ -53,14 +52,6 @@ fn own_summaries(cx: &ToolContext, ws: &Workspace, fork: CommitId) -> Result<Vec
 impl Handler for WriteSummary {
     fn name(&self) -> &'static str {
         "write_summary"
-    }
-
-    fn spec(&self) -> ToolSpec {
-        tools::spec(
-            self.name(),
-            include_str!("../../../templates/tools/write_summary.md"),
-            include_str!("../../../templates/tools/write_summary.json"),
-        )
     }
 
     fn read_only(&self) -> bool {
@@ -109,14 +100,6 @@ impl Handler for WriteSummary {
 impl Handler for MarkForDeletion {
     fn name(&self) -> &'static str {
         "mark_for_deletion"
-    }
-
-    fn spec(&self) -> ToolSpec {
-        tools::spec(
-            self.name(),
-            include_str!("../../../templates/tools/mark_for_deletion.md"),
-            include_str!("../../../templates/tools/mark_for_deletion.json"),
-        )
     }
 
     fn read_only(&self) -> bool {

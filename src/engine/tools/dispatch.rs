@@ -3,7 +3,6 @@
 use serde_json::Value;
 
 use crate::domain::id::AgentId;
-use crate::infra::provider::ToolSpec;
 use crate::infra::time::Timestamp;
 use crate::infra::tools::{self, ToolError, ToolOutput, str_arg};
 
@@ -17,14 +16,6 @@ pub struct Dispatch;
 impl Handler for Dispatch {
     fn name(&self) -> &'static str {
         "dispatch"
-    }
-
-    fn spec(&self) -> ToolSpec {
-        tools::spec(
-            self.name(),
-            include_str!("../../../templates/tools/dispatch.md"),
-            include_str!("../../../templates/tools/dispatch.json"),
-        )
     }
 
     /// It changes nothing in the directory, so several run side by side.

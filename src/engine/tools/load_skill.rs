@@ -4,7 +4,6 @@
 use serde_json::Value;
 
 use crate::domain::agent;
-use crate::infra::provider::ToolSpec;
 use crate::infra::tools::{self, ToolError, ToolOutput, str_arg};
 
 use super::super::workspace::Workspace;
@@ -15,14 +14,6 @@ pub struct LoadSkill;
 impl Handler for LoadSkill {
     fn name(&self) -> &'static str {
         "load_skill"
-    }
-
-    fn spec(&self) -> ToolSpec {
-        tools::spec(
-            self.name(),
-            include_str!("../../../templates/tools/load_skill.md"),
-            include_str!("../../../templates/tools/load_skill.json"),
-        )
     }
 
     fn read_only(&self) -> bool {

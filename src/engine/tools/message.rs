@@ -2,14 +2,13 @@
 
 use serde_json::Value;
 
-use crate::infra::provider::ToolSpec;
 use crate::infra::tools::{self, ToolError, ToolOutput, str_arg};
 
 use crate::domain::id::AgentId;
 
 use super::super::agents;
 use super::super::budget;
-use super::super::driver::STOPPED;
+use super::super::lifecycle::STOPPED;
 use super::super::runtime::Woken;
 use super::super::workspace::Workspace;
 use super::{Handler, ToolContext};
@@ -19,14 +18,6 @@ pub struct Message;
 impl Handler for Message {
     fn name(&self) -> &'static str {
         "message"
-    }
-
-    fn spec(&self) -> ToolSpec {
-        tools::spec(
-            self.name(),
-            include_str!("../../../templates/tools/message.md"),
-            include_str!("../../../templates/tools/message.json"),
-        )
     }
 
     /// It changes nothing in the directory.

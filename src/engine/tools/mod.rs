@@ -40,7 +40,10 @@ pub struct AgentContext<'a> {
 /// One tool.
 pub trait Handler: Sync {
     fn name(&self) -> &'static str;
-    fn spec(&self) -> ToolSpec;
+    /// What the model reads of it.
+    fn spec(&self) -> ToolSpec {
+        super::specs::spec(self.name()).unwrap_or_else(|| panic!("tool `{}` has no spec", self.name()))
+    }
     /// Whether it only reads (may run beside other read-only calls).
     fn read_only(&self) -> bool;
     /// Whether it may change files in the agent's directory.
