@@ -16,7 +16,7 @@ pub const TOOLS: &[&str] = &["write_summary", "mark_for_deletion"];
 pub const NOMINATED: &str = ".offshoot/nominated";
 
 /// The ledger of landed compactions, one line each: `N <compactor id> <summary path>
-/// <the agent's own model calls when it landed>`.
+/// <the agent's own model calls when it landed> <passes it took>`.
 pub const LEDGER: &str = ".offshoot/compactions";
 
 /// Why `path` (relative to the agent's directory, normalised) may not be nominated,
@@ -79,6 +79,9 @@ pub struct Landing {
     /// The agent's own model calls (step records) when it landed: `every_n_steps`
     /// counts from here.
     pub steps: u32,
+    /// The compactors started since the landing before, this one included (a pass that
+    /// lands nothing postpones the next).
+    pub passes: u32,
 }
 
 /// The ledger's landings, oldest first (lines that do not parse are skipped).
@@ -90,7 +93,8 @@ pub fn parse_ledger(text: &str) -> Vec<Landing> {
             let compactor = parts.next()?.to_owned();
             let summary = parts.next()?.to_owned();
             let steps = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
-            Some(Landing { number, compactor, summary, steps })
+            let passes = parts.next().and_then(|s| s.parse().ok()).unwrap_or(1);
+            Some(Landing { number, compactor, summary, steps, passes })
         })
         .collect()
 }
@@ -101,21 +105,46 @@ pub fn append_ledger(text: &str, landing: &Landing) -> String {
     if !out.is_empty() && !out.ends_with('\n') {
         out.push('\n');
     }
-    out.push_str(&format!("{} {} {} {}\n", landing.number, landing.compactor, landing.summary, landing.steps));
+    out.push_str(&format!(
+        "{} {} {} {} {}\n",
+        landing.number, landing.compactor, landing.summary, landing.steps, landing.passes
+    ));
     out
 }
 
+/// How many of its own steps an agent under a `context_percent` trigger goes on after a
+/// pass that landed nothing before another is started.
+pub const RETRY_AFTER_STEPS: u32 = 10;
+
 /// Whether a compaction is due by `config`'s trigger, for an agent that has made
-/// `steps` model calls of its own (`since` of them before its last landing) and whose
-/// last call reported `input` prompt tokens against a `window`.
-pub fn due(config: &CompactionConfig, steps: u32, since: u32, input: Option<u64>, window: Option<u64>) -> bool {
+/// `steps` model calls of its own (`since` of them before its last landing; `tried` of
+/// them when the last pass since then started, one that has landed nothing) and whose
+/// last call reported `input` prompt tokens against a `window`. A pass that lands
+/// nothing postpones the next by a whole interval: one compactor per checkpoint.
+pub fn due(
+    config: &CompactionConfig,
+    steps: u32,
+    since: u32,
+    tried: Option<u32>,
+    input: Option<u64>,
+    window: Option<u64>,
+) -> bool {
+    let tried = tried.filter(|t| *t >= since);
     match config.trigger {
         Trigger::Never => false,
-        Trigger::EveryNSteps => config.steps.is_some_and(|n| n > 0 && steps.saturating_sub(since) >= n),
-        Trigger::ContextPercent => match (config.percent, input, window) {
-            (Some(percent), Some(input), Some(window)) if window > 0 => input * 100 >= window * u64::from(percent),
-            _ => false,
-        },
+        Trigger::EveryNSteps => {
+            let from = since.max(tried.unwrap_or(0));
+            config.steps.is_some_and(|n| n > 0 && steps.saturating_sub(from) >= n)
+        }
+        Trigger::ContextPercent => {
+            let waited = tried.is_none_or(|t| steps.saturating_sub(t) >= RETRY_AFTER_STEPS);
+            match (config.percent, input, window) {
+                (Some(percent), Some(input), Some(window)) if window > 0 => {
+                    waited && input * 100 >= window * u64::from(percent)
+                }
+                _ => false,
+            }
+        }
     }
 }
 
@@ -186,25 +215,51 @@ mod tests {
     fn triggers_count_own_steps_since_the_last_landing_or_read_the_last_input() {
         let every =
             |n| CompactionConfig { trigger: Trigger::EveryNSteps, steps: Some(n), ..CompactionConfig::default() };
-        assert!(!due(&every(20), 19, 0, None, None));
-        assert!(due(&every(20), 20, 0, None, None));
-        assert!(!due(&every(20), 39, 20, None, None));
-        assert!(due(&every(20), 40, 20, None, None));
+        assert!(!due(&every(20), 19, 0, None, None, None));
+        assert!(due(&every(20), 20, 0, None, None, None));
+        assert!(!due(&every(20), 39, 20, None, None, None));
+        assert!(due(&every(20), 40, 20, None, None, None));
         let percent =
             CompactionConfig { trigger: Trigger::ContextPercent, percent: Some(70), ..CompactionConfig::default() };
-        assert!(!due(&percent, 5, 0, Some(139_999), Some(200_000)));
-        assert!(due(&percent, 5, 0, Some(140_000), Some(200_000)));
-        assert!(!due(&percent, 5, 0, None, Some(200_000)), "no call yet: nothing to go by");
+        assert!(!due(&percent, 5, 0, None, Some(139_999), Some(200_000)));
+        assert!(due(&percent, 5, 0, None, Some(140_000), Some(200_000)));
+        assert!(!due(&percent, 5, 0, None, None, Some(200_000)), "no call yet: nothing to go by");
         let never = CompactionConfig { trigger: Trigger::Never, ..CompactionConfig::default() };
-        assert!(!due(&never, 1_000, 0, Some(199_999), Some(200_000)));
+        assert!(!due(&never, 1_000, 0, None, Some(199_999), Some(200_000)));
+    }
+
+    #[test]
+    fn a_pass_that_lands_nothing_postpones_the_next_by_a_whole_interval() {
+        let every = CompactionConfig { trigger: Trigger::EveryNSteps, steps: Some(10), ..CompactionConfig::default() };
+        // Tried at 10, landed nothing: not again before 20.
+        assert!(!due(&every, 11, 0, Some(10), None, None));
+        assert!(!due(&every, 19, 0, Some(10), None, None));
+        assert!(due(&every, 20, 0, Some(10), None, None));
+        // A pass from before the last landing counts for nothing.
+        assert!(due(&every, 30, 20, Some(12), None, None));
+        let percent =
+            CompactionConfig { trigger: Trigger::ContextPercent, percent: Some(70), ..CompactionConfig::default() };
+        let full = (Some(150_000), Some(200_000));
+        assert!(!due(&percent, 12, 0, Some(5), full.0, full.1));
+        assert!(due(&percent, 5 + RETRY_AFTER_STEPS, 0, Some(5), full.0, full.1));
     }
 
     #[test]
     fn the_ledger_reads_what_it_writes() {
-        let one =
-            Landing { number: 1, compactor: "k7q2mx.3".into(), summary: ".offshoot/summary/0001.md".into(), steps: 9 };
-        let two =
-            Landing { number: 2, compactor: "k7q2mx.5".into(), summary: ".offshoot/summary/0002.md".into(), steps: 31 };
+        let one = Landing {
+            number: 1,
+            compactor: "k7q2mx.3".into(),
+            summary: ".offshoot/summary/0001.md".into(),
+            steps: 9,
+            passes: 1,
+        };
+        let two = Landing {
+            number: 2,
+            compactor: "k7q2mx.5".into(),
+            summary: ".offshoot/summary/0002.md".into(),
+            steps: 31,
+            passes: 3,
+        };
         let text = append_ledger(&append_ledger("", &one), &two);
         assert_eq!(parse_ledger(&text), vec![one, two]);
     }

@@ -24,6 +24,23 @@ use super::workspace::{Workspace, WorkspaceError};
 /// the compactor's id); removed when its result is landed or let go.
 pub const COMPACTING: &str = "compacting";
 
+/// The mark of the passes started since an agent's last landing
+/// (`refs/offshoot/compaction-passes/<id>`: `<its own steps when the last started>
+/// <how many>`); a landing records the count in the ledger and removes the mark.
+pub const PASSES: &str = "compaction-passes";
+
+/// The passes started for `id` since its last landing: its own steps when the last one
+/// started, and how many there were.
+pub fn passes(ws: &Workspace, id: &AgentId) -> Result<Option<(u32, u32)>> {
+    let Some(mark) = ws.repo.mark(PASSES, id.as_str())? else { return Ok(None) };
+    let text = String::from_utf8_lossy(&mark).into_owned();
+    let mut parts = text.split_whitespace().map(str::parse::<u32>);
+    Ok(match (parts.next(), parts.next()) {
+        (Some(Ok(steps)), Some(Ok(count))) => Some((steps, count)),
+        _ => None,
+    })
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CompactionError {
     #[error("agent `{0}` does not exist")]
@@ -96,8 +113,19 @@ pub fn start(ws: &Workspace, rt: &Runtime, id: &AgentId, focus: Option<&str>, en
     };
     let compactor = agents::create_child(ws, id, &child)?;
     ws.repo.set_mark(COMPACTING, id.as_str(), compactor.as_str().as_bytes())?;
+    // One more pass since the last landing, started at this many steps of the agent's.
+    let steps = snapshot::next_step(&ws.layout.steps(id)).saturating_sub(1);
+    let landed = landed_steps(ws, tip)?;
+    let before = passes(ws, id)?.filter(|(at, _)| *at >= landed).map_or(0, |(_, n)| n);
+    ws.repo.set_mark(PASSES, id.as_str(), format!("{steps} {}", before + 1).as_bytes())?;
     rt.wake(&compactor).map_err(|e| CompactionError::Launch { id: compactor.to_string(), reason: e.to_string() })?;
     Ok(Started { compactor, entries })
+}
+
+/// The agent's own steps at its last landing on `tip` (0 before any).
+pub fn landed_steps(ws: &Workspace, tip: CommitId) -> Result<u32> {
+    let ledger = ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default();
+    Ok(compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).last().map_or(0, |l| l.steps))
 }
 
 /// The compactor working for `id`, if one is: its mark names an agent that exists
@@ -189,6 +217,7 @@ pub fn plan_landing(
     terminal: CommitId,
     config: &Config,
     steps: u32,
+    passes: u32,
 ) -> Result<Option<Plan>> {
     let ledger = String::from_utf8_lossy(&ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default()).into_owned();
     let landed = compaction::parse_ledger(&ledger);
@@ -248,8 +277,13 @@ pub fn plan_landing(
     } else {
         summary
     };
-    let landing =
-        Landing { number: landed.len() as u32 + 1, compactor: compactor.to_owned(), summary: summary.clone(), steps };
+    let landing = Landing {
+        number: landed.len() as u32 + 1,
+        compactor: compactor.to_owned(),
+        summary: summary.clone(),
+        steps,
+        passes,
+    };
     let ledger = compaction::append_ledger(&ledger, &landing);
     for (path, bytes) in [(summary, text), (compaction::LEDGER.to_owned(), ledger.into_bytes())] {
         plan.edits.push(TreeEdit::Write { path: path.clone(), bytes: bytes.clone() });

@@ -148,6 +148,13 @@ fn static_prefix(pattern: &str) -> &str {
     }
 }
 
+/// The number the next step record of an agent whose records are in `dir` gets (one
+/// past the highest; 1 when there are none).
+pub fn next_step(dir: &std::path::Path) -> u32 {
+    let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    names.filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok()).max().unwrap_or(0) + 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::static_prefix;

@@ -444,3 +444,23 @@ fn a_compaction_started_late_forks_further_back_so_the_compactor_fits_its_window
     let first = &server.requests_matching(COMPACTOR)[0];
     assert!(first.raw.len() < 6_000 * 3, "{} bytes", first.raw.len());
 }
+
+#[test]
+fn a_compactor_that_never_writes_a_summary_is_tried_once_per_interval() {
+    let (server, t) = TestWorkspace::served("compact-futile", Dialect::Anthropic);
+    t.run(&["config", "set", "compaction.steps", "10", "compaction.trigger", "every_n_steps"]).ok();
+    let mut turns: Vec<Turn> = (0..29).map(|i| Turn::bash(&format!("s{i}"), "true")).collect();
+    turns.push(Turn::text("thirty steps"));
+    server.push_for("Futile", turns);
+    for _ in 0..15 {
+        server.push_matching(COMPACTOR, [Turn::text("I would rather not summarise")]);
+    }
+    let run = t.run(&["--json", "prompt", "--name", "Futile", "take thirty steps"]);
+    let events: Vec<Value> = run.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let started = events.iter().filter(|e| e["type"] == "compaction" && e["outcome"] == "started").count();
+    assert!((1..=3).contains(&started), "{started} compactors started in 30 steps");
+    let id = t.id_of("Futile");
+    assert!(!landed(&t, &id));
+    // Every pass is a compactor the tree shows; no more were made than were started.
+    assert_eq!(t.agents().len(), 1 + started);
+}

@@ -10,8 +10,8 @@ use crate::engine::inbox;
 use crate::infra::git::CommitId;
 use crate::infra::lock::LockGuard;
 
-use super::model_call::next_step;
 use crate::engine::lifecycle::FINAL_RESPONSE;
+use crate::engine::snapshot::next_step;
 
 use super::{Driver, DriverError, Result};
 
@@ -80,7 +80,10 @@ impl Driver<'_> {
             _ => None,
         });
         let window = config.role(&self.facts.role).and_then(|r| r.context_window);
-        if !compaction::due(&config.compaction, self.own_steps(), since, input, window)
+        let tried = compaction_engine::passes(self.ws, &self.id)
+            .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?
+            .map(|(at, _)| at);
+        if !compaction::due(&config.compaction, self.own_steps(), since, tried, input, window)
             || compaction_engine::in_flight(self.ws, &self.id)
                 .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?
                 .is_some()
@@ -126,7 +129,10 @@ impl Driver<'_> {
         let (_, config) = self.config()?;
         let plan = match terminal {
             Some(terminal) if epitaph == FINAL_RESPONSE => {
-                compaction_engine::plan_landing(self.ws, tip, compactor, terminal, &config, self.own_steps())
+                let passes = compaction_engine::passes(self.ws, &self.id)
+                    .map_err(|e| DriverError::Landing { compactor: compactor.to_owned(), reason: e.to_string() })?
+                    .map_or(1, |(_, n)| n);
+                compaction_engine::plan_landing(self.ws, tip, compactor, terminal, &config, self.own_steps(), passes)
                     .map_err(|e| DriverError::Landing { compactor: compactor.to_owned(), reason: e.to_string() })?
             }
             _ => None,
@@ -157,12 +163,17 @@ impl Driver<'_> {
             0 => String::new(),
             n => format!("; kept {n} nominated files this agent changed meanwhile: {}", plan.kept.join(", ")),
         };
+        let passes = match landing.passes {
+            1 => String::new(),
+            n => format!(" (pass {n} since the last landing)"),
+        };
         let note = format!(
-            "compaction {} landed: {} transcript entries and {files} files removed, summary {}{kept}",
+            "compaction {} landed{passes}: {} transcript entries and {files} files removed, summary {}{kept}",
             landing.number, plan.entries_removed, landing.summary
         );
         observer.event(Event::Compaction { compactor, outcome: "landed", note: &note });
         self.landed_steps = Some(landing.steps);
+        self.ws.repo.delete_mark(compaction_engine::PASSES, self.id.as_str())?;
         Ok(commit)
     }
 }

@@ -60,7 +60,8 @@ impl Driver<'_> {
             role: facts.role.clone(),
             lineage: facts.lineage.clone(),
         })?;
-        let step = self.next_step.unwrap_or_else(|| next_step(&self.ws.layout.steps(&self.id)));
+        let step =
+            self.next_step.unwrap_or_else(|| crate::engine::snapshot::next_step(&self.ws.layout.steps(&self.id)));
         let fail =
             |source: ModelError| DriverError::Model { id: self.id.to_string(), role: facts.role.clone(), step, source };
         let plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
@@ -176,12 +177,6 @@ pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
     let temp = path.with_extension("tmp");
     std::fs::write(&temp, bytes)?;
     std::fs::rename(&temp, path)
-}
-
-/// The next step record number: one past the highest under `steps/<id>/`.
-pub(super) fn next_step(dir: &Path) -> u32 {
-    let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    names.filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok()).max().unwrap_or(0) + 1
 }
 
 /// Writes every raw event to `response.ndjson` and passes deltas on.
