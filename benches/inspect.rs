@@ -63,6 +63,7 @@ fn main() {
                 random: (r * 1000 + c) as u32,
                 env: &env,
                 compactor: false,
+                key: None,
             };
             agents::create_child(&ws, &parent, &child).expect("child");
         }

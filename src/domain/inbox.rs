@@ -9,12 +9,22 @@ pub struct Deposit {
     pub at: String,
     pub epitaph: Option<String>,
     pub terminal: Option<String>,
+    /// What names the deposit for good (a `message` call's key): a call run again after
+    /// a crash finds it, pending or delivered, and does not send it twice.
+    pub key: Option<String>,
     pub body: String,
 }
 
 impl Deposit {
     pub fn new(from: &str, at: Timestamp, body: &str) -> Deposit {
-        Deposit { from: from.to_owned(), at: at.to_string(), epitaph: None, terminal: None, body: body.to_owned() }
+        Deposit {
+            from: from.to_owned(),
+            at: at.to_string(),
+            epitaph: None,
+            terminal: None,
+            key: None,
+            body: body.to_owned(),
+        }
     }
 
     /// The file's text: the header, then the body.
@@ -25,6 +35,9 @@ impl Deposit {
         }
         if let Some(t) = &self.terminal {
             s.push_str(&format!("terminal: {t}\n"));
+        }
+        if let Some(k) = &self.key {
+            s.push_str(&format!("key: {k}\n"));
         }
         s.push_str("---\n");
         s.push_str(&self.body);
@@ -40,6 +53,8 @@ pub struct Header {
     pub epitaph: Option<String>,
     /// The sender's commit the result was made at.
     pub terminal: Option<String>,
+    /// The key of the call that sent it, if one did.
+    pub key: Option<String>,
 }
 
 impl Header {
@@ -47,12 +62,13 @@ impl Header {
     pub fn parse(text: &str) -> Option<Header> {
         let rest = text.strip_prefix("---\n")?;
         let (head, _) = rest.split_once("\n---\n").or_else(|| rest.strip_suffix("\n---").map(|h| (h, "")))?;
-        let mut header = Header { from: String::new(), epitaph: None, terminal: None };
+        let mut header = Header { from: String::new(), epitaph: None, terminal: None, key: None };
         for line in head.lines() {
             match line.split_once(": ") {
                 Some(("from", v)) => header.from = v.to_owned(),
                 Some(("epitaph", v)) => header.epitaph = Some(v.to_owned()),
                 Some(("terminal", v)) => header.terminal = Some(v.to_owned()),
+                Some(("key", v)) => header.key = Some(v.to_owned()),
                 _ => {}
             }
         }
@@ -90,6 +106,7 @@ mod tests {
             at: "2026-11-29T22:00:00Z".into(),
             epitaph: None,
             terminal: None,
+            key: None,
             body: "hi".into(),
         };
         assert_eq!(d.render(), "---\nfrom: user\nat: 2026-11-29T22:00:00Z\n---\nhi");
@@ -97,9 +114,16 @@ mod tests {
         let header = Header::parse(&result.render()).expect("header");
         assert_eq!(
             header,
-            Header { from: "user".into(), epitaph: Some("final-response".into()), terminal: Some("abc".into()) }
+            Header {
+                from: "user".into(),
+                epitaph: Some("final-response".into()),
+                terminal: Some("abc".into()),
+                key: None
+            }
         );
         assert_eq!(body(&result.render()), "hi");
+        let keyed = Deposit { key: Some("k7q2mx:4:toolu_1".into()), ..d.clone() };
+        assert_eq!(Header::parse(&keyed.render()).and_then(|h| h.key).as_deref(), Some("k7q2mx:4:toolu_1"));
         assert_eq!(Header::parse("no header"), None);
         assert_eq!(parse_name("0012-user.md"), Some((12, "user")));
         assert_eq!(parse_name(".tmp-0012-user.md"), None);

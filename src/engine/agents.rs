@@ -229,6 +229,10 @@ pub struct Child<'a> {
     /// A compactor: the one child that inherits the transcript (summaries and skills
     /// too), and the only way a `compactor` is started.
     pub compactor: bool,
+    /// The key of the `dispatch` call making it (the model output's entry number and the
+    /// call's id): a call run again after a crash finds the child the first run made, by
+    /// its claim.
+    pub key: Option<&'a str>,
 }
 
 /// Starts a child of `parent`: id `<parent>.<n>`, a fresh `.offshoot/` (its own
@@ -238,6 +242,21 @@ pub struct Child<'a> {
 /// anything is made.
 pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<AgentId> {
     let parent_tip = ws.repo.branch_tip(&parent.branch())?.ok_or_else(|| AgentError::Unknown(parent.to_string()))?;
+    // The same call, run again after a crash: the child it made is the answer (its
+    // driver delivers its goal and makes what a kill left unmade); a claim without a
+    // child is let go and the child made now.
+    let claim = match child.key {
+        Some(key) => format!("{parent}\n{key}"),
+        None => parent.to_string(),
+    };
+    if child.key.is_some()
+        && let Some(id) = claimed_with(ws, parent, &claim)?
+    {
+        if ws.repo.branch_tip(&id.branch())?.is_some() {
+            return Ok(id);
+        }
+        release_claim(ws, &id)?;
+    }
     let parent_facts = snapshot::read_facts(&ws.repo, parent_tip)?;
     let (config_tip, config) = ws.config(&parent_facts.lineage)?;
     check_spawn(child.role, &parent_facts.lineage, child.goal, child.env, &config, child.compactor)?;
@@ -285,7 +304,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
             return Err(AgentError::NameTaken(name.to_owned(), String::from_utf8_lossy(&holder).into_owned()));
         }
     }
-    let id = claim_child_id(ws, parent)?;
+    let id = claim_child_id(ws, parent, &claim)?;
     let made = (|| -> Result<()> {
         let name = claim_name(ws, &id, child.name, child.random)?;
         let facts = AgentFacts {
@@ -330,18 +349,41 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     }
 }
 
-/// Claims the next free child id of `parent` with a create-only mark, before any
-/// object is written: parallel dispatches (a parent's calls run side by side) each
-/// get their own number at the price of a ref, not of a whole commit.
-fn claim_child_id(ws: &Workspace, parent: &AgentId) -> Result<AgentId> {
+/// Claims the next free child id of `parent` with a create-only mark holding `claim`
+/// (the parent's id, and the dispatch call's key), before any object is written:
+/// parallel dispatches (a parent's calls run side by side) each get their own number
+/// at the price of a ref, not of a whole commit.
+fn claim_child_id(ws: &Workspace, parent: &AgentId, claim: &str) -> Result<AgentId> {
     let mut n = next_child_number(ws, parent)?;
     loop {
         let id = parent.child(n);
-        if ws.repo.claim_mark(IDS, id.as_str(), parent.as_str().as_bytes())? {
+        if ws.repo.claim_mark(IDS, id.as_str(), claim.as_bytes())? {
             return Ok(id);
         }
         n = (n + 1).max(next_child_number(ws, parent)?);
     }
+}
+
+/// The child of `parent` whose id claim holds `claim` (a dispatch call's), if any.
+fn claimed_with(ws: &Workspace, parent: &AgentId, claim: &str) -> Result<Option<AgentId>> {
+    for name in ws.repo.marks(IDS, &format!("{parent}."))? {
+        if ws.repo.mark(IDS, &name)?.as_deref() == Some(claim.as_bytes()) {
+            return Ok(AgentId::parse(&name).ok());
+        }
+    }
+    Ok(None)
+}
+
+/// Lets go of the claims of `id` (its id, and the name it held), made by a dispatch a
+/// crash cut short before the child existed.
+fn release_claim(ws: &Workspace, id: &AgentId) -> Result<()> {
+    for name in ws.repo.marks(NAMES, "")? {
+        if ws.repo.mark(NAMES, &name)?.as_deref() == Some(id.as_str().as_bytes()) {
+            ws.repo.delete_mark(NAMES, &name)?;
+        }
+    }
+    ws.repo.delete_mark(IDS, id.as_str())?;
+    Ok(())
 }
 
 /// One past the highest child number `parent` has or has claimed.

@@ -110,6 +110,7 @@ pub fn start(ws: &Workspace, rt: &Runtime, id: &AgentId, focus: Option<&str>, en
         random: super::random_u32(),
         env,
         compactor: true,
+        key: None,
     };
     let compactor = agents::create_child(ws, id, &child)?;
     ws.repo.set_mark(COMPACTING, id.as_str(), compactor.as_str().as_bytes())?;

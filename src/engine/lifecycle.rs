@@ -203,6 +203,7 @@ pub fn deposit_result(
             at: Timestamp::now().to_string(),
             epitaph: Some(epitaph.into()),
             terminal: Some(terminal.to_string()),
+            key: None,
             body,
         };
         inbox::deposit(&ws.layout, to, &deposit)?;
@@ -217,13 +218,22 @@ pub fn deposit_result(
 /// pending or delivered.
 fn already_received(ws: &Workspace, from: &AgentId, to: &AgentId, epitaph: &str, terminal: CommitId) -> Result<bool> {
     let terminal = terminal.to_string();
-    let ours = |text: &str| {
-        Header::parse(text).is_some_and(|h| {
-            h.from == from.as_str()
-                && h.terminal.as_deref() == Some(terminal.as_str())
-                && h.epitaph.as_deref() == Some(epitaph)
-        })
-    };
+    holds(ws, to, |h| {
+        h.from == from.as_str()
+            && h.terminal.as_deref() == Some(terminal.as_str())
+            && h.epitaph.as_deref() == Some(epitaph)
+    })
+}
+
+/// Whether `to` already holds the message a call with `key` sent, pending or delivered.
+pub fn received_key(ws: &Workspace, to: &AgentId, key: &str) -> Result<bool> {
+    holds(ws, to, |h| h.key.as_deref() == Some(key))
+}
+
+/// Whether a message whose header is `ours` is in `to`'s inbox or transcript (the inbox
+/// first: a delivery commits before it removes the file).
+fn holds(ws: &Workspace, to: &AgentId, ours: impl Fn(&Header) -> bool) -> Result<bool> {
+    let ours = |text: &str| Header::parse(text).is_some_and(|h| ours(&h));
     if inbox::pending(&ws.layout, to)?.iter().any(|p| ours(&p.text)) {
         return Ok(true);
     }

@@ -5,7 +5,7 @@
 //! run is put back; last, quarantines of publications a kill cut short are removed.
 
 use crate::domain::id::AgentId;
-use crate::infra::git::{CommitId, GitError};
+use crate::infra::git::{self as git, CommitId, GitError};
 use crate::infra::lock::{LockError, LockGuard};
 
 use super::agents::{self, AgentError};
@@ -114,7 +114,34 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
     found.extend(release_dead_claims(ws)?);
     // What publications cut short by a kill left (never part of the shared store).
     ws.project.sweep_quarantines();
+    sweep_leftovers(ws);
     Ok(found)
+}
+
+/// How long a lock file in the repositories must have gone unwritten before scan takes
+/// its writer for dead (a live ref update holds one for microseconds).
+const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a temporary object file must have gone unwritten before scan takes its
+/// writer for dead (a live writer writes on until it renames the file).
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Lock files and temporary object files a killed process left in the agents' and the
+/// shared repository: removed once nobody has written them for a while, so the next
+/// write there does not fail and `doctor` has nothing to repair.
+fn sweep_leftovers(ws: &Workspace) {
+    let repos = [ws.layout.repo(), ws.layout.project()];
+    for dir in &repos {
+        for (path, age) in git::lock_files(dir) {
+            if age >= STALE_LOCK.as_secs() {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        for (path, age) in git::temp_objects(dir) {
+            if age >= STALE_TEMP.as_secs() {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
 }
 
 /// Claims of ids and names for agents that were never made because their maker died in
@@ -137,7 +164,9 @@ fn release_dead_claims(ws: &Workspace) -> Result<Vec<Finding>> {
             continue;
         }
         let maker_gone = match agent.parent() {
-            Some(parent) => !LockGuard::is_held(&ws.layout.lock(&parent))?,
+            // A parent with calls cut short settles them itself: its dispatch, run again,
+            // finds its claim by the call's key (and lets it go, or makes the child).
+            Some(parent) => !LockGuard::is_held(&ws.layout.lock(&parent))? && !has_open_calls(ws, &parent)?,
             None => {
                 name.as_deref().and_then(|n| ws.repo.mark_age(agents::NAMES, n)).is_some_and(|a| a >= ROOT_CLAIM_STALE)
             }
@@ -152,6 +181,13 @@ fn release_dead_claims(ws: &Workspace) -> Result<Vec<Finding>> {
         released.push(Finding::Released { agent: id, name });
     }
     Ok(released)
+}
+
+/// Whether `id`'s transcript ends in calls without results.
+fn has_open_calls(ws: &Workspace, id: &AgentId) -> Result<bool> {
+    let Some(tip) = ws.repo.branch_tip(&id.branch())? else { return Ok(false) };
+    let mut loader = Loader::default();
+    Ok(!crate::domain::transcript::unanswered_calls(loader.entries(&ws.repo, tip)?).is_empty())
 }
 
 /// Why an agent no driver holds still has work, if it does; stopped agents wait for a

@@ -200,7 +200,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("offshoot-toolcall-{}", std::process::id()));
         let record = RecordDir { dir: dir.join("rec"), shown: "rec".into() };
         let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), record: Some(record), ..Default::default() };
-        let cx = ToolContext { env, agent: None };
+        let cx = ToolContext { env, agent: None, key: None };
         let marker = dir.join("ran");
         let input = json!({"command": format!("touch {}", marker.display())});
         let grant = vec!["read_file".to_owned()];

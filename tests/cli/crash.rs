@@ -132,3 +132,73 @@ fn what_an_agent_killed_mid_call_planted_in_its_git_is_said_by_doctor_and_put_ba
     let doctor = t.run(&["doctor"]);
     assert_eq!(doctor.code, 0, "{}", doctor.stdout);
 }
+
+/// Every entry of agent `name`'s transcript as `log --json` gives it.
+fn entries(t: &TestWorkspace, name: &str) -> Vec<serde_json::Value> {
+    t.run(&["log", "--json", name]).ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect()
+}
+
+#[test]
+fn a_root_killed_while_it_dispatches_makes_each_child_once_and_hears_each_result_once() {
+    let (server, t) = TestWorkspace::served("crash-dispatch", Dialect::Anthropic);
+    let kids: Vec<String> = (0..10).map(|i| format!("Kid{i}")).collect();
+    let calls = kids
+        .iter()
+        .enumerate()
+        .map(|(i, kid)| {
+            let input = serde_json::json!({"role": "worker", "goal": format!("write {kid}.txt"), "name": kid});
+            (format!("d{i}"), "dispatch".to_owned(), input.to_string())
+        })
+        .collect();
+    let fan_out = Turn { calls, input_tokens: 100, output_tokens: 20, ..Turn::default() };
+    server.push_for("Root", std::iter::once(fan_out).chain((0..30).map(|_| Turn::text("noted"))));
+    for kid in &kids {
+        server.push_for(kid, [Turn::bash("w", &format!("echo {kid} > {kid}.txt")), Turn::text(&format!("{kid} done"))]);
+    }
+    let root = t.run(&["prompt", "--detach", "--name", "Root", "fan out"]).ok().trim().to_owned();
+    // Killed the moment its first child exists: the other dispatches are in flight.
+    wait_for("the first child", || {
+        !t.git(&["for-each-ref", "--format=%(refname)", "refs/heads/agents/"])
+            .trim()
+            .lines()
+            .all(|r| r.ends_with(&format!("/{root}")))
+    });
+    if let Some(pid) = t.driver_pid(&root) {
+        let _ = std::process::Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    // Scan until nothing is at work and scan finds nothing to do.
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < until, "the tree never went quiet: {:?}", t.agents());
+        let busy = t.agents().iter().any(|a| a["state"] == "running");
+        if !busy && t.run(&["scan", "--json"]).ok().trim().is_empty() {
+            let agents = t.agents();
+            if agents.iter().all(|a| a["state"] == "done") && agents.len() == 11 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let agents = t.agents();
+    let mut names: Vec<&str> = agents.iter().filter_map(|a| a["name"].as_str()).filter(|n| *n != "Root").collect();
+    names.sort_unstable();
+    let mut want: Vec<&str> = kids.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(names, want, "each child exists once");
+    let log = entries(&t, "Root");
+    for (i, kid) in kids.iter().enumerate() {
+        let id = t.id_of(kid);
+        // The dispatch is answered once, with the child's id.
+        let answers: Vec<&serde_json::Value> =
+            log.iter().filter(|e| e["side"] == "tool" && e["result"]["tool_use_id"] == format!("d{i}")).collect();
+        assert_eq!(answers.len(), 1, "{answers:?}");
+        let text = answers[0]["result"]["content"].as_str().unwrap_or_default();
+        assert!(text.contains(&format!("started `{id}`")), "{text}");
+        // Its result reached the root once.
+        let heard = log.iter().filter(|e| e["side"] == "user" && e["from"] == id.as_str()).count();
+        assert_eq!(heard, 1, "{kid}'s result reached the root {heard} times");
+        assert_eq!(agents.iter().find(|a| a["id"] == id.as_str()).expect("kid")["steps"], 2);
+    }
+    let doctor = t.run(&["doctor"]);
+    assert_eq!(doctor.code, 0, "{}", doctor.stdout);
+}

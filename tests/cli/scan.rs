@@ -112,3 +112,35 @@ fn a_child_that_stays_dead_is_reported_to_its_parent_exactly_once() {
     assert_eq!(server.requests_for("Doomed").len(), 2);
     assert_eq!(results_from(&t, &home, &child).len(), 1);
 }
+
+#[test]
+fn locks_and_temporary_objects_a_killed_process_left_are_swept_by_scan() {
+    let t = TestWorkspace::new("scan-leftovers");
+    let old = std::time::SystemTime::now() - Duration::from_secs(120);
+    let plant = |path: std::path::PathBuf| {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        let file = std::fs::File::create(&path).expect("plant");
+        file.set_modified(old).expect("age it");
+        path
+    };
+    let left = [
+        plant(t.ws.join("project.git/refs/heads/Someone.lock")),
+        plant(t.ws.join("repo.git/refs/offshoot/names/Someone.lock")),
+        plant(t.ws.join("repo.git/objects/tmp_object_git2_a1b2c3")),
+        plant(t.ws.join("project.git/objects/tmp_object_git2_d4e5f6")),
+    ];
+    // A fresh lock is somebody's at work: left alone.
+    let fresh = t.ws.join("repo.git/refs/heads/busy.lock");
+    std::fs::write(&fresh, "").expect("fresh");
+    let doctor = t.run(&["doctor"]);
+    assert_ne!(doctor.code, 0);
+    assert!(doctor.stdout.contains("Someone.lock"), "{}", doctor.stdout);
+    t.run(&["scan"]).ok();
+    for path in &left {
+        assert!(!path.exists(), "{} is still there", path.display());
+    }
+    assert!(fresh.exists());
+    std::fs::remove_file(&fresh).expect("remove");
+    let doctor = t.run(&["doctor"]);
+    assert_eq!(doctor.code, 0, "{}", doctor.stdout);
+}

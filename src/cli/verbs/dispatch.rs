@@ -31,6 +31,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let parent = agents::resolve(&ws, &args.parent)?;
     let child = Child {
+        key: None,
         role: &args.role,
         goal: &goal,
         name: args.name.as_deref(),

@@ -53,7 +53,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     env.commands.env = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
     env.commands.head_bytes = 1 << 20;
     env.commands.tail_bytes = 1 << 20;
-    match handler.run(&ToolContext { env, agent: None }, &input) {
+    match handler.run(&ToolContext { env, agent: None, key: None }, &input) {
         Ok(output) => {
             if ctx.out.json {
                 ctx.out.event(&serde_json::to_value(&output).unwrap_or(Value::Null));

@@ -406,7 +406,16 @@ impl<'a> Driver<'a> {
         };
 
         if !open.is_empty() {
-            self.settle(tip, next, &open, observer)?;
+            // The model output the open calls belong to: its entry number and the calls' inputs.
+            let output = entries.iter().rev().find_map(|e| match e {
+                Entry::Output { number, output, .. } => Some((*number, output.clone())),
+                _ => None,
+            });
+            let (number, output) = output.ok_or_else(|| DriverError::Damaged {
+                id: self.id.to_string(),
+                reason: "calls are open but no model output holds them".into(),
+            })?;
+            self.settle(tip, next, number, &output, &open, observer)?;
             return Ok(Turn::Again);
         }
         let mut pending = inbox::pending(&self.ws.layout, &self.id)?;
@@ -456,7 +465,7 @@ impl<'a> Driver<'a> {
             // A final response: the answer goes to whoever it is owed to, now.
             self.reply(tip)?;
         }
-        let tip = self.run_tools(tip, step, next + 1, &calls, observer)?;
+        let tip = self.run_tools(tip, step, next, next + 1, &calls, observer)?;
         if !calls.is_empty() {
             self.maybe_compact(tip, observer)?;
         }

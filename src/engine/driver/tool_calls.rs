@@ -21,20 +21,40 @@ use crate::infra::tools::{Commands, RecordDir, ToolEnv};
 use super::{Driver, DriverError, Result};
 
 impl Driver<'_> {
-    /// Answers calls a crash left open, with the directory as the tools left it,
-    /// after killing whatever of theirs still runs (so nothing they do later can land
-    /// in a later step).
+    /// Settles calls a crash left open (of model output entry `number`, `output`), after
+    /// killing whatever of theirs still runs (so nothing they do later can land in a
+    /// later step). A call whose effect is the harness's own is run again by its key,
+    /// which finds and completes what the cut-short run did (a child made once, a
+    /// message deposited once); any other is answered "outcome unknown", with the
+    /// directory as it left it.
     pub(super) fn settle(
         &mut self,
         tip: CommitId,
         next: u32,
+        number: u32,
+        output: &crate::infra::provider::Output,
         open: &[(String, String)],
         observer: &mut dyn Observer,
     ) -> Result<()> {
         self.kill_orphans(open);
-        let text = "interrupted; outcome unknown (the driver stopped while this call ran)";
-        let ids: Vec<&str> = open.iter().map(|(id, _)| id.as_str()).collect();
-        self.answer(tip, next, &ids, text, observer)?;
+        let again = |name: &str| tools::handler(name).is_some_and(|h| h.exactly_once());
+        let unknown: Vec<&str> = open.iter().filter(|(_, name)| !again(name)).map(|(id, _)| id.as_str()).collect();
+        let mut tip = tip;
+        let mut next = next;
+        if !unknown.is_empty() {
+            let text = "interrupted; outcome unknown (the driver stopped while this call ran)";
+            tip = self.answer(tip, next, &unknown, text, observer)?;
+            next += unknown.len() as u32;
+        }
+        let calls: Vec<toolcall::Call<'_>> = output
+            .tool_uses()
+            .filter(|(id, name, _)| again(name) && open.iter().any(|(o, _)| o == id))
+            .map(|(id, name, input)| toolcall::Call { id, name, input })
+            .collect();
+        if !calls.is_empty() {
+            let step = self.own_steps().max(1);
+            self.run_tools(tip, step, number, next, &calls, observer)?;
+        }
         Ok(())
     }
 
@@ -89,13 +109,15 @@ impl Driver<'_> {
         process::kill_marked(&marks, std::time::Duration::from_secs(2));
     }
 
-    /// The calls of one model output: each gated by the grant read from the config at
-    /// this step, run, recorded, and committed in the order of the calls. Several calls
-    /// that are all read-only run concurrently.
+    /// The calls of one model output (entry `output`): each gated by the grant read from
+    /// the config at this step, run, recorded, and committed in the order of the calls,
+    /// their results numbered from `first`. Several calls that are all read-only run
+    /// concurrently.
     pub(super) fn run_tools(
         &mut self,
         mut tip: CommitId,
         step: u32,
+        output: u32,
         first: u32,
         calls: &[toolcall::Call<'_>],
         observer: &mut dyn Observer,
@@ -114,7 +136,7 @@ impl Driver<'_> {
         if calls.len() > 1 && calls.iter().all(read_only) {
             // Read-only calls cannot move the working directory: prepare all at once.
             let prepared: Vec<Prepared> =
-                calls.iter().map(|c| self.prepare(step, c, &commands, &paths)).collect::<Result<_>>()?;
+                calls.iter().map(|c| self.prepare(step, output, c, &commands, &paths)).collect::<Result<_>>()?;
             self.guard.before_call();
             for c in calls {
                 observer.event(Event::ToolStarted { id: c.id, name: c.name, input: c.input });
@@ -137,7 +159,7 @@ impl Driver<'_> {
                     self.answer(tip, number, &rest, &text, observer)?;
                     return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
                 }
-                let p = self.prepare(step, c, &commands, &paths)?;
+                let p = self.prepare(step, output, c, &commands, &paths)?;
                 self.guard.before_call();
                 observer.event(Event::ToolStarted { id: c.id, name: c.name, input: c.input });
                 let mut result = p.run(c, &grant, agent, limits)?;
@@ -159,12 +181,14 @@ impl Driver<'_> {
     pub(super) fn prepare(
         &self,
         step: u32,
+        output: u32,
         call: &toolcall::Call<'_>,
         commands: &Commands,
         paths: &Arc<PathPolicy>,
     ) -> Result<Prepared> {
         let shown = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(call.id));
         Ok(Prepared {
+            key: format!("{output}:{}", call.id),
             env: ToolEnv {
                 cwd: self.cwd(),
                 root: self.dir.root().to_owned(),
@@ -278,6 +302,8 @@ pub(super) fn cut_short(result: &mut toolcall::CallResult, reason: Reason) {
 /// One call made ready to run: its environment and where its record goes.
 pub(super) struct Prepared {
     env: ToolEnv,
+    /// The call's key (see [`ToolContext::key`]).
+    key: String,
 }
 
 impl Prepared {
@@ -288,7 +314,7 @@ impl Prepared {
         agent: AgentContext<'_>,
         limits: &crate::domain::config::ToolOutputConfig,
     ) -> std::result::Result<toolcall::CallResult, ToolCallError> {
-        let cx = ToolContext { env: self.env.clone(), agent: Some(agent) };
+        let cx = ToolContext { env: self.env.clone(), agent: Some(agent), key: Some(self.key.clone()) };
         toolcall::run(call, grant, &cx, limits)
     }
 }

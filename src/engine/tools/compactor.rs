@@ -62,6 +62,12 @@ impl Handler for WriteSummary {
         false
     }
 
+    /// Its effect is a harness file committed with its result: run again, it writes
+    /// the same.
+    fn exactly_once(&self) -> bool {
+        true
+    }
+
     fn run(&self, cx: &ToolContext, input: &Value) -> Result<ToolOutput, ToolError> {
         tools::require_object(self.name(), input)?;
         let content = str_arg(input, "content")?;
@@ -108,6 +114,12 @@ impl Handler for MarkForDeletion {
 
     fn writes(&self) -> bool {
         false
+    }
+
+    /// Its effect is a harness file committed with its result: run again, it writes
+    /// the same.
+    fn exactly_once(&self) -> bool {
+        true
     }
 
     fn run(&self, cx: &ToolContext, input: &Value) -> Result<ToolOutput, ToolError> {

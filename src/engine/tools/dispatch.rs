@@ -27,6 +27,10 @@ impl Handler for Dispatch {
         false
     }
 
+    fn exactly_once(&self) -> bool {
+        true
+    }
+
     fn run(&self, cx: &ToolContext, input: &Value) -> Result<ToolOutput, ToolError> {
         tools::require_object(self.name(), input)?;
         let role = str_arg(input, "role")?;
@@ -49,6 +53,7 @@ impl Handler for Dispatch {
             random: random_u32(),
             env: agent.runtime.env(),
             compactor: false,
+            key: cx.key.as_deref(),
         };
         let id = agents::create_child(&ws, &parent, &child).map_err(|e| refused(&e))?;
         let named = agents::name_of(&ws, &id).map(|n| format!(" ({n})")).unwrap_or_default();

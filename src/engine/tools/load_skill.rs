@@ -24,6 +24,10 @@ impl Handler for LoadSkill {
         false
     }
 
+    fn exactly_once(&self) -> bool {
+        true
+    }
+
     fn run(&self, cx: &ToolContext, input: &Value) -> Result<ToolOutput, ToolError> {
         tools::require_object(self.name(), input)?;
         let name = str_arg(input, "name")?;

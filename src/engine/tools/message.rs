@@ -8,10 +8,13 @@ use crate::domain::id::AgentId;
 
 use super::super::agents;
 use super::super::budget;
-use super::super::lifecycle::STOPPED;
+use super::super::inbox;
+use super::super::lifecycle::{self, STOPPED};
 use super::super::runtime::Woken;
 use super::super::workspace::Workspace;
 use super::{Handler, ToolContext};
+use crate::domain::inbox::Deposit;
+use crate::infra::time::Timestamp;
 
 pub struct Message;
 
@@ -27,6 +30,10 @@ impl Handler for Message {
 
     fn writes(&self) -> bool {
         false
+    }
+
+    fn exactly_once(&self) -> bool {
+        true
     }
 
     fn run(&self, cx: &ToolContext, input: &Value) -> Result<ToolOutput, ToolError> {
@@ -50,8 +57,17 @@ impl Handler for Message {
                 "`{to}` is not in your tree; agents message only the agents started from `{root}` (it and those below it)"
             )));
         }
-        // The sender is who runs this step, whatever the model says.
-        agent.runtime.deposit(&recipient, &agent.facts.id, content).map_err(|e| not_sent(&e))?;
+        // The sender is who runs this step, whatever the model says. Sent once: the same
+        // call run again after a crash finds what it sent by its key.
+        let key = cx.key.as_ref().map(|k| format!("{sender}:{k}"));
+        let sent = match &key {
+            Some(key) => lifecycle::received_key(&ws, &recipient, key).map_err(|e| not_sent(&e))?,
+            None => false,
+        };
+        if !sent {
+            let deposit = Deposit { key, ..Deposit::new(&agent.facts.id, Timestamp::now(), content) };
+            inbox::deposit(agent.runtime.layout(), &recipient, &deposit).map_err(|e| not_sent(&e))?;
+        }
         // What the user stopped stays stopped until the user sends it something.
         if ws.repo.mark(STOPPED, recipient.as_str()).ok().flatten().is_some() {
             return Ok(ToolOutput::summary(format!(

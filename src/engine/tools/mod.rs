@@ -26,6 +26,10 @@ pub struct ToolContext<'a> {
     pub env: ToolEnv,
     /// The agent it belongs to; absent when a user runs a tool by hand.
     pub agent: Option<AgentContext<'a>>,
+    /// What names this call for good (`<the model output's entry number>:<tool_use_id>`):
+    /// a tool whose effect is the harness's own finds by it what a run of the same call
+    /// cut short by a crash already did.
+    pub key: Option<String>,
 }
 
 /// The agent a call belongs to, and the config of its step.
@@ -48,6 +52,13 @@ pub trait Handler: Sync {
     fn read_only(&self) -> bool;
     /// Whether it may change files in the agent's directory.
     fn writes(&self) -> bool;
+    /// Whether a call of it cut short by a crash is run again, by its key, instead of
+    /// being answered "outcome unknown": its effect is the harness's own, and a second
+    /// run finds (by [`ToolContext::key`]) and completes what the first did, never doing
+    /// it twice.
+    fn exactly_once(&self) -> bool {
+        false
+    }
     fn run(&self, cx: &ToolContext, input: &Value) -> Result<ToolOutput, ToolError>;
 }
 

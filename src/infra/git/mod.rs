@@ -143,7 +143,9 @@ fn create_only(repo: &Repository, refname: &str, target: Oid, msg: &str) -> Resu
     if repo.refname_to_id(refname).is_ok() {
         return Ok(false);
     }
-    match repo.reference_matching(refname, target, true, Oid::ZERO_SHA1, msg) {
+    // A lock held for a moment is waited for (then the ref exists, or not); one a killed
+    // claimer left is removed (else the name or id would stay unclaimable for good).
+    match with_lock_retries(repo, refname, || repo.reference_matching(refname, target, true, Oid::ZERO_SHA1, msg)) {
         Ok(_) => Ok(true),
         Err(e) if matches!(e.code(), git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::Locked) => {
             Ok(false)
