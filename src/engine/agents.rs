@@ -48,6 +48,8 @@ pub enum AgentError {
     Looser(String),
     #[error("`{0}` names no commit")]
     UnknownRef(String),
+    #[error("cannot make agent `{id}`: {reason}")]
+    Making { id: String, reason: String },
     #[error(transparent)]
     Id(#[from] IdError),
     #[error(transparent)]
@@ -520,7 +522,9 @@ fn dispatch_files(
 }
 
 /// Branch, project branch, directory, then the first message; undoes what it made
-/// if a later part fails.
+/// if a later part fails. The agent's lock is held throughout: once its branch exists,
+/// `scan` or `run` would otherwise start a driver that rebuilds the directory this is
+/// still making (a driver finds it held and leaves it to its maker).
 fn start(
     ws: &Workspace,
     id: &AgentId,
@@ -529,6 +533,10 @@ fn start(
     position: &Position,
     first: &Deposit,
 ) -> Result<()> {
+    let lock = ws.layout.lock(id);
+    let _making = crate::infra::lock::LockGuard::try_acquire(&lock)
+        .map_err(|e| AgentError::Making { id: id.to_string(), reason: e.to_string() })?
+        .ok_or_else(|| AgentError::Making { id: id.to_string(), reason: "another process holds its lock".into() })?;
     ws.repo.create_branch(&id.branch(), commit, "dispatch")?;
     let made = (|| -> Result<()> {
         if let (Some(branch), Some(head)) = (&position.branch, position.head) {

@@ -5,6 +5,12 @@
 //! child's commit it answers from), a message at most once (exactly once when the
 //! child's call says it was sent), the parent's final answer.
 //!
+//! Tree scenarios: a root dispatches ten children in one step, each runs two steps,
+//! and kills land from the first moment — in the dispatching step, in children, in the
+//! root while results come in. Then every child must exist once, have run its steps and
+//! have its result reach the root once, and the root's transcript must answer each
+//! dispatch with the child's id.
+//!
 //! CI runs a short variant; the long one is
 //! `OFFSHOOT_FUZZ_KILLS=500 cargo test --release --test cli fuzz -- --nocapture`
 //! (`OFFSHOOT_FUZZ_SEED` replays a run).
@@ -38,6 +44,9 @@ impl Rng {
 /// turns, so it goes on right after a compaction replaced its earlier steps with a
 /// summary (the compactor copies every cue it sees into the summary).
 fn model(text: &str) -> Turn {
+    if let Some(turn) = tree_model(text) {
+        return turn;
+    }
     if text.contains("Compact the conversation of agent") {
         // (Its own call has the id `s1`; the tools list names `write_summary` anyway.)
         if text.contains("\"id\":\"s1\"") {
@@ -103,6 +112,35 @@ fn model(text: &str) -> Turn {
     }
 }
 
+/// How many children a tree scenario's root dispatches.
+const TWIGS: usize = 10;
+
+/// The model of the tree scenarios (`Trunk` and its `Twig<n>` children), if the request
+/// is theirs.
+fn tree_model(text: &str) -> Option<Turn> {
+    if let Some(twig) = (0..TWIGS).find(|n| text.contains(&format!("Your name is Twig{n}."))) {
+        return Some(if text.contains(&format!("CUE:twig{twig}-work")) {
+            Turn::text(&format!("twig{twig} finished"))
+        } else {
+            Turn::bash("w", &format!("echo CUE:twig{twig}-work > twig{twig}.txt; echo CUE:twig{twig}-work"))
+        });
+    }
+    if !text.contains("Your name is Trunk.") {
+        return None;
+    }
+    if !text.contains("(Twig0)") {
+        let calls = (0..TWIGS)
+            .map(|n| {
+                let input = json!({"role": "worker", "goal": format!("work {n}"), "name": format!("Twig{n}")});
+                (format!("t{n}"), "dispatch".to_owned(), input.to_string())
+            })
+            .collect();
+        return Some(Turn { calls, input_tokens: 100, output_tokens: 20, ..Turn::default() });
+    }
+    let all = (0..TWIGS).all(|n| text.contains(&format!("twig{n} finished")));
+    Some(Turn::text(if all { "the tree is done" } else { "waiting" }))
+}
+
 /// Whether the parent's children exist, as its context shows it: a dispatch result, a
 /// refusal because the name is taken, or a summary's cue.
 fn dispatched(text: &str) -> bool {
@@ -156,6 +194,98 @@ fn summaries(t: &TestWorkspace, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// Kills up to `kills` drivers of `t` at random moments (sometimes scanning right
+/// after, as a user would); how many landed.
+fn kill_some(t: &TestWorkspace, kills: usize, rng: &mut Rng) -> usize {
+    let mut landed = 0;
+    for _ in 0..kills {
+        std::thread::sleep(Duration::from_millis(rng.below(60)));
+        let agents = agents_by_name(t);
+        let live: Vec<(String, i32)> =
+            agents.iter().filter_map(|(_, id, _)| driver_pid(&t.ws, id).map(|p| (id.clone(), p))).collect();
+        if live.is_empty() {
+            break;
+        }
+        let (_, pid) = &live[rng.below(live.len() as u64) as usize];
+        // kill(1) by pid, as a user's `kill -9` would.
+        if std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().is_ok_and(|s| s.success()) {
+            landed += 1;
+        }
+        if rng.below(2) == 0 {
+            t.run(&["scan"]);
+        }
+    }
+    landed
+}
+
+/// Recovers `t` as a user would: `scan` (relaunches, releases what a dead maker
+/// claimed), then `run`, children first (a parent's run waits for them), until every
+/// agent is done; then a last scan, after which `doctor` must find nothing.
+fn recover(t: &TestWorkspace, round: usize) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    t.run(&["scan"]);
+    loop {
+        let agents = agents_by_name(t);
+        if agents.iter().all(|(_, _, state)| state == "done") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "round {round}: agents stuck: {agents:?}");
+        let mut pending: Vec<&(String, String, String)> =
+            agents.iter().filter(|(_, id, state)| state != "done" && driver_pid(&t.ws, id).is_none()).collect();
+        pending.sort_by_key(|(_, id, _)| std::cmp::Reverse(id.len()));
+        for (_, id, _) in pending {
+            let _ = t.run(&["run", id]);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t.run(&["scan"]).ok();
+    let doctor = t.run(&["doctor"]);
+    assert_eq!(doctor.code, 0, "round {round}: doctor:\n{}\n{}", doctor.stdout, doctor.stderr);
+}
+
+/// A tree scenario with up to `kills` SIGKILLs from its first moment; how many landed.
+fn tree_scenario(round: usize, kills: usize, rng: &mut Rng) -> usize {
+    let server = Server::start();
+    let mut t = TestWorkspace::new(&format!("fuzz-tree-{round}"));
+    t.use_server(&server, Dialect::Anthropic);
+    t.set("compaction.trigger", "never");
+    server.respond_with(model);
+    let root = t.run(&["prompt", "--detach", "--name", "Trunk", "grow ten twigs"]).ok().trim().to_owned();
+    let landed = kill_some(&t, kills, rng);
+    recover(&t, round);
+    let agents = agents_by_name(&t);
+    let mut names: Vec<&str> = agents.iter().map(|(n, _, _)| n.as_str()).filter(|n| *n != "Trunk").collect();
+    names.sort_unstable();
+    let mut want: Vec<String> = (0..TWIGS).map(|n| format!("Twig{n}")).collect();
+    want.sort_unstable();
+    assert_eq!(names, want, "round {round}: each child exists once: {agents:?}");
+    let log: Vec<Value> =
+        t.run(&["log", "--json", &root]).ok().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let listed = t.agents();
+    for n in 0..TWIGS {
+        let id = &agents.iter().find(|(name, _, _)| *name == format!("Twig{n}")).expect("twig").1;
+        let answers: Vec<&Value> =
+            log.iter().filter(|e| e["side"] == "tool" && e["result"]["tool_use_id"] == format!("t{n}")).collect();
+        assert_eq!(answers.len(), 1, "round {round}: dispatch t{n} answered {} times", answers.len());
+        let text = answers[0]["result"]["content"].as_str().unwrap_or_default();
+        assert!(text.contains(&format!("started `{id}`")), "round {round}: t{n} answered: {text}");
+        let heard = log.iter().filter(|e| e["side"] == "user" && e["from"] == id.as_str()).count();
+        assert_eq!(heard, 1, "round {round}: Twig{n}'s result reached the root {heard} times");
+        // Its two steps ran (a call a kill cut short is made again: more records, not less work).
+        let steps = listed.iter().find(|a| a["id"] == id.as_str()).and_then(|a| a["steps"].as_u64());
+        assert!(steps.is_some_and(|s| s >= 2), "round {round}: Twig{n} ran {steps:?} steps");
+        let text = heard_text(&log, id);
+        assert!(text.contains(&format!("twig{n} finished")), "round {round}: Twig{n} said {text}");
+    }
+    assert!(t.run(&["log", &root]).ok().contains("the tree is done"), "round {round}");
+    landed
+}
+
+/// What the transcript entries `log` delivered from `id` say.
+fn heard_text(log: &[Value], id: &str) -> String {
+    log.iter().filter(|e| e["side"] == "user" && e["from"] == id).filter_map(|e| e["text"].as_str()).collect()
+}
+
 /// One scenario with up to `kills` SIGKILLs; returns how many landed, and how many
 /// compactions landed in it.
 fn scenario(round: usize, kills: usize, rng: &mut Rng) -> (usize, usize) {
@@ -183,47 +313,8 @@ fn scenario(round: usize, kills: usize, rng: &mut Rng) -> (usize, usize) {
         assert!(Instant::now() < deadline, "the children never appeared");
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mut landed = 0;
-    for _ in 0..kills {
-        std::thread::sleep(Duration::from_millis(rng.below(60)));
-        let agents = agents_by_name(&t);
-        let live: Vec<(String, i32)> =
-            agents.iter().filter_map(|(_, id, _)| driver_pid(&t.ws, id).map(|p| (id.clone(), p))).collect();
-        if live.is_empty() {
-            break;
-        }
-        let (_, pid) = &live[rng.below(live.len() as u64) as usize];
-        // SAFETY-free: kill(1) by pid, as a user's `kill -9` would.
-        if std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().is_ok_and(|s| s.success()) {
-            landed += 1;
-        }
-        // Sometimes bring it back at once, as a user running `scan` would.
-        if rng.below(2) == 0 {
-            t.run(&["scan"]);
-        }
-    }
-    // Recover: `scan` (relaunches, releases what a dead maker claimed), then `run`,
-    // children first (a parent's run waits for them), until everyone is done.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    t.run(&["scan"]);
-    loop {
-        let agents = agents_by_name(&t);
-        if agents.iter().all(|(_, _, state)| state == "done") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "round {round}: agents stuck: {agents:?}");
-        let mut pending: Vec<&(String, String, String)> =
-            agents.iter().filter(|(_, id, state)| state != "done" && driver_pid(&t.ws, id).is_none()).collect();
-        pending.sort_by_key(|(_, id, _)| std::cmp::Reverse(id.len()));
-        for (_, id, _) in pending {
-            let _ = t.run(&["run", id]);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // Once all is quiet, a scan releases what makers that died had claimed.
-    t.run(&["scan"]).ok();
-    let doctor = t.run(&["doctor"]);
-    assert_eq!(doctor.code, 0, "round {round}: doctor:\n{}\n{}", doctor.stdout, doctor.stderr);
+    let landed = kill_some(&t, kills, rng);
+    recover(&t, round);
     let boss = delivered(&t, "Boss");
     // No deposit delivered twice: a result names the child's commit it answers from.
     let mut terminals: Vec<&str> =
@@ -238,8 +329,11 @@ fn scenario(round: usize, kills: usize, rng: &mut Rng) -> (usize, usize) {
         assert!(results >= 1 || summarised_result, "round {round}: {kid}'s result was lost: {boss:#?}");
         let hellos = boss.iter().filter(|m| m.contains(&format!("hello from {kid}"))).count();
         assert!(hellos <= 1, "round {round}: {kid}'s message delivered {hellos} times: {boss:#?}");
-        // The child's own record of its message call: sent, or cut short by a kill.
+        // The child's own record of its message call: sent (a call a kill cut short is
+        // run again, never "outcome unknown"), unless a compaction took it away.
         let log = t.run(&["log", "--json", if kid == "kid1" { "Kid1" } else { "Kid2" }]);
+        let left_unknown = log.ok().lines().any(|l| l.contains("\"k3\"") && l.contains("outcome unknown"));
+        assert!(!left_unknown, "round {round}: {kid}'s message call was left \"outcome unknown\"");
         let sent = log.ok().lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).any(|e| {
             e["side"] == "tool"
                 && e["result"]["tool_use_id"] == "k3"
@@ -274,18 +368,24 @@ fn drivers_killed_at_random_moments_lose_and_repeat_nothing() {
     });
     eprintln!("crash fuzz: seed {seed}, target {target} kills");
     let mut rng = Rng(seed);
-    let (mut kills, mut rounds, mut compactions) = (0, 0, 0);
+    let (mut kills, mut rounds, mut compactions, mut trees) = (0, 0, 0, 0);
     while kills < target {
         // The first scenario runs without kills: the model, recovery and compactions are
-        // shown to work before anything is broken.
-        let (landed, compacted) = scenario(rounds, if rounds == 0 { 0 } else { 4 }, &mut rng);
-        kills += landed;
-        compactions += compacted;
+        // shown to work before anything is broken. Every third is a tree.
+        if rounds % 3 == 2 {
+            kills += tree_scenario(rounds, 6, &mut rng);
+            trees += 1;
+        } else {
+            let (landed, compacted) = scenario(rounds, if rounds == 0 { 0 } else { 4 }, &mut rng);
+            kills += landed;
+            compactions += compacted;
+        }
         rounds += 1;
         assert!(rounds < target * 4 + 8, "too few kills landed ({kills} in {rounds} rounds)");
     }
+    assert!(trees > 0, "no tree scenario ran in {rounds} scenarios");
     assert!(compactions > 0, "no compaction landed in {rounds} scenarios: the fuzz would not cover them");
     eprintln!(
-        "crash fuzz: {kills} kills over {rounds} scenarios, {compactions} compactions landed: 0 lost or repeated results, 0 doctor findings, 0 stuck agents"
+        "crash fuzz: {kills} kills over {rounds} scenarios ({trees} trees of {TWIGS} children), {compactions} compactions landed: 0 lost or repeated results, 0 children missing or repeated, 0 doctor findings, 0 stuck agents"
     );
 }
