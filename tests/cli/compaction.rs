@@ -1,23 +1,16 @@
 //! Compaction: a compactor inherits the transcript, writes a summary and nominates
 //! files; the agent lands it as one commit; `uncompact` brings it all back.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::server::{Reply, Server, Turn};
+use crate::support::wait::wait_for;
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 /// Every compactor's goal starts so; its requests hold it.
 const COMPACTOR: &str = "Compact the conversation of agent";
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// The files of `dir` in the agent's branch tip.
 fn listed(t: &TestWorkspace, id: &str, dir: &str) -> Vec<String> {

@@ -3,15 +3,8 @@
 use std::time::{Duration, Instant};
 
 use crate::support::server::Turn;
+use crate::support::wait::wait_for;
 use crate::support::workspace::{Dialect, TestWorkspace};
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 #[test]
 fn a_killed_driver_is_settled_and_continued_by_the_next() {

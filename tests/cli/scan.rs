@@ -1,20 +1,13 @@
 //! `offshoot scan`: a child whose driver died is relaunched once and finishes; one that
 //! stays dead is reported to its parent once.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::json;
 
 use crate::support::server::Turn;
+use crate::support::wait::wait_for;
 use crate::support::workspace::{Dialect, TestWorkspace};
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(30);
-    while !done() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 fn state(t: &TestWorkspace, id: &str) -> String {
     t.agents()

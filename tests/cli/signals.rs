@@ -6,15 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::server::Turn;
+use crate::support::wait::wait_for_within;
 use crate::support::workspace::{Dialect, TestWorkspace};
-
-fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 /// Whether `pid` is a running process (not gone, not a zombie).
 fn running(pid: u32) -> bool {
@@ -40,7 +33,7 @@ fn group(pgid: u32) -> Vec<u32> {
 /// The pgid the call `call` recorded before it started, once it has.
 fn recorded_group(t: &TestWorkspace, call: &str) -> (String, u32) {
     let mut found = None;
-    wait_for("the command to start", Duration::from_secs(30), || {
+    wait_for_within("the command to start", Duration::from_secs(30), || {
         for agent in std::fs::read_dir(t.ws.join("steps")).into_iter().flatten().flatten() {
             let path = agent.path().join("0001/tools").join(call).join("pgid");
             if let Some(pgid) = std::fs::read_to_string(&path).ok().and_then(|p| p.trim().parse().ok()) {
@@ -112,7 +105,7 @@ fn ctrl_c_during_a_tool_kills_it_settles_the_call_and_exits_130() {
     assert!(!group(pgid).is_empty());
     signal(child.id(), "INT");
     let sent = Instant::now();
-    wait_for("the tool's processes to go", Duration::from_secs(1), || group(pgid).is_empty());
+    wait_for_within("the tool's processes to go", Duration::from_secs(1), || group(pgid).is_empty());
     let out = child.wait_with_output().expect("wait");
     assert!(sent.elapsed() < Duration::from_secs(3), "{:?}", sent.elapsed());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -198,7 +191,7 @@ fn a_process_that_escaped_its_group_is_ended_after_the_call() {
     let id = t.only_agent();
     let pid: u32 =
         std::fs::read_to_string(agent_dir(&t, &id).join("escaped.pid")).expect("pid").trim().parse().expect("pid");
-    wait_for("the escaped process to end", Duration::from_secs(2), || !running(pid));
+    wait_for_within("the escaped process to end", Duration::from_secs(2), || !running(pid));
 }
 
 #[test]
@@ -216,7 +209,7 @@ fn in_the_sandbox_a_daemon_ends_with_its_command_even_deaf_to_signals() {
     ]);
     t.run(&["prompt", "escape"]).ok();
     assert_eq!(server.result_text(1), "exit code 0\n<stdout>\ndone\n</stdout>");
-    wait_for("the daemon to end", Duration::from_secs(2), || running_with_arg(&marker).is_empty());
+    wait_for_within("the daemon to end", Duration::from_secs(2), || running_with_arg(&marker).is_empty());
 }
 
 #[test]
@@ -228,10 +221,12 @@ fn in_the_sandbox_a_killed_drivers_commands_die_with_it() {
         &format!("setsid sh -c 'trap \"\" INT TERM HUP; exec sleep {marker}' > /dev/null 2>&1 & sleep {marker}"),
     )]);
     let id = t.run(&["prompt", "--detach", "leave a daemon"]).ok().trim().to_owned();
-    wait_for("the daemon and the command", Duration::from_secs(30), || running_with_arg(&marker).len() == 2);
+    wait_for_within("the daemon and the command", Duration::from_secs(30), || running_with_arg(&marker).len() == 2);
     let driver = t.driver_pid(&id).expect("the driver's pid");
     signal(driver, "KILL");
-    wait_for("every process of the command to end", Duration::from_secs(2), || running_with_arg(&marker).is_empty());
+    wait_for_within("every process of the command to end", Duration::from_secs(2), || {
+        running_with_arg(&marker).is_empty()
+    });
 }
 
 #[test]
@@ -256,7 +251,7 @@ fn orphans_are_killed(name: &str, lose_the_record: bool) {
     let driver = t.driver_pid(&id).expect("the driver's pid");
     signal(driver, "KILL");
     // Its leader shows as a zombie before its last thread has let go of the lock.
-    wait_for("the driver to die", Duration::from_secs(5), || t.agents()[0]["state"] != "running");
+    wait_for_within("the driver to die", Duration::from_secs(5), || t.agents()[0]["state"] != "running");
     assert!(!group(pgid).is_empty(), "the orphan outlives its driver");
     if lose_the_record {
         std::fs::remove_file(t.steps_dir(&id).join("0001/tools/slow/pgid")).expect("rm");
@@ -281,7 +276,7 @@ fn ctrl_c_during_a_model_call_stops_the_agent_and_scan_leaves_it_stopped() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    wait_for("the model call", Duration::from_secs(30), || !server.requests().is_empty());
+    wait_for_within("the model call", Duration::from_secs(30), || !server.requests().is_empty());
     signal(child.id(), "INT");
     let out = child.wait_with_output().expect("wait");
     assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
@@ -306,7 +301,7 @@ fn stop_from_elsewhere_during_a_model_call_is_a_stop_and_changes_nothing_once_do
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    wait_for("the model call", Duration::from_secs(30), || !server.requests().is_empty());
+    wait_for_within("the model call", Duration::from_secs(30), || !server.requests().is_empty());
     let id = t.id_of("Attached");
     t.run(&["stop", "Attached"]).ok();
     let out = child.wait_with_output().expect("wait");

@@ -1,2 +1,3 @@
 pub mod server;
+pub mod wait;
 pub mod workspace;

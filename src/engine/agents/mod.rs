@@ -103,30 +103,14 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
     let (config_tip, config) = ws.config(lineage)?;
     check_spawn(role, lineage, spawn.message, spawn.env, &config, false)?;
     let id = fresh_id(ws, spawn.random)?;
-    let name = claim_name(ws, &id, spawn.name, spawn.random)?;
-    let made = make_root(ws, &id, &name, role, lineage, spawn, config_tip, &config);
-    released_on_failure(ws, &name, made)?;
-    Ok(id)
-}
-
-#[expect(clippy::too_many_arguments, reason = "one private step of create_root, named for what it takes")]
-fn make_root(
-    ws: &Workspace,
-    id: &AgentId,
-    name: &str,
-    role: &str,
-    lineage: &str,
-    spawn: &Start,
-    config_tip: CommitId,
-    config: &crate::domain::config::Config,
-) -> Result<()> {
-    let name = name.to_owned();
+    let mut claims = Claims::new(ws);
+    let name = claims.name(&id, spawn.name, spawn.random)?;
     let facts = AgentFacts {
         id: id.to_string(),
         role: role.to_owned(),
         lineage: lineage.to_owned(),
         parent: None,
-        name: Some(name),
+        name: Some(name.clone()),
         created: spawn.now.to_string(),
         forked_from: None,
         base: spawn.project.map(|p| p.base.to_string()),
@@ -137,7 +121,6 @@ fn make_root(
         Some(p) => Some(p.base),
         None => ws.project.branch_tip(MAIN)?,
     };
-    let position = Position { branch: facts.name.clone(), head };
     let mut edits = Vec::new();
     for (path, content) in spawn.project.map(|p| &p.changes[..]).unwrap_or_default() {
         match content {
@@ -146,13 +129,22 @@ fn make_root(
             None => edits.push(TreeEdit::Remove { path: path.clone() }),
         }
     }
-    edits.extend(dispatch_files(ws, config_tip, config, &facts, &position)?);
-    edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: spawn.message.as_bytes().to_vec() });
-    let subject = format!("dispatch {id}: {}", first_line(spawn.message));
-    let base = spawn.project.map(|p| p.base);
-    let commit = ws.repo.commit_edits(&[config_tip], base, &edits, &subject)?;
-    let first = Deposit::new("user", spawn.now, spawn.message);
-    start(ws, id, &facts, commit, &position, &first)
+    make(
+        ws,
+        Plan {
+            subject: format!("dispatch {id}: {}", first_line(spawn.message)),
+            id,
+            position: Position { branch: Some(name), head },
+            facts,
+            on: config_tip,
+            base: spawn.project.map(|p| p.base),
+            edits,
+            goal: Some(spawn.message),
+            first: Deposit::new("user", spawn.now, spawn.message),
+            config: (config_tip, &config),
+        },
+        claims,
+    )
 }
 
 /// Starts an agent that continues the conversation at `from` (any commit of any
@@ -164,40 +156,21 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     let role = source_facts.role.as_str();
     check_spawn(role, &source_facts.lineage, spawn.message, spawn.env, &config, false)?;
     let id = fresh_id(ws, spawn.random)?;
-    let name = claim_name(ws, &id, spawn.name, spawn.random)?;
-    let made = make_fork(ws, &id, &name, source, &source_facts, spawn, config_tip, &config);
-    released_on_failure(ws, &name, made)?;
-    Ok(id)
-}
-
-#[expect(clippy::too_many_arguments, reason = "one private step of fork, named for what it takes")]
-fn make_fork(
-    ws: &Workspace,
-    id: &AgentId,
-    name: &str,
-    source: CommitId,
-    source_facts: &AgentFacts,
-    spawn: &Start,
-    config_tip: CommitId,
-    config: &crate::domain::config::Config,
-) -> Result<()> {
-    let name = name.to_owned();
-    let role = source_facts.role.as_str();
+    let mut claims = Claims::new(ws);
+    let name = claims.name(&id, spawn.name, spawn.random)?;
     let facts = AgentFacts {
         id: id.to_string(),
         role: role.to_owned(),
         lineage: source_facts.lineage.clone(),
         parent: None,
-        name: Some(name),
+        name: Some(name.clone()),
         created: spawn.now.to_string(),
         forked_from: Some(source.to_string()),
         base: source_facts.base.clone(),
     };
     // The fork's own git starts where the source's stood, on a branch of its own.
-    let head = directory::recorded_position(ws, source_facts, source)?.head;
-    let position = Position { branch: facts.name.clone(), head };
+    let head = directory::recorded_position(ws, &source_facts, source)?.head;
     let mut edits = vec![TreeEdit::Remove { path: agent::TOOLS.into() }];
-    edits.extend(dispatch_files(ws, config_tip, config, &facts, &position)?);
     // A transcript ending in calls without results is cut before those calls.
     let mut loader = Loader::default();
     let entries = loader.entries(&ws.repo, source)?;
@@ -212,10 +185,93 @@ fn make_fork(
             edits.push(TreeEdit::Remove { path: format!("{}/{name}", agent::MESSAGES) });
         }
     }
-    let subject = format!("fork {id} from {}: {}", &source.to_string()[..12], first_line(spawn.message));
-    let commit = ws.repo.commit_edits(&[source], Some(source), &edits, &subject)?;
-    let first = Deposit::new("user", spawn.now, spawn.message);
-    start(ws, id, &facts, commit, &position, &first)
+    make(
+        ws,
+        Plan {
+            subject: format!("fork {id} from {}: {}", &source.to_string()[..12], first_line(spawn.message)),
+            id,
+            position: Position { branch: Some(name), head },
+            facts,
+            on: source,
+            base: Some(source),
+            edits,
+            goal: None,
+            first: Deposit::new("user", spawn.now, spawn.message),
+            config: (config_tip, &config),
+        },
+        claims,
+    )
+}
+
+/// One new agent with everything decided, for [`make`]: its dispatch commit goes on
+/// `on`, starting from `base`'s tree with `edits`, a rebuilt `.offshoot/` and its goal.
+struct Plan<'a> {
+    id: AgentId,
+    facts: AgentFacts,
+    position: Position,
+    on: CommitId,
+    base: Option<CommitId>,
+    /// What changes besides `.offshoot/` (removals, a project's uncommitted changes).
+    edits: Vec<TreeEdit>,
+    /// Written as `.offshoot/goal.md` (a fork keeps its source's).
+    goal: Option<&'a str>,
+    subject: String,
+    /// Its first message.
+    first: Deposit,
+    /// The config commit of its lineage, and that config.
+    config: (CommitId, &'a crate::domain::config::Config),
+}
+
+/// What a spawn claimed (a child's id, a name): given back when dropped, unless the
+/// agent was made. Every way out of a spawn that fails lets go of them.
+struct Claims<'a> {
+    ws: &'a Workspace,
+    id: Option<AgentId>,
+    name: Option<String>,
+}
+
+impl<'a> Claims<'a> {
+    fn new(ws: &'a Workspace) -> Claims<'a> {
+        Claims { ws, id: None, name: None }
+    }
+
+    /// Claims a name for `id` ([`claim_name`]), held until the agent is made.
+    fn name(&mut self, id: &AgentId, asked: Option<&str>, random: u32) -> Result<String> {
+        let name = claim_name(self.ws, id, asked, random)?;
+        self.name = Some(name.clone());
+        Ok(name)
+    }
+
+    /// The agent was made: its claims are its own for good.
+    fn keep(mut self) {
+        self.id = None;
+        self.name = None;
+    }
+}
+
+impl Drop for Claims<'_> {
+    fn drop(&mut self) {
+        if let Some(name) = &self.name {
+            let _ = self.ws.repo.delete_mark(NAMES, name);
+        }
+        if let Some(id) = &self.id {
+            let _ = self.ws.repo.delete_mark(IDS, id.as_str());
+        }
+    }
+}
+
+/// Makes the agent `plan` describes (dispatch commit, branch, directory, first message),
+/// keeping `claims` when it was made.
+fn make(ws: &Workspace, plan: Plan<'_>, claims: Claims<'_>) -> Result<AgentId> {
+    let Plan { id, facts, position, on, base, mut edits, goal, subject, first, config } = plan;
+    edits.extend(dispatch_files(ws, config.0, config.1, &facts, &position)?);
+    if let Some(goal) = goal {
+        edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: goal.as_bytes().to_vec() });
+    }
+    let commit = ws.repo.commit_edits(&[on], base, &edits, &subject)?;
+    start(ws, &id, &facts, commit, &position, &first)?;
+    claims.keep();
+    Ok(id)
 }
 
 /// What a child is dispatched with.
@@ -307,48 +363,43 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
         }
     }
     let id = claim_child_id(ws, parent, &claim)?;
-    let made = (|| -> Result<()> {
-        let name = claim_name(ws, &id, child.name, child.random)?;
-        let facts = AgentFacts {
-            id: id.to_string(),
-            role: child.role.to_owned(),
-            lineage: parent_facts.lineage.clone(),
-            parent: Some(parent.to_string()),
-            name: Some(name.clone()),
-            created: child.now.to_string(),
-            forked_from: Some(fork_point.to_string()),
-            base: fork_facts.base.clone(),
-        };
-        let position = Position { branch: Some(name.clone()), head };
-        let made = (|| -> Result<()> {
-            // A compactor keeps the transcript, summaries and skills it compacts.
-            let mut edits = match child.compactor {
-                false => vec![TreeEdit::Remove { path: agent::DIR.into() }],
-                true => [agent::TOOLS, compaction::NOMINATED]
-                    .into_iter()
-                    .filter(|p| ws.repo.entry_id(fork_point, p).ok().flatten().is_some())
-                    .map(|p| TreeEdit::Remove { path: p.into() })
-                    .collect(),
-            };
-            edits.extend(dispatch_files(ws, config_tip, &config, &facts, &position)?);
-            edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: child.goal.as_bytes().to_vec() });
-            let subject = format!("dispatch {id}: {}", first_line(child.goal));
-            let commit = ws.repo.commit_edits(&[fork_point], Some(fork_point), &edits, &subject)?;
-            let first = Deposit::new(parent.as_str(), child.now, child.goal);
-            start(ws, &id, &facts, commit, &position, &first)
-        })();
-        if made.is_err() {
-            let _ = ws.repo.delete_mark(NAMES, &name);
-        }
-        made
-    })();
-    match made {
-        Ok(()) => Ok(id),
-        Err(e) => {
-            let _ = ws.repo.delete_mark(IDS, id.as_str());
-            Err(e)
-        }
-    }
+    let mut claims = Claims { ws, id: Some(id.clone()), name: None };
+    let name = claims.name(&id, child.name, child.random)?;
+    let facts = AgentFacts {
+        id: id.to_string(),
+        role: child.role.to_owned(),
+        lineage: parent_facts.lineage.clone(),
+        parent: Some(parent.to_string()),
+        name: Some(name.clone()),
+        created: child.now.to_string(),
+        forked_from: Some(fork_point.to_string()),
+        base: fork_facts.base.clone(),
+    };
+    // A compactor keeps the transcript, summaries and skills it compacts.
+    let edits = match child.compactor {
+        false => vec![TreeEdit::Remove { path: agent::DIR.into() }],
+        true => [agent::TOOLS, compaction::NOMINATED]
+            .into_iter()
+            .filter(|p| ws.repo.entry_id(fork_point, p).ok().flatten().is_some())
+            .map(|p| TreeEdit::Remove { path: p.into() })
+            .collect(),
+    };
+    make(
+        ws,
+        Plan {
+            subject: format!("dispatch {id}: {}", first_line(child.goal)),
+            id,
+            position: Position { branch: Some(name), head },
+            facts,
+            on: fork_point,
+            base: Some(fork_point),
+            edits,
+            goal: Some(child.goal),
+            first: Deposit::new(parent.as_str(), child.now, child.goal),
+            config: (config_tip, &config),
+        },
+        claims,
+    )
 }
 
 /// Claims the next free child id of `parent` with a create-only mark holding `claim`
@@ -474,14 +525,6 @@ fn claim_name(ws: &Workspace, id: &AgentId, asked: Option<&str>, random: u32) ->
         r = r.wrapping_mul(2_654_435_761).wrapping_add(attempt);
         attempt += 1;
     }
-}
-
-/// Passes `made` on, giving the claimed `name` back if it failed.
-fn released_on_failure(ws: &Workspace, name: &str, made: Result<()>) -> Result<()> {
-    if made.is_err() {
-        let _ = ws.repo.delete_mark(NAMES, name);
-    }
-    made
 }
 
 fn fresh_id(ws: &Workspace, random: u32) -> Result<AgentId> {
@@ -652,3 +695,6 @@ fn first_line(text: &str) -> String {
         line.to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests;

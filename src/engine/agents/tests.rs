@@ -1,0 +1,79 @@
+use super::*;
+use crate::engine::lifecycle;
+use crate::engine::workspace::template_files;
+
+/// A fresh workspace under the system's temporary directory, and where it is.
+fn workspace(name: &str) -> (std::path::PathBuf, Workspace) {
+    let dir = std::env::temp_dir().join(format!("offshoot-agents-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ws = Workspace::create(&dir.join("ws"), &template_files(None).expect("template")).expect("workspace");
+    (dir, ws)
+}
+
+fn root(ws: &Workspace, env: &Env) -> AgentId {
+    let start = Start { message: "lead", name: Some("Lead"), now: Timestamp::now(), random: 7, env, project: None };
+    create_root(ws, "worker", "default", &start).expect("root")
+}
+
+fn child<'a>(env: &'a Env, name: Option<&'a str>, key: Option<&'a str>) -> Child<'a> {
+    Child {
+        role: "worker",
+        goal: "work",
+        name,
+        from: None,
+        now: Timestamp::now(),
+        random: 3,
+        env,
+        compactor: false,
+        key,
+    }
+}
+
+#[test]
+fn a_dispatch_run_again_by_its_key_finds_its_child_or_lets_its_claim_go() {
+    let (dir, ws) = workspace("key");
+    let env = Env::default();
+    let lead = root(&ws, &env);
+    // The same call twice (a recovery runs it again): one child.
+    let first = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d1"))).expect("first");
+    let again = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d1"))).expect("again");
+    assert_eq!(first, again);
+    assert_eq!(lifecycle::descendants(&ws, &lead).expect("tree"), std::slice::from_ref(&first));
+    // Another call is another child (its name, taken, refused as ever).
+    let taken = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d2"))).expect_err("taken");
+    assert!(matches!(taken, AgentError::NameTaken(..)), "{taken}");
+    // What a kill left between claiming an id and a name and making the child: the call
+    // run again lets both go and makes the child.
+    let stale = lead.child(9);
+    assert!(ws.repo.claim_mark(IDS, stale.as_str(), format!("{lead}\n2:d3").as_bytes()).expect("claim"));
+    assert!(ws.repo.claim_mark(NAMES, "Late", stale.as_str().as_bytes()).expect("claim"));
+    let made = create_child(&ws, &lead, &child(&env, Some("Late"), Some("2:d3"))).expect("made");
+    assert_ne!(made, stale);
+    assert!(ws.repo.branch_tip(&made.branch()).expect("tip").is_some());
+    assert_eq!(ws.repo.mark(NAMES, "Late").expect("name"), Some(made.as_str().as_bytes().to_vec()));
+    assert_eq!(ws.repo.mark(IDS, stale.as_str()).expect("claim"), None);
+    // Without a key (a person's `dispatch`), nothing is looked up: a new child each time.
+    let one = create_child(&ws, &lead, &child(&env, None, None)).expect("one");
+    let two = create_child(&ws, &lead, &child(&env, None, None)).expect("two");
+    assert_ne!(one, two);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stop_marks_an_agent_with_work_left_and_no_driver() {
+    let (dir, ws) = workspace("stop");
+    let env = Env::default();
+    let lead = root(&ws, &env);
+    let rt = crate::engine::runtime::Runtime::new(
+        ws.layout.clone(),
+        std::path::PathBuf::from("/nonexistent"),
+        env.clone(),
+        Default::default(),
+    );
+    // Made, its goal waiting in its inbox, no driver: work left, so a stop marks it.
+    assert!(!crate::infra::lock::LockGuard::is_held(&ws.layout.lock(&lead)).expect("probe"));
+    let stopped = lifecycle::stop_all(&ws, &rt, vec![lead.clone()], std::time::Duration::ZERO).expect("stop");
+    assert_eq!(stopped, [(lead.clone(), crate::engine::runtime::Stopped::NotRunning)]);
+    assert!(ws.repo.mark(lifecycle::STOPPED, lead.as_str()).expect("mark").is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
