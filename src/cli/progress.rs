@@ -311,10 +311,12 @@ pub fn watch_signals(ctx: &Ctx) {
                 &format!("· {}: stopping at the running call (again to quit at once)", reason.words()),
                 &json!({"type": "stopping", "agent": id, "reason": reason.words()}),
             ),
-            Disposition::ExitNow => end(format!(
-                "· {} during a model call: that call is not kept, everything before it is{continues}",
+            // Said as any other stop is (`error: agent … was …`, then how to go on).
+            Disposition::ExitNow if !id.is_empty() => end(format!(
+                "error: agent `{id}` was {} during a model call: that call is not kept, everything before it is\nhint: `offshoot run {id}` continues it",
                 reason.words()
             )),
+            Disposition::ExitNow => end(format!("· {} during a model call{continues}", reason.words())),
             Disposition::Again => end(format!("· {} again: quit at once{continues}", reason.words())),
         }
     });

@@ -279,9 +279,15 @@ fn ctrl_c_during_a_model_call_stops_the_agent_and_scan_leaves_it_stopped() {
     wait_for_within("the model call", Duration::from_secs(30), || !server.requests().is_empty());
     signal(child.id(), "INT");
     let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(130), "{}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let id = t.id_of("Caller");
+    assert!(stderr.contains(&format!("error: agent `{id}` was interrupted by the user")), "{stderr}");
+    assert!(stderr.contains(&format!("`offshoot run {id}` continues it")), "{stderr}");
     let agent = &t.agents()[0];
     assert_eq!(agent["state"], "stopped", "{agent}");
+    // In the words of any other stop.
+    assert_eq!(agent["why"], "it was interrupted by the user", "{agent}");
     // The user stopped it: scan relaunches nothing, and no request is sent.
     let scan = t.run(&["scan", "--json"]);
     assert!(!scan.ok().contains("relaunched"), "{}", scan.stdout);
@@ -308,7 +314,8 @@ fn stop_from_elsewhere_during_a_model_call_is_a_stop_and_changes_nothing_once_do
     assert_eq!(out.status.code(), Some(143));
     let agent = &t.agents()[0];
     assert_eq!(agent["state"], "stopped", "{agent}");
-    assert!(t.run(&["scan", "--json"]).ok().trim().is_empty() || server.requests().len() == 1);
+    assert_eq!(agent["why"], "it was stopped", "{agent}");
+    assert!(t.run(&["scan", "--json"]).ok().trim().is_empty());
     assert_eq!(server.requests().len(), 1);
     // Revived and finished, a stop changes nothing.
     server.latency(Duration::ZERO);

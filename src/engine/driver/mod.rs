@@ -117,6 +117,9 @@ fn record_stop_on_exit(ws: &Workspace, rt: &Runtime, id: &AgentId) -> crate::eng
             Reason::User => lifecycle::interrupted_by_user(&ws, &rt, &id),
             Reason::Stopped => lifecycle::stopped_at_tip(&ws, &rt, &id).map(|_| ()),
         };
+        // The run ends as any stopped run does (`ls` says why, in the same words).
+        let end = end_event(Err(&DriverError::Interrupted { id: id.to_string(), reason }));
+        events::log_end(&ws.layout.steps(&id), id.as_str(), end);
     })
 }
 
