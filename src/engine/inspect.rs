@@ -68,6 +68,9 @@ pub struct AgentState {
     /// For a `failed` or `stopped` agent, why, in one line: how its last run ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// Its landed compactions, oldest first: how many passes (compactors started) each took.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compactions: Vec<u32>,
 }
 
 pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
@@ -92,6 +95,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
                 parent: l.id.parent().map(|p| p.to_string()),
                 goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
                 why: None,
+                compactions: Vec::new(),
             });
             continue;
         };
@@ -122,6 +126,9 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
         let context_window = config.as_ref().and_then(|c| c.role(&facts.role)).and_then(|r| r.context_window);
         let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
         let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
+        let ledger = ws.repo.read_file(l.tip, crate::domain::compaction::LEDGER)?.unwrap_or_default();
+        let compactions =
+            crate::domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).iter().map(|l| l.passes).collect();
         out.push(AgentState {
             id: l.id.to_string(),
             name: facts.name.clone(),
@@ -136,6 +143,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
             parent: facts.parent.clone(),
             why: matches!(state, "failed" | "stopped").then(|| last_run_end(ws, &l.id)).flatten(),
+            compactions,
         });
     }
     Ok(out)

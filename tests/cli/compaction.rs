@@ -457,3 +457,22 @@ fn a_compactor_that_never_writes_a_summary_is_tried_once_per_interval() {
     // Every pass is a compactor the tree shows; no more were made than were started.
     assert_eq!(t.agents().len(), 1 + started);
 }
+
+#[test]
+fn a_landing_says_how_many_passes_it_took_in_its_event_and_in_tree() {
+    let (server, t) = TestWorkspace::served("compact-passes", Dialect::Anthropic);
+    t.run(&["config", "set", "compaction.steps", "10", "compaction.trigger", "every_n_steps"]).ok();
+    let mut turns: Vec<Turn> = (0..29).map(|i| Turn::bash(&format!("s{i}"), "true")).collect();
+    turns.push(Turn::text("thirty steps"));
+    server.push_for("Patient", turns);
+    // The first pass writes nothing; the second lands.
+    server.push_matching(COMPACTOR, [Turn::text("not now")]);
+    server.push_matching(COMPACTOR, [summary_turn("w", "the gist"), Turn::text("done")]);
+    let run = t.run(&["prompt", "--name", "Patient", "take thirty steps"]);
+    assert!(run.stderr.contains("compaction 1 landed (pass 2 since the last landing)"), "{}", run.stderr);
+    let tree = t.run(&["tree", "Patient"]);
+    assert!(tree.ok().contains(", 1 compaction (2 passes)"), "{}", tree.stdout);
+    let json = t.run(&["--json", "tree", "Patient"]);
+    let root: Value = serde_json::from_str(json.ok().lines().next().expect("a line")).expect("json");
+    assert_eq!(root["compactions"], json!([2]));
+}

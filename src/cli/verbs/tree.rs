@@ -111,6 +111,7 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
             "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent, "depth": depth,
             "steps": own.steps, "tokens": own.tokens, "cost_usd": own.cost_usd,
             "context_tokens": s.context_tokens, "context_window": s.context_window,
+            "compactions": s.compactions,
             "tree": {"agents": count(forest, id), "steps": own.steps + below.steps, "tokens": own.tokens + below.tokens,
                      "cost_usd": own.cost_usd.zip(below.cost_usd).map(|(a, b)| a + b)},
         }));
@@ -129,8 +130,17 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
             )
         };
         let fill = s.context_percent().map(|p| format!(", context {p}%")).unwrap_or_default();
+        // Each landing with the passes it took (a pass that lands nothing postpones the next).
+        let compacted = match s.compactions.len() {
+            0 => String::new(),
+            n => format!(
+                ", {n} compaction{} ({} passes)",
+                if n == 1 { "" } else { "s" },
+                s.compactions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        };
         ctx.out.line(&format!(
-            "{lead}{}{name} [{}] {}  {} steps, {} tokens, {}{fill}{subtree}",
+            "{lead}{}{name} [{}] {}  {} steps, {} tokens, {}{fill}{compacted}{subtree}",
             s.id,
             s.role,
             s.state,
