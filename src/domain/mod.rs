@@ -14,5 +14,6 @@ pub mod id;
 pub mod inbox;
 pub mod layout;
 pub mod results;
+pub mod step;
 pub mod tool_env;
 pub mod transcript;

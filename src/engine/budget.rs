@@ -6,14 +6,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use serde_json::Value;
-
 use crate::domain::budget::{self, Spend, StepSpend};
 use crate::domain::config::Config;
 use crate::domain::id::AgentId;
 use crate::domain::layout::Layout;
+use crate::domain::step::{StepMeta, StepOutcome};
 use crate::infra::lock::LockGuard;
-use crate::infra::provider::Usage;
 use crate::infra::time::{Timestamp, parse_unix_seconds};
 
 /// Step records read so far: a finished step's record never changes, so each is
@@ -117,15 +115,14 @@ fn has_tools(step_dir: &Path) -> bool {
 /// A step's record; `true` when it is final (the call ended, or no driver is left to
 /// end it).
 fn read_step(dir: &Path, now: u64, is_live: &mut dyn FnMut() -> bool) -> (StepSpend, bool) {
-    let meta: Value =
-        std::fs::read(dir.join("meta.json")).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null);
-    let text = |key: &str| meta.get(key).and_then(Value::as_str);
+    let meta: Option<StepMeta> =
+        std::fs::read(dir.join("meta.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
     // A record not written yet (its directory comes first) is a call about to start.
-    let running = (meta.is_null() || text("outcome") == Some("running")) && is_live();
-    let usage: Usage = meta.get("usage").and_then(|u| serde_json::from_value(u.clone()).ok()).unwrap_or_default();
-    let started = text("started").and_then(parse_unix_seconds);
-    let ended = if running { Some(now) } else { text("ended").and_then(parse_unix_seconds).or(started) };
+    let running = meta.as_ref().is_none_or(|m| m.outcome == StepOutcome::Running) && is_live();
+    let meta = meta.unwrap_or_else(StepMeta::unwritten);
+    let started = parse_unix_seconds(&meta.started);
+    let ended = if running { Some(now) } else { meta.ended.as_deref().and_then(parse_unix_seconds).or(started) };
     let step =
-        StepSpend { model: text("model").unwrap_or_default().to_owned(), usage, started, ended, tools: has_tools(dir) };
+        StepSpend { model: meta.model, usage: meta.usage.unwrap_or_default(), started, ended, tools: has_tools(dir) };
     (step, !running)
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 use crate::domain::config::Config;
 use crate::domain::context;
 use crate::domain::id::AgentId;
+use crate::domain::step::StepMeta;
 use crate::domain::transcript::{self, Entry};
 use crate::infra::git::{CommitId, GitError};
 use crate::infra::lock::LockGuard;
@@ -127,8 +128,10 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
         let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
         let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
         let ledger = ws.repo.read_file(l.tip, crate::domain::compaction::LEDGER)?.unwrap_or_default();
-        let compactions =
-            crate::domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).iter().map(|l| l.passes).collect();
+        let compactions = crate::domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger))
+            .iter()
+            .map(|l| l.passes)
+            .collect();
         out.push(AgentState {
             id: l.id.to_string(),
             name: facts.name.clone(),
@@ -212,7 +215,7 @@ pub fn step_count(ws: &Workspace, id: &AgentId) -> u32 {
 
 /// A step's record: its meta.json. A step whose driver died during the call shows
 /// as `interrupted`.
-pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<Value> {
+pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
     let dir = ws.layout.step(id, step);
     let path = dir.join("meta.json");
     if !dir.is_dir() {
@@ -222,28 +225,32 @@ pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<Value> {
         Ok(bytes) => bytes,
         // Written before the call since the records became atomic; older crashes
         // can leave a directory without one.
-        Err(_) => return Ok(serde_json::json!({"step": step, "agent": id.as_str(), "outcome": "interrupted"})),
+        Err(_) => {
+            let old = serde_json::json!({"step": step, "agent": id.as_str(), "outcome": "interrupted"});
+            return serde_json::from_value(old).map_err(|e| InspectError::BadRecord {
+                step,
+                path,
+                reason: e.to_string(),
+            });
+        }
     };
-    let mut meta: Value =
+    let meta: StepMeta =
         serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord { step, path, reason: e.to_string() })?;
-    let live = LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(false);
-    if meta.get("outcome").and_then(Value::as_str) == Some("running") && !live {
-        meta["outcome"] = "interrupted".into();
-    }
-    Ok(meta)
+    Ok(meta.shown(LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(false)))
 }
 
 /// Step `step`'s request, re-assembled from the commit and config its record names.
 pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
     let meta = step_meta(ws, id, step)?;
     let path = ws.layout.step(id, step).join("meta.json");
-    let commit_of = |key: &str| {
-        meta.get(key)
-            .and_then(Value::as_str)
-            .and_then(|s| git2::Oid::from_str(s).ok())
-            .ok_or_else(|| InspectError::BadRecord { step, path: path.clone(), reason: format!("no `{key}` commit") })
+    let commit_of = |key: &str, text: &str| {
+        git2::Oid::from_str(text).map_err(|_| InspectError::BadRecord {
+            step,
+            path: path.clone(),
+            reason: format!("no `{key}` commit"),
+        })
     };
-    let (commit, config_commit) = (commit_of("commit")?, commit_of("config")?);
+    let (commit, config_commit) = (commit_of("commit", &meta.commit)?, commit_of("config", &meta.config)?);
     let config = ws.config_at(config_commit)?;
     let facts = super::snapshot::read_facts(&ws.repo, commit)?;
     let role = config.role(&facts.role).ok_or_else(|| InspectError::BadRecord {
@@ -253,6 +260,6 @@ pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
     })?;
     let mut loader = Loader::default();
     let (_, snapshot) = loader.snapshot(&ws.repo, commit, &role.context)?;
-    let model = meta.get("model").and_then(Value::as_str).unwrap_or(&role.model);
+    let model = if meta.model.is_empty() { &role.model } else { &meta.model };
     Ok(context::assemble(&snapshot, model, role.max_output_tokens, &role.context))
 }

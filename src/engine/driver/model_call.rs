@@ -4,11 +4,12 @@
 use std::io::Write;
 use std::path::Path;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::domain::agent;
 use crate::domain::compaction;
 use crate::domain::context;
+use crate::domain::step::{StepMeta, StepOutcome};
 use crate::domain::transcript::{self, Side};
 use crate::engine::budget;
 use crate::engine::events::{Event, Observer};
@@ -27,8 +28,8 @@ impl Driver<'_> {
     pub(super) fn last_reported(&self, step: u32) -> Option<(u64, u64)> {
         (step.saturating_sub(5).max(1)..step).rev().find_map(|n| {
             let dir = self.ws.layout.step(&self.id, n);
-            let meta: Value = serde_json::from_slice(&std::fs::read(dir.join("meta.json")).ok()?).ok()?;
-            let tokens = meta.get("usage")?.get("input")?.as_u64()?;
+            let meta: StepMeta = serde_json::from_slice(&std::fs::read(dir.join("meta.json")).ok()?).ok()?;
+            let tokens = meta.usage?.input?;
             Some((tokens, std::fs::metadata(dir.join("request.json")).ok()?.len()))
         })
     }
@@ -108,17 +109,17 @@ impl Driver<'_> {
         let started = Timestamp::now();
         let meta_path = dir.join("meta.json");
         // On record before the call, so a step cut short by a crash still shows.
-        let mut meta = json!({
-            "step": step,
-            "commit": tip.to_string(),
-            "config": config_commit.to_string(),
-            "agent": self.id.as_str(),
-            "provider": plan.provider,
-            "protocol": plan.config.protocol.name(),
-            "model": plan.model,
-            "started": started.to_string(),
-            "outcome": "running",
-        });
+        let mut meta = StepMeta {
+            step,
+            commit: tip.to_string(),
+            config: config_commit.to_string(),
+            agent: self.id.to_string(),
+            provider: plan.provider.clone(),
+            protocol: plan.config.protocol.name().to_owned(),
+            model: plan.model.clone(),
+            started: started.to_string(),
+            ..StepMeta::unwritten()
+        };
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         observer.event(Event::StepStarted { step, provider: &plan.provider, model: &plan.model });
 
@@ -138,20 +139,16 @@ impl Driver<'_> {
         let ended = Timestamp::now();
         let entry = transcript::entry_name(next, &transcript::model_origin(&plan.model), Side::Assistant);
         let (outcome, usage, error) = match &result {
-            Ok(output) => ("ok", output.usage.clone(), None),
-            Err(e) => ("error", Usage::default(), Some(e.to_string())),
+            Ok(output) => (StepOutcome::Ok, output.usage.clone(), None),
+            Err(e) => (StepOutcome::Error, Usage::default(), Some(e.to_string())),
         };
-        for (key, value) in [
-            ("ended", json!(ended.to_string())),
-            ("millis", json!(ended.millis_since(started))),
-            ("attempts", json!(recorder.attempts)),
-            ("usage", json!(usage)),
-            ("outcome", json!(outcome)),
-            ("error", json!(error)),
-            ("entry", json!(result.as_ref().ok().map(|_| entry.clone()))),
-        ] {
-            meta[key] = value;
-        }
+        meta.ended = Some(ended.to_string());
+        meta.millis = Some(ended.millis_since(started));
+        meta.attempts = std::mem::take(&mut recorder.attempts);
+        meta.usage = Some(usage);
+        meta.outcome = outcome;
+        meta.error = error;
+        meta.entry = result.as_ref().ok().map(|_| entry.clone());
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         if let Ok(output) = &result {
             if let Some(input) = output.usage.input {
