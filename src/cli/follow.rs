@@ -17,6 +17,7 @@ use serde_json::Value;
 use crate::domain::id::AgentId;
 use crate::engine::agents;
 use crate::engine::events;
+use crate::engine::events::{End, Line, Record};
 use crate::engine::workspace::Workspace;
 
 use super::progress::call_gist;
@@ -139,7 +140,7 @@ impl Watch {
             let complete: Vec<u8> = tail.partial.drain(..=end).collect();
             for line in complete.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
                 if let Ok(event) = serde_json::from_slice::<Value>(line) {
-                    self.show(&agent, &event);
+                    self.show(&agent, &event, Line::parse(line).map(|l| l.record));
                 }
             }
         }
@@ -158,12 +159,14 @@ impl Watch {
         name
     }
 
-    fn show(&mut self, agent: &str, event: &Value) {
+    /// Shows one line of `agent`'s events: as it is with `--json`, else described
+    /// (`record`, when it is one this version knows).
+    fn show(&mut self, agent: &str, event: &Value, record: Option<Record>) {
         if let View::Json = self.view {
             let _ = writeln!(std::io::stdout().lock(), "{event}");
             return;
         }
-        let Some(what) = describe(event) else { return };
+        let Some(what) = record.as_ref().and_then(describe) else { return };
         let name = self.name(agent);
         match self.view.clone() {
             View::Json => {}
@@ -214,31 +217,30 @@ struct Described {
     last: bool,
 }
 
-fn describe(event: &Value) -> Option<Described> {
-    let s = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or_default();
+fn describe(record: &Record) -> Option<Described> {
     let line = |text: String, notable: bool| Some(Described { text, notable, last: false });
-    match s("type") {
-        "step" => line(format!("step {} ({})", event["step"], s("model")), false),
-        "text" => line(first_line(s("text")), false),
-        "tool_call" => line(format!("→ {} {}", s("name"), first_line(&call_gist(&event["input"]))), true),
-        "tool_result" => line(format!("← {}", first_line(s("summary"))), false),
-        "waiting" => line(format!("waiting for {} agents below it", event["children"]), false),
-        "transfer" => line(format!("merged {} files from `{}`", event["files"], s("child")), true),
-        "conflict" => line(format!("`{}`'s work conflicts in {} files", s("child"), event["files"]), true),
-        "attempt_failed" => line(format!("attempt failed: {}", first_line(s("error"))), true),
-        "repaired" => line(s("what").to_owned(), true),
-        "compaction" => line(s("note").to_owned(), true),
-        "end" => {
-            let text = match s("outcome") {
-                "final-response" => format!("answered: {}", first_line(s("text"))),
-                "interrupted" => format!("stopped ({})", s("reason")),
-                "budget-exhausted" => format!("stopped: budget exhausted ({})", s("error")),
-                "busy" => return None,
-                _ => format!("failed: {}", first_line(s("error"))),
+    match record {
+        Record::Step { step, model, .. } => line(format!("step {step} ({model})"), false),
+        Record::Text { text } => line(first_line(text), false),
+        Record::ToolCall { name, input, .. } => line(format!("→ {name} {}", first_line(&call_gist(input))), true),
+        Record::ToolResult { summary, .. } => line(format!("← {}", first_line(summary)), false),
+        Record::Waiting { children } => line(format!("waiting for {children} agents below it"), false),
+        Record::Transfer { child, files } => line(format!("merged {files} files from `{child}`"), true),
+        Record::Conflict { child, files } => line(format!("`{child}`'s work conflicts in {files} files"), true),
+        Record::AttemptFailed { error, .. } => line(format!("attempt failed: {}", first_line(error)), true),
+        Record::Repaired { what } => line(what.clone(), true),
+        Record::Compaction { note, .. } => line(note.clone(), true),
+        Record::End(end) => {
+            let text = match end {
+                End::FinalResponse { text } => format!("answered: {}", first_line(text)),
+                End::Interrupted { reason } => format!("stopped ({reason})"),
+                End::BudgetExhausted { error } => format!("stopped: budget exhausted ({error})"),
+                End::Busy => return None,
+                End::Error { error } => format!("failed: {}", first_line(error)),
             };
             Some(Described { text, notable: true, last: true })
         }
-        _ => None,
+        Record::Delivered { .. } | Record::Settled { .. } | Record::Usage { .. } | Record::Warning { .. } => None,
     }
 }
 

@@ -231,8 +231,8 @@ fn attach_holding(
         live.release();
     }
     live.totals();
-    let mut end = driver::end_event(result.as_ref());
-    end["agent"] = id.as_str().into();
+    let end = events::Line { record: events::Record::End(driver::end_event(result.as_ref())), agent: id.to_string() };
+    let mut end = end.to_value();
     match result {
         Ok(RunEnd::Answered { text }) => {
             if !live.worked && !ctx.out.json {

@@ -5,7 +5,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::infra::provider::{Delta, Usage};
 
@@ -84,40 +85,155 @@ pub trait Observer {
 /// The file a driver's events are appended to, in the agent's step records.
 pub const FILE: &str = "events.ndjson";
 
-/// `event` as one JSON object tagged with `agent`; `None` for deltas other than text.
-pub fn to_json(agent: &str, event: &Event<'_>) -> Option<Value> {
-    let mut v = match event {
+/// One line of an events file, and of a run's `--json` output, as it is written, read
+/// back (by whoever follows the agent, by `ls` for why a run ended) and described: one
+/// type for all three.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Record {
+    Text {
+        text: String,
+    },
+    Delivered {
+        from: String,
+    },
+    Settled {
+        tool_use_id: String,
+    },
+    Step {
+        step: u32,
+        provider: String,
+        model: String,
+    },
+    Usage {
+        step: u32,
+        usage: Usage,
+        cost_usd: Option<f64>,
+    },
+    AttemptFailed {
+        attempt: u32,
+        error: String,
+        retry_in_ms: Option<u64>,
+    },
+    ToolCall {
+        tool_use_id: String,
+        name: String,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        name: String,
+        is_error: bool,
+        summary: String,
+    },
+    Repaired {
+        what: String,
+    },
+    Warning {
+        text: String,
+    },
+    Transfer {
+        child: String,
+        files: usize,
+    },
+    Conflict {
+        child: String,
+        files: usize,
+    },
+    Waiting {
+        children: usize,
+    },
+    Compaction {
+        outcome: String,
+        compactor: String,
+        note: String,
+    },
+    /// A run's end: the last line of it.
+    End(End),
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum End {
+    FinalResponse {
+        text: String,
+    },
+    /// Another driver held the agent.
+    Busy,
+    BudgetExhausted {
+        error: String,
+    },
+    /// Stopped: `reason` in the words a stop is said in.
+    Interrupted {
+        reason: String,
+    },
+    Error {
+        error: String,
+    },
+}
+
+/// A record with the agent it is of: what one line holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Line {
+    #[serde(flatten)]
+    pub record: Record,
+    pub agent: String,
+}
+
+impl Line {
+    /// The line as JSON.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    /// A line of an events file, if it is one.
+    pub fn parse(text: &[u8]) -> Option<Line> {
+        serde_json::from_slice(text).ok()
+    }
+}
+
+/// `event` as a record; `None` for deltas other than text.
+pub fn record(event: &Event<'_>) -> Option<Record> {
+    let owned = |s: &str| s.to_owned();
+    Some(match event {
         Event::Delta(Delta::Text(text)) if text.is_empty() => return None,
-        Event::Delta(Delta::Text(text)) => json!({"type": "text", "text": text}),
+        Event::Delta(Delta::Text(text)) => Record::Text { text: text.clone() },
         Event::Delta(_) => return None,
-        Event::Delivered { sender } => json!({"type": "delivered", "from": sender}),
-        Event::Settled { tool_use_id } => json!({"type": "settled", "tool_use_id": tool_use_id}),
+        Event::Delivered { sender } => Record::Delivered { from: owned(sender) },
+        Event::Settled { tool_use_id } => Record::Settled { tool_use_id: owned(tool_use_id) },
         Event::StepStarted { step, provider, model } => {
-            json!({"type": "step", "step": step, "provider": provider, "model": model})
+            Record::Step { step: *step, provider: owned(provider), model: owned(model) }
         }
         Event::Usage { step, usage, cost_usd } => {
-            json!({"type": "usage", "step": step, "usage": usage, "cost_usd": cost_usd})
+            Record::Usage { step: *step, usage: (*usage).clone(), cost_usd: *cost_usd }
         }
         Event::AttemptFailed { attempt, error, retry_in_ms } => {
-            json!({"type": "attempt_failed", "attempt": attempt, "error": error, "retry_in_ms": retry_in_ms})
+            Record::AttemptFailed { attempt: *attempt, error: owned(error), retry_in_ms: *retry_in_ms }
         }
         Event::ToolStarted { id, name, input } => {
-            json!({"type": "tool_call", "tool_use_id": id, "name": name, "input": input})
+            Record::ToolCall { tool_use_id: owned(id), name: owned(name), input: (*input).clone() }
         }
-        Event::ToolFinished { id, name, is_error, summary } => {
-            json!({"type": "tool_result", "tool_use_id": id, "name": name, "is_error": is_error, "summary": summary})
-        }
-        Event::Repaired(repair) => json!({"type": "repaired", "what": repaired(*repair)}),
-        Event::Warning(text) => json!({"type": "warning", "text": text}),
-        Event::Transferred { child, files } => json!({"type": "transfer", "child": child, "files": files}),
-        Event::Conflicted { child, files } => json!({"type": "conflict", "child": child, "files": files}),
-        Event::Waiting { children } => json!({"type": "waiting", "children": children}),
+        Event::ToolFinished { id, name, is_error, summary } => Record::ToolResult {
+            tool_use_id: owned(id),
+            name: owned(name),
+            is_error: *is_error,
+            summary: owned(summary),
+        },
+        Event::Repaired(repair) => Record::Repaired { what: repaired(*repair) },
+        Event::Warning(text) => Record::Warning { text: owned(text) },
+        Event::Transferred { child, files } => Record::Transfer { child: owned(child), files: *files },
+        Event::Conflicted { child, files } => Record::Conflict { child: owned(child), files: *files },
+        Event::Waiting { children } => Record::Waiting { children: *children },
         Event::Compaction { compactor, outcome, note } => {
-            json!({"type": "compaction", "outcome": outcome, "compactor": compactor, "note": note})
+            Record::Compaction { outcome: owned(outcome), compactor: owned(compactor), note: owned(note) }
         }
-    };
-    v["agent"] = agent.into();
-    Some(v)
+    })
+}
+
+/// `event` as one JSON object tagged with `agent`; `None` for deltas other than text.
+pub fn to_json(agent: &str, event: &Event<'_>) -> Option<Value> {
+    record(event).map(|record| Line { record, agent: agent.to_owned() }.to_value())
 }
 
 /// What a repair did, in words.
@@ -152,8 +268,9 @@ impl<'a> Logged<'a> {
     pub fn append(&mut self, value: &Value) {
         let mut lines = String::new();
         if !self.text.is_empty() {
-            let text = json!({"type": "text", "text": std::mem::take(&mut self.text), "agent": self.agent});
-            lines.push_str(&format!("{text}\n"));
+            let text =
+                Line { record: Record::Text { text: std::mem::take(&mut self.text) }, agent: self.agent.clone() };
+            lines.push_str(&format!("{}\n", text.to_value()));
         }
         lines.push_str(&format!("{value}\n"));
         if self.file.is_none() {
@@ -169,16 +286,15 @@ impl<'a> Logged<'a> {
     }
 
     /// Ends the log of this run with `end`.
-    pub fn end(&mut self, end: Value) {
-        let mut end = end;
-        end["agent"] = self.agent.as_str().into();
-        self.append(&end);
+    pub fn end(&mut self, end: End) {
+        let line = Line { record: Record::End(end), agent: self.agent.clone() };
+        self.append(&line.to_value());
     }
 }
 
 /// Ends the events file of `agent` (in `steps_dir`) with `end`, from outside its driver's
 /// run (a process about to end at once records how its run ended).
-pub fn log_end(steps_dir: &Path, agent: &str, end: Value) {
+pub fn log_end(steps_dir: &Path, agent: &str, end: End) {
     struct Nobody;
     impl Observer for Nobody {
         fn event(&mut self, _: Event<'_>) {}
@@ -198,5 +314,37 @@ impl Observer for Logged<'_> {
             }
         }
         self.inner.event(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_reads_back_as_it_was_written_with_its_type_first_and_its_agent_last() {
+        let usage = Usage { input: Some(100), output: Some(20), ..Usage::default() };
+        let input = serde_json::json!({"command": "ls"});
+        let events = [
+            Event::StepStarted { step: 2, provider: "anthropic", model: "m" },
+            Event::Usage { step: 2, usage: &usage, cost_usd: Some(0.5) },
+            Event::ToolStarted { id: "t1", name: "bash", input: &input },
+            Event::ToolFinished { id: "t1", name: "bash", is_error: false, summary: "exit code 0" },
+            Event::Waiting { children: 3 },
+            Event::Compaction { compactor: "k7q2mx.1", outcome: "landed", note: "n" },
+        ];
+        for event in &events {
+            let value = to_json("k7q2mx", event).expect("a line");
+            let text = value.to_string();
+            let line = Line::parse(text.as_bytes()).expect("parses");
+            assert_eq!(line.record, record(event).expect("record"));
+            assert!(text.starts_with("{\"type\":") && text.ends_with(",\"agent\":\"k7q2mx\"}"), "{text}");
+        }
+        let end = Line { record: Record::End(End::Interrupted { reason: "stopped".into() }), agent: "a".into() };
+        let text = end.to_value().to_string();
+        assert_eq!(text, r#"{"type":"end","outcome":"interrupted","reason":"stopped","agent":"a"}"#);
+        assert_eq!(Line::parse(text.as_bytes()), Some(end));
+        // A line of a type this version does not know is not a record (a follower skips it).
+        assert_eq!(Line::parse(br#"{"type":"novel","agent":"a"}"#), None);
     }
 }

@@ -5,13 +5,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
-use serde_json::Value;
-
 use crate::domain::config::Config;
 use crate::domain::context;
 use crate::domain::id::AgentId;
 use crate::domain::step::StepMeta;
 use crate::domain::transcript::{self, Entry};
+use crate::engine::events::{End, Record};
 use crate::infra::git::{CommitId, GitError};
 use crate::infra::lock::LockGuard;
 use crate::infra::provider::{Request, Usage};
@@ -162,21 +161,16 @@ fn last_run_end(ws: &Workspace, id: &AgentId) -> Option<String> {
     file.seek(SeekFrom::Start(len.saturating_sub(64 * 1024))).ok()?;
     let mut tail = Vec::new();
     file.read_to_end(&mut tail).ok()?;
-    let text = String::from_utf8_lossy(&tail);
-    let last = text
-        .lines()
+    let last = tail
+        .split(|&b| b == b'\n')
         .rev()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| matches!(v.get("type").and_then(Value::as_str), Some("end" | "step")))?;
-    let field = |k: &str| last.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-    match (field("type").as_str(), field("outcome").as_str()) {
-        ("step", _) => Some(format!(
-            "its driver ended during step {} (killed or crashed)",
-            last.get("step").and_then(Value::as_u64).unwrap_or(0)
-        )),
-        ("end", "interrupted") => Some(format!("it was {}", field("reason"))),
-        ("end", "budget-exhausted") => Some(format!("budget exhausted: {}", field("error"))),
-        ("end", "error") => Some(field("error")),
+        .filter_map(|l| super::events::Line::parse(l).map(|l| l.record))
+        .find(|r| matches!(r, Record::End(_) | Record::Step { .. }))?;
+    match last {
+        Record::Step { step, .. } => Some(format!("its driver ended during step {step} (killed or crashed)")),
+        Record::End(End::Interrupted { reason }) => Some(format!("it was {reason}")),
+        Record::End(End::BudgetExhausted { error }) => Some(format!("budget exhausted: {error}")),
+        Record::End(End::Error { error }) => Some(error),
         _ => None,
     }
     .map(|why| why.split_whitespace().collect::<Vec<_>>().join(" "))

@@ -12,8 +12,6 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
-
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::config::Config;
 use crate::domain::id::AgentId;
@@ -124,17 +122,14 @@ fn record_stop_on_exit(ws: &Workspace, rt: &Runtime, id: &AgentId) -> crate::eng
 }
 
 /// The `end` event of a driver's run.
-pub fn end_event(result: std::result::Result<&RunEnd, &DriverError>) -> Value {
+pub fn end_event(result: std::result::Result<&RunEnd, &DriverError>) -> events::End {
+    use events::End;
     match result {
-        Ok(RunEnd::Answered { text }) => json!({"type": "end", "outcome": "final-response", "text": text}),
-        Ok(RunEnd::Busy) => json!({"type": "end", "outcome": "busy"}),
-        Err(DriverError::Exhausted { spend, .. }) => {
-            json!({"type": "end", "outcome": "budget-exhausted", "error": spend})
-        }
-        Err(DriverError::Interrupted { reason, .. }) => {
-            json!({"type": "end", "outcome": "interrupted", "reason": reason.words()})
-        }
-        Err(e) => json!({"type": "end", "outcome": "error", "error": e.to_string()}),
+        Ok(RunEnd::Answered { text }) => End::FinalResponse { text: text.clone() },
+        Ok(RunEnd::Busy) => End::Busy,
+        Err(DriverError::Exhausted { spend, .. }) => End::BudgetExhausted { error: spend.clone() },
+        Err(DriverError::Interrupted { reason, .. }) => End::Interrupted { reason: reason.words().to_owned() },
+        Err(e) => End::Error { error: e.to_string() },
     }
 }
 
