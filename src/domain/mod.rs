@@ -13,6 +13,7 @@ pub mod grant;
 pub mod id;
 pub mod inbox;
 pub mod layout;
+pub mod marks;
 pub mod results;
 pub mod step;
 pub mod tool_env;

@@ -9,6 +9,7 @@ use crate::domain::agent;
 use crate::domain::compaction::{self, Landing};
 use crate::domain::config::Config;
 use crate::domain::id::AgentId;
+use crate::domain::marks::Mark;
 use crate::domain::transcript::{self, Entry};
 use crate::infra::git::{CommitId, GitError, TreeEdit};
 use crate::infra::lock::LockGuard;
@@ -22,12 +23,12 @@ use super::workspace::{Workspace, WorkspaceError};
 
 /// The mark of an agent with a compaction in flight (`refs/offshoot/compacting/<id>`,
 /// the compactor's id); removed when its result is landed or let go.
-pub const COMPACTING: &str = "compacting";
+pub const COMPACTING: &str = Mark::Compacting.kind();
 
 /// The mark of the passes started since an agent's last landing
 /// (`refs/offshoot/compaction-passes/<id>`: `<its own steps when the last started>
 /// <how many>`); a landing records the count in the ledger and removes the mark.
-pub const PASSES: &str = "compaction-passes";
+pub const PASSES: &str = Mark::CompactionPasses.kind();
 
 /// The passes started for `id` since its last landing: its own steps when the last one
 /// started, and how many there were.

@@ -190,7 +190,7 @@ fn check_marks(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>) -> 
     for (name, _) in ws.repo.all_refs()? {
         let Some(rest) = name.strip_prefix("refs/offshoot/") else { continue };
         let Some((kind, key)) = rest.split_once('/') else { continue };
-        let owner = if kind == "names" {
+        let owner = if kind == crate::domain::marks::Mark::Names.kind() {
             let content = ws.repo.mark(kind, key)?.unwrap_or_default();
             String::from_utf8_lossy(&content).into_owned()
         } else {

@@ -5,6 +5,7 @@
 
 use crate::domain::id::AgentId;
 use crate::domain::inbox::{Deposit, Header};
+use crate::domain::marks::{Epitaph, Mark};
 use crate::domain::results::{self, Reply};
 use crate::domain::transcript::{self, Entry};
 use crate::infra::git::{CommitId, GitError};
@@ -17,23 +18,23 @@ use super::snapshot::{self, Loader, SnapshotError};
 use super::workspace::Workspace;
 
 /// The mark holding the terminal commit whose answer was deposited.
-pub const REPLIED: &str = "replied";
+pub const REPLIED: &str = Mark::Replied.kind();
 /// The mark of an agent stopped because its tree's budget ran out
 /// (`refs/offshoot/exhausted/<id>`, what was spent); cleared when it is revived.
-pub const EXHAUSTED: &str = "exhausted";
+pub const EXHAUSTED: &str = Mark::Exhausted.kind();
 /// The mark of the tip whose stop an agent's parent was told of (`refs/offshoot/told/<id>`).
-pub const TOLD: &str = "told";
+pub const TOLD: &str = Mark::Told.kind();
 /// The mark of a stopped agent (`refs/offshoot/stopped/<id>`, the tip it stopped at):
 /// results and other agents' messages wait for it instead of waking it, until the
 /// user's message or a run revives it.
-pub const STOPPED: &str = "stopped";
+pub const STOPPED: &str = Mark::Stopped.kind();
 
 /// The epitaph of a result that is an agent's final response.
-pub const FINAL_RESPONSE: &str = "final-response";
+pub const FINAL_RESPONSE: &str = Epitaph::FinalResponse.as_str();
 /// The epitaph of an agent that was stopped.
-pub const EPITAPH_STOPPED: &str = "stopped";
+pub const EPITAPH_STOPPED: &str = Epitaph::Stopped.as_str();
 /// The epitaph of an agent stopped because its tree's budget ran out.
-pub const EPITAPH_EXHAUSTED: &str = "budget-exhausted";
+pub const EPITAPH_EXHAUSTED: &str = Epitaph::BudgetExhausted.as_str();
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {

@@ -5,6 +5,7 @@
 //! run is put back; last, quarantines of publications a kill cut short are removed.
 
 use crate::domain::id::AgentId;
+use crate::domain::marks::{Epitaph, Mark};
 use crate::infra::git::{self as git, CommitId, GitError};
 use crate::infra::lock::{LockError, LockGuard};
 
@@ -17,11 +18,11 @@ use super::workspace::Workspace;
 
 /// The mark of an agent scan relaunched (`refs/offshoot/relaunched/<id>`, the tip it
 /// was dead at).
-const RELAUNCHED: &str = "relaunched";
+const RELAUNCHED: &str = Mark::Relaunched.kind();
 /// The mark of an agent scan reported dead (`refs/offshoot/died/<id>`, the tip).
-const DIED: &str = "died";
+const DIED: &str = Mark::Died.kind();
 /// The epitaph of an agent whose driver died and a relaunch did not move.
-const EPITAPH_DIED: &str = "died";
+const EPITAPH_DIED: &str = Epitaph::Died.as_str();
 
 /// What scan did about one agent.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

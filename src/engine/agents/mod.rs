@@ -5,6 +5,7 @@ use crate::domain::agent::{self, AgentFacts};
 use crate::domain::compaction;
 use crate::domain::id::{self, AgentId, IdError};
 use crate::domain::inbox::Deposit;
+use crate::domain::marks::Mark;
 use crate::domain::transcript;
 use crate::infra::git::{CommitId, GitError, MAIN, Position, TreeEdit};
 use crate::infra::sandbox::SandboxError;
@@ -452,10 +453,10 @@ fn next_child_number(ws: &Workspace, parent: &AgentId) -> Result<u32> {
 
 /// The marks that reserve child ids: `refs/offshoot/ids/<id>` → the parent's id.
 /// Set before a child's commit is built, removed with the agent.
-pub const IDS: &str = "ids";
+pub const IDS: &str = Mark::Ids.kind();
 
 /// The marks that hold names: `refs/offshoot/names/<name>` → the agent's id.
-pub const NAMES: &str = "names";
+pub const NAMES: &str = Mark::Names.kind();
 
 /// Checks what every spawn needs before anything is written: a message, a role
 /// that exists (`compactor` only for a compaction, and a compaction only as one), a

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::config::Config;
 use crate::domain::id::AgentId;
+use crate::domain::marks::Mark;
 use crate::domain::transcript::{self, Entry, Side};
 use crate::infra::git::{CommitId, Tracked};
 use crate::infra::lock::LockGuard;
@@ -56,9 +57,9 @@ use ending::{interrupted_by_user, stopped, stopped_at_tip};
 type Result<T> = std::result::Result<T, DriverError>;
 
 /// The mark holding an agent's working directory (`refs/offshoot/cwd/<id>`).
-const CWD_MARK: &str = "cwd";
+const CWD_MARK: &str = Mark::Cwd.kind();
 /// The mark naming a child whose work conflicted (`refs/offshoot/conflicted/<child>`).
-const CONFLICTED: &str = "conflicted";
+const CONFLICTED: &str = Mark::Conflicted.kind();
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
