@@ -298,9 +298,9 @@ pub fn watch_signals(ctx: &Ctx) {
         let id = driving.get().cloned().unwrap_or_default();
         let code = 128 + signal;
         let continues = if id.is_empty() { String::new() } else { format!("; `offshoot run {id}` continues") };
-        let end = |line: String| {
+        let end = |line: String, driver_at_work: bool| {
             // The stop is a stop, not a crash: recorded before the process ends.
-            interrupt.exiting(reason);
+            interrupt.exiting(reason, driver_at_work);
             let event = json!({"type": "end", "outcome": "interrupted", "agent": id, "reason": reason.words()});
             Out::from_any_thread(json, &line, &event);
             std::process::exit(code);
@@ -312,12 +312,15 @@ pub fn watch_signals(ctx: &Ctx) {
                 &json!({"type": "stopping", "agent": id, "reason": reason.words()}),
             ),
             // Said as any other stop is (`error: agent … was …`, then how to go on).
-            Disposition::ExitNow if !id.is_empty() => end(format!(
-                "error: agent `{id}` was {} during a model call: that call is not kept, everything before it is\nhint: `offshoot run {id}` continues it",
-                reason.words()
-            )),
-            Disposition::ExitNow => end(format!("· {} during a model call{continues}", reason.words())),
-            Disposition::Again => end(format!("· {} again: quit at once{continues}", reason.words())),
+            Disposition::ExitNow if !id.is_empty() => end(
+                format!(
+                    "error: agent `{id}` was {} during a model call: that call is not kept, everything before it is\nhint: `offshoot run {id}` continues it",
+                    reason.words()
+                ),
+                false,
+            ),
+            Disposition::ExitNow => end(format!("· {} during a model call{continues}", reason.words()), false),
+            Disposition::Again => end(format!("· {} again: quit at once{continues}", reason.words()), true),
         }
     });
 }

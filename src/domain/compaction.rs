@@ -99,6 +99,13 @@ pub fn parse_ledger(text: &str) -> Vec<Landing> {
         .collect()
 }
 
+/// The agent's own steps when the last compaction of its own landed (0 before any): a
+/// fork inherits its source's ledger, whose landings counted the source's steps, not its.
+pub fn own_landed_steps(landings: &[Landing], agent: &str) -> u32 {
+    let own = format!("{agent}.");
+    landings.iter().rev().find(|l| l.compactor.starts_with(&own)).map_or(0, |l| l.steps)
+}
+
 /// The ledger with `landing` appended.
 pub fn append_ledger(text: &str, landing: &Landing) -> String {
     let mut out = text.to_owned();
@@ -261,6 +268,9 @@ mod tests {
             passes: 3,
         };
         let text = append_ledger(&append_ledger("", &one), &two);
-        assert_eq!(parse_ledger(&text), vec![one, two]);
+        assert_eq!(parse_ledger(&text), vec![one.clone(), two.clone()]);
+        // Counted from the agent's own landings: a fork's inherited ones count nothing.
+        assert_eq!(own_landed_steps(&[one.clone(), two.clone()], "k7q2mx"), 31);
+        assert_eq!(own_landed_steps(&[one, two], "k7q2mx.2"), 0);
     }
 }

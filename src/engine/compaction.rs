@@ -117,17 +117,21 @@ pub fn start(ws: &Workspace, rt: &Runtime, id: &AgentId, focus: Option<&str>, en
     ws.repo.set_mark(COMPACTING, id.as_str(), compactor.as_str().as_bytes())?;
     // One more pass since the last landing, started at this many steps of the agent's.
     let steps = snapshot::next_step(&ws.layout.steps(id)).saturating_sub(1);
-    let landed = landed_steps(ws, tip)?;
+    let landed = landed_steps(ws, id, tip)?;
     let before = passes(ws, id)?.filter(|(at, _)| *at >= landed).map_or(0, |(_, n)| n);
     ws.repo.set_mark(PASSES, id.as_str(), format!("{steps} {}", before + 1).as_bytes())?;
-    rt.wake(&compactor).map_err(|e| CompactionError::Launch { id: compactor.to_string(), reason: e.to_string() })?;
+    // (Stopped while it was made, it waits like any stopped agent; in_flight lets it go.)
+    if ws.repo.mark(super::lifecycle::STOPPED, compactor.as_str())?.is_none() {
+        rt.wake(&compactor)
+            .map_err(|e| CompactionError::Launch { id: compactor.to_string(), reason: e.to_string() })?;
+    }
     Ok(Started { compactor, entries })
 }
 
-/// The agent's own steps at its last landing on `tip` (0 before any).
-pub fn landed_steps(ws: &Workspace, tip: CommitId) -> Result<u32> {
+/// Agent `id`'s own steps at its own last landing on `tip` (0 before any).
+fn landed_steps(ws: &Workspace, id: &AgentId, tip: CommitId) -> Result<u32> {
     let ledger = ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default();
-    Ok(compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).last().map_or(0, |l| l.steps))
+    Ok(compaction::own_landed_steps(&compaction::parse_ledger(&String::from_utf8_lossy(&ledger)), id.as_str()))
 }
 
 /// The compactor working for `id`, if one is: its mark names an agent that exists

@@ -61,7 +61,10 @@ const EXITING: u8 = 2;
 
 /// What a driver leaves behind when its process ends at once: the stop recorded as a
 /// stop (the agent marked stopped, who should hear of it told).
-pub type ExitHook = Box<dyn Fn(Reason) + Send + Sync>;
+/// Its second argument says whether the driver may be at work meanwhile (a second
+/// request, which came while the driver settled the first): then only the mark is set,
+/// and telling the parent is left to the driver or a later `stop` (two would race).
+pub type ExitHook = Box<dyn Fn(Reason, bool) + Send + Sync>;
 
 #[derive(Default)]
 struct Shared {
@@ -137,10 +140,10 @@ impl Interrupt {
 
     /// The receiver is about to end the process for `reason` (a request during a model
     /// call, or a second one): the driver's stop is recorded first, once.
-    pub fn exiting(&self, reason: Reason) {
+    pub fn exiting(&self, reason: Reason, driver_at_work: bool) {
         let hook = self.shared.on_exit.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(hook) = hook {
-            hook(reason);
+            hook(reason, driver_at_work);
         }
     }
 

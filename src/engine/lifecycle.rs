@@ -90,8 +90,9 @@ pub fn stop_tree(
     stop_all(ws, rt, tree, patience)
 }
 
-/// Marks every one of `agents` that is at work or has work left stopped (a finished
-/// agent is left as it is: stopping it changes nothing), then stops each running
+/// Marks every one of `agents` stopped that is at work, has work left, or is above one
+/// of them that is (its result would wake it); a finished agent with nothing at work
+/// below it is left as it is: stopping it changes nothing. Then stops each running
 /// driver, deepest first, waiting up to `patience` for each to settle (zero: asked,
 /// not waited for).
 pub fn stop_all(
@@ -102,12 +103,21 @@ pub fn stop_all(
 ) -> Result<Vec<(AgentId, Stopped)>> {
     agents.sort_by_key(|a| std::cmp::Reverse(a.depth()));
     let mut loader = Loader::default();
+    let mut tips = Vec::new();
+    let mut at_work = Vec::new();
     for agent in &agents {
         let Some(tip) = ws.repo.branch_tip(&agent.branch())? else { continue };
         let parent = agent.parent().map(|p| p.to_string());
-        let at_work = LockGuard::is_held(&ws.layout.lock(agent))?
-            || work_left(ws, &mut loader, agent, tip, parent.as_deref()).map_or(true, |w| w.is_some());
-        if at_work {
+        if LockGuard::is_held(&ws.layout.lock(agent))?
+            || work_left(ws, &mut loader, agent, tip, parent.as_deref()).map_or(true, |w| w.is_some())
+        {
+            at_work.push(agent.clone());
+        }
+        tips.push((agent, tip));
+    }
+    for (agent, tip) in tips {
+        let below = format!("{agent}.");
+        if at_work.iter().any(|a| a == agent || a.as_str().starts_with(&below)) {
             ws.repo.set_mark(STOPPED, agent.as_str(), tip.to_string().as_bytes())?;
         }
     }
@@ -171,14 +181,20 @@ pub fn tell_parent_if_untold(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Resu
     Ok(())
 }
 
+/// Marks `id` stopped at its tip, and nothing more.
+pub fn mark_stopped(ws: &Workspace, id: &AgentId) -> Result<()> {
+    if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
+        ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
+    }
+    Ok(())
+}
+
 /// Ctrl-C stops the agent as `offshoot stop` would: it and every agent below it are
 /// marked stopped (their results wait instead of starting anything behind the user's
 /// back) and the drivers below are asked to stop; no obituary goes up, the user is
 /// here.
 pub fn interrupted_by_user(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<()> {
-    if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
-        ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
-    }
+    mark_stopped(ws, id)?;
     let below = descendants(ws, id)?;
     stop_all(ws, rt, below, std::time::Duration::ZERO)?;
     Ok(())

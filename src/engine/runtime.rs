@@ -183,8 +183,10 @@ impl Runtime {
             return Ok(Stopped::NotRunning);
         };
         // The pid the lock file names is the process that wrote it (drivers are not
-        // dumpable, so which files they hold open cannot be read by others).
-        if !holder.is_alive() {
+        // dumpable, so which files they hold open cannot be read by others). An agent
+        // still being made has no driver: its maker (a parent's driver) is not signalled,
+        // and the stop mark keeps the maker from starting it.
+        if !holder.is_alive() || holder.making {
             return Ok(Stopped::NotRunning);
         }
         let pid = holder.pid;

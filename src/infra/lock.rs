@@ -40,12 +40,19 @@ pub enum Probe {
 pub struct Holder {
     pub pid: u32,
     pub started: u64,
+    /// Held by the process making the agent (not a driver of it: signalling it would
+    /// stop whoever is making it).
+    pub making: bool,
 }
+
+/// The word a maker's lock file ends with.
+const MAKING: &str = "making";
 
 impl Holder {
     fn parse(text: &str) -> Option<Holder> {
         let mut words = text.split_whitespace();
-        Some(Holder { pid: words.next()?.parse().ok()?, started: words.next()?.parse().ok()? })
+        let (pid, started) = (words.next()?.parse().ok()?, words.next()?.parse().ok()?);
+        Some(Holder { pid, started, making: words.next() == Some(MAKING) })
     }
 
     /// Whether the holder is still the process it was (same pid, same start).
@@ -57,6 +64,15 @@ impl Holder {
 impl LockGuard {
     /// Takes the lock if it is free, writing our pid into the file; `None` if held.
     pub fn try_acquire(path: &Path) -> Result<Option<LockGuard>, LockError> {
+        Self::take(path, false)
+    }
+
+    /// [`LockGuard::try_acquire`] for the process making the agent: its file says so.
+    pub fn try_acquire_making(path: &Path) -> Result<Option<LockGuard>, LockError> {
+        Self::take(path, true)
+    }
+
+    fn take(path: &Path, making: bool) -> Result<Option<LockGuard>, LockError> {
         let mut file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -70,7 +86,10 @@ impl LockGuard {
             Err(source) => return Err(LockError::Lock { path: path.to_owned(), source }),
         }
         let pid = std::process::id();
-        let holder = format!("{pid} {}", start_time(pid).unwrap_or(0));
+        let mut holder = format!("{pid} {}", start_time(pid).unwrap_or(0));
+        if making {
+            holder.push_str(&format!(" {MAKING}"));
+        }
         // Who holds it is for `stop`; a failure to write it does not unlock.
         let _ = file.set_len(0).and_then(|()| file.write_all(holder.as_bytes()));
         Ok(Some(LockGuard { file }))
@@ -133,11 +152,16 @@ mod tests {
         let held = LockGuard::try_acquire(&path).expect("lock").expect("free");
         // A second open file description cannot take it, even in the same process.
         assert!(LockGuard::try_acquire(&path).expect("lock").is_none());
-        let me = Holder { pid: std::process::id(), started: start_time(std::process::id()).expect("stat") };
+        let me =
+            Holder { pid: std::process::id(), started: start_time(std::process::id()).expect("stat"), making: false };
         assert_eq!(LockGuard::probe(&path).expect("probe"), Probe::Held(Some(me)));
         assert!(me.is_alive());
         assert!(!Holder { started: me.started + 1, ..me }.is_alive());
         drop(held);
+        // A maker's lock says so (a stop leaves its process alone).
+        let making = LockGuard::try_acquire_making(&path).expect("lock").expect("free");
+        assert_eq!(LockGuard::probe(&path).expect("probe"), Probe::Held(Some(Holder { making: true, ..me })));
+        drop(making);
         // While probes run, a driver can always take a free lock.
         for _ in 0..100 {
             assert_eq!(LockGuard::probe(&path).expect("probe"), Probe::Free);

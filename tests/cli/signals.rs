@@ -326,3 +326,26 @@ fn stop_from_elsewhere_during_a_model_call_is_a_stop_and_changes_nothing_once_do
     assert!(stop.stderr.contains("nothing to stop"), "{}", stop.stderr);
     assert_eq!(t.agents()[0]["state"], "done");
 }
+
+#[test]
+fn stopping_a_finished_parent_with_a_child_at_work_keeps_the_parent_from_waking() {
+    let (server, t) = TestWorkspace::served("sig-stop-parent", Dialect::Anthropic);
+    server.push_for("Done", [Turn::text("finished")]);
+    t.run(&["prompt", "--name", "Done", "finish"]).ok();
+    assert_eq!(t.agents()[0]["state"], "done");
+    server.push_for("Busy", [slow_turn(), Turn::text("never")]);
+    t.run(&["dispatch", "Done", "--role", "worker", "--goal", "work a while", "--name", "Busy"]).ok();
+    let (_, pgid) = recorded_group(&t, "slow");
+    t.run(&["stop", "Done"]).ok();
+    assert!(group(pgid).is_empty());
+    // The child's obituary waits in the parent's inbox: nothing woke the parent.
+    let states: Vec<(String, String)> = t
+        .agents()
+        .iter()
+        .map(|a| {
+            (a["name"].as_str().unwrap_or_default().to_owned(), a["state"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect();
+    assert!(states.contains(&("Done".into(), "stopped".into())), "{states:?}");
+    assert_eq!(server.requests_for("Done").len(), 1);
+}

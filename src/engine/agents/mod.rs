@@ -578,7 +578,7 @@ fn start(
     first: &Deposit,
 ) -> Result<()> {
     let lock = ws.layout.lock(id);
-    let _making = crate::infra::lock::LockGuard::try_acquire(&lock)
+    let _making = crate::infra::lock::LockGuard::try_acquire_making(&lock)
         .map_err(|e| AgentError::Making { id: id.to_string(), reason: e.to_string() })?
         .ok_or_else(|| AgentError::Making { id: id.to_string(), reason: "another process holds its lock".into() })?;
     ws.repo.create_branch(&id.branch(), commit, "dispatch")?;

@@ -77,3 +77,42 @@ fn a_stop_marks_an_agent_with_work_left_and_no_driver() {
     assert!(ws.repo.mark(lifecycle::STOPPED, lead.as_str()).expect("mark").is_some());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn an_agent_being_made_is_not_its_makers_to_stop_and_a_stopped_child_is_not_started_again() {
+    let (dir, ws) = workspace("making");
+    let env = Env::default();
+    let lead = root(&ws, &env);
+    let rt = crate::engine::runtime::Runtime::new(
+        ws.layout.clone(),
+        std::path::PathBuf::from("/nonexistent"),
+        env.clone(),
+        Default::default(),
+    );
+    // While this process makes `lead.5`, a stop of it must not signal this process (a
+    // SIGTERM here would end the test run).
+    let being_made = lead.child(5);
+    let making =
+        crate::infra::lock::LockGuard::try_acquire_making(&ws.layout.lock(&being_made)).expect("lock").expect("free");
+    let stopped = rt.stop(&being_made, std::time::Duration::ZERO).expect("stop");
+    assert_eq!(stopped, crate::engine::runtime::Stopped::NotRunning);
+    drop(making);
+    // A child the user stopped, found again by the dispatch that made it (run again
+    // after a crash): answered with its id, and not started (a start would revive it;
+    // this runtime cannot start anything, and would say so).
+    let kid = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d1"))).expect("kid");
+    lifecycle::mark_stopped(&ws, &kid).expect("stop");
+    let tip = ws.repo.branch_tip(&lead.branch()).expect("tip").expect("lead");
+    let facts = snapshot::read_facts(&ws.repo, tip).expect("facts");
+    let (config_commit, config) = ws.config("default").expect("config");
+    let agent = crate::engine::tools::AgentContext { runtime: &rt, facts: &facts, config: &config, config_commit };
+    let cx =
+        crate::engine::tools::ToolContext { env: Default::default(), agent: Some(agent), key: Some("2:d1".into()) };
+    let input = serde_json::json!({"role": "worker", "goal": "work", "name": "Kid"});
+    let dispatch = crate::engine::tools::handler("dispatch").expect("dispatch");
+    let said = dispatch.run(&cx, &input).map(|o| o.summary).map_err(|e| format!("{e:?}"));
+    let said = said.expect("answered");
+    assert!(said.starts_with(&format!("started `{kid}` (Kid)")) && said.contains("the user stopped it"), "{said}");
+    assert!(ws.repo.mark(lifecycle::STOPPED, kid.as_str()).expect("mark").is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}

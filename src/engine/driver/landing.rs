@@ -71,8 +71,8 @@ impl Driver<'_> {
             Some(steps) => steps,
             None => {
                 let ledger = self.ws.repo.read_file(tip, compaction::LEDGER)?.unwrap_or_default();
-                let steps = compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).last().map(|l| l.steps);
-                *self.landed_steps.insert(steps.unwrap_or(0))
+                let landings = compaction::parse_ledger(&String::from_utf8_lossy(&ledger));
+                *self.landed_steps.insert(compaction::own_landed_steps(&landings, self.id.as_str()))
             }
         };
         let input = self.loader.entries(&self.ws.repo, tip)?.iter().rev().find_map(|e| match e {

@@ -110,11 +110,13 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
 /// agent reads `stopped` and `scan` leaves it alone.
 fn record_stop_on_exit(ws: &Workspace, rt: &Runtime, id: &AgentId) -> crate::engine::interrupt::ExitHook {
     let (root, rt, id) = (ws.layout.root().to_owned(), rt.sibling(), id.clone());
-    Box::new(move |reason| {
+    Box::new(move |reason, driver_at_work| {
         let Ok(ws) = Workspace::open(&root) else { return };
-        let _ = match reason {
-            Reason::User => lifecycle::interrupted_by_user(&ws, &rt, &id),
-            Reason::Stopped => lifecycle::stopped_at_tip(&ws, &rt, &id).map(|_| ()),
+        let _ = match (reason, driver_at_work) {
+            // The driver may be committing and telling its parent itself: only the mark.
+            (_, true) => lifecycle::mark_stopped(&ws, &id),
+            (Reason::User, false) => lifecycle::interrupted_by_user(&ws, &rt, &id),
+            (Reason::Stopped, false) => lifecycle::stopped_at_tip(&ws, &rt, &id).map(|_| ()),
         };
         // The run ends as any stopped run does (`ls` says why, in the same words).
         let end = end_event(Err(&DriverError::Interrupted { id: id.to_string(), reason }));

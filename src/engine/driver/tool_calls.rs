@@ -188,7 +188,7 @@ impl Driver<'_> {
     ) -> Result<Prepared> {
         let shown = format!("steps/{}/{step:04}/tools/{}", self.id, toolcall::record_name(call.id));
         Ok(Prepared {
-            key: format!("{output}:{}", call.id),
+            key: toolcall::key(output, call.id),
             env: ToolEnv {
                 cwd: self.cwd(),
                 root: self.dir.root().to_owned(),

@@ -7,6 +7,7 @@ use crate::infra::time::Timestamp;
 use crate::infra::tools::{self, ToolError, ToolOutput, str_arg};
 
 use super::super::agents::{self, Child};
+use super::super::lifecycle;
 use super::super::random_u32;
 use super::super::workspace::Workspace;
 use super::{Handler, ToolContext};
@@ -57,6 +58,13 @@ impl Handler for Dispatch {
         };
         let id = agents::create_child(&ws, &parent, &child).map_err(|e| refused(&e))?;
         let named = agents::name_of(&ws, &id).map(|n| format!(" ({n})")).unwrap_or_default();
+        // Stopped by the user while it was made (or before this call ran again after a
+        // crash): it waits for the user, as any stopped agent does.
+        if ws.repo.mark(lifecycle::STOPPED, id.as_str()).ok().flatten().is_some() {
+            return Ok(ToolOutput::summary(format!(
+                "started `{id}`{named} as `{role}`, but the user stopped it: it waits until the user sends it a message or runs it; its result will arrive as a message from `{id}`"
+            )));
+        }
         match agent.runtime.launch(&id) {
             Ok(_) => Ok(ToolOutput::summary(format!(
                 "started `{id}`{named} as `{role}`; it works on its own, and its result will arrive as a message from `{id}`"
