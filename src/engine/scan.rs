@@ -37,6 +37,32 @@ pub enum Finding {
     Released { agent: String, name: Option<String> },
 }
 
+/// What the `relaunched` mark holds: the tip the agent was relaunched at, and the driver
+/// process started for it (pid and start time), when one was.
+struct Relaunch {
+    tip: String,
+    driver: Option<(u32, u64)>,
+}
+
+impl Relaunch {
+    fn parse(text: &str) -> Option<Relaunch> {
+        let mut words = text.split_whitespace();
+        let tip = words.next()?.to_owned();
+        let driver = words.next().and_then(|p| p.parse().ok()).zip(words.next().and_then(|s| s.parse().ok()));
+        Some(Relaunch { tip, driver })
+    }
+}
+
+impl std::fmt::Display for Relaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.tip)?;
+        if let Some((pid, started)) = self.driver {
+            write!(f, " {pid} {started}")?;
+        }
+        Ok(())
+    }
+}
+
 /// How old a root's name claim must be before scan takes its maker for dead (a root is
 /// made by a command, which holds no lock scan could ask).
 const ROOT_CLAIM_STALE: std::time::Duration = std::time::Duration::from_secs(60);
@@ -81,19 +107,32 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
         let Some(facts) = &l.facts else { continue };
         let Some(why) = left_undone(ws, &mut loader, &l.id, l.tip, facts.parent.as_deref())? else { continue };
         let tip = l.tip.to_string();
-        let at =
-            |kind: &str| -> Result<bool> { Ok(ws.repo.mark(kind, l.id.as_str())?.as_deref() == Some(tip.as_bytes())) };
-        if at(DIED)? {
+        if ws.repo.mark(DIED, l.id.as_str())?.as_deref() == Some(tip.as_bytes()) {
             continue;
         }
-        if !at(RELAUNCHED)? {
+        let relaunched = ws.repo.mark(RELAUNCHED, l.id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned());
+        let relaunched = relaunched.as_deref().and_then(Relaunch::parse).filter(|r| r.tip == tip);
+        let Some(relaunched) = relaunched else {
             ws.repo.set_mark(RELAUNCHED, l.id.as_str(), tip.as_bytes())?;
             let pid = match rt.wake(&l.id) {
                 Ok(Woken::Launched(pid)) => Some(pid),
                 Ok(Woken::Running) => None,
                 Err(e) => return Err(ScanError::Launch { id: l.id.to_string(), reason: e.to_string() }),
             };
+            // Which process was started, so a scan soon after does not take one that is
+            // still starting (it holds no lock yet) for dead.
+            if let Some(started) = pid.and_then(crate::infra::process::start_time) {
+                let mark = Relaunch { tip: tip.clone(), driver: pid.map(|p| (p, started)) }.to_string();
+                ws.repo.set_mark(RELAUNCHED, l.id.as_str(), mark.as_bytes())?;
+            }
             found.push(Finding::Relaunched { agent: l.id.to_string(), why, pid });
+            continue;
+        };
+        let alive = |(pid, started): (u32, u64)| {
+            crate::infra::process::running(pid) && crate::infra::process::start_time(pid) == Some(started)
+        };
+        if relaunched.driver.is_some_and(alive) {
+            // Its relaunched driver is still starting (or running without the lock yet).
             continue;
         }
         // Relaunched at this very commit and dead again: a claim makes the report one
@@ -204,4 +243,38 @@ fn left_undone(
         return Ok(None);
     }
     Ok(lifecycle::work_left(ws, loader, id, tip, parent)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Env;
+    use crate::engine::agents::Start;
+    use crate::engine::workspace::template_files;
+    use crate::infra::time::Timestamp;
+
+    #[test]
+    fn an_agent_whose_relaunched_driver_is_still_starting_is_not_reported_dead() {
+        let dir = std::env::temp_dir().join(format!("offshoot-scan-starting-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let ws = Workspace::create(&dir.join("ws"), &template_files(None).expect("template")).expect("workspace");
+        let env = Env::default();
+        let start = Start { message: "go", name: None, now: Timestamp::now(), random: 9, env: &env, project: None };
+        let id = agents::create_root(&ws, "worker", "default", &start).expect("root");
+        let rt = Runtime::new(ws.layout.clone(), std::path::PathBuf::from("/nonexistent"), env, Default::default());
+        // Relaunched at its tip, the driver started for it (this very process, alive)
+        // holding no lock yet: not dead, whatever scans come meanwhile.
+        let tip = ws.repo.branch_tip(&id.branch()).expect("tip").expect("branch");
+        let me = std::process::id();
+        let started = crate::infra::process::start_time(me).expect("stat");
+        let mark = format!("{tip} {me} {started}");
+        ws.repo.set_mark(RELAUNCHED, id.as_str(), mark.as_bytes()).expect("mark");
+        assert_eq!(scan(&ws, &rt).expect("scan"), Vec::<Finding>::new());
+        // Once that process is gone (another start time: not this process), it is.
+        let gone = format!("{tip} {me} {}", started + 1);
+        ws.repo.set_mark(RELAUNCHED, id.as_str(), gone.as_bytes()).expect("mark");
+        let found = scan(&ws, &rt).expect("scan");
+        assert!(matches!(found.as_slice(), [Finding::Died { .. }]), "{found:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

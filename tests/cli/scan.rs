@@ -85,6 +85,12 @@ fn a_child_that_stays_dead_is_reported_to_its_parent_exactly_once() {
     assert_eq!((found["action"].as_str(), found["agent"].as_str()), (Some("relaunched"), Some(child.as_str())));
     assert_eq!(found["why"], "a model call due");
     wait_for("the relaunch to fail too", || server.requests_for("Doomed").len() == 2 && state(&t, &child) == "failed");
+    // Until the relaunched driver's process is gone, it may still be starting: no verdict.
+    let pid = found["pid"].as_u64().expect("the relaunched driver's pid");
+    wait_for("the relaunched driver to exit", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+    });
 
     let second = t.run(&["scan"]);
     assert_eq!(
