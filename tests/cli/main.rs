@@ -20,6 +20,7 @@ mod hints;
 mod input;
 mod json;
 mod layering;
+mod live;
 mod ownership;
 mod processes;
 mod project;

@@ -14,7 +14,15 @@ pub struct Args {
     /// The agent's id or name
     #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
+    /// Keep going: show each entry as it is committed, whoever drives the agent, until
+    /// interrupted (Ctrl-C)
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }
+
+/// How often `--follow` looks at the agent's branch (a ref read): well within the
+/// 200 ms a committed step may take to show.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(40);
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
@@ -24,21 +32,74 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let mut landings: Vec<(u32, compaction::Landed)> =
         compaction::landed(&ws, &id)?.into_iter().map(|l| (last_removed_entry(&l.removed), l)).collect();
     landings.sort_by_key(|(at, l)| (*at, l.landing.number));
+    let shown_landings = landings.len();
     let mut landings = landings.into_iter().peekable();
+    let mut shown = 0;
     for entry in inspect::transcript(&ws, &id)? {
         while let Some((_, landed)) = landings.next_if(|(at, _)| *at < entry.number()) {
             show_landing(ctx, &id, &landed);
         }
-        if ctx.out.json {
-            ctx.out.event(&entry_json(&entry));
-            continue;
-        }
-        ctx.out.line(&render(&entry));
+        show_entry(ctx, &entry);
+        shown = entry.number();
     }
     for (_, landed) in landings {
         show_landing(ctx, &id, &landed);
     }
+    if args.follow {
+        follow(ctx, &ws, &id, shown, shown_landings)?;
+    }
     Ok(())
+}
+
+fn show_entry(ctx: &Ctx, entry: &Entry) {
+    if ctx.out.json {
+        ctx.out.event(&entry_json(entry));
+    } else {
+        ctx.out.line(&render(entry));
+    }
+}
+
+/// Shows what is committed to `id`'s branch from now on, entries after `shown` and
+/// landings after the first `landed`, by reading its tip every [`FOLLOW_EVERY`]: the
+/// branch is the record, whoever writes it (an attached command, a detached driver, a
+/// driver on another terminal). Ends when the agent is removed.
+fn follow(
+    ctx: &Ctx,
+    ws: &crate::engine::workspace::Workspace,
+    id: &AgentId,
+    mut shown: u32,
+    mut landed: usize,
+) -> Result<(), CliError> {
+    let mut loader = crate::engine::snapshot::Loader::default();
+    let mut seen = ws.repo.branch_tip(&id.branch()).map_err(crate::engine::agents::AgentError::from)?;
+    loop {
+        std::thread::sleep(FOLLOW_EVERY);
+        let tip = ws.repo.branch_tip(&id.branch()).map_err(crate::engine::agents::AgentError::from)?;
+        let Some(tip) = tip else {
+            ctx.out.progress(&format!("· `{id}` was removed"));
+            return Ok(());
+        };
+        if Some(tip) == seen {
+            continue;
+        }
+        seen = Some(tip);
+        let ledger = ws
+            .repo
+            .read_file(tip, crate::domain::compaction::LEDGER)
+            .map_err(crate::engine::agents::AgentError::from)?;
+        let landings = crate::domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger.unwrap_or_default()));
+        if landings.len() > landed {
+            for l in compaction::landed(ws, id)?.iter().skip(landed) {
+                show_landing(ctx, id, l);
+            }
+            landed = landings.len();
+        }
+        let entries = loader.entries(&ws.repo, tip).map_err(crate::engine::agents::AgentError::from)?;
+        for entry in entries.iter().filter(|e| e.number() > shown) {
+            show_entry(ctx, entry);
+        }
+        shown = entries.iter().map(Entry::number).max().unwrap_or(shown).max(shown);
+    }
 }
 
 /// The highest transcript entry number among removed paths (0 if none).

@@ -91,6 +91,8 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     pub body: Value,
     pub raw: Vec<u8>,
+    /// When it was received.
+    pub at: std::time::Instant,
 }
 
 impl Recorded {
@@ -284,7 +286,8 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
             s.served += 1;
             let text = String::from_utf8_lossy(&raw).into_owned();
             if record {
-                s.requests.push(Recorded { path: path.clone(), headers: headers.clone(), body: body.clone(), raw });
+                let at = std::time::Instant::now();
+                s.requests.push(Recorded { path: path.clone(), headers: headers.clone(), body: body.clone(), raw, at });
             }
             let own =
                 s.scripts.iter_mut().find(|(key, _)| text.contains(key.as_str())).and_then(|(_, q)| q.pop_front());
