@@ -34,6 +34,8 @@ pub enum View {
     Live(MultiProgress),
     /// Progress lines on stderr.
     Lines,
+    /// Every event, a line each, on stdout (`attach`).
+    All,
 }
 
 /// A thread tailing the events of every agent below one.
@@ -46,11 +48,20 @@ impl Follower {
     /// Starts following the agents below `id` in the workspace at `root`; what they
     /// logged before this is not shown again.
     pub fn start(root: &Path, id: &AgentId, view: View) -> Follower {
+        Self::spawn(root, id, view, false)
+    }
+
+    /// [`Follower::start`] for `id` itself as well as the agents below it.
+    pub fn start_with_itself(root: &Path, id: &AgentId, view: View) -> Follower {
+        Self::spawn(root, id, view, true)
+    }
+
+    fn spawn(root: &Path, id: &AgentId, view: View, itself: bool) -> Follower {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         let (root, id) = (root.to_owned(), id.clone());
         let handle = std::thread::spawn(move || {
-            let mut watch = Watch::new(&root, &id, view);
+            let mut watch = Watch::new(&root, &id, view, itself);
             watch.pass(true);
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(POLL);
@@ -91,6 +102,8 @@ struct Tail {
 struct Watch {
     steps: PathBuf,
     below: String,
+    /// The agent itself, when it is followed too.
+    itself: Option<String>,
     view: View,
     ws: Option<Workspace>,
     tails: HashMap<String, Tail>,
@@ -99,10 +112,11 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(root: &Path, id: &AgentId, view: View) -> Watch {
+    fn new(root: &Path, id: &AgentId, view: View, itself: bool) -> Watch {
         Watch {
             steps: crate::domain::layout::Layout::new(root).steps(id).parent().map(Path::to_owned).unwrap_or_default(),
             below: format!("{id}."),
+            itself: itself.then(|| id.to_string()),
             view,
             ws: Workspace::open(root).ok(),
             tails: HashMap::new(),
@@ -119,7 +133,7 @@ impl Watch {
             .flatten()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(&self.below))
+            .filter(|n| n.starts_with(&self.below) || self.itself.as_ref() == Some(n))
             .collect();
         agents.sort();
         for agent in agents {
@@ -170,6 +184,9 @@ impl Watch {
         let name = self.name(agent);
         match self.view.clone() {
             View::Json => {}
+            View::All => {
+                let _ = writeln!(std::io::stdout().lock(), "  [{name}] {}", what.text);
+            }
             View::Lines => {
                 if what.notable {
                     let _ = writeln!(std::io::stderr().lock(), "  [{name}] {}", what.text);

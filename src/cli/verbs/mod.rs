@@ -1,6 +1,7 @@
 //! One file per verb: its arguments (the doc comment is its `--help`) and `run`.
 
 pub mod apply;
+pub mod attach;
 pub mod compact;
 pub mod completions;
 pub mod config;
