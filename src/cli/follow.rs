@@ -36,7 +36,12 @@ pub enum View {
     Lines,
     /// Every event, a line each, on stdout (`attach`).
     All,
+    /// Every record, handed to a function with its agent (the chat).
+    Each(Arc<Sink>),
 }
+
+/// Where [`View::Each`] hands records: the agent, and the record.
+pub type Sink = dyn Fn(&str, &Record) + Send + Sync;
 
 /// A thread tailing the events of every agent below one.
 pub struct Follower {
@@ -180,10 +185,14 @@ impl Watch {
             let _ = writeln!(std::io::stdout().lock(), "{event}");
             return;
         }
+        if let (View::Each(each), Some(record)) = (&self.view, &record) {
+            each(agent, record);
+            return;
+        }
         let Some(what) = record.as_ref().and_then(describe) else { return };
         let name = self.name(agent);
         match self.view.clone() {
-            View::Json => {}
+            View::Json | View::Each(_) => {}
             View::All => {
                 let _ = writeln!(std::io::stdout().lock(), "  [{name}] {}", what.text);
             }

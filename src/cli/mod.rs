@@ -2,6 +2,7 @@
 //! (one file each under `verbs/`), and maps errors to words and exit codes. The
 //! only layer that reads environment variables.
 
+pub mod chat;
 pub mod complete;
 pub mod ctx;
 pub mod error;
@@ -32,11 +33,12 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
     #[command(subcommand)]
-    pub verb: Verb,
+    pub verb: Option<Verb>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Verb {
+    Chat(ChatArgs),
     New(verbs::new::Args),
     Prompt(verbs::prompt::Args),
     Send(verbs::send::Args),
@@ -63,10 +65,29 @@ pub enum Verb {
     Completions(verbs::completions::Args),
 }
 
+/// Chat with an agent on this terminal: the first message starts a root agent (in the
+/// project's workspace inside a repository); with an agent, continue it. `offshoot` with
+/// no verb on a terminal does the same
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// The agent to chat with (id or name); a new one at your first message if left out
+    #[arg(add = complete::agents_completer())]
+    pub agent: Option<String>,
+}
+
 /// Runs the parsed command line; returns the exit code.
 pub fn run(cli: Cli) -> i32 {
     let ctx = Ctx::from_env(cli.workspace, cli.json);
-    let result = match &cli.verb {
+    let Some(verb) = &cli.verb else {
+        // No verb: the chat on a terminal, else the help (as for a script).
+        if chat::possible() && !ctx.out.json {
+            return finish(&ctx, chat::run(&ctx, None), false);
+        }
+        let _ = <Cli as clap::CommandFactory>::command().print_help();
+        return 2;
+    };
+    let result = match verb {
+        Verb::Chat(args) => chat::run(&ctx, args.agent.as_deref()),
         Verb::New(args) => verbs::new::run(&ctx, args),
         Verb::Prompt(args) => verbs::prompt::run(&ctx, args),
         Verb::Send(args) => verbs::send::run(&ctx, args),
@@ -91,11 +112,15 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),
     };
+    let runs = matches!(verb, Verb::Prompt(_) | Verb::Send(_) | Verb::Run(_) | Verb::Fork(_) | Verb::Demo(_));
+    finish(&ctx, result, runs)
+}
+
+/// The exit code of a verb's `result`, its error said first.
+fn finish(ctx: &Ctx, result: Result<(), CliError>, runs: bool) -> i32 {
     match result {
         Ok(()) => 0,
         Err(e) => {
-            let runs =
-                matches!(cli.verb, Verb::Prompt(_) | Verb::Send(_) | Verb::Run(_) | Verb::Fork(_) | Verb::Demo(_));
             ctx.out.error(&e, runs);
             e.exit_code()
         }

@@ -100,3 +100,57 @@ fn attach_shows_a_detached_agent_live_and_sends_what_is_typed() {
     let late = shown.saturating_duration_since(requests[2].at);
     assert!(late < Duration::from_millis(200), "shown {late:?} after");
 }
+
+#[test]
+fn the_chat_streams_steps_keeps_one_agent_stops_on_ctrl_c_and_leaves_on_ctrl_d() {
+    use crate::support::pty::Pty;
+    let (server, t) = TestWorkspace::served("live-chat", Dialect::Anthropic);
+    server.push_turns([Turn::bash("s1", "echo step-one"), Turn::text("the first answer")]);
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for("type a goal");
+    chat.type_in("do the thing\r");
+    chat.wait_for("→ bash echo step-one");
+    chat.wait_for("the first answer");
+    // The next message goes to the same agent.
+    server.push_turns([Turn::text("the second answer")]);
+    chat.type_in("and again\r");
+    chat.wait_for("the second answer");
+    assert_eq!(t.agents().len(), 1);
+    let id = t.only_agent();
+    assert!(server.requests().last().expect("a request").body.to_string().contains("and again"));
+    // Ctrl-C while it works stops it (as `stop`); the chat stays.
+    server.push_turns([Turn::bash("slow", "sleep 30"), Turn::text("never")]);
+    chat.type_in("take your time\r");
+    chat.wait_for("→ bash sleep 30");
+    chat.type_in("\x03");
+    chat.wait_for("· stopped;");
+    assert_eq!(t.agents()[0]["state"], "stopped");
+    let asked = server.requests().len();
+    // Ctrl-D leaves with 0; nothing of it is left running.
+    chat.type_in("\x04");
+    let until = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = chat.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(Instant::now() < until, "the chat did not leave: {}", chat.text());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}: {}", chat.text());
+    assert_eq!(server.requests().len(), asked, "a request after the stop");
+    assert_eq!(t.driver_pid(&id).filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()), None);
+}
+
+#[test]
+fn a_terminal_without_rows_is_refused_not_spun_on() {
+    use crate::support::pty::Pty;
+    let t = TestWorkspace::new("live-chat-tiny");
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color").arg("chat");
+    let mut chat = Pty::spawn(command, 0, 0);
+    chat.wait_for("the chat needs a terminal of at least 20 columns and 4 rows; this one says 0x0");
+    let status = chat.child.wait().expect("wait");
+    assert_eq!(status.code(), Some(2));
+}

@@ -1,3 +1,4 @@
+pub mod pty;
 pub mod server;
 pub mod wait;
 pub mod workspace;

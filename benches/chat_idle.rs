@@ -1,0 +1,58 @@
+//! What an idle chat costs: `offshoot chat` in a pseudo-terminal of 120x40, waiting for
+//! input with no agent at work, its CPU time read from /proc over a stretch of idling.
+//!
+//! `cargo bench --bench chat_idle -- 20` idles 20 s (default 10).
+
+#[path = "../tests/cli/support/pty.rs"]
+mod pty;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// CPU time (user + system) of process `pid`, in clock ticks.
+fn ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("stat").1.split_whitespace().collect();
+    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
+}
+
+#[expect(clippy::print_stdout, reason = "a bench reports on stdout")]
+fn main() {
+    let secs: u64 = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(10);
+    let root = std::env::temp_dir().join(format!("offshoot-bench-chat-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let exe = env!("CARGO_BIN_EXE_offshoot");
+    let ws = root.join("ws");
+    let made = Command::new(exe).arg("new").arg(&ws).env("OFFSHOOT_HOME", root.join("home")).output().expect("new");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let mut command = Command::new(exe);
+    command
+        .arg("-w")
+        .arg(&ws)
+        .arg("chat")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", root.join("home"))
+        .env("OFFSHOOT_HOME", root.join("home"))
+        .env("TERM", "xterm-256color");
+    let mut chat = pty::Pty::spawn(command, 120, 40);
+    chat.wait_for("type a goal");
+    std::thread::sleep(Duration::from_secs(1));
+    let pid = chat.child.id();
+    let (before, started) = (ticks(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(secs));
+    let (used, took) = (ticks(pid) - before, started.elapsed());
+    let hz: f64 = String::from_utf8_lossy(&Command::new("getconf").arg("CLK_TCK").output().expect("getconf").stdout)
+        .trim()
+        .parse()
+        .unwrap_or(100.0);
+    let cpu = used as f64 / hz;
+    println!(
+        "idle chat (120x40, no agent at work): {cpu:.3} s of CPU over {:.1} s = {:.3}% of a core",
+        took.as_secs_f64(),
+        100.0 * cpu / took.as_secs_f64()
+    );
+    chat.type_in("\x04");
+    let _ = chat.child.wait();
+    let _ = std::fs::remove_dir_all(&root);
+}

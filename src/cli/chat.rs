@@ -1,0 +1,345 @@
+//! The chat: `offshoot` with no verb on a terminal (or `offshoot chat [agent]`). A
+//! client of the agents' drivers, never one itself: the first message starts a root
+//! agent with a detached driver, later ones are left in its inbox and wake it (typed
+//! while it works, they wait for its next step), and what it and the agents below it do
+//! comes from their events files. Finished lines go into the terminal's own scrollback
+//! above a small inline area (status and input), so scrolling, search and copy keep
+//! working. Ctrl-C while anything works stops it as `stop` does (the chat stays);
+//! Ctrl-C twice within a second, or Ctrl-D on an empty line, leaves — stopping what
+//! still works, so no driver or tool is left behind.
+
+use std::io::IsTerminal;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+use ratatui::backend::CrosstermBackend;
+use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::terminal;
+use ratatui::text::Line as TextLine;
+use ratatui::widgets::{Paragraph, Widget, Wrap};
+use ratatui::{Terminal, TerminalOptions, Viewport};
+
+use crate::domain::id::AgentId;
+use crate::engine::agents::{self, Start};
+use crate::engine::events::{End, Record};
+use crate::engine::runtime::Runtime;
+use crate::engine::workspace::Workspace;
+use crate::engine::{lifecycle, model, project, random_u32};
+use crate::infra::time::Timestamp;
+
+use super::follow::{Follower, View};
+use super::{CliError, Ctx};
+
+/// Rows of the live area: the status line and two of input.
+const LIVE_ROWS: u16 = 3;
+/// How long a first Ctrl-C on an idle chat waits for a second.
+const QUIT_WINDOW: Duration = Duration::from_secs(1);
+
+/// What the chat reacts to.
+enum Input {
+    Key(KeyEvent),
+    Resized,
+    /// A line of an agent's events file: the agent, and the record.
+    Agent(String, Record),
+}
+
+/// Whether the chat can run here: both standard input and output are terminals.
+pub fn possible() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+/// Opens the chat, with `agent` (an id or name) if given, else a new one at the first
+/// message.
+pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {
+    if !possible() {
+        return Err(CliError::usage("the chat needs a terminal on standard input and output")
+            .hint("`offshoot prompt \"…\"` runs an agent from a script"));
+    }
+    let ws = ctx.workspace()?;
+    let id = agent.map(|a| agents::resolve(&ws, a)).transpose()?;
+    let rt = ctx.runtime(&ws);
+    let (tx, rx) = channel();
+    let mut chat = Chat::new(ctx, &ws, &rt, tx.clone());
+    if let Some(id) = id {
+        chat.follow(id);
+    }
+    terminal::enable_raw_mode().map_err(|e| CliError::runtime(format!("cannot use the terminal: {e}")))?;
+    let result = chat.run(&rx, tx);
+    let _ = terminal::disable_raw_mode();
+    result
+}
+
+/// Terminal input, as it comes, into the chat's channel. It waits in short polls, never
+/// in one long read: crossterm's reader is shared, and the inline viewport asks the
+/// terminal where its cursor is through it (a read held across that would never let the
+/// answer through until a key came).
+fn read_keys(tx: &Sender<Input>) {
+    loop {
+        match event::poll(Duration::from_millis(200)) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => return,
+        }
+        let Ok(event) = event::read() else { return };
+        let input = match event {
+            TermEvent::Key(key) if key.kind != KeyEventKind::Release => Input::Key(key),
+            TermEvent::Resize(..) => Input::Resized,
+            _ => continue,
+        };
+        if tx.send(input).is_err() {
+            return;
+        }
+    }
+}
+
+struct Chat<'a> {
+    ctx: &'a Ctx,
+    ws: &'a Workspace,
+    rt: &'a Runtime,
+    id: Option<AgentId>,
+    follower: Option<Follower>,
+    tx: Sender<Input>,
+    /// What is being typed.
+    input: String,
+    /// What was sent, oldest first, and where Up has got to.
+    history: Vec<String>,
+    recalled: Option<usize>,
+    /// Agents whose run has begun and not ended.
+    working: std::collections::BTreeSet<String>,
+    /// The latest thing the attached agent did, for the status line.
+    doing: String,
+    /// When an idle Ctrl-C was pressed (a second within [`QUIT_WINDOW`] quits).
+    quit_armed: Option<Instant>,
+    /// Lines waiting to go into the scrollback.
+    pending: Vec<String>,
+}
+
+impl<'a> Chat<'a> {
+    fn new(ctx: &'a Ctx, ws: &'a Workspace, rt: &'a Runtime, tx: Sender<Input>) -> Chat<'a> {
+        Chat {
+            ctx,
+            ws,
+            rt,
+            id: None,
+            follower: None,
+            tx,
+            input: String::new(),
+            history: Vec::new(),
+            recalled: None,
+            working: Default::default(),
+            doing: String::new(),
+            quit_armed: None,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Follows `id` and the agents below it from now on.
+    fn follow(&mut self, id: AgentId) {
+        let tx = self.tx.clone();
+        let view = View::Each(std::sync::Arc::new(move |agent: &str, record: &Record| {
+            let _ = tx.send(Input::Agent(agent.to_owned(), record.clone()));
+        }));
+        self.follower = Some(Follower::start_with_itself(self.ws.layout.root(), &id, view));
+        self.id = Some(id);
+    }
+
+    fn run(&mut self, rx: &Receiver<Input>, keys: Sender<Input>) -> Result<(), CliError> {
+        // (A terminal that says it has no rows, as a bare pseudo-terminal does, would give
+        // the scrollback no room to go: refused rather than spun on.)
+        let (cols, rows) = terminal::size().unwrap_or((0, 0));
+        if cols < 20 || rows < LIVE_ROWS + 1 {
+            return Err(CliError::usage(format!(
+                "the chat needs a terminal of at least 20 columns and {} rows; this one says {cols}x{rows}",
+                LIVE_ROWS + 1
+            )));
+        }
+        let backend = CrosstermBackend::new(std::io::stdout());
+        let options = TerminalOptions { viewport: Viewport::Inline(LIVE_ROWS) };
+        let mut term = Terminal::with_options(backend, options)
+            .map_err(|e| CliError::runtime(format!("cannot use the terminal: {e}")))?;
+        // (Keys are read once the viewport has asked where the cursor is.)
+        std::thread::spawn(move || read_keys(&keys));
+        let hello = match &self.id {
+            Some(id) => format!("· chatting with `{id}`; Ctrl-C stops what works, Ctrl-D leaves"),
+            None => "· type a goal and press Enter; Ctrl-C stops what works, Ctrl-D leaves".to_owned(),
+        };
+        self.pending.push(hello);
+        loop {
+            self.flush(&mut term);
+            let Ok(input) = rx.recv() else { break };
+            let quit = match input {
+                Input::Key(key) => self.key(key)?,
+                Input::Resized => {
+                    let _ = term.autoresize();
+                    false
+                }
+                Input::Agent(agent, record) => {
+                    self.agent_event(&agent, &record);
+                    false
+                }
+            };
+            if quit {
+                break;
+            }
+        }
+        self.flush(&mut term);
+        // Leaving stops what still works: no driver or tool is left behind.
+        if !self.working.is_empty() {
+            self.stop();
+        }
+        let _ = term.clear();
+        Ok(())
+    }
+
+    /// Puts pending lines into the scrollback and draws the live area.
+    fn flush(&mut self, term: &mut Terminal<CrosstermBackend<std::io::Stdout>>) {
+        let width = term.size().map(|s| s.width).unwrap_or(80).max(20);
+        for line in self.pending.drain(..) {
+            let rows = line.lines().map(|l| (l.chars().count() as u16).div_ceil(width).max(1)).sum::<u16>().max(1);
+            let _ = term.insert_before(rows, |buf| {
+                Paragraph::new(line.as_str()).wrap(Wrap { trim: false }).render(buf.area, buf);
+            });
+        }
+        let who = self.id.as_ref().map_or_else(|| "no agent yet".to_owned(), |id| format!("`{id}`"));
+        let state = if self.working.is_empty() {
+            "idle".to_owned()
+        } else {
+            format!("working ({} agents): {}", self.working.len(), self.doing)
+        };
+        let status = format!("── {who} · {state}");
+        let input = format!("> {}", self.input.replace('\n', "\n  "));
+        let _ = term.draw(|frame| {
+            let area = frame.area();
+            let lines = vec![TextLine::from(status.clone()), TextLine::from(input.clone())];
+            frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), area);
+        });
+    }
+
+    /// A key; `true` to leave.
+    fn key(&mut self, key: KeyEvent) -> Result<bool, CliError> {
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        match key.code {
+            KeyCode::Char('c') if ctrl => {
+                if !self.working.is_empty() {
+                    self.stop();
+                    return Ok(false);
+                }
+                if self.quit_armed.is_some_and(|at| at.elapsed() < QUIT_WINDOW) {
+                    return Ok(true);
+                }
+                self.quit_armed = Some(Instant::now());
+                self.pending.push("· Ctrl-C again to leave".to_owned());
+            }
+            KeyCode::Char('d') if ctrl && self.input.is_empty() => return Ok(true),
+            KeyCode::Char('j') if ctrl => self.input.push('\n'),
+            KeyCode::Enter if key.modifiers.contains(KeyModifiers::ALT) => self.input.push('\n'),
+            KeyCode::Enter => self.send()?,
+            KeyCode::Backspace => {
+                self.input.pop();
+            }
+            KeyCode::Up if !self.history.is_empty() => {
+                let at = self.recalled.map_or(self.history.len() - 1, |i| i.saturating_sub(1));
+                self.recalled = Some(at);
+                self.input = self.history[at].clone();
+            }
+            KeyCode::Char(c) if !ctrl => self.input.push(c),
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    /// Sends what was typed: the first message starts the agent, later ones are left in
+    /// its inbox (delivered at its next step if it works now).
+    fn send(&mut self) -> Result<(), CliError> {
+        let text = std::mem::take(&mut self.input);
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        self.history.push(text.clone());
+        self.recalled = None;
+        self.pending.push(format!("you: {text}"));
+        match self.id.clone() {
+            None => {
+                let id = self.start(&text)?;
+                self.follow(id.clone());
+                self.rt.launch(&id)?;
+                self.working.insert(id.to_string());
+            }
+            Some(id) => {
+                self.rt.deposit(&id, "user", &text)?;
+                if !self.working.is_empty() {
+                    self.pending.push("· queued: it reads this at its next step".to_owned());
+                }
+                self.rt.wake(&id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a root agent for `goal` (in project mode inside a repository, as `prompt`).
+    fn start(&self, goal: &str) -> Result<AgentId, CliError> {
+        let (_, config) = self.ws.config("default")?;
+        model::plan(&config, "default", "worker", &self.ctx.env)?;
+        let from = project::start_point(self.ws, None, false)?;
+        let spawn = Start {
+            message: goal,
+            name: None,
+            now: Timestamp::now(),
+            random: random_u32(),
+            env: &self.ctx.env,
+            project: from.as_ref().map(|(s, _)| s),
+        };
+        Ok(agents::create_root(self.ws, "worker", "default", &spawn)?)
+    }
+
+    /// Stops the agent and every agent below it, as `offshoot stop` does.
+    fn stop(&mut self) {
+        let Some(id) = self.id.clone() else { return };
+        self.pending.push(format!("· stopping `{id}` and the agents below it"));
+        match lifecycle::stop_tree(self.ws, self.rt, &id, Duration::from_secs(10)) {
+            Ok(_) => {
+                self.working.clear();
+                self.pending.push(format!("· stopped; a message continues `{id}`"));
+            }
+            Err(e) => self.pending.push(format!("· could not stop: {e}")),
+        }
+    }
+
+    /// What an agent's events file gained.
+    fn agent_event(&mut self, agent: &str, record: &Record) {
+        let own = self.id.as_ref().is_some_and(|id| id.as_str() == agent);
+        let who = if own { String::new() } else { format!("[{agent}] ") };
+        match record {
+            Record::Step { step, model, .. } => {
+                self.working.insert(agent.to_owned());
+                self.doing = format!("{who}step {step} ({model})");
+            }
+            Record::Text { text } => self.pending.push(format!("{who}{}", text.trim_end())),
+            Record::ToolCall { name, input, .. } => {
+                let gist = super::progress::call_gist(input);
+                self.doing = format!("{who}→ {name}");
+                self.pending.push(format!("{who}→ {name} {}", gist.lines().next().unwrap_or_default()));
+            }
+            Record::ToolResult { summary, .. } => {
+                self.pending.push(format!("{who}  ← {}", summary.lines().next().unwrap_or_default()))
+            }
+            Record::Delivered { .. } => {
+                self.working.insert(agent.to_owned());
+            }
+            Record::End(end) => {
+                self.working.remove(agent);
+                match end {
+                    End::FinalResponse { .. } | End::Busy => {}
+                    End::Interrupted { reason } => self.pending.push(format!("· {who}{reason}")),
+                    End::BudgetExhausted { error } => self.pending.push(format!("· {who}budget exhausted: {error}")),
+                    End::Error { error } => self.pending.push(format!("· {who}failed: {error}")),
+                }
+            }
+            Record::Transfer { child, files } => {
+                self.pending.push(format!("· {who}merged {files} files from `{child}`"))
+            }
+            Record::Waiting { children } => self.doing = format!("{who}waiting for {children} agents below"),
+            _ => {}
+        }
+    }
+}

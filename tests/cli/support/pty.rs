@@ -1,0 +1,110 @@
+//! A pseudo-terminal to run the binary in, as a person's terminal would: its screen
+//! output gathered as text, keys written to it.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub struct Pty {
+    master: File,
+    pub child: Child,
+    out: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Pty {
+    /// Starts `command` with a new terminal of `cols` x `rows` as its standard streams and
+    /// controlling terminal.
+    #[allow(unsafe_code)]
+    pub fn spawn(mut command: Command, cols: u16, rows: u16) -> Pty {
+        let (mut master, mut slave) = (0, 0);
+        let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: openpty writes two descriptors into the integers given; the name and
+        // termios pointers may be null, the size is read only.
+        let made = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size) };
+        assert_eq!(made, 0, "openpty");
+        // SAFETY: both descriptors were just opened and are owned by nothing else.
+        let (master, slave) = unsafe { (File::from_raw_fd(master), File::from_raw_fd(slave)) };
+        let stdio = |f: &File| Stdio::from(f.try_clone().expect("dup"));
+        command.stdin(stdio(&slave)).stdout(stdio(&slave)).stderr(stdio(&slave));
+        // SAFETY: setsid and ioctl are async-signal-safe; the child makes the terminal on
+        // its standard input its controlling one, as a login shell's children have.
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                libc::ioctl(0, libc::TIOCSCTTY, 0);
+                Ok(())
+            });
+        }
+        let child = command.spawn().expect("spawn in the pty");
+        drop(slave);
+        let out = Arc::new(Mutex::new(Vec::new()));
+        let mut reader = master.try_clone().expect("dup master");
+        let mut answer = master.try_clone().expect("dup master");
+        let sink = out.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            // The last bytes of the read before: a question can span two reads.
+            let mut carry: Vec<u8> = Vec::new();
+            while let Ok(n) = reader.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                carry.extend_from_slice(&buf[..n]);
+                // A terminal answers where its cursor is when asked (an inline display
+                // asks); this one says the top left, once per question.
+                let asked = carry.windows(4).filter(|w| *w == b"\x1b[6n").count();
+                for _ in 0..asked {
+                    let _ = answer.write_all(b"\x1b[1;1R");
+                }
+                let keep = if asked > 0 { 0 } else { carry.len().min(3) };
+                carry.drain(..carry.len() - keep);
+                sink.lock().expect("out").extend_from_slice(&buf[..n]);
+            }
+        });
+        Pty { master, child, out }
+    }
+
+    /// Types `bytes` (`\r` is Enter, `\x03` Ctrl-C, `\x04` Ctrl-D).
+    pub fn type_in(&mut self, bytes: &str) {
+        self.master.write_all(bytes.as_bytes()).expect("type");
+    }
+
+    /// Everything shown so far, escape sequences left out.
+    pub fn text(&self) -> String {
+        let raw = self.out.lock().expect("out").clone();
+        let mut text = String::new();
+        let mut chars = String::from_utf8_lossy(&raw).into_owned().chars().collect::<Vec<_>>().into_iter().peekable();
+        while let Some(c) = chars.next() {
+            if c != '\x1b' {
+                text.push(c);
+                continue;
+            }
+            // CSI: ESC [ parameters, then a final byte in @..~.
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            } else {
+                chars.next();
+            }
+        }
+        text
+    }
+
+    /// Waits up to 20 s for `what` to be shown; the screen so far if it is not.
+    #[track_caller]
+    pub fn wait_for(&self, what: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !self.text().contains(what) {
+            assert!(Instant::now() < until, "`{what}` never shown; the screen:\n{}", self.text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
