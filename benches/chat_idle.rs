@@ -4,6 +4,7 @@
 //! `cargo bench --bench chat_idle -- 20` idles 20 s (default 10).
 
 #[path = "../tests/cli/support/pty.rs"]
+#[allow(dead_code, reason = "the tests' terminal, of which this bench needs less")]
 mod pty;
 
 use std::process::Command;

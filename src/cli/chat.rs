@@ -194,7 +194,9 @@ impl<'a> Chat<'a> {
     /// Puts pending lines into the scrollback and draws the live area.
     fn flush(&mut self, term: &mut Terminal<CrosstermBackend<std::io::Stdout>>) {
         let width = term.size().map(|s| s.width).unwrap_or(80).max(20);
-        for line in self.pending.drain(..) {
+        // What agents, models and tools wrote is shown, never obeyed: an escape sequence
+        // of theirs shows as `\x1b` (ratatui would drop it unseen).
+        for line in self.pending.drain(..).map(|l| super::out::printable(&l).into_owned()) {
             let rows = line.lines().map(|l| (l.chars().count() as u16).div_ceil(width).max(1)).sum::<u16>().max(1);
             let _ = term.insert_before(rows, |buf| {
                 Paragraph::new(line.as_str()).wrap(Wrap { trim: false }).render(buf.area, buf);
@@ -206,7 +208,7 @@ impl<'a> Chat<'a> {
         } else {
             format!("working ({} agents): {}", self.working.len(), self.doing)
         };
-        let status = format!("── {who} · {state}");
+        let status = super::out::printable(&format!("── {who} · {state}")).into_owned();
         let input = format!("> {}", self.input.replace('\n', "\n  "));
         let _ = term.draw(|frame| {
             let area = frame.area();

@@ -105,7 +105,8 @@ fn attach_shows_a_detached_agent_live_and_sends_what_is_typed() {
 fn the_chat_streams_steps_keeps_one_agent_stops_on_ctrl_c_and_leaves_on_ctrl_d() {
     use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-chat", Dialect::Anthropic);
-    server.push_turns([Turn::bash("s1", "echo step-one"), Turn::text("the first answer")]);
+    // (The answer carries a sequence that would retitle the terminal: shown, not obeyed.)
+    server.push_turns([Turn::bash("s1", "echo step-one"), Turn::text("the first answer\x1b]0;pwned\x07")]);
     let mut command = t.command();
     command.env("TERM", "xterm-256color");
     let mut chat = Pty::spawn(command, 120, 40);
@@ -113,6 +114,9 @@ fn the_chat_streams_steps_keeps_one_agent_stops_on_ctrl_c_and_leaves_on_ctrl_d()
     chat.type_in("do the thing\r");
     chat.wait_for("→ bash echo step-one");
     chat.wait_for("the first answer");
+    let raw = chat.raw();
+    assert!(!raw.windows(8).any(|w| w == b"\x1b]0;pwned"), "a model's escape sequence reached the terminal");
+    chat.wait_for("the first answer\\x1b]0;pwned\\x07");
     // The next message goes to the same agent.
     server.push_turns([Turn::text("the second answer")]);
     chat.type_in("and again\r");

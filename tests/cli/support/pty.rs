@@ -73,6 +73,11 @@ impl Pty {
         self.master.write_all(bytes.as_bytes()).expect("type");
     }
 
+    /// Every byte written to the terminal so far.
+    pub fn raw(&self) -> Vec<u8> {
+        self.out.lock().expect("out").clone()
+    }
+
     /// Everything shown so far, escape sequences left out.
     pub fn text(&self) -> String {
         let raw = self.out.lock().expect("out").clone();
