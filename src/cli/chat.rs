@@ -48,6 +48,18 @@ pub fn possible() -> bool {
     std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
 }
 
+/// The most recent root agent of the workspace (`offshoot -c`), by when it was made.
+pub fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
+    let ws = ctx.workspace()?;
+    let roots = agents::list(&ws)?.into_iter().filter_map(|l| l.facts).filter(|f| f.parent.is_none());
+    let latest = roots.max_by(|a, b| a.created.cmp(&b.created)).map(|f| f.id);
+    match latest {
+        Some(id) => Ok(Some(id)),
+        None => Err(CliError::usage("there is no agent to continue in this workspace")
+            .hint("`offshoot` alone starts one at your first message")),
+    }
+}
+
 /// Opens the chat, with `agent` (an id or name) if given, else a new one at the first
 /// message.
 pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {

@@ -32,6 +32,9 @@ pub struct Cli {
     /// Print one JSON event or object per line on stdout
     #[arg(long, global = true)]
     pub json: bool,
+    /// With no verb: chat with the most recent root agent instead of starting a new one
+    #[arg(short = 'c', long = "continue")]
+    pub resume: bool,
     #[command(subcommand)]
     pub verb: Option<Verb>,
 }
@@ -81,7 +84,9 @@ pub fn run(cli: Cli) -> i32 {
     let Some(verb) = &cli.verb else {
         // No verb: the chat on a terminal, else the help (as for a script).
         if chat::possible() && !ctx.out.json {
-            return finish(&ctx, chat::run(&ctx, None), false);
+            let latest = if cli.resume { chat::latest_root(&ctx) } else { Ok(None) };
+            let result = latest.and_then(|agent| chat::run(&ctx, agent.as_deref()));
+            return finish(&ctx, result, false);
         }
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return 2;

@@ -158,3 +158,31 @@ fn a_terminal_without_rows_is_refused_not_spun_on() {
     let status = chat.child.wait().expect("wait");
     assert_eq!(status.code(), Some(2));
 }
+
+#[test]
+fn continue_chats_with_the_latest_agent_and_text_typed_during_a_step_arrives_once_at_the_next() {
+    use crate::support::pty::Pty;
+    let (server, t) = TestWorkspace::served("live-chat-continue", Dialect::Anthropic);
+    server.push_turns([Turn::text("made")]);
+    t.run(&["prompt", "--name", "Earlier", "be there"]).ok();
+    let id = t.id_of("Earlier");
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color").arg("-c");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for(&format!("chatting with `{id}`"));
+    server.push_turns([Turn::bash("slow", "sleep 1; echo slept"), Turn::text("after the steer")]);
+    chat.type_in("work slowly\r");
+    chat.wait_for("→ bash sleep 1");
+    // Typed while the step runs: queued, delivered at the next step boundary, once.
+    chat.type_in("steer left\r");
+    chat.wait_for("queued");
+    chat.wait_for("after the steer");
+    let requests = server.requests();
+    let carrying: Vec<usize> =
+        (0..requests.len()).filter(|&i| requests[i].body.to_string().contains("steer left")).collect();
+    assert_eq!(carrying, [requests.len() - 1], "only the request after the running step carries it");
+    let log = t.run(&["log", "--json", &id]).ok().to_owned();
+    assert_eq!(log.lines().filter(|l| l.contains("\"side\":\"user\"") && l.contains("steer left")).count(), 1);
+    chat.type_in("\x04");
+    assert!(chat.child.wait().expect("wait").success());
+}
