@@ -32,6 +32,17 @@ use super::{CliError, Ctx};
 
 /// Rows of the live area: the status line and two of input.
 const LIVE_ROWS: u16 = 3;
+/// The slash commands, and what each does (`/help`).
+const COMMANDS: &[(&str, &str)] = &[
+    ("tree", "the agent and those below it: state, steps"),
+    ("cost", "tokens and cost of the agent and those below it"),
+    ("attach <agent>", "chat with another agent (an id or a name)"),
+    ("stop", "stop the agent and those below it"),
+    ("new", "your next message starts a new agent"),
+    ("help", "this list"),
+    ("quit", "leave (what works is stopped)"),
+];
+
 /// How long a first Ctrl-C on an idle chat waits for a second.
 const QUIT_WINDOW: Duration = Duration::from_secs(1);
 
@@ -124,6 +135,8 @@ struct Chat<'a> {
     quit_armed: Option<Instant>,
     /// Lines waiting to go into the scrollback.
     pending: Vec<String>,
+    /// `/quit` was typed.
+    quit: bool,
 }
 
 impl<'a> Chat<'a> {
@@ -142,6 +155,7 @@ impl<'a> Chat<'a> {
             doing: String::new(),
             quit_armed: None,
             pending: Vec::new(),
+            quit: false,
         }
     }
 
@@ -190,7 +204,7 @@ impl<'a> Chat<'a> {
                     false
                 }
             };
-            if quit {
+            if quit || self.quit {
                 break;
             }
         }
@@ -248,6 +262,7 @@ impl<'a> Chat<'a> {
             KeyCode::Char('j') if ctrl => self.input.push('\n'),
             KeyCode::Enter if key.modifiers.contains(KeyModifiers::ALT) => self.input.push('\n'),
             KeyCode::Enter => self.send()?,
+            KeyCode::Tab => self.complete(),
             KeyCode::Backspace => {
                 self.input.pop();
             }
@@ -271,6 +286,9 @@ impl<'a> Chat<'a> {
         }
         self.history.push(text.clone());
         self.recalled = None;
+        if let Some(command) = text.trim().strip_prefix('/') {
+            return self.command(command);
+        }
         self.pending.push(format!("you: {text}"));
         match self.id.clone() {
             None => {
@@ -287,6 +305,83 @@ impl<'a> Chat<'a> {
                 self.rt.wake(&id)?;
             }
         }
+        Ok(())
+    }
+
+    /// Completes a slash command's name: the one that begins so, or the choice shown.
+    fn complete(&mut self) {
+        let Some(typed) = self.input.strip_prefix('/').filter(|t| !t.contains(char::is_whitespace)) else { return };
+        let names: Vec<&str> = COMMANDS
+            .iter()
+            .map(|(c, _)| c.split_whitespace().next().unwrap_or(c))
+            .filter(|c| c.starts_with(typed))
+            .collect();
+        match names.as_slice() {
+            [one] => self.input = format!("/{one} "),
+            [] => {}
+            many => {
+                self.pending.push(format!("  {}", many.iter().map(|c| format!("/{c}")).collect::<Vec<_>>().join("  ")))
+            }
+        }
+    }
+
+    /// A slash command (`/help` lists them). What it cannot do is said, never fatal.
+    fn command(&mut self, line: &str) -> Result<(), CliError> {
+        let (name, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let rest = rest.trim();
+        match name {
+            "help" => self.pending.extend(COMMANDS.iter().map(|(c, what)| format!("  /{c:<16} {what}"))),
+            "quit" | "exit" => self.quit = true,
+            "stop" => self.stop(),
+            "new" => {
+                if !self.working.is_empty() {
+                    self.stop();
+                }
+                self.follower = None;
+                self.id = None;
+                self.pending.push("· your next message starts a new agent".to_owned());
+            }
+            "attach" if !rest.is_empty() => match agents::resolve(self.ws, rest) {
+                Ok(id) => {
+                    self.pending.push(format!("· chatting with `{id}`; what you type goes to it"));
+                    self.working.clear();
+                    self.follow(id);
+                }
+                Err(e) => self.pending.push(format!("· {e}")),
+            },
+            "tree" | "cost" => self.tree(name == "cost")?,
+            _ => self.pending.push(format!("· no command `/{name}`; /help lists them")),
+        }
+        Ok(())
+    }
+
+    /// The agent and those below it, a line each (`/tree`), or only their totals (`/cost`).
+    fn tree(&mut self, totals_only: bool) -> Result<(), CliError> {
+        let Some(id) = self.id.clone() else {
+            self.pending.push("· no agent yet".to_owned());
+            return Ok(());
+        };
+        let below = format!("{id}.");
+        let states = crate::engine::inspect::states(self.ws)?;
+        let tree: Vec<_> = states.iter().filter(|s| s.id == id.as_str() || s.id.starts_with(&below)).collect();
+        let tokens: u64 = tree.iter().map(|s| s.input_tokens + s.output_tokens).sum();
+        let cost: Option<f64> = tree.iter().map(|s| s.cost_usd).sum();
+        let cost = cost.map_or_else(|| "$?".to_owned(), |c| format!("${c:.4}"));
+        if !totals_only {
+            for s in &tree {
+                let depth = s.id.matches('.').count();
+                let name = s.name.as_deref().map(|n| format!(" {n}")).unwrap_or_default();
+                self.pending.push(format!(
+                    "  {}{}{name} [{}] {}  {} steps",
+                    "  ".repeat(depth),
+                    s.id,
+                    s.role,
+                    s.state,
+                    s.steps
+                ));
+            }
+        }
+        self.pending.push(format!("· {} agents, {tokens} tokens, {cost}", tree.len()));
         Ok(())
     }
 

@@ -186,3 +186,39 @@ fn continue_chats_with_the_latest_agent_and_text_typed_during_a_step_arrives_onc
     chat.type_in("\x04");
     assert!(chat.child.wait().expect("wait").success());
 }
+
+#[test]
+fn slash_commands_list_the_tree_switch_agents_and_start_anew() {
+    use crate::support::pty::Pty;
+    let (server, t) = TestWorkspace::served("live-chat-slash", Dialect::Anthropic);
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for("type a goal");
+    chat.type_in("/he\t\r");
+    chat.wait_for("/attach <agent>");
+    server.push_turns([Turn::text("one is here")]);
+    chat.type_in("the first\r");
+    chat.wait_for("one is here");
+    let first = t.only_agent();
+    chat.type_in("/tree\r");
+    chat.wait_for(&format!("  {first} "));
+    chat.wait_for("· 1 agents, ");
+    // A new agent, then back to the first: what is typed goes where the chat is.
+    chat.type_in("/new\r");
+    chat.wait_for("your next message starts a new agent");
+    server.push_turns([Turn::text("two is here")]);
+    chat.type_in("the second\r");
+    chat.wait_for("two is here");
+    assert_eq!(t.agents().len(), 2);
+    chat.type_in(&format!("/attach {first}\r"));
+    chat.wait_for(&format!("chatting with `{first}`"));
+    server.push_turns([Turn::text("one again")]);
+    chat.type_in("back to you\r");
+    chat.wait_for("one again");
+    assert!(t.run(&["log", &first]).ok().contains("back to you"));
+    chat.type_in("/nonsense\r");
+    chat.wait_for("no command `/nonsense`");
+    chat.type_in("/quit\r");
+    assert!(chat.child.wait().expect("wait").success());
+}
