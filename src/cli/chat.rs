@@ -50,6 +50,8 @@ const QUIT_WINDOW: Duration = Duration::from_secs(1);
 enum Input {
     Key(KeyEvent),
     Resized,
+    /// A signal to leave (SIGTERM, SIGHUP when the terminal goes, SIGINT from `kill`).
+    Signal(i32),
     /// A line of an agent's events file: the agent, and the record.
     Agent(String, Record),
 }
@@ -82,6 +84,12 @@ pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {
     let id = agent.map(|a| agents::resolve(&ws, a)).transpose()?;
     let rt = ctx.runtime(&ws);
     let (tx, rx) = channel();
+    // Signals leave as Ctrl-D does (what works stopped, the terminal put back); taken
+    // before any thread starts, so every thread has them blocked.
+    let signals = tx.clone();
+    crate::infra::signals::watch(move |signal| {
+        let _ = signals.send(Input::Signal(signal));
+    });
     let mut chat = Chat::new(ctx, &ws, &rt, tx.clone());
     if let Some(id) = id {
         chat.follow(id);
@@ -89,6 +97,9 @@ pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {
     terminal::enable_raw_mode().map_err(|e| CliError::runtime(format!("cannot use the terminal: {e}")))?;
     let result = chat.run(&rx, tx);
     let _ = terminal::disable_raw_mode();
+    if let Some(signal) = chat.signalled {
+        std::process::exit(128 + signal);
+    }
     result
 }
 
@@ -137,6 +148,8 @@ struct Chat<'a> {
     pending: Vec<String>,
     /// `/quit` was typed.
     quit: bool,
+    /// The signal the chat leaves on, if one came.
+    signalled: Option<i32>,
 }
 
 impl<'a> Chat<'a> {
@@ -156,6 +169,7 @@ impl<'a> Chat<'a> {
             quit_armed: None,
             pending: Vec::new(),
             quit: false,
+            signalled: None,
         }
     }
 
@@ -202,6 +216,10 @@ impl<'a> Chat<'a> {
                 Input::Agent(agent, record) => {
                     self.agent_event(&agent, &record);
                     false
+                }
+                Input::Signal(signal) => {
+                    self.signalled = Some(signal);
+                    true
                 }
             };
             if quit || self.quit {

@@ -1,4 +1,4 @@
-//! SIGINT and SIGTERM, taken by one thread. The signals are blocked in the calling
+//! SIGINT, SIGTERM and SIGHUP, taken by one thread. The signals are blocked in the calling
 //! thread (and so in every thread it starts afterwards) and a watcher thread waits
 //! for them with `sigwait`, so what a signal means is decided in ordinary code, not
 //! in a handler. Children start with an empty mask (std resets it).
@@ -8,8 +8,10 @@ use std::sync::Once;
 /// The signals the watcher takes.
 pub const INTERRUPT: i32 = libc::SIGINT;
 pub const TERMINATE: i32 = libc::SIGTERM;
+/// The terminal went away (its window closed, the connection dropped).
+pub const HANGUP: i32 = libc::SIGHUP;
 
-/// Blocks SIGINT and SIGTERM and hands each to `on_signal` on a thread of its own.
+/// Blocks SIGINT, SIGTERM and SIGHUP and hands each to `on_signal` on a thread of its own.
 /// Call before starting other threads; only the first call in a process counts.
 pub fn watch(on_signal: impl Fn(i32) + Send + 'static) {
     static ONCE: Once = Once::new();
@@ -34,6 +36,7 @@ fn block() -> Option<libc::sigset_t> {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, INTERRUPT);
         libc::sigaddset(&mut set, TERMINATE);
+        libc::sigaddset(&mut set, HANGUP);
         (libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) == 0).then_some(set)
     }
 }

@@ -222,3 +222,25 @@ fn slash_commands_list_the_tree_switch_agents_and_start_anew() {
     chat.type_in("/quit\r");
     assert!(chat.child.wait().expect("wait").success());
 }
+
+#[test]
+fn a_chat_ended_by_a_signal_stops_what_works_before_it_goes() {
+    use crate::support::pty::Pty;
+    let (server, t) = TestWorkspace::served("live-chat-signal", Dialect::Anthropic);
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for("type a goal");
+    server.push_turns([Turn::bash("slow", "sleep 30"), Turn::text("never")]);
+    chat.type_in("take your time\r");
+    chat.wait_for("→ bash sleep 30");
+    let id = t.only_agent();
+    // The terminal's window closes.
+    let pid = chat.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().expect("kill").success());
+    let status = chat.child.wait().expect("wait");
+    assert_eq!(status.code(), Some(129), "{}", chat.text());
+    assert_eq!(t.agents()[0]["state"], "stopped");
+    assert_eq!(t.driver_pid(&id).filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()), None);
+    assert_eq!(server.requests().len(), 1);
+}
