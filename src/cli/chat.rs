@@ -43,6 +43,10 @@ const COMMANDS: &[(&str, &str)] = &[
     ("quit", "leave (what works is stopped)"),
 ];
 
+/// How often, while agents work, the chat checks that their drivers still run (one
+/// killed with SIGKILL writes no end).
+const RECHECK: Duration = Duration::from_secs(2);
+
 /// How long a first Ctrl-C on an idle chat waits for a second.
 const QUIT_WINDOW: Duration = Duration::from_secs(1);
 
@@ -150,6 +154,8 @@ struct Chat<'a> {
     quit: bool,
     /// The signal the chat leaves on, if one came.
     signalled: Option<i32>,
+    /// Working agents whose driver was not running at the last look.
+    suspects: std::collections::BTreeSet<String>,
 }
 
 impl<'a> Chat<'a> {
@@ -170,6 +176,7 @@ impl<'a> Chat<'a> {
             pending: Vec::new(),
             quit: false,
             signalled: None,
+            suspects: Default::default(),
         }
     }
 
@@ -206,7 +213,20 @@ impl<'a> Chat<'a> {
         self.pending.push(hello);
         loop {
             self.flush(&mut term);
-            let Ok(input) = rx.recv() else { break };
+            // (Idle, it waits for input alone; while agents work, it looks again now and then.)
+            let next = if self.working.is_empty() {
+                rx.recv().map_err(|_| std::sync::mpsc::RecvTimeoutError::Disconnected)
+            } else {
+                rx.recv_timeout(RECHECK)
+            };
+            let input = match next {
+                Ok(input) => input,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    self.recheck();
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            };
             let quit = match input {
                 Input::Key(key) => self.key(key)?,
                 Input::Resized => {
@@ -417,6 +437,29 @@ impl<'a> Chat<'a> {
             project: from.as_ref().map(|(s, _)| s),
         };
         Ok(agents::create_root(self.ws, "worker", "default", &spawn)?)
+    }
+
+    /// Forgets agents counted as working whose driver is gone without a word (killed):
+    /// not running at two looks in a row (a driver just launched takes a moment to start).
+    fn recheck(&mut self) {
+        let layout = &self.ws.layout;
+        let idle: std::collections::BTreeSet<String> = self
+            .working
+            .iter()
+            .filter(|a| {
+                AgentId::parse(a)
+                    .is_ok_and(|id| !crate::infra::lock::LockGuard::is_held(&layout.lock(&id)).unwrap_or(true))
+            })
+            .cloned()
+            .collect();
+        let gone: Vec<String> = idle.intersection(&self.suspects).cloned().collect();
+        self.suspects = idle;
+        for agent in gone {
+            self.suspects.remove(&agent);
+            self.working.remove(&agent);
+            self.pending
+                .push(format!("· `{agent}`'s driver ended without a word (killed?); `offshoot scan` looks at it"));
+        }
     }
 
     /// Stops the agent and every agent below it, as `offshoot stop` does.

@@ -244,3 +244,23 @@ fn a_chat_ended_by_a_signal_stops_what_works_before_it_goes() {
     assert_eq!(t.driver_pid(&id).filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()), None);
     assert_eq!(server.requests().len(), 1);
 }
+
+#[test]
+fn the_chat_notices_a_driver_killed_without_a_word() {
+    use crate::support::pty::Pty;
+    let (server, t) = TestWorkspace::served("live-chat-killed", Dialect::Anthropic);
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for("type a goal");
+    server.push_turns([Turn::bash("slow", "sleep 30"), Turn::text("never")]);
+    chat.type_in("take your time\r");
+    chat.wait_for("→ bash sleep 30");
+    let id = t.only_agent();
+    let pid = t.driver_pid(&id).expect("its driver").to_string();
+    assert!(std::process::Command::new("kill").args(["-9", &pid]).status().expect("kill").success());
+    chat.wait_for("driver ended without a word");
+    // No longer counted as working: Ctrl-D leaves at once, with nothing to stop.
+    chat.type_in("\x04");
+    assert!(chat.child.wait().expect("wait").success());
+}
