@@ -96,7 +96,7 @@ pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {
     });
     let mut chat = Chat::new(ctx, &ws, &rt, tx.clone());
     if let Some(id) = id {
-        chat.follow(id);
+        chat.follow(id, false);
     }
     terminal::enable_raw_mode().map_err(|e| CliError::runtime(format!("cannot use the terminal: {e}")))?;
     let result = chat.run(&rx, tx);
@@ -105,6 +105,29 @@ pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {
         std::process::exit(128 + signal);
     }
     result
+}
+
+/// `line` cut into rows of at most `width` columns.
+fn rows_of(line: &str, width: u16) -> Vec<String> {
+    let mut rows = vec![String::new()];
+    let mut used = 0usize;
+    for c in line.chars() {
+        let w = ratatui::text::Span::raw(c.to_string()).width();
+        if used + w > usize::from(width) {
+            rows.push(String::new());
+            used = 0;
+        }
+        if let Some(row) = rows.last_mut() {
+            row.push(c);
+        }
+        used += w;
+    }
+    rows
+}
+
+/// `text` on one line: its breaks and runs of blanks made single spaces.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Terminal input, as it comes, into the chat's channel. It waits in short polls, never
@@ -180,13 +203,27 @@ impl<'a> Chat<'a> {
         }
     }
 
-    /// Follows `id` and the agents below it from now on.
-    fn follow(&mut self, id: AgentId) {
+    /// Follows `id` and the agents below it from now on (a new agent, `fresh`, from its
+    /// first event: its driver may write before the follower first looks), counting as
+    /// working those whose driver runs already.
+    fn follow(&mut self, id: AgentId, fresh: bool) {
         let tx = self.tx.clone();
         let view = View::Each(std::sync::Arc::new(move |agent: &str, record: &Record| {
             let _ = tx.send(Input::Agent(agent.to_owned(), record.clone()));
         }));
-        self.follower = Some(Follower::start_with_itself(self.ws.layout.root(), &id, view));
+        let root = self.ws.layout.root();
+        self.follower = Some(match fresh {
+            true => Follower::start_from_the_beginning(root, &id, view),
+            false => Follower::start_with_itself(root, &id, view),
+        });
+        self.working.clear();
+        let mut tree = crate::engine::lifecycle::descendants(self.ws, &id).unwrap_or_default();
+        tree.push(id.clone());
+        for agent in tree {
+            if crate::infra::lock::LockGuard::is_held(&self.ws.layout.lock(&agent)).unwrap_or(false) {
+                self.working.insert(agent.to_string());
+            }
+        }
         self.id = Some(id);
     }
 
@@ -228,7 +265,12 @@ impl<'a> Chat<'a> {
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             };
             let quit = match input {
-                Input::Key(key) => self.key(key)?,
+                // What a key could not do is said; the chat and what was typed stay.
+                Input::Key(key) => self.key(key).unwrap_or_else(|e| {
+                    self.pending.push(format!("· {}", e.message));
+                    self.pending.extend(e.hints.iter().map(|h| format!("  hint: {h}")));
+                    false
+                }),
                 Input::Resized => {
                     let _ = term.autoresize();
                     false
@@ -246,11 +288,11 @@ impl<'a> Chat<'a> {
                 break;
             }
         }
-        self.flush(&mut term);
         // Leaving stops what still works: no driver or tool is left behind.
         if !self.working.is_empty() {
             self.stop();
         }
+        self.flush(&mut term);
         let _ = term.clear();
         Ok(())
     }
@@ -259,12 +301,13 @@ impl<'a> Chat<'a> {
     fn flush(&mut self, term: &mut Terminal<CrosstermBackend<std::io::Stdout>>) {
         let width = term.size().map(|s| s.width).unwrap_or(80).max(20);
         // What agents, models and tools wrote is shown, never obeyed: an escape sequence
-        // of theirs shows as `\x1b` (ratatui would drop it unseen).
-        for line in self.pending.drain(..).map(|l| super::out::printable(&l).into_owned()) {
-            let rows = line.lines().map(|l| (l.chars().count() as u16).div_ceil(width).max(1)).sum::<u16>().max(1);
-            let _ = term.insert_before(rows, |buf| {
-                Paragraph::new(line.as_str()).wrap(Wrap { trim: false }).render(buf.area, buf);
-            });
+        // of theirs shows as `\x1b` (ratatui would drop it unseen). Broken into rows
+        // here, by display width (wide characters take two columns), so the rows made
+        // in the scrollback are exactly the rows drawn.
+        for line in self.pending.drain(..).map(|l| super::out::printable(&l).replace('\t', "    ")) {
+            let rows: Vec<TextLine> = line.lines().flat_map(|l| rows_of(l, width)).map(TextLine::from).collect();
+            let count = u16::try_from(rows.len()).unwrap_or(u16::MAX).max(1);
+            let _ = term.insert_before(count, |buf| Paragraph::new(rows).render(buf.area, buf));
         }
         let who = self.id.as_ref().map_or_else(|| "no agent yet".to_owned(), |id| format!("`{id}`"));
         let state = if self.working.is_empty() {
@@ -273,7 +316,10 @@ impl<'a> Chat<'a> {
             format!("working ({} agents): {}", self.working.len(), self.doing)
         };
         let status = super::out::printable(&format!("── {who} · {state}")).into_owned();
-        let input = format!("> {}", self.input.replace('\n', "\n  "));
+        // The end of what is typed, where the cursor is (the live area has two rows).
+        let typed = format!("> {}", self.input.replace('\n', " ⏎ "));
+        let rows = rows_of(&super::out::printable(&typed), width);
+        let input = rows[rows.len().saturating_sub(2)..].join("\n");
         let _ = term.draw(|frame| {
             let area = frame.area();
             let lines = vec![TextLine::from(status.clone()), TextLine::from(input.clone())];
@@ -288,6 +334,7 @@ impl<'a> Chat<'a> {
             KeyCode::Char('c') if ctrl => {
                 if !self.working.is_empty() {
                     self.stop();
+                    self.quit_armed = Some(Instant::now());
                     return Ok(false);
                 }
                 if self.quit_armed.is_some_and(|at| at.elapsed() < QUIT_WINDOW) {
@@ -331,7 +378,7 @@ impl<'a> Chat<'a> {
         match self.id.clone() {
             None => {
                 let id = self.start(&text)?;
-                self.follow(id.clone());
+                self.follow(id.clone(), true);
                 self.rt.launch(&id)?;
                 self.working.insert(id.to_string());
             }
@@ -382,8 +429,7 @@ impl<'a> Chat<'a> {
             "attach" if !rest.is_empty() => match agents::resolve(self.ws, rest) {
                 Ok(id) => {
                     self.pending.push(format!("· chatting with `{id}`; what you type goes to it"));
-                    self.working.clear();
-                    self.follow(id);
+                    self.follow(id, false);
                 }
                 Err(e) => self.pending.push(format!("· {e}")),
             },
@@ -484,14 +530,20 @@ impl<'a> Chat<'a> {
                 self.working.insert(agent.to_owned());
                 self.doing = format!("{who}step {step} ({model})");
             }
-            Record::Text { text } => self.pending.push(format!("{who}{}", text.trim_end())),
+            // An agent's words are indented under a margin of their own, so no line of
+            // them passes for one of the chat's (`you: …`, `· stopped`).
+            Record::Text { text } => {
+                let body: Vec<String> = text.trim_end().lines().map(|l| format!("  │ {l}")).collect();
+                self.pending.push(format!("{who}{}", body.join("\n").trim_start()));
+            }
             Record::ToolCall { name, input, .. } => {
+                let name = one_line(name);
                 let gist = super::progress::call_gist(input);
                 self.doing = format!("{who}→ {name}");
-                self.pending.push(format!("{who}→ {name} {}", gist.lines().next().unwrap_or_default()));
+                self.pending.push(format!("{who}→ {name} {}", one_line(gist.lines().next().unwrap_or_default())));
             }
             Record::ToolResult { summary, .. } => {
-                self.pending.push(format!("{who}  ← {}", summary.lines().next().unwrap_or_default()))
+                self.pending.push(format!("{who}  ← {}", one_line(summary.lines().next().unwrap_or_default())))
             }
             Record::Delivered { .. } => {
                 self.working.insert(agent.to_owned());

@@ -53,21 +53,27 @@ impl Follower {
     /// Starts following the agents below `id` in the workspace at `root`; what they
     /// logged before this is not shown again.
     pub fn start(root: &Path, id: &AgentId, view: View) -> Follower {
-        Self::spawn(root, id, view, false)
+        Self::spawn(root, id, view, false, false)
     }
 
     /// [`Follower::start`] for `id` itself as well as the agents below it.
     pub fn start_with_itself(root: &Path, id: &AgentId, view: View) -> Follower {
-        Self::spawn(root, id, view, true)
+        Self::spawn(root, id, view, true, false)
     }
 
-    fn spawn(root: &Path, id: &AgentId, view: View, itself: bool) -> Follower {
+    /// [`Follower::start_with_itself`] for an agent just made: everything it logs is
+    /// shown, however soon its driver writes.
+    pub fn start_from_the_beginning(root: &Path, id: &AgentId, view: View) -> Follower {
+        Self::spawn(root, id, view, true, true)
+    }
+
+    fn spawn(root: &Path, id: &AgentId, view: View, itself: bool, from_start: bool) -> Follower {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
         let (root, id) = (root.to_owned(), id.clone());
         let handle = std::thread::spawn(move || {
             let mut watch = Watch::new(&root, &id, view, itself);
-            watch.pass(true);
+            watch.pass(!from_start);
             while !flag.load(Ordering::Relaxed) {
                 std::thread::sleep(POLL);
                 watch.pass(false);
@@ -189,7 +195,10 @@ impl Watch {
             each(agent, record);
             return;
         }
-        let Some(what) = record.as_ref().and_then(describe) else { return };
+        let Some(mut what) = record.as_ref().and_then(describe) else { return };
+        // One line, shown and never obeyed: whatever an agent, a model (a tool's name)
+        // or a tool wrote, with its line breaks and escape sequences, stays in it.
+        what.text = super::out::printable(&what.text.split_whitespace().collect::<Vec<_>>().join(" ")).into_owned();
         let name = self.name(agent);
         match self.view.clone() {
             View::Json | View::Each(_) => {}

@@ -264,3 +264,72 @@ fn the_chat_notices_a_driver_killed_without_a_word() {
     chat.type_in("\x04");
     assert!(chat.child.wait().expect("wait").success());
 }
+
+#[test]
+fn what_agents_write_cannot_pass_for_the_chats_lines_or_reach_the_terminal_through_attach() {
+    use crate::support::pty::Pty;
+    let (server, t) = TestWorkspace::served("live-forged", Dialect::Anthropic);
+    // A tool name carrying an escape sequence and a forged line, then an answer forging
+    // the chat's own lines.
+    let forged = "x\u{1b}]0;EVIL\u{7}\n  [zz] fake-line";
+    server.push_turns([Turn::call("f1", forged, "{}"), Turn::text("done\nyou: FAKE USER LINE\n· stopped; fake")]);
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for("type a goal");
+    chat.type_in("go\r");
+    chat.wait_for("│ you: FAKE USER LINE");
+    chat.wait_for("│ · stopped; fake");
+    assert!(!chat.raw().windows(7).any(|w| w == b"\x1b]0;EVI"), "an escape sequence reached the terminal");
+    chat.type_in("\x04");
+    assert!(chat.child.wait().expect("wait").success());
+    // attach, following the same kind of step, prints it on one line, escapes as text.
+    let id = t.only_agent();
+    let mut attached = t
+        .command()
+        .args(["attach", &id])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("attach");
+    let mut stdin = attached.stdin.take().expect("stdin");
+    server.push_turns([Turn::call("f2", forged, "{}"), Turn::text("again")]);
+    std::thread::sleep(Duration::from_millis(300));
+    use std::io::Write;
+    writeln!(stdin, "once more").expect("type");
+    wait_for("the answer", || t.run(&["log", &id]).stdout.contains("again") && t.agents()[0]["state"] == "done");
+    drop(stdin);
+    let out = attached.wait_with_output().expect("attach");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.stdout.contains(&0x1b), "{shown}");
+    assert!(!shown.lines().any(|l| l.starts_with("  [zz]")), "{shown}");
+    assert!(shown.contains("\\x1b]0;EVIL\\x07 [zz] fake-line"), "{shown}");
+}
+
+#[test]
+fn the_chat_on_an_agent_already_at_work_counts_it_and_an_error_on_enter_is_said_not_fatal() {
+    use crate::support::pty::Pty;
+    let (server, t) = TestWorkspace::served("live-chat-busy", Dialect::Anthropic);
+    server.push_turns([Turn::bash("slow", "sleep 30"), Turn::text("never")]);
+    let id = t.run(&["prompt", "--detach", "--name", "Busy", "work"]).ok().trim().to_owned();
+    wait_for("its tool", || t.step_records(&id).iter().any(|s| s.join("tools/slow/pgid").exists()));
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color").arg("-c");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for("working (1 agents)");
+    // Leaving stops it: nothing is left running.
+    chat.type_in("\x04");
+    assert!(chat.child.wait().expect("wait").success());
+    assert_eq!(t.agents()[0]["state"], "stopped");
+    // A goal the model cannot be asked about (no key): said, and the chat stays.
+    let bare = TestWorkspace::new("live-chat-nokey");
+    let mut command = bare.command();
+    command.env("TERM", "xterm-256color");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for("type a goal");
+    chat.type_in("a goal\r");
+    chat.wait_for("ANTHROPIC_API_KEY");
+    chat.type_in("/quit\r");
+    assert!(chat.child.wait().expect("wait").success());
+}

@@ -4,7 +4,7 @@ use crate::cli::{CliError, Ctx};
 use crate::domain::agent;
 use crate::domain::id::AgentId;
 use crate::domain::transcript::{self, Entry};
-use crate::engine::{agents, compaction, inspect};
+use crate::engine::{agents, compaction};
 use crate::infra::provider::Block;
 
 /// Show an agent's conversation, tool calls summarised, with each landed compaction
@@ -35,7 +35,15 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let shown_landings = landings.len();
     let mut landings = landings.into_iter().peekable();
     let mut shown = 0;
-    for entry in inspect::transcript(&ws, &id)? {
+    // The tip read once: what it holds is shown, and following goes on from it (an
+    // entry committed while a long transcript prints is not missed).
+    let tip = ws.repo.branch_tip(&id.branch()).map_err(crate::engine::agents::AgentError::from)?;
+    let Some(tip) = tip else { return Err(crate::engine::agents::AgentError::Unknown(id.to_string()).into()) };
+    let entries = crate::engine::snapshot::Loader::default()
+        .entries(&ws.repo, tip)
+        .map_err(crate::engine::agents::AgentError::from)?
+        .to_vec();
+    for entry in entries {
         while let Some((_, landed)) = landings.next_if(|(at, _)| *at < entry.number()) {
             show_landing(ctx, &id, &landed);
         }
@@ -46,7 +54,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         show_landing(ctx, &id, &landed);
     }
     if args.follow {
-        follow(ctx, &ws, &id, shown, shown_landings)?;
+        follow(ctx, &ws, &id, tip, shown, shown_landings)?;
     }
     Ok(())
 }
@@ -67,11 +75,12 @@ fn follow(
     ctx: &Ctx,
     ws: &crate::engine::workspace::Workspace,
     id: &AgentId,
+    from: crate::infra::git::CommitId,
     mut shown: u32,
     mut landed: usize,
 ) -> Result<(), CliError> {
     let mut loader = crate::engine::snapshot::Loader::default();
-    let mut seen = ws.repo.branch_tip(&id.branch()).map_err(crate::engine::agents::AgentError::from)?;
+    let mut seen = Some(from);
     loop {
         std::thread::sleep(FOLLOW_EVERY);
         let tip = ws.repo.branch_tip(&id.branch()).map_err(crate::engine::agents::AgentError::from)?;
@@ -125,7 +134,7 @@ fn show_landing(ctx: &Ctx, id: &AgentId, landed: &compaction::Landed) {
     ctx.out.line(&format!(
         "══ compaction {n} by `{}`: {entries} entries and {files} files removed (`offshoot show {id} --compaction {n}`)\n{}\n",
         landed.landing.compactor,
-        clip(&landed.summary, 8)
+        indent(&clip(&landed.summary, 8))
     ));
 }
 

@@ -103,11 +103,18 @@ impl Pty {
         text
     }
 
-    /// Waits up to 20 s for `what` to be shown; the screen so far if it is not.
+    /// Waits up to 20 s for `what` to be shown; the screen so far if it is not. (A
+    /// redraw may move the cursor over blanks instead of writing them: the text is also
+    /// matched with every blank left out.)
     #[track_caller]
     pub fn wait_for(&self, what: &str) {
         let until = Instant::now() + Duration::from_secs(20);
-        while !self.text().contains(what) {
+        let squeezed = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+        let shown = || {
+            let text = self.text();
+            text.contains(what) || squeezed(&text).contains(&squeezed(what))
+        };
+        while !shown() {
             assert!(Instant::now() < until, "`{what}` never shown; the screen:\n{}", self.text());
             std::thread::sleep(Duration::from_millis(20));
         }
