@@ -54,6 +54,8 @@ const QUIT_WINDOW: Duration = Duration::from_secs(1);
 enum Input {
     Key(KeyEvent),
     Resized,
+    /// Text pasted (bracketed paste): one edit, its line breaks kept as such.
+    Paste(String),
     /// A signal to leave (SIGTERM, SIGHUP when the terminal goes, SIGINT from `kill`).
     Signal(i32),
     /// A line of an agent's events file: the agent, and the record.
@@ -145,6 +147,7 @@ fn read_keys(tx: &Sender<Input>) {
         let input = match event {
             TermEvent::Key(key) if key.kind != KeyEventKind::Release => Input::Key(key),
             TermEvent::Resize(..) => Input::Resized,
+            TermEvent::Paste(text) => Input::Paste(text),
             _ => continue,
         };
         if tx.send(input).is_err() {
@@ -241,6 +244,8 @@ impl<'a> Chat<'a> {
         let options = TerminalOptions { viewport: Viewport::Inline(LIVE_ROWS) };
         let mut term = Terminal::with_options(backend, options)
             .map_err(|e| CliError::runtime(format!("cannot use the terminal: {e}")))?;
+        // A paste arrives as one piece, its line breaks not taken for Enter.
+        let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::event::EnableBracketedPaste);
         // (Keys are read once the viewport has asked where the cursor is.)
         std::thread::spawn(move || read_keys(&keys));
         let hello = match &self.id {
@@ -279,6 +284,10 @@ impl<'a> Chat<'a> {
                     self.agent_event(&agent, &record);
                     false
                 }
+                Input::Paste(text) => {
+                    self.input.push_str(&text.replace("\r\n", "\n").replace('\r', "\n"));
+                    false
+                }
                 Input::Signal(signal) => {
                     self.signalled = Some(signal);
                     true
@@ -294,6 +303,7 @@ impl<'a> Chat<'a> {
         }
         self.flush(&mut term);
         let _ = term.clear();
+        let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::event::DisableBracketedPaste);
         Ok(())
     }
 

@@ -333,3 +333,26 @@ fn the_chat_on_an_agent_already_at_work_counts_it_and_an_error_on_enter_is_said_
     chat.type_in("/quit\r");
     assert!(chat.child.wait().expect("wait").success());
 }
+
+#[test]
+fn a_paste_is_one_edit_its_line_breaks_kept_and_enter_sends_it_once() {
+    use crate::support::pty::Pty;
+    let (server, t) = TestWorkspace::served("live-chat-paste", Dialect::Anthropic);
+    server.push_turns([Turn::text("got it all")]);
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color");
+    let mut chat = Pty::spawn(command, 120, 40);
+    chat.wait_for("type a goal");
+    // As a terminal sends a paste once the chat asked for bracketed paste.
+    let long = "x".repeat(3000);
+    chat.type_in(&format!("\x1b[200~first line\rsecond line\r{long}\x1b[201~"));
+    chat.type_in("\r");
+    chat.wait_for("got it all");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "one message, one request");
+    let body = requests[0].body.to_string();
+    assert!(body.contains("first line\\nsecond line\\nxxx"), "{}", &body[..body.len().min(400)]);
+    assert!(body.contains(&long));
+    chat.type_in("\x04");
+    assert!(chat.child.wait().expect("wait").success());
+}
