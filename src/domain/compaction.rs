@@ -249,6 +249,10 @@ mod tests {
         let full = (Some(150_000), Some(200_000));
         assert!(!due(&percent, 12, 0, Some(5), full.0, full.1));
         assert!(due(&percent, 5 + RETRY_AFTER_STEPS, 0, Some(5), full.0, full.1));
+        // A pass only postpones (the driver reads its mark only when due without it).
+        for (steps, tried) in [(9, Some(3)), (20, Some(12)), (25, None)] {
+            assert!(!due(&every, steps, 0, tried, None, None) || due(&every, steps, 0, None, None, None));
+        }
     }
 
     #[test]

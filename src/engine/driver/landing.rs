@@ -80,10 +80,15 @@ impl Driver<'_> {
             _ => None,
         });
         let window = config.role(&self.facts.role).and_then(|r| r.context_window);
+        let due = |tried| compaction::due(&config.compaction, self.own_steps(), since, tried, input, window);
+        // A pass only ever postpones: its mark is read only for a step the trigger picks.
+        if !due(None) {
+            return Ok(());
+        }
         let tried = compaction_engine::passes(self.ws, &self.id)
             .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?
             .map(|(at, _)| at);
-        if !compaction::due(&config.compaction, self.own_steps(), since, tried, input, window)
+        if !due(tried)
             || compaction_engine::in_flight(self.ws, &self.id)
                 .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?
                 .is_some()
