@@ -113,18 +113,18 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
         let relaunched = ws.repo.mark(RELAUNCHED, l.id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned());
         let relaunched = relaunched.as_deref().and_then(Relaunch::parse).filter(|r| r.tip == tip);
         let Some(relaunched) = relaunched else {
-            ws.repo.set_mark(RELAUNCHED, l.id.as_str(), tip.as_bytes())?;
             let pid = match rt.wake(&l.id) {
                 Ok(Woken::Launched(pid)) => Some(pid),
                 Ok(Woken::Running) => None,
                 Err(e) => return Err(ScanError::Launch { id: l.id.to_string(), reason: e.to_string() }),
             };
-            // Which process was started, so a scan soon after does not take one that is
-            // still starting (it holds no lock yet) for dead.
-            if let Some(started) = pid.and_then(crate::infra::process::start_time) {
-                let mark = Relaunch { tip: tip.clone(), driver: pid.map(|p| (p, started)) }.to_string();
-                ws.repo.set_mark(RELAUNCHED, l.id.as_str(), mark.as_bytes())?;
-            }
+            // With the process started, so a scan soon after does not take one that is
+            // still starting (it holds no lock yet) for dead. (A scan killed before this
+            // write leaves no mark: the next relaunches again, which a running driver's
+            // lock makes harmless.)
+            let driver = pid.and_then(|p| crate::infra::process::start_time(p).map(|s| (p, s)));
+            let mark = Relaunch { tip: tip.clone(), driver }.to_string();
+            ws.repo.set_mark(RELAUNCHED, l.id.as_str(), mark.as_bytes())?;
             found.push(Finding::Relaunched { agent: l.id.to_string(), why, pid });
             continue;
         };
