@@ -4,9 +4,21 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::support::pty::Pty;
 use crate::support::server::Turn;
 use crate::support::wait::wait_for;
 use crate::support::workspace::{Dialect, TestWorkspace};
+
+/// `offshoot` with `args` in a pseudo-terminal of 120x40 in `t`'s workspace.
+fn chat_in(t: &TestWorkspace, args: &[&str]) -> Pty {
+    chat_sized(t, args, 120, 40)
+}
+
+fn chat_sized(t: &TestWorkspace, args: &[&str], cols: u16, rows: u16) -> Pty {
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color").args(args);
+    Pty::spawn(command, cols, rows)
+}
 
 #[test]
 fn log_follow_shows_each_step_of_a_detached_driver_within_200_ms_of_its_commit() {
@@ -103,13 +115,10 @@ fn attach_shows_a_detached_agent_live_and_sends_what_is_typed() {
 
 #[test]
 fn the_chat_streams_steps_keeps_one_agent_stops_on_ctrl_c_and_leaves_on_ctrl_d() {
-    use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-chat", Dialect::Anthropic);
     // (The answer carries a sequence that would retitle the terminal: shown, not obeyed.)
     server.push_turns([Turn::bash("s1", "echo step-one"), Turn::text("the first answer\x1b]0;pwned\x07")]);
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&t, &[]);
     chat.wait_for("type a goal");
     chat.type_in("do the thing\r");
     chat.wait_for("→ bash echo step-one");
@@ -149,11 +158,8 @@ fn the_chat_streams_steps_keeps_one_agent_stops_on_ctrl_c_and_leaves_on_ctrl_d()
 
 #[test]
 fn a_terminal_without_rows_is_refused_not_spun_on() {
-    use crate::support::pty::Pty;
     let t = TestWorkspace::new("live-chat-tiny");
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color").arg("chat");
-    let mut chat = Pty::spawn(command, 0, 0);
+    let mut chat = chat_sized(&t, &["chat"], 0, 0);
     chat.wait_for("the chat needs a terminal of at least 20 columns and 4 rows; this one says 0x0");
     let status = chat.child.wait().expect("wait");
     assert_eq!(status.code(), Some(2));
@@ -161,14 +167,11 @@ fn a_terminal_without_rows_is_refused_not_spun_on() {
 
 #[test]
 fn continue_chats_with_the_latest_agent_and_text_typed_during_a_step_arrives_once_at_the_next() {
-    use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-chat-continue", Dialect::Anthropic);
     server.push_turns([Turn::text("made")]);
     t.run(&["prompt", "--name", "Earlier", "be there"]).ok();
     let id = t.id_of("Earlier");
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color").arg("-c");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&t, &["-c"]);
     chat.wait_for(&format!("chatting with `{id}`"));
     server.push_turns([Turn::bash("slow", "sleep 1; echo slept"), Turn::text("after the steer")]);
     chat.type_in("work slowly\r");
@@ -189,11 +192,8 @@ fn continue_chats_with_the_latest_agent_and_text_typed_during_a_step_arrives_onc
 
 #[test]
 fn slash_commands_list_the_tree_switch_agents_and_start_anew() {
-    use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-chat-slash", Dialect::Anthropic);
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&t, &[]);
     chat.wait_for("type a goal");
     chat.type_in("/he\t\r");
     chat.wait_for("/attach <agent>");
@@ -225,11 +225,8 @@ fn slash_commands_list_the_tree_switch_agents_and_start_anew() {
 
 #[test]
 fn a_chat_ended_by_a_signal_stops_what_works_before_it_goes() {
-    use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-chat-signal", Dialect::Anthropic);
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&t, &[]);
     chat.wait_for("type a goal");
     server.push_turns([Turn::bash("slow", "sleep 30"), Turn::text("never")]);
     chat.type_in("take your time\r");
@@ -247,11 +244,8 @@ fn a_chat_ended_by_a_signal_stops_what_works_before_it_goes() {
 
 #[test]
 fn the_chat_notices_a_driver_killed_without_a_word() {
-    use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-chat-killed", Dialect::Anthropic);
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&t, &[]);
     chat.wait_for("type a goal");
     server.push_turns([Turn::bash("slow", "sleep 30"), Turn::text("never")]);
     chat.type_in("take your time\r");
@@ -267,15 +261,12 @@ fn the_chat_notices_a_driver_killed_without_a_word() {
 
 #[test]
 fn what_agents_write_cannot_pass_for_the_chats_lines_or_reach_the_terminal_through_attach() {
-    use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-forged", Dialect::Anthropic);
     // A tool name carrying an escape sequence and a forged line, then an answer forging
     // the chat's own lines.
     let forged = "x\u{1b}]0;EVIL\u{7}\n  [zz] fake-line";
     server.push_turns([Turn::call("f1", forged, "{}"), Turn::text("done\nyou: FAKE USER LINE\n· stopped; fake")]);
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&t, &[]);
     chat.wait_for("type a goal");
     chat.type_in("go\r");
     chat.wait_for("│ you: FAKE USER LINE");
@@ -309,14 +300,11 @@ fn what_agents_write_cannot_pass_for_the_chats_lines_or_reach_the_terminal_throu
 
 #[test]
 fn the_chat_on_an_agent_already_at_work_counts_it_and_an_error_on_enter_is_said_not_fatal() {
-    use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-chat-busy", Dialect::Anthropic);
     server.push_turns([Turn::bash("slow", "sleep 30"), Turn::text("never")]);
     let id = t.run(&["prompt", "--detach", "--name", "Busy", "work"]).ok().trim().to_owned();
     wait_for("its tool", || t.step_records(&id).iter().any(|s| s.join("tools/slow/pgid").exists()));
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color").arg("-c");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&t, &["-c"]);
     chat.wait_for("working (1 agents)");
     // Leaving stops it: nothing is left running.
     chat.type_in("\x04");
@@ -324,9 +312,7 @@ fn the_chat_on_an_agent_already_at_work_counts_it_and_an_error_on_enter_is_said_
     assert_eq!(t.agents()[0]["state"], "stopped");
     // A goal the model cannot be asked about (no key): said, and the chat stays.
     let bare = TestWorkspace::new("live-chat-nokey");
-    let mut command = bare.command();
-    command.env("TERM", "xterm-256color");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&bare, &[]);
     chat.wait_for("type a goal");
     chat.type_in("a goal\r");
     chat.wait_for("ANTHROPIC_API_KEY");
@@ -336,12 +322,9 @@ fn the_chat_on_an_agent_already_at_work_counts_it_and_an_error_on_enter_is_said_
 
 #[test]
 fn a_paste_is_one_edit_its_line_breaks_kept_and_enter_sends_it_once() {
-    use crate::support::pty::Pty;
     let (server, t) = TestWorkspace::served("live-chat-paste", Dialect::Anthropic);
     server.push_turns([Turn::text("got it all")]);
-    let mut command = t.command();
-    command.env("TERM", "xterm-256color");
-    let mut chat = Pty::spawn(command, 120, 40);
+    let mut chat = chat_in(&t, &[]);
     chat.wait_for("type a goal");
     // As a terminal sends a paste once the chat asked for bracketed paste.
     let long = "x".repeat(3000);

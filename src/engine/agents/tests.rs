@@ -15,6 +15,17 @@ fn root(ws: &Workspace, env: &Env) -> AgentId {
     create_root(ws, "worker", "default", &start).expect("root")
 }
 
+/// A runtime that can start nothing (its binary does not exist): what it would start
+/// says so instead.
+fn runtime(ws: &Workspace, env: &Env) -> crate::engine::runtime::Runtime {
+    crate::engine::runtime::Runtime::new(
+        ws.layout.clone(),
+        std::path::PathBuf::from("/nonexistent"),
+        env.clone(),
+        Default::default(),
+    )
+}
+
 fn child<'a>(env: &'a Env, name: Option<&'a str>, key: Option<&'a str>) -> Child<'a> {
     Child {
         role: "worker",
@@ -64,12 +75,7 @@ fn a_stop_marks_an_agent_with_work_left_and_no_driver() {
     let (dir, ws) = workspace("stop");
     let env = Env::default();
     let lead = root(&ws, &env);
-    let rt = crate::engine::runtime::Runtime::new(
-        ws.layout.clone(),
-        std::path::PathBuf::from("/nonexistent"),
-        env.clone(),
-        Default::default(),
-    );
+    let rt = runtime(&ws, &env);
     // Made, its goal waiting in its inbox, no driver: work left, so a stop marks it.
     assert!(!crate::infra::lock::LockGuard::is_held(&ws.layout.lock(&lead)).expect("probe"));
     let stopped = lifecycle::stop_all(&ws, &rt, vec![lead.clone()], std::time::Duration::ZERO).expect("stop");
@@ -83,12 +89,7 @@ fn an_agent_being_made_is_not_its_makers_to_stop_and_a_stopped_child_is_not_star
     let (dir, ws) = workspace("making");
     let env = Env::default();
     let lead = root(&ws, &env);
-    let rt = crate::engine::runtime::Runtime::new(
-        ws.layout.clone(),
-        std::path::PathBuf::from("/nonexistent"),
-        env.clone(),
-        Default::default(),
-    );
+    let rt = runtime(&ws, &env);
     // While this process makes `lead.5`, a stop of it must not signal this process (a
     // SIGTERM here would end the test run).
     let being_made = lead.child(5);
