@@ -186,10 +186,11 @@ impl AgentState {
     }
 }
 
-/// The transcript of an agent at its tip.
-pub fn transcript(ws: &Workspace, id: &AgentId) -> Result<Vec<Entry>> {
+/// The transcript of an agent at its tip, and that tip (read once: what follows the
+/// agent goes on from it).
+pub fn transcript(ws: &Workspace, id: &AgentId) -> Result<(CommitId, Vec<Entry>)> {
     let tip = tip(ws, id)?;
-    Ok(Loader::default().entries(&ws.repo, tip)?.to_vec())
+    Ok((tip, Loader::default().entries(&ws.repo, tip)?.to_vec()))
 }
 
 fn tip(ws: &Workspace, id: &AgentId) -> Result<CommitId> {

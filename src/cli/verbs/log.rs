@@ -4,7 +4,7 @@ use crate::cli::{CliError, Ctx};
 use crate::domain::agent;
 use crate::domain::id::AgentId;
 use crate::domain::transcript::{self, Entry};
-use crate::engine::{agents, compaction};
+use crate::engine::{agents, compaction, inspect};
 use crate::infra::provider::Block;
 
 /// Show an agent's conversation, tool calls summarised, with each landed compaction
@@ -37,12 +37,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let mut shown = 0;
     // The tip read once: what it holds is shown, and following goes on from it (an
     // entry committed while a long transcript prints is not missed).
-    let tip = ws.repo.branch_tip(&id.branch()).map_err(crate::engine::agents::AgentError::from)?;
-    let Some(tip) = tip else { return Err(crate::engine::agents::AgentError::Unknown(id.to_string()).into()) };
-    let entries = crate::engine::snapshot::Loader::default()
-        .entries(&ws.repo, tip)
-        .map_err(crate::engine::agents::AgentError::from)?
-        .to_vec();
+    let (tip, entries) = inspect::transcript(&ws, &id)?;
     for entry in entries {
         while let Some((_, landed)) = landings.next_if(|(at, _)| *at < entry.number()) {
             show_landing(ctx, &id, &landed);
