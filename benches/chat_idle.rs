@@ -3,19 +3,14 @@
 //!
 //! `cargo bench --bench chat_idle -- 20` idles 20 s (default 10).
 
+#[path = "support/cpu.rs"]
+mod cpu;
 #[path = "../tests/cli/support/pty.rs"]
 #[allow(dead_code, reason = "the tests' terminal, of which this bench needs less")]
 mod pty;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// CPU time (user + system) of process `pid`, in clock ticks.
-fn ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-    let fields: Vec<&str> = stat.rsplit_once(')').expect("stat").1.split_whitespace().collect();
-    fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime")
-}
 
 #[expect(clippy::print_stdout, reason = "a bench reports on stdout")]
 fn main() {
@@ -40,14 +35,9 @@ fn main() {
     chat.wait_for("type a goal");
     std::thread::sleep(Duration::from_secs(1));
     let pid = chat.child.id();
-    let (before, started) = (ticks(pid), Instant::now());
+    let (before, started) = (cpu::seconds(pid), Instant::now());
     std::thread::sleep(Duration::from_secs(secs));
-    let (used, took) = (ticks(pid) - before, started.elapsed());
-    let hz: f64 = String::from_utf8_lossy(&Command::new("getconf").arg("CLK_TCK").output().expect("getconf").stdout)
-        .trim()
-        .parse()
-        .unwrap_or(100.0);
-    let cpu = used as f64 / hz;
+    let (cpu, took) = (cpu::seconds(pid) - before, started.elapsed());
     println!(
         "idle chat (120x40, no agent at work): {cpu:.3} s of CPU over {:.1} s = {:.3}% of a core",
         took.as_secs_f64(),

@@ -188,7 +188,10 @@ impl Watch {
     /// (`record`, when it is one this version knows).
     fn show(&mut self, agent: &str, event: &Value, record: Option<Record>) {
         if let View::Json = self.view {
-            let _ = writeln!(std::io::stdout().lock(), "{event}");
+            // (Text as it streams is for a live display; the whole text follows.)
+            if !matches!(record, Some(Record::TextDelta { .. })) {
+                let _ = writeln!(std::io::stdout().lock(), "{event}");
+            }
             return;
         }
         if let (View::Each(each), Some(record)) = (&self.view, &record) {
@@ -275,7 +278,11 @@ fn describe(record: &Record) -> Option<Described> {
             };
             Some(Described { text, notable: true, last: true })
         }
-        Record::Delivered { .. } | Record::Settled { .. } | Record::Usage { .. } | Record::Warning { .. } => None,
+        Record::Delivered { .. }
+        | Record::Settled { .. }
+        | Record::Usage { .. }
+        | Record::Warning { .. }
+        | Record::TextDelta { .. } => None,
     }
 }
 

@@ -94,6 +94,12 @@ pub enum Record {
     Text {
         text: String,
     },
+    /// Text of a model output not yet ended, written to the events file as it streams
+    /// (at most every [`DELTA_EVERY`]): what came since the last such line. The whole
+    /// text follows as one `text` when the output ends.
+    TextDelta {
+        text: String,
+    },
     Delivered {
         from: String,
     },
@@ -246,21 +252,50 @@ pub fn repaired(repair: Repair) -> String {
     }
 }
 
+/// How often, at most, text still streaming is written to the events file.
+pub const DELTA_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Passes every event on to `inner` and appends it to the agent's events file; the
-/// text of a model output is written as one `text` event when the output ends (the
-/// file is for following an agent, not for replaying its deltas).
+/// text of a model output is written as it streams, in `text_delta` lines at most every
+/// [`DELTA_EVERY`] (one write per line, however many deltas the provider sent), and
+/// whole as one `text` event when the output ends.
 pub struct Logged<'a> {
     agent: String,
     path: PathBuf,
     /// The file, opened for appending at the first event.
     file: Option<std::fs::File>,
     text: String,
+    /// How much of `text` its `text_delta` lines carry, and when the last was written.
+    streamed: usize,
+    streamed_at: Option<std::time::Instant>,
     inner: &'a mut dyn Observer,
 }
 
 impl<'a> Logged<'a> {
     pub fn new(steps_dir: &Path, agent: &str, inner: &'a mut dyn Observer) -> Logged<'a> {
-        Logged { agent: agent.to_owned(), path: steps_dir.join(FILE), file: None, text: String::new(), inner }
+        Logged {
+            agent: agent.to_owned(),
+            path: steps_dir.join(FILE),
+            file: None,
+            text: String::new(),
+            streamed: 0,
+            streamed_at: None,
+            inner,
+        }
+    }
+
+    /// Text came: a `text_delta` line of what is new, unless one was written within
+    /// [`DELTA_EVERY`].
+    fn stream(&mut self, text: &str) {
+        self.text.push_str(text);
+        if self.streamed_at.is_some_and(|at| at.elapsed() < DELTA_EVERY) {
+            return;
+        }
+        let fresh = self.text[self.streamed..].to_owned();
+        self.streamed = self.text.len();
+        self.streamed_at = Some(std::time::Instant::now());
+        let line = Line { record: Record::TextDelta { text: fresh }, agent: self.agent.clone() };
+        self.write(&format!("{}\n", line.to_value()));
     }
 
     /// Appends one event (and any text gathered before it). A write that fails costs
@@ -272,7 +307,12 @@ impl<'a> Logged<'a> {
                 Line { record: Record::Text { text: std::mem::take(&mut self.text) }, agent: self.agent.clone() };
             lines.push_str(&format!("{}\n", text.to_value()));
         }
+        (self.streamed, self.streamed_at) = (0, None);
         lines.push_str(&format!("{value}\n"));
+        self.write(&lines);
+    }
+
+    fn write(&mut self, lines: &str) {
         if self.file.is_none() {
             if let Some(dir) = self.path.parent() {
                 let _ = std::fs::create_dir_all(dir);
@@ -305,7 +345,7 @@ pub fn log_end(steps_dir: &Path, agent: &str, end: End) {
 impl Observer for Logged<'_> {
     fn event(&mut self, event: Event<'_>) {
         match &event {
-            Event::Delta(Delta::Text(text)) => self.text.push_str(text),
+            Event::Delta(Delta::Text(text)) => self.stream(text),
             Event::Delta(_) => {}
             other => {
                 if let Some(value) = to_json(&self.agent, other) {

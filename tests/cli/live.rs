@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::support::pty::Pty;
-use crate::support::server::Turn;
+use crate::support::server::{Reply, Turn};
 use crate::support::wait::wait_for;
 use crate::support::workspace::{Dialect, TestWorkspace};
 
@@ -160,7 +160,7 @@ fn the_chat_streams_steps_keeps_one_agent_stops_on_ctrl_c_and_leaves_on_ctrl_d()
 fn a_terminal_without_rows_is_refused_not_spun_on() {
     let t = TestWorkspace::new("live-chat-tiny");
     let mut chat = chat_sized(&t, &["chat"], 0, 0);
-    chat.wait_for("the chat needs a terminal of at least 20 columns and 4 rows; this one says 0x0");
+    chat.wait_for("the chat needs a terminal of at least 20 columns and 6 rows; this one says 0x0");
     let status = chat.child.wait().expect("wait");
     assert_eq!(status.code(), Some(2));
 }
@@ -202,8 +202,12 @@ fn slash_commands_list_the_tree_switch_agents_and_start_anew() {
     chat.wait_for("one is here");
     let first = t.only_agent();
     chat.type_in("/tree\r");
-    chat.wait_for(&format!("  {first} "));
-    chat.wait_for("· 1 agents, ");
+    chat.wait_for("── agents: 1 · 0 working");
+    chat.wait_for(&format!("> {first} "));
+    chat.wait_for("(here)  done");
+    chat.type_in("\x1b");
+    chat.type_in("/cost\r");
+    chat.wait_for("· 1 agents, 110 tok, $");
     // A new agent, then back to the first: what is typed goes where the chat is.
     chat.type_in("/new\r");
     chat.wait_for("your next message starts a new agent");
@@ -305,7 +309,7 @@ fn the_chat_on_an_agent_already_at_work_counts_it_and_an_error_on_enter_is_said_
     let id = t.run(&["prompt", "--detach", "--name", "Busy", "work"]).ok().trim().to_owned();
     wait_for("its tool", || t.step_records(&id).iter().any(|s| s.join("tools/slow/pgid").exists()));
     let mut chat = chat_in(&t, &["-c"]);
-    chat.wait_for("working (1 agents)");
+    chat.wait_for("Busy · working");
     // Leaving stops it: nothing is left running.
     chat.type_in("\x04");
     assert!(chat.child.wait().expect("wait").success());
@@ -338,4 +342,96 @@ fn a_paste_is_one_edit_its_line_breaks_kept_and_enter_sends_it_once() {
     assert!(body.contains(&long));
     chat.type_in("\x04");
     assert!(chat.child.wait().expect("wait").success());
+}
+
+#[test]
+fn the_answer_streams_as_it_is_written_and_a_resize_draws_the_conversation_again() {
+    let (server, t) = TestWorkspace::served("live-chat-stream", Dialect::Anthropic);
+    // Seven characters an event, an event every 150 ms: the whole takes over two seconds.
+    let answer = "the first line of it\nand a second line that takes a while to arrive";
+    server.push(Reply::Paced(Turn::text(answer), Duration::from_millis(150)));
+    let mut chat = chat_in(&t, &[]);
+    chat.wait_for("type a goal");
+    chat.type_in("say it slowly\r");
+    chat.wait_for("│ the first line of it");
+    let late = Instant::now().saturating_duration_since(server.requests()[0].at);
+    assert!(late < Duration::from_millis(1500), "the first line came {late:?} after the request: not streamed");
+    chat.wait_for("│ and a second line that takes a while to arrive");
+    wait_for("the agent to finish", || t.agents()[0]["state"] == "done");
+    // The window is made narrower: the conversation is drawn again from the record.
+    chat.resize(60, 30);
+    chat.wait_for("(drawn again from its record)");
+    wait_for("the conversation drawn again", || {
+        let text = chat.text();
+        let again = &text[text.rfind("(drawn again from its record)").unwrap_or(0)..];
+        again.contains("you: say it slowly") && again.contains("│ and a second line that takes a while")
+    });
+    chat.type_in("\x04");
+    assert!(chat.child.wait().expect("wait").success());
+}
+
+#[test]
+fn the_tree_pane_shows_three_children_live_and_attaching_to_one_talks_to_it() {
+    let (server, t) = TestWorkspace::served("live-chat-tree", Dialect::Anthropic);
+    let three = Turn {
+        calls: (1..=3)
+            .map(|i| {
+                let input =
+                    serde_json::json!({"role": "worker", "goal": format!("task {i}"), "name": format!("Kid{i}")});
+                (format!("d{i}"), "dispatch".to_owned(), input.to_string())
+            })
+            .collect(),
+        ..Turn::default()
+    };
+    server.push_turns([three, Turn::text("waiting for my children")]);
+    // (The root's answers to its children's results.)
+    server.endless_text("noted");
+    server.push_for("Kid1", [Turn::text("one done")]);
+    server.push_for(
+        "Kid2",
+        [
+            Turn::bash("b1", "sleep 3; echo b-first"),
+            Turn::bash("b2", "echo b-second"),
+            Turn::text("two done"),
+            Turn::text("B read your note"),
+        ],
+    );
+    server.push_for("Kid3", [Turn::bash("c1", "sleep 30"), Turn::text("never")]);
+    let mut chat = chat_in(&t, &[]);
+    chat.wait_for("type a goal");
+    chat.type_in("lead a team\r");
+    chat.wait_for("Kid3 started");
+    // Ctrl-T shows the pane: every agent, its state and what it does, live.
+    chat.type_in("\x14");
+    chat.wait_for("── agents: 4 ·");
+    chat.wait_for("Kid3  working  → bash sleep 30");
+    chat.wait_for("Kid1  done");
+    // Down from the root to Kid2's row (children by number), Enter: the chat is
+    // attached to Kid2.
+    let kid2 = t.id_of("Kid2");
+    let number = |id: String| id.rsplit('.').next().and_then(|n| n.parse::<usize>().ok()).expect("a child's id");
+    let row = ["Kid1", "Kid2", "Kid3"].iter().filter(|k| number(t.id_of(k)) <= number(kid2.clone())).count();
+    for _ in 0..row {
+        chat.type_in("\x1b[B");
+    }
+    chat.wait_for(&format!("> {kid2} Kid2"));
+    chat.type_in("\r");
+    chat.wait_for(&format!("chatting with `{kid2}`"));
+    assert_eq!(server.requests_for("Kid2").len(), 1, "attached while its first step runs");
+    // Its steps show as they happen, and what is typed goes to it.
+    chat.wait_for("→ bash echo b-second");
+    chat.wait_for("│ two done");
+    chat.type_in("a note for you\r");
+    chat.wait_for("│ B read your note");
+    let asked = server.requests_for("Kid2");
+    assert!(asked.last().expect("asked").body.to_string().contains("a note for you"));
+    assert!(!server.requests_for("Kid3").iter().any(|r| r.body.to_string().contains("a note for you")));
+    // Leaving stops what works (Kid3): nothing is left behind.
+    chat.type_in("\x04");
+    assert!(chat.child.wait().expect("wait").success());
+    for agent in t.agents() {
+        let id = agent["id"].as_str().expect("id").to_owned();
+        assert_eq!(t.driver_pid(&id).filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()), None);
+        assert_ne!(agent["state"], "running", "{id}");
+    }
 }

@@ -68,6 +68,17 @@ impl Pty {
         Pty { master, child, out }
     }
 
+    /// Makes the terminal `cols` x `rows`, as a person resizing its window does (the
+    /// kernel sends the program SIGWINCH).
+    #[allow(unsafe_code)]
+    pub fn resize(&self, cols: u16, rows: u16) {
+        use std::os::fd::AsRawFd;
+        let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        // SAFETY: TIOCSWINSZ reads the size given; the descriptor is the open master.
+        let done = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+        assert_eq!(done, 0, "TIOCSWINSZ");
+    }
+
     /// Types `bytes` (`\r` is Enter, `\x03` Ctrl-C, `\x04` Ctrl-D).
     pub fn type_in(&mut self, bytes: &str) {
         self.master.write_all(bytes.as_bytes()).expect("type");

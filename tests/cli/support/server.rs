@@ -80,6 +80,8 @@ pub enum Reply {
     Stall(Turn, Duration),
     /// The turn, cut off by the output limit.
     Truncated(Turn),
+    /// The turn, each event sent this long after the one before (a model writing slowly).
+    Paced(Turn, Duration),
     /// This body, byte for byte, as a `200` event stream (sent in small chunks, so the
     /// client's parser meets events split across reads).
     Raw(Vec<u8>),
@@ -337,6 +339,10 @@ fn serve(stream: TcpStream, state: Arc<Mutex<State>>, record: bool) {
                 return;
             }
             Reply::Raw(body) => respond_raw(&mut writer, &body),
+            Reply::Paced(turn, pause) => {
+                let all = events(dialect, &turn, false);
+                respond_paced(&mut writer, &all, pause)
+            }
             Reply::Stall(turn, wait) => {
                 let all = events(dialect, &turn, false);
                 let _ = respond_stream(&mut writer, &all[..1], Some(wait));
@@ -417,17 +423,39 @@ fn respond_raw(w: &mut TcpStream, body: &[u8]) -> std::io::Result<()> {
     w.flush()
 }
 
+const STREAM_HEAD: &[u8] =
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n";
+
+/// One SSE event as one chunk of a chunked body.
+fn chunk(event: &str, data: &str) -> String {
+    let frame =
+        if event.is_empty() { format!("data: {data}\n\n") } else { format!("event: {event}\ndata: {data}\n\n") };
+    format!("{:x}\r\n{frame}\r\n", frame.len())
+}
+
 fn respond_stream(w: &mut TcpStream, events: &[(String, String)], cut: Option<Duration>) -> std::io::Result<()> {
-    w.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")?;
+    w.write_all(STREAM_HEAD)?;
     for (event, data) in events {
-        let frame =
-            if event.is_empty() { format!("data: {data}\n\n") } else { format!("event: {event}\ndata: {data}\n\n") };
-        w.write_all(format!("{:x}\r\n{frame}\r\n", frame.len()).as_bytes())?;
+        w.write_all(chunk(event, data).as_bytes())?;
     }
     w.flush()?;
     if let Some(wait) = cut {
         std::thread::sleep(wait);
         return Ok(());
+    }
+    w.write_all(b"0\r\n\r\n")?;
+    w.flush()
+}
+
+/// [`respond_stream`] with `pause` before every event but the first.
+fn respond_paced(w: &mut TcpStream, events: &[(String, String)], pause: Duration) -> std::io::Result<()> {
+    w.write_all(STREAM_HEAD)?;
+    for (at, (event, data)) in events.iter().enumerate() {
+        if at > 0 {
+            std::thread::sleep(pause);
+        }
+        w.write_all(chunk(event, data).as_bytes())?;
+        w.flush()?;
     }
     w.write_all(b"0\r\n\r\n")?;
     w.flush()

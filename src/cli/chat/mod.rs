@@ -1,0 +1,889 @@
+//! The chat: `offshoot` with no verb on a terminal (or `offshoot chat [agent]`). A
+//! client of the agents' drivers, never one itself: the first message starts a root
+//! agent with a detached driver, later ones are left in its inbox and wake it (typed
+//! while it works, they wait for its next step), and what the agents of its tree do
+//! comes from their events files. Finished lines go into the terminal's own scrollback
+//! above a small inline area (`view`: the tree pane when shown, the answer as it streams,
+//! status and input), so scrolling, search and copy keep working. The pane's model
+//! (`pane`) is loaded once and kept by events, never rescanned. Ctrl-C while anything
+//! works stops it as `stop` does (the chat stays); Ctrl-C twice within a second, or
+//! Ctrl-D on an empty line, leaves — stopping what still works (`/detach` leaves it
+//! working), so no driver or tool is left behind unasked.
+
+mod pane;
+mod view;
+
+use std::io::{IsTerminal, Write};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::time::{Duration, Instant};
+
+use ratatui::backend::{Backend, ClearType, CrosstermBackend};
+use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::terminal;
+use ratatui::layout::Position;
+use ratatui::text::Line as TextLine;
+use ratatui::widgets::{Paragraph, Widget};
+use ratatui::{Terminal, TerminalOptions, Viewport};
+
+use crate::domain::id::AgentId;
+use crate::domain::transcript::Entry;
+use crate::engine::agents::{self, Start};
+use crate::engine::events::{End, Record};
+use crate::engine::runtime::Runtime;
+use crate::engine::workspace::Workspace;
+use crate::engine::{compaction, inspect, lifecycle, model, project, random_u32};
+use crate::infra::provider::Block;
+use crate::infra::time::Timestamp;
+
+use super::follow::{Follower, View};
+use super::{CliError, Ctx};
+use pane::{Agent, State, Tree};
+use view::rows_of;
+
+/// The slash commands, and what each does (`/help`).
+const COMMANDS: &[(&str, &str)] = &[
+    ("tree", "show or hide the agents below (Ctrl-T; ↑↓ select, Enter attaches, Esc hides)"),
+    ("attach <agent>", "chat with another agent (an id or a name)"),
+    ("fork [N]", "your next message starts a fork of this agent (from before its step N)"),
+    ("compact", "start a compaction of this agent now"),
+    ("uncompact [N]", "undo its last compaction (or its Nth)"),
+    ("diff", "what this agent changed in your project"),
+    ("export [branch]", "put its work on a branch of your repository"),
+    ("apply", "write its change into your working tree"),
+    ("cost", "tokens and cost of the agent and those below it"),
+    ("stop", "stop this agent and those below it"),
+    ("new", "your next message starts a new agent"),
+    ("detach", "leave, and let what works go on (`offshoot attach` comes back)"),
+    ("help", "this list"),
+    ("quit", "leave (what works is stopped)"),
+];
+
+/// How often, while agents work, the chat checks that their drivers still run (one
+/// killed with SIGKILL writes no end).
+const RECHECK: Duration = Duration::from_secs(2);
+
+/// How long a first Ctrl-C on an idle chat waits for a second.
+const QUIT_WINDOW: Duration = Duration::from_secs(1);
+
+/// Inputs handled before the screen is drawn again, at most: a burst of events (a
+/// hundred agents at work) is one frame, and keys still get through.
+const BATCH: usize = 512;
+
+type Term = Terminal<CrosstermBackend<std::io::Stdout>>;
+
+/// What the chat reacts to.
+enum Input {
+    Key(KeyEvent),
+    Resized,
+    /// Text pasted (bracketed paste): one edit, its line breaks kept as such.
+    Paste(String),
+    /// A signal to leave (SIGTERM, SIGHUP when the terminal goes, SIGINT from `kill`).
+    Signal(i32),
+    /// A line of an agent's events file: the agent, and the record.
+    Agent(String, Record),
+}
+
+/// Whether the chat can run here: both standard input and output are terminals.
+pub fn possible() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+/// The most recent root agent of the workspace (`offshoot -c`), by when it was made.
+pub fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
+    let ws = ctx.workspace()?;
+    let roots = agents::list(&ws)?.into_iter().filter_map(|l| l.facts).filter(|f| f.parent.is_none());
+    let latest = roots.max_by(|a, b| a.created.cmp(&b.created)).map(|f| f.id);
+    match latest {
+        Some(id) => Ok(Some(id)),
+        None => Err(CliError::usage("there is no agent to continue in this workspace")
+            .hint("`offshoot` alone starts one at your first message")),
+    }
+}
+
+/// Opens the chat, with `agent` (an id or name) if given, else a new one at the first
+/// message.
+pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {
+    if !possible() {
+        return Err(CliError::usage("the chat needs a terminal on standard input and output")
+            .hint("`offshoot prompt \"…\"` runs an agent from a script"));
+    }
+    let ws = ctx.workspace()?;
+    let id = agent.map(|a| agents::resolve(&ws, a)).transpose()?;
+    let rt = ctx.runtime(&ws);
+    let (tx, rx) = channel();
+    // Signals leave as Ctrl-D does (what works stopped, the terminal put back); taken
+    // before any thread starts, so every thread has them blocked.
+    let signals = tx.clone();
+    crate::infra::signals::watch(move |signal| {
+        let _ = signals.send(Input::Signal(signal));
+    });
+    let mut chat = Chat::new(ctx, &ws, &rt, tx.clone());
+    if let Some(id) = id {
+        chat.follow(id, false);
+    }
+    terminal::enable_raw_mode().map_err(|e| CliError::runtime(format!("cannot use the terminal: {e}")))?;
+    let result = chat.run(&rx, tx);
+    let _ = terminal::disable_raw_mode();
+    if let Some(signal) = chat.signalled {
+        std::process::exit(128 + signal);
+    }
+    result
+}
+
+/// `text` on one line: its breaks and runs of blanks made single spaces.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Terminal input, as it comes, into the chat's channel. It waits in short polls, never
+/// in one long read: crossterm's reader is shared, and the inline viewport asks the
+/// terminal where its cursor is through it (a read held across that would never let the
+/// answer through until a key came).
+fn read_keys(tx: &Sender<Input>) {
+    loop {
+        match event::poll(Duration::from_millis(200)) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => return,
+        }
+        let Ok(event) = event::read() else { return };
+        let input = match event {
+            TermEvent::Key(key) if key.kind != KeyEventKind::Release => Input::Key(key),
+            TermEvent::Resize(..) => Input::Resized,
+            TermEvent::Paste(text) => Input::Paste(text),
+            _ => continue,
+        };
+        if tx.send(input).is_err() {
+            return;
+        }
+    }
+}
+
+/// An inline viewport of `height` rows where the cursor is.
+fn inline(height: u16) -> std::io::Result<Term> {
+    let options = TerminalOptions { viewport: Viewport::Inline(height) };
+    Terminal::with_options(CrosstermBackend::new(std::io::stdout()), options)
+}
+
+/// The lines a transcript entry is shown as, in the chat's own forms: what the chat
+/// redraws from the record when the terminal is resized.
+fn entry_lines(entry: &Entry) -> Vec<String> {
+    match entry {
+        Entry::Message { sender, text, .. } => {
+            let body = text.split_once("\n---\n").map(|(_, b)| b).unwrap_or(text).trim_end();
+            if sender == "user" {
+                vec![format!("you: {body}")]
+            } else {
+                vec![format!("· from `{}`: {}", one_line(sender), one_line(body.lines().next().unwrap_or_default()))]
+            }
+        }
+        Entry::Output { output, .. } => output
+            .content
+            .iter()
+            .flat_map(|b| match b {
+                Block::Text { text, .. } => text.trim_end().lines().map(|l| format!("  │ {l}")).collect(),
+                Block::ToolUse { name, input, .. } => vec![format!(
+                    "→ {} {}",
+                    one_line(name),
+                    one_line(super::progress::call_gist(input).lines().next().unwrap_or_default())
+                )],
+                _ => Vec::new(),
+            })
+            .collect(),
+        Entry::ToolResult { block: Block::ToolResult { content, is_error, .. }, .. } => {
+            let mark = if *is_error { "✗" } else { "←" };
+            vec![format!("  {mark} {}", one_line(content.lines().next().unwrap_or_default()))]
+        }
+        Entry::ToolResult { .. } => Vec::new(),
+    }
+}
+
+struct Chat<'a> {
+    ctx: &'a Ctx,
+    ws: &'a Workspace,
+    rt: &'a Runtime,
+    /// The agent what is typed goes to (the root of the tree, or one below it).
+    id: Option<AgentId>,
+    /// The tree followed: every agent in it, kept by their events.
+    tree: Tree,
+    follower: Option<Follower>,
+    tx: Sender<Input>,
+    /// What is being typed.
+    input: String,
+    /// What was sent, oldest first, and where Up has got to.
+    history: Vec<String>,
+    recalled: Option<usize>,
+    /// The tree pane is shown.
+    pane: bool,
+    /// The text the attached agent is streaming, and how much of it is in the scrollback.
+    stream: String,
+    printed: usize,
+    /// What happens now, under the scrollback: the line being streamed, or a call.
+    activity: String,
+    /// When an idle Ctrl-C was pressed (a second within [`QUIT_WINDOW`] quits).
+    quit_armed: Option<Instant>,
+    /// Lines waiting to go into the scrollback.
+    pending: Vec<String>,
+    /// `/quit` (or `/detach`, which leaves what works at work) was typed.
+    quit: bool,
+    detach: bool,
+    /// The signal the chat leaves on, if one came.
+    signalled: Option<i32>,
+    /// Working agents whose driver was not running at the last look.
+    suspects: std::collections::BTreeSet<String>,
+    /// `/fork`: the commit the next message forks from.
+    fork_from: Option<(String, String)>,
+    /// An agent newly needs the user: the terminal's bell is rung at the next frame.
+    bell: bool,
+    /// Rows of the live area as drawn.
+    height: u16,
+}
+
+impl<'a> Chat<'a> {
+    fn new(ctx: &'a Ctx, ws: &'a Workspace, rt: &'a Runtime, tx: Sender<Input>) -> Chat<'a> {
+        Chat {
+            ctx,
+            ws,
+            rt,
+            id: None,
+            tree: Tree::default(),
+            follower: None,
+            tx,
+            input: String::new(),
+            history: Vec::new(),
+            recalled: None,
+            pane: false,
+            stream: String::new(),
+            printed: 0,
+            activity: String::new(),
+            quit_armed: None,
+            pending: Vec::new(),
+            quit: false,
+            detach: false,
+            signalled: None,
+            suspects: Default::default(),
+            fork_from: None,
+            bell: false,
+            height: view::BASE_ROWS,
+        }
+    }
+
+    /// Follows the tree of `id` from now on (a new agent, `fresh`, from its first event:
+    /// its driver may write before the follower first looks): its agents' states read
+    /// once, then kept by their events.
+    fn follow(&mut self, id: AgentId, fresh: bool) {
+        let tx = self.tx.clone();
+        let view = View::Each(std::sync::Arc::new(move |agent: &str, record: &Record| {
+            let _ = tx.send(Input::Agent(agent.to_owned(), record.clone()));
+        }));
+        let root = self.ws.layout.root();
+        self.follower = Some(match fresh {
+            true => Follower::start_from_the_beginning(root, &id, view),
+            false => Follower::start_with_itself(root, &id, view),
+        });
+        self.tree = Tree::load(id.as_str(), inspect::states(self.ws).unwrap_or_default());
+        if !self.tree.contains(id.as_str()) {
+            self.tree.add(Agent::new(id.as_str(), agents::name_of(self.ws, &id)));
+        }
+        self.tree.select_id(id.as_str());
+        self.attach(id);
+    }
+
+    /// What is typed goes to `id` (in the tree followed) from now on.
+    fn attach(&mut self, id: AgentId) {
+        self.stream.clear();
+        self.printed = 0;
+        self.activity.clear();
+        self.id = Some(id);
+    }
+
+    fn run(&mut self, rx: &Receiver<Input>, keys: Sender<Input>) -> Result<(), CliError> {
+        // (A terminal that says it has no rows, as a bare pseudo-terminal does, would give
+        // the scrollback no room to go: refused rather than spun on.)
+        let (cols, rows) = terminal::size().unwrap_or((0, 0));
+        if cols < 20 || rows < view::BASE_ROWS + 2 {
+            return Err(CliError::usage(format!(
+                "the chat needs a terminal of at least 20 columns and {} rows; this one says {cols}x{rows}",
+                view::BASE_ROWS + 2
+            )));
+        }
+        let mut term = inline(self.height).map_err(|e| CliError::runtime(format!("cannot use the terminal: {e}")))?;
+        // A paste arrives as one piece, its line breaks not taken for Enter.
+        let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::event::EnableBracketedPaste);
+        // (Keys are read once the viewport has asked where the cursor is.)
+        std::thread::spawn(move || read_keys(&keys));
+        let hello = match &self.id {
+            Some(id) => format!("· chatting with `{id}`; Ctrl-C stops what works, Ctrl-D leaves, /help"),
+            None => "· type a goal and press Enter; Ctrl-C stops what works, Ctrl-D leaves, /help".to_owned(),
+        };
+        self.pending.push(hello);
+        'chat: loop {
+            self.flush(&mut term);
+            // (Idle, it waits for input alone; while agents work, it looks again now and then.)
+            let next = if self.tree.any_working() {
+                rx.recv_timeout(RECHECK)
+            } else {
+                rx.recv().map_err(|_| std::sync::mpsc::RecvTimeoutError::Disconnected)
+            };
+            let first = match next {
+                Ok(input) => input,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    self.recheck();
+                    continue;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            // What came meanwhile is taken before the next frame: a burst is one frame.
+            let mut resized = false;
+            for input in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok()).take(BATCH)) {
+                let quit = match input {
+                    // What a key could not do is said; the chat and what was typed stay.
+                    Input::Key(key) => self.key(key).unwrap_or_else(|e| {
+                        self.pending.push(format!("· {}", e.message));
+                        self.pending.extend(e.hints.iter().map(|h| format!("  hint: {h}")));
+                        false
+                    }),
+                    Input::Resized => {
+                        resized = true;
+                        false
+                    }
+                    Input::Agent(agent, record) => {
+                        self.agent_event(&agent, &record);
+                        false
+                    }
+                    Input::Paste(text) => {
+                        self.input.push_str(&text.replace("\r\n", "\n").replace('\r', "\n"));
+                        false
+                    }
+                    Input::Signal(signal) => {
+                        self.signalled = Some(signal);
+                        true
+                    }
+                };
+                if quit || self.quit {
+                    break 'chat;
+                }
+            }
+            if resized {
+                self.redraw(&mut term);
+            }
+        }
+        // Leaving stops what still works, unless the user asked to detach: no driver or
+        // tool is left behind unasked.
+        if self.detach {
+            if let Some(id) = self.id.clone().filter(|_| self.tree.any_working()) {
+                self.pending.push(format!("· left; `{id}` works on (`offshoot attach {id}` follows it)"));
+            }
+        } else if self.tree.any_working() {
+            self.stop_all();
+        }
+        self.pane = false;
+        self.flush(&mut term);
+        let _ = term.clear();
+        let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::event::DisableBracketedPaste);
+        Ok(())
+    }
+
+    /// The terminal's size changed: the screen and the scrollback are cleared and the
+    /// attached agent's conversation is drawn again from its record, at the new width.
+    fn redraw(&mut self, term: &mut Term) {
+        let _ = ratatui::crossterm::execute!(
+            std::io::stdout(),
+            terminal::Clear(terminal::ClearType::All),
+            terminal::Clear(terminal::ClearType::Purge),
+            ratatui::crossterm::cursor::MoveTo(0, 0)
+        );
+        if let Ok(fresh) = inline(self.height) {
+            *term = fresh;
+        }
+        let mut lines = Vec::new();
+        if let Some(id) = &self.id {
+            lines.push(format!("· chatting with `{id}` (drawn again from its record)"));
+            if let Ok((_, entries)) = inspect::transcript(self.ws, id) {
+                lines.extend(entries.iter().flat_map(entry_lines));
+            }
+            // What streams now, and was put in the scrollback, is not in the record yet.
+            lines.extend(self.stream[..self.printed].lines().map(|l| format!("  │ {l}")));
+        }
+        self.pending.splice(0..0, lines);
+    }
+
+    /// Puts pending lines into the scrollback and draws the live area.
+    fn flush(&mut self, term: &mut Term) {
+        let (width, rows) = terminal::size().unwrap_or((80, 24));
+        let width = width.max(20);
+        let status = self.status();
+        let attached = self.id.as_ref().map(AgentId::as_str);
+        let live = view::Live {
+            activity: &self.activity,
+            status: &status,
+            input: &self.input,
+            pane: self.pane.then_some(&self.tree),
+            attached,
+        };
+        // The live area grows with the pane and shrinks back: drawn again in place.
+        let height = view::height(&live, rows);
+        if height != self.height {
+            let top = term.get_frame().area().y;
+            let backend = term.backend_mut();
+            let _ = backend.set_cursor_position(Position { x: 0, y: top });
+            let _ = backend.clear_region(ClearType::AfterCursor);
+            let _ = Backend::flush(backend);
+            if let Ok(fresh) = inline(height) {
+                *term = fresh;
+                self.height = height;
+            }
+        }
+        // What agents, models and tools wrote is shown, never obeyed: an escape sequence
+        // of theirs shows as `\x1b` (ratatui would drop it unseen). Broken into rows
+        // here, by display width (wide characters take two columns), so the rows made
+        // in the scrollback are exactly the rows drawn.
+        for line in self.pending.drain(..).map(|l| super::out::printable(&l).replace('\t', "    ")) {
+            let rows: Vec<TextLine> = line.lines().flat_map(|l| rows_of(l, width)).map(TextLine::from).collect();
+            let count = u16::try_from(rows.len()).unwrap_or(u16::MAX).max(1);
+            let _ = term.insert_before(count, |buf| Paragraph::new(rows).render(buf.area, buf));
+        }
+        let _ = term.draw(|frame| view::draw(&live, frame.area(), frame.buffer_mut()));
+        if std::mem::take(&mut self.bell) {
+            let mut out = std::io::stdout();
+            let _ = out.write_all(b"\x07").and_then(|()| out.flush());
+        }
+    }
+
+    /// The status line: the agent attached, what it does, its model, step, tokens, cost
+    /// and context, and how many agents below it work or need the user.
+    fn status(&self) -> String {
+        let Some(id) = &self.id else { return "── no agent yet".to_owned() };
+        let Some(agent) = self.tree.get(id.as_str()) else { return format!("── `{id}`") };
+        let name = agent.name.as_deref().map(|n| format!(" {}", one_line(n))).unwrap_or_default();
+        let mut parts = vec![format!("── `{id}`{name}"), agent.state.word().to_owned()];
+        if !agent.model.is_empty() {
+            parts.push(one_line(&agent.model));
+        }
+        if agent.step > 0 {
+            parts.push(format!("step {}", agent.step));
+        }
+        parts.push(view::tokens(agent.tokens));
+        parts.push(agent.cost.map_or_else(|| "$?".to_owned(), |c| format!("${c:.4}")));
+        if let Some(p) = agent.context_percent() {
+            parts.push(format!("context {p}%"));
+        }
+        let (working, needs) = self.tree.below(id.as_str());
+        if working > 0 {
+            parts.push(format!("{working} below working"));
+        }
+        if needs > 0 {
+            parts.push(format!("{needs} need you (Ctrl-T)"));
+        }
+        parts.join(" · ")
+    }
+
+    /// A key; `true` to leave.
+    fn key(&mut self, key: KeyEvent) -> Result<bool, CliError> {
+        let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        match key.code {
+            KeyCode::Char('c') if ctrl => {
+                if self.tree.any_working() {
+                    self.stop_all();
+                    self.quit_armed = Some(Instant::now());
+                    return Ok(false);
+                }
+                if self.quit_armed.is_some_and(|at| at.elapsed() < QUIT_WINDOW) {
+                    return Ok(true);
+                }
+                self.quit_armed = Some(Instant::now());
+                self.pending.push("· Ctrl-C again to leave".to_owned());
+            }
+            KeyCode::Char('d') if ctrl && self.input.is_empty() => return Ok(true),
+            KeyCode::Char('t') if ctrl => self.toggle_pane(),
+            KeyCode::Char('u') if ctrl => self.input.clear(),
+            KeyCode::Char('j') if ctrl => self.input.push('\n'),
+            KeyCode::Esc if self.pane => self.pane = false,
+            KeyCode::Up if self.pane => self.tree.select(-1),
+            KeyCode::Down if self.pane => self.tree.select(1),
+            KeyCode::PageUp if self.pane => self.tree.select(-10),
+            KeyCode::PageDown if self.pane => self.tree.select(10),
+            KeyCode::Enter if self.pane && self.input.trim().is_empty() => {
+                if let Some(id) = self.tree.selected().and_then(|a| AgentId::parse(&a.id).ok()) {
+                    self.pane = false;
+                    self.pending.push(format!("· chatting with `{id}`; what you type goes to it"));
+                    self.attach(id);
+                }
+            }
+            KeyCode::Enter if key.modifiers.contains(KeyModifiers::ALT) => self.input.push('\n'),
+            KeyCode::Enter => self.send()?,
+            KeyCode::Tab => self.complete(),
+            KeyCode::Backspace => {
+                self.input.pop();
+            }
+            KeyCode::Up if !self.history.is_empty() => {
+                let at = self.recalled.map_or(self.history.len() - 1, |i| i.saturating_sub(1));
+                self.recalled = Some(at);
+                self.input = self.history[at].clone();
+            }
+            KeyCode::Down if self.recalled.is_some() => {
+                let at = self.recalled.map_or(0, |i| i + 1);
+                self.recalled = (at < self.history.len()).then_some(at);
+                self.input = self.history.get(at).cloned().unwrap_or_default();
+            }
+            KeyCode::Char(c) if !ctrl => self.input.push(c),
+            _ => {}
+        }
+        Ok(false)
+    }
+
+    fn toggle_pane(&mut self) {
+        self.pane = !self.pane;
+        if let (true, Some(id)) = (self.pane, &self.id) {
+            self.tree.select_id(id.as_str());
+        }
+    }
+
+    /// Sends what was typed: the first message starts the agent (or a fork, after
+    /// `/fork`), later ones are left in its inbox (delivered at its next step if it
+    /// works now).
+    fn send(&mut self) -> Result<(), CliError> {
+        let text = std::mem::take(&mut self.input);
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        self.history.push(text.clone());
+        self.recalled = None;
+        if let Some(command) = text.trim().strip_prefix('/') {
+            return self.command(command);
+        }
+        self.pending.push(format!("you: {text}"));
+        if let Some((from, what)) = self.fork_from.take() {
+            let id = agents::fork(self.ws, &from, &self.spawn(&text, None))?;
+            self.pending.push(format!("· `{id}` forked from {what}"));
+            return self.begin(id);
+        }
+        match self.id.clone() {
+            None => {
+                let id = self.start(&text)?;
+                self.begin(id)
+            }
+            Some(id) => {
+                self.rt.deposit(&id, "user", &text)?;
+                if self.tree.get(id.as_str()).is_some_and(|a| a.state == State::Working) {
+                    self.pending.push("· queued: it reads this at its next step".to_owned());
+                }
+                self.rt.wake(&id)?;
+                self.tree.set(id.as_str(), State::Working, "");
+                Ok(())
+            }
+        }
+    }
+
+    /// Follows an agent just made and starts its driver.
+    fn begin(&mut self, id: AgentId) -> Result<(), CliError> {
+        self.follow(id.clone(), true);
+        self.rt.launch(&id)?;
+        self.tree.set(id.as_str(), State::Working, "");
+        Ok(())
+    }
+
+    /// Completes a slash command's name: the one that begins so, or the choice shown.
+    fn complete(&mut self) {
+        let Some(typed) = self.input.strip_prefix('/').filter(|t| !t.contains(char::is_whitespace)) else { return };
+        let names: Vec<&str> = COMMANDS
+            .iter()
+            .map(|(c, _)| c.split_whitespace().next().unwrap_or(c))
+            .filter(|c| c.starts_with(typed))
+            .collect();
+        match names.as_slice() {
+            [one] => self.input = format!("/{one} "),
+            [] => {}
+            many => {
+                self.pending.push(format!("  {}", many.iter().map(|c| format!("/{c}")).collect::<Vec<_>>().join("  ")))
+            }
+        }
+    }
+
+    /// The agent attached, or a word that there is none.
+    fn attached(&mut self) -> Option<AgentId> {
+        if self.id.is_none() {
+            self.pending.push("· no agent yet: your first message starts one".to_owned());
+        }
+        self.id.clone()
+    }
+
+    /// A slash command (`/help` lists them). What it cannot do is said, never fatal.
+    fn command(&mut self, line: &str) -> Result<(), CliError> {
+        let (name, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let rest = rest.trim();
+        match name {
+            "help" => self.pending.extend(COMMANDS.iter().map(|(c, what)| format!("  /{c:<16} {what}"))),
+            "quit" | "exit" => self.quit = true,
+            "detach" => (self.quit, self.detach) = (true, true),
+            "stop" => {
+                if let Some(id) = self.attached() {
+                    self.stop(&id);
+                }
+            }
+            "new" => {
+                if self.tree.any_working() {
+                    self.stop_all();
+                }
+                self.follower = None;
+                self.id = None;
+                self.tree = Tree::default();
+                self.pending.push("· your next message starts a new agent".to_owned());
+            }
+            "attach" if !rest.is_empty() => {
+                let id = agents::resolve(self.ws, rest)?;
+                self.pending.push(format!("· chatting with `{id}`; what you type goes to it"));
+                match self.tree.contains(id.as_str()) {
+                    true => self.attach(id),
+                    false => self.follow(id, false),
+                }
+            }
+            "tree" => self.toggle_pane(),
+            "cost" => self.cost(),
+            "fork" => self.fork(rest)?,
+            "compact" => {
+                let Some(id) = self.attached() else { return Ok(()) };
+                let started = compaction::start(self.ws, self.rt, &id, None, &self.ctx.env)?;
+                self.pending.push(format!(
+                    "· compactor `{}` started; when it answers, a summary takes the place of {} entries (/uncompact undoes it)",
+                    started.compactor, started.entries
+                ));
+            }
+            "uncompact" => {
+                let Some(id) = self.attached() else { return Ok(()) };
+                let number = match rest {
+                    "" => None,
+                    n => Some(n.parse().map_err(|_| CliError::usage(format!("`/uncompact {n}`: N is a number")))?),
+                };
+                let (landing, restored) = compaction::uncompact(self.ws, &id, number)?;
+                self.pending.push(format!("· compaction {} undone: {restored} files back", landing.number));
+            }
+            "diff" => {
+                let Some(id) = self.attached() else { return Ok(()) };
+                let text = project::diff(self.ws, &id, false)?;
+                match text.is_empty() {
+                    true => self.pending.push(format!("· `{id}` has changed nothing")),
+                    false => self.pending.extend(text.lines().map(str::to_owned)),
+                }
+            }
+            "export" => {
+                let Some(id) = self.attached() else { return Ok(()) };
+                let author = self.ws.user_repo()?.and_then(|u| u.identity(&self.ctx.git_config_files()));
+                let branch = (!rest.is_empty()).then_some(rest);
+                let done = project::export(self.ws, &id, branch, false, author.as_ref())?;
+                self.pending.push(format!(
+                    "· its work is on `{}` at {} (`git merge {}` takes it)",
+                    done.branch,
+                    &done.commit.to_string()[..12],
+                    done.branch
+                ));
+            }
+            "apply" => {
+                let Some(id) = self.attached() else { return Ok(()) };
+                let written = project::apply(self.ws, &id)?;
+                self.pending.push(match written.len() {
+                    0 => "· nothing to apply: your working tree already has its change".to_owned(),
+                    n => format!("· applied {n} files as uncommitted changes: {}", written.join(", ")),
+                });
+            }
+            _ => self.pending.push(format!("· no command `/{name}`; /help lists them")),
+        }
+        Ok(())
+    }
+
+    /// `/fork [N]`: the next message starts a fork of the attached agent, at its tip or
+    /// as it was before its step N (the commit that step's request was made from).
+    fn fork(&mut self, rest: &str) -> Result<(), CliError> {
+        let Some(id) = self.attached() else { return Ok(()) };
+        let (from, what) = match rest {
+            "" => (id.branch(), format!("`{id}` as it is now")),
+            n => {
+                let step: u32 = n.parse().map_err(|_| {
+                    CliError::usage(format!("`/fork {n}`: N is a step number")).hint("`/fork` alone forks from the tip")
+                })?;
+                let meta = inspect::step_meta(self.ws, &id, step)?;
+                if meta.commit.is_empty() {
+                    return Err(CliError::usage(format!("step {step} of `{id}` does not record where it began")));
+                }
+                (meta.commit, format!("`{id}` before its step {step}"))
+            }
+        };
+        self.pending.push(format!("· your next message starts a fork of {what}"));
+        self.fork_from = Some((from, what));
+        Ok(())
+    }
+
+    /// Tokens and cost of the attached agent and those below it (`/cost`).
+    fn cost(&mut self) {
+        let Some(id) = self.attached() else { return };
+        let below = format!("{id}.");
+        let tree: Vec<&Agent> = self.tree.rows().filter(|a| a.id == id.as_str() || a.id.starts_with(&below)).collect();
+        let tokens: u64 = tree.iter().map(|a| a.tokens).sum();
+        let cost: Option<f64> = tree.iter().map(|a| a.cost).sum();
+        let cost = cost.map_or_else(|| "$?".to_owned(), |c| format!("${c:.4}"));
+        self.pending.push(format!("· {} agents, {}, {cost}", tree.len(), view::tokens(tokens)));
+    }
+
+    /// What a new agent is made with.
+    fn spawn<'s>(&'s self, message: &'s str, project: Option<&'s agents::ProjectStart>) -> Start<'s> {
+        Start { message, name: None, now: Timestamp::now(), random: random_u32(), env: &self.ctx.env, project }
+    }
+
+    /// Makes a root agent for `goal` (in project mode inside a repository, as `prompt`).
+    fn start(&self, goal: &str) -> Result<AgentId, CliError> {
+        let (_, config) = self.ws.config("default")?;
+        model::plan(&config, "default", "worker", &self.ctx.env)?;
+        let from = project::start_point(self.ws, None, false)?;
+        Ok(agents::create_root(self.ws, "worker", "default", &self.spawn(goal, from.as_ref().map(|(s, _)| s)))?)
+    }
+
+    /// Forgets agents counted as working whose driver is gone without a word (killed):
+    /// not running at two looks in a row (a driver just launched takes a moment to start).
+    fn recheck(&mut self) {
+        let layout = &self.ws.layout;
+        let idle: std::collections::BTreeSet<String> = self
+            .tree
+            .working()
+            .filter(|a| {
+                AgentId::parse(a)
+                    .is_ok_and(|id| !crate::infra::lock::LockGuard::is_held(&layout.lock(&id)).unwrap_or(true))
+            })
+            .map(str::to_owned)
+            .collect();
+        let gone: Vec<String> = idle.intersection(&self.suspects).cloned().collect();
+        self.suspects = idle;
+        for agent in gone {
+            self.suspects.remove(&agent);
+            self.tree.set(&agent, State::NeedsYou, "its driver ended without a word");
+            self.pending
+                .push(format!("· `{agent}`'s driver ended without a word (killed?); `offshoot scan` looks at it"));
+        }
+    }
+
+    /// Stops everything at work in the tree (Ctrl-C, leaving).
+    fn stop_all(&mut self) {
+        let root = AgentId::parse(self.tree.root()).ok().or_else(|| self.id.clone());
+        if let Some(root) = root {
+            self.stop(&root);
+        }
+    }
+
+    /// Stops `id` and every agent below it, as `offshoot stop` does.
+    fn stop(&mut self, id: &AgentId) {
+        self.pending.push(format!("· stopping `{id}` and the agents below it"));
+        match lifecycle::stop_tree(self.ws, self.rt, id, Duration::from_secs(10)) {
+            Ok(_) => {
+                let below = format!("{id}.");
+                let stopped: Vec<String> = self
+                    .tree
+                    .working()
+                    .filter(|a| *a == id.as_str() || a.starts_with(&below))
+                    .map(str::to_owned)
+                    .collect();
+                for agent in stopped {
+                    self.tree.set(&agent, State::Stopped, "stopped");
+                }
+                self.pending.push(format!("· stopped; a message continues `{id}`"));
+            }
+            Err(e) => self.pending.push(format!("· could not stop: {e}")),
+        }
+    }
+
+    /// What an agent's events file gained: the pane's row of it, and, for the agent
+    /// attached, its steps in the scrollback; of the others, when they start and end.
+    fn agent_event(&mut self, agent: &str, record: &Record) {
+        if !self.tree.holds(agent) {
+            return;
+        }
+        if !self.tree.contains(agent) {
+            let name = AgentId::parse(agent).ok().and_then(|id| agents::name_of(self.ws, &id));
+            self.tree.add(Agent::new(agent, name));
+        }
+        self.bell |= self.tree.apply(agent, record);
+        if self.id.as_ref().is_some_and(|id| id.as_str() == agent) {
+            self.own_event(record);
+        } else {
+            self.other_event(agent, record);
+        }
+    }
+
+    fn own_event(&mut self, record: &Record) {
+        match record {
+            Record::Step { step, model, .. } => self.activity = format!("· step {step} ({})", one_line(model)),
+            Record::TextDelta { text } => {
+                self.stream.push_str(text);
+                // Whole lines go to the scrollback as they end; the line being written
+                // is shown under it.
+                if let Some(end) = self.stream[self.printed..].rfind('\n') {
+                    let upto = self.printed + end;
+                    let done: Vec<String> =
+                        self.stream[self.printed..upto].split('\n').map(|l| format!("  │ {l}")).collect();
+                    self.pending.extend(done);
+                    self.printed = upto + 1;
+                }
+                self.activity = format!("  │ {}", &self.stream[self.printed..]);
+            }
+            // An agent's words are indented under a margin of their own, so no line of
+            // them passes for one of the chat's (`you: …`, `· stopped`).
+            Record::Text { text } => {
+                let rest = match text.strip_prefix(self.stream.as_str()) {
+                    Some(_) if !self.stream.is_empty() => &text[self.printed..],
+                    _ => text.as_str(),
+                };
+                self.pending.extend(rest.trim_end().lines().map(|l| format!("  │ {l}")));
+                self.stream.clear();
+                self.printed = 0;
+                self.activity.clear();
+            }
+            Record::ToolCall { name, input, .. } => {
+                let gist = one_line(super::progress::call_gist(input).lines().next().unwrap_or_default());
+                self.activity = format!("→ {} {gist}", one_line(name));
+                self.pending.push(self.activity.clone());
+            }
+            Record::ToolResult { summary, .. } => {
+                self.activity.clear();
+                self.pending.push(format!("  ← {}", one_line(summary.lines().next().unwrap_or_default())))
+            }
+            Record::AttemptFailed { attempt, error, .. } => {
+                self.activity = format!("· attempt {attempt} failed: {}", one_line(error));
+            }
+            Record::Waiting { children } => self.activity = format!("· waiting for {children} agents below"),
+            Record::End(end) => {
+                self.activity.clear();
+                match end {
+                    End::FinalResponse { .. } | End::Busy => {}
+                    End::Interrupted { reason } => self.pending.push(format!("· {reason}")),
+                    End::BudgetExhausted { error } => self.pending.push(format!("· budget exhausted: {error}")),
+                    End::Error { error } => self.pending.push(format!("· failed: {error}")),
+                }
+            }
+            Record::Transfer { child, files } => self.pending.push(format!("· merged {files} files from `{child}`")),
+            Record::Conflict { child, files } => {
+                self.pending.push(format!("· `{child}`'s work conflicts with this agent's in {files} files"))
+            }
+            Record::Compaction { note, .. } => self.pending.push(format!("· {}", one_line(note))),
+            _ => {}
+        }
+    }
+
+    fn other_event(&mut self, agent: &str, record: &Record) {
+        let who = match self.tree.get(agent).and_then(|a| a.name.clone()) {
+            Some(name) => format!("`{agent}` {}", one_line(&name)),
+            None => format!("`{agent}`"),
+        };
+        let line = match record {
+            Record::Step { step: 1, .. } => format!("· {who} started"),
+            Record::End(End::FinalResponse { text }) => {
+                format!("· {who} answered: {}", one_line(text.lines().next().unwrap_or_default()))
+            }
+            Record::End(End::Interrupted { reason }) => format!("· {who}: {reason}"),
+            Record::End(End::BudgetExhausted { error }) => format!("· {who} needs you: budget exhausted: {error}"),
+            Record::End(End::Error { error }) => format!("· {who} needs you: failed: {}", one_line(error)),
+            Record::Conflict { child, files } => {
+                format!("· {who} needs you: `{child}`'s work conflicts in {files} files")
+            }
+            _ => return,
+        };
+        self.pending.push(line);
+    }
+}
