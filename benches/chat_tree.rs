@@ -69,6 +69,7 @@ fn main() {
         random: 1,
         env: &env,
         project: None,
+        model: None,
     };
     let root = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
     let mut children = Vec::new();

@@ -91,6 +91,7 @@ fn main() {
         random: 4242,
         env: &env,
         project: None,
+        model: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_offshoot"));

@@ -120,6 +120,7 @@ fn main() {
             random: r as u32,
             env: &env,
             project: None,
+            model: None,
         };
         let id = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
         runtime.launch(&id).expect("launch");

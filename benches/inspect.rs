@@ -51,6 +51,7 @@ fn main() {
             random: r as u32,
             env: &env,
             project: None,
+            model: None,
         };
         let parent = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
         for c in 0..per_root {

@@ -94,6 +94,7 @@ fn main() {
         random: 12345,
         env: &env,
         project: None,
+        model: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let rss_before = memory::own_peak_rss_kib();

@@ -97,6 +97,7 @@ impl From<AgentError> for CliError {
             | AgentError::Looser(_)
             | AgentError::UnknownRole { .. }
             | AgentError::EmptyMessage
+            | AgentError::BadModel(_)
             | AgentError::UnknownRef(_)
             | AgentError::Id(_)
             | AgentError::Snapshot(_) => CliError::usage(e.to_string()),

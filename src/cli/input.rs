@@ -27,3 +27,8 @@ pub fn text(arg: &OsStr, what: &str) -> Result<String, CliError> {
         CliError::usage(format!("{what} is not UTF-8 text")).hint("write it as UTF-8, or pass `-` and pipe it in")
     })
 }
+
+/// `--model`'s value, if it is a model's name (clap's value parser: refused with the rule).
+pub fn model_name(value: &str) -> Result<String, String> {
+    crate::domain::agent::check_model(value).map(|()| value.to_owned())
+}

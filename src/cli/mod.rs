@@ -76,6 +76,10 @@ pub struct ChatArgs {
     /// The agent to chat with (id or name); a new one at your first message if left out
     #[arg(add = complete::agents_completer())]
     pub agent: Option<String>,
+    /// The model to use in place of the role's, from your next message on (`/model`
+    /// in the chat)
+    #[arg(long, value_parser = crate::cli::input::model_name)]
+    pub model: Option<String>,
 }
 
 /// Runs the parsed command line; returns the exit code.
@@ -85,14 +89,14 @@ pub fn run(cli: Cli) -> i32 {
         // No verb: the chat on a terminal, else the help (as for a script).
         if chat::possible() && !ctx.out.json {
             let latest = if cli.resume { chat::latest_root(&ctx) } else { Ok(None) };
-            let result = latest.and_then(|agent| chat::run(&ctx, agent.as_deref()));
+            let result = latest.and_then(|agent| chat::run(&ctx, agent.as_deref(), None));
             return finish(&ctx, result, false);
         }
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return 2;
     };
     let result = match verb {
-        Verb::Chat(args) => chat::run(&ctx, args.agent.as_deref()),
+        Verb::Chat(args) => chat::run(&ctx, args.agent.as_deref(), args.model.clone()),
         Verb::New(args) => verbs::new::run(&ctx, args),
         Verb::Prompt(args) => verbs::prompt::run(&ctx, args),
         Verb::Send(args) => verbs::send::run(&ctx, args),

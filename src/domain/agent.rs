@@ -15,6 +15,21 @@ pub const SUMMARIES: &str = ".offshoot/summary";
 pub const SKILLS: &str = ".offshoot/skills";
 /// Where the agent's own git stood at this commit (branch and head).
 pub const GIT: &str = ".offshoot/git";
+/// The model the user chose for the agent (`--model`, the chat's `/model`), used in
+/// place of its role's from then on: written in the commit that delivers the message
+/// that chose it. Forks keep it; children and compactors never inherit it (their roles
+/// choose). The agent cannot change it: `.offshoot/` is the harness's.
+pub const MODEL: &str = ".offshoot/model";
+
+/// Whether `model` can be a model's name: 1 to 200 characters of letters, digits and
+/// `._:/@+-` (e.g. `claude-sonnet-4-5`, `gpt-4.1`, `qwen2.5:7b`, `meta-llama/Llama-3-70b`).
+pub fn check_model(model: &str) -> Result<(), String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "._:/@+-".contains(c);
+    if model.is_empty() || model.len() > 200 || !model.chars().all(allowed) {
+        return Err(format!("`{}` is not a model name: 1 to 200 letters, digits and `._:/@+-`", model.escape_debug()));
+    }
+    Ok(())
+}
 
 /// `.offshoot/git`'s text for a position: `branch <name>` or `detached`, then
 /// `head <oid>` unless the branch is unborn.

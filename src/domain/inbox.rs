@@ -12,6 +12,8 @@ pub struct Deposit {
     /// What names the deposit for good (a `message` call's key): a call run again after
     /// a crash finds it, pending or delivered, and does not send it twice.
     pub key: Option<String>,
+    /// The model the user chose with this message (from the user only).
+    pub model: Option<String>,
     pub body: String,
 }
 
@@ -23,6 +25,7 @@ impl Deposit {
             epitaph: None,
             terminal: None,
             key: None,
+            model: None,
             body: body.to_owned(),
         }
     }
@@ -38,6 +41,9 @@ impl Deposit {
         }
         if let Some(k) = &self.key {
             s.push_str(&format!("key: {k}\n"));
+        }
+        if let Some(m) = &self.model {
+            s.push_str(&format!("model: {m}\n"));
         }
         s.push_str("---\n");
         s.push_str(&self.body);
@@ -55,6 +61,8 @@ pub struct Header {
     pub terminal: Option<String>,
     /// The key of the call that sent it, if one did.
     pub key: Option<String>,
+    /// The model the user chose with it.
+    pub model: Option<String>,
 }
 
 impl Header {
@@ -62,13 +70,14 @@ impl Header {
     pub fn parse(text: &str) -> Option<Header> {
         let rest = text.strip_prefix("---\n")?;
         let (head, _) = rest.split_once("\n---\n").or_else(|| rest.strip_suffix("\n---").map(|h| (h, "")))?;
-        let mut header = Header { from: String::new(), epitaph: None, terminal: None, key: None };
+        let mut header = Header { from: String::new(), epitaph: None, terminal: None, key: None, model: None };
         for line in head.lines() {
             match line.split_once(": ") {
                 Some(("from", v)) => header.from = v.to_owned(),
                 Some(("epitaph", v)) => header.epitaph = Some(v.to_owned()),
                 Some(("terminal", v)) => header.terminal = Some(v.to_owned()),
                 Some(("key", v)) => header.key = Some(v.to_owned()),
+                Some(("model", v)) => header.model = Some(v.to_owned()),
                 _ => {}
             }
         }
@@ -107,6 +116,7 @@ mod tests {
             epitaph: None,
             terminal: None,
             key: None,
+            model: None,
             body: "hi".into(),
         };
         assert_eq!(d.render(), "---\nfrom: user\nat: 2026-11-29T22:00:00Z\n---\nhi");
@@ -118,12 +128,15 @@ mod tests {
                 from: "user".into(),
                 epitaph: Some("final-response".into()),
                 terminal: Some("abc".into()),
-                key: None
+                key: None,
+                model: None
             }
         );
         assert_eq!(body(&result.render()), "hi");
         let keyed = Deposit { key: Some("k7q2mx:4:toolu_1".into()), ..d.clone() };
         assert_eq!(Header::parse(&keyed.render()).and_then(|h| h.key).as_deref(), Some("k7q2mx:4:toolu_1"));
+        let chosen = Deposit { model: Some("gpt-4.1".into()), ..d.clone() };
+        assert_eq!(Header::parse(&chosen.render()).and_then(|h| h.model).as_deref(), Some("gpt-4.1"));
         assert_eq!(Header::parse("no header"), None);
         assert_eq!(parse_name("0012-user.md"), Some((12, "user")));
         assert_eq!(parse_name(".tmp-0012-user.md"), None);

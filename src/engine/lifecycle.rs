@@ -216,12 +216,9 @@ pub fn deposit_result(
     // (the inbox first: a delivery commits before it removes the file).
     if !already_received(ws, from, to, epitaph, terminal)? {
         let deposit = Deposit {
-            from: from.to_string(),
-            at: Timestamp::now().to_string(),
             epitaph: Some(epitaph.into()),
             terminal: Some(terminal.to_string()),
-            key: None,
-            body,
+            ..Deposit::new(&from.to_string(), Timestamp::now(), &body)
         };
         inbox::deposit(&ws.layout, to, &deposit)?;
     }

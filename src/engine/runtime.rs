@@ -129,7 +129,14 @@ impl Runtime {
 
     /// Leaves `body` in `to`'s inbox as a message from `from`.
     pub fn deposit(&self, to: &AgentId, from: &str, body: &str) -> Result<PathBuf> {
-        Ok(inbox::deposit(&self.layout, to, &Deposit::new(from, Timestamp::now(), body))?)
+        self.deposit_choosing(to, from, body, None)
+    }
+
+    /// [`Runtime::deposit`], choosing `model` for the agent from this message on (the
+    /// caller checked it is a model's name).
+    pub fn deposit_choosing(&self, to: &AgentId, from: &str, body: &str, model: Option<&str>) -> Result<PathBuf> {
+        let deposit = Deposit { model: model.map(str::to_owned), ..Deposit::new(from, Timestamp::now(), body) };
+        Ok(inbox::deposit(&self.layout, to, &deposit)?)
     }
 
     /// Makes sure a driver will see `id`'s inbox: a running driver re-checks it

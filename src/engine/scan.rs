@@ -259,7 +259,15 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let ws = Workspace::create(&dir.join("ws"), &template_files(None).expect("template")).expect("workspace");
         let env = Env::default();
-        let start = Start { message: "go", name: None, now: Timestamp::now(), random: 9, env: &env, project: None };
+        let start = Start {
+            message: "go",
+            name: None,
+            now: Timestamp::now(),
+            random: 9,
+            env: &env,
+            project: None,
+            model: None,
+        };
         let id = agents::create_root(&ws, "worker", "default", &start).expect("root");
         let rt = Runtime::new(ws.layout.clone(), std::path::PathBuf::from("/nonexistent"), env, Default::default());
         // Relaunched at its tip, the driver started for it (this very process, alive)

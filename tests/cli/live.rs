@@ -153,7 +153,7 @@ fn the_chat_streams_steps_keeps_one_agent_stops_on_ctrl_c_and_leaves_on_ctrl_d()
     };
     assert!(status.success(), "{status:?}: {}", chat.text());
     assert_eq!(server.requests().len(), asked, "a request after the stop");
-    assert_eq!(t.driver_pid(&id).filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()), None);
+    assert_eq!(t.running_driver(&id), None);
 }
 
 #[test]
@@ -221,6 +221,17 @@ fn slash_commands_list_the_tree_switch_agents_and_start_anew() {
     chat.type_in("back to you\r");
     chat.wait_for("one again");
     assert!(t.run(&["log", &first]).ok().contains("back to you"));
+    // `/model` says what it used; with a name, the next message chooses that one.
+    chat.type_in("/model\r");
+    chat.wait_for("its last step used `");
+    chat.type_in("/model no good\r");
+    chat.wait_for("`no good` is not a model name");
+    chat.type_in("/model claude-picked-2\r");
+    chat.wait_for("your next message chooses `claude-picked-2`");
+    server.push_turns([Turn::text("on the new model")]);
+    chat.type_in("switch\r");
+    chat.wait_for("on the new model");
+    assert_eq!(server.requests().last().expect("asked").body["model"], "claude-picked-2");
     chat.type_in("/nonsense\r");
     chat.wait_for("no command `/nonsense`");
     chat.type_in("/quit\r");
@@ -242,7 +253,7 @@ fn a_chat_ended_by_a_signal_stops_what_works_before_it_goes() {
     let status = chat.child.wait().expect("wait");
     assert_eq!(status.code(), Some(129), "{}", chat.text());
     assert_eq!(t.agents()[0]["state"], "stopped");
-    assert_eq!(t.driver_pid(&id).filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()), None);
+    assert_eq!(t.running_driver(&id), None);
     assert_eq!(server.requests().len(), 1);
 }
 
@@ -325,7 +336,7 @@ fn the_chat_on_an_agent_already_at_work_counts_it_and_an_error_on_enter_is_said_
 }
 
 #[test]
-fn a_paste_is_one_edit_its_line_breaks_kept_and_enter_sends_it_once() {
+fn a_paste_is_one_edit_its_line_breaks_kept_enter_sends_it_once_and_keys_edit_at_the_cursor() {
     let (server, t) = TestWorkspace::served("live-chat-paste", Dialect::Anthropic);
     server.push_turns([Turn::text("got it all")]);
     let mut chat = chat_in(&t, &[]);
@@ -340,6 +351,11 @@ fn a_paste_is_one_edit_its_line_breaks_kept_and_enter_sends_it_once() {
     let body = requests[0].body.to_string();
     assert!(body.contains("first line\\nsecond line\\nxxx"), "{}", &body[..body.len().min(400)]);
     assert!(body.contains(&long));
+    // Typing happens where the cursor is: Left, then a letter goes in before the last one.
+    server.push_turns([Turn::text("edited")]);
+    chat.type_in("ab\x1b[Dc\x1b[C!\r");
+    chat.wait_for("edited");
+    assert!(server.requests()[1].body.to_string().contains("acb!"));
     chat.type_in("\x04");
     assert!(chat.child.wait().expect("wait").success());
 }
@@ -431,7 +447,7 @@ fn the_tree_pane_shows_three_children_live_and_attaching_to_one_talks_to_it() {
     assert!(chat.child.wait().expect("wait").success());
     for agent in t.agents() {
         let id = agent["id"].as_str().expect("id").to_owned();
-        assert_eq!(t.driver_pid(&id).filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists()), None);
+        assert_eq!(t.running_driver(&id), None, "{id}: {:?}", t.agents());
         assert_ne!(agent["state"], "running", "{id}");
     }
 }

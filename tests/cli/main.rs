@@ -21,6 +21,7 @@ mod input;
 mod json;
 mod layering;
 mod live;
+mod model;
 mod ownership;
 mod processes;
 mod project;

@@ -7,13 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::server::Turn;
 use crate::support::wait::wait_for_within;
-use crate::support::workspace::{Dialect, TestWorkspace};
-
-/// Whether `pid` is a running process (not gone, not a zombie).
-fn running(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
-}
+use crate::support::workspace::{Dialect, TestWorkspace, running};
 
 /// The running members of process group `pgid`.
 fn group(pgid: u32) -> Vec<u32> {

@@ -10,6 +10,7 @@
 //! Ctrl-D on an empty line, leaves — stopping what still works (`/detach` leaves it
 //! working), so no driver or tool is left behind unasked.
 
+mod editor;
 mod pane;
 mod view;
 
@@ -50,6 +51,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ("diff", "what this agent changed in your project"),
     ("export [branch]", "put its work on a branch of your repository"),
     ("apply", "write its change into your working tree"),
+    ("model [name]", "the model this agent uses; with a name, from your next message on"),
     ("cost", "tokens and cost of the agent and those below it"),
     ("stop", "stop this agent and those below it"),
     ("new", "your next message starts a new agent"),
@@ -102,7 +104,7 @@ pub fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
 
 /// Opens the chat, with `agent` (an id or name) if given, else a new one at the first
 /// message.
-pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {
+pub fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Result<(), CliError> {
     if !possible() {
         return Err(CliError::usage("the chat needs a terminal on standard input and output")
             .hint("`offshoot prompt \"…\"` runs an agent from a script"));
@@ -118,6 +120,7 @@ pub fn run(ctx: &Ctx, agent: Option<&str>) -> Result<(), CliError> {
         let _ = signals.send(Input::Signal(signal));
     });
     let mut chat = Chat::new(ctx, &ws, &rt, tx.clone());
+    chat.model = model;
     if let Some(id) = id {
         chat.follow(id, false);
     }
@@ -209,7 +212,7 @@ struct Chat<'a> {
     follower: Option<Follower>,
     tx: Sender<Input>,
     /// What is being typed.
-    input: String,
+    input: editor::Editor,
     /// What was sent, oldest first, and where Up has got to.
     history: Vec<String>,
     recalled: Option<usize>,
@@ -220,6 +223,9 @@ struct Chat<'a> {
     printed: usize,
     /// What happens now, under the scrollback: the line being streamed, or a call.
     activity: String,
+    /// The attached agent's calls running, by their id: each goes into the scrollback as
+    /// one line with its result's gist when it ends.
+    calls: Vec<(String, String)>,
     /// When an idle Ctrl-C was pressed (a second within [`QUIT_WINDOW`] quits).
     quit_armed: Option<Instant>,
     /// Lines waiting to go into the scrollback.
@@ -231,6 +237,8 @@ struct Chat<'a> {
     signalled: Option<i32>,
     /// Working agents whose driver was not running at the last look.
     suspects: std::collections::BTreeSet<String>,
+    /// `/model`: the model the next message chooses for the agent it goes to.
+    model: Option<String>,
     /// `/fork`: the commit the next message forks from.
     fork_from: Option<(String, String)>,
     /// An agent newly needs the user: the terminal's bell is rung at the next frame.
@@ -249,13 +257,14 @@ impl<'a> Chat<'a> {
             tree: Tree::default(),
             follower: None,
             tx,
-            input: String::new(),
+            input: editor::Editor::default(),
             history: Vec::new(),
             recalled: None,
             pane: false,
             stream: String::new(),
             printed: 0,
             activity: String::new(),
+            calls: Vec::new(),
             quit_armed: None,
             pending: Vec::new(),
             quit: false,
@@ -263,6 +272,7 @@ impl<'a> Chat<'a> {
             signalled: None,
             suspects: Default::default(),
             fork_from: None,
+            model: None,
             bell: false,
             height: view::BASE_ROWS,
         }
@@ -294,6 +304,7 @@ impl<'a> Chat<'a> {
         self.stream.clear();
         self.printed = 0;
         self.activity.clear();
+        self.calls.clear();
         self.id = Some(id);
     }
 
@@ -352,7 +363,7 @@ impl<'a> Chat<'a> {
                         false
                     }
                     Input::Paste(text) => {
-                        self.input.push_str(&text.replace("\r\n", "\n").replace('\r', "\n"));
+                        self.input.insert(&text.replace("\r\n", "\n").replace('\r', "\n"));
                         false
                     }
                     Input::Signal(signal) => {
@@ -374,8 +385,8 @@ impl<'a> Chat<'a> {
             if let Some(id) = self.id.clone().filter(|_| self.tree.any_working()) {
                 self.pending.push(format!("· left; `{id}` works on (`offshoot attach {id}` follows it)"));
             }
-        } else if self.tree.any_working() {
-            self.stop_all();
+        } else {
+            self.leave_nothing_working();
         }
         self.pane = false;
         self.flush(&mut term);
@@ -417,7 +428,7 @@ impl<'a> Chat<'a> {
         let live = view::Live {
             activity: &self.activity,
             status: &status,
-            input: &self.input,
+            input: self.input.split(),
             pane: self.pane.then_some(&self.tree),
             attached,
         };
@@ -443,7 +454,10 @@ impl<'a> Chat<'a> {
             let count = u16::try_from(rows.len()).unwrap_or(u16::MAX).max(1);
             let _ = term.insert_before(count, |buf| Paragraph::new(rows).render(buf.area, buf));
         }
-        let _ = term.draw(|frame| view::draw(&live, frame.area(), frame.buffer_mut()));
+        let _ = term.draw(|frame| {
+            let cursor = view::draw(&live, frame.area(), frame.buffer_mut());
+            frame.set_cursor_position(cursor);
+        });
         if std::mem::take(&mut self.bell) {
             let mut out = std::io::stdout();
             let _ = out.write_all(b"\x07").and_then(|()| out.flush());
@@ -496,37 +510,42 @@ impl<'a> Chat<'a> {
             }
             KeyCode::Char('d') if ctrl && self.input.is_empty() => return Ok(true),
             KeyCode::Char('t') if ctrl => self.toggle_pane(),
-            KeyCode::Char('u') if ctrl => self.input.clear(),
-            KeyCode::Char('j') if ctrl => self.input.push('\n'),
+            KeyCode::Char('u') if ctrl => drop(self.input.take()),
+            KeyCode::Char('j') if ctrl => self.input.insert("\n"),
+            KeyCode::Char('a') if ctrl => self.input.home(),
+            KeyCode::Char('e') if ctrl => self.input.end(),
+            KeyCode::Home => self.input.home(),
+            KeyCode::End => self.input.end(),
+            KeyCode::Left => self.input.left(),
+            KeyCode::Right => self.input.right(),
+            KeyCode::Delete => self.input.delete(),
             KeyCode::Esc if self.pane => self.pane = false,
             KeyCode::Up if self.pane => self.tree.select(-1),
             KeyCode::Down if self.pane => self.tree.select(1),
             KeyCode::PageUp if self.pane => self.tree.select(-10),
             KeyCode::PageDown if self.pane => self.tree.select(10),
-            KeyCode::Enter if self.pane && self.input.trim().is_empty() => {
+            KeyCode::Enter if self.pane && self.input.text().trim().is_empty() => {
                 if let Some(id) = self.tree.selected().and_then(|a| AgentId::parse(&a.id).ok()) {
                     self.pane = false;
                     self.pending.push(format!("· chatting with `{id}`; what you type goes to it"));
                     self.attach(id);
                 }
             }
-            KeyCode::Enter if key.modifiers.contains(KeyModifiers::ALT) => self.input.push('\n'),
+            KeyCode::Enter if key.modifiers.contains(KeyModifiers::ALT) => self.input.insert("\n"),
             KeyCode::Enter => self.send()?,
             KeyCode::Tab => self.complete(),
-            KeyCode::Backspace => {
-                self.input.pop();
-            }
+            KeyCode::Backspace => self.input.backspace(),
             KeyCode::Up if !self.history.is_empty() => {
                 let at = self.recalled.map_or(self.history.len() - 1, |i| i.saturating_sub(1));
                 self.recalled = Some(at);
-                self.input = self.history[at].clone();
+                self.input.set(self.history[at].clone());
             }
             KeyCode::Down if self.recalled.is_some() => {
                 let at = self.recalled.map_or(0, |i| i + 1);
                 self.recalled = (at < self.history.len()).then_some(at);
-                self.input = self.history.get(at).cloned().unwrap_or_default();
+                self.input.set(self.history.get(at).cloned().unwrap_or_default());
             }
-            KeyCode::Char(c) if !ctrl => self.input.push(c),
+            KeyCode::Char(c) if !ctrl => self.input.insert(c.encode_utf8(&mut [0; 4])),
             _ => {}
         }
         Ok(false)
@@ -543,7 +562,7 @@ impl<'a> Chat<'a> {
     /// `/fork`), later ones are left in its inbox (delivered at its next step if it
     /// works now).
     fn send(&mut self) -> Result<(), CliError> {
-        let text = std::mem::take(&mut self.input);
+        let text = self.input.take();
         if text.trim().is_empty() {
             return Ok(());
         }
@@ -553,18 +572,20 @@ impl<'a> Chat<'a> {
             return self.command(command);
         }
         self.pending.push(format!("you: {text}"));
+        let model = self.model.take();
+        let model = model.as_deref();
         if let Some((from, what)) = self.fork_from.take() {
-            let id = agents::fork(self.ws, &from, &self.spawn(&text, None))?;
+            let id = agents::fork(self.ws, &from, &Start { model, ..self.spawn(&text, None) })?;
             self.pending.push(format!("· `{id}` forked from {what}"));
             return self.begin(id);
         }
         match self.id.clone() {
             None => {
-                let id = self.start(&text)?;
+                let id = self.start(&text, model)?;
                 self.begin(id)
             }
             Some(id) => {
-                self.rt.deposit(&id, "user", &text)?;
+                self.rt.deposit_choosing(&id, "user", &text, model)?;
                 if self.tree.get(id.as_str()).is_some_and(|a| a.state == State::Working) {
                     self.pending.push("· queued: it reads this at its next step".to_owned());
                 }
@@ -585,14 +606,15 @@ impl<'a> Chat<'a> {
 
     /// Completes a slash command's name: the one that begins so, or the choice shown.
     fn complete(&mut self) {
-        let Some(typed) = self.input.strip_prefix('/').filter(|t| !t.contains(char::is_whitespace)) else { return };
+        let typed = self.input.text().strip_prefix('/').filter(|t| !t.contains(char::is_whitespace));
+        let Some(typed) = typed.map(str::to_owned) else { return };
         let names: Vec<&str> = COMMANDS
             .iter()
             .map(|(c, _)| c.split_whitespace().next().unwrap_or(c))
-            .filter(|c| c.starts_with(typed))
+            .filter(|c| c.starts_with(&typed))
             .collect();
         match names.as_slice() {
-            [one] => self.input = format!("/{one} "),
+            [one] => self.input.set(format!("/{one} ")),
             [] => {}
             many => {
                 self.pending.push(format!("  {}", many.iter().map(|c| format!("/{c}")).collect::<Vec<_>>().join("  ")))
@@ -640,6 +662,7 @@ impl<'a> Chat<'a> {
             }
             "tree" => self.toggle_pane(),
             "cost" => self.cost(),
+            "model" => self.choose_model(rest)?,
             "fork" => self.fork(rest)?,
             "compact" => {
                 let Some(id) = self.attached() else { return Ok(()) };
@@ -713,6 +736,25 @@ impl<'a> Chat<'a> {
         Ok(())
     }
 
+    /// `/model [name]`: says the model the attached agent uses; with a name, the next
+    /// message chooses it (for the agent it goes to, or the one it starts).
+    fn choose_model(&mut self, name: &str) -> Result<(), CliError> {
+        if name.is_empty() {
+            let using = self.id.as_ref().and_then(|id| self.tree.get(id.as_str())).map(|a| a.model.clone());
+            let line = match (using.filter(|m| !m.is_empty()), &self.model) {
+                (_, Some(next)) => format!("· your next message chooses `{next}`"),
+                (Some(model), None) => format!("· its last step used `{}`", one_line(&model)),
+                (None, None) => "· its role's model (no step yet)".to_owned(),
+            };
+            self.pending.push(line);
+            return Ok(());
+        }
+        crate::domain::agent::check_model(name).map_err(CliError::usage)?;
+        self.pending.push(format!("· your next message chooses `{name}`; the agent keeps it from then on"));
+        self.model = Some(name.to_owned());
+        Ok(())
+    }
+
     /// Tokens and cost of the attached agent and those below it (`/cost`).
     fn cost(&mut self) {
         let Some(id) = self.attached() else { return };
@@ -726,15 +768,24 @@ impl<'a> Chat<'a> {
 
     /// What a new agent is made with.
     fn spawn<'s>(&'s self, message: &'s str, project: Option<&'s agents::ProjectStart>) -> Start<'s> {
-        Start { message, name: None, now: Timestamp::now(), random: random_u32(), env: &self.ctx.env, project }
+        Start {
+            message,
+            name: None,
+            now: Timestamp::now(),
+            random: random_u32(),
+            env: &self.ctx.env,
+            project,
+            model: None,
+        }
     }
 
     /// Makes a root agent for `goal` (in project mode inside a repository, as `prompt`).
-    fn start(&self, goal: &str) -> Result<AgentId, CliError> {
+    fn start(&self, goal: &str, model: Option<&str>) -> Result<AgentId, CliError> {
         let (_, config) = self.ws.config("default")?;
         model::plan(&config, "default", "worker", &self.ctx.env)?;
         let from = project::start_point(self.ws, None, false)?;
-        Ok(agents::create_root(self.ws, "worker", "default", &self.spawn(goal, from.as_ref().map(|(s, _)| s)))?)
+        let spawn = Start { model, ..self.spawn(goal, from.as_ref().map(|(s, _)| s)) };
+        Ok(agents::create_root(self.ws, "worker", "default", &spawn)?)
     }
 
     /// Forgets agents counted as working whose driver is gone without a word (killed):
@@ -758,6 +809,38 @@ impl<'a> Chat<'a> {
             self.pending
                 .push(format!("· `{agent}`'s driver ended without a word (killed?); `offshoot scan` looks at it"));
         }
+    }
+
+    /// Stops the tree until nothing of it runs or is about to, for at most 2 s: the
+    /// chat's view may be behind (an agent woken by a result a moment ago), and a driver
+    /// launched by a child's result just before a stop revives its agent when it starts.
+    fn leave_nothing_working(&mut self) {
+        let Some(root) = AgentId::parse(self.tree.root()).ok() else { return };
+        let until = Instant::now() + Duration::from_secs(2);
+        while self.tree.any_working() || self.busy(&root) {
+            self.stop_all();
+            if Instant::now() > until {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            // (Stopped now; only a driver that starts after this makes it busy again.)
+            let stopped: Vec<String> = self.tree.working().map(str::to_owned).collect();
+            for agent in stopped {
+                self.tree.set(&agent, State::Stopped, "stopped");
+            }
+        }
+    }
+
+    /// Whether a driver of `root`'s tree runs, or an agent of it has mail and is not
+    /// stopped (a driver is on its way).
+    fn busy(&self, root: &AgentId) -> bool {
+        let mut tree = lifecycle::descendants(self.ws, root).unwrap_or_default();
+        tree.push(root.clone());
+        tree.iter().any(|id| {
+            crate::infra::lock::LockGuard::is_held(&self.ws.layout.lock(id)).unwrap_or(true)
+                || (crate::engine::inbox::has_pending(&self.ws.layout, id)
+                    && self.ws.repo.mark(lifecycle::STOPPED, id.as_str()).map_or(true, |m| m.is_none()))
+        })
     }
 
     /// Stops everything at work in the tree (Ctrl-C, leaving).
@@ -835,14 +918,19 @@ impl<'a> Chat<'a> {
                 self.printed = 0;
                 self.activity.clear();
             }
-            Record::ToolCall { name, input, .. } => {
+            Record::ToolCall { tool_use_id, name, input } => {
                 let gist = one_line(super::progress::call_gist(input).lines().next().unwrap_or_default());
                 self.activity = format!("→ {} {gist}", one_line(name));
-                self.pending.push(self.activity.clone());
+                self.calls.push((tool_use_id.clone(), self.activity.clone()));
             }
-            Record::ToolResult { summary, .. } => {
-                self.activity.clear();
-                self.pending.push(format!("  ← {}", one_line(summary.lines().next().unwrap_or_default())))
+            Record::ToolResult { tool_use_id, name, is_error, summary } => {
+                let call = match self.calls.iter().position(|(id, _)| id == tool_use_id) {
+                    Some(at) => self.calls.remove(at).1,
+                    None => format!("→ {}", one_line(name)),
+                };
+                let mark = if *is_error { "✗" } else { "←" };
+                self.pending.push(format!("{call}  {mark} {}", one_line(summary.lines().next().unwrap_or_default())));
+                self.activity = self.calls.last().map(|(_, line)| line.clone()).unwrap_or_default();
             }
             Record::AttemptFailed { attempt, error, .. } => {
                 self.activity = format!("· attempt {attempt} failed: {}", one_line(error));
@@ -850,6 +938,8 @@ impl<'a> Chat<'a> {
             Record::Waiting { children } => self.activity = format!("· waiting for {children} agents below"),
             Record::End(end) => {
                 self.activity.clear();
+                // (A call the run ended in without a result: the run's end says why.)
+                self.pending.extend(self.calls.drain(..).map(|(_, line)| line));
                 match end {
                     End::FinalResponse { .. } | End::Busy => {}
                     End::Interrupted { reason } => self.pending.push(format!("· {reason}")),

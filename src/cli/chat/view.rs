@@ -3,7 +3,7 @@
 //! input. A pure function of what it is given, so it is tested on ratatui's test backend.
 
 use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
+use ratatui::layout::{Position, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::{Paragraph, Widget};
@@ -20,7 +20,8 @@ pub struct Live<'a> {
     /// What is happening now: the line of the answer streaming, or the call running.
     pub activity: &'a str,
     pub status: &'a str,
-    pub input: &'a str,
+    /// What is typed: before the cursor, and from it on.
+    pub input: (&'a str, &'a str),
     /// The tree, when its pane is shown, and the agent the chat is attached to.
     pub pane: Option<&'a Tree>,
     pub attached: Option<&'a str>,
@@ -36,20 +37,38 @@ pub fn height(live: &Live<'_>, rows: u16) -> u16 {
 
 /// `line` cut into rows of at most `width` columns, by display width.
 pub fn rows_of(line: &str, width: u16) -> Vec<String> {
+    cut_rows(line, None, width).0
+}
+
+/// [`rows_of`], and where the character numbered `at` (or the end, past the last) is:
+/// its row and column.
+fn cut_rows(line: &str, at: Option<usize>, width: u16) -> (Vec<String>, (usize, u16)) {
     let mut rows = vec![String::new()];
     let mut used = 0usize;
-    for c in line.chars() {
+    let mut found = None;
+    for (i, c) in line.chars().enumerate() {
         let w = ratatui::text::Span::raw(c.to_string()).width();
         if used + w > usize::from(width) {
             rows.push(String::new());
             used = 0;
+        }
+        if Some(i) == at {
+            found = Some((rows.len() - 1, used));
         }
         if let Some(row) = rows.last_mut() {
             row.push(c);
         }
         used += w;
     }
-    rows
+    let at_end = match at {
+        Some(_) if used >= usize::from(width) => {
+            rows.push(String::new());
+            (rows.len() - 1, 0)
+        }
+        _ => (rows.len() - 1, used),
+    };
+    let (row, col) = found.unwrap_or(at_end);
+    (rows, (row, u16::try_from(col).unwrap_or(u16::MAX)))
 }
 
 /// The first row of `line` at `width`.
@@ -57,8 +76,8 @@ fn cut(line: &str, width: u16) -> String {
     rows_of(line, width).swap_remove(0)
 }
 
-/// Draws `live` into `area` of `buf`.
-pub fn draw(live: &Live<'_>, area: Rect, buf: &mut Buffer) {
+/// Draws `live` into `area` of `buf`; where the cursor goes.
+pub fn draw(live: &Live<'_>, area: Rect, buf: &mut Buffer) -> Position {
     let width = area.width;
     let printable = |s: &str| crate::cli::out::printable(s).into_owned();
     let mut lines: Vec<Line> = Vec::new();
@@ -68,12 +87,15 @@ pub fn draw(live: &Live<'_>, area: Rect, buf: &mut Buffer) {
     }
     lines.push(Line::from(cut(&printable(live.activity), width)).style(Style::new().add_modifier(Modifier::DIM)));
     lines.push(Line::from(cut(&printable(live.status), width)));
-    // The end of what is typed, where the cursor is.
-    let typed = printable(&format!("> {}", live.input.replace('\n', " ⏎ ")));
-    let rows = rows_of(&typed, width);
-    let shown = &rows[rows.len().saturating_sub(2)..];
-    lines.extend(shown.iter().map(|r| Line::from(r.clone())));
+    // The two rows of what is typed around the cursor (line breaks shown as ⏎).
+    let before = printable(&format!("> {}", live.input.0.replace('\n', " ⏎ ")));
+    let after = printable(&live.input.1.replace('\n', " ⏎ "));
+    let (rows, (row, col)) = cut_rows(&format!("{before}{after}"), Some(before.chars().count()), width);
+    let first = row.saturating_sub(1);
+    let top = u16::try_from(lines.len() + row - first).unwrap_or(u16::MAX);
+    lines.extend(rows[first..].iter().take(2).map(|r| Line::from(r.clone())));
     Paragraph::new(lines).render(area, buf);
+    Position { x: area.x + col.min(width.saturating_sub(1)), y: area.y + top.min(area.height.saturating_sub(1)) }
 }
 
 /// The pane in `rows` rows: a heading, then the rows around the selected one.
@@ -132,7 +154,7 @@ mod tests {
     use crate::cli::chat::pane::{Agent, Tree};
     use crate::engine::events::{End, Record};
     use ratatui::Terminal;
-    use ratatui::backend::TestBackend;
+    use ratatui::backend::{Backend, TestBackend};
 
     fn tree() -> Tree {
         let mut tree = Tree::load("k7q2mx", Vec::new());
@@ -159,11 +181,17 @@ mod tests {
         tree
     }
 
-    fn render(live: &Live<'_>, width: u16, rows: u16) -> TestBackend {
+    /// What the terminal shows, and where its cursor is.
+    fn render(live: &Live<'_>, width: u16, rows: u16) -> String {
         let height = height(live, rows);
         let mut term = Terminal::new(TestBackend::new(width, height)).expect("terminal");
-        term.draw(|frame| draw(live, frame.area(), frame.buffer_mut())).expect("draw");
-        term.backend().clone()
+        term.draw(|frame| {
+            let at = draw(live, frame.area(), frame.buffer_mut());
+            frame.set_cursor_position(at);
+        })
+        .expect("draw");
+        let at = term.backend_mut().get_cursor_position().expect("cursor");
+        format!("{}\ncursor at {},{}", term.backend(), at.x, at.y)
     }
 
     #[test]
@@ -171,7 +199,7 @@ mod tests {
         let live = Live {
             activity: "  │ streaming the answer, so far",
             status: "── `k7q2mx` Lead · working · claude · step 4 · 12.3k tok · $0.0123 · ctx 12%",
-            input: "a message\nof two lines",
+            input: ("a message\nof two", " lines"),
             pane: None,
             attached: Some("k7q2mx"),
         };
@@ -183,7 +211,9 @@ mod tests {
         let mut tree = tree();
         tree.select(2);
         let live =
-            Live { activity: "", status: "── status", input: "", pane: Some(&tree), attached: Some("k7q2mx") };
+            Live {
+                activity: "", status: "── status", input: ("", ""), pane: Some(&tree), attached: Some("k7q2mx")
+            };
         insta::assert_snapshot!(render(&live, 100, 40));
     }
 
@@ -191,7 +221,7 @@ mod tests {
     fn a_small_terminal_shows_a_window_of_the_pane_around_the_selection() {
         let mut tree = tree();
         tree.select(3);
-        let live = Live { activity: "", status: "── status", input: "", pane: Some(&tree), attached: None };
+        let live = Live { activity: "", status: "── status", input: ("", ""), pane: Some(&tree), attached: None };
         // 9 rows: 4 for the chat, 2 kept for the scrollback, 3 for the pane.
         insta::assert_snapshot!(render(&live, 40, 9));
     }
@@ -201,7 +231,7 @@ mod tests {
         let live = Live {
             activity: "  │ \x1b]0;title\x07 evil",
             status: "── status",
-            input: &"word ".repeat(30),
+            input: (&"word ".repeat(30), ""),
             pane: None,
             attached: None,
         };

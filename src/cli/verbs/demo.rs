@@ -80,6 +80,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         random: random_u32(),
         env: &ctx.env,
         project: None,
+        model: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn)?;
     progress::launch(ctx, &ws, &id, false, false)?;

@@ -18,6 +18,10 @@ pub struct Args {
     /// Start the agent and return at once
     #[arg(long)]
     pub detach: bool,
+    /// The model to use in place of the role's (default: the one its origin used) (recorded in the
+    /// agent's tree as `.offshoot/model`)
+    #[arg(long, value_parser = crate::cli::input::model_name)]
+    pub model: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -33,6 +37,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         random: random_u32(),
         env: &ctx.env,
         project: None,
+        model: args.model.as_deref(),
     };
     let id = agents::fork(&ws, &from, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, false)

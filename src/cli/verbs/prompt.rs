@@ -28,6 +28,10 @@ pub struct Args {
     /// In a project: take the uncommitted changes of your working tree along
     #[arg(long)]
     pub with_changes: bool,
+    /// The model to use in place of the role's (recorded in the
+    /// agent's tree as `.offshoot/model`)
+    #[arg(long, value_parser = crate::cli::input::model_name)]
+    pub model: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -49,6 +53,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         random: random_u32(),
         env: &ctx.env,
         project: start.as_ref().map(|(s, _)| s),
+        model: args.model.as_deref(),
     };
     let id = agents::create_root(&ws, &args.role, &args.lineage, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, true)

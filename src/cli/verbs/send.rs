@@ -14,6 +14,10 @@ pub struct Args {
     /// Deposit and wake the agent, then return at once
     #[arg(long)]
     pub detach: bool,
+    /// The model to use in place of the role's, from this message on (recorded in the
+    /// agent's tree as `.offshoot/model`)
+    #[arg(long, value_parser = crate::cli::input::model_name)]
+    pub model: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -25,7 +29,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
     let rt = ctx.runtime(&ws);
-    rt.deposit(&id, "user", &message)?;
+    rt.deposit_choosing(&id, "user", &message, args.model.as_deref())?;
     if !args.detach {
         // Drives here, or finds the driver that holds the agent and leaves it the message.
         return progress::attach(ctx, &ws, &id, false);

@@ -43,6 +43,8 @@ pub enum AgentError {
     UnknownRole { role: String, lineage: String },
     #[error("the message is empty")]
     EmptyMessage,
+    #[error("{0}")]
+    BadModel(String),
     #[error("role `{role}` cannot run its tools: {source}; nothing was created")]
     Sandbox { role: String, source: SandboxError },
     #[error("{0}")]
@@ -86,6 +88,17 @@ pub struct Start<'a> {
     /// In project mode, where a root starts (forks and children start where their
     /// origin stood).
     pub project: Option<&'a ProjectStart>,
+    /// A model chosen for it in place of its role's (sent with its first message; a
+    /// fork without one keeps its origin's choice).
+    pub model: Option<&'a str>,
+}
+
+/// The first message of a root or a fork: the user's, with the model chosen, if one was.
+fn first_message(spawn: &Start) -> Result<Deposit> {
+    if let Some(model) = spawn.model {
+        crate::domain::agent::check_model(model).map_err(AgentError::BadModel)?;
+    }
+    Ok(Deposit { model: spawn.model.map(str::to_owned), ..Deposit::new("user", spawn.now, spawn.message) })
 }
 
 /// An agent as `ls` shows it.
@@ -141,7 +154,7 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
             base: spawn.project.map(|p| p.base),
             edits,
             goal: Some(spawn.message),
-            first: Deposit::new("user", spawn.now, spawn.message),
+            first: first_message(spawn)?,
             config: (config_tip, &config),
         },
         claims,
@@ -197,7 +210,7 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
             base: Some(source),
             edits,
             goal: None,
-            first: Deposit::new("user", spawn.now, spawn.message),
+            first: first_message(spawn)?,
             config: (config_tip, &config),
         },
         claims,
@@ -379,7 +392,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     // A compactor keeps the transcript, summaries and skills it compacts.
     let edits = match child.compactor {
         false => vec![TreeEdit::Remove { path: agent::DIR.into() }],
-        true => [agent::TOOLS, compaction::NOMINATED]
+        true => [agent::TOOLS, compaction::NOMINATED, agent::MODEL]
             .into_iter()
             .filter(|p| ws.repo.entry_id(fork_point, p).ok().flatten().is_some())
             .map(|p| TreeEdit::Remove { path: p.into() })

@@ -11,7 +11,15 @@ fn workspace(name: &str) -> (std::path::PathBuf, Workspace) {
 }
 
 fn root(ws: &Workspace, env: &Env) -> AgentId {
-    let start = Start { message: "lead", name: Some("Lead"), now: Timestamp::now(), random: 7, env, project: None };
+    let start = Start {
+        message: "lead",
+        name: Some("Lead"),
+        now: Timestamp::now(),
+        random: 7,
+        env,
+        project: None,
+        model: None,
+    };
     create_root(ws, "worker", "default", &start).expect("root")
 }
 

@@ -45,7 +45,14 @@ impl Driver<'_> {
                     text.push_str(&note);
                 }
                 let name = transcript::entry_name(next, &p.sender, Side::User);
-                tip = self.commit(tip, &[(&name, text.as_bytes())], false, &format!("{name}: delivered"))?;
+                // A model the user chose with the message is the agent's from this commit on.
+                let chosen = Header::parse(&p.text)
+                    .filter(|h| h.from == "user")
+                    .and_then(|h| h.model)
+                    .filter(|m| agent::check_model(m).is_ok());
+                let files: Vec<(&str, &[u8])> = chosen.iter().map(|m| (agent::MODEL, m.as_bytes())).collect();
+                let entry: &[(&str, &[u8])] = &[(&name, text.as_bytes())];
+                tip = self.commit_with(tip, entry, &files, None, &format!("{name}: delivered"))?;
                 next += 1;
                 observer.event(Event::Delivered { sender: &p.sender });
             }

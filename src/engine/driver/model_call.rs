@@ -65,7 +65,11 @@ impl Driver<'_> {
             self.next_step.unwrap_or_else(|| crate::engine::snapshot::next_step(&self.ws.layout.steps(&self.id)));
         let fail =
             |source: ModelError| DriverError::Model { id: self.id.to_string(), role: facts.role.clone(), step, source };
-        let plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
+        let mut plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
+        // The model the user chose for this agent, if one was (`--model`, `/model`).
+        if let Some(chosen) = self.ws.repo.read_file(tip, agent::MODEL)? {
+            plan.model = String::from_utf8_lossy(&chosen).trim().to_owned();
+        }
         let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
         // A summary left with merge-conflict markers is never sent (§6.1).
         let summaries = format!("{}/", agent::SUMMARIES);

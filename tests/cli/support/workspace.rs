@@ -237,6 +237,12 @@ impl TestWorkspace {
         text.split_whitespace().next()?.parse().ok()
     }
 
+    /// [`TestWorkspace::driver_pid`] while that process runs (a zombie left for init to
+    /// reap has ended).
+    pub fn running_driver(&self, id: &str) -> Option<u32> {
+        self.driver_pid(id).filter(|&p| running(p))
+    }
+
     pub fn steps_dir(&self, id: &str) -> PathBuf {
         self.ws.join("steps").join(id)
     }
@@ -261,4 +267,10 @@ impl Drop for TestWorkspace {
             let _ = std::fs::remove_dir_all(&self.root);
         }
     }
+}
+
+/// Whether `pid` is a running process (not gone, not a zombie).
+pub fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')))
 }

@@ -1,0 +1,78 @@
+//! A model chosen for an agent in place of its role's: `--model` on `prompt`, `send`,
+//! `fork` and `chat`, and the chat's `/model`.
+
+use serde_json::json;
+
+use crate::support::server::Turn;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+fn model_of(request: &crate::support::server::Recorded) -> String {
+    request.body["model"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_chosen_model_is_used_from_its_message_on_kept_by_forks_and_never_inherited_by_children() {
+    let (server, t) = TestWorkspace::served("model-chosen", Dialect::Anthropic);
+    let role_model = {
+        server.push_turns([Turn::text("plain")]);
+        t.run(&["prompt", "--name", "Plain", "use the role's model"]).ok();
+        model_of(&server.requests()[0])
+    };
+    assert!(!role_model.is_empty() && role_model != "claude-chosen-1");
+    // Chosen at the start: every request of the agent asks for it.
+    let kid = json!({"role": "worker", "goal": "help", "name": "Kid"});
+    server.push_for("Chooser", [Turn::tool("d1", "dispatch", kid), Turn::text("asked"), Turn::text("done")]);
+    server.push_for("Kid", [Turn::text("kid here")]);
+    t.run(&["prompt", "--name", "Chooser", "--model", "claude-chosen-1", "lead"]).ok();
+    let chooser = server.requests_for("Chooser");
+    assert!(chooser.len() >= 2);
+    assert!(
+        chooser.iter().all(|r| model_of(r) == "claude-chosen-1"),
+        "{:?}",
+        chooser.iter().map(model_of).collect::<Vec<_>>()
+    );
+    // Its child asks for its own role's model.
+    assert_eq!(server.requests_for("Kid").iter().map(model_of).collect::<Vec<_>>(), [role_model.as_str()]);
+    // Recorded in its tree, by the commit that delivered the message choosing it.
+    let id = t.id_of("Chooser");
+    let git = |args: &[&str]| t.git(args);
+    assert_eq!(git(&["show", &format!("agents/{id}:.offshoot/model")]).trim(), "claude-chosen-1");
+    let kid_id = t.id_of("Kid");
+    let harness = git(&["ls-tree", "--name-only", &format!("agents/{kid_id}"), ".offshoot/"]);
+    assert!(harness.contains(".offshoot/soul.md") && !harness.contains(".offshoot/model"), "{harness}");
+
+    // `send --model` changes it from that message on, and it stays.
+    server.push_for("Plain", [Turn::text("switched"), Turn::text("still switched")]);
+    t.run(&["send", "Plain", "--model", "gpt-4.1-mini", "switch"]).ok();
+    t.run(&["send", "Plain", "stay"]).ok();
+    let plain: Vec<String> = server.requests_for("Plain").iter().map(model_of).collect();
+    assert_eq!(plain, [role_model.clone(), "gpt-4.1-mini".into(), "gpt-4.1-mini".into()]);
+    // `show --request` prints what the step sent: the model chosen.
+    let shown = t.run(&["show", "Plain", "--step", "3", "--request"]).ok().to_owned();
+    assert!(shown.contains("gpt-4.1-mini"), "{shown}");
+
+    // A fork keeps its origin's choice, or takes its own.
+    server.push_for("Twin", [Turn::text("twin")]);
+    server.push_for("Other", [Turn::text("other")]);
+    t.run(&["fork", "--from", "Plain", "--name", "Twin", "go on"]).ok();
+    t.run(&["fork", "--from", "Plain", "--name", "Other", "--model", "qwen2.5:7b", "go on"]).ok();
+    assert_eq!(model_of(&server.requests_for("Twin")[0]), "gpt-4.1-mini");
+    assert_eq!(model_of(&server.requests_for("Other")[0]), "qwen2.5:7b");
+}
+
+#[test]
+fn a_model_name_that_cannot_be_one_is_refused_naming_the_rule_and_nothing_is_made() {
+    let (server, t) = TestWorkspace::served("model-bad", Dialect::Anthropic);
+    for bad in ["", "two words", "a\nmodel: x", &"m".repeat(201)] {
+        let run = t.run_bare(&["prompt", "--model", bad, "go"]);
+        assert_eq!(run.code, 2, "{bad:?}: {}", run.stderr);
+        assert!(run.stderr.contains("is not a model name: 1 to 200 letters, digits and `._:/@+-`"), "{}", run.stderr);
+    }
+    assert!(t.agents().is_empty());
+    assert!(server.requests().is_empty());
+    server.push_turns([Turn::text("made")]);
+    t.run(&["prompt", "--name", "Here", "be here"]).ok();
+    let run = t.run_bare(&["send", "Here", "--model", "x y", "again"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(server.requests().len(), 1, "nothing was sent");
+}
