@@ -38,6 +38,8 @@ pub struct Out {
     live: RefCell<Option<MultiProgress>>,
     /// Streamed text not yet written (the end of a line, under a live display).
     held: RefCell<String>,
+    /// Narration not yet written (the end of a line).
+    narrated: RefCell<String>,
     /// Whether the command's `end` event is out (see `ended`).
     ended: Cell<bool>,
 }
@@ -50,6 +52,7 @@ impl Out {
             open_line: Cell::new(false),
             live: RefCell::new(None),
             held: RefCell::new(String::new()),
+            narrated: RefCell::new(String::new()),
             ended: Cell::new(false),
         }
     }
@@ -104,8 +107,72 @@ impl Out {
         self.open_line.set(!text.ends_with('\n'));
     }
 
+    /// A model's text as it streams. On a terminal it is the answer, streamed on
+    /// stdout; otherwise stdout is kept for the final answer alone ([`Out::answer`]) and
+    /// the text is narration, a whole line at a time on stderr.
+    pub fn narrate(&self, text: &str) {
+        if std::io::stdout().is_terminal() {
+            return self.stream(text);
+        }
+        let lines = {
+            let mut held = self.narrated.borrow_mut();
+            held.push_str(text);
+            match held.rfind('\n') {
+                Some(end) => held.drain(..=end).collect::<String>(),
+                None => return,
+            }
+        };
+        self.narration(&lines);
+    }
+
+    /// Lines of narration on stderr, above a live display if one is shown.
+    fn narration(&self, lines: &str) {
+        for line in printable(lines).lines() {
+            match self.live.borrow().as_ref() {
+                Some(multi) => {
+                    let _ = multi.println(line);
+                }
+                None => {
+                    let _ = writeln!(std::io::stderr(), "{line}");
+                }
+            }
+        }
+    }
+
+    /// A run's final answer: on stdout when it was not streamed there (stdout is not a
+    /// terminal), so `offshoot prompt … > answer.txt` captures it and nothing else.
+    pub fn answer(&self, text: &str) {
+        self.end_narration();
+        if self.json || std::io::stdout().is_terminal() || text.trim().is_empty() {
+            return;
+        }
+        let text = printable(text);
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
+    }
+
+    /// Ends narration with what is left of its last line.
+    fn end_narration(&self) {
+        let rest = std::mem::take(&mut *self.narrated.borrow_mut());
+        if !rest.is_empty() {
+            self.narration(&rest);
+        }
+    }
+
+    /// One line of product on stdout in the terminal's style `code` (an SGR parameter:
+    /// `1` bold, `31` red…): the style is the verb's own, the line's text is shown as
+    /// text (an escape sequence in it is written out, never sent).
+    pub fn styled_line(&self, code: &str, line: &str) {
+        let text = printable(line);
+        self.end_stream();
+        self.around_live(|| {
+            let _ = writeln!(std::io::stdout(), "\x1b[{code}m{text}\x1b[0m");
+        });
+    }
+
     /// Ends a streamed answer with a newline if it lacks one.
     pub fn end_stream(&self) {
+        self.end_narration();
         let held = std::mem::take(&mut *self.held.borrow_mut());
         if self.open_line.replace(false) {
             self.around_live(|| {

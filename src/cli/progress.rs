@@ -127,7 +127,7 @@ impl Observer for Live<'_> {
         }
         let out = &self.ctx.out;
         match event {
-            Event::Delta(Delta::Text(text)) => out.stream(text),
+            Event::Delta(Delta::Text(text)) => out.narrate(text),
             Event::Delta(_) => {}
             Event::Delivered { sender } if sender != "user" => out.progress(&format!("· message from `{sender}`")),
             Event::Delivered { .. } => {}
@@ -235,6 +235,9 @@ fn attach_holding(
     let mut end = end.to_value();
     match result {
         Ok(RunEnd::Answered { text }) => {
+            if live.worked {
+                ctx.out.answer(&text);
+            }
             if !live.worked && !ctx.out.json {
                 ctx.out.progress(&format!("· nothing is due for `{id}`: it has answered and has no new messages"));
             } else if text.trim().is_empty() && !ctx.out.json {

@@ -16,6 +16,7 @@ mod door;
 mod errors;
 mod faults;
 mod fuzz;
+mod headless;
 mod hints;
 mod input;
 mod json;

@@ -38,7 +38,9 @@ print(json.dumps({"type": "output", "content": [{"type": "text", "text": said}],
     let started = Instant::now();
     let run = t.run(&["prompt", &goal]);
     let out = run.ok();
-    assert!(out.starts_with("xxxx") && out.contains("read "), "{}", &out[out.len().saturating_sub(200)..]);
+    // The answer alone on stdout; what streamed before it is narration, on stderr.
+    assert_eq!(out, "read 100000 bytes of goal\n".replace("100000", &out[5..out.find(" bytes").unwrap_or(5)]));
+    assert!(run.stderr.contains(&"x".repeat(300_000)), "{}", &run.stderr[..run.stderr.len().min(300)]);
     assert!(started.elapsed() < Duration::from_secs(30));
 }
 

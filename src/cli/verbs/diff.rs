@@ -43,7 +43,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         if code.is_empty() {
             ctx.out.stream(&format!("{line}\n"));
         } else {
-            ctx.out.stream(&format!("\x1b[{code}m{line}\x1b[0m\n"));
+            ctx.out.styled_line(code, line);
         }
     }
     Ok(())

@@ -1,0 +1,43 @@
+//! The headless contract: what scripts get from `prompt`, `send` and `run` (the answer
+//! alone on stdout; narration, progress and notes on stderr or as `--json` events).
+
+use crate::support::server::Turn;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+#[test]
+fn stdout_carries_the_final_answer_alone_and_the_narration_goes_to_stderr() {
+    let (server, t) = TestWorkspace::served("headless-answer", Dialect::Anthropic);
+    let narrated = |text: &str, id: &str, command: &str| Turn { text: Some(text.into()), ..Turn::bash(id, command) };
+    server.push_turns([
+        narrated("Running step 1.", "s1", "echo one"),
+        narrated("Running step 2.\nStill going.", "s2", "echo two"),
+        Turn::text("The answer is 42.\nOn two lines."),
+    ]);
+    let run = t.run(&["prompt", "find the answer"]);
+    assert_eq!(run.ok(), "The answer is 42.\nOn two lines.\n");
+    for said in ["Running step 1.", "Running step 2.", "Still going.", "· step 3", "· total: 3 calls"] {
+        assert!(run.stderr.contains(said), "{said} not on stderr:\n{}", run.stderr);
+    }
+    // `send` and `run` the same.
+    let id = t.only_agent();
+    server.push_turns([narrated("Checking.", "s3", "echo three"), Turn::text("Still 42.")]);
+    let run = t.run(&["send", &id, "check it"]);
+    assert_eq!(run.ok(), "Still 42.\n");
+    assert!(run.stderr.contains("Checking."), "{}", run.stderr);
+}
+
+#[test]
+fn diff_on_a_terminal_colours_its_lines_and_shows_an_escape_in_them_as_text() {
+    let (server, t, _repo) = crate::project::project("headless-diff-colour");
+    server.push_turns([Turn::bash("c1", "printf 'plain\\n\\033]0;title\\007\\n' >> b.txt"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Painter", "change b"]).ok();
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color").env_remove("NO_COLOR").args(["diff", "Painter"]);
+    let pty = crate::support::pty::Pty::spawn(command, 120, 40);
+    pty.wait_for("+plain");
+    let raw = String::from_utf8_lossy(&pty.raw()).into_owned();
+    // The verb's own styles reach the terminal as styles…
+    assert!(raw.contains("\x1b[1m+++ b/b.txt\x1b[0m") && raw.contains("\x1b[32m+plain\x1b[0m"), "{raw:?}");
+    // …and what the agent wrote is shown, never obeyed.
+    assert!(!raw.contains("\x1b]0;title") && raw.contains("\\x1b]0;title\\x07"), "{raw:?}");
+}
