@@ -34,6 +34,12 @@ pub fn tokens(usage: &Usage) -> u64 {
     usage.input.unwrap_or(0) + usage.output.unwrap_or(0)
 }
 
+/// `usd` to the nano-dollar: what is shown and printed as JSON, without the noise sums
+/// of binary fractions carry (`0.0039000000000000007`).
+pub fn usd(usd: f64) -> f64 {
+    (usd * 1e9).round() / 1e9
+}
+
 /// The cost of one call in US dollars.
 pub fn cost(usage: &Usage, price: &Price) -> f64 {
     let read = usage.cache_read.unwrap_or(0);
@@ -161,6 +167,15 @@ pub fn any_set(budgets: &BudgetConfig) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollars_are_kept_to_the_nano_dollar_without_binary_noise() {
+        assert_eq!((0.1_f64 + 0.2).to_string(), "0.30000000000000004");
+        assert_eq!(usd(0.1 + 0.2).to_string(), "0.3");
+        assert_eq!(usd(0.0039000000000000007).to_string(), "0.0039");
+        assert_eq!(usd(0.000_000_000_4), 0.0);
+        assert_eq!(usd(12.345_678_901_2).to_string(), "12.345678901");
+    }
 
     fn usage(input: u64, output: u64, read: u64, write: u64) -> Usage {
         Usage {

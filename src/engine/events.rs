@@ -212,7 +212,7 @@ pub fn record(event: &Event<'_>) -> Option<Record> {
             Record::Step { step: *step, provider: owned(provider), model: owned(model) }
         }
         Event::Usage { step, usage, cost_usd } => {
-            Record::Usage { step: *step, usage: (*usage).clone(), cost_usd: *cost_usd }
+            Record::Usage { step: *step, usage: (*usage).clone(), cost_usd: cost_usd.map(crate::domain::budget::usd) }
         }
         Event::AttemptFailed { attempt, error, retry_in_ms } => {
             Record::AttemptFailed { attempt: *attempt, error: owned(error), retry_in_ms: *retry_in_ms }

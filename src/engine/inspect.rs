@@ -117,7 +117,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             .entry(facts.lineage.clone())
             .or_insert_with(|| ws.config(&facts.lineage).ok().map(|(_, c)| Rc::new(c)))
             .clone();
-        let cost_usd = config.as_ref().and_then(|c| own.spend(c).cost_usd);
+        let cost_usd = config.as_ref().and_then(|c| own.spend(c).cost_usd).map(crate::domain::budget::usd);
         // How full its context was at its last call: the prompt tokens it reported.
         let context_tokens = entries.iter().rev().find_map(|e| match e {
             Entry::Output { output, .. } => output.usage.input,

@@ -172,13 +172,19 @@ fn every_verb_prints_json_lines_of_its_documented_objects() {
         assert!(run.code == 0 || name == "config validate", "{args:?}: {}", run.stderr);
         let values = lines(&run);
         assert!(!values.is_empty(), "{args:?} printed nothing");
+        // Costs to the nano-dollar, never with a sum's binary noise.
+        for cost in run.stdout.split("\"cost_usd\":").skip(1) {
+            let number: String = cost.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+            let decimals = number.split_once('.').map_or(0, |(_, d)| d.len());
+            assert!(decimals <= 9, "{args:?}: cost {number}");
+        }
         for v in &values {
             conforms(v, name, &objects);
         }
         values
     };
-    check(&["ls"], "ls");
-    check(&["tree"], "tree");
+    assert!(check(&["ls"], "ls").iter().all(|v| v["type"] == "ls"));
+    assert!(check(&["tree"], "tree").iter().all(|v| v["type"] == "tree"));
     let log = check(&["log", "Kim"], "log");
     assert_eq!(
         log.iter().map(|e| e["side"].as_str().unwrap_or("")).collect::<Vec<_>>(),

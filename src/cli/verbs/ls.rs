@@ -12,7 +12,11 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let states = inspect::states(&ws)?;
     if ctx.out.json {
         for s in &states {
-            ctx.out.event(&serde_json::to_value(s).unwrap_or_default());
+            let mut line = serde_json::Map::from_iter([("type".to_owned(), "ls".into())]);
+            if let serde_json::Value::Object(fields) = serde_json::to_value(s).unwrap_or_default() {
+                line.extend(fields);
+            }
+            ctx.out.event(&line.into());
         }
         return Ok(());
     }

@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
+use crate::domain::budget::usd;
 use crate::domain::id::AgentId;
 use crate::engine::agents;
 use crate::engine::inspect::{self, AgentState};
@@ -108,12 +109,12 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
     let below = forest.below(id);
     if ctx.out.json {
         ctx.out.event(&json!({
-            "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent, "depth": depth,
-            "steps": own.steps, "tokens": own.tokens, "cost_usd": own.cost_usd,
+            "type": "tree", "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent, "depth": depth,
+            "steps": own.steps, "tokens": own.tokens, "cost_usd": own.cost_usd.map(usd),
             "context_tokens": s.context_tokens, "context_window": s.context_window,
             "compactions": s.compactions,
             "tree": {"agents": count(forest, id), "steps": own.steps + below.steps, "tokens": own.tokens + below.tokens,
-                     "cost_usd": own.cost_usd.zip(below.cost_usd).map(|(a, b)| a + b)},
+                     "cost_usd": own.cost_usd.zip(below.cost_usd).map(|(a, b)| usd(a + b))},
         }));
     } else {
         let name = s.name.as_deref().map(|n| format!(" {n}")).unwrap_or_default();
