@@ -2,9 +2,12 @@
 //! tool call or step on stderr; JSON events with `--json`), and launching a
 //! detached driver.
 
+use std::collections::HashMap;
+
 use serde_json::json;
 
 use crate::domain::id::AgentId;
+use crate::engine::budget::Records;
 use crate::engine::driver::{self, RunEnd};
 use crate::engine::events::{self, Event, Observer};
 use crate::engine::interrupt::{Disposition, Reason};
@@ -23,7 +26,7 @@ struct Live<'a> {
     agent: String,
     /// Whether the driver did anything (delivered, settled or called the model).
     worked: bool,
-    /// What this run's model calls used, for the line at its end.
+    /// What this run's model calls used (the agent's own, from its events).
     spent: Spent,
     /// JSON events of an agent this command just made, held (its `agent` event first)
     /// until its first call succeeds: an agent removed again is never announced.
@@ -33,6 +36,8 @@ struct Live<'a> {
 /// The sum of a run's model calls; the cost is known while every call was priced.
 #[derive(Default)]
 struct Spent {
+    /// Agents that made calls (the attached one and those below it).
+    agents: u32,
     calls: u32,
     input: u64,
     cached: u64,
@@ -42,6 +47,40 @@ struct Spent {
 }
 
 impl Spent {
+    /// What the tree of `id` spent since `before` (each agent's step count then): the
+    /// calls this run made and those of the agents below it meanwhile, from their step
+    /// records.
+    fn of_tree(ws: &Workspace, id: &AgentId, before: &HashMap<String, usize>) -> Spent {
+        let tip = ws.repo.branch_tip(&id.branch()).ok().flatten();
+        let facts = tip.and_then(|t| crate::engine::snapshot::read_facts(&ws.repo, t).ok());
+        let config = facts.and_then(|f| ws.config(&f.lineage).ok()).map(|(_, c)| c);
+        let mut spent = Spent::default();
+        for agent in Records::default().tree(&ws.layout, id) {
+            let new = &agent.steps[before.get(&agent.id).copied().unwrap_or(0).min(agent.steps.len())..];
+            if new.is_empty() {
+                continue;
+            }
+            spent.agents += 1;
+            for step in new {
+                let price = config.as_ref().and_then(|c| c.prices.get(&step.model));
+                spent.add(&step.usage, price.map(|p| crate::domain::budget::cost(&step.usage, p)));
+            }
+        }
+        spent
+    }
+
+    /// Each agent's step count in the tree of `id` now.
+    fn counts(ws: &Workspace, id: &AgentId) -> HashMap<String, usize> {
+        Records::default().tree(&ws.layout, id).into_iter().map(|a| (a.id, a.steps.len())).collect()
+    }
+
+    /// The totals as fields of a run's `end` event.
+    fn fields(&self) -> serde_json::Value {
+        let cost = if self.unpriced { None } else { self.cost_usd.map(crate::domain::budget::usd) };
+        json!({"agents": self.agents, "steps": self.calls, "input_tokens": self.input,
+            "cached_tokens": self.cached, "output_tokens": self.output, "cost_usd": cost})
+    }
+
     fn add(&mut self, usage: &crate::infra::provider::Usage, cost_usd: Option<f64>) {
         self.calls += 1;
         self.input += usage.input.unwrap_or(0);
@@ -88,18 +127,19 @@ impl Live<'_> {
         }
     }
 
-    /// The line closing a run that called the model: what all its calls used.
-    fn totals(&self) {
-        let s = &self.spent;
+    /// The line closing a run that called the model: what all its calls used, those of
+    /// the agents below it included (`s`).
+    fn totals(&self, s: &Spent) {
         if s.calls == 0 || self.ctx.out.json {
             return;
         }
         let cost = if s.unpriced { None } else { s.cost_usd };
         let calls = if s.calls == 1 { "1 call".to_owned() } else { format!("{} calls", s.calls) };
+        let by = if s.agents > 1 { format!(" by {} agents", s.agents) } else { String::new() };
         let unpriced = if s.unpriced && s.cost_usd.is_some() { " (some calls unpriced)" } else { "" };
         self.ctx
             .out
-            .progress(&format!("· total: {calls}, {}{unpriced}", usage_words(s.input, s.cached, s.output, cost)));
+            .progress(&format!("· total: {calls}{by}, {}{unpriced}", usage_words(s.input, s.cached, s.output, cost)));
     }
 }
 
@@ -219,6 +259,8 @@ fn attach_holding(
         None if ctx.out.json => View::Json,
         None => View::Lines,
     };
+    // (The tree's step counts now: what it spends from here on is this run's.)
+    let before = follow.then(|| Spent::counts(ws, id));
     let follower = follow.then(|| Follower::start(ws.layout.root(), id, view));
     let result = if fresh { driver::run_fresh(ws, &rt, id, &mut live) } else { driver::run(ws, &rt, id, &mut live) };
     if let Some(follower) = follower {
@@ -230,9 +272,17 @@ fn attach_holding(
     if !fresh_removed {
         live.release();
     }
-    live.totals();
+    // The whole tree's, for a command someone watches; a launched driver's own.
+    let spent = match &before {
+        Some(before) if !fresh_removed => Spent::of_tree(ws, id, before),
+        _ => std::mem::take(&mut live.spent),
+    };
+    live.totals(&spent);
     let end = events::Line { record: events::Record::End(driver::end_event(result.as_ref())), agent: id.to_string() };
     let mut end = end.to_value();
+    if let (Some(fields), serde_json::Value::Object(end)) = (spent.fields().as_object(), &mut end) {
+        end.extend(fields.clone());
+    }
     match result {
         Ok(RunEnd::Answered { text }) => {
             if live.worked {

@@ -54,6 +54,8 @@ fn a_parent_dispatches_two_children_gets_their_work_and_results_and_ends() {
     // together; a result after that wakes the parent again.)
     assert!(["one is back\n", "both are back\n"].contains(&out), "{out}");
     assert!(run.stderr.contains("waiting for my children"), "{}", run.stderr);
+    // Its totals count the children's calls.
+    assert!(run.stderr.contains(" by 3 agents, "), "{}", run.stderr);
     let boss = t.id_of("Boss");
     // Each child's id is the parent's plus `.N`, and its result came once.
     let (a, b) = (t.id_of("KidA"), t.id_of("KidB"));

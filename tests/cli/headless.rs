@@ -41,3 +41,45 @@ fn diff_on_a_terminal_colours_its_lines_and_shows_an_escape_in_them_as_text() {
     // …and what the agent wrote is shown, never obeyed.
     assert!(!raw.contains("\x1b]0;title") && raw.contains("\\x1b]0;title\\x07"), "{raw:?}");
 }
+
+#[test]
+fn a_runs_totals_count_the_agents_it_dispatched_on_stderr_and_in_the_end_event() {
+    let (server, t) = TestWorkspace::served("headless-totals", Dialect::Anthropic);
+    let two = Turn {
+        calls: ["KidA", "KidB"]
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let input = serde_json::json!({"role": "worker", "goal": "say hi", "name": name});
+                (format!("d{i}"), "dispatch".to_owned(), input.to_string())
+            })
+            .collect(),
+        ..Turn::default()
+    };
+    server.push_for("Boss", [two, Turn::text("waiting"), Turn::text("one back"), Turn::text("both back")]);
+    for kid in ["KidA", "KidB"] {
+        server.push_for(kid, [Turn::bash("k1", "echo hi"), Turn::text("hi")]);
+    }
+    let run = t.run(&["--json", "prompt", "--name", "Boss", "lead"]);
+    let end: serde_json::Value = serde_json::from_str(run.ok().lines().last().expect("an end event")).expect("json");
+    assert_eq!(end["type"], "end");
+    // The same as `tree` says of the whole tree (made by this run alone).
+    let tree = t.run(&["--json", "tree"]).ok().to_owned();
+    let root: serde_json::Value = serde_json::from_str(tree.lines().next().expect("the root")).expect("json");
+    let sum = &root["tree"];
+    assert_eq!(end["agents"], 3, "{end}");
+    assert_eq!(end["steps"], sum["steps"], "{end} vs {sum}");
+    let tokens = end["input_tokens"].as_u64().expect("in") + end["output_tokens"].as_u64().expect("out");
+    assert_eq!(serde_json::Value::from(tokens), sum["tokens"], "{end} vs {sum}");
+    assert_eq!(end["cost_usd"], sum["cost_usd"], "{end} vs {sum}");
+    assert!(end["cached_tokens"].is_u64());
+    // In words on stderr too.
+    server.push_for("Boss", [Turn::text("again")]);
+    let again = t.run(&["send", "Boss", "once more"]);
+    assert!(again.stderr.contains("· total: 1 call, 100 in, 10 out"), "{}", again.stderr);
+    assert!(!again.stderr.contains("agents"), "{}", again.stderr);
+    let steps = sum["steps"].as_u64().expect("steps");
+    let first = t.run(&["log", "Boss"]);
+    assert!(first.ok().contains("both back") || first.stdout.contains("one back"));
+    assert!(steps >= 6, "{steps}");
+}
