@@ -221,6 +221,17 @@ impl Out {
         }
     }
 
+    /// A note about a run for the user (what was left out of it, why nothing happened):
+    /// a progress line, or with `--json` a `note` event, so a script sees every note a
+    /// person would.
+    pub fn note(&self, agent: Option<&str>, text: &str) {
+        if self.json {
+            self.event(&serde_json::json!({"type": "note", "agent": agent, "text": text}));
+        } else {
+            self.progress(&format!("· {text}"));
+        }
+    }
+
     /// One line for the user from any thread (a signal's watcher), on stderr; with
     /// `--json`, `event` on stdout instead.
     pub fn from_any_thread(json: bool, line: &str, event: &Value) {

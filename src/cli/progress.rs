@@ -288,11 +288,14 @@ fn attach_holding(
             if live.worked {
                 ctx.out.answer(&text);
             }
-            if !live.worked && !ctx.out.json {
-                ctx.out.progress(&format!("· nothing is due for `{id}`: it has answered and has no new messages"));
-            } else if text.trim().is_empty() && !ctx.out.json {
-                ctx.out.progress(&format!(
-                    "· `{id}` answered with no content (an empty answer ends its turn; `offshoot send {id} \"…\"` asks again)"
+            if !live.worked {
+                ctx.out.note(
+                    Some(id.as_str()),
+                    &format!("nothing is due for `{id}`: it has answered and has no new messages"),
+                );
+            } else if text.trim().is_empty() {
+                ctx.out.note(Some(id.as_str()), &format!(
+                    "`{id}` answered with no content (an empty answer ends its turn; `offshoot send {id} \"…\"` asks again)"
                 ));
             }
             if ctx.out.json {

@@ -83,3 +83,23 @@ fn a_runs_totals_count_the_agents_it_dispatched_on_stderr_and_in_the_end_event()
     assert!(first.ok().contains("both back") || first.stdout.contains("one back"));
     assert!(steps >= 6, "{steps}");
 }
+
+#[test]
+fn every_note_of_a_text_run_is_an_event_in_json_mode() {
+    let (server, t, _repo) = crate::project::project("headless-notes");
+    server.push_turns([Turn::text("done")]);
+    let text = t.run(&["prompt", "--name", "Worded", "go"]);
+    let said = "your uncommitted changes are not included (a.txt); `--with-changes` takes them along";
+    assert!(!text.ok().contains(said), "{}", text.stdout);
+    assert!(text.stderr.contains(said), "{}", text.stderr);
+    server.push_turns([Turn::text("done")]);
+    let json = t.run(&["--json", "prompt", "--name", "Evented", "go"]);
+    let events: Vec<serde_json::Value> = json.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let notes: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "note").collect();
+    assert_eq!(notes.len(), 1, "{events:?}");
+    assert!(notes[0]["text"].as_str().expect("text").ends_with(said), "{}", notes[0]);
+    assert!(json.stderr.is_empty(), "{}", json.stderr);
+    // Nothing due: said in both.
+    let idle = t.run(&["--json", "run", "Evented"]);
+    assert!(idle.ok().contains(r#""type":"note""#) && idle.stdout.contains("nothing is due"), "{}", idle.stdout);
+}

@@ -62,9 +62,6 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 /// Says where in the project the agent starts, and which uncommitted changes stay
 /// behind (or go along).
 fn say_start(ctx: &Ctx, start: &ProjectStart, left: &[String], with_changes: bool) {
-    if ctx.out.json {
-        return;
-    }
     let short = &start.base.to_string()[..12];
     let list = |paths: &[String]| {
         let shown: Vec<&str> = paths.iter().take(5).map(String::as_str).collect();
@@ -73,11 +70,14 @@ fn say_start(ctx: &Ctx, start: &ProjectStart, left: &[String], with_changes: boo
     };
     if with_changes && !start.changes.is_empty() {
         let paths: Vec<String> = start.changes.iter().map(|(p, _)| p.clone()).collect();
-        ctx.out.progress(&format!("· starting from {short} with your uncommitted changes: {}", list(&paths)));
+        ctx.out.note(None, &format!("starting from {short} with your uncommitted changes: {}", list(&paths)));
     } else if !left.is_empty() {
-        ctx.out.progress(&format!(
-            "· starting from {short}; your uncommitted changes are not included ({}); `--with-changes` takes them along",
-            list(left)
-        ));
+        ctx.out.note(
+            None,
+            &format!(
+                "starting from {short}; your uncommitted changes are not included ({}); `--with-changes` takes them along",
+                list(left)
+            ),
+        );
     }
 }
