@@ -9,12 +9,32 @@ pub struct Redactor {
     secrets: Vec<(String, String)>,
 }
 
+/// Whether `value` can be a secret worth hiding: 12 characters or more, or 8 or more
+/// that are not a word (at least 3 bits of entropy a character, as a random string
+/// has). A placeholder a local server takes (`test`, `EMPTY`, `ollama`, `x`) is not: hidden,
+/// every ordinary word it occurs in would be mangled, in what the model reads too.
+pub fn could_be_secret(value: &str) -> bool {
+    let n = value.chars().count();
+    n >= 12 || (n >= 8 && entropy(value) >= 3.0)
+}
+
+/// Shannon entropy of `text`'s characters, in bits a character.
+fn entropy(text: &str) -> f64 {
+    let mut counts = std::collections::HashMap::new();
+    for c in text.chars() {
+        *counts.entry(c).or_insert(0u32) += 1;
+    }
+    let n = text.chars().count() as f64;
+    counts.values().map(|&k| f64::from(k) / n).map(|p| -p * p.log2()).sum()
+}
+
 impl Redactor {
-    /// `values` are (label, value) pairs; empty values are ignored.
+    /// `values` are (label, value) pairs; values that cannot be secrets
+    /// ([`could_be_secret`]) are left alone.
     pub fn new(values: impl IntoIterator<Item = (String, String)>) -> Redactor {
         let mut secrets: Vec<(String, String)> = values
             .into_iter()
-            .filter(|(_, v)| !v.is_empty())
+            .filter(|(_, v)| could_be_secret(v))
             .map(|(label, value)| (value, format!("[redacted: the value of {label}]")))
             .collect();
         // Longest first, so a value that contains another is replaced whole.
@@ -125,6 +145,21 @@ impl<W: Write> Write for Redacting<'_, W> {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn keys_are_hidden_and_placeholders_and_words_never() {
+        for key in
+            ["sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789", "sk-proj-Xk29fQ", "a8Fq2Lz9", "AKIAIOSFODNN7EXAMPLE"]
+        {
+            assert!(could_be_secret(key), "{key}");
+        }
+        for word in ["", "x", "test", "EMPTY", "ollama", "dummy", "none", "password", "aaaaaaaaaa", "abababab"] {
+            assert!(!could_be_secret(word), "{word}");
+        }
+        let r = Redactor::new([("ANTHROPIC_API_KEY".to_owned(), "test".to_owned())]);
+        assert_eq!(r.redact("running cargo test: 12 tests"), "running cargo test: 12 tests");
+        assert!(r.is_empty());
+    }
 
     #[test]
     fn values_are_replaced_by_their_labels_even_across_writes() {

@@ -103,3 +103,16 @@ fn every_note_of_a_text_run_is_an_event_in_json_mode() {
     let idle = t.run(&["--json", "run", "Evented"]);
     assert!(idle.ok().contains(r#""type":"note""#) && idle.stdout.contains("nothing is due"), "{}", idle.stdout);
 }
+
+#[test]
+fn a_placeholder_key_is_not_redacted_out_of_ordinary_words() {
+    let (server, mut t) = TestWorkspace::served("headless-placeholder", Dialect::Anthropic);
+    t.env("ANTHROPIC_API_KEY", "test");
+    server.push_turns([Turn::bash("c1", "echo running cargo test: 12 tests"), Turn::text("the tests pass")]);
+    let run = t.run(&["prompt", "run the tests"]);
+    assert_eq!(run.ok(), "the tests pass\n");
+    assert_eq!(server.requests()[0].header("x-api-key"), Some("test"));
+    let seen = server.result_text(1);
+    assert!(seen.contains("running cargo test: 12 tests"), "{seen}");
+    assert!(!seen.contains("redacted"), "{seen}");
+}
