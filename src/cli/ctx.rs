@@ -80,6 +80,28 @@ impl Ctx {
         self.workspace.as_ref()
     }
 
+    /// Says there are no agents in `ws`, and where the demo's are when one ran (its
+    /// workspace is its own, made under the data root).
+    pub fn no_agents(&self, ws: &Workspace) {
+        let demo = std::fs::read_dir(self.data_root.join("workspaces"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("demo-"))
+            .map(|e| e.path())
+            .filter(|p| p != ws.layout.root())
+            .max();
+        let line = match demo {
+            Some(demo) => format!(
+                "· no agents yet in {}; the demo's are in its own workspace: `export OFFSHOOT_WORKSPACE={}`",
+                ws.layout.root().display(),
+                demo.display()
+            ),
+            None => "· no agents yet; start one with `offshoot prompt \"…\"`, or `offshoot` for a chat".to_owned(),
+        };
+        self.out.progress(&line);
+    }
+
     /// The config a new workspace starts with: embedded defaults, overridden by
     /// files in `<config-root>/template/`.
     pub fn template(&self) -> Result<ConfigFiles, CliError> {

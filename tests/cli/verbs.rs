@@ -10,7 +10,7 @@ fn demo_runs_with_no_identity_and_no_key() {
     let t = TestWorkspace::new("demo");
     let run = t.run_bare(&["demo"]);
     assert!(run.ok().contains("REPORT.md is written"), "{}", run.stdout);
-    assert!(run.stderr.contains("Where to look:") && run.stderr.contains("offshoot -w"), "{}", run.stderr);
+    assert!(run.stderr.contains("Where to look (") && run.stderr.contains("export OFFSHOOT_WORKSPACE="), "{}", run.stderr);
     let demos: Vec<_> = std::fs::read_dir(t.home.join("workspaces")).expect("ls").flatten().collect();
     assert_eq!(demos.len(), 1);
     let ws = demos[0].path();
@@ -45,6 +45,30 @@ fn demo_runs_with_no_identity_and_no_key() {
     assert!(run.stderr.contains("compaction 1 landed"), "{}", run.stderr);
     let summary = std::fs::read_to_string(agent.join(".offshoot/summary/0001.md")).expect("summary");
     assert!(summary.contains("CpuScout") && summary.contains("MemScout"), "{summary}");
+
+    // Its hints run as printed, in one shell, with `offshoot` on the PATH.
+    let bin = t.root.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_offshoot"), bin.join("offshoot")).expect("link");
+    let hints: Vec<&str> = run.stderr.lines().skip_while(|l| !l.starts_with("Try")).skip(1).map(str::trim).collect();
+    assert!(hints[0].starts_with("export OFFSHOOT_WORKSPACE=") && hints.len() >= 8, "{hints:?}");
+    assert!(hints.iter().all(|h| h.chars().count() <= 100), "{hints:?}");
+    for hint in &hints[1..] {
+        let script = format!("{}\n{hint}", hints[0]);
+        let o = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()))
+            .env("OFFSHOOT_HOME", &t.home)
+            .env("HOME", &t.home)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .current_dir(&t.root)
+            .output()
+            .expect("sh");
+        assert!(o.status.success(), "{hint}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    // `ls` in the default workspace says where the demo's agents are.
+    let ls = t.run_bare(&["ls"]);
+    assert!(ls.stderr.contains(&format!("the demo's are in its own workspace: `export OFFSHOOT_WORKSPACE={}`", ws.display())), "{}", ls.stderr);
 }
 
 #[test]

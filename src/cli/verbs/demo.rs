@@ -85,25 +85,25 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let id = agents::create_root(&ws, "worker", "default", &spawn)?;
     progress::launch(ctx, &ws, &id, false, false)?;
     let w = root.display();
+    // Short, and runnable as printed once the first line has pointed the shell at the
+    // workspace.
     let lines = [
         String::new(),
-        "Where to look:".into(),
+        format!("Where to look (the demo's workspace is {w}):"),
         format!(
-            "  {w}/agents/{id}/            the agent's directory (REPORT.md and CHECK.md are its work; CPU.md and MEMORY.md its helpers')"
+            "  agents/{id}/            the agent's directory (REPORT.md and CHECK.md are its work; CPU.md and MEMORY.md its helpers')"
         ),
-        format!("  {w}/agents/{id}/.offshoot/  goal, soul, tool schemas and the transcript"),
-        format!("  {w}/steps/{id}/             each step's request, raw response and tool output"),
-        "Try:".into(),
-        format!("  offshoot -w {w} tree                                        (the agent and its two helpers)"),
-        format!("  offshoot -w {w} ls"),
-        format!("  offshoot -w {w} log {id}"),
-        format!("  offshoot -w {w} show {id} --step 2 --request"),
-        format!(
-            "  offshoot -w {w} show {id} --compaction 1                      (what its compaction replaced with a summary)"
-        ),
-        format!("  git --git-dir {w}/repo.git log --oneline --stat agents/{id}    (the harness's record)"),
-        format!("  git -C {w}/agents/{id} status                                   (the agent's own git)"),
-        format!("  offshoot -w {w} fork --from agents/{id}~2 \"Check the report once more\""),
+        format!("  agents/{id}/.offshoot/  goal, soul, tool schemas and the transcript"),
+        format!("  steps/{id}/             each step's request, raw response and tool output"),
+        "Try (the first line points this shell at the demo's workspace):".into(),
+        format!("  export OFFSHOOT_WORKSPACE={w}"),
+        "  offshoot tree                                   # the agent and its two helpers".into(),
+        "  offshoot log DemoReport".into(),
+        "  offshoot show DemoReport --step 2 --request".into(),
+        "  offshoot show DemoReport --compaction 1         # what its compaction replaced".into(),
+        format!("  git --git-dir \"$OFFSHOOT_WORKSPACE/repo.git\" log --oneline --stat agents/{id}"),
+        format!("  git -C \"$OFFSHOOT_WORKSPACE/agents/{id}\" status   # the agent's own git"),
+        "  offshoot fork --from DemoReport~2 \"Check the report once more\"".into(),
     ];
     for line in lines {
         ctx.out.progress(&line);

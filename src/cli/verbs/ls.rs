@@ -21,7 +21,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     if states.is_empty() {
-        ctx.out.progress("· no agents yet; start one with `offshoot prompt \"…\"`");
+        ctx.no_agents(&ws);
         return Ok(());
     }
     let width = |of: &dyn Fn(&inspect::AgentState) -> usize, header: &str| {

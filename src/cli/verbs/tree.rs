@@ -92,7 +92,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         None => forest.roots(),
     };
     if roots.is_empty() {
-        ctx.out.progress("· no agents yet; start one with `offshoot prompt \"…\"`");
+        ctx.no_agents(&ws);
         return Ok(());
     }
     for root in roots {
