@@ -43,6 +43,20 @@ fn main() {
         took.as_secs_f64(),
         100.0 * cpu / took.as_secs_f64()
     );
+    // Lines into the scrollback: `/help`'s, from Enter to the last of them on the screen.
+    let mut took = Vec::new();
+    for _ in 0..5 {
+        let from = chat.raw().len();
+        let at = Instant::now();
+        chat.type_in("/help\r");
+        while !String::from_utf8_lossy(&chat.raw()[from..]).contains("stopped)") {
+            assert!(at.elapsed() < Duration::from_secs(20), "/help never shown");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        took.push(at.elapsed());
+    }
+    took.sort();
+    println!("`/help` (16 lines into the scrollback) shown in {:.1} ms (median of 5)", took[2].as_secs_f64() * 1000.0);
     chat.type_in("\x04");
     let _ = chat.child.wait();
     let _ = std::fs::remove_dir_all(&root);

@@ -57,11 +57,13 @@ impl Spent {
         let mut spent = Spent::default();
         for agent in Records::default().tree(&ws.layout, id) {
             let new = &agent.steps[before.get(&agent.id).copied().unwrap_or(0).min(agent.steps.len())..];
-            if new.is_empty() {
+            // (A call that failed every attempt has no usage: it is the error's to tell.)
+            let answered: Vec<_> = new.iter().filter(|s| s.usage != crate::infra::provider::Usage::default()).collect();
+            if answered.is_empty() {
                 continue;
             }
             spent.agents += 1;
-            for step in new {
+            for step in answered {
                 let price = config.as_ref().and_then(|c| c.prices.get(&step.model));
                 spent.add(&step.usage, price.map(|p| crate::domain::budget::cost(&step.usage, p)));
             }

@@ -347,6 +347,13 @@ impl Observer for Logged<'_> {
         match &event {
             Event::Delta(Delta::Text(text)) => self.stream(text),
             Event::Delta(_) => {}
+            // The attempt's text is not an answer: the next attempt streams its own.
+            Event::AttemptFailed { .. } => {
+                self.text.clear();
+                if let Some(value) = to_json(&self.agent, &event) {
+                    self.append(&value);
+                }
+            }
             other => {
                 if let Some(value) = to_json(&self.agent, other) {
                     self.append(&value);
@@ -360,6 +367,46 @@ impl Observer for Logged<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_streams_as_deltas_and_a_failed_attempts_text_is_never_logged_as_an_answer() {
+        struct Nobody;
+        impl Observer for Nobody {
+            fn event(&mut self, _: Event<'_>) {}
+        }
+        let dir = std::env::temp_dir().join(format!("offshoot-events-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut nobody = Nobody;
+        let mut logged = Logged::new(&dir, "a", &mut nobody);
+        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m" });
+        logged.event(Event::Delta(&Delta::Text("half an ans".into())));
+        logged.event(Event::AttemptFailed { attempt: 1, error: "reset", retry_in_ms: Some(10) });
+        for piece in ["The ", "answer."] {
+            logged.event(Event::Delta(&Delta::Text(piece.into())));
+        }
+        logged.end(End::FinalResponse { text: "The answer.".into() });
+        let text = std::fs::read_to_string(dir.join(FILE)).expect("events");
+        let records: Vec<Record> = text.lines().filter_map(|l| Line::parse(l.as_bytes())).map(|l| l.record).collect();
+        let texts: Vec<&str> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["The answer."], "{text}");
+        // The first piece of each attempt is written at once (later ones within 50 ms wait
+        // for the whole).
+        let deltas: Vec<&str> = records
+            .iter()
+            .filter_map(|r| match r {
+                Record::TextDelta { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deltas, ["half an ans", "The "], "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_line_reads_back_as_it_was_written_with_its_type_first_and_its_agent_last() {

@@ -23,7 +23,7 @@ pub enum ProjectError {
     UnknownBase(String),
     #[error("agent `{0}` did not start from the project (it was made before the workspace had one)")]
     NoBase(String),
-    #[error("`{0}` is not a valid branch name")]
+    #[error("`{0}` is not a valid branch name (git's rules for refs; not `HEAD`, not starting with `-` or `refs/`)")]
     BadBranch(String),
     #[error("branch `{0}` is checked out in the project; export to another with `--branch`")]
     CheckedOut(String),

@@ -116,3 +116,18 @@ fn a_placeholder_key_is_not_redacted_out_of_ordinary_words() {
     assert!(seen.contains("running cargo test: 12 tests"), "{seen}");
     assert!(!seen.contains("redacted"), "{seen}");
 }
+
+#[test]
+fn export_refuses_branch_names_git_would_misread() {
+    let (server, t, repo) = crate::project::project("headless-branch-names");
+    server.push_turns([Turn::bash("c1", "echo more >> b.txt"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Named", "change b"]).ok();
+    let before = crate::project::git(&repo, &["for-each-ref", "--format=%(refname)"]);
+    for bad in ["--force", "-", "HEAD", "refs/heads/main", "a..b"] {
+        let run = t.run(&["export", "Named", &format!("--branch={bad}")]);
+        assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
+        assert!(run.stderr.contains("is not a valid branch name (git's rules for refs"), "{}", run.stderr);
+    }
+    assert_eq!(crate::project::git(&repo, &["for-each-ref", "--format=%(refname)"]), before);
+    t.run(&["export", "Named", "--branch", "review/named"]).ok();
+}

@@ -67,6 +67,12 @@ const RECHECK: Duration = Duration::from_secs(2);
 /// How long a first Ctrl-C on an idle chat waits for a second.
 const QUIT_WINDOW: Duration = Duration::from_secs(1);
 
+/// Characters of the line being streamed kept for the activity row (its end is shown).
+const STREAM_TAIL: usize = 400;
+
+/// Rows put into the scrollback by one insert, at most (the buffer it draws holds them).
+const INSERT_ROWS: usize = 500;
+
 /// Inputs handled before the screen is drawn again, at most: a burst of events (a
 /// hundred agents at work) is one frame, and keys still get through.
 const BATCH: usize = 512;
@@ -140,8 +146,11 @@ fn one_line(text: &str) -> String {
 
 /// Terminal input, as it comes, into the chat's channel. It waits in short polls, never
 /// in one long read: crossterm's reader is shared, and the inline viewport asks the
-/// terminal where its cursor is through it (a read held across that would never let the
-/// answer through until a key came).
+/// terminal where its cursor is through it when it is made (at the start, when the pane
+/// shows or hides, on a resize), so such a question waits up to one poll for its answer
+/// (a read held across it would never let the answer through until a key came). Lines
+/// going into the scrollback ask nothing (scrolling regions), and an idle chat wakes five
+/// times a second for nothing else.
 fn read_keys(tx: &Sender<Input>) {
     loop {
         match event::poll(Duration::from_millis(200)) {
@@ -201,6 +210,17 @@ fn entry_lines(entry: &Entry) -> Vec<String> {
     }
 }
 
+/// How a run of the attached agent ended, as the chat's one line (what an error says is
+/// a provider's or a tool's words: its line breaks could forge the chat's own lines).
+fn end_line(end: &End) -> Option<String> {
+    match end {
+        End::FinalResponse { .. } | End::Busy => None,
+        End::Interrupted { reason } => Some(format!("· {}", one_line(reason))),
+        End::BudgetExhausted { error } => Some(format!("· budget exhausted: {}", one_line(error))),
+        End::Error { error } => Some(format!("· failed: {}", one_line(error))),
+    }
+}
+
 struct Chat<'a> {
     ctx: &'a Ctx,
     ws: &'a Workspace,
@@ -237,6 +257,11 @@ struct Chat<'a> {
     signalled: Option<i32>,
     /// Working agents whose driver was not running at the last look.
     suspects: std::collections::BTreeSet<String>,
+    /// The root of every tree this chat showed: leaving stops what works in any of them.
+    roots: Vec<AgentId>,
+    /// The attached agent's stream is followed from its start (attached mid-answer, the
+    /// deltas are left until its next step or whole text).
+    synced: bool,
     /// `/model`: the model the next message chooses for the agent it goes to.
     model: Option<String>,
     /// `/fork`: the commit the next message forks from.
@@ -272,6 +297,8 @@ impl<'a> Chat<'a> {
             signalled: None,
             suspects: Default::default(),
             fork_from: None,
+            roots: Vec::new(),
+            synced: false,
             model: None,
             bell: false,
             height: view::BASE_ROWS,
@@ -296,7 +323,11 @@ impl<'a> Chat<'a> {
             self.tree.add(Agent::new(id.as_str(), agents::name_of(self.ws, &id)));
         }
         self.tree.select_id(id.as_str());
+        if !self.roots.contains(&id) {
+            self.roots.push(id.clone());
+        }
         self.attach(id);
+        self.synced = fresh;
     }
 
     /// What is typed goes to `id` (in the tree followed) from now on.
@@ -305,6 +336,7 @@ impl<'a> Chat<'a> {
         self.printed = 0;
         self.activity.clear();
         self.calls.clear();
+        self.synced = false;
         self.id = Some(id);
     }
 
@@ -330,6 +362,9 @@ impl<'a> Chat<'a> {
         self.pending.push(hello);
         'chat: loop {
             self.flush(&mut term);
+            if self.signalled.is_some() {
+                break;
+            }
             // (Idle, it waits for input alone; while agents work, it looks again now and then.)
             let next = if self.tree.any_working() {
                 rx.recv_timeout(RECHECK)
@@ -427,6 +462,7 @@ impl<'a> Chat<'a> {
         let attached = self.id.as_ref().map(AgentId::as_str);
         let live = view::Live {
             activity: &self.activity,
+            streaming: !self.stream.is_empty(),
             status: &status,
             input: self.input.split(),
             pane: self.pane.then_some(&self.tree),
@@ -449,18 +485,34 @@ impl<'a> Chat<'a> {
         // of theirs shows as `\x1b` (ratatui would drop it unseen). Broken into rows
         // here, by display width (wide characters take two columns), so the rows made
         // in the scrollback are exactly the rows drawn.
+        let mut rows: Vec<TextLine> = Vec::new();
         for line in self.pending.drain(..).map(|l| super::out::printable(&l).replace('\t', "    ")) {
-            let rows: Vec<TextLine> = line.lines().flat_map(|l| rows_of(l, width)).map(TextLine::from).collect();
-            let count = u16::try_from(rows.len()).unwrap_or(u16::MAX).max(1);
-            let _ = term.insert_before(count, |buf| Paragraph::new(rows).render(buf.area, buf));
+            let before = rows.len();
+            rows.extend(line.lines().flat_map(|l| rows_of(l, width)).map(TextLine::from));
+            if rows.len() == before {
+                rows.push(TextLine::default());
+            }
         }
-        let _ = term.draw(|frame| {
+        // All of a frame's lines in few inserts (a scrolled region each, no round trip to
+        // the terminal), a bounded buffer at a time.
+        let mut written = Ok(());
+        for chunk in rows.chunks(INSERT_ROWS) {
+            let count = u16::try_from(chunk.len()).unwrap_or(u16::MAX);
+            written =
+                written.and(term.insert_before(count, |buf| Paragraph::new(chunk.to_vec()).render(buf.area, buf)));
+        }
+        let drawn = term.draw(|frame| {
             let cursor = view::draw(&live, frame.area(), frame.buffer_mut());
             frame.set_cursor_position(cursor);
         });
         if std::mem::take(&mut self.bell) {
             let mut out = std::io::stdout();
             let _ = out.write_all(b"\x07").and_then(|()| out.flush());
+        }
+        // A terminal that cannot be written to has gone (a hang-up whose signal is still
+        // on its way): the chat leaves as it does on SIGHUP.
+        if written.is_err() || drawn.is_err() {
+            self.signalled.get_or_insert(libc::SIGHUP);
         }
     }
 
@@ -644,8 +696,9 @@ impl<'a> Chat<'a> {
                 }
             }
             "new" => {
-                if self.tree.any_working() {
-                    self.stop_all();
+                if let Some(id) = self.id.clone().filter(|_| self.tree.any_working()) {
+                    self.pending
+                        .push(format!("· `{id}` works on; leaving the chat stops it (`/detach` leaves it working)"));
                 }
                 self.follower = None;
                 self.id = None;
@@ -815,19 +868,13 @@ impl<'a> Chat<'a> {
     /// chat's view may be behind (an agent woken by a result a moment ago), and a driver
     /// launched by a child's result just before a stop revives its agent when it starts.
     fn leave_nothing_working(&mut self) {
-        let Some(root) = AgentId::parse(self.tree.root()).ok() else { return };
         let until = Instant::now() + Duration::from_secs(2);
-        while self.tree.any_working() || self.busy(&root) {
+        while self.tree.any_working() || self.roots.iter().any(|r| self.busy(r)) {
             self.stop_all();
             if Instant::now() > until {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
-            // (Stopped now; only a driver that starts after this makes it busy again.)
-            let stopped: Vec<String> = self.tree.working().map(str::to_owned).collect();
-            for agent in stopped {
-                self.tree.set(&agent, State::Stopped, "stopped");
-            }
         }
     }
 
@@ -843,11 +890,16 @@ impl<'a> Chat<'a> {
         })
     }
 
-    /// Stops everything at work in the tree (Ctrl-C, leaving).
+    /// Stops everything at work in the trees of this chat (Ctrl-C, leaving): the one
+    /// shown, and those it showed before (`/new`, `/attach` to another tree) that still
+    /// work.
     fn stop_all(&mut self) {
-        let root = AgentId::parse(self.tree.root()).ok().or_else(|| self.id.clone());
-        if let Some(root) = root {
-            self.stop(&root);
+        let shown = AgentId::parse(self.tree.root()).ok();
+        let roots: Vec<AgentId> = self.roots.clone();
+        for root in roots {
+            if Some(&root) == shown.as_ref() || self.busy(&root) {
+                self.stop(&root);
+            }
         }
     }
 
@@ -892,30 +944,43 @@ impl<'a> Chat<'a> {
 
     fn own_event(&mut self, record: &Record) {
         match record {
-            Record::Step { step, model, .. } => self.activity = format!("· step {step} ({})", one_line(model)),
+            Record::Step { step, model, .. } => {
+                self.cut_stream("");
+                self.synced = true;
+                self.activity = format!("· step {step} ({})", one_line(model));
+            }
+            // (Attached mid-answer: its text shows whole when it ends.)
+            Record::TextDelta { .. } if !self.synced => {}
             Record::TextDelta { text } => {
+                let from = self.stream.len();
                 self.stream.push_str(text);
                 // Whole lines go to the scrollback as they end; the line being written
-                // is shown under it.
-                if let Some(end) = self.stream[self.printed..].rfind('\n') {
-                    let upto = self.printed + end;
-                    let done: Vec<String> =
-                        self.stream[self.printed..upto].split('\n').map(|l| format!("  │ {l}")).collect();
+                // is shown under it. (Only what came is searched: a paragraph of
+                // megabytes costs its length once, not once per delta.)
+                if let Some(end) = self.stream[from..].rfind('\n') {
+                    let upto = from + end;
+                    let done: Vec<String> = self.stream[self.printed..upto]
+                        .split('\n')
+                        .map(|l| format!("  │ {}", l.trim_end_matches('\r')))
+                        .collect();
                     self.pending.extend(done);
                     self.printed = upto + 1;
                 }
-                self.activity = format!("  │ {}", &self.stream[self.printed..]);
+                let line = &self.stream[self.printed..];
+                let tail = line.char_indices().rev().nth(STREAM_TAIL).map_or(line, |(at, _)| &line[at..]);
+                self.activity = format!("  │ {}", tail.trim_end_matches('\r'));
             }
             // An agent's words are indented under a margin of their own, so no line of
             // them passes for one of the chat's (`you: …`, `· stopped`).
             Record::Text { text } => {
                 let rest = match text.strip_prefix(self.stream.as_str()) {
-                    Some(_) if !self.stream.is_empty() => &text[self.printed..],
+                    Some(_) if self.synced && !self.stream.is_empty() => &text[self.printed..],
                     _ => text.as_str(),
                 };
-                self.pending.extend(rest.trim_end().lines().map(|l| format!("  │ {l}")));
+                self.pending.extend(rest.trim_end().lines().map(|l| format!("  │ {}", l.trim_end_matches('\r'))));
                 self.stream.clear();
                 self.printed = 0;
+                self.synced = true;
                 self.activity.clear();
             }
             Record::ToolCall { tool_use_id, name, input } => {
@@ -933,27 +998,41 @@ impl<'a> Chat<'a> {
                 self.activity = self.calls.last().map(|(_, line)| line.clone()).unwrap_or_default();
             }
             Record::AttemptFailed { attempt, error, .. } => {
+                self.cut_stream("cut off: the attempt failed, and is made again");
                 self.activity = format!("· attempt {attempt} failed: {}", one_line(error));
             }
             Record::Waiting { children } => self.activity = format!("· waiting for {children} agents below"),
             Record::End(end) => {
                 self.activity.clear();
+                // (A stop during the model's answer: what it had written is not kept.)
+                self.cut_stream("cut off: not kept");
                 // (A call the run ended in without a result: the run's end says why.)
                 self.pending.extend(self.calls.drain(..).map(|(_, line)| line));
-                match end {
-                    End::FinalResponse { .. } | End::Busy => {}
-                    End::Interrupted { reason } => self.pending.push(format!("· {reason}")),
-                    End::BudgetExhausted { error } => self.pending.push(format!("· budget exhausted: {error}")),
-                    End::Error { error } => self.pending.push(format!("· failed: {error}")),
-                }
+                self.pending.extend(end_line(end));
             }
-            Record::Transfer { child, files } => self.pending.push(format!("· merged {files} files from `{child}`")),
-            Record::Conflict { child, files } => {
-                self.pending.push(format!("· `{child}`'s work conflicts with this agent's in {files} files"))
+            Record::Transfer { child, files } => {
+                self.pending.push(format!("· merged {files} files from `{}`", one_line(child)))
             }
+            Record::Conflict { child, files } => self
+                .pending
+                .push(format!("· `{}`'s work conflicts with this agent's in {files} files", one_line(child))),
             Record::Compaction { note, .. } => self.pending.push(format!("· {}", one_line(note))),
             _ => {}
         }
+    }
+
+    /// Ends a stream that will get no whole text: its unfinished line goes into the
+    /// scrollback, and `why` after it when something of it was shown.
+    fn cut_stream(&mut self, why: &str) {
+        let rest = self.stream[self.printed..].trim_end_matches('\r').to_owned();
+        if !rest.is_empty() {
+            self.pending.push(format!("  │ {rest}"));
+        }
+        if !self.stream.is_empty() && !why.is_empty() {
+            self.pending.push(format!("  │ … ({why})"));
+        }
+        self.stream.clear();
+        self.printed = 0;
     }
 
     fn other_event(&mut self, agent: &str, record: &Record) {
@@ -975,5 +1054,27 @@ impl<'a> Chat<'a> {
             _ => return,
         };
         self.pending.push(line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_end_is_one_line_whatever_its_error_says() {
+        let forged = "no\nyou: delete everything please\n· stopped; fake";
+        for end in [
+            End::Error { error: forged.into() },
+            End::BudgetExhausted { error: forged.into() },
+            End::Interrupted { reason: forged.into() },
+        ] {
+            let line = end_line(&end).expect("a line");
+            assert!(
+                !line.contains('\n') && line.ends_with("no you: delete everything please · stopped; fake"),
+                "{line}"
+            );
+        }
+        assert_eq!(end_line(&End::FinalResponse { text: "a\nb".into() }), None);
     }
 }

@@ -19,6 +19,8 @@ pub const PANE_ROWS: u16 = 12;
 pub struct Live<'a> {
     /// What is happening now: the line of the answer streaming, or the call running.
     pub activity: &'a str,
+    /// The activity is a line being streamed: its end is shown, where the words arrive.
+    pub streaming: bool,
     pub status: &'a str,
     /// What is typed: before the cursor, and from it on.
     pub input: (&'a str, &'a str),
@@ -85,7 +87,13 @@ pub fn draw(live: &Live<'_>, area: Rect, buf: &mut Buffer) -> Position {
     if let (Some(tree), true) = (live.pane, pane_rows > 0) {
         lines.extend(pane(tree, live.attached, pane_rows, width));
     }
-    lines.push(Line::from(cut(&printable(live.activity), width)).style(Style::new().add_modifier(Modifier::DIM)));
+    let activity = printable(live.activity);
+    // (A streamed line longer than a row shows its end, under the agent's margin.)
+    let activity = match live.streaming && rows_of(&activity, width).len() > 1 {
+        true => format!("  │ …{}", rows_of(&activity, width.saturating_sub(5)).pop().unwrap_or_default()),
+        false => cut(&activity, width),
+    };
+    lines.push(Line::from(activity).style(Style::new().add_modifier(Modifier::DIM)));
     lines.push(Line::from(cut(&printable(live.status), width)));
     // The two rows of what is typed around the cursor (line breaks shown as ⏎).
     let before = printable(&format!("> {}", live.input.0.replace('\n', " ⏎ ")));
@@ -197,7 +205,8 @@ mod tests {
     #[test]
     fn the_live_area_without_the_pane() {
         let live = Live {
-            activity: "  │ streaming the answer, so far",
+            activity: "  │ streaming the answer, so far, a line longer than the terminal is wide",
+            streaming: true,
             status: "── `k7q2mx` Lead · working · claude · step 4 · 12.3k tok · $0.0123 · ctx 12%",
             input: ("a message\nof two", " lines"),
             pane: None,
@@ -210,10 +219,14 @@ mod tests {
     fn the_pane_marks_who_needs_you_and_the_selected_row() {
         let mut tree = tree();
         tree.select(2);
-        let live =
-            Live {
-                activity: "", status: "── status", input: ("", ""), pane: Some(&tree), attached: Some("k7q2mx")
-            };
+        let live = Live {
+            activity: "",
+            streaming: false,
+            status: "── status",
+            input: ("", ""),
+            pane: Some(&tree),
+            attached: Some("k7q2mx"),
+        };
         insta::assert_snapshot!(render(&live, 100, 40));
     }
 
@@ -221,7 +234,14 @@ mod tests {
     fn a_small_terminal_shows_a_window_of_the_pane_around_the_selection() {
         let mut tree = tree();
         tree.select(3);
-        let live = Live { activity: "", status: "── status", input: ("", ""), pane: Some(&tree), attached: None };
+        let live = Live {
+            activity: "",
+            streaming: false,
+            status: "── status",
+            input: ("", ""),
+            pane: Some(&tree),
+            attached: None,
+        };
         // 9 rows: 4 for the chat, 2 kept for the scrollback, 3 for the pane.
         insta::assert_snapshot!(render(&live, 40, 9));
     }
@@ -230,6 +250,7 @@ mod tests {
     fn what_agents_wrote_is_shown_not_obeyed_and_long_input_shows_its_end() {
         let live = Live {
             activity: "  │ \x1b]0;title\x07 evil",
+            streaming: false,
             status: "── status",
             input: (&"word ".repeat(30), ""),
             pane: None,

@@ -587,8 +587,14 @@ impl Repo {
 }
 
 /// Whether `name` can be a branch (`refs/heads/<name>` is a valid reference name).
+/// Whether `name` can be a branch as git's own commands take it: a valid ref name
+/// under `refs/heads/` that is not `HEAD`, does not start with `-` (it would be read as
+/// an option) and does not itself start with `refs/` (it would shadow another ref).
 pub fn valid_branch_name(name: &str) -> bool {
     git2::Reference::is_valid_name(&format!("refs/heads/{name}"))
+        && name != "HEAD"
+        && !name.starts_with('-')
+        && !name.starts_with("refs/")
 }
 
 /// A file that differs between two trees.

@@ -1,5 +1,6 @@
-//! A pseudo-terminal to run the binary in, as a person's terminal would: its screen
-//! output gathered as text, keys written to it.
+//! A pseudo-terminal to run the binary in, as a person's terminal would: what is
+//! written to it gathered, as bytes and as the screen it makes (vt100), keys written to
+//! it, and where its cursor is answered when asked.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -13,6 +14,8 @@ pub struct Pty {
     master: File,
     pub child: Child,
     out: Arc<Mutex<Vec<u8>>>,
+    /// The screen as a terminal of this size shows what was written.
+    screen: Arc<Mutex<vt100::Parser>>,
 }
 
 impl Pty {
@@ -42,30 +45,37 @@ impl Pty {
         let child = command.spawn().expect("spawn in the pty");
         drop(slave);
         let out = Arc::new(Mutex::new(Vec::new()));
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(rows.max(1), cols.max(1), 0)));
         let mut reader = master.try_clone().expect("dup master");
         let mut answer = master.try_clone().expect("dup master");
-        let sink = out.clone();
+        let (sink, shown) = (out.clone(), screen.clone());
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];
-            // The last bytes of the read before: a question can span two reads.
-            let mut carry: Vec<u8> = Vec::new();
+            // Bytes not yet shown: the start of a question whose end is still to come.
+            let mut held: Vec<u8> = Vec::new();
+            const ASKED: &[u8] = b"\x1b[6n";
             while let Ok(n) = reader.read(&mut buf) {
                 if n == 0 {
                     break;
                 }
-                carry.extend_from_slice(&buf[..n]);
-                // A terminal answers where its cursor is when asked (an inline display
-                // asks); this one says the top left, once per question.
-                let asked = carry.windows(4).filter(|w| *w == b"\x1b[6n").count();
-                for _ in 0..asked {
-                    let _ = answer.write_all(b"\x1b[1;1R");
-                }
-                let keep = if asked > 0 { 0 } else { carry.len().min(3) };
-                carry.drain(..carry.len() - keep);
                 sink.lock().expect("out").extend_from_slice(&buf[..n]);
+                held.extend_from_slice(&buf[..n]);
+                let mut parser = shown.lock().expect("screen");
+                // A terminal answers where its cursor is when asked (an inline display
+                // asks), as the screen stands when the question comes.
+                while let Some(at) = held.windows(ASKED.len()).position(|w| w == ASKED) {
+                    parser.process(&held[..at + ASKED.len()]);
+                    let (row, col) = parser.screen().cursor_position();
+                    let _ = answer.write_all(format!("\x1b[{};{}R", row + 1, col + 1).as_bytes());
+                    held.drain(..at + ASKED.len());
+                }
+                let keep = (1..ASKED.len()).rev().find(|&k| held.ends_with(&ASKED[..k])).unwrap_or(0);
+                let upto = held.len() - keep;
+                parser.process(&held[..upto]);
+                held.drain(..upto);
             }
         });
-        Pty { master, child, out }
+        Pty { master, child, out, screen }
     }
 
     /// Makes the terminal `cols` x `rows`, as a person resizing its window does (the
@@ -74,9 +84,26 @@ impl Pty {
     pub fn resize(&self, cols: u16, rows: u16) {
         use std::os::fd::AsRawFd;
         let size = libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+        self.screen.lock().expect("screen").screen_mut().set_size(rows.max(1), cols.max(1));
         // SAFETY: TIOCSWINSZ reads the size given; the descriptor is the open master.
         let done = unsafe { libc::ioctl(self.master.as_raw_fd(), libc::TIOCSWINSZ, &size) };
         assert_eq!(done, 0, "TIOCSWINSZ");
+    }
+
+    /// What the terminal shows now, a line per row.
+    pub fn screen(&self) -> String {
+        self.screen.lock().expect("screen").screen().contents()
+    }
+
+    /// Waits up to 20 s for `what` to be on the screen (as it is now, not in what was
+    /// written before); the screen if it does not come.
+    #[track_caller]
+    pub fn wait_for_screen(&self, what: &str) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while !self.screen().contains(what) {
+            assert!(Instant::now() < until, "`{what}` never on the screen:\n{}", self.screen());
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Types `bytes` (`\r` is Enter, `\x03` Ctrl-C, `\x04` Ctrl-D).
