@@ -150,7 +150,9 @@ pub fn raised(reached: &str) -> Vec<(&'static str, String)> {
         };
         let spent = words[..at].iter().find_map(|w| number(w)).unwrap_or(0.0);
         let more = (max * 2.0).max(spent * 2.0);
-        let value = if key == "max_cost_usd" { format!("{more:.2}") } else { format!("{}", more.ceil() as u64) };
+        // (A cost to the cent, never below one: `0.00` is a limit the config refuses.)
+        let cents = |usd: f64| format!("{:.2}", (usd * 100.0).ceil().max(1.0) / 100.0);
+        let value = if key == "max_cost_usd" { cents(more) } else { format!("{}", more.ceil() as u64) };
         out.push((key, value));
     }
     out
@@ -264,5 +266,7 @@ mod tests {
         assert_eq!(raised(&exhausted(&cost, &s).expect("cost")), [("max_cost_usd", "0.04".to_owned())]);
         assert_eq!(raised(&exhausted(&wall, &s).expect("wall")), [("max_wall_seconds", "120".to_owned())]);
         assert!(raised("cannot price its calls for max_cost_usd $1 (a model has no price)").is_empty());
+        // A tiny limit is raised to a cent at least, never to `0.00`.
+        assert_eq!(raised("spent $0.0012 of max_cost_usd $0.001"), [("max_cost_usd", "0.01".to_owned())]);
     }
 }

@@ -243,17 +243,40 @@ impl Workspace {
     }
 
     /// Sets dotted keys of `offshoot.toml` on `lineage` as one commit. A role that
-    /// appears without a soul gets the worker's (`souls/<role>.md`). If the lineage moves
-    /// meanwhile (another `config set`), the keys are applied again to its new tip.
+    /// appears without a soul gets the worker's (`souls/<role>.md`), and the worker's
+    /// settings for what the keys leave out. If the lineage moves meanwhile (another
+    /// `config set`), the keys are applied again to its new tip.
     pub fn set_config_keys(&self, lineage: &str, pairs: &[(&str, &str)], message: &str) -> Result<KeysSet> {
-        const TRIES: u32 = 20;
-        for _ in 0..TRIES {
-            let tip = self.config_tip(lineage)?;
-            let mut text = self.config_text_at(tip)?;
+        self.edit_config_keys(lineage, message, &|before: &str| {
+            let mut text = before.to_owned();
             for (key, value) in pairs {
                 text = set_key(&text, key, value)
                     .map_err(|reason| WorkspaceError::ConfigKey { key: (*key).to_owned(), reason })?;
             }
+            Ok(roles_from_worker(before, &text))
+        })
+    }
+
+    /// Removes dotted keys from `offshoot.toml` on `lineage` as one commit (refused when
+    /// one is not set, or the config without them breaks a rule).
+    pub fn unset_config_keys(&self, lineage: &str, keys: &[&str], message: &str) -> Result<KeysSet> {
+        self.edit_config_keys(lineage, message, &|before: &str| {
+            let mut text = before.to_owned();
+            for key in keys {
+                text = unset_key(&text, key)
+                    .map_err(|reason| WorkspaceError::ConfigKey { key: (*key).to_owned(), reason })?;
+            }
+            Ok(text)
+        })
+    }
+
+    /// `edit` applied to `offshoot.toml` at `lineage`'s tip and committed, again on the
+    /// new tip if the lineage moved meanwhile.
+    fn edit_config_keys(&self, lineage: &str, message: &str, edit: &dyn Fn(&str) -> Result<String>) -> Result<KeysSet> {
+        const TRIES: u32 = 20;
+        for _ in 0..TRIES {
+            let tip = self.config_tip(lineage)?;
+            let text = edit(&self.config_text_at(tip)?)?;
             let mut changes: ConfigFiles = vec![(config::FILE.to_owned(), text.clone().into_bytes())];
             let mut souls_added = Vec::new();
             let roles = toml::from_str::<toml::Table>(&text)
@@ -339,6 +362,70 @@ pub fn set_key(text: &str, key: &str, value: &str) -> std::result::Result<String
         *new.decor_mut() = old.decor().clone();
     }
     table.insert(leaf.get(), toml_edit::Item::Value(new));
+    Ok(doc.to_string())
+}
+
+/// `after` with every role it has and `before` had not filled in from `roles.worker`:
+/// each key of the worker's that the new role does not set, subtables (its context rules)
+/// included.
+fn roles_from_worker(before: &str, after: &str) -> String {
+    let roles_of = |text: &str| -> Vec<String> {
+        toml::from_str::<toml::Table>(text)
+            .ok()
+            .and_then(|t| t.get("roles").and_then(|r| r.as_table()).map(|r| r.keys().cloned().collect()))
+            .unwrap_or_default()
+    };
+    let old = roles_of(before);
+    let new: Vec<String> = roles_of(after).into_iter().filter(|r| !old.contains(r)).collect();
+    let Ok(mut doc) = after.parse::<toml_edit::DocumentMut>() else { return after.to_owned() };
+    let Some(worker) = doc.get("roles").and_then(|r| r.get("worker")).and_then(|w| w.as_table()).cloned() else {
+        return after.to_owned();
+    };
+    for role in new {
+        let Some(table) = doc.get_mut("roles").and_then(|r| r.get_mut(&role)).and_then(|t| t.as_table_mut()) else {
+            continue;
+        };
+        table.set_implicit(false);
+        for (key, item) in worker.iter() {
+            match (table.get_mut(key), item) {
+                (None, item) => {
+                    let mut item = item.clone();
+                    if let Some(sub) = item.as_table_mut() {
+                        sub.set_position(None);
+                        sub.decor_mut().clear();
+                    }
+                    table.insert(key, item);
+                }
+                // A subtable the command set part of: the rest from the worker's.
+                (Some(mine), toml_edit::Item::Table(theirs)) => {
+                    if let Some(mine) = mine.as_table_mut() {
+                        for (k, v) in theirs.iter() {
+                            if !mine.contains_key(k) {
+                                mine.insert(k, v.clone());
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    doc.to_string()
+}
+
+/// `text` without `key` (dotted); refused when it is not set.
+pub fn unset_key(text: &str, key: &str) -> std::result::Result<String, String> {
+    let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| format!("it does not parse as TOML: {e}"))?;
+    let path = toml_edit::Key::parse(key).map_err(|e| format!("`{key}` is not a dotted key: {e}"))?;
+    let Some((leaf, tables)) = path.split_last() else { return Err("the key is empty".into()) };
+    let mut table = doc.as_table_mut() as &mut dyn toml_edit::TableLike;
+    for part in tables {
+        table = table
+            .get_mut(part.get())
+            .and_then(toml_edit::Item::as_table_like_mut)
+            .ok_or_else(|| "it is not set".to_owned())?;
+    }
+    table.remove(leaf.get()).ok_or_else(|| "it is not set".to_owned())?;
     Ok(doc.to_string())
 }
 

@@ -164,3 +164,35 @@ fn the_default_openai_role_talks_chat_completions() {
     let id = t.only_agent();
     assert!(t.run(&["log", &id]).ok().contains("hello from gpt"));
 }
+
+#[test]
+fn a_role_added_by_one_command_works_and_keys_can_be_unset() {
+    let (server, t) = TestWorkspace::served("config-new-role", Dialect::Anthropic);
+    t.run(&["config", "set", "roles.reviewer.model", "claude-haiku-4-5"]).ok();
+    let shown = t.run(&["--json", "config", "show"]).ok().to_owned();
+    let config: serde_json::Value = serde_json::from_str(shown.trim()).expect("json");
+    let (reviewer, worker) = (&config["config"]["roles"]["reviewer"], &config["config"]["roles"]["worker"]);
+    assert_eq!(reviewer["model"], "claude-haiku-4-5");
+    for key in ["provider", "tools", "context_window", "max_output_tokens", "context"] {
+        assert_eq!(reviewer[key], worker[key], "{key} not taken from the worker: {reviewer}");
+    }
+    server.push_turns([Turn::bash("r1", "echo reviewing"), Turn::text("reviewed")]);
+    assert_eq!(t.run(&["prompt", "--role", "reviewer", "review this"]).ok(), "reviewed\n");
+    let first = &server.requests()[0].body;
+    assert_eq!(first["model"], "claude-haiku-4-5");
+    assert!(first["tools"].as_array().is_some_and(|tools| tools.iter().any(|t| t["name"] == "bash")), "{first}");
+
+    // A limit set, then unset; unsetting what is not set, or what the config needs, is
+    // refused naming the key and changes nothing.
+    t.run(&["config", "set", "budgets.max_steps", "50"]).ok();
+    t.run(&["config", "unset", "budgets.max_steps"]).ok();
+    let text = t.run(&["config", "show"]).ok().to_owned();
+    assert!(!text.contains("max_steps = 50\n"), "{text}");
+    let again = t.run(&["config", "unset", "budgets.max_steps"]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("budgets.max_steps") && again.stderr.contains("it is not set"), "{}", again.stderr);
+    let needed = t.run(&["config", "unset", "roles.worker.provider"]);
+    assert_eq!(needed.code, 2, "{}", needed.stderr);
+    assert!(needed.stderr.contains("nothing was committed"), "{}", needed.stderr);
+    assert_eq!(t.run(&["config", "show"]).ok(), text);
+}

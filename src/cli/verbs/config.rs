@@ -29,6 +29,15 @@ pub enum Args {
         #[command(flatten)]
         lineage: Lineage,
     },
+    /// Remove dotted keys (e.g. `budgets.max_cost_usd`), leaving what their defaults say,
+    /// and commit that as one change
+    Unset {
+        /// The keys
+        #[arg(value_name = "KEY", required = true)]
+        keys: Vec<String>,
+        #[command(flatten)]
+        lineage: Lineage,
+    },
     /// Check the lineage's config, or a file, against every rule
     Validate {
         /// A file to check instead of the lineage tip
@@ -71,14 +80,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             let keys: Vec<&str> = pairs.iter().map(|(k, _)| *k).collect();
             let set = ws
                 .set_config_keys(&lineage.lineage, &pairs, &format!("config: set {}", keys.join(", ")))
-                .map_err(|e| {
-                    let mut err = CliError::from(e);
-                    if err.exit_code() == 2 {
-                        // The tip is as it was: nothing to fix there.
-                        err.hints = vec!["nothing was committed; the config is as it was".into()];
-                    }
-                    err
-                })?;
+                .map_err(unchanged)?;
             for role in &set.souls_added {
                 ctx.out.progress(&format!(
                     "· new role `{role}` got the worker's soul as souls/{role}.md (`offshoot config edit souls/{role}.md` changes it)"
@@ -86,6 +88,14 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             }
             let souls: Vec<String> = set.souls_added.iter().map(|r| format!("souls/{r}.md")).collect();
             said_committed(ctx, &lineage.lineage, set.commit, &souls);
+            Ok(())
+        }
+        Args::Unset { keys, lineage } => {
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let set = ws
+                .unset_config_keys(&lineage.lineage, &keys, &format!("config: unset {}", keys.join(", ")))
+                .map_err(unchanged)?;
+            said_committed(ctx, &lineage.lineage, set.commit, &[]);
             Ok(())
         }
         Args::Validate { file, lineage } => {
@@ -215,4 +225,13 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str, file: &str) -> Result<(), CliE
         }
         Err(e) => Err(keep(e.into())),
     }
+}
+
+/// A refused change's error: the tip is as it was, nothing to fix there.
+fn unchanged(e: WorkspaceError) -> CliError {
+    let mut err = CliError::from(e);
+    if err.exit_code() == 2 {
+        err.hints = vec!["nothing was committed; the config is as it was".into()];
+    }
+    err
 }
