@@ -80,18 +80,35 @@ impl Ctx {
         self.workspace.as_ref()
     }
 
-    /// Says there are no agents in `ws`, and where the demo's are when one ran (its
-    /// workspace is its own, made under the data root).
-    pub fn no_agents(&self, ws: &Workspace) {
-        let demo = std::fs::read_dir(self.data_root.join("workspaces"))
+    /// Says there is no workspace here yet (for `ls` and `tree`, which make nothing), and
+    /// where the demo's agents are if one ran.
+    pub fn no_workspace(&self) {
+        let at = self.unmade_workspace().unwrap_or_else(|_| self.default_workspace());
+        self.out.progress(&format!("· no workspace at {} yet: no agents", at.display()));
+        if let Some(demo) = self.latest_demo(&at) {
+            self.out.progress(&format!(
+                "· the demo's are in its own workspace: `export OFFSHOOT_WORKSPACE={}`",
+                demo.display()
+            ));
+        }
+    }
+
+    /// The newest demo workspace, other than `not`.
+    fn latest_demo(&self, not: &Path) -> Option<PathBuf> {
+        std::fs::read_dir(self.data_root.join("workspaces"))
             .into_iter()
             .flatten()
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with("demo-"))
             .map(|e| e.path())
-            .filter(|p| p != ws.layout.root())
-            .max();
-        let line = match demo {
+            .filter(|p| p != not)
+            .max()
+    }
+
+    /// Says there are no agents in `ws`, and where the demo's are when one ran (its
+    /// workspace is its own, made under the data root).
+    pub fn no_agents(&self, ws: &Workspace) {
+        let line = match self.latest_demo(ws.layout.root()) {
             Some(demo) => format!(
                 "· no agents yet in {}; the demo's are in its own workspace: `export OFFSHOOT_WORKSPACE={}`",
                 ws.layout.root().display(),
@@ -114,12 +131,14 @@ impl Ctx {
             .hiding_workspaces(self.data_root.join("workspaces"))
     }
 
-    /// Opens the workspace; the default one is created on first use.
-    pub fn workspace(&self) -> Result<Workspace, CliError> {
-        if let Some(path) = &self.workspace {
-            return Ok(Workspace::open(path)?);
+    /// Opens the workspace for a verb that makes agents or config (`prompt`, the chat,
+    /// `config set`): `-w`'s, the one the current directory is in (an agent's directory
+    /// included), the project's inside a repository, else the default one — the last two
+    /// made on first use.
+    pub fn workspace_making(&self) -> Result<Workspace, CliError> {
+        if let Some(ws) = self.selected()? {
+            return Ok(ws);
         }
-        // Inside a git repository, that project's workspace (made on first use).
         match self.project_here()? {
             Some(user) => Ok(Workspace::open_or_create_for_project(
                 &self.project_workspace(user.root()),
@@ -128,6 +147,54 @@ impl Ctx {
             )?),
             None => Ok(Workspace::open_or_create(&self.default_workspace(), &self.template()?)?),
         }
+    }
+
+    /// Opens the workspace as [`Ctx::workspace_making`] selects it, for every other verb:
+    /// one that does not exist yet is said, never made.
+    pub fn workspace(&self) -> Result<Workspace, CliError> {
+        match self.existing_workspace()? {
+            Some(ws) => Ok(ws),
+            None => {
+                Err(CliError::usage(format!("there is no workspace at {} yet", self.unmade_workspace()?.display()))
+                    .hint("the first `offshoot prompt \"…\"` (or `offshoot` for a chat) makes it"))
+            }
+        }
+    }
+
+    /// The workspace as [`Ctx::workspace_making`] selects it, if it exists.
+    pub fn existing_workspace(&self) -> Result<Option<Workspace>, CliError> {
+        if let Some(ws) = self.selected()? {
+            return Ok(Some(ws));
+        }
+        let path = self.unmade_workspace()?;
+        match path.join("repo.git").is_dir() {
+            true => Ok(Some(Workspace::open(&path)?)),
+            false => Ok(None),
+        }
+    }
+
+    /// Where the workspace would be when neither `-w` nor the current directory names one.
+    pub fn unmade_workspace(&self) -> Result<PathBuf, CliError> {
+        Ok(match self.project_here()? {
+            Some(user) => self.project_workspace(user.root()),
+            None => self.default_workspace(),
+        })
+    }
+
+    /// The workspace `-w` names, or the one the current directory is in (a workspace's
+    /// directory, or an agent's below it: not a project of its own).
+    fn selected(&self) -> Result<Option<Workspace>, CliError> {
+        if let Some(path) = &self.workspace {
+            return Ok(Some(Workspace::open(path)?));
+        }
+        let cwd = std::env::current_dir()
+            .map_err(|e| CliError::runtime(format!("cannot read the current directory: {e}")))?;
+        for dir in cwd.ancestors() {
+            if dir.join("repo.git").is_dir() && dir.join("agents").is_dir() && dir.join("steps").is_dir() {
+                return Ok(Some(Workspace::open(dir)?));
+            }
+        }
+        Ok(None)
     }
 
     /// The repository holding the current directory, if any; a bare one is refused.

@@ -82,13 +82,39 @@ fn demo_runs_with_no_identity_and_no_key() {
 }
 
 #[test]
-fn the_default_workspace_is_made_on_first_use() {
+fn reading_makes_no_workspace_the_first_change_makes_the_default_one_and_inside_a_workspace_it_is_that_one() {
     let t = TestWorkspace::new("default-ws");
-    let run = t.run_bare(&["ls"]);
-    assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(t.home.join("workspaces/default/repo.git").is_dir());
-    let run = t.run_bare(&["config", "show"]);
-    assert!(run.ok().contains("[roles.worker]"));
+    let default = t.home.join("workspaces/default");
+    // Read-only verbs make nothing: they say there is nothing yet.
+    let ls = t.run_bare(&["ls"]);
+    assert_eq!(ls.code, 0, "{}", ls.stderr);
+    assert!(ls.stderr.contains(&format!("no workspace at {} yet", default.display())), "{}", ls.stderr);
+    for args in [&["config", "show"][..], &["log", "Nobody"], &["doctor"]] {
+        let run = t.run_bare(args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains("there is no workspace at"), "{args:?}: {}", run.stderr);
+    }
+    assert!(!default.exists(), "a read-only verb made the workspace");
+    // The first change makes it.
+    t.run_bare(&["config", "set", "retry.max_attempts", "3"]).ok();
+    assert!(default.join("repo.git").is_dir());
+    assert!(t.run_bare(&["config", "show"]).ok().contains("[roles.worker]"));
+
+    // Inside a workspace's directory, or an agent's, that workspace: no other is made.
+    let server = Server::start();
+    let mut other = TestWorkspace::new("inside-ws");
+    other.use_server(&server, Dialect::Anthropic);
+    server.push_turns([Turn::text("here")]);
+    other.run(&["prompt", "--name", "Inside", "be here"]).ok();
+    let id = other.id_of("Inside");
+    let made_before = std::fs::read_dir(other.home.join("workspaces")).map(|d| d.count()).unwrap_or(0);
+    for dir in [other.ws.clone(), other.ws.join("agents").join(&id), other.ws.join("steps")] {
+        let ls = other.command_bare().current_dir(&dir).args(["ls"]).output().expect("ls");
+        let out = String::from_utf8_lossy(&ls.stdout);
+        assert!(ls.status.success() && out.contains(&id) && out.contains("Inside"), "in {}: {out}", dir.display());
+    }
+    let made_after = std::fs::read_dir(other.home.join("workspaces")).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(made_before, made_after, "a workspace was made inside one");
 }
 
 #[test]

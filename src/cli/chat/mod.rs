@@ -115,7 +115,12 @@ pub fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Result<(), 
         return Err(CliError::usage("the chat needs a terminal on standard input and output")
             .hint("`offshoot prompt \"…\"` runs an agent from a script"));
     }
-    let ws = ctx.workspace()?;
+    // (A chat makes the workspace at its first message; opened on an agent, the
+    // workspace must be there.)
+    let ws = match agent {
+        Some(_) => ctx.workspace()?,
+        None => ctx.workspace_making()?,
+    };
     let id = agent.map(|a| agents::resolve(&ws, a)).transpose()?;
     let rt = ctx.runtime(&ws);
     let (tx, rx) = channel();

@@ -56,7 +56,11 @@ pub struct Lineage {
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
-    let ws = ctx.workspace()?;
+    // Changing the config makes the workspace if need be; reading it never does.
+    let ws = match args {
+        Args::Show(_) | Args::Validate { .. } => ctx.workspace()?,
+        Args::Edit { .. } | Args::Set { .. } | Args::Unset { .. } => ctx.workspace_making()?,
+    };
     match args {
         Args::Show(l) => {
             let tip = ws.config_tip(&l.lineage)?;

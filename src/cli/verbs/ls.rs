@@ -8,7 +8,10 @@ use crate::engine::inspect;
 pub struct Args {}
 
 pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
-    let ws = ctx.workspace()?;
+    let Some(ws) = ctx.existing_workspace()? else {
+        ctx.no_workspace();
+        return Ok(());
+    };
     let states = inspect::states(&ws)?;
     if ctx.out.json {
         for s in &states {

@@ -37,7 +37,7 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let message = input::text(&args.message, "the goal")?;
-    let ws = ctx.workspace()?;
+    let ws = ctx.workspace_making()?;
     let (_, config) = ws.config(&args.lineage)?;
     // A missing key or an unknown role is refused before anything is created (and
     // so is a sandbox this kernel cannot enforce, by the engine).

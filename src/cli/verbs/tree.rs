@@ -83,7 +83,10 @@ impl<'a> Forest<'a> {
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
-    let ws = ctx.workspace()?;
+    let Some(ws) = ctx.existing_workspace()? else {
+        ctx.no_workspace();
+        return Ok(());
+    };
     let only = args.agent.as_deref().map(|a| agents::resolve(&ws, a)).transpose()?;
     let states = inspect::states(&ws)?;
     let forest = Forest::new(&states);
