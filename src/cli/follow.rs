@@ -262,9 +262,17 @@ fn describe(record: &Record) -> Option<Described> {
         Record::Text { text } => line(first_line(text), false),
         Record::ToolCall { name, input, .. } => line(format!("→ {name} {}", first_line(&call_gist(input))), true),
         Record::ToolResult { summary, .. } => line(format!("← {}", first_line(summary)), false),
-        Record::Waiting { children } => line(format!("waiting for {children} agents below it"), false),
-        Record::Transfer { child, files } => line(format!("merged {files} files from `{child}`"), true),
-        Record::Conflict { child, files } => line(format!("`{child}`'s work conflicts in {files} files"), true),
+        Record::Waiting { children } => line(
+            format!("waiting for {} below it", crate::infra::words::count(*children as u64, "agent", "agents")),
+            false,
+        ),
+        Record::Transfer { child, files } => {
+            line(format!("merged {} from `{child}`", crate::infra::words::count(*files as u64, "file", "files")), true)
+        }
+        Record::Conflict { child, files } => line(
+            format!("`{child}`'s work conflicts in {}", crate::infra::words::count(*files as u64, "file", "files")),
+            true,
+        ),
         Record::AttemptFailed { error, .. } => line(format!("attempt failed: {}", first_line(error)), true),
         Record::Repaired { what } => line(what.clone(), true),
         Record::Compaction { note, .. } => line(note.clone(), true),

@@ -204,9 +204,13 @@ impl Observer for Live<'_> {
                 out.progress(&format!("· merged {files} changed file{s} from `{child}`"))
             }
             Event::Conflicted { child, files } => out.progress(&format!(
-                "· `{child}`'s work conflicts in {files} files; not merged (marked refs/offshoot/conflicted/{child})"
+                "· `{child}`'s work conflicts in {}; not merged (marked refs/offshoot/conflicted/{child})",
+                crate::infra::words::count(files as u64, "file", "files")
             )),
-            Event::Waiting { children } => out.progress(&format!("· waiting for {children} agents below this one")),
+            Event::Waiting { children } => out.progress(&format!(
+                "· waiting for {} below this one",
+                crate::infra::words::count(children as u64, "agent", "agents")
+            )),
             Event::Compaction { outcome: "started", compactor, note } => {
                 out.progress(&format!("· compacting: `{compactor}` started ({note})"))
             }

@@ -44,6 +44,8 @@ pub fn passes(ws: &Workspace, id: &AgentId) -> Result<Option<(u32, u32)>> {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompactionError {
+    #[error("compaction {number} of `{agent}` is undone already: everything it removed is back")]
+    Undone { agent: String, number: u32 },
     #[error("agent `{0}` does not exist")]
     Unknown(String),
     #[error("`{0}` is a compactor; compactors are never compacted")]
@@ -385,7 +387,7 @@ pub fn uncompact(ws: &Workspace, id: &AgentId, number: Option<u32>) -> Result<(L
     let (landing, restored) = plan_uncompact(ws, id, number)?;
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| CompactionError::Unknown(id.to_string()))?;
     if restored.is_empty() {
-        return Ok((landing, 0));
+        return Err(CompactionError::Undone { agent: id.to_string(), number: landing.number });
     }
     let edits: Vec<TreeEdit> =
         restored.iter().map(|(path, bytes)| TreeEdit::Write { path: path.clone(), bytes: bytes.clone() }).collect();

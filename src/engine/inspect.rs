@@ -63,6 +63,8 @@ pub struct AgentState {
     pub context_tokens: Option<u64>,
     pub context_window: Option<u64>,
     pub goal: String,
+    /// When it was made (RFC 3339, UTC; empty for a damaged agent).
+    pub created: String,
     /// The agent above it, for children.
     pub parent: Option<String>,
     /// For a `failed` or `stopped` agent, why, in one line: how its last run ended.
@@ -94,6 +96,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
                 context_window: None,
                 parent: l.id.parent().map(|p| p.to_string()),
                 goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
+                created: String::new(),
                 why: None,
                 compactions: Vec::new(),
             });
@@ -143,6 +146,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             context_tokens,
             context_window,
             goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
+            created: facts.created.clone(),
             parent: facts.parent.clone(),
             why: matches!(state, "failed" | "stopped").then(|| last_run_end(ws, &l.id)).flatten(),
             compactions,

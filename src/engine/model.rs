@@ -16,8 +16,8 @@ use super::workspace::Workspace;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
-    #[error("role `{role}` does not exist in config lineage `{lineage}`")]
-    UnknownRole { role: String, lineage: String },
+    #[error("role `{role}` does not exist in config lineage `{lineage}`; its roles: {}", known.join(", "))]
+    UnknownRole { role: String, lineage: String, known: Box<[String]> },
     #[error("provider `{provider}` needs an API key in `{var}`, which is not set")]
     MissingKey { provider: String, var: String },
     #[error("the recording `{path}` of provider `{provider}` cannot be used: {reason}")]
@@ -48,7 +48,17 @@ pub struct Plan {
 
 /// Resolves `role` under `config`, failing before any call if a key is missing.
 pub fn plan(config: &Config, lineage: &str, role: &str, env: &Env) -> Result<Plan, ModelError> {
-    let unknown = || ModelError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() };
+    let unknown = || ModelError::UnknownRole {
+        role: role.to_owned(),
+        lineage: lineage.to_owned(),
+        known: config
+            .roles
+            .keys()
+            .filter(|r| *r != crate::domain::compaction::ROLE)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into(),
+    };
     let r = config.role(role).ok_or_else(unknown)?;
     let p = config.providers.get(&r.provider).ok_or_else(unknown)?;
     let api_key = match &p.api_key_env {

@@ -21,7 +21,9 @@ pub enum ProjectError {
     NoCommits(String),
     #[error("`{0}` names no commit of the project")]
     UnknownBase(String),
-    #[error("agent `{0}` did not start from the project (it was made before the workspace had one)")]
+    #[error(
+        "agent `{0}` did not start from a project: its workspace has none (made with `-w` or outside a git repository), or it was made before it had one"
+    )]
     NoBase(String),
     #[error("`{0}` is not a valid branch name (git's rules for refs; not `HEAD`, not starting with `-` or `refs/`)")]
     BadBranch(String),
@@ -57,9 +59,11 @@ pub fn start_point(
     with_changes: bool,
 ) -> Result<Option<(ProjectStart, Vec<String>)>> {
     let Some(user) = ws.user_repo()? else {
-        return match base {
-            Some(_) => Err(ProjectError::NotProject),
-            None => Ok(None),
+        // (`--base` and `--with-changes` say where in a project to start: without one,
+        // neither means anything, and is refused rather than ignored.)
+        return match base.is_some() || with_changes {
+            true => Err(ProjectError::NotProject),
+            false => Ok(None),
         };
     };
     let commit = match base {

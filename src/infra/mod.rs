@@ -13,3 +13,4 @@ pub mod signals;
 pub mod time;
 pub mod tools;
 pub mod watch;
+pub mod words;

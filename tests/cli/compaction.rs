@@ -142,6 +142,10 @@ fn a_compaction_lands_one_commit_with_the_summary_and_uncompact_brings_everythin
     // Undone: exactly what left comes back; the summary stays.
     let run = t.run(&["uncompact", "Long"]);
     assert!(run.stderr.contains("compaction 1 of"), "{}", run.stderr);
+    // Undoing it again is refused: there is nothing left to bring back.
+    let again = t.run(&["uncompact", "Long"]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("is undone already"), "{}", again.stderr);
     let restored = listed(&t, &id, ".offshoot/messages");
     for name in &before {
         assert!(restored.contains(name), "{name} not restored: {restored:?}");

@@ -207,7 +207,7 @@ fn slash_commands_list_the_tree_switch_agents_and_start_anew() {
     chat.wait_for_screen("(here)  done");
     chat.type_in("\x1b");
     chat.type_in("/cost\r");
-    chat.wait_for("· 1 agents, 110 tok, $");
+    chat.wait_for("· 1 agent, 110 tok, $");
     // A new agent, then back to the first: what is typed goes where the chat is.
     chat.type_in("/new\r");
     chat.wait_for("your next message starts a new agent");

@@ -183,7 +183,7 @@ fn grep_and_glob_through_a_conversation() {
         .filter(|i| i["type"] == "function_call_output")
         .map(|i| i["output"].as_str().unwrap_or_default().to_owned())
         .collect();
-    assert_eq!(outputs[1], "1 matches in 1 files\n<matches>\nsrc/lib.rs:1:fn find_me() {}\n</matches>");
+    assert_eq!(outputs[1], "1 match in 1 file\n<matches>\nsrc/lib.rs:1:fn find_me() {}\n</matches>");
     assert_eq!(outputs[2], "1 paths match\n<paths>\nsrc/lib.rs\n</paths>");
     assert!(outputs[3].starts_with("`[unclosed` is not a valid regex"), "{}", outputs[3]);
 }

@@ -366,3 +366,38 @@ fn ls_says_why_an_agent_needs_a_run() {
     assert!(t.agents()[0].get("why").is_none());
     assert_eq!(t.run(&["ls"]).ok().lines().count(), 2);
 }
+
+#[test]
+fn rough_edges_of_the_first_minutes_are_smoothed() {
+    let (server, t) = TestWorkspace::served("rough-edges", Dialect::Anthropic);
+    server.push_turns([Turn::bash("c1", "echo one"), Turn::text("first")]);
+    t.run(&["prompt", "--name", "Zed", "go first"]).ok();
+    // (Made in the next second: `created` counts seconds.)
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    server.push_turns([Turn::text("second")]);
+    t.run(&["prompt", "--name", "Abe", "go second"]).ok();
+    // `show` without `--step`: the latest, said so.
+    let show = t.run(&["show", "Zed"]);
+    assert!(show.ok().contains("\"step\": 2"), "{}", show.stdout);
+    assert!(show.stderr.contains("step 2, its latest"), "{}", show.stderr);
+    // `ls` oldest first (not by id); `tree` says "1 step".
+    let ls = t.run(&["ls"]).ok().to_owned();
+    let (zed, abe) = (ls.find("Zed").expect("Zed"), ls.find("Abe").expect("Abe"));
+    assert!(zed < abe, "{ls}");
+    assert!(t.run(&["tree"]).ok().contains(" 1 step, "), "tree");
+    // An unknown role lists the roles there are.
+    let role = t.run(&["prompt", "--role", "nobody", "go"]);
+    assert_eq!(role.code, 2);
+    assert!(role.stderr.contains("its roles: ") && role.stderr.contains("worker"), "{}", role.stderr);
+    assert!(!role.stderr.contains("compactor"), "{}", role.stderr);
+    // `--with-changes` where there is no project is refused, as `--base` is.
+    let changes = t.run(&["prompt", "--with-changes", "go"]);
+    assert_eq!(changes.code, 2, "{}", changes.stderr);
+    assert!(changes.stderr.contains("this workspace has no project"), "{}", changes.stderr);
+    // A model without a price: ls says how to price it.
+    t.set("roles.worker.model", "unpriced-model-1");
+    server.push_turns([Turn::text("third")]);
+    t.run(&["prompt", "--name", "Cheap", "go"]).ok();
+    let ls = t.run(&["ls"]);
+    assert!(ls.stderr.contains("offshoot config set prices.<model>.input"), "{}", ls.stderr);
+}

@@ -821,7 +821,11 @@ impl<'a> Chat<'a> {
         let tokens: u64 = tree.iter().map(|a| a.tokens).sum();
         let cost: Option<f64> = tree.iter().map(|a| a.cost).sum();
         let cost = cost.map_or_else(|| "$?".to_owned(), |c| format!("${c:.4}"));
-        self.pending.push(format!("· {} agents, {}, {cost}", tree.len(), view::tokens(tokens)));
+        self.pending.push(format!(
+            "· {}, {}, {cost}",
+            crate::infra::words::count(tree.len() as u64, "agent", "agents"),
+            view::tokens(tokens)
+        ));
     }
 
     /// What a new agent is made with.
@@ -1006,7 +1010,10 @@ impl<'a> Chat<'a> {
                 self.cut_stream("cut off: the attempt failed, and is made again");
                 self.activity = format!("· attempt {attempt} failed: {}", one_line(error));
             }
-            Record::Waiting { children } => self.activity = format!("· waiting for {children} agents below"),
+            Record::Waiting { children } => {
+                self.activity =
+                    format!("· waiting for {} below", crate::infra::words::count(*children as u64, "agent", "agents"))
+            }
             Record::End(end) => {
                 self.activity.clear();
                 // (A stop during the model's answer: what it had written is not kept.)

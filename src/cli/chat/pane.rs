@@ -289,6 +289,7 @@ mod tests {
             context_tokens: Some(50),
             context_window: Some(200),
             goal: String::new(),
+            created: String::new(),
             parent: None,
             why: (state == "failed").then(|| "boom".to_owned()),
             compactions: Vec::new(),

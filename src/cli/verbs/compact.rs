@@ -49,6 +49,7 @@ impl From<CompactionError> for CliError {
             CompactionError::OfCompactor(_)
             | CompactionError::Nothing { .. }
             | CompactionError::NoLanding { .. }
+            | CompactionError::Undone { .. }
             | CompactionError::Unknown(_) => CliError::usage(e.to_string()),
             _ => CliError::runtime(e.to_string()),
         }

@@ -12,7 +12,9 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         ctx.no_workspace();
         return Ok(());
     };
-    let states = inspect::states(&ws)?;
+    // Oldest first, as they were made (a child's id sorts under its parent's, not by time).
+    let mut states = inspect::states(&ws)?;
+    states.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
     if ctx.out.json {
         for s in &states {
             let mut line = serde_json::Map::from_iter([("type".to_owned(), "ls".into())]);
@@ -39,6 +41,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  GOAL",
         "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT", "COST", "CTX"
     ));
+    let unpriced = states.iter().any(|s| s.cost_usd.is_none() && s.steps > 0);
     for s in states {
         ctx.out.line(&format!(
             "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  {}",
@@ -56,6 +59,11 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         if let Some(why) = &s.why {
             ctx.out.line(&format!("{:<wi$}  ↳ {}", "", crate::cli::progress::one_line(why, 120)));
         }
+    }
+    if unpriced {
+        ctx.out.progress(
+            "· COST `?`: a model of the agent has no price; `offshoot config set prices.<model>.input 3.0 prices.<model>.output 15.0 prices.<model>.cache_read 0.3 prices.<model>.cache_write 3.75` (US dollars per million tokens) prices it",
+        );
     }
     Ok(())
 }

@@ -4,18 +4,18 @@ use crate::cli::{CliError, Ctx};
 use crate::engine::compaction::{self, CompactionError};
 use crate::engine::{agents, driver, inspect};
 
-/// Show one step's record, or the request re-assembled from its commit, or what a
-/// compaction removed and the summary it left
+/// Show one step's record (the latest unless `--step` says which), or the request
+/// re-assembled from its commit, or what a compaction removed and the summary it left
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The agent's id or name
     #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: String,
-    /// The step number (1 is the agent's first model call)
-    #[arg(long, required_unless_present = "compaction", conflicts_with = "compaction")]
+    /// The step number (1 is the agent's first model call; default: its latest)
+    #[arg(long, conflicts_with = "compaction")]
     pub step: Option<u32>,
     /// Print the request re-assembled from the step's recorded commit and config
-    #[arg(long, requires = "step")]
+    #[arg(long, conflicts_with = "compaction")]
     pub request: bool,
     /// The landed compaction to show (1 is the first)
     #[arg(long)]
@@ -25,8 +25,7 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
-    let Some(step) = args.step else {
-        let number = args.compaction.unwrap_or(1);
+    if let Some(number) = args.compaction {
         let all = compaction::landed(&ws, &id)?;
         let Some(landed) = all.iter().find(|l| l.landing.number == number) else {
             let e = CompactionError::NoLanding { agent: id.to_string(), number, have: all.len() };
@@ -50,6 +49,22 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         ctx.out.line(&format!("summary `{}`:", landed.landing.summary));
         ctx.out.line(landed.summary.trim_end());
         return Ok(());
+    }
+    let step = match args.step {
+        Some(step) => step,
+        None => match inspect::step_count(&ws, &id) {
+            0 => {
+                return Err(CliError::usage(format!(
+                    "agent `{id}` has made no model call yet: it has no step to show"
+                )));
+            }
+            latest => {
+                if !ctx.out.json {
+                    ctx.out.progress(&format!("· step {latest}, its latest (`--step N` shows another)"));
+                }
+                latest
+            }
+        },
     };
     if args.request {
         let request = inspect::reassemble(&ws, &id, step)?;

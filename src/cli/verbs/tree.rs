@@ -126,9 +126,9 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
         } else {
             let all = own.add(below);
             format!(
-                "  · with {} below: {} steps, {} tokens, {}",
+                "  · with {} below: {}, {} tokens, {}",
                 count(forest, id) - 1,
-                all.steps,
+                crate::infra::words::count(all.steps, "step", "steps"),
                 all.tokens,
                 all.cost()
             )
@@ -144,11 +144,11 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
             ),
         };
         ctx.out.line(&format!(
-            "{lead}{}{name} [{}] {}  {} steps, {} tokens, {}{fill}{compacted}{subtree}",
+            "{lead}{}{name} [{}] {}  {}, {} tokens, {}{fill}{compacted}{subtree}",
             s.id,
             s.role,
             s.state,
-            own.steps,
+            crate::infra::words::count(own.steps, "step", "steps"),
             own.tokens,
             own.cost()
         ));

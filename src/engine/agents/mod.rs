@@ -39,8 +39,8 @@ pub enum AgentError {
     Exhausted(String),
     #[error("role `compactor` is started by the harness only (`offshoot compact <agent>`), never dispatched")]
     CompactorRole,
-    #[error("role `{role}` does not exist in config lineage `{lineage}`")]
-    UnknownRole { role: String, lineage: String },
+    #[error("role `{role}` does not exist in config lineage `{lineage}`; its roles: {}", known.join(", "))]
+    UnknownRole { role: String, lineage: String, known: Vec<String> },
     #[error("the message is empty")]
     EmptyMessage,
     #[error("{0}")]
@@ -489,7 +489,11 @@ fn check_spawn(
         return Err(AgentError::CompactorRole);
     }
     let Some(role_config) = config.role(role) else {
-        return Err(AgentError::UnknownRole { role: role.to_owned(), lineage: lineage.to_owned() });
+        return Err(AgentError::UnknownRole {
+            role: role.to_owned(),
+            lineage: lineage.to_owned(),
+            known: config.roles.keys().filter(|r| *r != compaction::ROLE).cloned().collect(),
+        });
     };
     containment::check(role_config, env).map_err(|source| AgentError::Sandbox { role: role.to_owned(), source })
 }

@@ -89,7 +89,11 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         text.push_str(&format!("{file}:{line}:{hit}\n"));
     }
     let files = found.files.len();
-    let mut summary = format!("{} matches in {files} files", found.total);
+    let mut summary = format!(
+        "{} in {}",
+        crate::infra::words::count(found.total as u64, "match", "matches"),
+        crate::infra::words::count(files as u64, "file", "files")
+    );
     if found.total > SHOWN {
         summary.push_str(&format!(
             "; showing the first {SHOWN} by path, {} more left out (narrow the pattern, `path` or `glob`)",
@@ -183,7 +187,7 @@ mod tests {
         std::fs::write(dir.join("blob.bin"), b"needle\x00\x01\x02").expect("write");
         let env = ToolEnv { cwd: dir.clone(), root: dir.clone(), ..Default::default() };
         let out = run(&env, &json!({"pattern": "needle"})).expect("grep");
-        assert_eq!(out.summary, "1 matches in 1 files");
+        assert_eq!(out.summary, "1 match in 1 file");
         assert_eq!(out.streams[0].text, "src/a.rs:2:    let needle = 1;\n");
         let out = run(&env, &json!({"pattern": "needle", "ignore_case": true, "glob": "*.md"})).expect("grep");
         assert_eq!(out.streams[0].text, "src/b.md:1:A Needle here\n");
@@ -202,7 +206,7 @@ mod tests {
         let out = run(&env, &json!({"pattern": "hit"})).expect("grep");
         assert_eq!(
             out.summary,
-            "250 matches in 1 files; showing the first 200 by path, 50 more left out (narrow the pattern, `path` or `glob`)"
+            "250 matches in 1 file; showing the first 200 by path, 50 more left out (narrow the pattern, `path` or `glob`)"
         );
         assert_eq!(out.streams[0].text.lines().count(), 200);
         let _ = std::fs::remove_dir_all(&dir);
