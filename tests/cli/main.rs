@@ -27,6 +27,7 @@ mod ownership;
 mod processes;
 mod project;
 mod providers;
+mod readme;
 mod sandbox;
 mod scan;
 mod signals;
