@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use crate::domain::agent::AgentFacts;
 use crate::domain::config::Config;
 use crate::domain::context;
 use crate::domain::id::AgentId;
@@ -67,6 +68,9 @@ pub struct AgentState {
     pub created: String,
     /// The agent above it, for children.
     pub parent: Option<String>,
+    /// For a fork, the agent it was forked from (read from the commit it continued).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
     /// For a `failed` or `stopped` agent, why, in one line: how its last run ended.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
@@ -95,6 +99,7 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
                 context_tokens: None,
                 context_window: None,
                 parent: l.id.parent().map(|p| p.to_string()),
+                origin: None,
                 goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
                 created: String::new(),
                 why: None,
@@ -128,7 +133,19 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
         });
         let context_window = config.as_ref().and_then(|c| c.role(&facts.role)).and_then(|r| r.context_window);
         let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
-        let goal = ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default();
+        // A fork keeps its origin's goal: what it was asked is its own first message.
+        let origin = match (&facts.parent, &facts.forked_from) {
+            (None, Some(from)) => CommitId::from_str(from)
+                .ok()
+                .and_then(|c| super::snapshot::read_facts(&ws.repo, c).ok())
+                .map(|f| f.id)
+                .filter(|o| *o != facts.id),
+            _ => None,
+        };
+        let goal = match origin.as_ref().and_then(|_| fork_message(ws, facts, entries)) {
+            Some(message) => message.into_bytes(),
+            None => ws.repo.read_file(l.tip, crate::domain::agent::GOAL)?.unwrap_or_default(),
+        };
         let ledger = ws.repo.read_file(l.tip, crate::domain::compaction::LEDGER)?.unwrap_or_default();
         let compactions = crate::domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger))
             .iter()
@@ -148,11 +165,25 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
             created: facts.created.clone(),
             parent: facts.parent.clone(),
+            origin,
             why: matches!(state, "failed" | "stopped").then(|| last_run_end(ws, &l.id)).flatten(),
             compactions,
         });
     }
     Ok(out)
+}
+
+/// A fork's own first message: the first user message after what it inherited (the
+/// transcript at the commit it continued).
+fn fork_message(ws: &Workspace, facts: &AgentFacts, entries: &[Entry]) -> Option<String> {
+    let from = CommitId::from_str(facts.forked_from.as_deref()?).ok()?;
+    let inherited = Loader::default().entries(&ws.repo, from).ok()?.iter().map(Entry::number).max().unwrap_or(0);
+    entries.iter().find_map(|e| match e {
+        Entry::Message { number, sender, text } if *number > inherited && sender == "user" => {
+            Some(crate::domain::inbox::body(text).to_owned())
+        }
+        _ => None,
+    })
 }
 
 /// How the agent's last run ended, from the end of its events file: the error of an

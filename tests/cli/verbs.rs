@@ -401,3 +401,34 @@ fn rough_edges_of_the_first_minutes_are_smoothed() {
     let ls = t.run(&["ls"]);
     assert!(ls.stderr.contains("offshoot config set prices.<model>.input"), "{}", ls.stderr);
 }
+
+#[test]
+fn forks_show_under_their_origin_with_their_own_message_and_fork_counts_steps_with_step() {
+    let (server, t) = TestWorkspace::served("forks-shown", Dialect::Anthropic);
+    server.push_for("Origin", [Turn::bash("c1", "echo one"), Turn::bash("c2", "echo two"), Turn::text("origin done")]);
+    t.run(&["prompt", "--name", "Origin", "do three things"]).ok();
+    server.push_for("Branch", [Turn::text("branched")]);
+    t.run(&["fork", "--from", "Origin", "--step", "2", "--name", "Branch", "try another way"]).ok();
+    server.push_for("Twin", [Turn::text("twinned")]);
+    t.run(&["fork", "--from", "Origin", "--name", "Twin", "once more"]).ok();
+    // From before step 2: its first request holds the first call and not the second.
+    let asked = server.requests_for("Branch")[0].body.to_string();
+    assert!(asked.contains("echo one") && !asked.contains("echo two"), "{asked}");
+    assert!(asked.contains("try another way"), "{asked}");
+    // `tree`: the forks under their origin, marked; no fork is a root of its own.
+    let tree = t.run(&["tree"]).ok().to_owned();
+    let lines: Vec<&str> = tree.lines().collect();
+    assert!(lines[0].contains("Origin"), "{tree}");
+    for fork in ["Branch", "Twin"] {
+        assert!(lines.iter().any(|l| l.contains("⑂ ") && l.contains(fork)), "{tree}");
+        assert!(!lines.iter().any(|l| l.split_whitespace().nth(1) == Some(fork)), "{fork} is a root: {tree}");
+    }
+    // `ls`: a fork's goal is its own message, not its origin's.
+    let ls = t.run(&["--json", "ls"]).ok().to_owned();
+    let agents: Vec<serde_json::Value> = ls.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let of = |name: &str| agents.iter().find(|a| a["name"] == name).expect("listed").clone();
+    assert_eq!(of("Branch")["goal"], "try another way");
+    assert_eq!(of("Twin")["goal"], "once more");
+    assert_eq!(of("Branch")["origin"], of("Origin")["id"]);
+    assert_eq!(of("Origin")["goal"], "do three things");
+}

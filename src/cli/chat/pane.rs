@@ -291,6 +291,7 @@ mod tests {
             goal: String::new(),
             created: String::new(),
             parent: None,
+            origin: None,
             why: (state == "failed").then(|| "boom".to_owned()),
             compactions: Vec::new(),
         }

@@ -7,9 +7,14 @@ use crate::infra::time::Timestamp;
 /// Start a new agent that continues any commit of any agent, with a new message
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The commit to continue from: an agent id or name, `PeachHollow~2`, `agents/<id>`, a sha
+    /// The commit to continue from: an agent id or name, `agents/<id>`, a sha, or git's
+    /// `PeachHollow~2` (two commits back: commits, not steps; `--step` counts steps)
     #[arg(long)]
     pub from: String,
+    /// Continue from before this step of the agent `--from` names (the commit its request
+    /// was made from; steps as `show --step N` numbers them)
+    #[arg(long)]
+    pub step: Option<u32>,
     /// The new message (`-` reads it from stdin)
     pub message: std::ffi::OsString,
     /// A unique display name for the new agent
@@ -28,8 +33,19 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let message = input::text(&args.message, "the message")?;
     let ws = ctx.workspace()?;
-    // An agent id or name stands for its branch (`PeachHollow~2` works too).
-    let from = agents::revision(&ws, &args.from)?;
+    // An agent id or name stands for its branch (`PeachHollow~2` works too); with
+    // `--step N`, the commit step N of that agent was asked from.
+    let from = match args.step {
+        None => agents::revision(&ws, &args.from)?,
+        Some(step) => {
+            let id = agents::resolve(&ws, &args.from)?;
+            let meta = crate::engine::inspect::step_meta(&ws, &id, step)?;
+            if meta.commit.is_empty() {
+                return Err(CliError::usage(format!("step {step} of `{id}` does not record where it began")));
+            }
+            meta.commit
+        }
+    };
     let spawn = Start {
         message: &message,
         name: args.name.as_deref(),

@@ -46,6 +46,9 @@ impl Totals {
 struct Forest<'a> {
     by_id: BTreeMap<&'a str, &'a AgentState>,
     children: BTreeMap<&'a str, Vec<&'a str>>,
+    /// Forks by the agent they came from (shown under it, outside its totals: a fork is
+    /// a tree of its own).
+    forks: BTreeMap<&'a str, Vec<&'a str>>,
 }
 
 impl<'a> Forest<'a> {
@@ -60,12 +63,26 @@ impl<'a> Forest<'a> {
         for list in children.values_mut() {
             list.sort_by_key(|id| AgentId::parse(id).ok().and_then(|i| i.child_number()).unwrap_or(0));
         }
-        Forest { by_id, children }
+        let mut forks: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for s in states {
+            if let Some(origin) = s.origin.as_deref().filter(|o| by_id.contains_key(o)) {
+                forks.entry(origin).or_default().push(s.id.as_str());
+            }
+        }
+        for list in forks.values_mut() {
+            list.sort_by_key(|id| by_id.get(id).map(|s| s.created.clone()));
+        }
+        Forest { by_id, children, forks }
     }
 
     fn roots(&self) -> Vec<&'a str> {
         let orphan = |s: &&&AgentState| s.parent.as_deref().is_none_or(|p| !self.by_id.contains_key(p));
-        self.by_id.values().filter(orphan).map(|s| s.id.as_str()).collect()
+        let forked = |s: &&&AgentState| s.origin.as_deref().is_some_and(|o| self.by_id.contains_key(o));
+        self.by_id.values().filter(orphan).filter(|s| !forked(s)).map(|s| s.id.as_str()).collect()
+    }
+
+    fn forks(&self, id: &str) -> &[&'a str] {
+        self.forks.get(id).map(Vec::as_slice).unwrap_or_default()
     }
 
     fn kids(&self, id: &str) -> &[&'a str] {
@@ -112,7 +129,8 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
     let below = forest.below(id);
     if ctx.out.json {
         ctx.out.event(&json!({
-            "type": "tree", "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent, "depth": depth,
+            "type": "tree", "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent,
+            "origin": s.origin, "depth": depth,
             "steps": own.steps, "tokens": own.tokens, "cost_usd": own.cost_usd.map(usd),
             "context_tokens": s.context_tokens, "context_window": s.context_window,
             "compactions": s.compactions,
@@ -153,10 +171,14 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
             own.cost()
         ));
     }
-    for (i, kid) in kids.iter().enumerate() {
-        let last = i + 1 == kids.len();
+    // Its children, then its forks (marked ⑂: trees of their own, forked from it).
+    let below: Vec<(&str, bool)> =
+        kids.iter().map(|k| (*k, false)).chain(forest.forks(id).iter().map(|f| (*f, true))).collect();
+    for (i, (kid, fork)) in below.iter().enumerate() {
+        let last = i + 1 == below.len();
         let (branch, next) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
-        draw(ctx, forest, kid, &format!("{rest}{branch}"), &format!("{rest}{next}"), depth + 1);
+        let mark = if *fork { "⑂ " } else { "" };
+        draw(ctx, forest, kid, &format!("{rest}{branch}{mark}"), &format!("{rest}{next}"), depth + 1);
     }
 }
 
