@@ -88,7 +88,7 @@ fn run(ws: &Workspace, server: &Server, repo: Option<&Path>) -> (Duration, f64) 
     server.push_turns(turns);
     let env = Env::new([("ANTHROPIC_API_KEY".to_owned(), "bench".to_owned())]);
     let t = Instant::now();
-    let start = repo.map(|_| project::start_point(ws, None, false).expect("start point").expect("a project").0);
+    let start = repo.map(|_| project::start_point(ws, None, false, None).expect("start point").expect("a project").0);
     let spawn = Start {
         message: "Change one file.",
         name: Some("Bench"),

@@ -5,7 +5,7 @@
 
 use crate::domain::agent::{self, AgentFacts};
 use crate::domain::id::AgentId;
-use crate::infra::git::{CommitId, GitError, UserRepo, WorkFile};
+use crate::infra::git::{CommitId, GitError, TreeEdit, UserRepo, WorkFile};
 
 use super::agents::{AgentError, ProjectStart};
 use super::snapshot::{self, SnapshotError};
@@ -57,6 +57,7 @@ pub fn start_point(
     ws: &Workspace,
     base: Option<&str>,
     with_changes: bool,
+    author: Option<&(String, String)>,
 ) -> Result<Option<(ProjectStart, Vec<String>)>> {
     let Some(user) = ws.user_repo()? else {
         // (`--base` and `--with-changes` say where in a project to start: without one,
@@ -71,12 +72,26 @@ pub fn start_point(
         None => user.head()?.ok_or_else(|| ProjectError::NoCommits(user.root().display().to_string()))?,
     };
     let changes = user.changes()?;
-    let (taken, left) = if with_changes {
-        (changes, Vec::new())
-    } else {
-        (Vec::new(), changes.into_iter().map(|(path, _)| path).collect())
-    };
-    Ok(Some((ProjectStart { base: commit, changes: taken }, left)))
+    if !with_changes || changes.is_empty() {
+        let left = changes.into_iter().map(|(path, _)| path).collect();
+        return Ok(Some((ProjectStart { base: commit, changes: Vec::new() }, left)));
+    }
+    // The user's work taken along is a commit of its own, the user's: the agent starts
+    // on it, so `diff` shows the agent's work alone and `export` keeps the two apart.
+    let edits: Vec<TreeEdit> = changes
+        .iter()
+        .map(|(path, content)| match content {
+            Some((bytes, true)) => TreeEdit::Executable { path: path.clone(), bytes: bytes.clone() },
+            Some((bytes, false)) => TreeEdit::Write { path: path.clone(), bytes: bytes.clone() },
+            None => TreeEdit::Remove { path: path.clone() },
+        })
+        .collect();
+    let message = "Uncommitted work, taken along by `offshoot prompt --with-changes`\n";
+    let yours = ws.repo.commit_edits_by(&[commit], Some(commit), &edits, author, message)?;
+    // (Written in the harness's repository; the agents' shared one takes it too, as their
+    // gits start on it.)
+    ws.project.take_work(&ws.repo, yours)?;
+    Ok(Some((ProjectStart { base: yours, changes }, Vec::new())))
 }
 
 /// The agent's tip, its facts and the base it started from.

@@ -301,8 +301,11 @@ fn with_changes_takes_the_uncommitted_work_along_and_gitignored_output_stays_out
     let (server, t, repo) = project("project-changes");
     std::fs::write(repo.join(".gitignore"), "target/\n").expect("ignore");
     std::fs::write(repo.join("new.txt"), "untracked\n").expect("untracked");
+    // (The user's identity, as git would find it: the work taken along is authored so.)
+    git(&repo, &["config", "user.name", "User"]);
+    git(&repo, &["config", "user.email", "user@example.com"]);
     server.push_turns([
-        Turn::bash("c1", "mkdir -p target && echo built > target/out.bin && cat a.txt new.txt"),
+        Turn::bash("c1", "mkdir -p target && echo built > target/out.bin && cat a.txt new.txt && echo agent >> b.txt"),
         Turn::text("built"),
     ]);
     let run = t.run(&["prompt", "--name", "Cy", "--with-changes", "build"]);
@@ -310,9 +313,22 @@ fn with_changes_takes_the_uncommitted_work_along_and_gitignored_output_stays_out
     assert!(run.stderr.contains("with your uncommitted changes"), "{}", run.stderr);
     let seen = server.result_text(1);
     assert!(seen.contains("mine, not committed") && seen.contains("untracked"), "{seen}");
-    // The agent's git shows them as its uncommitted changes against HEAD.
-    let status = git(&agent_dir(&t, "Cy"), &["status", "--porcelain"]);
-    assert!(status.contains(" M a.txt") && status.contains("?? new.txt"), "{status}");
+    // The work taken along is a commit of its own, the user's: the agent starts on it.
+    let dir = agent_dir(&t, "Cy");
+    assert_eq!(
+        git(&dir, &["log", "-1", "--format=%an|%s"]).trim(),
+        "User|Uncommitted work, taken along by `offshoot prompt --with-changes`"
+    );
+    let status = git(&dir, &["status", "--porcelain"]);
+    assert_eq!(status.trim(), "M b.txt", "only the agent's own change is uncommitted: {status}");
+    // `diff` shows the agent's work alone; `export` keeps the two apart.
+    let stat = t.run(&["diff", "Cy", "--stat"]).ok().to_owned();
+    assert!(stat.contains("b.txt") && !stat.contains("a.txt") && !stat.contains("new.txt"), "{stat}");
+    t.run(&["export", "Cy"]).ok();
+    let authors = git(&repo, &["log", "--format=%an|%s", "-2", "offshoot/Cy"]);
+    let authors: Vec<&str> = authors.lines().collect();
+    assert_eq!(authors[1], "User|Uncommitted work, taken along by `offshoot prompt --with-changes`", "{authors:?}");
+    assert!(!authors[0].contains("Uncommitted work, taken along"), "{authors:?}");
     // target/ is ignored: on disk, never in the harness's history.
     let id = t.agents()[0]["id"].as_str().expect("id").to_owned();
     assert!(agent_dir(&t, "Cy").join("target/out.bin").exists());

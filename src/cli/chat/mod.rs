@@ -845,7 +845,7 @@ impl<'a> Chat<'a> {
     fn start(&self, goal: &str, model: Option<&str>) -> Result<AgentId, CliError> {
         let (_, config) = self.ws.config("default")?;
         model::plan(&config, "default", "worker", &self.ctx.env)?;
-        let from = project::start_point(self.ws, None, false)?;
+        let from = project::start_point(self.ws, None, false, None)?;
         let spawn = Start { model, ..self.spawn(goal, from.as_ref().map(|(s, _)| s)) };
         Ok(agents::create_root(self.ws, "worker", "default", &spawn)?)
     }

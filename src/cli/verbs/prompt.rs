@@ -42,7 +42,9 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // A missing key or an unknown role is refused before anything is created (and
     // so is a sandbox this kernel cannot enforce, by the engine).
     model::plan(&config, &args.lineage, &args.role, &ctx.env)?;
-    let start = project::start_point(&ws, args.base.as_deref(), args.with_changes)?;
+    // Work taken along is the user's own commit, authored as git would author it.
+    let author = ws.user_repo()?.and_then(|u| u.identity(&ctx.git_config_files()));
+    let start = project::start_point(&ws, args.base.as_deref(), args.with_changes, author.as_ref())?;
     if let Some((start, left)) = &start {
         say_start(ctx, start, left, args.with_changes);
     }

@@ -230,14 +230,30 @@ fn with_lock_retries<T>(
 }
 
 fn commit_tree(repo: &Repository, tree: Oid, parents: &[Oid], message: &str) -> Result<Oid> {
+    commit_tree_by(repo, tree, parents, None, message)
+}
+
+/// A commit of `tree` on `parents`, committed by the harness and authored by `author`
+/// (the harness when `None`).
+fn commit_tree_by(
+    repo: &Repository,
+    tree: Oid,
+    parents: &[Oid],
+    author: Option<&(String, String)>,
+    message: &str,
+) -> Result<Oid> {
     let sig = signature()?;
+    let author = match author {
+        Some((name, email)) => Signature::new(name, email, &sig.when()).map_err(lib("make the author"))?,
+        None => sig.clone(),
+    };
     let tree = repo.find_tree(tree).map_err(lib("find tree"))?;
     let parents = parents
         .iter()
         .map(|p| repo.find_commit(*p).map_err(lib(format!("find commit {p}"))))
         .collect::<Result<Vec<_>>>()?;
     let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
-    repo.commit(None, &sig, &sig, message, &tree, &refs).map_err(lib("write commit"))
+    repo.commit(None, &author, &sig, message, &tree, &refs).map_err(lib("write commit"))
 }
 
 impl Repo {
@@ -384,9 +400,22 @@ impl Repo {
     /// Writes a commit whose tree is `base`'s tree (or empty) with `edits` applied.
     /// Moves no ref.
     pub fn commit_edits(&self, parents: &[Oid], base: Option<Oid>, edits: &[TreeEdit], message: &str) -> Result<Oid> {
+        self.commit_edits_by(parents, base, edits, None, message)
+    }
+
+    /// [`Repo::commit_edits`] authored by `author` (name, email) instead of the harness
+    /// (which commits it).
+    pub fn commit_edits_by(
+        &self,
+        parents: &[Oid],
+        base: Option<Oid>,
+        edits: &[TreeEdit],
+        author: Option<&(String, String)>,
+        message: &str,
+    ) -> Result<Oid> {
         let Some(base) = base else {
             let tree = self.build_tree(edits)?;
-            return commit_tree(&self.repo, tree, parents, message);
+            return commit_tree_by(&self.repo, tree, parents, author, message);
         };
         // Removals first, in a pass of their own: a directory removed and then written
         // into must lose everything it had (one pass would write into the old one).
@@ -417,7 +446,7 @@ impl Repo {
             update.upsert(path.as_str(), blob, mode);
         }
         let tree = update.create_updated(&self.repo, &tree).map_err(lib("edit tree"))?;
-        commit_tree(&self.repo, tree, parents, message)
+        commit_tree_by(&self.repo, tree, parents, author, message)
     }
 
     /// Writes a tree holding exactly the files `edits` write (removals are moot).
