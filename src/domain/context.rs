@@ -109,7 +109,14 @@ pub fn assemble(s: &Snapshot, model: &str, max_output_tokens: u32, rules: &Conte
     {
         first.content.splice(0..0, files);
     }
-    Request { model: model.to_owned(), max_output_tokens, system: system_prompt(s), tools: declared_tools(s), messages }
+    Request {
+        model: model.to_owned(),
+        max_output_tokens,
+        system: system_prompt(s),
+        tools: declared_tools(s),
+        messages,
+        reasoning: None,
+    }
 }
 
 /// The granted tools plus every tool a `tool_use` of the history names (providers

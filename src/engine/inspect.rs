@@ -291,5 +291,7 @@ pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
     let mut loader = Loader::default();
     let (_, snapshot) = loader.snapshot(&ws.repo, commit, &role.context)?;
     let model = if meta.model.is_empty() { &role.model } else { &meta.model };
-    Ok(context::assemble(&snapshot, model, role.max_output_tokens, &role.context))
+    let mut request = context::assemble(&snapshot, model, role.max_output_tokens, &role.context);
+    request.reasoning = role.reasoning();
+    Ok(request)
 }

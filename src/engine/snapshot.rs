@@ -109,10 +109,21 @@ impl Loader {
                 candidates.push(path);
             }
         }
-        let mut composed = Vec::new();
+        let mut composed: Vec<(String, String)> = Vec::new();
         for path in context::composed_paths(&candidates, rules) {
+            // A link's blob is where it points, not what is there (a `CLAUDE.md` linked
+            // to `AGENTS.md` is the one file, pinned once).
+            if repo.is_symlink(commit, &path)? {
+                continue;
+            }
             if let Some(bytes) = repo.read_file(commit, &path)? {
-                composed.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                // (The same words twice in one directory, as a copied `CLAUDE.md`, once.)
+                let dir = |p: &str| p.rsplit_once('/').map(|(d, _)| d.to_owned()).unwrap_or_default();
+                if composed.iter().any(|(p, t)| *t == text && dir(p) == dir(&path)) {
+                    continue;
+                }
+                composed.push((path, text));
             }
         }
         let snapshot = Snapshot {

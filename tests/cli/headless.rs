@@ -131,3 +131,26 @@ fn export_refuses_branch_names_git_would_misread() {
     assert_eq!(crate::project::git(&repo, &["for-each-ref", "--format=%(refname)"]), before);
     t.run(&["export", "Named", "--branch", "review/named"]).ok();
 }
+
+#[test]
+fn claude_md_is_read_like_agents_md_and_one_file_under_two_names_once() {
+    let (server, t, repo) = crate::project::project("headless-claude-md");
+    std::fs::write(repo.join("AGENTS.md"), "Use four spaces.\n").expect("agents");
+    std::fs::write(repo.join("CLAUDE.md"), "Run the tests before you answer.\n").expect("claude");
+    crate::project::git(&repo, &["add", "AGENTS.md", "CLAUDE.md"]);
+    crate::project::git(&repo, &["commit", "-q", "-m", "rules"]);
+    server.push_turns([Turn::text("read")]);
+    t.run(&["prompt", "--name", "Reader", "go"]).ok();
+    let first = server.requests()[0].body.to_string();
+    assert!(first.contains("Use four spaces.") && first.contains("Run the tests before you answer."), "{first}");
+    // A CLAUDE.md that is a link to AGENTS.md: the rules once, never the link's target name.
+    std::fs::remove_file(repo.join("CLAUDE.md")).expect("rm");
+    std::os::unix::fs::symlink("AGENTS.md", repo.join("CLAUDE.md")).expect("link");
+    crate::project::git(&repo, &["add", "CLAUDE.md"]);
+    crate::project::git(&repo, &["commit", "-q", "-m", "one file"]);
+    server.push_turns([Turn::text("read again")]);
+    t.run(&["prompt", "--name", "Linked", "go"]).ok();
+    let linked = server.requests().last().expect("asked").body.to_string();
+    assert_eq!(linked.matches("Use four spaces.").count(), 1, "{linked}");
+    assert!(!linked.contains("CLAUDE.md"), "the link pinned as a file of its own: {linked}");
+}

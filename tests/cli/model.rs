@@ -76,3 +76,36 @@ fn a_model_name_that_cannot_be_one_is_refused_naming_the_rule_and_nothing_is_mad
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert_eq!(server.requests().len(), 1, "nothing was sent");
 }
+
+#[test]
+fn thinking_settings_reach_each_provider_in_its_own_terms_and_a_mismatch_is_refused() {
+    // Anthropic: extended thinking with a budget.
+    let (server, t) = TestWorkspace::served("model-thinking", Dialect::Anthropic);
+    t.run(&["config", "set", "roles.worker.thinking_budget", "2048"]).ok();
+    server.push_turns([Turn::text("thought")]);
+    t.run(&["prompt", "think first"]).ok();
+    assert_eq!(server.requests()[0].body["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
+    let shown = t.run(&["show", &t.only_agent(), "--request"]).ok().to_owned();
+    assert!(shown.contains("\"thinking_budget\": 2048") || shown.contains("\"thinking_budget\":2048"), "{shown}");
+    // …checked against the provider and the output limit.
+    for (key, value, rule) in [
+        ("roles.worker.thinking_budget", "100", "must be 1024 or more"),
+        ("roles.worker.reasoning_effort", "low", "is OpenAI's reasoning effort"),
+    ] {
+        let run = t.run(&["config", "set", key, value]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(run.stderr.contains(rule), "{}", run.stderr);
+    }
+    // OpenAI, both protocols: the effort.
+    for (dialect, field) in [(Dialect::Chat, "/reasoning_effort"), (Dialect::Responses, "/reasoning/effort")] {
+        let (server, t) = TestWorkspace::served("model-effort", dialect);
+        t.run(&["config", "set", "roles.worker.reasoning_effort", "low"]).ok();
+        let refused = t.run(&["config", "set", "roles.worker.reasoning_effort", "extreme"]);
+        assert!(refused.stderr.contains("`extreme` is not one of minimal, low, medium, high"), "{}", refused.stderr);
+        let wrong = t.run(&["config", "set", "roles.worker.thinking_budget", "2048"]);
+        assert!(wrong.stderr.contains("is Anthropic's extended thinking"), "{}", wrong.stderr);
+        server.push_turns([Turn::text("reasoned")]);
+        t.run(&["prompt", "reason first"]).ok();
+        assert_eq!(server.requests()[0].body.pointer(field), Some(&json!("low")), "{dialect:?}");
+    }
+}

@@ -141,6 +141,24 @@ pub struct RoleConfig {
     /// history.
     #[serde(default = "default_max_commit_file_bytes")]
     pub max_commit_file_bytes: u64,
+    /// Anthropic's extended thinking: at most this many tokens of it before each answer
+    /// (1,024 or more, and under `max_output_tokens`, which counts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget: Option<u32>,
+    /// OpenAI's reasoning effort (Chat Completions and Responses): `minimal`, `low`,
+    /// `medium` or `high`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+}
+
+impl RoleConfig {
+    /// What the role asks of the model's thinking, as a request carries it.
+    pub fn reasoning(&self) -> Option<crate::infra::provider::Reasoning> {
+        use crate::infra::provider::Reasoning;
+        self.thinking_budget
+            .map(Reasoning::ThinkingBudget)
+            .or_else(|| self.reasoning_effort.clone().map(Reasoning::Effort))
+    }
 }
 
 fn yes() -> bool {
@@ -199,7 +217,7 @@ pub struct ContextRules {
 }
 
 fn default_context_files() -> Vec<String> {
-    vec!["AGENTS.md".to_owned()]
+    vec!["AGENTS.md".to_owned(), "CLAUDE.md".to_owned()]
 }
 
 impl Default for ContextRules {
@@ -426,6 +444,43 @@ impl Config {
             }
             if role.max_output_tokens == 0 {
                 return Err(fail(key("max_output_tokens"), "must be at least 1".into()));
+            }
+            // Thinking settings are the provider's: each is checked against its protocol.
+            let protocol = self.providers.get(&role.provider).map(|p| p.protocol);
+            if let Some(budget) = role.thinking_budget {
+                if protocol != Some(crate::infra::provider::Protocol::Anthropic) {
+                    return Err(fail(
+                        key("thinking_budget"),
+                        format!(
+                            "is Anthropic's extended thinking; provider `{}` does not speak it (OpenAI's is `reasoning_effort`)",
+                            role.provider
+                        ),
+                    ));
+                }
+                if budget < 1024 || budget >= role.max_output_tokens {
+                    return Err(fail(
+                        key("thinking_budget"),
+                        format!("must be 1024 or more and under `max_output_tokens` ({})", role.max_output_tokens),
+                    ));
+                }
+            }
+            if let Some(effort) = &role.reasoning_effort {
+                use crate::infra::provider::Protocol::{OpenaiChat, OpenaiResponses};
+                if !matches!(protocol, Some(OpenaiChat | OpenaiResponses)) {
+                    return Err(fail(
+                        key("reasoning_effort"),
+                        format!(
+                            "is OpenAI's reasoning effort; provider `{}` does not speak it (Anthropic's is `thinking_budget`)",
+                            role.provider
+                        ),
+                    ));
+                }
+                if !["minimal", "low", "medium", "high"].contains(&effort.as_str()) {
+                    return Err(fail(
+                        key("reasoning_effort"),
+                        format!("`{effort}` is not one of minimal, low, medium, high"),
+                    ));
+                }
             }
             match role.context_window {
                 Some(0) => return Err(fail(key("context_window"), "must be at least 1".into())),

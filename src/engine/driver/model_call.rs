@@ -82,7 +82,8 @@ impl Driver<'_> {
                 });
             }
         }
-        let request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
+        let mut request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
+        request.reasoning = role.reasoning();
         let bytes = request_json(&request);
         // A request past the role's window is never sent (§10).
         if let Some(window) = role.context_window {

@@ -335,5 +335,11 @@ pub(super) fn discover_context_files(cwd: &Path, names: &[String]) -> Vec<PathBu
         }
     }
     dirs.reverse();
-    dirs.iter().flat_map(|d| names.iter().map(|n| d.join(n))).filter(|p| p.is_file()).collect()
+    // One file under two names (`CLAUDE.md` linked to `AGENTS.md`) is found once.
+    let mut seen = std::collections::HashSet::new();
+    dirs.iter()
+        .flat_map(|d| names.iter().map(|n| d.join(n)))
+        .filter(|p| p.is_file())
+        .filter(|p| seen.insert(std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())))
+        .collect()
 }

@@ -347,6 +347,16 @@ impl Repo {
         }
     }
 
+    /// Whether `path` in `commit` is a symbolic link.
+    pub fn is_symlink(&self, commit: Oid, path: &str) -> Result<bool> {
+        let tree = self.tree_of(commit)?;
+        match tree.get_path(Path::new(path)) {
+            Ok(e) => Ok(e.filemode() == i32::from(FileMode::Link)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
+            Err(source) => Err(GitError::Lib { what: format!("read {path}"), source }),
+        }
+    }
+
     /// The bytes of the file at `path` in `commit`, or `None` if there is no such file.
     pub fn read_file(&self, commit: Oid, path: &str) -> Result<Option<Vec<u8>>> {
         let tree = self.tree_of(commit)?;

@@ -63,8 +63,21 @@ pub fn body(req: &Request) -> Body<'_> {
         system: [SystemBlock { kind: "text", text: &req.system, cache_control: Ephemeral::MARK }],
         messages,
         tools,
+        thinking: match &req.reasoning {
+            Some(super::Reasoning::ThinkingBudget(budget)) => {
+                Some(Thinking { kind: "enabled", budget_tokens: *budget })
+            }
+            _ => None,
+        },
         stream: true,
     }
+}
+
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    budget_tokens: u32,
 }
 
 #[derive(Serialize)]
@@ -75,6 +88,8 @@ pub struct Body<'a> {
     messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
     stream: bool,
 }
 
@@ -411,6 +426,7 @@ mod tests {
                     }],
                 },
             ],
+            reasoning: None,
         };
         let wire: Value = serde_json::from_slice(&encode(&req, Some("k")).body).expect("json");
         assert_eq!(

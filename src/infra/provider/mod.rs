@@ -104,6 +104,20 @@ pub struct Request {
     pub system: String,
     pub tools: Vec<ToolSpec>,
     pub messages: Vec<Message>,
+    /// How much the model may think first, as its role asks (left out when it asks nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<Reasoning>,
+}
+
+/// A role's setting for the model's thinking before it answers, in the terms of its
+/// provider (the config checks the pairing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reasoning {
+    /// Anthropic's extended thinking: at most this many tokens of it.
+    ThinkingBudget(u32),
+    /// OpenAI's reasoning effort: `minimal`, `low`, `medium` or `high`.
+    Effort(String),
 }
 
 /// Token counts as the provider reported them; absent counters stay absent.

@@ -42,6 +42,9 @@ pub fn body(req: &Request, max_tokens_field: &str) -> Value {
         body.insert("tools".into(), Value::Array(tools));
     }
     body.insert(max_tokens_field.into(), json!(req.max_output_tokens));
+    if let Some(super::Reasoning::Effort(effort)) = &req.reasoning {
+        body.insert("reasoning_effort".into(), json!(effort));
+    }
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     Value::Object(body)

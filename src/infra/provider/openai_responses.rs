@@ -42,6 +42,9 @@ pub fn body(req: &Request) -> Value {
     body.insert("max_output_tokens".into(), json!(req.max_output_tokens));
     body.insert("store".into(), json!(false));
     body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    if let Some(super::Reasoning::Effort(effort)) = &req.reasoning {
+        body.insert("reasoning".into(), json!({"effort": effort}));
+    }
     body.insert("stream".into(), json!(true));
     Value::Object(body)
 }

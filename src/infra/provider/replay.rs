@@ -94,6 +94,7 @@ mod tests {
             system: format!("<goal>\n{goal}\n</goal>\n\nsoul"),
             tools: vec![],
             messages,
+            reasoning: None,
         }
     }
 
