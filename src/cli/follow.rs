@@ -230,7 +230,7 @@ impl Watch {
                 if what.last {
                     // The end stays in the scrollback; the live line goes.
                     bar.finish_and_clear();
-                    let _ = multi.println(format!("  [{}] {}", bar.prefix(), what.text));
+                    super::out::above(&multi, &format!("  [{}] {}", bar.prefix(), what.text));
                 } else {
                     bar.set_message(what.text);
                 }

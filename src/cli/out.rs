@@ -129,9 +129,7 @@ impl Out {
     fn narration(&self, lines: &str) {
         for line in printable(lines).lines() {
             match self.live.borrow().as_ref() {
-                Some(multi) => {
-                    let _ = multi.println(line);
-                }
+                Some(multi) => above(multi, line),
                 None => {
                     let _ = writeln!(std::io::stderr(), "{line}");
                 }
@@ -206,15 +204,22 @@ impl Out {
         self.ended.set(true);
     }
 
+    /// How many columns a line of progress may take: the terminal's width when stderr is
+    /// one (a line cut to it never wraps), else 100.
+    pub fn width(&self) -> usize {
+        match ratatui::crossterm::terminal::size() {
+            Ok((cols, _)) if std::io::stderr().is_terminal() => usize::from(cols).max(20),
+            _ => 100,
+        }
+    }
+
     /// One line of progress on stderr.
     pub fn progress(&self, text: &str) {
         self.end_stream();
         let text = printable(text);
         let text = if self.color { format!("\x1b[2m{text}\x1b[0m") } else { text.into_owned() };
         match self.live.borrow().as_ref() {
-            Some(multi) => {
-                let _ = multi.println(&text);
-            }
+            Some(multi) => above(multi, &text),
             None => {
                 let _ = writeln!(std::io::stderr(), "{text}");
             }
@@ -263,4 +268,14 @@ impl Out {
             let _ = writeln!(err, "hint: {}", printable(hint));
         }
     }
+}
+
+/// A line on stderr above the live display: the display is taken away, the line written
+/// with its line break, the display drawn again. (indicatif's own `println` pads a line
+/// to the terminal's width and ends it with no line break, leaning on the terminal's
+/// wrapping: a log of the terminal, or a copy of its text, glued the lines together.)
+pub fn above(multi: &MultiProgress, line: &str) {
+    multi.suspend(|| {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    });
 }

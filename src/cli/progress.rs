@@ -181,12 +181,14 @@ impl Observer for Live<'_> {
                 Some(ms) => out.progress(&format!("· attempt {attempt} failed: {error}; retrying in {ms} ms")),
                 None => out.progress(&format!("· attempt {attempt} failed: {error}")),
             },
+            // (Cut to the terminal's width: a line that wraps is two.)
             Event::ToolStarted { name, input, .. } => {
-                out.progress(&format!("→ {name} {}", one_line(&call_gist(input), 100)));
+                let room = out.width().saturating_sub(name.chars().count() + 4).max(10);
+                out.progress(&format!("→ {name} {}", one_line(&call_gist(input), room)));
             }
             Event::ToolFinished { is_error, summary, .. } => {
                 let mark = if is_error { "✗" } else { "←" };
-                out.progress(&format!("  {mark} {}", one_line(summary, 100)));
+                out.progress(&format!("  {mark} {}", one_line(summary, out.width().saturating_sub(5))));
             }
             Event::Repaired(repair) => out.progress(&format!("· {}", events::repaired(repair))),
             Event::Warning(text) => out.progress(&format!("warning: {text}")),

@@ -154,3 +154,29 @@ fn claude_md_is_read_like_agents_md_and_one_file_under_two_names_once() {
     assert_eq!(linked.matches("Use four spaces.").count(), 1, "{linked}");
     assert!(!linked.contains("CLAUDE.md"), "the link pinned as a file of its own: {linked}");
 }
+
+#[test]
+fn progress_lines_on_a_terminal_fit_its_width_and_end_with_a_newline() {
+    let (server, t) = TestWorkspace::served("headless-width", Dialect::Anthropic);
+    let long = format!("echo {}", "word ".repeat(40));
+    server.push_turns([Turn::bash("c1", &long), Turn::text("done")]);
+    let mut command = t.command();
+    command.env("TERM", "xterm-256color").args(["prompt", "say many words"]);
+    let mut pty = crate::support::pty::Pty::spawn(command, 60, 30);
+    pty.wait_for("· total:");
+    let _ = pty.child.wait();
+    let screen = pty.screen();
+    let call = screen
+        .lines()
+        .position(|l| l.starts_with("→ bash echo word"))
+        .unwrap_or_else(|| panic!("no call line:\n{screen}\nraw: {:?}", String::from_utf8_lossy(&pty.raw())));
+    let rows: Vec<&str> = screen.lines().collect();
+    assert!(rows[call].ends_with('…') && rows[call].chars().count() <= 60, "{screen}");
+    assert!(rows[call + 1].starts_with("  ← exit code 0"), "the call's line wrapped:\n{screen}");
+    // Each line ends with a line break (a log of the terminal keeps lines apart).
+    let raw = String::from_utf8_lossy(&pty.raw()).into_owned();
+    let at = raw.find("→ bash echo word").expect("written");
+    let line_end = raw[at..].find('\n').expect("a newline after the call's line");
+    assert!(!raw[at..at + line_end].contains("← exit code"), "two lines glued: {:?}", &raw[at..at + line_end]);
+    pty.type_in("");
+}
