@@ -189,12 +189,25 @@ impl Ctx {
         }
         let cwd = std::env::current_dir()
             .map_err(|e| CliError::runtime(format!("cannot read the current directory: {e}")))?;
-        for dir in cwd.ancestors() {
-            if dir.join("repo.git").is_dir() && dir.join("agents").is_dir() && dir.join("steps").is_dir() {
-                return Ok(Some(Workspace::open(dir)?));
-            }
+        // The outermost workspace above: an agent's directory is inside its workspace,
+        // and what an agent makes there (a workspace of its own, its config pointing
+        // its provider at a server of the agent's choosing) must never be taken for the
+        // user's. A directory that only looks like one (no config lineage) is passed over.
+        // Nor is one inside a repository's working tree (planted in a project, and come
+        // back with an agent's work): that directory is the project's.
+        let ceilings = self.git_ceilings();
+        let found = cwd
+            .ancestors()
+            .filter(|dir| looks_like_workspace(dir))
+            .last()
+            .filter(|dir| matches!(project_at(dir, &ceilings), Ok(None)));
+        match found {
+            Some(dir) => match Workspace::open(dir) {
+                Ok(ws) if ws.config_tip("default").is_ok() => Ok(Some(ws)),
+                _ => Ok(None),
+            },
+            None => Ok(None),
         }
-        Ok(None)
     }
 
     /// The repository holding the current directory, if any; a bare one is refused.
@@ -253,4 +266,9 @@ pub fn project_at(dir: &Path, ceilings: &[PathBuf]) -> Result<Option<UserRepo>, 
 /// FNV-1a, 64 bits: a hash that stays the same across builds (for workspace names).
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// Whether `dir` has a workspace's layout (`repo.git`, `agents/`, `steps/`).
+fn looks_like_workspace(dir: &Path) -> bool {
+    dir.join("repo.git").is_dir() && dir.join("agents").is_dir() && dir.join("steps").is_dir()
 }

@@ -88,7 +88,10 @@ impl Out {
         if text.is_empty() {
             return;
         }
-        let text = &*printable(text);
+        // Shown on a terminal, never obeyed there; into a file or a pipe, as it is (a
+        // patch of a CRLF file must keep its CRs).
+        let shown = if std::io::stdout().is_terminal() { printable(text) } else { std::borrow::Cow::Borrowed(text) };
+        let text = &*shown;
         let write = |bytes: &str| {
             let mut out = std::io::stdout().lock();
             let _ = out.write_all(bytes.as_bytes());
@@ -144,7 +147,7 @@ impl Out {
         if self.json || std::io::stdout().is_terminal() || text.trim().is_empty() {
             return;
         }
-        let text = printable(text);
+        // (Not a terminal: the answer as the model wrote it, for the script to use.)
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "{}", text.trim_end_matches('\n'));
     }

@@ -57,8 +57,9 @@ impl Spent {
         let mut spent = Spent::default();
         for agent in Records::default().tree(&ws.layout, id) {
             let new = &agent.steps[before.get(&agent.id).copied().unwrap_or(0).min(agent.steps.len())..];
-            // (A call that failed every attempt has no usage: it is the error's to tell.)
-            let answered: Vec<_> = new.iter().filter(|s| s.usage != crate::infra::provider::Usage::default()).collect();
+            // (A call that failed every attempt is the error's to tell; one answered by a
+            // provider that reports no usage still counts.)
+            let answered: Vec<_> = new.iter().filter(|s| s.answered).collect();
             if answered.is_empty() {
                 continue;
             }
@@ -78,7 +79,8 @@ impl Spent {
 
     /// The totals as fields of a run's `end` event.
     fn fields(&self) -> serde_json::Value {
-        let cost = if self.unpriced { None } else { self.cost_usd.map(crate::domain::budget::usd) };
+        // (No call at all cost nothing; a call without a price makes the sum unknown.)
+        let cost = if self.unpriced { None } else { Some(crate::domain::budget::usd(self.cost_usd.unwrap_or(0.0))) };
         json!({"agents": self.agents, "steps": self.calls, "input_tokens": self.input,
             "cached_tokens": self.cached, "output_tokens": self.output, "cost_usd": cost})
     }
@@ -153,7 +155,10 @@ pub(crate) fn one_line(text: &str, max: usize) -> String {
 
 impl Observer for Live<'_> {
     fn event(&mut self, event: Event<'_>) {
-        self.worked = true;
+        // (A warning or a mended directory before the run is not work done.)
+        if !matches!(event, Event::Warning(_) | Event::Repaired(_)) {
+            self.worked = true;
+        }
         if let Event::Usage { usage, cost_usd, .. } = &event {
             self.spent.add(usage, *cost_usd);
         }

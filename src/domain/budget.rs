@@ -14,6 +14,8 @@ pub struct StepSpend {
     pub ended: Option<u64>,
     /// The call asked for tools (the agent was busy until its next step).
     pub tools: bool,
+    /// The call was answered (its record says `ok`; a failed or cut call was not).
+    pub answered: bool,
 }
 
 /// What a set of steps spent.
@@ -190,7 +192,7 @@ mod tests {
     }
 
     fn step(started: u64, ended: u64, tools: bool, u: Usage) -> StepSpend {
-        StepSpend { model: "m".into(), usage: u, started: Some(started), ended: Some(ended), tools }
+        StepSpend { model: "m".into(), usage: u, started: Some(started), ended: Some(ended), tools, answered: true }
     }
 
     fn sonnet() -> Price {

@@ -142,7 +142,13 @@ pub fn api_key_variables(config: &Config) -> Vec<&str> {
 pub fn secret_values<'b>(base: impl IntoIterator<Item = (&'b str, &'b str)>, config: &Config) -> Vec<(String, String)> {
     let keys = api_key_variables(config);
     base.into_iter()
-        .filter(|(name, value)| keys.contains(name) || (is_secret_name(name) && value.len() >= 8))
+        // A provider's key is hidden when it can be a secret (a placeholder such as `test`
+        // would be cut out of every ordinary word); any other secret-named variable from
+        // eight bytes on, as a password may look like a word.
+        .filter(|(name, value)| {
+            (keys.contains(name) && crate::infra::redact::could_be_secret(value))
+                || (is_secret_name(name) && value.len() >= 8)
+        })
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
 }
@@ -152,6 +158,15 @@ mod tests {
     use super::*;
     use crate::domain::config::DEFAULT_FILES;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_placeholder_key_is_not_a_secret_and_a_short_password_is() {
+        let config = Config::parse(DEFAULT_FILES[0].1, &|_| true).expect("config");
+        let base =
+            [("ANTHROPIC_API_KEY", "test"), ("OPENAI_API_KEY", "sk-proj-a8Fq2Lz9xQ"), ("DB_PASSWORD", "hunter22")];
+        let hidden: Vec<String> = secret_values(base, &config).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(hidden, ["OPENAI_API_KEY", "DB_PASSWORD"]);
+    }
 
     #[test]
     fn secrets_and_git_redirections_are_removed_and_the_harness_sets_its_own() {

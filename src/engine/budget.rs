@@ -122,7 +122,14 @@ fn read_step(dir: &Path, now: u64, is_live: &mut dyn FnMut() -> bool) -> (StepSp
     let meta = meta.unwrap_or_else(StepMeta::unwritten);
     let started = parse_unix_seconds(&meta.started);
     let ended = if running { Some(now) } else { meta.ended.as_deref().and_then(parse_unix_seconds).or(started) };
-    let step =
-        StepSpend { model: meta.model, usage: meta.usage.unwrap_or_default(), started, ended, tools: has_tools(dir) };
+    let answered = meta.outcome == StepOutcome::Ok;
+    let step = StepSpend {
+        model: meta.model,
+        usage: meta.usage.unwrap_or_default(),
+        started,
+        ended,
+        tools: has_tools(dir),
+        answered,
+    };
     (step, !running)
 }

@@ -177,7 +177,10 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
 /// transcript at the commit it continued).
 fn fork_message(ws: &Workspace, facts: &AgentFacts, entries: &[Entry]) -> Option<String> {
     let from = CommitId::from_str(facts.forked_from.as_deref()?).ok()?;
-    let inherited = Loader::default().entries(&ws.repo, from).ok()?.iter().map(Entry::number).max().unwrap_or(0);
+    // (What it kept of its origin's: the fork drops calls left unanswered at its start.)
+    let mut loader = Loader::default();
+    let source = loader.entries(&ws.repo, from).ok()?;
+    let inherited = source[..transcript::paired_len(source)].iter().map(Entry::number).max().unwrap_or(0);
     entries.iter().find_map(|e| match e {
         Entry::Message { number, sender, text } if *number > inherited && sender == "user" => {
             Some(crate::domain::inbox::body(text).to_owned())

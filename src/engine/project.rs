@@ -88,6 +88,11 @@ pub fn start_point(
         .collect();
     let message = "Uncommitted work, taken along by `offshoot prompt --with-changes`\n";
     let yours = ws.repo.commit_edits_by(&[commit], Some(commit), &edits, author, message)?;
+    // Changes that come to nothing in the tree (staged, then undone in the working tree)
+    // make no commit.
+    if ws.repo.tree_id(yours)? == ws.repo.tree_id(commit)? {
+        return Ok(Some((ProjectStart { base: commit, changes: Vec::new() }, Vec::new())));
+    }
     // (Written in the harness's repository; the agents' shared one takes it too, as their
     // gits start on it.)
     ws.project.take_work(&ws.repo, yours)?;

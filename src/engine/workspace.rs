@@ -22,8 +22,8 @@ pub enum WorkspaceError {
     Git(#[from] GitError),
     #[error(transparent)]
     Config(#[from] ConfigError),
-    #[error("cannot set `{key}` in offshoot.toml: {reason}")]
-    ConfigKey { key: String, reason: String },
+    #[error("cannot {verb} `{key}` in offshoot.toml: {reason}")]
+    ConfigKey { verb: &'static str, key: String, reason: String },
     #[error("config lineage `{lineage}` kept moving while this change was made ({tries} tries); nothing was committed")]
     ConfigBusy { lineage: String, tries: u32 },
     #[error("the project of this workspace, {0}, is not a git repository with a working tree any more")]
@@ -250,8 +250,11 @@ impl Workspace {
         self.edit_config_keys(lineage, message, &|before: &str| {
             let mut text = before.to_owned();
             for (key, value) in pairs {
-                text = set_key(&text, key, value)
-                    .map_err(|reason| WorkspaceError::ConfigKey { key: (*key).to_owned(), reason })?;
+                text = set_key(&text, key, value).map_err(|reason| WorkspaceError::ConfigKey {
+                    verb: "set",
+                    key: (*key).to_owned(),
+                    reason,
+                })?;
             }
             Ok(roles_from_worker(before, &text))
         })
@@ -263,8 +266,17 @@ impl Workspace {
         self.edit_config_keys(lineage, message, &|before: &str| {
             let mut text = before.to_owned();
             for key in keys {
-                text = unset_key(&text, key)
-                    .map_err(|reason| WorkspaceError::ConfigKey { key: (*key).to_owned(), reason })?;
+                // The worker is the role a new one is made from, and what `prompt` runs.
+                if *key == "roles.worker" {
+                    let reason =
+                        "the worker is the default role and the one new roles copy; change its keys instead".into();
+                    return Err(WorkspaceError::ConfigKey { verb: "unset", key: (*key).to_owned(), reason });
+                }
+                text = unset_key(&text, key).map_err(|reason| WorkspaceError::ConfigKey {
+                    verb: "unset",
+                    key: (*key).to_owned(),
+                    reason,
+                })?;
             }
             Ok(text)
         })
@@ -386,7 +398,9 @@ fn roles_from_worker(before: &str, after: &str) -> String {
             continue;
         };
         table.set_implicit(false);
-        for (key, item) in worker.iter() {
+        // (The compactor's tools are fixed by the harness: none are copied to it.)
+        let skip: &[&str] = if role == crate::domain::compaction::ROLE { &["tools"] } else { &[] };
+        for (key, item) in worker.iter().filter(|(k, _)| !skip.contains(k)) {
             match (table.get_mut(key), item) {
                 (None, item) => {
                     let mut item = item.clone();

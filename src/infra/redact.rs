@@ -29,12 +29,12 @@ fn entropy(text: &str) -> f64 {
 }
 
 impl Redactor {
-    /// `values` are (label, value) pairs; values that cannot be secrets
-    /// ([`could_be_secret`]) are left alone.
+    /// `values` are (label, value) pairs; empty values are ignored (which values are
+    /// secrets is the caller's to say: `tool_env::secret_values`).
     pub fn new(values: impl IntoIterator<Item = (String, String)>) -> Redactor {
         let mut secrets: Vec<(String, String)> = values
             .into_iter()
-            .filter(|(_, v)| could_be_secret(v))
+            .filter(|(_, v)| !v.is_empty())
             .map(|(label, value)| (value, format!("[redacted: the value of {label}]")))
             .collect();
         // Longest first, so a value that contains another is replaced whole.
@@ -156,9 +156,6 @@ mod tests {
         for word in ["", "x", "test", "EMPTY", "ollama", "dummy", "none", "password", "aaaaaaaaaa", "abababab"] {
             assert!(!could_be_secret(word), "{word}");
         }
-        let r = Redactor::new([("ANTHROPIC_API_KEY".to_owned(), "test".to_owned())]);
-        assert_eq!(r.redact("running cargo test: 12 tests"), "running cargo test: 12 tests");
-        assert!(r.is_empty());
     }
 
     #[test]

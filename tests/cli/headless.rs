@@ -180,3 +180,24 @@ fn progress_lines_on_a_terminal_fit_its_width_and_end_with_a_newline() {
     assert!(!raw[at..at + line_end].contains("← exit code"), "two lines glued: {:?}", &raw[at..at + line_end]);
     pty.type_in("");
 }
+
+#[test]
+fn review_findings_nothing_due_stays_a_note_the_worker_stays_and_a_patch_keeps_its_crs() {
+    let (server, t, _repo) = crate::project::project("headless-review");
+    // A run with nothing due prints no old answer, even with a warning before it.
+    t.set("roles.worker.sandbox", "none");
+    server.push_turns([Turn::text("the old answer")]);
+    t.run(&["prompt", "--name", "Done", "answer once"]).ok();
+    let idle = t.run(&["run", "Done"]);
+    assert_eq!(idle.ok(), "", "an old answer on stdout");
+    assert!(idle.stderr.contains("nothing is due"), "{}", idle.stderr);
+    // The worker cannot be unset: it is the default role and the one new roles copy.
+    let unset = t.run(&["config", "unset", "roles.worker"]);
+    assert_eq!(unset.code, 2, "{}", unset.stderr);
+    assert!(unset.stderr.contains("cannot unset `roles.worker`"), "{}", unset.stderr);
+    // `diff` into a file is the patch as it is: a CRLF line keeps its CR.
+    server.push_turns([Turn::bash("c1", "printf 'crlf\\r\\n' >> b.txt"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Crlf", "add a line"]).ok();
+    let diff = t.run(&["diff", "Crlf"]);
+    assert!(diff.ok().contains("+crlf\r\n"), "{:?}", diff.stdout);
+}

@@ -301,6 +301,7 @@ fn with_changes_takes_the_uncommitted_work_along_and_gitignored_output_stays_out
     let (server, t, repo) = project("project-changes");
     std::fs::write(repo.join(".gitignore"), "target/\n").expect("ignore");
     std::fs::write(repo.join("new.txt"), "untracked\n").expect("untracked");
+    std::fs::remove_file(repo.join("c.txt")).expect("a deletion taken along too");
     // (The user's identity, as git would find it: the work taken along is authored so.)
     git(&repo, &["config", "user.name", "User"]);
     git(&repo, &["config", "user.email", "user@example.com"]);
@@ -324,6 +325,7 @@ fn with_changes_takes_the_uncommitted_work_along_and_gitignored_output_stays_out
     // `diff` shows the agent's work alone; `export` keeps the two apart.
     let stat = t.run(&["diff", "Cy", "--stat"]).ok().to_owned();
     assert!(stat.contains("b.txt") && !stat.contains("a.txt") && !stat.contains("new.txt"), "{stat}");
+    assert!(!dir.join("c.txt").exists(), "the deletion was taken along");
     t.run(&["export", "Cy"]).ok();
     let authors = git(&repo, &["log", "--format=%an|%s", "-2", "offshoot/Cy"]);
     let authors: Vec<&str> = authors.lines().collect();

@@ -67,9 +67,10 @@ pub enum AgentError {
 
 type Result<T> = std::result::Result<T, AgentError>;
 
-/// Where a root agent starts in project mode: a commit of the user's repository and
-/// the uncommitted changes it takes along (path, bytes and executable bit, or `None`
-/// for a deletion).
+/// Where a root agent starts in project mode: a commit of the user's repository (with
+/// `--with-changes`, the commit of their uncommitted work made on their HEAD) and the
+/// changes that commit took along (path, bytes and executable bit, or `None` for a
+/// deletion), listed for the note that says so.
 #[derive(Debug, Clone)]
 pub struct ProjectStart {
     pub base: CommitId,
@@ -135,14 +136,8 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
         Some(p) => Some(p.base),
         None => ws.project.branch_tip(MAIN)?,
     };
-    let mut edits = Vec::new();
-    for (path, content) in spawn.project.map(|p| &p.changes[..]).unwrap_or_default() {
-        match content {
-            Some((bytes, true)) => edits.push(TreeEdit::Executable { path: path.clone(), bytes: bytes.clone() }),
-            Some((bytes, false)) => edits.push(TreeEdit::Write { path: path.clone(), bytes: bytes.clone() }),
-            None => edits.push(TreeEdit::Remove { path: path.clone() }),
-        }
-    }
+    // (Uncommitted work taken along is in the base already: a commit of the user's.)
+    let edits = Vec::new();
     make(
         ws,
         Plan {

@@ -347,6 +347,11 @@ impl Repo {
         }
     }
 
+    /// The id of `commit`'s tree.
+    pub fn tree_id(&self, commit: Oid) -> Result<Oid> {
+        Ok(self.tree_of(commit)?.id())
+    }
+
     /// Whether `path` in `commit` is a symbolic link.
     pub fn is_symlink(&self, commit: Oid, path: &str) -> Result<bool> {
         let tree = self.tree_of(commit)?;
