@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use crate::domain::id::AgentId;
 use crate::engine::Env;
 use crate::engine::interrupt::Interrupt;
 use crate::engine::runtime::Runtime;
@@ -78,6 +79,27 @@ impl Ctx {
 
     pub fn explicit_workspace(&self) -> Option<&PathBuf> {
         self.workspace.as_ref()
+    }
+
+    /// The agent `named` (an id or a name), or else the one whose directory the current
+    /// directory is in.
+    pub fn agent_named(&self, ws: &Workspace, named: Option<&str>) -> Result<AgentId, CliError> {
+        if let Some(named) = named {
+            return Ok(crate::engine::agents::resolve(ws, named)?);
+        }
+        self.agent_here(ws).ok_or_else(|| {
+            CliError::usage("name an agent (its id or name)")
+                .hint("inside an agent's directory that agent is the default; `offshoot ls` lists them")
+        })
+    }
+
+    /// The agent whose directory (`<workspace>/agents/<id>/`) holds the current directory.
+    fn agent_here(&self, ws: &Workspace) -> Option<AgentId> {
+        let cwd = std::fs::canonicalize(std::env::current_dir().ok()?).ok()?;
+        let agents = std::fs::canonicalize(ws.layout.root().join("agents")).ok()?;
+        let first = cwd.strip_prefix(&agents).ok()?.components().next()?;
+        let id = AgentId::parse(&first.as_os_str().to_string_lossy()).ok()?;
+        ws.repo.branch_tip(&id.branch()).ok().flatten().map(|_| id)
     }
 
     /// Says there is no workspace here yet (for `ls` and `tree`, which make nothing), and

@@ -359,6 +359,8 @@ fn a_cost_budget_stops_the_whole_tree_before_the_next_call_and_names_the_spend()
     assert!(inbox[0].contains("budget-exhausted") || inbox[0].contains("budget is exhausted"), "{}", inbox[0]);
     assert!(inbox[0].contains(&kid), "{}", inbox[0]);
     assert!(inbox[0].contains("spent $0.0318 of max_cost_usd $0.02"), "{}", inbox[0]);
+    // (The child's driver, having left its obituary, may be a moment from letting go.)
+    crate::support::wait::wait_for("the drivers to end", || t.agents().iter().all(|a| a["state"] != "running"));
     for agent in t.agents() {
         assert_eq!(agent["state"], "stopped", "{agent}");
     }

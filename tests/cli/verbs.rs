@@ -115,6 +115,13 @@ fn reading_makes_no_workspace_the_first_change_makes_the_default_one_and_inside_
     }
     let made_after = std::fs::read_dir(other.home.join("workspaces")).map(|d| d.count()).unwrap_or(0);
     assert_eq!(made_before, made_after, "a workspace was made inside one");
+    // Inside an agent's directory, that agent is the default for verbs that take one.
+    let inside = other.ws.join("agents").join(&id);
+    let log = other.command_bare().current_dir(&inside).args(["log"]).output().expect("log");
+    assert!(log.status.success() && String::from_utf8_lossy(&log.stdout).contains("be here"), "{log:?}");
+    let outside = other.run(&["log"]);
+    assert_eq!(outside.code, 2, "{}", outside.stderr);
+    assert!(outside.stderr.contains("name an agent"), "{}", outside.stderr);
 }
 
 #[test]

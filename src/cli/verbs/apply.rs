@@ -1,18 +1,18 @@
 use crate::cli::{CliError, Ctx};
-use crate::engine::{agents, project};
+use crate::engine::project;
 
 /// Write an agent's change into your working tree as uncommitted changes (merged with
 /// yours line by line); when it does not apply cleanly nothing changes
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let written = project::apply(&ws, &id)?;
     if ctx.out.json {
         ctx.out.event(&serde_json::json!({"agent": id.as_str(), "written": written}));

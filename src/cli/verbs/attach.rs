@@ -9,14 +9,14 @@ use crate::engine::agents;
 /// Ctrl-D (or the end of input) leaves; the agents go on
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let view = if ctx.out.json { View::Json } else { View::All };
     let follower = Follower::start_with_itself(ws.layout.root(), &id, view);
     let name = agents::name_of(&ws, &id).map(|n| format!(" ({n})")).unwrap_or_default();

@@ -1,7 +1,6 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::agents;
 use crate::engine::compaction::{self, CompactionError};
 
 /// Start a compaction of an agent now: a compactor forks its history (less the last
@@ -9,9 +8,9 @@ use crate::engine::compaction::{self, CompactionError};
 /// it at its next step boundary
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
     /// What the summary should keep above all (added to the compactor's goal)
     #[arg(long)]
     pub focus: Option<String>,
@@ -19,7 +18,7 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let started = compaction::start(&ws, &ctx.runtime(&ws), &id, args.focus.as_deref(), &ctx.env)?;
     if ctx.out.json {
         let note = format!("started by `offshoot compact` over {} transcript entries", started.entries);

@@ -1,15 +1,15 @@
 use std::io::IsTerminal;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::{agents, project};
+use crate::engine::project;
 
 /// Show an agent's change to the project against where it started, committed with its
 /// git or not, as a unified diff
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
     /// Only the files changed and the lines added and removed
     #[arg(long)]
     pub stat: bool,
@@ -17,7 +17,7 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let text = project::diff(&ws, &id, args.stat)?;
     if ctx.out.json {
         ctx.out.event(&serde_json::json!({"agent": id.as_str(), "diff": text}));

@@ -1,13 +1,13 @@
 use crate::cli::{CliError, Ctx};
-use crate::engine::{agents, project};
+use crate::engine::project;
 
 /// Put an agent's work on a branch of your repository (its commits plus one of its
 /// uncommitted work); your HEAD, index, working tree and other branches stay as they are
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
     /// The branch to create or fast-forward (default: offshoot/<name>)
     #[arg(long)]
     pub branch: Option<String>,
@@ -18,7 +18,7 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let author = ws.user_repo()?.and_then(|u| u.identity(&ctx.git_config_files()));
     let done = project::export(&ws, &id, args.branch.as_deref(), args.force, author.as_ref())?;
     let branch = &done.branch;

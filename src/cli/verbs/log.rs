@@ -4,16 +4,16 @@ use crate::cli::{CliError, Ctx};
 use crate::domain::agent;
 use crate::domain::id::AgentId;
 use crate::domain::transcript::{self, Entry};
-use crate::engine::{agents, compaction, inspect};
+use crate::engine::{compaction, inspect};
 use crate::infra::provider::Block;
 
 /// Show an agent's conversation, tool calls summarised, with each landed compaction
 /// where its span ended
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
     /// Keep going: show each entry as it is committed, whoever drives the agent, until
     /// interrupted (Ctrl-C)
     #[arg(long, short = 'f')]
@@ -26,7 +26,7 @@ const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(40);
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     // Each landed compaction shows where its span ended: before the first entry after
     // the last one it removed.
     let mut landings: Vec<(u32, compaction::Landed)> =

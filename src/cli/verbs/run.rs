@@ -1,13 +1,12 @@
 use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
-use crate::engine::agents;
 
 /// Drive an agent until nothing is due (settles interrupted calls, delivers its inbox)
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
     /// Started by another offshoot process (the agent runtime): output goes to the
     /// agent's driver.log, so the agents below it are not followed (each has its own)
     #[arg(long, hide = true)]
@@ -17,6 +16,6 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     if args.launched { progress::attach_launched(ctx, &ws, &id) } else { progress::attach(ctx, &ws, &id, false) }
 }

@@ -2,15 +2,15 @@ use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
 use crate::engine::compaction::{self, CompactionError};
-use crate::engine::{agents, driver, inspect};
+use crate::engine::{driver, inspect};
 
 /// Show one step's record (the latest unless `--step` says which), or the request
 /// re-assembled from its commit, or what a compaction removed and the summary it left
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
     /// The step number (1 is the agent's first model call; default: its latest)
     #[arg(long, conflicts_with = "compaction")]
     pub step: Option<u32>,
@@ -24,7 +24,7 @@ pub struct Args {
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     if let Some(number) = args.compaction {
         let all = compaction::landed(&ws, &id)?;
         let Some(landed) = all.iter().find(|l| l.landing.number == number) else {

@@ -3,8 +3,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
+use crate::engine::lifecycle;
 use crate::engine::runtime::Stopped;
-use crate::engine::{agents, lifecycle};
 
 /// How long `stop` waits for the driver to settle and let go.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -13,14 +13,14 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// cut short are answered, parents are told, and each waits for a message to revive it
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The agent's id or name
+    /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub agent: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = agents::resolve(&ws, &args.agent)?;
+    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let outcomes = lifecycle::stop_tree(&ws, &ctx.runtime(&ws), &id, PATIENCE)?;
     let mut stuck = Vec::new();
     let mut pids = Vec::new();
