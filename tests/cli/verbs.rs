@@ -439,3 +439,14 @@ fn forks_show_under_their_origin_with_their_own_message_and_fork_counts_steps_wi
     assert_eq!(of("Branch")["origin"], of("Origin")["id"]);
     assert_eq!(of("Origin")["goal"], "do three things");
 }
+
+#[test]
+fn log_cuts_long_tool_output_says_how_to_see_it_all_and_full_shows_it() {
+    let (server, t) = TestWorkspace::served("log-full", Dialect::Anthropic);
+    server.push_turns([Turn::bash("c1", "seq 1 30"), Turn::text("counted")]);
+    t.run(&["prompt", "--name", "Counter", "count"]).ok();
+    let cut = t.run(&["log", "Counter"]).ok().to_owned();
+    assert!(cut.contains("more lines; `--full` shows them") && !cut.contains("\n  30\n"), "{cut}");
+    let full = t.run(&["log", "Counter", "--full"]).ok().to_owned();
+    assert!(full.contains("  29\n  30") && !full.contains("more lines"), "{full}");
+}

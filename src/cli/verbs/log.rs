@@ -18,6 +18,9 @@ pub struct Args {
     /// interrupted (Ctrl-C)
     #[arg(long, short = 'f')]
     pub follow: bool,
+    /// Every line of tool calls and results, not their first few
+    #[arg(long)]
+    pub full: bool,
 }
 
 /// How often `--follow` looks at the agent's branch (a ref read): well within the
@@ -40,25 +43,25 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let (tip, entries) = inspect::transcript(&ws, &id)?;
     for entry in entries {
         while let Some((_, landed)) = landings.next_if(|(at, _)| *at < entry.number()) {
-            show_landing(ctx, &id, &landed);
+            show_landing(ctx, &id, &landed, args.full);
         }
-        show_entry(ctx, &entry);
+        show_entry(ctx, &entry, args.full);
         shown = entry.number();
     }
     for (_, landed) in landings {
-        show_landing(ctx, &id, &landed);
+        show_landing(ctx, &id, &landed, args.full);
     }
     if args.follow {
-        follow(ctx, &ws, &id, tip, shown, shown_landings)?;
+        follow(ctx, &ws, &id, tip, shown, shown_landings, args.full)?;
     }
     Ok(())
 }
 
-fn show_entry(ctx: &Ctx, entry: &Entry) {
+fn show_entry(ctx: &Ctx, entry: &Entry, full: bool) {
     if ctx.out.json {
         ctx.out.event(&entry_json(entry));
     } else {
-        ctx.out.line(&render(entry));
+        ctx.out.line(&render(entry, full));
     }
 }
 
@@ -73,6 +76,7 @@ fn follow(
     from: crate::infra::git::CommitId,
     mut shown: u32,
     mut landed: usize,
+    full: bool,
 ) -> Result<(), CliError> {
     let mut loader = crate::engine::snapshot::Loader::default();
     let mut seen = Some(from);
@@ -94,13 +98,13 @@ fn follow(
         let landings = crate::domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger.unwrap_or_default()));
         if landings.len() > landed {
             for l in compaction::landed(ws, id)?.iter().skip(landed) {
-                show_landing(ctx, id, l);
+                show_landing(ctx, id, l, full);
             }
             landed = landings.len();
         }
         let entries = loader.entries(&ws.repo, tip).map_err(crate::engine::agents::AgentError::from)?;
         for entry in entries.iter().filter(|e| e.number() > shown) {
-            show_entry(ctx, entry);
+            show_entry(ctx, entry, full);
         }
         shown = entries.iter().map(Entry::number).max().unwrap_or(shown).max(shown);
     }
@@ -116,7 +120,7 @@ fn last_removed_entry(removed: &[String]) -> u32 {
         .unwrap_or(0)
 }
 
-fn show_landing(ctx: &Ctx, id: &AgentId, landed: &compaction::Landed) {
+fn show_landing(ctx: &Ctx, id: &AgentId, landed: &compaction::Landed, full: bool) {
     let n = landed.landing.number;
     let prefix = format!("{}/", agent::MESSAGES);
     let entries = landed.removed.iter().filter(|p| p.starts_with(&prefix)).count();
@@ -129,7 +133,7 @@ fn show_landing(ctx: &Ctx, id: &AgentId, landed: &compaction::Landed) {
     ctx.out.line(&format!(
         "══ compaction {n} by `{}`: {entries} entries and {files} files removed (`offshoot show {id} --compaction {n}`)\n{}\n",
         landed.landing.compactor,
-        indent(&clip(&landed.summary, 8))
+        indent(&clip(&landed.summary, if full { usize::MAX } else { 8 }))
     ));
 }
 
@@ -147,15 +151,16 @@ fn entry_json(entry: &Entry) -> serde_json::Value {
 
 fn clip(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
-    if all.len() <= lines {
+    if all.len() <= lines || lines == usize::MAX {
         return text.trim_end().to_owned();
     }
-    format!("{}\n… ({} more lines)", all[..lines].join("\n"), all.len() - lines)
+    format!("{}\n… ({} more lines; `--full` shows them)", all[..lines].join("\n"), all.len() - lines)
 }
 
 /// An entry as `log` shows it: a header at the margin, then its body indented, so
 /// nothing a model, a tool or another agent wrote can pass for a header.
-fn render(entry: &Entry) -> String {
+fn render(entry: &Entry, full: bool) -> String {
+    let most = |lines: usize| if full { usize::MAX } else { lines };
     match entry {
         Entry::Message { number, sender, text } => {
             let body = text.split_once("\n---\n").map(|(_, b)| b).unwrap_or(text);
@@ -167,7 +172,10 @@ fn render(entry: &Entry) -> String {
                 match b {
                     Block::Text { text, .. } => body.push_str(&format!("{}\n", text.trim_end())),
                     Block::ToolUse { name, input, .. } => {
-                        body.push_str(&format!("→ {name} {}\n", clip(&crate::cli::progress::call_gist(input), 3)));
+                        body.push_str(&format!(
+                            "→ {name} {}\n",
+                            clip(&crate::cli::progress::call_gist(input), most(3))
+                        ));
                     }
                     Block::Thinking { thinking, .. } => {
                         body.push_str(&format!("(thinking: {} chars)\n", thinking.len()))
@@ -184,7 +192,7 @@ fn render(entry: &Entry) -> String {
         Entry::ToolResult { number, block } => match block {
             Block::ToolResult { content, is_error, .. } => {
                 let mark = if *is_error { "✗" } else { "←" };
-                format!("── {number:04} tool {mark}\n{}\n", indent(&clip(content, 8)))
+                format!("── {number:04} tool {mark}\n{}\n", indent(&clip(content, most(8))))
             }
             _ => String::new(),
         },
