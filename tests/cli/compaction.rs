@@ -480,3 +480,26 @@ fn a_landing_says_how_many_passes_it_took_in_its_event_and_in_tree() {
     let root: Value = serde_json::from_str(json.ok().lines().next().expect("a line")).expect("json");
     assert_eq!(root["compactions"], json!([2]));
 }
+
+#[test]
+fn compact_wait_says_whether_the_summary_landed_or_was_declined() {
+    let (server, t) = TestWorkspace::served("compact-wait", Dialect::Anthropic);
+    let id = long_agent(&server, &t);
+    // A compactor that answers without writing a summary: declined, and said so.
+    server.push_matching(COMPACTOR, [Turn::text("nothing worth summarising")]);
+    let declined = t.run(&["compact", "Long", "--wait"]);
+    assert_eq!(declined.code, 1, "{}", declined.stderr);
+    assert!(
+        declined.stderr.contains("· compaction of `") && declined.stderr.contains(" declined: "),
+        "{}",
+        declined.stderr
+    );
+    assert!(declined.stderr.contains(&format!("the compaction of `{id}` was declined")), "{}", declined.stderr);
+    wait_for("the agent to be done", || t.agents().iter().all(|a| a["state"] != "running"));
+    // One that writes it: landed.
+    server.push_matching(COMPACTOR, [summary_turn("c1", "Wrote notes.md, echoed two and three."), Turn::text("done")]);
+    let landed_run = t.run(&["compact", "Long", "--wait"]);
+    assert!(landed_run.ok().trim().starts_with(&format!("{id}.")), "{}", landed_run.stdout);
+    assert!(landed_run.stderr.contains(" landed: "), "{}", landed_run.stderr);
+    assert!(landed(&t, &id));
+}

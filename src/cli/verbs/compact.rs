@@ -14,12 +14,22 @@ pub struct Args {
     /// What the summary should keep above all (added to the compactor's goal)
     #[arg(long)]
     pub focus: Option<String>,
+    /// Wait until the agent lands the summary or declines it, and say which (Ctrl-C stops
+    /// waiting; the compaction goes on)
+    #[arg(long)]
+    pub wait: bool,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    // (Where the agent's events file ends now: its landing or declining comes after.)
+    let events = ws.layout.steps(&id).join(crate::engine::events::FILE);
+    let from = std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0);
     let started = compaction::start(&ws, &ctx.runtime(&ws), &id, args.focus.as_deref(), &ctx.env)?;
+    if args.wait {
+        return wait(ctx, &ws, &events, from, &id, &started);
+    }
     if ctx.out.json {
         let note = format!("started by `offshoot compact` over {} transcript entries", started.entries);
         ctx.out.event(&json!({"type": "compaction", "outcome": "started", "agent": id.as_str(),
@@ -32,6 +42,58 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         started.compactor, started.entries
     ));
     Ok(())
+}
+
+/// Waits for `id`'s events file (from `from`) to say how the compaction by `started`'s
+/// compactor ended, and says it: a landing, or a decline with why.
+fn wait(
+    ctx: &Ctx,
+    ws: &crate::engine::workspace::Workspace,
+    events: &std::path::Path,
+    from: u64,
+    id: &crate::domain::id::AgentId,
+    started: &compaction::Started,
+) -> Result<(), CliError> {
+    use crate::engine::events::{Line, Record};
+    let compactor = started.compactor.to_string();
+    if !ctx.out.json {
+        ctx.out
+            .progress(&format!("· compactor `{compactor}` started for `{id}`; waiting for it to land or be declined"));
+    }
+    let mut quiet = 0;
+    loop {
+        let text = std::fs::read(events).unwrap_or_default();
+        let fresh = text.get(usize::try_from(from).unwrap_or(0)..).unwrap_or_default();
+        for line in fresh.split(|&b| b == b'\n').filter_map(Line::parse) {
+            let Record::Compaction { outcome, compactor: by, note } = line.record else { continue };
+            if (by != compactor && !by.is_empty()) || !(outcome == "landed" || outcome == "declined") {
+                continue;
+            }
+            if ctx.out.json {
+                ctx.out.event(&json!({"type": "compaction", "outcome": outcome, "agent": id.as_str(),
+                    "compactor": compactor, "note": note}));
+            } else {
+                ctx.out.line(&compactor);
+                ctx.out.progress(&format!("· compaction of `{id}` {outcome}: {note}"));
+            }
+            return match outcome.as_str() {
+                "landed" => Ok(()),
+                _ => Err(CliError::runtime(format!("the compaction of `{id}` was declined: {note}"))),
+            };
+        }
+        // Nothing at work any more (no compaction in flight, neither driver running) and
+        // no word of it: it ended some other way (stopped, failed), which `tree` shows.
+        let held = |agent: &crate::domain::id::AgentId| {
+            crate::infra::lock::LockGuard::is_held(&ws.layout.lock(agent)).unwrap_or(true)
+        };
+        let idle = compaction::in_flight(ws, id).ok().flatten().is_none() && !held(id) && !held(&started.compactor);
+        quiet = if idle { quiet + 1 } else { 0 };
+        if quiet >= 5 {
+            return Err(CliError::runtime(format!("the compaction of `{id}` ended without landing or being declined"))
+                .hint(format!("`offshoot tree {id}` shows its compactor `{compactor}`")));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 impl From<CompactionError> for CliError {
