@@ -70,6 +70,7 @@ fn main() {
         env: &env,
         project: None,
         model: None,
+        reasoning: None,
     };
     let root = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
     let mut children = Vec::new();

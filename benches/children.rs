@@ -92,6 +92,7 @@ fn main() {
         env: &env,
         project: None,
         model: None,
+        reasoning: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_offshoot"));

@@ -121,6 +121,7 @@ fn main() {
             env: &env,
             project: None,
             model: None,
+            reasoning: None,
         };
         let id = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
         runtime.launch(&id).expect("launch");

@@ -52,6 +52,7 @@ fn main() {
             env: &env,
             project: None,
             model: None,
+            reasoning: None,
         };
         let parent = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
         for c in 0..per_root {

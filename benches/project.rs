@@ -97,6 +97,7 @@ fn run(ws: &Workspace, server: &Server, repo: Option<&Path>) -> (Duration, f64) 
         env: &env,
         project: start.as_ref(),
         model: None,
+        reasoning: None,
     };
     let id = agents::create_root(ws, "worker", "default", &spawn).expect("agent");
     let started = t.elapsed();

@@ -95,6 +95,7 @@ fn main() {
         env: &env,
         project: None,
         model: None,
+        reasoning: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let rss_before = memory::own_peak_rss_kib();

@@ -28,6 +28,24 @@ pub fn text(arg: &OsStr, what: &str) -> Result<String, CliError> {
     })
 }
 
+/// The thinking `--thinking` or `--effort` asks for, checked against what role `role`
+/// of `config` can ask its provider.
+pub fn reasoning(
+    config: &crate::domain::config::Config,
+    role: &str,
+    thinking: Option<u32>,
+    effort: Option<&str>,
+) -> Result<Option<crate::infra::provider::Reasoning>, CliError> {
+    use crate::infra::provider::Reasoning;
+    let (flag, asked) = match (thinking, effort) {
+        (Some(n), _) => ("--thinking", Reasoning::ThinkingBudget(n)),
+        (None, Some(e)) => ("--effort", Reasoning::Effort(e.to_owned())),
+        (None, None) => return Ok(None),
+    };
+    config.check_reasoning(role, &asked).map_err(|rule| CliError::usage(format!("{flag}: {rule} (role `{role}`)")))?;
+    Ok(Some(asked))
+}
+
 /// `--model`'s value, if it is a model's name (clap's value parser: refused with the rule).
 pub fn model_name(value: &str) -> Result<String, String> {
     crate::domain::agent::check_model(value).map(|()| value.to_owned())

@@ -21,6 +21,31 @@ pub const GIT: &str = ".offshoot/git";
 /// choose). The agent cannot change it: `.offshoot/` is the harness's.
 pub const MODEL: &str = ".offshoot/model";
 
+/// What the user asked of the agent's thinking (`--thinking`, `--effort`), in place of its
+/// role's, written like `MODEL` (one line: `thinking_budget N` or `reasoning_effort E`).
+pub const REASONING: &str = ".offshoot/reasoning";
+
+/// The one line `REASONING` holds, and a message's `reasoning:` header carries.
+pub fn reasoning_text(reasoning: &crate::infra::provider::Reasoning) -> String {
+    use crate::infra::provider::Reasoning;
+    match reasoning {
+        Reasoning::ThinkingBudget(budget) => format!("thinking_budget {budget}"),
+        Reasoning::Effort(effort) => format!("reasoning_effort {effort}"),
+    }
+}
+
+/// Reads [`reasoning_text`]'s line back; `None` if it is not one.
+pub fn parse_reasoning(text: &str) -> Option<crate::infra::provider::Reasoning> {
+    use crate::infra::provider::Reasoning;
+    match text.trim().split_once(' ')? {
+        ("thinking_budget", n) => n.parse().ok().map(Reasoning::ThinkingBudget),
+        ("reasoning_effort", e) if !e.is_empty() && e.chars().all(|c| c.is_ascii_lowercase()) => {
+            Some(Reasoning::Effort(e.to_owned()))
+        }
+        _ => None,
+    }
+}
+
 /// Whether `model` can be a model's name: 1 to 200 characters of letters, digits and
 /// `._:/@+-` (e.g. `claude-sonnet-4-5`, `gpt-4.1`, `qwen2.5:7b`, `meta-llama/Llama-3-70b`).
 pub fn check_model(model: &str) -> Result<(), String> {

@@ -14,6 +14,8 @@ pub struct Deposit {
     pub key: Option<String>,
     /// The model the user chose with this message (from the user only).
     pub model: Option<String>,
+    /// The thinking the user asked for with it (`agent::reasoning_text`'s line).
+    pub reasoning: Option<String>,
     pub body: String,
 }
 
@@ -26,6 +28,7 @@ impl Deposit {
             terminal: None,
             key: None,
             model: None,
+            reasoning: None,
             body: body.to_owned(),
         }
     }
@@ -45,6 +48,9 @@ impl Deposit {
         if let Some(m) = &self.model {
             s.push_str(&format!("model: {m}\n"));
         }
+        if let Some(r) = &self.reasoning {
+            s.push_str(&format!("reasoning: {r}\n"));
+        }
         s.push_str("---\n");
         s.push_str(&self.body);
         s
@@ -63,6 +69,8 @@ pub struct Header {
     pub key: Option<String>,
     /// The model the user chose with it.
     pub model: Option<String>,
+    /// The thinking the user asked for with it.
+    pub reasoning: Option<String>,
 }
 
 impl Header {
@@ -70,7 +78,8 @@ impl Header {
     pub fn parse(text: &str) -> Option<Header> {
         let rest = text.strip_prefix("---\n")?;
         let (head, _) = rest.split_once("\n---\n").or_else(|| rest.strip_suffix("\n---").map(|h| (h, "")))?;
-        let mut header = Header { from: String::new(), epitaph: None, terminal: None, key: None, model: None };
+        let mut header =
+            Header { from: String::new(), epitaph: None, terminal: None, key: None, model: None, reasoning: None };
         for line in head.lines() {
             match line.split_once(": ") {
                 Some(("from", v)) => header.from = v.to_owned(),
@@ -78,6 +87,7 @@ impl Header {
                 Some(("terminal", v)) => header.terminal = Some(v.to_owned()),
                 Some(("key", v)) => header.key = Some(v.to_owned()),
                 Some(("model", v)) => header.model = Some(v.to_owned()),
+                Some(("reasoning", v)) => header.reasoning = Some(v.to_owned()),
                 _ => {}
             }
         }
@@ -117,6 +127,7 @@ mod tests {
             terminal: None,
             key: None,
             model: None,
+            reasoning: None,
             body: "hi".into(),
         };
         assert_eq!(d.render(), "---\nfrom: user\nat: 2026-11-29T22:00:00Z\n---\nhi");
@@ -129,7 +140,8 @@ mod tests {
                 epitaph: Some("final-response".into()),
                 terminal: Some("abc".into()),
                 key: None,
-                model: None
+                model: None,
+                reasoning: None
             }
         );
         assert_eq!(body(&result.render()), "hi");

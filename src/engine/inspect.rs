@@ -295,6 +295,6 @@ pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
     let (_, snapshot) = loader.snapshot(&ws.repo, commit, &role.context)?;
     let model = if meta.model.is_empty() { &role.model } else { &meta.model };
     let mut request = context::assemble(&snapshot, model, role.max_output_tokens, &role.context);
-    request.reasoning = role.reasoning();
+    request.reasoning = super::model::reasoning_at(&ws.repo, commit, role)?;
     Ok(request)
 }

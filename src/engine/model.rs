@@ -158,3 +158,16 @@ impl Client {
         Ok(self.recordings.get(&key).map(Vec::as_slice).unwrap_or_default())
     }
 }
+
+/// What the agent at `tip` asks of its model's thinking: what the user asked for it
+/// (`.offshoot/reasoning`), else its role's.
+pub fn reasoning_at(
+    repo: &crate::infra::git::Repo,
+    tip: crate::infra::git::CommitId,
+    role: &crate::domain::config::RoleConfig,
+) -> Result<Option<crate::infra::provider::Reasoning>, crate::infra::git::GitError> {
+    let asked = repo.read_file(tip, crate::domain::agent::REASONING)?;
+    Ok(asked
+        .and_then(|b| crate::domain::agent::parse_reasoning(&String::from_utf8_lossy(&b)))
+        .or_else(|| role.reasoning()))
+}

@@ -129,13 +129,24 @@ impl Runtime {
 
     /// Leaves `body` in `to`'s inbox as a message from `from`.
     pub fn deposit(&self, to: &AgentId, from: &str, body: &str) -> Result<PathBuf> {
-        self.deposit_choosing(to, from, body, None)
+        self.deposit_choosing(to, from, body, None, None)
     }
 
-    /// [`Runtime::deposit`], choosing `model` for the agent from this message on (the
-    /// caller checked it is a model's name).
-    pub fn deposit_choosing(&self, to: &AgentId, from: &str, body: &str, model: Option<&str>) -> Result<PathBuf> {
-        let deposit = Deposit { model: model.map(str::to_owned), ..Deposit::new(from, Timestamp::now(), body) };
+    /// [`Runtime::deposit`], choosing `model` and `reasoning` for the agent from this
+    /// message on (the caller checked them).
+    pub fn deposit_choosing(
+        &self,
+        to: &AgentId,
+        from: &str,
+        body: &str,
+        model: Option<&str>,
+        reasoning: Option<&crate::infra::provider::Reasoning>,
+    ) -> Result<PathBuf> {
+        let deposit = Deposit {
+            model: model.map(str::to_owned),
+            reasoning: reasoning.map(crate::domain::agent::reasoning_text),
+            ..Deposit::new(from, Timestamp::now(), body)
+        };
         Ok(inbox::deposit(&self.layout, to, &deposit)?)
     }
 

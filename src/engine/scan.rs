@@ -267,6 +267,7 @@ mod tests {
             env: &env,
             project: None,
             model: None,
+            reasoning: None,
         };
         let id = agents::create_root(&ws, "worker", "default", &start).expect("root");
         let rt = Runtime::new(ws.layout.clone(), std::path::PathBuf::from("/nonexistent"), env, Default::default());

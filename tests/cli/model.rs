@@ -109,3 +109,31 @@ fn thinking_settings_reach_each_provider_in_its_own_terms_and_a_mismatch_is_refu
         assert_eq!(server.requests()[0].body.pointer(field), Some(&json!("low")), "{dialect:?}");
     }
 }
+
+#[test]
+fn thinking_asked_for_one_agent_is_its_own_from_that_message_on_and_checked_against_its_provider() {
+    let (server, t) = TestWorkspace::served("model-thinking-flag", Dialect::Anthropic);
+    server.push_for("Deep", [Turn::text("thought"), Turn::text("thought again")]);
+    t.run(&["prompt", "--name", "Deep", "--thinking", "4096", "think"]).ok();
+    t.run(&["send", "Deep", "and again"]).ok();
+    for asked in server.requests_for("Deep") {
+        assert_eq!(asked.body["thinking"], json!({"type": "enabled", "budget_tokens": 4096}));
+    }
+    // Another agent of the same role asks as its role does: nothing.
+    server.push_for("Plain", [Turn::text("plain")]);
+    t.run(&["prompt", "--name", "Plain", "answer"]).ok();
+    assert!(server.requests_for("Plain")[0].body.get("thinking").is_none());
+    // What the provider does not speak, or a budget out of bounds, is refused before anything.
+    let before = server.requests().len();
+    for (args, rule) in [
+        (&["prompt", "--effort", "high", "x"][..], "--effort: is OpenAI's reasoning effort"),
+        (&["prompt", "--thinking", "100", "x"], "--thinking: must be 1024 or more"),
+        (&["send", "Deep", "--effort", "low", "x"], "--effort: is OpenAI's reasoning effort"),
+    ] {
+        let run = t.run(args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(rule), "{args:?}: {}", run.stderr);
+    }
+    assert_eq!(server.requests().len(), before);
+    assert_eq!(t.agents().len(), 2);
+}

@@ -642,7 +642,7 @@ impl<'a> Chat<'a> {
                 self.begin(id)
             }
             Some(id) => {
-                self.rt.deposit_choosing(&id, "user", &text, model)?;
+                self.rt.deposit_choosing(&id, "user", &text, model, None)?;
                 if self.tree.get(id.as_str()).is_some_and(|a| a.state == State::Working) {
                     self.pending.push("· queued: it reads this at its next step".to_owned());
                 }
@@ -838,6 +838,7 @@ impl<'a> Chat<'a> {
             env: &self.ctx.env,
             project,
             model: None,
+            reasoning: None,
         }
     }
 

@@ -81,6 +81,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         env: &ctx.env,
         project: None,
         model: None,
+        reasoning: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn)?;
     progress::launch(ctx, &ws, &id, false, false)?;

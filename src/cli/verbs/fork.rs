@@ -27,6 +27,14 @@ pub struct Args {
     /// agent's tree as `.offshoot/model`)
     #[arg(long, value_parser = crate::cli::input::model_name)]
     pub model: Option<String>,
+    /// Anthropic's extended thinking for this agent: at most N tokens of it before each
+    /// answer (in place of its role's `thinking_budget`)
+    #[arg(long, value_name = "N", conflicts_with = "effort")]
+    pub thinking: Option<u32>,
+    /// OpenAI's reasoning effort for this agent: minimal, low, medium or high (in place of
+    /// its role's `reasoning_effort`)
+    #[arg(long, value_name = "EFFORT")]
+    pub effort: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -46,6 +54,11 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             meta.commit
         }
     };
+    // (Checked against the role the fork runs as: its source's.)
+    let source = ws.repo.resolve_commit(&from).ok_or_else(|| agents::AgentError::UnknownRef(from.clone()))?;
+    let facts = crate::engine::snapshot::read_facts(&ws.repo, source).map_err(agents::AgentError::from)?;
+    let (_, config) = ws.config(&facts.lineage)?;
+    let reasoning = input::reasoning(&config, &facts.role, args.thinking, args.effort.as_deref())?;
     let spawn = Start {
         message: &message,
         name: args.name.as_deref(),
@@ -54,6 +67,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         env: &ctx.env,
         project: None,
         model: args.model.as_deref(),
+        reasoning: reasoning.as_ref(),
     };
     let id = agents::fork(&ws, &from, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, false)

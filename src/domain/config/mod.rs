@@ -151,6 +151,46 @@ pub struct RoleConfig {
     pub reasoning_effort: Option<String>,
 }
 
+impl Config {
+    /// Whether role `role` can ask its model for `reasoning`: a thinking budget of
+    /// Anthropic's (1,024 or more, under the role's output limit) or an effort of
+    /// OpenAI's (`minimal`, `low`, `medium`, `high`), each only of a provider that speaks it.
+    pub fn check_reasoning(&self, role: &str, reasoning: &crate::infra::provider::Reasoning) -> Result<(), String> {
+        use crate::infra::provider::Protocol::{Anthropic, OpenaiChat, OpenaiResponses};
+        use crate::infra::provider::Reasoning;
+        let Some(r) = self.role(role) else { return Err(format!("role `{role}` does not exist")) };
+        let protocol = self.providers.get(&r.provider).map(|p| p.protocol);
+        match reasoning {
+            Reasoning::ThinkingBudget(budget) => {
+                if protocol != Some(Anthropic) {
+                    return Err(format!(
+                        "is Anthropic's extended thinking; provider `{}` does not speak it (OpenAI's is `reasoning_effort`)",
+                        r.provider
+                    ));
+                }
+                if *budget < 1024 || *budget >= r.max_output_tokens {
+                    return Err(format!(
+                        "must be 1024 or more and under `max_output_tokens` ({})",
+                        r.max_output_tokens
+                    ));
+                }
+            }
+            Reasoning::Effort(effort) => {
+                if !matches!(protocol, Some(OpenaiChat | OpenaiResponses)) {
+                    return Err(format!(
+                        "is OpenAI's reasoning effort; provider `{}` does not speak it (Anthropic's is `thinking_budget`)",
+                        r.provider
+                    ));
+                }
+                if !["minimal", "low", "medium", "high"].contains(&effort.as_str()) {
+                    return Err(format!("`{effort}` is not one of minimal, low, medium, high"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 impl RoleConfig {
     /// What the role asks of the model's thinking, as a request carries it.
     pub fn reasoning(&self) -> Option<crate::infra::provider::Reasoning> {
@@ -446,40 +486,14 @@ impl Config {
                 return Err(fail(key("max_output_tokens"), "must be at least 1".into()));
             }
             // Thinking settings are the provider's: each is checked against its protocol.
-            let protocol = self.providers.get(&role.provider).map(|p| p.protocol);
-            if let Some(budget) = role.thinking_budget {
-                if protocol != Some(crate::infra::provider::Protocol::Anthropic) {
-                    return Err(fail(
-                        key("thinking_budget"),
-                        format!(
-                            "is Anthropic's extended thinking; provider `{}` does not speak it (OpenAI's is `reasoning_effort`)",
-                            role.provider
-                        ),
-                    ));
-                }
-                if budget < 1024 || budget >= role.max_output_tokens {
-                    return Err(fail(
-                        key("thinking_budget"),
-                        format!("must be 1024 or more and under `max_output_tokens` ({})", role.max_output_tokens),
-                    ));
-                }
-            }
-            if let Some(effort) = &role.reasoning_effort {
-                use crate::infra::provider::Protocol::{OpenaiChat, OpenaiResponses};
-                if !matches!(protocol, Some(OpenaiChat | OpenaiResponses)) {
-                    return Err(fail(
-                        key("reasoning_effort"),
-                        format!(
-                            "is OpenAI's reasoning effort; provider `{}` does not speak it (Anthropic's is `thinking_budget`)",
-                            role.provider
-                        ),
-                    ));
-                }
-                if !["minimal", "low", "medium", "high"].contains(&effort.as_str()) {
-                    return Err(fail(
-                        key("reasoning_effort"),
-                        format!("`{effort}` is not one of minimal, low, medium, high"),
-                    ));
+            {
+                use crate::infra::provider::Reasoning;
+                let asked = [
+                    role.thinking_budget.map(|b| ("thinking_budget", Reasoning::ThinkingBudget(b))),
+                    role.reasoning_effort.clone().map(|e| ("reasoning_effort", Reasoning::Effort(e))),
+                ];
+                for (field, reasoning) in asked.into_iter().flatten() {
+                    self.check_reasoning(name, &reasoning).map_err(|rule| fail(key(field), rule))?;
                 }
             }
             match role.context_window {

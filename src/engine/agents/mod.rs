@@ -92,6 +92,8 @@ pub struct Start<'a> {
     /// A model chosen for it in place of its role's (sent with its first message; a
     /// fork without one keeps its origin's choice).
     pub model: Option<&'a str>,
+    /// Thinking asked for it in place of its role's (sent with its first message).
+    pub reasoning: Option<&'a crate::infra::provider::Reasoning>,
 }
 
 /// The first message of a root or a fork: the user's, with the model chosen, if one was.
@@ -99,7 +101,11 @@ fn first_message(spawn: &Start) -> Result<Deposit> {
     if let Some(model) = spawn.model {
         crate::domain::agent::check_model(model).map_err(AgentError::BadModel)?;
     }
-    Ok(Deposit { model: spawn.model.map(str::to_owned), ..Deposit::new("user", spawn.now, spawn.message) })
+    Ok(Deposit {
+        model: spawn.model.map(str::to_owned),
+        reasoning: spawn.reasoning.map(agent::reasoning_text),
+        ..Deposit::new("user", spawn.now, spawn.message)
+    })
 }
 
 /// An agent as `ls` shows it.
@@ -387,7 +393,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     // A compactor keeps the transcript, summaries and skills it compacts.
     let edits = match child.compactor {
         false => vec![TreeEdit::Remove { path: agent::DIR.into() }],
-        true => [agent::TOOLS, compaction::NOMINATED, agent::MODEL]
+        true => [agent::TOOLS, compaction::NOMINATED, agent::MODEL, agent::REASONING]
             .into_iter()
             .filter(|p| ws.repo.entry_id(fork_point, p).ok().flatten().is_some())
             .map(|p| TreeEdit::Remove { path: p.into() })

@@ -19,6 +19,7 @@ fn root(ws: &Workspace, env: &Env) -> AgentId {
         env,
         project: None,
         model: None,
+        reasoning: None,
     };
     create_root(ws, "worker", "default", &start).expect("root")
 }

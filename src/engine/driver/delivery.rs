@@ -46,11 +46,15 @@ impl Driver<'_> {
                 }
                 let name = transcript::entry_name(next, &p.sender, Side::User);
                 // A model the user chose with the message is the agent's from this commit on.
-                let chosen = Header::parse(&p.text)
-                    .filter(|h| h.from == "user")
-                    .and_then(|h| h.model)
-                    .filter(|m| agent::check_model(m).is_ok());
-                let files: Vec<(&str, &[u8])> = chosen.iter().map(|m| (agent::MODEL, m.as_bytes())).collect();
+                let header = Header::parse(&p.text).filter(|h| h.from == "user");
+                let chosen = header.as_ref().and_then(|h| h.model.clone()).filter(|m| agent::check_model(m).is_ok());
+                // (And the thinking asked for, likewise; a line that is not one is ignored.)
+                let reasoning = header
+                    .and_then(|h| h.reasoning)
+                    .and_then(|r| agent::parse_reasoning(&r))
+                    .map(|r| agent::reasoning_text(&r));
+                let mut files: Vec<(&str, &[u8])> = chosen.iter().map(|m| (agent::MODEL, m.as_bytes())).collect();
+                files.extend(reasoning.iter().map(|r| (agent::REASONING, r.as_bytes())));
                 let entry: &[(&str, &[u8])] = &[(&name, text.as_bytes())];
                 tip = self.commit_with(tip, entry, &files, None, &format!("{name}: delivered"))?;
                 next += 1;

@@ -83,7 +83,7 @@ impl Driver<'_> {
             }
         }
         let mut request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
-        request.reasoning = role.reasoning();
+        request.reasoning = crate::engine::model::reasoning_at(&self.ws.repo, tip, role)?;
         let bytes = request_json(&request);
         // A request past the role's window is never sent (§10).
         if let Some(window) = role.context_window {
