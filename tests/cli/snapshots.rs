@@ -114,3 +114,46 @@ fn errors_and_their_hints() {
         insta::assert_snapshot!("ls-failed", table(&t, t.run(&["ls"]).ok()));
     });
 }
+
+#[test]
+fn what_a_script_and_a_new_user_read() {
+    let (server, t) = TestWorkspace::served("snap-headless", Dialect::Anthropic);
+    let narrated = Turn { text: Some("Running step 1.".into()), ..Turn::bash("c1", "echo one") };
+    server.push_for(
+        "Boss",
+        [
+            Turn {
+                calls: vec![(
+                    "d1".into(),
+                    "dispatch".into(),
+                    json!({"role": "worker", "goal": "say hi", "name": "Kid"}).to_string(),
+                )],
+                ..narrated
+            },
+            Turn::text("waiting for Kid"),
+            Turn::text("Kid said hi; done"),
+        ],
+    );
+    server.push_for("Kid", [Turn::text("hi")]);
+    // A run as a script sees it: the answer alone on stdout, the rest on stderr, totals
+    // of the whole tree.
+    let run = t.run(&["prompt", "--name", "Boss", "get a greeting"]);
+    server.push_for("Fork", [Turn::text("forked")]);
+    t.run(&["fork", "--from", "Boss", "--step", "2", "--name", "Fork", "try it without Kid"]).ok();
+    let settings = settings();
+    settings.bind(|| {
+        insta::assert_snapshot!("prompt-streams", seen(&t, &run));
+        // Forks under their origin, with their own message; steps counted in words.
+        insta::assert_snapshot!("tree-forks", normalised(&t, t.run(&["tree"]).ok()));
+        insta::assert_snapshot!("ls-forks", table(&t, t.run(&["ls"]).ok()));
+        // What a new user meets first.
+        let errors = [
+            t.run(&["prompt", "--role", "reviewer", "x"]),
+            t.run(&["config", "unset", "budgets.max_steps"]),
+            t.run(&["prompt", "--with-changes", "x"]),
+            t.run(&["show", "Boss", "--compaction", "1"]),
+        ];
+        let all: Vec<String> = errors.iter().map(|r| seen(&t, r)).collect();
+        insta::assert_snapshot!("first-minutes", all.join("\n"));
+    });
+}
