@@ -39,6 +39,8 @@ struct Spent {
     /// Agents that made calls (the attached one and those below it).
     agents: u32,
     calls: u32,
+    /// Tool calls that began.
+    tool_calls: u32,
     input: u64,
     cached: u64,
     output: u64,
@@ -64,6 +66,7 @@ impl Spent {
                 continue;
             }
             spent.agents += 1;
+            spent.tool_calls += new.iter().map(|s| s.tool_calls).sum::<u32>();
             for step in answered {
                 let price = config.as_ref().and_then(|c| c.prices.get(&step.model));
                 spent.add(&step.usage, price.map(|p| crate::domain::budget::cost(&step.usage, p)));
@@ -81,7 +84,7 @@ impl Spent {
     fn fields(&self) -> serde_json::Value {
         // (No call at all cost nothing; a call without a price makes the sum unknown.)
         let cost = if self.unpriced { None } else { Some(crate::domain::budget::usd(self.cost_usd.unwrap_or(0.0))) };
-        json!({"agents": self.agents, "steps": self.calls, "input_tokens": self.input,
+        json!({"agents": self.agents, "steps": self.calls, "tool_calls": self.tool_calls, "input_tokens": self.input,
             "cached_tokens": self.cached, "output_tokens": self.output, "cost_usd": cost})
     }
 
@@ -138,12 +141,17 @@ impl Live<'_> {
             return;
         }
         let cost = if s.unpriced { None } else { s.cost_usd };
-        let calls = if s.calls == 1 { "1 call".to_owned() } else { format!("{} calls", s.calls) };
+        let calls = crate::infra::words::count(s.calls, "model call", "model calls");
         let by = if s.agents > 1 { format!(" by {} agents", s.agents) } else { String::new() };
+        let tools = match s.tool_calls {
+            0 => String::new(),
+            n => format!(" and {}", crate::infra::words::count(n, "tool call", "tool calls")),
+        };
         let unpriced = if s.unpriced && s.cost_usd.is_some() { " (some calls unpriced)" } else { "" };
-        self.ctx
-            .out
-            .progress(&format!("· total: {calls}{by}, {}{unpriced}", usage_words(s.input, s.cached, s.output, cost)));
+        self.ctx.out.progress(&format!(
+            "· total: {calls}{tools}{by}, {}{unpriced}",
+            usage_words(s.input, s.cached, s.output, cost)
+        ));
     }
 }
 

@@ -16,6 +16,8 @@ pub struct StepSpend {
     pub tools: bool,
     /// The call was answered (its record says `ok`; a failed or cut call was not).
     pub answered: bool,
+    /// The tool calls it asked for that began (each has a record of its own).
+    pub tool_calls: u32,
 }
 
 /// What a set of steps spent.
@@ -192,7 +194,15 @@ mod tests {
     }
 
     fn step(started: u64, ended: u64, tools: bool, u: Usage) -> StepSpend {
-        StepSpend { model: "m".into(), usage: u, started: Some(started), ended: Some(ended), tools, answered: true }
+        StepSpend {
+            model: "m".into(),
+            usage: u,
+            started: Some(started),
+            ended: Some(ended),
+            tools,
+            answered: true,
+            tool_calls: 0,
+        }
     }
 
     fn sonnet() -> Price {

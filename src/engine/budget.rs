@@ -83,6 +83,7 @@ impl Records {
             if i + 1 == numbers.len() {
                 // Tools of the last step may have started since it was read.
                 step.tools = has_tools(&step_dir);
+                step.tool_calls = tool_count(&step_dir);
             }
             steps.push(step);
         }
@@ -112,6 +113,11 @@ fn has_tools(step_dir: &Path) -> bool {
     std::fs::read_dir(step_dir.join("tools")).is_ok_and(|mut d| d.next().is_some())
 }
 
+/// How many tool calls of a step began: a record each under `tools/`.
+fn tool_count(step_dir: &Path) -> u32 {
+    std::fs::read_dir(step_dir.join("tools")).map_or(0, |d| d.flatten().count() as u32)
+}
+
 /// A step's record; `true` when it is final (the call ended, or no driver is left to
 /// end it).
 fn read_step(dir: &Path, now: u64, is_live: &mut dyn FnMut() -> bool) -> (StepSpend, bool) {
@@ -130,6 +136,7 @@ fn read_step(dir: &Path, now: u64, is_live: &mut dyn FnMut() -> bool) -> (StepSp
         ended,
         tools: has_tools(dir),
         answered,
+        tool_calls: tool_count(dir),
     };
     (step, !running)
 }

@@ -15,7 +15,9 @@ fn stdout_carries_the_final_answer_alone_and_the_narration_goes_to_stderr() {
     ]);
     let run = t.run(&["prompt", "find the answer"]);
     assert_eq!(run.ok(), "The answer is 42.\nOn two lines.\n");
-    for said in ["Running step 1.", "Running step 2.", "Still going.", "· step 3", "· total: 3 calls"] {
+    for said in
+        ["Running step 1.", "Running step 2.", "Still going.", "· step 3", "· total: 3 model calls and 2 tool calls"]
+    {
         assert!(run.stderr.contains(said), "{said} not on stderr:\n{}", run.stderr);
     }
     // `send` and `run` the same.
@@ -68,6 +70,8 @@ fn a_runs_totals_count_the_agents_it_dispatched_on_stderr_and_in_the_end_event()
     let root: serde_json::Value = serde_json::from_str(tree.lines().next().expect("the root")).expect("json");
     let sum = &root["tree"];
     assert_eq!(end["agents"], 3, "{end}");
+    // Two dispatches of the parent's, a command of each child's.
+    assert_eq!(end["tool_calls"], 4, "{end}");
     assert_eq!(end["steps"], sum["steps"], "{end} vs {sum}");
     let tokens = end["input_tokens"].as_u64().expect("in") + end["output_tokens"].as_u64().expect("out");
     assert_eq!(serde_json::Value::from(tokens), sum["tokens"], "{end} vs {sum}");
@@ -76,7 +80,7 @@ fn a_runs_totals_count_the_agents_it_dispatched_on_stderr_and_in_the_end_event()
     // In words on stderr too.
     server.push_for("Boss", [Turn::text("again")]);
     let again = t.run(&["send", "Boss", "once more"]);
-    assert!(again.stderr.contains("· total: 1 call, 100 in, 10 out"), "{}", again.stderr);
+    assert!(again.stderr.contains("· total: 1 model call, 100 in, 10 out"), "{}", again.stderr);
     assert!(!again.stderr.contains("agents"), "{}", again.stderr);
     let steps = sum["steps"].as_u64().expect("steps");
     let first = t.run(&["log", "Boss"]);

@@ -334,7 +334,11 @@ fn each_step_line_says_what_it_used_and_cost_and_the_run_ends_with_totals() {
     // claude-sonnet-4-5 at 3 / 15 / 0.30 per million: 1,000 fresh + 1,000 cached + 100 out.
     assert!(run.stderr.contains("· step 1 done: 2,000 in (1,000 cached), 100 out, $0.0048"), "{}", run.stderr);
     assert!(run.stderr.contains("· step 2 done: 1,000 in, 200 out, $0.0060"), "{}", run.stderr);
-    assert!(run.stderr.contains("· total: 2 calls, 3,000 in (1,000 cached), 300 out, $0.0108"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("· total: 2 model calls and 1 tool call, 3,000 in (1,000 cached), 300 out, $0.0108"),
+        "{}",
+        run.stderr
+    );
 
     // A model with no price: tokens, and no made-up cost.
     t.set("roles.worker.model", "unpriced-model");
@@ -342,7 +346,7 @@ fn each_step_line_says_what_it_used_and_cost_and_the_run_ends_with_totals() {
     let run = t.run(&["prompt", "again"]);
     run.ok();
     assert!(run.stderr.contains("· step 1 done: 10 in, 5 out\n"), "{}", run.stderr);
-    assert!(run.stderr.contains("· total: 1 call, 10 in, 5 out\n"), "{}", run.stderr);
+    assert!(run.stderr.contains("· total: 1 model call, 10 in, 5 out\n"), "{}", run.stderr);
 }
 
 #[test]
@@ -397,6 +401,10 @@ fn rough_edges_of_the_first_minutes_are_smoothed() {
     assert_eq!(role.code, 2);
     assert!(role.stderr.contains("its roles: ") && role.stderr.contains("worker"), "{}", role.stderr);
     assert!(!role.stderr.contains("compactor"), "{}", role.stderr);
+    // `diff` of an agent without a project says why in words that fit a `-w` workspace.
+    let diff = t.run(&["diff", "Zed"]);
+    assert_eq!(diff.code, 2, "{}", diff.stderr);
+    assert!(diff.stderr.contains("did not start from a project: its workspace has none"), "{}", diff.stderr);
     // `--with-changes` where there is no project is refused, as `--base` is.
     let changes = t.run(&["prompt", "--with-changes", "go"]);
     assert_eq!(changes.code, 2, "{}", changes.stderr);
