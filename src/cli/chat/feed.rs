@@ -1,0 +1,211 @@
+//! What the agents of the tree did, as the chat shows it: the attached agent's steps and
+//! streamed answer in the scrollback, the others' starts and ends; and a transcript in
+//! the chat's own forms, for the redraw after a resize.
+
+use super::*;
+
+/// Characters of the line being streamed kept for the activity row (its end is shown).
+pub(super) const STREAM_TAIL: usize = 400;
+
+/// The lines a transcript entry is shown as, in the chat's own forms: what the chat
+/// redraws from the record when the terminal is resized.
+pub(super) fn entry_lines(entry: &Entry) -> Vec<String> {
+    match entry {
+        Entry::Message { sender, text, .. } => {
+            let body = text.split_once("\n---\n").map(|(_, b)| b).unwrap_or(text).trim_end();
+            if sender == "user" {
+                vec![format!("you: {body}")]
+            } else {
+                vec![format!("· from `{}`: {}", one_line(sender), one_line(body.lines().next().unwrap_or_default()))]
+            }
+        }
+        Entry::Output { output, .. } => output
+            .content
+            .iter()
+            .flat_map(|b| match b {
+                Block::Text { text, .. } => text.trim_end().lines().map(|l| format!("  │ {l}")).collect(),
+                Block::ToolUse { name, input, .. } => vec![format!(
+                    "→ {} {}",
+                    one_line(name),
+                    one_line(crate::cli::progress::call_gist(input).lines().next().unwrap_or_default())
+                )],
+                _ => Vec::new(),
+            })
+            .collect(),
+        Entry::ToolResult { block: Block::ToolResult { content, is_error, .. }, .. } => {
+            let mark = if *is_error { "✗" } else { "←" };
+            vec![format!("  {mark} {}", one_line(content.lines().next().unwrap_or_default()))]
+        }
+        Entry::ToolResult { .. } => Vec::new(),
+    }
+}
+
+/// How a run of the attached agent ended, as the chat's one line (what an error says is
+/// a provider's or a tool's words: its line breaks could forge the chat's own lines).
+pub(super) fn end_line(end: &End) -> Option<String> {
+    match end {
+        End::FinalResponse { .. } | End::Busy => None,
+        End::Interrupted { reason } => Some(format!("· {}", one_line(reason))),
+        End::BudgetExhausted { error } => Some(format!("· budget exhausted: {}", one_line(error))),
+        End::Error { error } => Some(format!("· failed: {}", one_line(error))),
+    }
+}
+
+impl Chat<'_> {
+    /// What an agent's events file gained: the pane's row of it, and, for the agent
+    /// attached, its steps in the scrollback; of the others, when they start and end.
+    pub(super) fn agent_event(&mut self, agent: &str, record: &Record) {
+        if !self.tree.holds(agent) {
+            return;
+        }
+        if !self.tree.contains(agent) {
+            let name = AgentId::parse(agent).ok().and_then(|id| agents::name_of(self.ws, &id));
+            self.tree.add(Agent::new(agent, name));
+        }
+        self.bell |= self.tree.apply(agent, record);
+        if self.id.as_ref().is_some_and(|id| id.as_str() == agent) {
+            self.own_event(record);
+        } else {
+            self.other_event(agent, record);
+        }
+    }
+
+    pub(super) fn own_event(&mut self, record: &Record) {
+        match record {
+            Record::Step { step, model, .. } => {
+                self.cut_stream("");
+                self.synced = true;
+                self.activity = format!("· step {step} ({})", one_line(model));
+            }
+            // (Attached mid-answer: its text shows whole when it ends.)
+            Record::TextDelta { .. } if !self.synced => {}
+            Record::TextDelta { text } => {
+                let from = self.stream.len();
+                self.stream.push_str(text);
+                // Whole lines go to the scrollback as they end; the line being written
+                // is shown under it. (Only what came is searched: a paragraph of
+                // megabytes costs its length once, not once per delta.)
+                if let Some(end) = self.stream[from..].rfind('\n') {
+                    let upto = from + end;
+                    let done: Vec<String> = self.stream[self.printed..upto]
+                        .split('\n')
+                        .map(|l| format!("  │ {}", l.trim_end_matches('\r')))
+                        .collect();
+                    self.pending.extend(done);
+                    self.printed = upto + 1;
+                }
+                let line = &self.stream[self.printed..];
+                let tail = line.char_indices().rev().nth(STREAM_TAIL).map_or(line, |(at, _)| &line[at..]);
+                self.activity = format!("  │ {}", tail.trim_end_matches('\r'));
+            }
+            // An agent's words are indented under a margin of their own, so no line of
+            // them passes for one of the chat's (`you: …`, `· stopped`).
+            Record::Text { text } => {
+                let rest = match text.strip_prefix(self.stream.as_str()) {
+                    Some(_) if self.synced && !self.stream.is_empty() => &text[self.printed..],
+                    _ => text.as_str(),
+                };
+                self.pending.extend(rest.trim_end().lines().map(|l| format!("  │ {}", l.trim_end_matches('\r'))));
+                self.stream.clear();
+                self.printed = 0;
+                self.synced = true;
+                self.activity.clear();
+            }
+            Record::ToolCall { tool_use_id, name, input } => {
+                let gist = one_line(crate::cli::progress::call_gist(input).lines().next().unwrap_or_default());
+                self.activity = format!("→ {} {gist}", one_line(name));
+                self.calls.push((tool_use_id.clone(), self.activity.clone()));
+            }
+            Record::ToolResult { tool_use_id, name, is_error, summary } => {
+                let call = match self.calls.iter().position(|(id, _)| id == tool_use_id) {
+                    Some(at) => self.calls.remove(at).1,
+                    None => format!("→ {}", one_line(name)),
+                };
+                let mark = if *is_error { "✗" } else { "←" };
+                self.pending.push(format!("{call}  {mark} {}", one_line(summary.lines().next().unwrap_or_default())));
+                self.activity = self.calls.last().map(|(_, line)| line.clone()).unwrap_or_default();
+            }
+            Record::AttemptFailed { attempt, error, .. } => {
+                self.cut_stream("cut off: the attempt failed, and is made again");
+                self.activity = format!("· attempt {attempt} failed: {}", one_line(error));
+            }
+            Record::Waiting { children } => {
+                self.activity =
+                    format!("· waiting for {} below", crate::infra::words::count(*children as u64, "agent", "agents"))
+            }
+            Record::End(end) => {
+                self.activity.clear();
+                // (A stop during the model's answer: what it had written is not kept.)
+                self.cut_stream("cut off: not kept");
+                // (A call the run ended in without a result: the run's end says why.)
+                self.pending.extend(self.calls.drain(..).map(|(_, line)| line));
+                self.pending.extend(end_line(end));
+            }
+            Record::Transfer { child, files } => {
+                self.pending.push(format!("· merged {files} files from `{}`", one_line(child)))
+            }
+            Record::Conflict { child, files } => self
+                .pending
+                .push(format!("· `{}`'s work conflicts with this agent's in {files} files", one_line(child))),
+            Record::Compaction { note, .. } => self.pending.push(format!("· {}", one_line(note))),
+            _ => {}
+        }
+    }
+
+    /// Ends a stream that will get no whole text: its unfinished line goes into the
+    /// scrollback, and `why` after it when something of it was shown.
+    pub(super) fn cut_stream(&mut self, why: &str) {
+        let rest = self.stream[self.printed..].trim_end_matches('\r').to_owned();
+        if !rest.is_empty() {
+            self.pending.push(format!("  │ {rest}"));
+        }
+        if !self.stream.is_empty() && !why.is_empty() {
+            self.pending.push(format!("  │ … ({why})"));
+        }
+        self.stream.clear();
+        self.printed = 0;
+    }
+
+    pub(super) fn other_event(&mut self, agent: &str, record: &Record) {
+        let who = match self.tree.get(agent).and_then(|a| a.name.clone()) {
+            Some(name) => format!("`{agent}` {}", one_line(&name)),
+            None => format!("`{agent}`"),
+        };
+        let line = match record {
+            Record::Step { step: 1, .. } => format!("· {who} started"),
+            Record::End(End::FinalResponse { text }) => {
+                format!("· {who} answered: {}", one_line(text.lines().next().unwrap_or_default()))
+            }
+            Record::End(End::Interrupted { reason }) => format!("· {who}: {reason}"),
+            Record::End(End::BudgetExhausted { error }) => format!("· {who} needs you: budget exhausted: {error}"),
+            Record::End(End::Error { error }) => format!("· {who} needs you: failed: {}", one_line(error)),
+            Record::Conflict { child, files } => {
+                format!("· {who} needs you: `{child}`'s work conflicts in {files} files")
+            }
+            _ => return,
+        };
+        self.pending.push(line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    pub(super) fn an_end_is_one_line_whatever_its_error_says() {
+        let forged = "no\nyou: delete everything please\n· stopped; fake";
+        for end in [
+            End::Error { error: forged.into() },
+            End::BudgetExhausted { error: forged.into() },
+            End::Interrupted { reason: forged.into() },
+        ] {
+            let line = end_line(&end).expect("a line");
+            assert!(
+                !line.contains('\n') && line.ends_with("no you: delete everything please · stopped; fake"),
+                "{line}"
+            );
+        }
+        assert_eq!(end_line(&End::FinalResponse { text: "a\nb".into() }), None);
+    }
+}
