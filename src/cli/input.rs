@@ -28,22 +28,49 @@ pub fn text(arg: &OsStr, what: &str) -> Result<String, CliError> {
     })
 }
 
-/// The thinking `--thinking` or `--effort` asks for, checked against what role `role`
-/// of `config` can ask its provider.
-pub fn reasoning(
-    config: &crate::domain::config::Config,
-    role: &str,
-    thinking: Option<u32>,
-    effort: Option<&str>,
-) -> Result<Option<crate::infra::provider::Reasoning>, CliError> {
-    use crate::infra::provider::Reasoning;
-    let (flag, asked) = match (thinking, effort) {
-        (Some(n), _) => ("--thinking", Reasoning::ThinkingBudget(n)),
-        (None, Some(e)) => ("--effort", Reasoning::Effort(e.to_owned())),
-        (None, None) => return Ok(None),
-    };
-    config.check_reasoning(role, &asked).map_err(|rule| CliError::usage(format!("{flag}: {rule} (role `{role}`)")))?;
-    Ok(Some(asked))
+/// What the user chooses for one agent in place of its role's: `--model`, `--thinking`,
+/// `--effort` (on `prompt`, `send` and `fork`; recorded in the agent's tree from the
+/// message they come with on).
+#[derive(Debug, clap::Args)]
+pub struct Choice {
+    /// The model to use in place of the role's (recorded in the agent's tree as
+    /// `.offshoot/model`; a fork without one keeps its origin's)
+    #[arg(long, value_parser = model_name)]
+    pub model: Option<String>,
+    /// Anthropic's extended thinking for this agent: at most N tokens of it before each
+    /// answer (in place of its role's `thinking_budget`)
+    #[arg(long, value_name = "N", conflicts_with = "effort")]
+    pub thinking: Option<u32>,
+    /// OpenAI's reasoning effort for this agent: minimal, low, medium or high (in place of
+    /// its role's `reasoning_effort`)
+    #[arg(long, value_name = "EFFORT")]
+    pub effort: Option<String>,
+}
+
+impl Choice {
+    /// Whether thinking was asked for (and the role must be read to check it).
+    pub fn asks_thinking(&self) -> bool {
+        self.thinking.is_some() || self.effort.is_some()
+    }
+
+    /// The thinking asked for, checked against what role `role` of `config` can ask its
+    /// provider (the rule of the role settings, `Config::check_reasoning`).
+    pub fn reasoning(
+        &self,
+        config: &crate::domain::config::Config,
+        role: &str,
+    ) -> Result<Option<crate::infra::provider::Reasoning>, CliError> {
+        use crate::infra::provider::Reasoning;
+        let (flag, asked) = match (self.thinking, &self.effort) {
+            (Some(n), _) => ("--thinking", Reasoning::ThinkingBudget(n)),
+            (None, Some(e)) => ("--effort", Reasoning::Effort(e.clone())),
+            (None, None) => return Ok(None),
+        };
+        config
+            .check_reasoning(role, &asked)
+            .map_err(|rule| CliError::usage(format!("{flag}: {rule} (role `{role}`)")))?;
+        Ok(Some(asked))
+    }
 }
 
 /// `--model`'s value, if it is a model's name (clap's value parser: refused with the rule).

@@ -23,18 +23,8 @@ pub struct Args {
     /// Start the agent and return at once
     #[arg(long)]
     pub detach: bool,
-    /// The model to use in place of the role's (default: the one its origin used) (recorded in the
-    /// agent's tree as `.offshoot/model`)
-    #[arg(long, value_parser = crate::cli::input::model_name)]
-    pub model: Option<String>,
-    /// Anthropic's extended thinking for this agent: at most N tokens of it before each
-    /// answer (in place of its role's `thinking_budget`)
-    #[arg(long, value_name = "N", conflicts_with = "effort")]
-    pub thinking: Option<u32>,
-    /// OpenAI's reasoning effort for this agent: minimal, low, medium or high (in place of
-    /// its role's `reasoning_effort`)
-    #[arg(long, value_name = "EFFORT")]
-    pub effort: Option<String>,
+    #[command(flatten)]
+    pub choice: crate::cli::input::Choice,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -54,11 +44,14 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             meta.commit
         }
     };
-    // (Checked against the role the fork runs as: its source's.)
-    let source = ws.repo.resolve_commit(&from).ok_or_else(|| agents::AgentError::UnknownRef(from.clone()))?;
-    let facts = crate::engine::snapshot::read_facts(&ws.repo, source).map_err(agents::AgentError::from)?;
-    let (_, config) = ws.config(&facts.lineage)?;
-    let reasoning = input::reasoning(&config, &facts.role, args.thinking, args.effort.as_deref())?;
+    // (Thinking asked for is checked against the role the fork runs as: its source's.)
+    let reasoning = match args.choice.asks_thinking() {
+        true => {
+            let facts = agents::facts_of(&ws, &from)?;
+            args.choice.reasoning(&ws.config(&facts.lineage)?.1, &facts.role)?
+        }
+        false => None,
+    };
     let spawn = Start {
         message: &message,
         name: args.name.as_deref(),
@@ -66,7 +59,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         random: random_u32(),
         env: &ctx.env,
         project: None,
-        model: args.model.as_deref(),
+        model: args.choice.model.as_deref(),
         reasoning: reasoning.as_ref(),
     };
     let id = agents::fork(&ws, &from, &spawn)?;

@@ -28,18 +28,8 @@ pub struct Args {
     /// In a project: take the uncommitted changes of your working tree along
     #[arg(long)]
     pub with_changes: bool,
-    /// The model to use in place of the role's (recorded in the
-    /// agent's tree as `.offshoot/model`)
-    #[arg(long, value_parser = crate::cli::input::model_name)]
-    pub model: Option<String>,
-    /// Anthropic's extended thinking for this agent: at most N tokens of it before each
-    /// answer (in place of its role's `thinking_budget`)
-    #[arg(long, value_name = "N", conflicts_with = "effort")]
-    pub thinking: Option<u32>,
-    /// OpenAI's reasoning effort for this agent: minimal, low, medium or high (in place of
-    /// its role's `reasoning_effort`)
-    #[arg(long, value_name = "EFFORT")]
-    pub effort: Option<String>,
+    #[command(flatten)]
+    pub choice: crate::cli::input::Choice,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -50,7 +40,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // A missing key or an unknown role is refused before anything is created (and
     // so is a sandbox this kernel cannot enforce, by the engine).
     model::plan(&config, &args.lineage, &args.role, &ctx.env)?;
-    let reasoning = input::reasoning(&config, &args.role, args.thinking, args.effort.as_deref())?;
+    let reasoning = args.choice.reasoning(&config, &args.role)?;
     // Work taken along is the user's own commit, authored as git would author it.
     let author = ws.user_repo()?.and_then(|u| u.identity(&ctx.git_config_files()));
     let start = project::start_point(&ws, args.base.as_deref(), args.with_changes, author.as_ref())?;
@@ -64,7 +54,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         random: random_u32(),
         env: &ctx.env,
         project: start.as_ref().map(|(s, _)| s),
-        model: args.model.as_deref(),
+        model: args.choice.model.as_deref(),
         reasoning: reasoning.as_ref(),
     };
     let id = agents::create_root(&ws, &args.role, &args.lineage, &spawn)?;

@@ -14,18 +14,8 @@ pub struct Args {
     /// Deposit and wake the agent, then return at once
     #[arg(long)]
     pub detach: bool,
-    /// The model to use in place of the role's, from this message on (recorded in the
-    /// agent's tree as `.offshoot/model`)
-    #[arg(long, value_parser = crate::cli::input::model_name)]
-    pub model: Option<String>,
-    /// Anthropic's extended thinking for this agent: at most N tokens of it before each
-    /// answer (in place of its role's `thinking_budget`)
-    #[arg(long, value_name = "N", conflicts_with = "effort")]
-    pub thinking: Option<u32>,
-    /// OpenAI's reasoning effort for this agent: minimal, low, medium or high (in place of
-    /// its role's `reasoning_effort`)
-    #[arg(long, value_name = "EFFORT")]
-    pub effort: Option<String>,
+    #[command(flatten)]
+    pub choice: crate::cli::input::Choice,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -37,17 +27,15 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
     let rt = ctx.runtime(&ws);
-    let facts = crate::engine::snapshot::read_facts(
-        &ws.repo,
-        ws.repo
-            .branch_tip(&id.branch())
-            .map_err(crate::engine::agents::AgentError::from)?
-            .ok_or_else(|| CliError::from(crate::engine::agents::AgentError::Unknown(id.to_string())))?,
-    )
-    .map_err(crate::engine::agents::AgentError::from)?;
-    let (_, config) = ws.config(&facts.lineage)?;
-    let reasoning = input::reasoning(&config, &facts.role, args.thinking, args.effort.as_deref())?;
-    rt.deposit_choosing(&id, "user", &message, args.model.as_deref(), reasoning.as_ref())?;
+    // (Thinking asked for is checked against the agent's role, read only then.)
+    let reasoning = match args.choice.asks_thinking() {
+        true => {
+            let facts = agents::facts_of(&ws, &id.branch())?;
+            args.choice.reasoning(&ws.config(&facts.lineage)?.1, &facts.role)?
+        }
+        false => None,
+    };
+    rt.deposit_choosing(&id, "user", &message, args.choice.model.as_deref(), reasoning.as_ref())?;
     if !args.detach {
         // Drives here, or finds the driver that holds the agent and leaves it the message.
         return progress::attach(ctx, &ws, &id, false);

@@ -674,8 +674,13 @@ pub fn resolve(ws: &Workspace, handle: &str) -> Result<AgentId> {
 
 /// The display name of agent `id`, if it has one.
 pub fn name_of(ws: &Workspace, id: &AgentId) -> Option<String> {
-    let tip = ws.repo.branch_tip(&id.branch()).ok().flatten()?;
-    snapshot::read_facts(&ws.repo, tip).ok()?.name
+    facts_of(ws, &id.branch()).ok()?.name
+}
+
+/// The facts of the agent whose commit `rev` names (its branch, a sha).
+pub fn facts_of(ws: &Workspace, rev: &str) -> Result<AgentFacts> {
+    let commit = ws.repo.resolve_commit(rev).ok_or_else(|| AgentError::UnknownRef(rev.to_owned()))?;
+    Ok(snapshot::read_facts(&ws.repo, commit)?)
 }
 
 /// A revision with its leading agent id or name (`PeachHollow~2`, `k7q2mx^`) turned
