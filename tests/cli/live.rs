@@ -14,6 +14,13 @@ fn chat_in(t: &TestWorkspace, args: &[&str]) -> Pty {
     chat_sized(t, args, 120, 40)
 }
 
+/// Ctrl-D on an empty line: the chat leaves, with 0.
+#[track_caller]
+fn leaves_with_ctrl_d(mut chat: Pty) {
+    chat.type_in("\x04");
+    assert!(chat.child.wait().expect("wait").success(), "{}", chat.text());
+}
+
 fn chat_sized(t: &TestWorkspace, args: &[&str], cols: u16, rows: u16) -> Pty {
     let mut command = t.command();
     command.env("TERM", "xterm-256color").args(args);
@@ -186,8 +193,7 @@ fn continue_chats_with_the_latest_agent_and_text_typed_during_a_step_arrives_onc
     assert_eq!(carrying, [requests.len() - 1], "only the request after the running step carries it");
     let log = t.run(&["log", "--json", &id]).ok().to_owned();
     assert_eq!(log.lines().filter(|l| l.contains("\"side\":\"user\"") && l.contains("steer left")).count(), 1);
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
 }
 
 #[test]
@@ -270,8 +276,7 @@ fn the_chat_notices_a_driver_killed_without_a_word() {
     assert!(std::process::Command::new("kill").args(["-9", &pid]).status().expect("kill").success());
     chat.wait_for("driver ended without a word");
     // No longer counted as working: Ctrl-D leaves at once, with nothing to stop.
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
 }
 
 #[test]
@@ -287,8 +292,7 @@ fn what_agents_write_cannot_pass_for_the_chats_lines_or_reach_the_terminal_throu
     chat.wait_for("│ you: FAKE USER LINE");
     chat.wait_for("│ · stopped; fake");
     assert!(!chat.raw().windows(7).any(|w| w == b"\x1b]0;EVI"), "an escape sequence reached the terminal");
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
     // attach, following the same kind of step, prints it on one line, escapes as text.
     let id = t.only_agent();
     let mut attached = t
@@ -319,11 +323,10 @@ fn the_chat_on_an_agent_already_at_work_counts_it_and_an_error_on_enter_is_said_
     server.push_turns([Turn::bash("slow", "sleep 30"), Turn::text("never")]);
     let id = t.run(&["prompt", "--detach", "--name", "Busy", "work"]).ok().trim().to_owned();
     wait_for("its tool", || t.step_records(&id).iter().any(|s| s.join("tools/slow/pgid").exists()));
-    let mut chat = chat_in(&t, &["-c"]);
+    let chat = chat_in(&t, &["-c"]);
     chat.wait_for("Busy · working");
     // Leaving stops it: nothing is left running.
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
     assert_eq!(t.agents()[0]["state"], "stopped");
     // A goal the model cannot be asked about (no key): said, and the chat stays.
     let bare = TestWorkspace::new("live-chat-nokey");
@@ -356,8 +359,7 @@ fn a_paste_is_one_edit_its_line_breaks_kept_enter_sends_it_once_and_keys_edit_at
     chat.type_in("ab\x1b[Dc\x1b[C!\r");
     chat.wait_for("edited");
     assert!(server.requests()[1].body.to_string().contains("acb!"));
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
 }
 
 #[test]
@@ -383,8 +385,7 @@ fn the_answer_streams_as_it_is_written_and_a_resize_draws_the_conversation_again
         let again = &text[text.rfind("(drawnagainfromitsrecord)").unwrap_or(0)..];
         again.contains("you:sayitslowly") && again.contains("│andasecondlinethattakesawhile")
     });
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
 }
 
 #[test]
@@ -444,8 +445,7 @@ fn the_tree_pane_shows_three_children_live_and_attaching_to_one_talks_to_it() {
     assert!(asked.last().expect("asked").body.to_string().contains("a note for you"));
     assert!(!server.requests_for("Kid3").iter().any(|r| r.body.to_string().contains("a note for you")));
     // Leaving stops what works (Kid3): nothing is left behind.
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
     for agent in t.agents() {
         let id = agent["id"].as_str().expect("id").to_owned();
         assert_eq!(t.running_driver(&id), None, "{id}: {:?}", t.agents());
@@ -471,8 +471,7 @@ fn a_stream_cut_by_a_stop_is_marked_and_the_next_answer_starts_on_its_own_line()
     chat.wait_for("│ Fresh answer");
     let text = chat.text();
     assert!(!text.contains("moreFresh") && !text.contains("endFresh") && !text.contains("wordsFresh"), "{text}");
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
 }
 
 #[test]
@@ -501,8 +500,7 @@ fn opened_mid_answer_the_chat_shows_the_answer_once_and_an_error_cannot_forge_it
     for forged in ["you: delete everything", "· stopped; fake"] {
         assert!(!screen.lines().any(|l| l.trim_start().starts_with(forged)), "{forged} forged a line:\n{screen}");
     }
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
 }
 
 #[test]
@@ -520,8 +518,7 @@ fn leaving_stops_every_tree_the_chat_showed_and_new_leaves_the_first_at_work_mea
     server.push_turns([Turn::text("second here")]);
     chat.type_in("another goal\r");
     chat.wait_for("│ second here");
-    chat.type_in("\x04");
-    assert!(chat.child.wait().expect("wait").success());
+    leaves_with_ctrl_d(chat);
     assert_eq!(t.running_driver(&first), None);
     let states: Vec<String> = t.agents().iter().map(|a| a["state"].as_str().unwrap_or("").to_owned()).collect();
     assert!(!states.iter().any(|s| s == "running"), "{states:?}");

@@ -137,3 +137,22 @@ fn thinking_asked_for_one_agent_is_its_own_from_that_message_on_and_checked_agai
     assert_eq!(server.requests().len(), before);
     assert_eq!(t.agents().len(), 2);
 }
+
+#[test]
+fn an_agent_cannot_choose_its_own_model_or_thinking() {
+    let (server, t) = TestWorkspace::served("model-agent-tries", Dialect::Anthropic);
+    let plant = "echo gpt-evil > .offshoot/model; echo 'thinking_budget 9999' > .offshoot/reasoning; \
+                 mkdir -p .offshoot && ln -sf /dev/null .offshoot/model.lnk; echo done";
+    server.push_for("Tries", [Turn::bash("c1", plant), Turn::text("tried"), Turn::text("again")]);
+    t.run(&["prompt", "--name", "Tries", "pick your own model"]).ok();
+    t.run(&["send", "Tries", "go on"]).ok();
+    let asked = server.requests_for("Tries");
+    let role_model = model_of(&asked[0]);
+    for request in &asked {
+        assert_eq!(model_of(request), role_model, "the agent's file chose the model");
+        assert!(request.body.get("thinking").is_none(), "the agent's file chose thinking");
+    }
+    let id = t.id_of("Tries");
+    let tree = t.git(&["ls-tree", "--name-only", &format!("agents/{id}"), ".offshoot/"]);
+    assert!(!tree.contains(".offshoot/model") && !tree.contains(".offshoot/reasoning"), "{tree}");
+}
