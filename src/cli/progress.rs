@@ -52,12 +52,13 @@ impl Spent {
     /// What the tree of `id` spent since `before` (each agent's step count then): the
     /// calls this run made and those of the agents below it meanwhile, from their step
     /// records.
-    fn of_tree(ws: &Workspace, id: &AgentId, before: &HashMap<String, usize>) -> Spent {
-        let tip = ws.repo.branch_tip(&id.branch()).ok().flatten();
-        let facts = tip.and_then(|t| crate::engine::snapshot::read_facts(&ws.repo, t).ok());
+    fn of_tree(ws: &Workspace, id: &AgentId, (records, before): &mut (Records, HashMap<String, usize>)) -> Spent {
+        let facts = crate::engine::agents::facts_of(ws, &id.branch()).ok();
         let config = facts.and_then(|f| ws.config(&f.lineage).ok()).map(|(_, c)| c);
         let mut spent = Spent::default();
-        for agent in Records::default().tree(&ws.layout, id) {
+        // (The records read at the start hold every step finished then: only the run's
+        // own are read now.)
+        for agent in records.tree(&ws.layout, id) {
             let new = &agent.steps[before.get(&agent.id).copied().unwrap_or(0).min(agent.steps.len())..];
             // (A call that failed every attempt is the error's to tell; one answered by a
             // provider that reports no usage still counts.)
@@ -76,8 +77,10 @@ impl Spent {
     }
 
     /// Each agent's step count in the tree of `id` now.
-    fn counts(ws: &Workspace, id: &AgentId) -> HashMap<String, usize> {
-        Records::default().tree(&ws.layout, id).into_iter().map(|a| (a.id, a.steps.len())).collect()
+    fn counts(ws: &Workspace, id: &AgentId) -> (Records, HashMap<String, usize>) {
+        let mut records = Records::default();
+        let counts = records.tree(&ws.layout, id).into_iter().map(|a| (a.id, a.steps.len())).collect();
+        (records, counts)
     }
 
     /// The totals as fields of a run's `end` event.
@@ -281,7 +284,7 @@ fn attach_holding(
         None => View::Lines,
     };
     // (The tree's step counts now: what it spends from here on is this run's.)
-    let before = follow.then(|| Spent::counts(ws, id));
+    let mut before = follow.then(|| Spent::counts(ws, id));
     let follower = follow.then(|| Follower::start(ws.layout.root(), id, view));
     let result = if fresh { driver::run_fresh(ws, &rt, id, &mut live) } else { driver::run(ws, &rt, id, &mut live) };
     if let Some(follower) = follower {
@@ -294,7 +297,7 @@ fn attach_holding(
         live.release();
     }
     // The whole tree's, for a command someone watches; a launched driver's own.
-    let spent = match &before {
+    let spent = match &mut before {
         Some(before) if !fresh_removed => Spent::of_tree(ws, id, before),
         _ => std::mem::take(&mut live.spent),
     };
