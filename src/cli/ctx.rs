@@ -253,7 +253,7 @@ impl Ctx {
             name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
         self.data_root
             .join("workspaces")
-            .join(format!("{name}-{:08x}", fnv(root.as_os_str().as_encoded_bytes()) as u32))
+            .join(format!("{name}-{:08x}", crate::domain::id::fnv1a(root.as_os_str().as_encoded_bytes()) as u32))
     }
 
     /// Where a git identity may be set for the user (`~/.gitconfig`, then the XDG one).
@@ -283,11 +283,6 @@ pub fn project_at(dir: &Path, ceilings: &[PathBuf]) -> Result<Option<UserRepo>, 
         .hint("run offshoot in a clone or worktree of it, or give `-w` for a workspace of its own")),
         Discovered::None => Ok(None),
     }
-}
-
-/// FNV-1a, 64 bits: a hash that stays the same across builds (for workspace names).
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// Whether `dir` has a workspace's layout (`repo.git`, `agents/`, `steps/`).

@@ -63,6 +63,8 @@ pub enum Verb {
     Doctor(verbs::doctor::Args),
     #[command(subcommand)]
     Config(verbs::config::Args),
+    #[command(subcommand)]
+    Mcp(verbs::mcp::Args),
     Tool(verbs::tool::Args),
     Demo(verbs::demo::Args),
     Completions(verbs::completions::Args),
@@ -117,6 +119,7 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Scan(args) => verbs::scan::run(&ctx, args),
         Verb::Doctor(args) => verbs::doctor::run(&ctx, args),
         Verb::Config(args) => verbs::config::run(&ctx, args),
+        Verb::Mcp(args) => verbs::mcp::run(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),

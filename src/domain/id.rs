@@ -110,6 +110,12 @@ pub fn mint_name(random: u32) -> String {
     format!("{a}{b}")
 }
 
+/// FNV-1a, 64 bits: a hash that stays the same across builds and machines (workspace
+/// names, cut tool names).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

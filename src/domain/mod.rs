@@ -14,6 +14,7 @@ pub mod id;
 pub mod inbox;
 pub mod layout;
 pub mod marks;
+pub mod mcp;
 pub mod results;
 pub mod step;
 pub mod tool_env;

@@ -16,6 +16,7 @@ pub mod inbox;
 pub mod inspect;
 pub mod interrupt;
 pub mod lifecycle;
+pub mod mcp;
 pub mod model;
 pub mod project;
 pub mod runtime;

@@ -103,6 +103,16 @@ impl Loader {
             })?;
             tools.push(spec);
         }
+        // Then the MCP servers' tools, server by server, each in its server's order.
+        for e in repo.list_dir(commit, crate::domain::mcp::DIR)? {
+            let bytes = repo.read_blob(e.oid)?;
+            let record = crate::domain::mcp::Record::parse(&bytes).map_err(|reason| SnapshotError::Bad {
+                commit: commit.to_string(),
+                path: format!("{}/{}", crate::domain::mcp::DIR, e.name),
+                reason,
+            })?;
+            tools.extend(record.tools.iter().map(crate::domain::mcp::Offered::spec));
+        }
         let mut candidates = Vec::new();
         for pattern in rules.pinned.iter().chain(&rules.order) {
             for (path, _) in repo.list_files(commit, static_prefix(pattern))? {

@@ -84,8 +84,20 @@ pub fn run(
     };
     write_record("input.json", &json!({"id": id, "name": name, "input": input}))?;
     let handler = tools::handler(name).filter(|_| grant::allows(grant, name));
-    let (outcome, writes) = match handler {
-        None => {
+    // An MCP server's tool: offered when the role uses the server (its own gate).
+    let mcp = cx.agent.and_then(|a| Some((a.mcp?, a.runtime))).filter(|(m, _)| m.offers(name).is_some());
+    let (outcome, writes) = match (handler, mcp) {
+        (_, Some((servers, runtime))) => {
+            let interrupt = runtime.interrupt();
+            let outcome = servers.call(name, input, &|| interrupt.reason().is_none()).and_then(|(output, raw)| {
+                if let Some(raw) = raw {
+                    write_record("mcp.json", &servers.redacted(&raw)).map_err(|e| ToolError::Fatal(e.to_string()))?;
+                }
+                Ok(output)
+            });
+            (outcome, servers.writes(name))
+        }
+        (None, None) => {
             let allowed = if grant.is_empty() { "none".to_owned() } else { grant.join(", ") };
             (
                 Err(ToolError::ToModel(format!(
@@ -94,7 +106,7 @@ pub fn run(
                 false,
             )
         }
-        Some(h) => (h.run(cx, input), h.writes()),
+        (Some(h), None) => (h.run(cx, input), h.writes()),
     };
     let (text, is_error, summary, cwd, harness_files) = match outcome {
         Ok(output) => {

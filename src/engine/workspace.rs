@@ -284,7 +284,12 @@ impl Workspace {
 
     /// `edit` applied to `offshoot.toml` at `lineage`'s tip and committed, again on the
     /// new tip if the lineage moved meanwhile.
-    fn edit_config_keys(&self, lineage: &str, message: &str, edit: &dyn Fn(&str) -> Result<String>) -> Result<KeysSet> {
+    pub fn edit_config_keys(
+        &self,
+        lineage: &str,
+        message: &str,
+        edit: &dyn Fn(&str) -> Result<String>,
+    ) -> Result<KeysSet> {
         const TRIES: u32 = 20;
         for _ in 0..TRIES {
             let tip = self.config_tip(lineage)?;

@@ -5,6 +5,7 @@
 pub mod door;
 pub mod git;
 pub mod lock;
+pub mod mcp;
 pub mod process;
 pub mod provider;
 pub mod redact;

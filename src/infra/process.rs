@@ -206,6 +206,71 @@ pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessErro
     Ok(Finished { exit: Exit::of(status?), ended, stdout, stderr, lingering })
 }
 
+/// A child that serves over its stdin and stdout for as long as it is kept (an MCP
+/// server); dropping it kills its group and reaps it.
+pub struct Served {
+    child: Child,
+}
+
+impl Served {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The child's stdin and stdout, once.
+    pub fn pipes(&mut self) -> Option<(OwnedFd, OwnedFd)> {
+        let stdin = self.child.stdin.take()?;
+        let stdout = self.child.stdout.take()?;
+        Some((OwnedFd::from(stdin), OwnedFd::from(stdout)))
+    }
+
+    /// How the child ended, if it has.
+    pub fn exited(&mut self) -> Option<Exit> {
+        self.child.try_wait().ok().flatten().map(Exit::of)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        kill_group(self.child.id());
+        let _ = self.child.wait();
+    }
+}
+
+/// Makes the child get SIGKILL when the thread that started it ends (a jailed child
+/// gets this from the sandbox helper): a server started by a driver that is killed
+/// does not outlive it. Costs a fork instead of `posix_spawn`, once per server.
+#[expect(unsafe_code, reason = "pre_exec runs in the forked child; see the SAFETY note")]
+fn dies_with_parent(command: &mut Command) {
+    // SAFETY: the closure runs between fork and exec; prctl(2) with integers is
+    // async-signal-safe and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Starts `spec` (in a group of its own) with pipes for its stdin and stdout and its
+/// stderr appended to `log`, and leaves it running.
+pub fn serve(spec: &Spec, log: &Path) -> Result<Served, ProcessError> {
+    let program = spec.program.display().to_string();
+    let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
+    let inherited = spec.sandbox.map(Jail::inheritable).transpose().map_err(spawn_err)?;
+    let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd))?;
+    let err = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
+    if spec.sandbox.is_none() {
+        dies_with_parent(&mut command);
+    }
+    let child = command.spawn().map_err(spawn_err)?;
+    drop(inherited);
+    Ok(Served { child })
+}
+
 /// Runs `spec` on our terminal (stdin, stdout and stderr inherited) and waits for
 /// it: for the user's editor, which should use [`Group::Terminal`].
 pub fn run_attached(spec: &Spec) -> Result<Exit, ProcessError> {
@@ -231,7 +296,7 @@ pub fn launch(spec: &Spec, log: &Path) -> Result<u32, ProcessError> {
 
 /// The std command for `spec`; a jailed one runs the helper with the ruleset as
 /// descriptor `ruleset`, which the helper then enforces on the real command. A
-/// jailed `spec` without its ruleset (only [`run`] hands the helper one) is refused:
+/// jailed `spec` without its ruleset ([`run`] and [`serve`] hand the helper one) is refused:
 /// it would run unconfined.
 #[expect(unsafe_code, reason = "pre_exec runs in the forked child; see the SAFETY note")]
 fn command(spec: &Spec, ruleset: Option<RawFd>) -> Result<Command, ProcessError> {
@@ -249,7 +314,9 @@ fn command(spec: &Spec, ruleset: Option<RawFd>) -> Result<Command, ProcessError>
         (Some(_), None) => {
             return Err(ProcessError::Spawn {
                 program: spec.program.display().to_string(),
-                source: std::io::Error::other("a sandboxed command is started only by `process::run`"),
+                source: std::io::Error::other(
+                    "a sandboxed command is started only by `process::run` or `process::serve`",
+                ),
             });
         }
     };

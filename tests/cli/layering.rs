@@ -101,6 +101,22 @@ fn children_start_in_one_place_with_the_environment_they_are_handed() {
 }
 
 #[test]
+fn the_async_runtime_stays_inside_the_mcp_client() {
+    // rmcp needs tokio; everything else stays blocking, so neither is named elsewhere.
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let client = src.join("infra/mcp.rs");
+    let mut offenders = Vec::new();
+    for (file, code) in sources(&src) {
+        let named =
+            ["tokio::", "rmcp::", "reqwest::", "async fn", "async move", ".await;"].iter().any(|n| code.contains(n));
+        if named && file != client {
+            offenders.push(file.display().to_string());
+        }
+    }
+    assert!(offenders.is_empty(), "tokio, rmcp or async code outside infra::mcp: {offenders:?}");
+}
+
+#[test]
 fn file_tools_touch_files_only_through_the_door() {
     // Every file a tool reads or writes for an agent goes through `infra::door`
     // (beneath a directory handle, no link followed, no FIFO opened). `bash` keeps its

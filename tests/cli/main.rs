@@ -22,6 +22,7 @@ mod input;
 mod json;
 mod layering;
 mod live;
+mod mcp;
 mod model;
 mod ownership;
 mod processes;

@@ -13,6 +13,7 @@ pub mod export;
 pub mod fork;
 pub mod log;
 pub mod ls;
+pub mod mcp;
 pub mod new;
 pub mod prompt;
 pub mod run;

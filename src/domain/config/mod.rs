@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 use super::{compaction, grant};
 use crate::infra::provider::Protocol;
 
+mod mcp;
+
+pub use mcp::{McpServer, STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS};
+
 pub const FILE: &str = "offshoot.toml";
 
 /// The embedded default config tree: (path, contents).
@@ -49,6 +53,10 @@ pub struct Config {
     pub tool_env: ToolEnvConfig,
     #[serde(default)]
     pub git: GitConfig,
+    /// MCP servers whose tools agents may use, by name (the tools are offered as
+    /// `mcp__<server>__<tool>`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, McpServer>,
 }
 
 /// Adjustments to the environment tool commands run with.
@@ -149,6 +157,10 @@ pub struct RoleConfig {
     /// `medium` or `high`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_effort: Option<String>,
+    /// The MCP servers whose tools this role gets (default: every server; the
+    /// compactor never gets any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<String>>,
 }
 
 impl Config {
@@ -581,6 +593,7 @@ impl Config {
             return Err(fail("git".into(), "set both `name` and `email`, or neither".into()));
         }
         self.validate_budgets(&fail)?;
+        self.validate_mcp(&fail)?;
         if self.retry.max_attempts == 0 {
             return Err(fail("retry.max_attempts".into(), "must be at least 1".into()));
         }

@@ -393,7 +393,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     // A compactor keeps the transcript, summaries and skills it compacts.
     let edits = match child.compactor {
         false => vec![TreeEdit::Remove { path: agent::DIR.into() }],
-        true => [agent::TOOLS, compaction::NOMINATED, agent::MODEL, agent::REASONING]
+        true => [agent::TOOLS, crate::domain::mcp::DIR, compaction::NOMINATED, agent::MODEL, agent::REASONING]
             .into_iter()
             .filter(|p| ws.repo.entry_id(fork_point, p).ok().flatten().is_some())
             .map(|p| TreeEdit::Remove { path: p.into() })

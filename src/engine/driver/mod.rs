@@ -41,6 +41,7 @@ mod delivery;
 mod ending;
 mod error;
 mod landing;
+mod mcp;
 mod model_call;
 mod record;
 mod setup;
@@ -326,6 +327,12 @@ struct Driver<'a> {
     publish_due: bool,
     /// How commands start and what file tools may touch, for the config last used.
     tools_setup: Option<ToolsSetup>,
+    /// The agent's MCP servers (shared with the calls of a step while they run), the
+    /// config commit they were set up for, and whether the tip was found to record
+    /// none (so an agent without servers costs no lookup a step).
+    mcp: Rc<crate::engine::mcp::Servers>,
+    mcp_config: Option<CommitId>,
+    mcp_none: Option<bool>,
 }
 
 impl<'a> Driver<'a> {
@@ -374,6 +381,9 @@ impl<'a> Driver<'a> {
             landed_steps: None,
             publish_due: false,
             tools_setup: None,
+            mcp: Rc::default(),
+            mcp_config: None,
+            mcp_none: None,
         };
         driver.recover(tip)?;
         Ok((driver, repairs))
@@ -451,6 +461,7 @@ impl<'a> Driver<'a> {
         if let Some(spend) = self.over_budget()? {
             return Err(DriverError::Exhausted { id: self.id.to_string(), spend });
         }
+        let tip = self.mcp_tools(tip, observer)?;
         let (step, output_name, output) = match self.call(tip, next, observer) {
             Err(full @ DriverError::ContextFull { .. }) => {
                 self.await_compaction(full, observer)?;

@@ -95,6 +95,19 @@ impl Driver<'_> {
         scanned: Option<Scanned>,
         message: &str,
     ) -> Result<CommitId> {
+        self.commit_changes(tip, entries, files, &[], scanned, message)
+    }
+
+    /// [`Driver::commit_with`] that also removes harness files `removed`.
+    pub(super) fn commit_changes(
+        &mut self,
+        tip: CommitId,
+        entries: &[(&str, &[u8])],
+        files: &[(&str, &[u8])],
+        removed: &[&str],
+        scanned: Option<Scanned>,
+        message: &str,
+    ) -> Result<CommitId> {
         let (staged, moved) = match scanned {
             Some(s) => (s.staged, s.moved),
             None => (None, None),
@@ -102,8 +115,10 @@ impl Driver<'_> {
         let mut harness: Vec<(&str, &[u8])> = files.to_vec();
         harness.extend(moved.iter().map(|p| (agent::GIT, p.as_bytes())));
         let written: Vec<String> = entries.iter().map(|(name, _)| format!("{}/{name}", agent::MESSAGES)).collect();
-        self.guard.expect(written.iter().map(String::as_str).chain(harness.iter().map(|(p, _)| *p)));
-        let additions = Additions { entries, harness: &harness };
+        self.guard.expect(
+            written.iter().map(String::as_str).chain(harness.iter().map(|(p, _)| *p)).chain(removed.iter().copied()),
+        );
+        let additions = Additions { entries, harness: &harness, removed };
         let commit = self.dir.commit(&self.branch, tip, &additions, staged.as_ref(), message)?;
         if staged.is_some() {
             self.work.scanned();

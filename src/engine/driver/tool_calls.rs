@@ -128,9 +128,12 @@ impl Driver<'_> {
         let rules = config.role(&self.facts.role).map(|r| &r.context);
         let (commands, paths) = self.commands(config_commit, &config)?;
         let facts = self.facts.clone();
-        let agent = AgentContext { runtime: self.runtime, facts: &facts, config: &config, config_commit };
+        let mcp = self.mcp.clone();
+        let agent =
+            AgentContext { runtime: self.runtime, facts: &facts, config: &config, config_commit, mcp: Some(&mcp) };
         let read_only = |c: &toolcall::Call<'_>| {
-            grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only())
+            (grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only()))
+                || mcp.read_only(c.name)
         };
         let interrupt = self.runtime.interrupt().clone();
         if calls.len() > 1 && calls.iter().all(read_only) {
@@ -164,7 +167,9 @@ impl Driver<'_> {
                 observer.event(Event::ToolStarted { id: c.id, name: c.name, input: c.input });
                 let mut result = p.run(c, &grant, agent, limits)?;
                 interrupt.command_ended();
-                process::reap_strays(&self.runtime.launched());
+                let mut keep = self.runtime.launched();
+                keep.extend(mcp.pids());
+                process::reap_strays(&keep);
                 if let Some(reason) = interrupt.reason() {
                     cut_short(&mut result, reason);
                 }

@@ -39,6 +39,8 @@ pub struct AgentContext<'a> {
     pub facts: &'a AgentFacts,
     pub config: &'a Config,
     pub config_commit: CommitId,
+    /// The agent's MCP servers (its driver's), whose tools are called through them.
+    pub mcp: Option<&'a crate::engine::mcp::Servers>,
 }
 
 /// One tool.

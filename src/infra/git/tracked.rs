@@ -84,6 +84,8 @@ pub enum Scan<'a> {
 pub struct Additions<'a> {
     pub entries: &'a [(&'a str, &'a [u8])],
     pub harness: &'a [(&'a str, &'a [u8])],
+    /// Harness files to remove (paths under the harness directory).
+    pub removed: &'a [&'a str],
 }
 
 impl Tracked {
@@ -386,6 +388,16 @@ impl Tracked {
             write_file(&self.root, path, bytes)?;
             let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
             update.upsert(rel, blob, FileMode::Blob);
+        }
+        for path in add.removed {
+            let Some(rel) = path.strip_prefix(&prefix).filter(|r| !r.is_empty()) else {
+                return Err(GitError::Outside { path: (*path).to_owned(), dir: self.harness.clone() });
+            };
+            update.remove(rel);
+        }
+        if !add.removed.is_empty() {
+            let removed: Vec<String> = add.removed.iter().map(|p| (*p).to_owned()).collect();
+            self.put_harness_files(&removed, &[])?;
         }
         update.create_updated(&self.repo, &current).map_err(lib("edit the harness's tree"))
     }

@@ -34,7 +34,7 @@ fn setup(name: &str) -> (PathBuf, Repo, Project, Tracked, Oid) {
 }
 
 fn adds<'a>(entries: &'a [(&'a str, &'a [u8])], harness: &'a [(&'a str, &'a [u8])]) -> Additions<'a> {
-    Additions { entries, harness }
+    Additions { entries, harness, removed: &[] }
 }
 
 #[test]

@@ -1,0 +1,233 @@
+//! MCP servers' tools as the model sees them: names made safe for every provider
+//! (`mcp__<server>__<tool>`, `[A-Za-z0-9_-]`, at most 64 characters), the server's
+//! allow and deny lists applied, and the record of one server's list that an agent's
+//! tree keeps (`.offshoot/mcp/<server>.json`), which requests are built from.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::id::fnv1a;
+use crate::infra::provider::ToolSpec;
+
+/// Where an agent's tree keeps the tool lists of its MCP servers, one file each.
+pub const DIR: &str = ".offshoot/mcp";
+
+/// What every MCP tool's name starts with.
+pub const PREFIX: &str = "mcp__";
+
+/// The longest tool name every provider takes (OpenAI's and Anthropic's rule).
+pub const MAX_NAME: usize = 64;
+
+/// The path of server `server`'s record in an agent's tree.
+pub fn record_path(server: &str) -> String {
+    format!("{DIR}/{server}.json")
+}
+
+/// One tool of a server, as the server described it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Listed {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub input_schema: Value,
+    /// The server's `readOnlyHint`: calls of it may run beside other read-only calls.
+    #[serde(default)]
+    pub read_only: bool,
+}
+
+/// One tool of a server as the agent was given it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Offered {
+    /// The name the model calls it by.
+    pub name: String,
+    /// The name the server knows it by.
+    pub tool: String,
+    pub description: String,
+    pub input_schema: Value,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+}
+
+impl Offered {
+    pub fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: self.input_schema.clone(),
+        }
+    }
+}
+
+/// A server's tools as an agent's tree records them: the list the server gave when
+/// the agent's driver last started it, filtered and named.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub server: String,
+    pub tools: Vec<Offered>,
+}
+
+impl Record {
+    /// The record of `listed`, the tools server `server` gave, after its allow list
+    /// (`enabled`, when set) and deny list (`disabled`), in the server's order.
+    pub fn of(server: &str, listed: &[Listed], enabled: Option<&[String]>, disabled: &[String]) -> Record {
+        let kept: Vec<&Listed> = listed
+            .iter()
+            .filter(|t| enabled.is_none_or(|e| e.contains(&t.name)) && !disabled.contains(&t.name))
+            .collect();
+        let names = model_names(server, kept.iter().map(|t| t.name.as_str()));
+        let tools = kept
+            .into_iter()
+            .zip(names)
+            .map(|(t, name)| Offered {
+                name,
+                tool: t.name.clone(),
+                description: t.description.clone(),
+                input_schema: t.input_schema.clone(),
+                read_only: t.read_only,
+            })
+            .collect();
+        Record { server: server.to_owned(), tools }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
+        bytes.push(b'\n');
+        bytes
+    }
+
+    pub fn parse(bytes: &[u8]) -> Result<Record, String> {
+        serde_json::from_slice(bytes).map_err(|e| e.to_string())
+    }
+
+    pub fn find(&self, name: &str) -> Option<&Offered> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+}
+
+/// Which server a model-facing tool name belongs to: the part between `mcp__` and
+/// the next `__` (server names never hold `__`).
+pub fn server_of(name: &str) -> Option<&str> {
+    let rest = name.strip_prefix(PREFIX)?;
+    let (server, _) = rest.split_once("__")?;
+    (!server.is_empty()).then_some(server)
+}
+
+/// Whether `name` may name an MCP server: letters, digits, `-` and single `_`, at most
+/// 32 characters (so `mcp__<server>__` says where the server's name ends).
+pub fn check_server_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > 32 {
+        return Err("a server's name has 1 to 32 characters".into());
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_')) {
+        return Err(format!("`{c}` may not be in a server's name: use letters, digits, `-` and `_`"));
+    }
+    if name.contains("__") {
+        return Err("a server's name may not hold `__` (it separates server and tool in tool names)".into());
+    }
+    Ok(())
+}
+
+/// The names the model sees for server `server`'s tools `tools`, in their order:
+/// `mcp__<server>__<tool>` with every character outside `[A-Za-z0-9_-]` made `_`; a name
+/// over 64 characters, or one an earlier tool already took, is cut and ends in `_` and
+/// eight hex digits of a hash of the tool's own name, so it stays the same from one
+/// listing to the next.
+pub fn model_names<'a>(server: &str, tools: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut taken: Vec<String> = Vec::new();
+    for tool in tools {
+        let plain = sanitize(&format!("{PREFIX}{server}__{tool}"));
+        let mut name = plain.clone();
+        let mut salt = 0u32;
+        while name.len() > MAX_NAME || taken.contains(&name) {
+            let keep = MAX_NAME - 9;
+            let cut: String = plain.chars().take(keep).collect();
+            let seed = if salt == 0 { tool.to_owned() } else { format!("{tool}\u{0}{salt}") };
+            name = format!("{cut}_{:08x}", fnv1a(seed.as_bytes()) as u32);
+            salt += 1;
+        }
+        taken.push(name);
+    }
+    taken
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+}
+
+/// The tools a server listed, read from the `tools` of MCP's `tools/list` result
+/// (name, description, inputSchema, annotations.readOnlyHint); a tool without a name
+/// is left out.
+pub fn listed_from_wire(tools: &[Value]) -> Vec<Listed> {
+    tools
+        .iter()
+        .filter_map(|t| {
+            let name = t.get("name")?.as_str()?.to_owned();
+            Some(Listed {
+                name,
+                description: t.get("description").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                input_schema: t.get("inputSchema").cloned().unwrap_or_else(|| serde_json::json!({"type": "object"})),
+                read_only: t.pointer("/annotations/readOnlyHint").and_then(Value::as_bool).unwrap_or(false),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn names_are_safe_short_and_distinct() {
+        let long = "a".repeat(80);
+        let tools = ["search", "get.page", "get page", &long, "über"];
+        let names = model_names("docs", tools.iter().copied());
+        assert_eq!(names[0], "mcp__docs__search");
+        assert_eq!(names[1], "mcp__docs__get_page");
+        // `get page` sanitises to the same name: it gets a hash suffix instead.
+        assert!(names[2].starts_with("mcp__docs__get_page_") && names[2].len() == 28, "{}", names[2]);
+        assert_eq!(names[3].len(), 64);
+        assert!(names[3].starts_with("mcp__docs__aaaa"));
+        assert_eq!(names[4], "mcp__docs___ber");
+        for n in &names {
+            assert!(n.len() <= MAX_NAME, "{n}");
+            assert!(n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'), "{n}");
+            assert_eq!(server_of(n), Some("docs"));
+        }
+        // The same list gives the same names, whatever came before in other servers.
+        assert_eq!(names, model_names("docs", tools.iter().copied()));
+    }
+
+    #[test]
+    fn server_names_keep_the_separator_unambiguous() {
+        assert!(check_server_name("docs-2_x").is_ok());
+        assert!(check_server_name("a__b").is_err());
+        assert!(check_server_name("a.b").is_err());
+        assert!(check_server_name("").is_err());
+        assert!(check_server_name(&"s".repeat(33)).is_err());
+        assert_eq!(server_of("mcp__a_b__c__d"), Some("a_b"));
+        assert_eq!(server_of("bash"), None);
+    }
+
+    #[test]
+    fn records_filter_and_keep_the_servers_words() {
+        let wire = vec![
+            json!({"name": "read", "description": "Reads.", "inputSchema": {"type": "object", "properties": {"p": {"type": "string"}}}, "annotations": {"readOnlyHint": true}}),
+            json!({"name": "write", "inputSchema": {"type": "object"}}),
+            json!({"description": "nameless"}),
+        ];
+        let listed = listed_from_wire(&wire);
+        assert_eq!(listed.len(), 2);
+        let all = Record::of("fs", &listed, None, &[]);
+        assert_eq!(all.tools[0].name, "mcp__fs__read");
+        assert!(all.tools[0].read_only);
+        assert_eq!(all.tools[0].input_schema, wire[0]["inputSchema"]);
+        assert_eq!(all.tools[1].description, "");
+        let only = Record::of("fs", &listed, Some(&["write".to_owned()]), &[]);
+        assert_eq!(only.tools.iter().map(|t| t.tool.as_str()).collect::<Vec<_>>(), ["write"]);
+        let denied = Record::of("fs", &listed, None, &["write".to_owned()]);
+        assert_eq!(denied.tools.iter().map(|t| t.tool.as_str()).collect::<Vec<_>>(), ["read"]);
+        assert_eq!(Record::parse(&all.to_bytes()), Ok(all));
+    }
+}
