@@ -246,7 +246,12 @@ mod tests {
     fn result(n: u32, id: &str) -> Entry {
         Entry::ToolResult {
             number: n,
-            block: Block::ToolResult { tool_use_id: id.into(), content: "ok".into(), is_error: false },
+            block: Block::ToolResult {
+                tool_use_id: id.into(),
+                content: "ok".into(),
+                is_error: false,
+                images: Vec::new(),
+            },
         }
     }
 

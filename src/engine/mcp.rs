@@ -19,6 +19,7 @@ use crate::domain::config::McpServer;
 use crate::domain::mcp::{self, Listed, Offered, Record};
 use crate::infra::git::{CommitId, Repo};
 use crate::infra::mcp::{Client, HttpTarget, McpError, Program, Session};
+use crate::infra::provider::Picture;
 use crate::infra::redact::Redactor;
 use crate::infra::sandbox::Jail;
 use crate::infra::tools::{Stream, ToolError, ToolOutput};
@@ -243,8 +244,15 @@ impl Servers {
     fn output(&self, server: &str, result: &Value) -> ToolOutput {
         let is_error = result.get("isError").and_then(Value::as_bool).unwrap_or(false);
         let mut parts: Vec<String> = Vec::new();
+        let mut images = Vec::new();
+        let mut image_bytes = 0;
         for item in result.get("content").and_then(Value::as_array).into_iter().flatten() {
             parts.push(content_text(item));
+            // Images go to the model as images, up to what one request should carry.
+            if let Some(picture) = picture(item).filter(|p| image_bytes + p.data.len() <= MAX_IMAGE_BYTES) {
+                image_bytes += picture.data.len();
+                images.push(picture);
+            }
         }
         if parts.is_empty()
             && let Some(structured) = result.get("structuredContent")
@@ -259,7 +267,7 @@ impl Servers {
             true => format!("MCP server `{server}` says the call failed"),
             false => format!("MCP server `{server}` answered"),
         };
-        ToolOutput { summary, streams: vec![Stream::whole("result", text)], is_error, ..ToolOutput::default() }
+        ToolOutput { summary, streams: vec![Stream::whole("result", text)], is_error, images, ..ToolOutput::default() }
     }
 
     /// `value` with the secret values the tool environment hides hidden (for records).
@@ -392,6 +400,24 @@ fn error_words(e: &McpError) -> String {
     }
 }
 
+/// The base64 bytes of images one call's result may send the model (providers refuse
+/// images over about 5 MB); images past it stay in the call's record only.
+const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
+
+/// An image content piece (`image/png`, `image/jpeg`, `image/gif`, `image/webp`: what
+/// the providers take) as an image for the model.
+fn picture(item: &Value) -> Option<Picture> {
+    if item.get("type")?.as_str()? != "image" {
+        return None;
+    }
+    let media_type = item.get("mimeType")?.as_str()?;
+    if !["image/png", "image/jpeg", "image/gif", "image/webp"].contains(&media_type) {
+        return None;
+    }
+    let data = item.get("data")?.as_str()?;
+    Some(Picture { media_type: media_type.to_owned(), data: data.to_owned() })
+}
+
 /// One piece of a result's content as text.
 fn content_text(item: &Value) -> String {
     let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
@@ -399,7 +425,7 @@ fn content_text(item: &Value) -> String {
     match kind {
         "text" => str_of("text").to_owned(),
         "image" | "audio" => format!(
-            "[{kind} content, {}, {} bytes of base64: in this call's record]",
+            "[{kind} content, {}, {} bytes of base64; the whole result is in this call's record]",
             str_of("mimeType"),
             str_of("data").len()
         ),

@@ -108,15 +108,15 @@ pub fn run(
         }
         (Some(h), None) => (h.run(cx, input), h.writes()),
     };
-    let (text, is_error, summary, cwd, harness_files) = match outcome {
+    let (text, is_error, summary, cwd, harness_files, images) = match outcome {
         Ok(output) => {
             write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
             let text = render(&output, limits, &record.shown);
-            (text, output.is_error, output.summary, output.cwd, output.harness_files)
+            (text, output.is_error, output.summary, output.cwd, output.harness_files, output.images)
         }
         Err(ToolError::ToModel(message)) => {
             write_record("output.json", &json!({"error": message}))?;
-            (message.clone(), true, message, None, Vec::new())
+            (message.clone(), true, message, None, Vec::new(), Vec::new())
         }
         Err(ToolError::Fatal(message)) => {
             write_record("output.json", &json!({"fatal": message}))?;
@@ -124,7 +124,7 @@ pub fn run(
         }
     };
     Ok(CallResult {
-        block: Block::ToolResult { tool_use_id: id.to_owned(), content: text, is_error },
+        block: Block::ToolResult { tool_use_id: id.to_owned(), content: text, is_error, images },
         writes,
         is_error,
         summary,
@@ -249,6 +249,7 @@ mod tests {
             Block::ToolResult {
                 tool_use_id: "t1".into(),
                 content: "tool `bash` is not available to you; nothing ran. Allowed tools: read_file".into(),
+                images: Vec::new(),
                 is_error: true
             }
         );

@@ -370,3 +370,37 @@ fn read_only_calls_of_one_step_run_together() {
         .collect();
     assert!(results[0].contains("\n2\n") && results[1].contains("\n4\n"), "{results:?}");
 }
+
+#[test]
+fn images_go_to_the_model_as_images_in_every_dialect() {
+    for dialect in [Dialect::Anthropic, Dialect::Chat, Dialect::Responses] {
+        let (server, t) = TestWorkspace::served("mcp-image", dialect);
+        add_stdio(&t, "s", &[]);
+        server.push_turns([Turn::tool("c1", "mcp__s__image", json!({})), Turn::text("seen")]);
+        t.run(&["prompt", "--name", "Eyes", "look at it"]).ok();
+        let body = server.requests()[1].body.clone();
+        let url = "data:image/png;base64,iVBORw0KGgo=";
+        let found = match dialect {
+            Dialect::Anthropic => {
+                let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
+                let content = &last["content"][0]["content"];
+                content[0]["text"].as_str().is_some_and(|t| t.contains("a red dot:"))
+                    && content[1]["source"]["data"] == "iVBORw0KGgo="
+                    && content[1]["source"]["media_type"] == "image/png"
+            }
+            Dialect::Chat => {
+                let messages = body["messages"].as_array().expect("messages");
+                let tool = messages.iter().position(|m| m["role"] == "tool").expect("a tool message");
+                messages[tool]["content"].as_str().is_some_and(|t| t.contains("a red dot:"))
+                    && messages[tool + 1]["role"] == "user"
+                    && messages[tool + 1]["content"][0]["image_url"]["url"] == url
+            }
+            Dialect::Responses => {
+                let input = body["input"].as_array().expect("input");
+                let output = &input.iter().find(|i| i["type"] == "function_call_output").expect("output")["output"];
+                output[0]["text"].as_str().is_some_and(|t| t.contains("a red dot:")) && output[1]["image_url"] == url
+            }
+        };
+        assert!(found, "{dialect:?}: {body}");
+    }
+}

@@ -69,7 +69,12 @@ impl Driver<'_> {
     ) -> Result<CommitId> {
         let mut files = Vec::new();
         for (i, id) in ids.iter().enumerate() {
-            let block = Block::ToolResult { tool_use_id: (*id).to_owned(), content: text.to_owned(), is_error: true };
+            let block = Block::ToolResult {
+                tool_use_id: (*id).to_owned(),
+                content: text.to_owned(),
+                is_error: true,
+                images: Vec::new(),
+            };
             let name = transcript::entry_name(next + i as u32, "tool", Side::Tool);
             files.push((name, serde_json::to_vec(&block).unwrap_or_default()));
             observer.event(Event::Settled { tool_use_id: id });

@@ -155,7 +155,7 @@ enum BlockRef<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: ResultContent<'a>,
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
     },
@@ -169,6 +169,14 @@ enum BlockRef<'a> {
     Image {
         source: ImageSource<'a>,
     },
+}
+
+/// A tool result's content: its text alone, or the text and the images it returned.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ResultContent<'a> {
+    Text(&'a str),
+    Blocks(Vec<BlockRef<'a>>),
 }
 
 /// Anthropic requires an object; arguments that were not JSON go back wrapped.
@@ -200,7 +208,17 @@ fn block(b: &Block) -> Option<Content<'_>> {
                 ToolInput::Invalid { invalid_json: input }
             },
         },
-        Block::ToolResult { tool_use_id, content, is_error } => {
+        Block::ToolResult { tool_use_id, content, is_error, images } => {
+            let content = match images.is_empty() {
+                true => ResultContent::Text(content),
+                false => ResultContent::Blocks(
+                    std::iter::once(BlockRef::Text { text: content })
+                        .chain(images.iter().map(|p| BlockRef::Image {
+                            source: ImageSource { kind: "base64", media_type: &p.media_type, data: &p.data },
+                        }))
+                        .collect(),
+                ),
+            };
             BlockRef::ToolResult { tool_use_id, content, is_error: *is_error }
         }
         // Thinking from another provider carries no signature; Anthropic refuses it.
@@ -422,6 +440,7 @@ mod tests {
                     content: vec![Block::ToolResult {
                         tool_use_id: "t1".into(),
                         content: "bad".into(),
+                        images: Vec::new(),
                         is_error: true,
                     }],
                 },

@@ -39,6 +39,10 @@ pub enum Block {
         content: String,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         is_error: bool,
+        /// Images the tool returned (an MCP server's), sent with the result where the
+        /// provider takes them (Anthropic, Responses) or right after it (Chat Completions).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<Picture>,
     },
     /// Anthropic extended thinking (the signature must be sent back untouched), or a
     /// Chat Completions model's reasoning text (`field` names the field it came in, to
@@ -66,6 +70,20 @@ pub enum Block {
     Opaque {
         block: Value,
     },
+}
+
+/// An image, base64-encoded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Picture {
+    pub media_type: String,
+    pub data: String,
+}
+
+impl Picture {
+    /// As a `data:` URL (OpenAI's form).
+    pub fn url(&self) -> String {
+        format!("data:{};base64,{}", self.media_type, self.data)
+    }
 }
 
 impl Block {

@@ -55,8 +55,10 @@ fn user_messages(content: &[Block], out: &mut Vec<Value>) {
     let mut parts = Vec::new();
     for b in content {
         match b {
-            Block::ToolResult { tool_use_id, content, .. } => {
+            Block::ToolResult { tool_use_id, content, images, .. } => {
                 out.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
+                // A tool message holds text only: its images go in the user message after.
+                parts.extend(images.iter().map(|p| json!({"type": "image_url", "image_url": {"url": p.url()}})));
             }
             Block::Text { text, .. } => parts.push(json!({"type": "text", "text": text})),
             Block::Image { media_type, data } => parts

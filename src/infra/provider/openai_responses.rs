@@ -56,6 +56,11 @@ fn item(role: Role, b: &Block) -> Option<Value> {
         }
         (Role::User, Block::Image { media_type, data }) => json!({"role": "user", "content": [
             {"type": "input_image", "image_url": format!("data:{media_type};base64,{data}")}]}),
+        (Role::User, Block::ToolResult { tool_use_id, content, images, .. }) if !images.is_empty() => {
+            let mut output = vec![json!({"type": "input_text", "text": content})];
+            output.extend(images.iter().map(|p| json!({"type": "input_image", "image_url": p.url()})));
+            json!({"type": "function_call_output", "call_id": tool_use_id, "output": output})
+        }
         (Role::User, Block::ToolResult { tool_use_id, content, .. }) => {
             json!({"type": "function_call_output", "call_id": tool_use_id, "output": content})
         }

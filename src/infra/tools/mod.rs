@@ -124,6 +124,9 @@ pub struct ToolOutput {
     /// committed with the result: a tool never writes there itself.
     #[serde(skip)]
     pub harness_files: Vec<(String, Vec<u8>)>,
+    /// Images for the model (an MCP server's), sent with the result.
+    #[serde(skip)]
+    pub images: Vec<crate::infra::provider::Picture>,
 }
 
 impl ToolOutput {
