@@ -96,7 +96,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             let record = servers::probe(&ws, &config, name, &ctx.env).map_err(CliError::runtime)?;
             for tool in &record.tools {
                 if ctx.out.json {
-                    ctx.out.event(&json!({"name": tool.name, "tool": tool.tool, "description": tool.description,
+                    ctx.out.event(&json!({"type": "mcp_tool", "name": tool.name, "tool": tool.tool, "description": tool.description,
                         "input_schema": tool.input_schema, "read_only": tool.read_only}));
                 } else {
                     let schema = serde_json::to_string_pretty(&tool.input_schema).unwrap_or_default();
@@ -170,7 +170,7 @@ fn list(ctx: &Ctx, lineage: &str) -> Result<(), CliError> {
         };
         let last = starts.get(name);
         if ctx.out.json {
-            ctx.out.event(&json!({"name": name, "transport": server.transport(), "target": target,
+            ctx.out.event(&json!({"type": "mcp_server", "name": name, "transport": server.transport(), "target": target,
                 "last_start": last}));
             continue;
         }
@@ -192,7 +192,8 @@ fn not_configured(name: &str, config: &crate::domain::config::Config) -> CliErro
 
 fn said(ctx: &Ctx, lineage: &str, commit: Option<crate::infra::git::CommitId>, what: &str) {
     if ctx.out.json {
-        ctx.out.event(&json!({"lineage": lineage, "commit": commit.map(|c| c.to_string())}));
+        let commit = commit.map(|c| c.to_string());
+        ctx.out.event(&json!({"lineage": lineage, "commit": commit, "changed": commit.is_some()}));
         return;
     }
     if let Some(commit) = commit {
