@@ -254,20 +254,44 @@ fn dies_with_parent(command: &mut Command) {
     }
 }
 
+/// The most of a served child's stderr its log keeps (the rest is read and dropped, so
+/// a server that never stops writing neither blocks nor fills the disk).
+pub const SERVED_LOG_MAX: u64 = 8 * 1024 * 1024;
+
 /// Starts `spec` (in a group of its own) with pipes for its stdin and stdout and its
-/// stderr appended to `log`, and leaves it running.
+/// stderr appended to `log` (at most [`SERVED_LOG_MAX`] bytes of it, by a thread that
+/// ends with the pipe), and leaves it running.
 pub fn serve(spec: &Spec, log: &Path) -> Result<Served, ProcessError> {
     let program = spec.program.display().to_string();
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
     let inherited = spec.sandbox.map(Jail::inheritable).transpose().map_err(spawn_err)?;
     let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd))?;
-    let err = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
-    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(err);
+    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
+    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     if spec.sandbox.is_none() {
         dies_with_parent(&mut command);
     }
-    let child = command.spawn().map_err(spawn_err)?;
+    let mut child = command.spawn().map_err(spawn_err)?;
     drop(inherited);
+    if let Some(mut stderr) = child.stderr.take() {
+        let mut room = SERVED_LOG_MAX.saturating_sub(file.metadata().map(|m| m.len()).unwrap_or(0));
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                match stderr.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let keep = (n as u64).min(room) as usize;
+                        if keep > 0 && file.write_all(&buf[..keep]).is_ok() {
+                            room -= keep as u64;
+                        }
+                    }
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+        });
+    }
     Ok(Served { child })
 }
 

@@ -170,7 +170,8 @@ fn list(ctx: &Ctx, lineage: &str) -> Result<(), CliError> {
         };
         let last = starts.get(name);
         if ctx.out.json {
-            ctx.out.event(&json!({"type": "mcp_server", "name": name, "transport": server.transport(), "target": target,
+            ctx.out
+                .event(&json!({"type": "mcp_server", "name": name, "transport": server.transport(), "target": target,
                 "last_start": last}));
             continue;
         }

@@ -162,3 +162,36 @@ fn decimals_are_written_without_allocating() {
     assert_eq!(decimal(4_194_304, &mut buf), b"4194304\n");
     assert_eq!(decimal(u64::MAX, &mut buf), b"18446744073709551615\n");
 }
+
+#[test]
+fn a_served_child_keeps_a_bounded_log_talks_on_its_pipes_and_dies_when_dropped() {
+    let dir = std::env::temp_dir().join(format!("offshoot-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let log = dir.join("server.log");
+    // 20 MB on stderr, then an echo server on stdin/stdout.
+    let args = [OsStr::new("-c"), OsStr::new("head -c 20000000 /dev/zero >&2; echo started >&2; cat")];
+    let env = [("PATH".to_owned(), "/usr/bin:/bin".to_owned())];
+    let spec = Spec {
+        program: Path::new(SH),
+        args: &args,
+        cwd: Path::new("/"),
+        env: &env,
+        group: Group::Own,
+        stdin: None,
+        sandbox: None,
+        pgid_record: None,
+    };
+    let mut served = serve(&spec, &log).expect("serves");
+    let pid = served.pid();
+    let (stdin, stdout) = served.pipes().expect("pipes");
+    let mut writer = File::from(stdin);
+    let mut reader = std::io::BufReader::new(File::from(stdout));
+    writer.write_all(b"ping\n").expect("write");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut reader, &mut line).expect("read");
+    assert_eq!(line, "ping\n");
+    assert_eq!(std::fs::metadata(&log).expect("log").len(), SERVED_LOG_MAX);
+    drop(served);
+    assert!(!running(pid), "the child is killed and reaped with its handle");
+    let _ = std::fs::remove_dir_all(&dir);
+}
