@@ -140,6 +140,33 @@ fn declared_tools(s: &Snapshot) -> Vec<ToolSpec> {
     out
 }
 
+/// What one image counts for in a request's measured size: about what providers bill
+/// for an image of a megapixel (1,600 tokens), at the 3 bytes a token of
+/// [`request_tokens`] — not the length of its base64, which would count a 600 KB
+/// screenshot as 200,000 tokens.
+const IMAGE_BYTES: u64 = 1_600 * 3;
+
+/// A request's size for [`request_tokens`]: its JSON's `json_len` bytes with each
+/// image's base64 counted as [`IMAGE_BYTES`].
+pub fn measured_bytes(request: &Request, json_len: u64) -> u64 {
+    let mut base64 = 0u64;
+    let mut images = 0u64;
+    for block in request.messages.iter().flat_map(|m| &m.content) {
+        match block {
+            Block::Image { data, .. } => {
+                base64 += data.len() as u64;
+                images += 1;
+            }
+            Block::ToolResult { images: pictures, .. } => {
+                base64 += pictures.iter().map(|p| p.data.len() as u64).sum::<u64>();
+                images += pictures.len() as u64;
+            }
+            _ => {}
+        }
+    }
+    json_len.saturating_sub(base64) + images * IMAGE_BYTES
+}
+
 /// Estimated prompt tokens of a request of `bytes` bytes (as JSON), from the last call
 /// that reported its prompt tokens (`last`: those tokens and that request's bytes):
 /// growth at 3 bytes a token (a cautious rate for code and JSON), shrinkage in
@@ -157,6 +184,22 @@ mod tests {
     use super::*;
     use crate::infra::provider::{Output, Role, Stop, Usage};
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn an_image_counts_for_what_providers_bill_not_for_its_base64() {
+        let picture = crate::infra::provider::Picture { media_type: "image/png".into(), data: "A".repeat(600_000) };
+        let result =
+            Block::ToolResult { tool_use_id: "t".into(), content: "x".into(), is_error: false, images: vec![picture] };
+        let request = Request {
+            model: "m".into(),
+            max_output_tokens: 1,
+            system: String::new(),
+            tools: Vec::new(),
+            messages: vec![crate::infra::provider::Message { role: Role::User, content: vec![result] }],
+            reasoning: None,
+        };
+        assert_eq!(measured_bytes(&request, 600_100), 100 + IMAGE_BYTES);
+    }
 
     #[test]
     fn request_size_is_estimated_from_the_last_reported_call() {

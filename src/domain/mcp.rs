@@ -64,6 +64,11 @@ impl Offered {
 pub struct Record {
     pub server: String,
     pub tools: Vec<Offered>,
+    /// The allow and deny lists the record was made with (a change makes it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled_tools: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disabled_tools: Vec<String>,
 }
 
 impl Record {
@@ -73,6 +78,7 @@ impl Record {
         let kept: Vec<&Listed> = listed
             .iter()
             .filter(|t| enabled.is_none_or(|e| e.contains(&t.name)) && !disabled.contains(&t.name))
+            .take(MAX_TOOLS)
             .collect();
         let names = model_names(server, kept.iter().map(|t| t.name.as_str()));
         let tools = kept
@@ -86,7 +92,30 @@ impl Record {
                 read_only: t.read_only,
             })
             .collect();
-        Record { server: server.to_owned(), tools }
+        Record {
+            server: server.to_owned(),
+            tools,
+            enabled_tools: enabled.map(<[String]>::to_vec),
+            disabled_tools: disabled.to_vec(),
+        }
+    }
+
+    /// Whether the record was made with these allow and deny lists.
+    pub fn made_with(&self, enabled: Option<&[String]>, disabled: &[String]) -> bool {
+        self.enabled_tools.as_deref() == enabled && self.disabled_tools == disabled
+    }
+
+    /// The recorded tools as the server listed them (those the lists let through).
+    pub fn as_listed(&self) -> Vec<Listed> {
+        self.tools
+            .iter()
+            .map(|t| Listed {
+                name: t.tool.clone(),
+                description: t.description.clone(),
+                input_schema: t.input_schema.clone(),
+                read_only: t.read_only,
+            })
+            .collect()
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -112,8 +141,9 @@ pub fn server_of(name: &str) -> Option<&str> {
     (!server.is_empty()).then_some(server)
 }
 
-/// Whether `name` may name an MCP server: letters, digits, `-` and single `_`, at most
-/// 32 characters (so `mcp__<server>__` says where the server's name ends).
+/// Whether `name` may name an MCP server: letters, digits, `-` and single `_` (not at
+/// either end), at most 32 characters — so the first `__` after `mcp__` always ends the
+/// server's name, and no two servers' tools can share a name.
 pub fn check_server_name(name: &str) -> Result<(), String> {
     if name.is_empty() || name.len() > 32 {
         return Err("a server's name has 1 to 32 characters".into());
@@ -121,8 +151,11 @@ pub fn check_server_name(name: &str) -> Result<(), String> {
     if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_')) {
         return Err(format!("`{c}` may not be in a server's name: use letters, digits, `-` and `_`"));
     }
-    if name.contains("__") {
-        return Err("a server's name may not hold `__` (it separates server and tool in tool names)".into());
+    if name.contains("__") || name.starts_with('_') || name.ends_with('_') {
+        return Err(
+            "a server's name may not hold `__` nor start or end with `_` (`__` separates server and tool in tool names)"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -154,22 +187,32 @@ fn sanitize(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
 }
 
+/// The most tools of one server an agent is offered (OpenAI takes 128 tools a request;
+/// a longer list would also fill the context): a server's first ones, in its order.
+pub const MAX_TOOLS: usize = 128;
+
 /// The tools a server listed, read from the `tools` of MCP's `tools/list` result
-/// (name, description, inputSchema, annotations.readOnlyHint); a tool without a name
-/// is left out.
-pub fn listed_from_wire(tools: &[Value]) -> Vec<Listed> {
-    tools
-        .iter()
-        .filter_map(|t| {
-            let name = t.get("name")?.as_str()?.to_owned();
-            Some(Listed {
-                name,
-                description: t.get("description").and_then(Value::as_str).unwrap_or_default().to_owned(),
-                input_schema: t.get("inputSchema").cloned().unwrap_or_else(|| serde_json::json!({"type": "object"})),
-                read_only: t.pointer("/annotations/readOnlyHint").and_then(Value::as_bool).unwrap_or(false),
-            })
-        })
-        .collect()
+/// (name, description, inputSchema, annotations.readOnlyHint). A tool no provider
+/// would take is left out — no name, or an input schema that is not an object schema
+/// — and named in the second list.
+pub fn listed_from_wire(tools: &[Value]) -> (Vec<Listed>, Vec<String>) {
+    let mut listed = Vec::new();
+    let mut refused = Vec::new();
+    for t in tools {
+        let name = t.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let schema = t.get("inputSchema").cloned().unwrap_or_else(|| serde_json::json!({"type": "object"}));
+        if name.is_empty() || schema.get("type").and_then(Value::as_str) != Some("object") {
+            refused.push(if name.is_empty() { "(a tool without a name)".to_owned() } else { name });
+            continue;
+        }
+        listed.push(Listed {
+            name,
+            description: t.get("description").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            input_schema: schema,
+            read_only: t.pointer("/annotations/readOnlyHint").and_then(Value::as_bool).unwrap_or(false),
+        });
+    }
+    (listed, refused)
 }
 
 #[cfg(test)]
@@ -203,6 +246,9 @@ mod tests {
     fn server_names_keep_the_separator_unambiguous() {
         assert!(check_server_name("docs-2_x").is_ok());
         assert!(check_server_name("a__b").is_err());
+        assert!(check_server_name("a_").is_err() && check_server_name("_a").is_err());
+        // Tool names that start with `_` still leave the server's name whole.
+        assert_eq!(server_of(&model_names("a", ["_b__t"].into_iter())[0]), Some("a"));
         assert!(check_server_name("a.b").is_err());
         assert!(check_server_name("").is_err());
         assert!(check_server_name(&"s".repeat(33)).is_err());
@@ -216,9 +262,11 @@ mod tests {
             json!({"name": "read", "description": "Reads.", "inputSchema": {"type": "object", "properties": {"p": {"type": "string"}}}, "annotations": {"readOnlyHint": true}}),
             json!({"name": "write", "inputSchema": {"type": "object"}}),
             json!({"description": "nameless"}),
+            json!({"name": "scalar", "inputSchema": {"type": "string"}}),
         ];
-        let listed = listed_from_wire(&wire);
+        let (listed, refused) = listed_from_wire(&wire);
         assert_eq!(listed.len(), 2);
+        assert_eq!(refused, ["(a tool without a name)", "scalar"]);
         let all = Record::of("fs", &listed, None, &[]);
         assert_eq!(all.tools[0].name, "mcp__fs__read");
         assert!(all.tools[0].read_only);

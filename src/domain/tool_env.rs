@@ -131,9 +131,11 @@ fn set(env: &mut Vec<(String, String)>, name: &str, value: &str) {
     env.push((name.to_owned(), value.to_owned()));
 }
 
-/// The variables the config's providers read their keys from.
+/// The variables the config reads keys from: its providers' API keys and its MCP
+/// servers' bearer tokens. Tools never see them.
 pub fn api_key_variables(config: &Config) -> Vec<&str> {
-    config.providers.values().filter_map(|p| p.api_key_env.as_deref()).collect()
+    let providers = config.providers.values().filter_map(|p| p.api_key_env.as_deref());
+    providers.chain(config.mcp_servers.values().filter_map(|s| s.bearer_token_env_var.as_deref())).collect()
 }
 
 /// Values to hide from every tool output and record, with the variable each came
@@ -141,16 +143,19 @@ pub fn api_key_variables(config: &Config) -> Vec<&str> {
 /// a real secret (short values would blot out ordinary text).
 pub fn secret_values<'b>(base: impl IntoIterator<Item = (&'b str, &'b str)>, config: &Config) -> Vec<(String, String)> {
     let keys = api_key_variables(config);
-    base.into_iter()
-        // A provider's key is hidden when it can be a secret (a placeholder such as `test`
-        // would be cut out of every ordinary word); any other secret-named variable from
-        // eight bytes on, as a password may look like a word.
-        .filter(|(name, value)| {
-            (keys.contains(name) && crate::infra::redact::could_be_secret(value))
-                || (is_secret_name(name) && value.len() >= 8)
-        })
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
+    // A key is hidden when it can be a secret (a placeholder such as `test` would be cut
+    // out of every ordinary word); any other secret-named variable from eight bytes on,
+    // as a password may look like a word. An MCP server's own `env` is judged the same
+    // way: it reaches the server, and the agent must not read it back in a result.
+    let hidden = |name: &str, value: &str| {
+        (keys.contains(&name) && crate::infra::redact::could_be_secret(value))
+            || (is_secret_name(name) && value.len() >= 8)
+    };
+    let servers = config.mcp_servers.values().flat_map(|s| s.env.iter());
+    let mut out: Vec<(String, String)> =
+        base.into_iter().filter(|(k, v)| hidden(k, v)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    out.extend(servers.filter(|(k, v)| hidden(k, v)).map(|(k, v)| (k.clone(), v.clone())));
+    out
 }
 
 #[cfg(test)]

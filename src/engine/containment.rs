@@ -12,7 +12,7 @@ use crate::domain::confinement;
 use crate::domain::id::AgentId;
 use crate::domain::layout::Layout;
 use crate::infra::git::Repo;
-use crate::infra::sandbox::{self, Confinement, SandboxError, Support};
+use crate::infra::sandbox::{self, Confinement, Jail, SandboxError, Support};
 use crate::infra::tools::{PathPolicy, Place};
 
 use super::Env;
@@ -85,6 +85,8 @@ pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
             Place::new(ws.join("steps"), internals),
             Place::new(ws.join("locks"), internals),
             Place::new(ws.join("tmp"), internals),
+            // (MCP servers' stderr and last starts.)
+            Place::new(ws.join("mcp"), internals),
             Place::new(ws.join("gits"), "another agent's git"),
             Place::new(ws.join("agents"), "another agent's directory"),
         ],
@@ -120,6 +122,22 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
         network: role.network,
         processes: role.max_processes,
         file_bytes: role.max_file_bytes,
+    })
+}
+
+/// The jail that enforces `confinement` on commands started through the sandbox
+/// helper `helper` (this binary), as this machine can.
+pub fn jail(confinement: &Confinement, helper: &Path, env: &Env) -> Result<Jail, SandboxError> {
+    let support = support(helper, env);
+    let landlock = sandbox::ruleset(confinement, abi(env), support.namespaces.is_ok())?;
+    Ok(Jail {
+        helper: helper.to_owned(),
+        landlock,
+        namespaces: support.namespaces.is_ok(),
+        network: confinement.network,
+        processes: confinement.processes,
+        file_bytes: confinement.file_bytes,
+        read_only_but: (support.namespaces.is_ok() && support.read_only).then(|| confinement.read_write.clone()),
     })
 }
 

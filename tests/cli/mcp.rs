@@ -61,9 +61,10 @@ fn messages(log: &str) -> Vec<Value> {
     log.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
 }
 
-/// The stdio server's log of agent `id` (its stderr, kept by the harness).
+/// The stdio server's log of agent `id` (its stderr, kept by the harness where no agent
+/// reads).
 fn stdio_log(t: &TestWorkspace, id: &str, server: &str) -> String {
-    std::fs::read_to_string(t.steps_dir(id).join("mcp").join(format!("{server}.log"))).unwrap_or_default()
+    std::fs::read_to_string(t.ws.join("mcp/logs").join(id).join(format!("{server}.log"))).unwrap_or_default()
 }
 
 fn add_stdio(t: &TestWorkspace, name: &str, extra: &[&str]) {
@@ -72,6 +73,18 @@ fn add_stdio(t: &TestWorkspace, name: &str, extra: &[&str]) {
     args.extend_from_slice(extra);
     args.extend(["--", "python3", script.as_str(), "stdio"]);
     t.run(&args).ok();
+}
+
+/// Fails if any file below `dir` holds `needle`.
+fn assert_nowhere(dir: &Path, needle: &str) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() && !path.is_symlink() {
+            assert_nowhere(&path, needle);
+        } else if let Ok(bytes) = std::fs::read(&path) {
+            assert!(!String::from_utf8_lossy(&bytes).contains(needle), "{} holds `{needle}`", path.display());
+        }
+    }
 }
 
 /// The names of the MCP tools a recorded request offers, in its order.
@@ -89,7 +102,9 @@ fn offered(request: &Value, name: &str) -> Option<Value> {
 fn tools_of_a_stdio_and_an_http_server_reach_the_model_and_the_records() {
     let (server, mut t) = TestWorkspace::served("mcp-both", Dialect::Anthropic);
     let http = HttpServer::start(&t.root, &[]);
-    t.env("MCP_TEST_TOKEN", "tok-5d0c-bearer-7f1a");
+    // A name that does not look secret: it is withheld from tools because a server's
+    // token is read from it.
+    t.env("TRACKER_PAT", "tok-5d0c-bearer-7f1a");
     add_stdio(&t, "files", &[]);
     let added = t.run(&[
         "mcp",
@@ -100,12 +115,14 @@ fn tools_of_a_stdio_and_an_http_server_reach_the_model_and_the_records() {
         "--header",
         "X-Scripted=yes",
         "--bearer-token-env-var",
-        "MCP_TEST_TOKEN",
+        "TRACKER_PAT",
     ]);
     assert!(added.stderr.contains("added MCP server `web`"), "{}", added.stderr);
     server.push_turns([
         Turn::tool("c1", "mcp__files__echo", json!({"text": "over stdio"})),
         Turn::tool("c2", "mcp__web__add", json!({"a": 2, "b": 3})),
+        Turn::bash("c3", "echo \"pat=$TRACKER_PAT\""),
+        Turn::tool("c4", "mcp__files__env", json!({"name": "TRACKER_PAT"})),
         Turn::text("both answered"),
     ]);
     let run = t.run(&["prompt", "--name", "Both", "use the servers"]);
@@ -117,7 +134,7 @@ fn tools_of_a_stdio_and_an_http_server_reach_the_model_and_the_records() {
     assert_eq!(echo["description"], "Echoes the text back.");
     assert_eq!(echo["input_schema"]["required"], json!(["text"]));
     assert!(offered(&requests[0].body, "mcp__web__add").is_some());
-    assert_eq!(requests[0].body["tools"], requests[2].body["tools"], "the tools stay the same from step to step");
+    assert_eq!(requests[0].body["tools"], requests[4].body["tools"], "the tools stay the same from step to step");
     // The results reached the model.
     assert!(server.result_text(1).contains("echo: over stdio"), "{}", server.result_text(1));
     assert!(server.result_text(2).contains("\n5\n"), "{}", server.result_text(2));
@@ -125,7 +142,11 @@ fn tools_of_a_stdio_and_an_http_server_reach_the_model_and_the_records() {
     let call = http.received().into_iter().find(|m| m["message"]["method"] == "tools/call").expect("a call");
     assert_eq!(call["message"]["_authorization"], "Bearer tok-5d0c-bearer-7f1a");
     assert_eq!(call["message"]["_header"], "yes");
+    // Neither the agent's commands nor its stdio servers see it; no file holds it.
+    assert!(server.result_text(3).contains("pat=\n"), "{}", server.result_text(3));
+    assert!(server.result_text(4).contains("(unset)"), "{}", server.result_text(4));
     assert!(!t.run(&["config", "show"]).ok().contains("tok-5d0c"));
+    assert_nowhere(&t.ws, "tok-5d0c");
     // The step records hold each call and what the server sent.
     let id = t.only_agent();
     let record = t.steps_dir(&id).join("0001/tools/c1");
@@ -324,6 +345,14 @@ fn roles_choose_servers_and_the_verbs_check_what_they_are_given() {
     let scheme = t.run(&["mcp", "add", "c", "--url", "ftp://x"]);
     assert_eq!(scheme.code, 2);
     assert!(scheme.stderr.contains("must start with http:// or https://"), "{}", scheme.stderr);
+    let creds = t.run(&["mcp", "add", "c", "--url", "https://user:pass@example.com/mcp"]);
+    assert_eq!(creds.code, 2);
+    assert!(creds.stderr.contains("a URL with credentials"), "{}", creds.stderr);
+    let header = t.run(&["mcp", "add", "c", "--url", "https://example.com/mcp", "--header", "X=bad\nvalue"]);
+    assert_eq!(header.code, 2);
+    assert!(header.stderr.contains("holds a control character"), "{}", header.stderr);
+    let trailing = t.run(&["mcp", "add", "a_", "--", "true"]);
+    assert_eq!(trailing.code, 2);
     let unknown = t.run(&["mcp", "remove", "zzz"]);
     assert_eq!(unknown.code, 2);
     assert!(unknown.stderr.contains("MCP server `zzz` is not configured"), "{}", unknown.stderr);
@@ -355,12 +384,18 @@ fn roles_choose_servers_and_the_verbs_check_what_they_are_given() {
 fn read_only_calls_of_one_step_run_together() {
     let (server, t) = TestWorkspace::served("mcp-parallel", Dialect::Anthropic);
     add_stdio(&t, "s", &[]);
-    // Two read-only calls in one output; each answers at once.
+    server.push_turns([Turn::text("listed")]);
+    t.run(&["prompt", "--name", "Par", "list them"]).ok();
+    // A new driver, the tools recorded: two read-only calls in one output start the
+    // server once between them.
     let mut both = Turn::tool("c1", "mcp__s__add", json!({"a": 1, "b": 1}));
     both.calls.push(("c2".into(), "mcp__s__add".into(), json!({"a": 2, "b": 2}).to_string()));
     server.push_turns([both, Turn::text("done")]);
-    t.run(&["prompt", "--name", "Par", "add twice"]).ok();
-    let body = &server.requests()[1].body;
+    t.run(&["send", "Par", "add twice"]).ok();
+    let log = stdio_log(&t, &t.only_agent(), "s");
+    let starts = messages(&log).iter().filter(|m| m["message"]["method"] == "initialize").count();
+    assert_eq!(starts, 2, "one start to list, one for the two calls: {log}");
+    let body = &server.requests()[2].body;
     let last = body["messages"].as_array().expect("messages").last().expect("last").clone();
     let results: Vec<String> = last["content"]
         .as_array()
@@ -403,4 +438,27 @@ fn images_go_to_the_model_as_images_in_every_dialect() {
         };
         assert!(found, "{dialect:?}: {body}");
     }
+}
+
+#[test]
+fn allow_and_deny_lists_apply_from_the_next_step() {
+    let (server, t) = TestWorkspace::served("mcp-filters", Dialect::Anthropic);
+    add_stdio(&t, "s", &[]);
+    server.push_turns([Turn::text("seven")]);
+    t.run(&["prompt", "--name", "Filtered", "list"]).ok();
+    assert!(mcp_names(&server.requests()[0].body).contains(&"mcp__s__echo".to_owned()));
+    // Denied: gone from the next request, and a call of it runs nothing.
+    t.run(&["config", "set", "mcp_servers.s.disabled_tools", "[\"echo\"]"]).ok();
+    server.push_turns([Turn::tool("c1", "mcp__s__echo", json!({"text": "denied"})), Turn::text("done")]);
+    t.run(&["send", "Filtered", "again"]).ok();
+    let names = mcp_names(&server.requests()[1].body);
+    assert!(!names.contains(&"mcp__s__echo".to_owned()) && names.len() == 6, "{names:?}");
+    assert!(server.result_text(2).contains("is not available to you; nothing ran"), "{}", server.result_text(2));
+    let id = t.only_agent();
+    assert!(!stdio_log(&t, &id, "s").contains("denied"));
+    // Allowed again: offered again.
+    t.run(&["config", "unset", "mcp_servers.s.disabled_tools"]).ok();
+    server.push_turns([Turn::text("back")]);
+    t.run(&["send", "Filtered", "and now"]).ok();
+    assert_eq!(mcp_names(&server.requests()[3].body).len(), 7);
 }

@@ -115,8 +115,9 @@ impl Config {
                     }
                 }
                 (None, Some(url)) => {
-                    if !(url.starts_with("http://") || url.starts_with("https://")) {
-                        return Err(fail(key("url"), format!("`{url}` must start with http:// or https://")));
+                    check_url(url).map_err(|rule| fail(key("url"), rule))?;
+                    for (header, value) in &server.headers {
+                        check_header(header, value).map_err(|rule| fail(key("headers"), rule))?;
                     }
                     for (field, set) in [
                         ("args", !server.args.is_empty()),
@@ -162,6 +163,40 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// An HTTP(S) URL with a host, nothing a request could not carry, and no credentials
+/// (they would be shown by `mcp list` and kept in the config's history).
+fn check_url(url: &str) -> Result<(), String> {
+    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+        return Err(format!("`{url}` must start with http:// or https://"));
+    };
+    if let Some(c) = url.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("`{}` holds {c:?}, which a URL cannot", url.escape_debug()));
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(
+            "a URL with credentials would be shown and kept in the config's history: use `bearer_token_env_var` or a header"
+                .into(),
+        );
+    }
+    if authority.is_empty() || authority.starts_with(':') {
+        return Err(format!("`{url}` names no host"));
+    }
+    Ok(())
+}
+
+/// A header HTTP can send: a token for its name, a value without control characters.
+fn check_header(name: &str, value: &str) -> Result<(), String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(format!("`{}` is not a header's name (letters, digits and !#$%&'*+-.^_`|~)", name.escape_debug()));
+    }
+    if value.chars().any(|c| c.is_control() && c != '\t') {
+        return Err(format!("the value of header `{name}` holds a control character (a line break?)"));
+    }
+    Ok(())
 }
 
 fn is_variable_name(name: &str) -> bool {

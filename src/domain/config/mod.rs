@@ -582,11 +582,11 @@ impl Config {
             }
             _ => {}
         }
-        let keys: Vec<&str> = self.providers.values().filter_map(|p| p.api_key_env.as_deref()).collect();
+        let keys = super::tool_env::api_key_variables(self);
         if let Some(key) = self.tool_env.keep.iter().find(|k| keys.contains(&k.as_str())) {
             return Err(fail(
                 "tool_env.keep".into(),
-                format!("`{key}` holds a provider's API key, which never reaches tools"),
+                format!("`{key}` holds a provider's API key or an MCP server's token, which never reaches tools"),
             ));
         }
         if self.git.name.is_some() != self.git.email.is_some() {

@@ -39,7 +39,7 @@ impl Driver<'_> {
                 env: commands.env.clone(),
                 sandbox: commands.sandbox.clone(),
                 root: self.dir.root().to_owned(),
-                logs: crate::engine::mcp::logs(&self.ws.layout.steps(&self.id)),
+                logs: crate::engine::mcp::logs(self.ws.layout.root(), self.id.as_str()),
                 states: self.ws.layout.root().join("mcp"),
                 agent: self.id.to_string(),
                 vars: self.runtime.env().clone(),

@@ -24,13 +24,15 @@ use super::{Driver, DriverError, Result};
 
 impl Driver<'_> {
     /// The prompt tokens the latest of this agent's recent calls before `step` reported,
-    /// with the size of the request it sent: what the next request is measured by.
+    /// with the measured size of the request it sent: what the next request is measured by.
     pub(super) fn last_reported(&self, step: u32) -> Option<(u64, u64)> {
         (step.saturating_sub(5).max(1)..step).rev().find_map(|n| {
             let dir = self.ws.layout.step(&self.id, n);
             let meta: StepMeta = serde_json::from_slice(&std::fs::read(dir.join("meta.json")).ok()?).ok()?;
             let tokens = meta.usage?.input?;
-            Some((tokens, std::fs::metadata(dir.join("request.json")).ok()?.len()))
+            let json = std::fs::read(dir.join("request.json")).ok()?;
+            let request: crate::infra::provider::Request = serde_json::from_slice(&json).ok()?;
+            Some((tokens, context::measured_bytes(&request, json.len() as u64)))
         })
     }
 
@@ -91,7 +93,7 @@ impl Driver<'_> {
                 Some(known) => known,
                 None => self.last_reported(step),
             };
-            let estimate = context::request_tokens(bytes.len() as u64, last);
+            let estimate = context::request_tokens(context::measured_bytes(&request, bytes.len() as u64), last);
             if estimate + u64::from(role.max_output_tokens) > window {
                 return Err(DriverError::ContextFull {
                     id: self.id.to_string(),
@@ -157,7 +159,7 @@ impl Driver<'_> {
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         if let Ok(output) = &result {
             if let Some(input) = output.usage.input {
-                self.last_call = Some(Some((input, bytes.len() as u64)));
+                self.last_call = Some(Some((input, context::measured_bytes(&request, bytes.len() as u64))));
             }
             let cost_usd = config.prices.get(&plan.model).map(|p| crate::domain::budget::cost(&output.usage, p));
             recorder.observer.event(Event::Usage { step, usage: &output.usage, cost_usd });

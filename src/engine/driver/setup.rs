@@ -96,19 +96,9 @@ impl Driver<'_> {
         {
             return Ok(jail.clone());
         }
-        let abi = containment::abi(self.runtime.env());
-        let support = containment::support(self.runtime.exe(), self.runtime.env());
-        let landlock = sandbox::ruleset(&confinement, abi, support.namespaces.is_ok())
+        let jail = containment::jail(&confinement, self.runtime.exe(), self.runtime.env())
             .map_err(|source| DriverError::Sandbox { role: self.facts.role.clone(), source })?;
-        let jail = Arc::new(Jail {
-            helper: self.runtime.exe().to_owned(),
-            landlock,
-            namespaces: support.namespaces.is_ok(),
-            network: confinement.network,
-            processes: confinement.processes,
-            file_bytes: confinement.file_bytes,
-            read_only_but: (support.namespaces.is_ok() && support.read_only).then(|| confinement.read_write.clone()),
-        });
+        let jail = Arc::new(jail);
         self.sandbox = Some((confinement, jail.clone()));
         Ok(jail)
     }

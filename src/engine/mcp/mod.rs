@@ -8,8 +8,16 @@
 //! is an in-band error naming it, and is started again at the next call. Everything
 //! started dies with the driver (see `infra::mcp`).
 
+mod result;
+mod settings;
+
+pub use settings::{McpState, NewServer, Noted, add, last_starts, logs, probe, remove};
+
+use result::{MAX_IMAGE_BYTES, content_text, picture};
+use settings::note_state;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -19,15 +27,11 @@ use crate::domain::config::McpServer;
 use crate::domain::mcp::{self, Listed, Offered, Record};
 use crate::infra::git::{CommitId, Repo};
 use crate::infra::mcp::{Client, HttpTarget, McpError, Program, Session};
-use crate::infra::provider::Picture;
 use crate::infra::redact::Redactor;
 use crate::infra::sandbox::Jail;
 use crate::infra::tools::{Stream, ToolError, ToolOutput};
 
 use super::Env;
-use super::workspace::{self, KeysSet, Workspace, WorkspaceError};
-use crate::domain::config::Config;
-use crate::domain::tool_env::{self, Identity, Placement};
 
 /// How servers start for this agent: what its commands start with.
 #[derive(Clone)]
@@ -37,7 +41,7 @@ pub struct Place {
     pub sandbox: Option<Arc<Jail>>,
     /// The agent's directory: where a server runs unless its `cwd` says otherwise.
     pub root: PathBuf,
-    /// Where the servers' stderr goes (`steps/<id>/mcp/`, the harness's).
+    /// Where the servers' stderr goes (see [`logs`]).
     pub logs: PathBuf,
     /// Where each server's last start is noted (`<workspace>/mcp/`, for `mcp list`).
     pub states: PathBuf,
@@ -66,6 +70,14 @@ impl Refresh {
     }
 }
 
+/// What a server listed when it started: the tools a provider takes, and the names of
+/// those it does not.
+#[derive(Debug, Default)]
+struct Listing {
+    tools: Vec<Listed>,
+    refused: Vec<String>,
+}
+
 /// One driver's servers.
 #[derive(Default)]
 pub struct Servers {
@@ -77,7 +89,9 @@ pub struct Servers {
     offered: BTreeMap<String, (String, Offered)>,
     live: Mutex<BTreeMap<String, Arc<Session>>>,
     /// Lists servers gave when started by this driver, not yet compared with the tree.
-    fresh: Mutex<BTreeMap<String, Vec<Listed>>>,
+    fresh: Mutex<BTreeMap<String, Listing>>,
+    /// Held while a server starts, so calls that run together start it once.
+    starting: Mutex<()>,
     /// Servers that could not be started to list their tools during this run: not
     /// tried again before each step (a broken server would cost its timeout each time).
     failed: BTreeSet<String>,
@@ -142,29 +156,53 @@ impl Servers {
         }
         let chosen: Vec<(String, McpServer)> = self.chosen.iter().map(|(n, s)| (n.clone(), s.clone())).collect();
         for (name, server) in chosen {
+            let (enabled, disabled) = (server.enabled_tools.as_deref(), server.disabled_tools.as_slice());
+            let current = recorded.get(&name);
             let fresh = self.fresh.lock().ok().and_then(|mut f| f.remove(&name));
-            let listed = match fresh {
-                Some(listed) => listed,
-                None if recorded.contains_key(&name) || self.failed.contains(&name) => continue,
+            // Without a new list, a record made with other allow and deny lists is made
+            // again: from a new list, or (the server not starting) from itself, narrowed.
+            let listing = match fresh {
+                Some(listing) => listing,
+                None if current.is_some_and(|r| r.made_with(enabled, disabled)) => continue,
+                None if self.failed.contains(&name) => match current {
+                    Some(record) => Listing { tools: record.as_listed(), refused: Vec::new() },
+                    None => continue,
+                },
                 None => match self.start(&name, &server, go_on) {
-                    Ok(_) => match self.fresh.lock().ok().and_then(|mut f| f.remove(&name)) {
-                        Some(listed) => listed,
-                        None => continue,
-                    },
+                    Ok(_) => self.fresh.lock().ok().and_then(|mut f| f.remove(&name)).unwrap_or_default(),
                     Err(e) => {
                         self.failed.insert(name.clone());
-                        refresh.warnings.push(format!(
-                            "MCP server `{name}` {e}; its tools are not offered (its stderr: {})",
-                            self.place
-                                .as_ref()
-                                .map(|p| p.logs.join(format!("{name}.log")).display().to_string())
-                                .unwrap_or_default()
-                        ));
-                        continue;
+                        let log = match (&server.command, &self.place) {
+                            (Some(_), Some(place)) => {
+                                format!(" (its stderr: {})", place.logs.join(format!("{name}.log")).display())
+                            }
+                            _ => String::new(),
+                        };
+                        refresh.warnings.push(format!("MCP server `{name}` {e}; its tools are not offered{log}"));
+                        match current {
+                            Some(record) => Listing { tools: record.as_listed(), refused: Vec::new() },
+                            None => continue,
+                        }
                     }
                 },
             };
-            let record = Record::of(&name, &listed, server.enabled_tools.as_deref(), &server.disabled_tools);
+            if !listing.refused.is_empty() {
+                refresh.warnings.push(format!(
+                    "MCP server `{name}` lists tools no provider takes (no name, or an input schema that is not an object's), left out: {}",
+                    listing.refused.join(", ")
+                ));
+            }
+            let listed = listing.tools;
+            let wanted =
+                listed.iter().filter(|t| enabled.is_none_or(|e| e.contains(&t.name)) && !disabled.contains(&t.name));
+            let wanted = wanted.count();
+            if wanted > mcp::MAX_TOOLS {
+                refresh.warnings.push(format!(
+                    "MCP server `{name}` offers {wanted} tools; its first {} are offered (`enabled_tools` chooses)",
+                    mcp::MAX_TOOLS
+                ));
+            }
+            let record = Record::of(&name, &listed, enabled, disabled);
             if recorded.get(&name) != Some(&record) {
                 refresh.said.push(format!("MCP server `{name}` offers {} tools", record.tools.len()));
                 refresh.write.push((mcp::record_path(&name), record.to_bytes()));
@@ -218,6 +256,9 @@ impl Servers {
         let Some(config) = self.chosen.get(server) else {
             return Err(ToolError::ToModel(format!("MCP server `{server}` is no longer configured; nothing ran")));
         };
+        if !(input.is_object() || input.is_null()) {
+            return Err(ToolError::ToModel(format!("the arguments of `{name}` must be a JSON object; nothing ran")));
+        }
         let session = self.session(server, config, go_on).map_err(|e| {
             ToolError::ToModel(format!("MCP server `{server}` {e}; nothing ran. It is started again at the next call"))
         })?;
@@ -286,7 +327,13 @@ impl Servers {
 
     /// The running session of `server`, started (and its tools listed) if there is none.
     fn session(&self, server: &str, config: &McpServer, go_on: &dyn Fn() -> bool) -> Result<Arc<Session>, String> {
-        if let Some(session) = self.live.lock().ok().and_then(|l| l.get(server).cloned()) {
+        let running = || self.live.lock().ok().and_then(|l| l.get(server).cloned());
+        if let Some(session) = running() {
+            return Ok(session);
+        }
+        // One start at a time: calls that run together wait for the one that starts it.
+        let _one = self.starting.lock();
+        if let Some(session) = running() {
             return Ok(session);
         }
         self.start(server, config, go_on)
@@ -298,15 +345,19 @@ impl Servers {
         let started = self.start_listing(server, config, go_on);
         if let Some(place) = &self.place {
             let state = match &started {
-                Ok((_, tools)) => McpState { ok: true, tools: tools.len(), error: None },
+                Ok((_, listing)) => {
+                    let offered =
+                        Record::of(server, &listing.tools, config.enabled_tools.as_deref(), &config.disabled_tools);
+                    McpState { ok: true, tools: offered.tools.len(), error: None }
+                }
                 Err(e) => McpState { ok: false, tools: 0, error: Some(e.clone()) },
             };
             note_state(place, server, &state);
         }
-        let (session, tools) = started?;
+        let (session, listing) = started?;
         let session = Arc::new(session);
         if let Ok(mut fresh) = self.fresh.lock() {
-            fresh.insert(server.to_owned(), tools);
+            fresh.insert(server.to_owned(), listing);
         }
         if let Ok(mut live) = self.live.lock() {
             live.insert(server.to_owned(), session.clone());
@@ -319,7 +370,7 @@ impl Servers {
         server: &str,
         config: &McpServer,
         go_on: &dyn Fn() -> bool,
-    ) -> Result<(Session, Vec<Listed>), String> {
+    ) -> Result<(Session, Listing), String> {
         let client = self.client()?;
         let place = self.place.as_ref().ok_or("is not set up")?;
         let startup = Duration::from_secs(config.startup_timeout_secs);
@@ -365,7 +416,8 @@ impl Servers {
         let tools = client
             .list_tools(&session, startup, go_on)
             .map_err(|e| format!("could not list its tools: {}", error_words(&e)))?;
-        Ok((session, mcp::listed_from_wire(&tools)))
+        let (tools, refused) = mcp::listed_from_wire(&tools);
+        Ok((session, Listing { tools, refused }))
     }
 
     /// Drops `session` of `server` if it is still the one kept (its process is killed).
@@ -398,196 +450,4 @@ fn error_words(e: &McpError) -> String {
         McpError::Failed(text) => format!("answered with an error: {text}"),
         other => other.to_string(),
     }
-}
-
-/// The base64 bytes of images one call's result may send the model (providers refuse
-/// images over about 5 MB); images past it stay in the call's record only.
-const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
-
-/// An image content piece (`image/png`, `image/jpeg`, `image/gif`, `image/webp`: what
-/// the providers take) as an image for the model.
-fn picture(item: &Value) -> Option<Picture> {
-    if item.get("type")?.as_str()? != "image" {
-        return None;
-    }
-    let media_type = item.get("mimeType")?.as_str()?;
-    if !["image/png", "image/jpeg", "image/gif", "image/webp"].contains(&media_type) {
-        return None;
-    }
-    let data = item.get("data")?.as_str()?;
-    Some(Picture { media_type: media_type.to_owned(), data: data.to_owned() })
-}
-
-/// One piece of a result's content as text.
-fn content_text(item: &Value) -> String {
-    let kind = item.get("type").and_then(Value::as_str).unwrap_or("");
-    let str_of = |key: &str| item.get(key).and_then(Value::as_str).unwrap_or("");
-    match kind {
-        "text" => str_of("text").to_owned(),
-        "image" | "audio" => format!(
-            "[{kind} content, {}, {} bytes of base64; the whole result is in this call's record]",
-            str_of("mimeType"),
-            str_of("data").len()
-        ),
-        "resource" => {
-            let resource = item.get("resource").cloned().unwrap_or(Value::Null);
-            let uri = resource.get("uri").and_then(Value::as_str).unwrap_or("");
-            match resource.get("text").and_then(Value::as_str) {
-                Some(text) => format!("<resource uri=\"{uri}\">\n{text}\n</resource>"),
-                None => format!("[resource {uri}: binary, in this call's record]"),
-            }
-        }
-        "resource_link" => format!("[resource link: {} {}]", str_of("uri"), str_of("name")).trim_end().to_owned(),
-        other => format!("[content of type `{other}`: in this call's record]"),
-    }
-}
-
-/// Where a driver's servers write their stderr.
-pub fn logs(steps: &Path) -> PathBuf {
-    steps.join("mcp")
-}
-
-/// How a server's last start went, as `<workspace>/mcp/<server>.json` keeps it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct McpState {
-    pub ok: bool,
-    pub tools: usize,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// A server's last start, with when and for which agent it was, as `mcp list` reads it.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Noted {
-    pub at: String,
-    pub agent: String,
-    #[serde(flatten)]
-    pub state: McpState,
-}
-
-fn note_state(place: &Place, server: &str, state: &McpState) {
-    let noted = Noted {
-        at: crate::infra::time::Timestamp::now().to_string(),
-        agent: place.agent.clone(),
-        state: state.clone(),
-    };
-    let _ = std::fs::create_dir_all(&place.states);
-    let path = place.states.join(format!("{server}.json"));
-    let tmp = place.states.join(format!(".{server}.json.{}", std::process::id()));
-    if std::fs::write(&tmp, serde_json::to_vec(&noted).unwrap_or_default()).is_ok() {
-        let _ = std::fs::rename(&tmp, &path);
-    }
-}
-
-/// The last start of each server a driver noted in workspace `states`, by name.
-pub fn last_starts(states: &Path) -> BTreeMap<String, Noted> {
-    let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(states).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(server) = name.strip_suffix(".json").filter(|s| !s.starts_with('.')) else { continue };
-        if let Ok(noted) =
-            std::fs::read(entry.path()).map_err(|_| ()).and_then(|b| serde_json::from_slice(&b).map_err(|_| ()))
-        {
-            out.insert(server.to_owned(), noted);
-        }
-    }
-    out
-}
-
-/// A server to add with `offshoot mcp add`: its name and its settings.
-pub struct NewServer<'a> {
-    pub name: &'a str,
-    pub server: &'a McpServer,
-}
-
-/// Adds `new` to `lineage`'s config as one commit (refused when the name is taken or
-/// the result breaks a rule).
-pub fn add(ws: &Workspace, lineage: &str, new: &NewServer) -> Result<KeysSet, WorkspaceError> {
-    let NewServer { name, server } = new;
-    let base = format!("mcp_servers.{name}");
-    let value = toml::Value::try_from(server).map_err(|e| WorkspaceError::ConfigKey {
-        verb: "set",
-        key: base.clone(),
-        reason: e.to_string(),
-    })?;
-    let message = format!("config: add MCP server `{name}`");
-    ws.edit_config_keys(lineage, &message, &|before: &str| {
-        let table: toml::Table = toml::from_str(before).unwrap_or_default();
-        if table.get("mcp_servers").and_then(|m| m.get(*name)).is_some() {
-            return Err(WorkspaceError::ConfigKey {
-                verb: "add",
-                key: base.clone(),
-                reason: format!("MCP server `{name}` already exists; `offshoot mcp remove {name}` first"),
-            });
-        }
-        let mut text = before.to_owned();
-        use crate::domain::config::{STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS};
-        let defaults = [("startup_timeout_secs", STARTUP_TIMEOUT_SECS), ("tool_timeout_secs", TOOL_TIMEOUT_SECS)];
-        let settings = value.as_table().into_iter().flatten().filter(|(key, value)| {
-            !defaults.iter().any(|(k, d)| k == key && value.as_integer() == i64::try_from(*d).ok())
-        });
-        for (key, value) in settings {
-            text = workspace::set_key(&text, &format!("{base}.{key}"), &value.to_string())
-                .map_err(|reason| WorkspaceError::ConfigKey { verb: "set", key: format!("{base}.{key}"), reason })?;
-        }
-        Ok(text)
-    })
-}
-
-/// Removes server `name` from `lineage`'s config, and from every role's
-/// `mcp_servers` that names it, as one commit; returns the commit and those roles.
-pub fn remove(ws: &Workspace, lineage: &str, name: &str) -> Result<(KeysSet, Vec<String>), WorkspaceError> {
-    let roles = std::cell::RefCell::new(Vec::new());
-    let message = format!("config: remove MCP server `{name}`");
-    let set = ws.edit_config_keys(lineage, &message, &|before: &str| {
-        let key = format!("mcp_servers.{name}");
-        let mut text = workspace::unset_key(before, &key).map_err(|reason| WorkspaceError::ConfigKey {
-            verb: "remove",
-            key: key.clone(),
-            reason,
-        })?;
-        let table: toml::Table = toml::from_str(before).unwrap_or_default();
-        let mut named = Vec::new();
-        for (role, settings) in table.get("roles").and_then(|r| r.as_table()).into_iter().flatten() {
-            let Some(chosen) = settings.get("mcp_servers").and_then(|m| m.as_array()) else { continue };
-            if !chosen.iter().any(|s| s.as_str() == Some(name)) {
-                continue;
-            }
-            let kept: Vec<toml::Value> = chosen.iter().filter(|s| s.as_str() != Some(name)).cloned().collect();
-            let key = format!("roles.{role}.mcp_servers");
-            text = workspace::set_key(&text, &key, &toml::Value::Array(kept).to_string())
-                .map_err(|reason| WorkspaceError::ConfigKey { verb: "set", key: key.clone(), reason })?;
-            named.push(role.clone());
-        }
-        *roles.borrow_mut() = named;
-        Ok(text)
-    })?;
-    Ok((set, roles.into_inner()))
-}
-
-/// Starts server `name` of `config` now and lists its tools as an agent would be
-/// given them. It runs as the user who asked (`offshoot mcp tools`), not in a
-/// sandbox, with the tool environment (keys withheld), in the workspace's
-/// `tmp/mcp-tools/` unless its `cwd` says otherwise; it is stopped before this returns.
-pub fn probe(ws: &Workspace, config: &Config, name: &str, vars: &Env) -> Result<Record, String> {
-    let server = config.mcp_servers.get(name).ok_or_else(|| format!("MCP server `{name}` is not configured"))?;
-    let dir = ws.layout.root().join("tmp").join("mcp-tools");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
-    let identity = Identity::for_agent(config, "mcp-tools");
-    let placement = Placement { workspace: ws.layout.root(), agent: "mcp-tools", identity: &identity, tmpdir: &dir };
-    let place = Place {
-        env: tool_env::environment(vars.vars(), config, &placement),
-        sandbox: None,
-        root: dir.clone(),
-        logs: dir.clone(),
-        states: ws.layout.root().join("mcp"),
-        agent: "`offshoot mcp tools`".into(),
-        vars: vars.clone(),
-        redactor: None,
-    };
-    let mut servers = Servers::default();
-    servers.configure(BTreeMap::from([(name.to_owned(), server.clone())]), place);
-    servers.start(name, server, &|| true).map_err(|e| format!("MCP server `{name}` {e}"))?;
-    let listed = servers.fresh.lock().ok().and_then(|mut f| f.remove(name)).unwrap_or_default();
-    Ok(Record::of(name, &listed, server.enabled_tools.as_deref(), &server.disabled_tools))
 }
