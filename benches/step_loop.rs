@@ -124,8 +124,11 @@ fn main() {
     let floor = &clock.floor;
     let (f_first, f_last) = (median_ms(&floor[..window]), median_ms(&floor[floor.len() - window..]));
     let (h_all, f_all) = (mean_ms(&per_step), mean_ms(floor));
-    let size =
-        |n: usize| std::fs::metadata(ws.layout.step(&id, n as u32).join("request.json")).map(|m| m.len()).unwrap_or(0);
+    // What was sent, as the step's record keeps it (its size and digest; the request
+    // itself is assembled again from the commit and the config).
+    let size = |n: usize| {
+        offshoot::engine::inspect::step_meta(&ws, &id, n as u32).ok().and_then(|m| m.sent).map(|s| s.bytes).unwrap_or(0)
+    };
 
     println!(
         "step loop: {steps} steps of one `bash echo` each, scripted Anthropic server on loopback, zero model latency"
@@ -147,7 +150,12 @@ fn main() {
     row("all steps (mean)".into(), h_all, f_all);
     row(format!("steps 1-{window} (median)"), h_first, f_first);
     row(format!("steps {}-{steps} (median)", steps - window + 1), h_last, f_last);
-    println!("request.json size: step 1 {} bytes, step {steps} {} bytes", size(1), size(steps));
+    println!(
+        "request sent: step 1 {} bytes, step {steps} {} bytes (not stored: assembled again on demand)",
+        size(1),
+        size(steps)
+    );
+    println!("steps/ on disk after the run: {:.1} MiB", tree_bytes(&ws.layout.steps(&id)) as f64 / 1048576.0);
     println!(
         "repo.git on disk after the run: {:.1} MiB",
         tree_bytes(&ws.layout.root().join("repo.git")) as f64 / 1048576.0
@@ -218,8 +226,9 @@ impl<'a> Interleaved<'a> {
     }
 
     fn floor_step(&mut self, n: usize) -> Duration {
-        let recorded = std::fs::read(self.ws.layout.step(self.id, n as u32).join("request.json")).expect("request");
-        let request: Request = serde_json::from_slice(&recorded).expect("parse");
+        // The floor still writes the request as a step record once held it whole.
+        let request = offshoot::engine::inspect::reassemble(self.ws, self.id, n as u32).expect("request");
+        let recorded = serde_json::to_vec(&request).expect("json");
         let wire = anthropic::encode(&request, Some("bench"));
         self.server.push(server::Reply::Turn(Turn::bash("call_floor", "echo step")));
         let t = Instant::now();
@@ -318,8 +327,7 @@ impl Observer for Interleaved<'_> {
 /// prompt cache needs). Returns (extending, pairs).
 fn prefix_stability(ws: &Workspace, id: &AgentId, steps: usize) -> (usize, usize) {
     let wire = |n: usize| -> Option<serde_json::Value> {
-        let recorded = std::fs::read(ws.layout.step(id, n as u32).join("request.json")).ok()?;
-        let request: Request = serde_json::from_slice(&recorded).ok()?;
+        let request: Request = offshoot::engine::inspect::reassemble(ws, id, n as u32).ok()?;
         let mut body: serde_json::Value =
             serde_json::from_slice(&anthropic::encode(&request, Some("bench")).body).ok()?;
         // The cache key excludes `cache_control`, which moves to the newest blocks.

@@ -55,6 +55,23 @@ pub struct StepMeta {
     /// The transcript entry the output was committed as.
     #[serde(default)]
     pub entry: Option<String>,
+    /// What was sent: the body's size and digest (`show --request` assembles the body
+    /// again from `commit` and `config` and checks it against this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<Sent>,
+    /// The request's size as the window check measures it (see `context::measured_bytes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_bytes: Option<u64>,
+    /// The offshoot that assembled the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// A request body as it went out: how long it was and its SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sent {
+    pub bytes: u64,
+    pub sha256: String,
 }
 
 impl StepMeta {
@@ -76,6 +93,9 @@ impl StepMeta {
             usage: None,
             error: None,
             entry: None,
+            sent: None,
+            measured_bytes: None,
+            version: None,
         }
     }
 

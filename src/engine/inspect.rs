@@ -273,6 +273,33 @@ pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
 }
 
 /// Step `step`'s request, re-assembled from the commit and config its record names.
+/// What step `step` of `id` sent, assembled again: the body its provider was sent
+/// (none for a replay), and whether that body is the one the record's digest names
+/// (none when the record kept no digest: written before digests were kept).
+pub struct Resent {
+    pub request: Request,
+    pub body: Option<Vec<u8>>,
+    pub matches: Option<bool>,
+    /// The offshoot that made the record, when it said.
+    pub version: Option<String>,
+}
+
+pub fn resend(ws: &Workspace, id: &AgentId, step: u32) -> Result<Resent> {
+    let meta = step_meta(ws, id, step)?;
+    let request = reassemble(ws, id, step)?;
+    let config_commit = git2::Oid::from_str(&meta.config).ok();
+    let provider = match config_commit {
+        Some(at) => ws.config_at(at)?.providers.get(&meta.provider).cloned(),
+        None => None,
+    };
+    let body = provider.and_then(|p| super::model::sent_body(&p, &request));
+    let matches = match (&body, &meta.sent) {
+        (Some(body), Some(sent)) => Some(crate::infra::provider::digest(body) == sent.sha256),
+        _ => None,
+    };
+    Ok(Resent { request, body, matches, version: meta.version })
+}
+
 pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
     let meta = step_meta(ws, id, step)?;
     let path = ws.layout.step(id, step).join("meta.json");

@@ -1,6 +1,7 @@
 //! Model calls: which provider a role uses (with its key and base URL from the
 //! environment the cli read), and one call through the right adapter.
 
+use crate::domain::step::Sent;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -96,7 +97,25 @@ pub struct Client {
     recordings: HashMap<(CommitId, String), Vec<Output>>,
 }
 
+/// The body a provider of `config` is sent for `request`: the wire body over HTTP, the
+/// canonical JSON a `command` adapter reads; none for a replay. What `show --request`
+/// prints and a step record keeps the digest of.
+pub fn sent_body(config: &crate::domain::config::ProviderConfig, request: &Request) -> Option<Vec<u8>> {
+    match config.protocol {
+        Protocol::Anthropic => Some(anthropic::encode(request, None).body),
+        Protocol::OpenaiChat => {
+            let field = config.max_tokens_field.as_deref().unwrap_or("max_completion_tokens");
+            Some(openai_chat::encode(request, None, field).body)
+        }
+        Protocol::OpenaiResponses => Some(openai_responses::encode(request, None).body),
+        Protocol::Command => Some(command::body(request)),
+        Protocol::Replay => None,
+    }
+}
+
 impl Client {
+    /// Calls the model of `plan` with `request`; `sent` is told what went out (its
+    /// size and digest) before the first attempt.
     pub fn call(
         &mut self,
         ws: &Workspace,
@@ -104,6 +123,7 @@ impl Client {
         plan: &Plan,
         request: &Request,
         observer: &mut dyn Observer,
+        sent: &mut Option<Sent>,
     ) -> Result<Output, ModelError> {
         let key = plan.api_key.as_deref();
         let (wire, decoder): (WireRequest, fn() -> Box<dyn Decoder>) = match plan.config.protocol {
@@ -120,6 +140,8 @@ impl Client {
                 return Ok(replay::call(outputs, request, observer)?);
             }
             Protocol::Command => {
+                let body = command::body(request);
+                *sent = Some(Sent { bytes: body.len() as u64, sha256: crate::infra::provider::digest(&body) });
                 let argv = plan.config.command.clone().unwrap_or_default();
                 let program = command::Program {
                     argv: &argv,
@@ -130,6 +152,7 @@ impl Client {
                 return Ok(command::call(&program, request, observer)?);
             }
         };
+        *sent = Some(Sent { bytes: wire.body.len() as u64, sha256: crate::infra::provider::digest(&wire.body) });
         let base_url = plan.base_url.clone().unwrap_or_default();
         let settings = HttpSettings {
             base_url: base_url.clone(),

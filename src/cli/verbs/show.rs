@@ -14,9 +14,13 @@ pub struct Args {
     /// The step number (1 is the agent's first model call; default: its latest)
     #[arg(long, conflicts_with = "compaction")]
     pub step: Option<u32>,
-    /// Print the request re-assembled from the step's recorded commit and config
+    /// Print the request body the provider received, assembled again from the step's
+    /// recorded commit and config and checked against the digest the step kept
     #[arg(long, conflicts_with = "compaction")]
     pub request: bool,
+    /// With `--request`: offshoot's canonical form of the request instead of the body
+    #[arg(long, requires = "request")]
+    pub canonical: bool,
     /// The landed compaction to show (1 is the first)
     #[arg(long)]
     pub compaction: Option<u32>,
@@ -67,8 +71,18 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         },
     };
     if args.request {
-        let request = inspect::reassemble(&ws, &id, step)?;
-        let bytes = driver::request_json(&request);
+        let resent = inspect::resend(&ws, &id, step)?;
+        if resent.matches == Some(false) {
+            let by = resent.version.map(|v| format!(" (offshoot {v} assembled it)")).unwrap_or_default();
+            ctx.out.progress(&format!(
+                "· warning: assembled again, the request of step {step} differs from what was sent{by}: this offshoot ({}) assembles or encodes it differently",
+                env!("CARGO_PKG_VERSION")
+            ));
+        }
+        let bytes = match (args.canonical, resent.body) {
+            (false, Some(body)) => body,
+            _ => driver::request_json(&resent.request),
+        };
         if ctx.out.json {
             // The same bytes as one line: JSON lines, like every `--json` output.
             let value: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();

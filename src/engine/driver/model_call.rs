@@ -30,6 +30,10 @@ impl Driver<'_> {
             let dir = self.ws.layout.step(&self.id, n);
             let meta: StepMeta = serde_json::from_slice(&std::fs::read(dir.join("meta.json")).ok()?).ok()?;
             let tokens = meta.usage?.input?;
+            if let Some(bytes) = meta.measured_bytes {
+                return Some((tokens, bytes));
+            }
+            // A record from before requests were stored once: its `request.json`.
             let json = std::fs::read(dir.join("request.json")).ok()?;
             let request: crate::infra::provider::Request = serde_json::from_slice(&json).ok()?;
             Some((tokens, context::measured_bytes(&request, json.len() as u64)))
@@ -87,13 +91,14 @@ impl Driver<'_> {
         let mut request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
         request.reasoning = crate::engine::model::reasoning_at(&self.ws.repo, tip, role)?;
         let bytes = request_json(&request);
+        let measured = context::measured_bytes(&request, bytes.len() as u64);
         // A request past the role's window is never sent (§10).
         if let Some(window) = role.context_window {
             let last = match self.last_call {
                 Some(known) => known,
                 None => self.last_reported(step),
             };
-            let estimate = context::request_tokens(context::measured_bytes(&request, bytes.len() as u64), last);
+            let estimate = context::request_tokens(measured, last);
             if estimate + u64::from(role.max_output_tokens) > window {
                 return Err(DriverError::ContextFull {
                     id: self.id.to_string(),
@@ -110,9 +115,10 @@ impl Driver<'_> {
             let path = path.to_owned();
             move |source| DriverError::Io { path, source }
         };
+        // The request is not stored: it is a function of the commit and the config the
+        // record names (`show --request` assembles it again and checks it against the
+        // digest of what was sent).
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-        let request_path = dir.join("request.json");
-        std::fs::write(&request_path, &bytes).map_err(io(&request_path))?;
         let started = Timestamp::now();
         let meta_path = dir.join("meta.json");
         // On record before the call, so a step cut short by a crash still shows.
@@ -125,6 +131,8 @@ impl Driver<'_> {
             protocol: plan.config.protocol.name().to_owned(),
             model: plan.model.clone(),
             started: started.to_string(),
+            measured_bytes: Some(measured),
+            version: Some(env!("CARGO_PKG_VERSION").to_owned()),
             ..StepMeta::unwritten()
         };
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
@@ -140,7 +148,8 @@ impl Driver<'_> {
             let reason = interrupt.reason().unwrap_or(Reason::User);
             return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
         }
-        let result = self.client.call(self.ws, config_commit, &plan, &request, &mut recorder);
+        let mut sent = None;
+        let result = self.client.call(self.ws, config_commit, &plan, &request, &mut recorder, &mut sent);
         interrupt.leave_call();
         let _ = recorder.out.flush();
         let ended = Timestamp::now();
@@ -156,10 +165,11 @@ impl Driver<'_> {
         meta.outcome = outcome;
         meta.error = error;
         meta.entry = result.as_ref().ok().map(|_| entry.clone());
+        meta.sent = sent;
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
         if let Ok(output) = &result {
             if let Some(input) = output.usage.input {
-                self.last_call = Some(Some((input, context::measured_bytes(&request, bytes.len() as u64))));
+                self.last_call = Some(Some((input, measured)));
             }
             let cost_usd = config.prices.get(&plan.model).map(|p| crate::domain::budget::cost(&output.usage, p));
             recorder.observer.event(Event::Usage { step, usage: &output.usage, cost_usd });
@@ -168,7 +178,8 @@ impl Driver<'_> {
     }
 }
 
-/// The canonical request as `request.json` holds it (and `show --request` prints).
+/// The canonical request as compact JSON (`show --request --canonical` prints it; its
+/// size is what the window check measures).
 pub fn request_json(request: &crate::infra::provider::Request) -> Vec<u8> {
     let mut bytes = serde_json::to_vec(request).unwrap_or_default();
     bytes.push(b'\n');

@@ -24,13 +24,18 @@ pub struct Program<'a> {
     pub idle: Duration,
 }
 
+/// What the adapter reads on its stdin: the canonical request as JSON.
+pub fn body(req: &Request) -> Vec<u8> {
+    serde_json::to_vec(req).unwrap_or_default()
+}
+
 pub fn call(program: &Program, req: &Request, observer: &mut dyn Observer) -> Result<Output, CallError> {
     let Some((name, args)) = program.argv.split_first() else {
         return Err(CallError::Other("the command provider has an empty `command`".into()));
     };
     observer.attempt_started(1);
     let started = std::time::Instant::now();
-    let body = serde_json::to_vec(req).map_err(|e| CallError::Other(e.to_string()))?;
+    let body = body(req);
     let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
     let spec = Spec {
         program: Path::new(name),

@@ -114,7 +114,7 @@ pub struct ToolSpec {
     pub input_schema: Value,
 }
 
-/// The canonical request: what `request.json` holds and every adapter encodes.
+/// The canonical request: what context assembly makes and every adapter encodes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Request {
     pub model: String,
@@ -263,6 +263,11 @@ pub struct WireRequest {
     pub path: &'static str,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+}
+
+/// The SHA-256 of a request body, in hex: what a step record keeps of what it sent.
+pub fn digest(body: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, body).as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Parses a tool call's argument text, keeping non-JSON text as a JSON string.
