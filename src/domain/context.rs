@@ -97,9 +97,36 @@ pub fn system_prompt(s: &Snapshot) -> String {
     system
 }
 
+/// The most images tool results send in one request (Anthropic takes 100 a request;
+/// each costs about 1,600 tokens), and their most base64 (requests past 32 MB are refused).
+const MAX_REQUEST_IMAGES: usize = 20;
+const MAX_REQUEST_IMAGE_BYTES: usize = 20 * 1024 * 1024;
+
+/// Keeps the images of the newest tool results within [`MAX_REQUEST_IMAGES`] and
+/// [`MAX_REQUEST_IMAGE_BYTES`]; older results keep their text, which names each image.
+/// (A request's earlier messages change only when an image falls out.)
+fn newest_images(messages: &mut [crate::infra::provider::Message]) {
+    let (mut count, mut bytes) = (0, 0);
+    for block in messages.iter_mut().rev().flat_map(|m| m.content.iter_mut().rev()) {
+        if let Block::ToolResult { images, .. } = block {
+            let mut kept = Vec::new();
+            for picture in std::mem::take(images).into_iter().rev() {
+                if count < MAX_REQUEST_IMAGES && bytes + picture.data.len() <= MAX_REQUEST_IMAGE_BYTES {
+                    count += 1;
+                    bytes += picture.data.len();
+                    kept.push(picture);
+                }
+            }
+            kept.reverse();
+            *images = kept;
+        }
+    }
+}
+
 /// Builds the request a step sends.
 pub fn assemble(s: &Snapshot, model: &str, max_output_tokens: u32, rules: &ContextRules) -> Request {
     let mut messages = transcript::to_messages(s.entries);
+    newest_images(&mut messages);
     let files: Vec<Block> = within_budget(&s.composed, rules)
         .into_iter()
         .map(|(path, text)| Block::text(format!("<file path=\"{path}\">\n{}\n</file>", text.trim_end())))
@@ -184,6 +211,32 @@ mod tests {
     use super::*;
     use crate::infra::provider::{Output, Role, Stop, Usage};
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_request_carries_only_the_newest_images() {
+        let picture =
+            |n: usize| crate::infra::provider::Picture { media_type: "image/png".into(), data: format!("{n}") };
+        let result = |n: usize| Block::ToolResult {
+            tool_use_id: format!("t{n}"),
+            content: "x".into(),
+            is_error: false,
+            images: (0..8).map(|i| picture(n * 10 + i)).collect(),
+        };
+        let mut messages: Vec<crate::infra::provider::Message> =
+            (0..4).map(|n| crate::infra::provider::Message { role: Role::User, content: vec![result(n)] }).collect();
+        newest_images(&mut messages);
+        let counts: Vec<usize> = messages
+            .iter()
+            .map(|m| match &m.content[0] {
+                Block::ToolResult { images, .. } => images.len(),
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(counts, [0, 4, 8, 8]);
+        // The newest of a result are the ones kept.
+        let Block::ToolResult { images, .. } = &messages[1].content[0] else { panic!("result") };
+        assert_eq!(images.iter().map(|p| p.data.as_str()).collect::<Vec<_>>(), ["14", "15", "16", "17"]);
+    }
 
     #[test]
     fn an_image_counts_for_what_providers_bill_not_for_its_base64() {

@@ -64,17 +64,20 @@ impl Offered {
 pub struct Record {
     pub server: String,
     pub tools: Vec<Offered>,
-    /// The allow and deny lists the record was made with (a change makes it again).
+    /// The fingerprint of the server's settings when it gave this list
+    /// (`McpServer::fingerprint`); none when the record was only narrowed from an earlier
+    /// one by new allow and deny lists (the server would not start). A record made under
+    /// other settings, narrowed, or empty is listed again when its server starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub enabled_tools: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub disabled_tools: Vec<String>,
+    pub settings: Option<String>,
 }
 
 impl Record {
-    /// The record of `listed`, the tools server `server` gave, after its allow list
-    /// (`enabled`, when set) and deny list (`disabled`), in the server's order.
-    pub fn of(server: &str, listed: &[Listed], enabled: Option<&[String]>, disabled: &[String]) -> Record {
+    /// The record of `listed`, the tools server `server` gave under `config`, after its
+    /// allow list (`enabled_tools`, when set) and deny list (`disabled_tools`), in the
+    /// server's order.
+    pub fn of(server: &str, listed: &[Listed], config: &crate::domain::config::McpServer) -> Record {
+        let (enabled, disabled) = (config.enabled_tools.as_deref(), config.disabled_tools.as_slice());
         let kept: Vec<&Listed> = listed
             .iter()
             .filter(|t| enabled.is_none_or(|e| e.contains(&t.name)) && !disabled.contains(&t.name))
@@ -92,17 +95,13 @@ impl Record {
                 read_only: t.read_only,
             })
             .collect();
-        Record {
-            server: server.to_owned(),
-            tools,
-            enabled_tools: enabled.map(<[String]>::to_vec),
-            disabled_tools: disabled.to_vec(),
-        }
+        Record { server: server.to_owned(), tools, settings: Some(config.fingerprint()) }
     }
 
-    /// Whether the record was made with these allow and deny lists.
-    pub fn made_with(&self, enabled: Option<&[String]>, disabled: &[String]) -> bool {
-        self.enabled_tools.as_deref() == enabled && self.disabled_tools == disabled
+    /// Whether the server listed these tools under settings of fingerprint `settings`
+    /// (and listed some: an empty list is asked for again).
+    pub fn listed_under(&self, settings: &str) -> bool {
+        self.settings.as_deref() == Some(settings) && !self.tools.is_empty()
     }
 
     /// The recorded tools as the server listed them (those the lists let through).
@@ -187,9 +186,16 @@ fn sanitize(name: &str) -> String {
     name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
 }
 
-/// The most tools of one server an agent is offered (OpenAI takes 128 tools a request;
-/// a longer list would also fill the context): a server's first ones, in its order.
+/// The most tools of one server an agent is offered, and the most tools of a request,
+/// built-in ones included (OpenAI takes 128 tools a request; a longer list would also
+/// fill the context): a server's first ones, in its order.
 pub const MAX_TOOLS: usize = 128;
+
+/// The servers' tools a request offers beside `builtins` built-in tools: the records'
+/// tools in order (server by server) while the request holds at most [`MAX_TOOLS`].
+pub fn within_request<'a>(builtins: usize, records: impl IntoIterator<Item = &'a Record>) -> Vec<&'a Offered> {
+    records.into_iter().flat_map(|r| &r.tools).take(MAX_TOOLS.saturating_sub(builtins)).collect()
+}
 
 /// The tools a server listed, read from the `tools` of MCP's `tools/list` result
 /// (name, description, inputSchema, annotations.readOnlyHint). A tool no provider
@@ -267,14 +273,28 @@ mod tests {
         let (listed, refused) = listed_from_wire(&wire);
         assert_eq!(listed.len(), 2);
         assert_eq!(refused, ["(a tool without a name)", "scalar"]);
-        let all = Record::of("fs", &listed, None, &[]);
+        let server = |enabled: Option<Vec<String>>, disabled: Vec<String>| crate::domain::config::McpServer {
+            command: Some("fs-server".into()),
+            args: Vec::new(),
+            env: Default::default(),
+            cwd: None,
+            url: None,
+            headers: Default::default(),
+            bearer_token_env_var: None,
+            startup_timeout_secs: 10,
+            tool_timeout_secs: 60,
+            enabled_tools: enabled,
+            disabled_tools: disabled,
+        };
+        let all = Record::of("fs", &listed, &server(None, Vec::new()));
         assert_eq!(all.tools[0].name, "mcp__fs__read");
         assert!(all.tools[0].read_only);
         assert_eq!(all.tools[0].input_schema, wire[0]["inputSchema"]);
         assert_eq!(all.tools[1].description, "");
-        let only = Record::of("fs", &listed, Some(&["write".to_owned()]), &[]);
+        let only = Record::of("fs", &listed, &server(Some(vec!["write".to_owned()]), Vec::new()));
+        assert!(!only.listed_under(all.settings.as_deref().unwrap_or_default()), "other lists, other settings");
         assert_eq!(only.tools.iter().map(|t| t.tool.as_str()).collect::<Vec<_>>(), ["write"]);
-        let denied = Record::of("fs", &listed, None, &["write".to_owned()]);
+        let denied = Record::of("fs", &listed, &server(None, vec!["write".to_owned()]));
         assert_eq!(denied.tools.iter().map(|t| t.tool.as_str()).collect::<Vec<_>>(), ["read"]);
         assert_eq!(Record::parse(&all.to_bytes()), Ok(all));
     }

@@ -155,6 +155,14 @@ pub fn secret_values<'b>(base: impl IntoIterator<Item = (&'b str, &'b str)>, con
     let mut out: Vec<(String, String)> =
         base.into_iter().filter(|(k, v)| hidden(k, v)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
     out.extend(servers.filter(|(k, v)| hidden(k, v)).map(|(k, v)| (k.clone(), v.clone())));
+    // An HTTP server's headers and the query of its URL carry credentials as often as
+    // not (`X-Api-Key`, `?api_key=`): every value of eight bytes or more is hidden.
+    for (name, server) in &config.mcp_servers {
+        let headers = server.headers.iter().map(|(header, value)| (format!("{name} header {header}"), value.as_str()));
+        let query = server.url.as_deref().and_then(|u| u.split_once('?')).map(|(_, q)| q).unwrap_or_default();
+        let params = query.split('&').filter_map(|pair| pair.split_once('=')).map(|(_, v)| (format!("{name} URL"), v));
+        out.extend(headers.chain(params).filter(|(_, v)| v.len() >= 8).map(|(k, v)| (k, v.to_owned())));
+    }
     out
 }
 

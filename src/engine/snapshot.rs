@@ -103,7 +103,9 @@ impl Loader {
             })?;
             tools.push(spec);
         }
-        // Then the MCP servers' tools, server by server, each in its server's order.
+        // Then the MCP servers' tools, server by server, each in its server's order, as
+        // many as a request takes.
+        let mut records = Vec::new();
         for e in repo.list_dir(commit, crate::domain::mcp::DIR)? {
             let bytes = repo.read_blob(e.oid)?;
             let record = crate::domain::mcp::Record::parse(&bytes).map_err(|reason| SnapshotError::Bad {
@@ -111,8 +113,10 @@ impl Loader {
                 path: format!("{}/{}", crate::domain::mcp::DIR, e.name),
                 reason,
             })?;
-            tools.extend(record.tools.iter().map(crate::domain::mcp::Offered::spec));
+            records.push(record);
         }
+        let offered = crate::domain::mcp::within_request(tools.len(), &records);
+        tools.extend(offered.into_iter().map(crate::domain::mcp::Offered::spec));
         let mut candidates = Vec::new();
         for pattern in rules.pinned.iter().chain(&rules.order) {
             for (path, _) in repo.list_files(commit, static_prefix(pattern))? {

@@ -267,6 +267,10 @@ pub fn serve(spec: &Spec, log: &Path) -> Result<Served, ProcessError> {
     let inherited = spec.sandbox.map(Jail::inheritable).transpose().map_err(spawn_err)?;
     let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd))?;
     let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
+    // A log that reached its size starts over: what this start says is kept.
+    if file.metadata().is_ok_and(|m| m.len() >= SERVED_LOG_MAX) {
+        let _ = file.set_len(0);
+    }
     command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     if spec.sandbox.is_none() {
         dies_with_parent(&mut command);

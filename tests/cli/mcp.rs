@@ -462,3 +462,49 @@ fn allow_and_deny_lists_apply_from_the_next_step() {
     t.run(&["send", "Filtered", "and now"]).ok();
     assert_eq!(mcp_names(&server.requests()[3].body).len(), 7);
 }
+
+#[test]
+fn secrets_a_server_holds_are_hidden_from_results_errors_and_descriptions() {
+    let (server, t) = TestWorkspace::served("mcp-secrets", Dialect::Anthropic);
+    let tools_file = t.root.join("tools.json");
+    let tools = json!([
+        {"name": "env", "description": "Uses the token Zx9qLm2Pw7Rt5Kv3 for you.", "inputSchema": {"type": "object"}},
+    ]);
+    std::fs::write(&tools_file, tools.to_string()).expect("tools");
+    add_stdio(&t, "s", &["--env", "API_TOKEN=Zx9qLm2Pw7Rt5Kv3"]);
+    let args = format!("[\"{}\", \"stdio\", \"--tools\", \"{}\"]", script(), tools_file.display());
+    t.run(&["config", "set", "mcp_servers.s.args", &args]).ok();
+    server.push_turns([Turn::tool("c1", "mcp__s__env", json!({"name": "API_TOKEN"})), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Quiet", "look"]).ok();
+    let first = server.requests()[0].body.to_string();
+    assert!(first.contains("Uses the token") && !first.contains("Zx9qLm2Pw7Rt5Kv3"), "{first}");
+    let result = server.result_text(1);
+    assert!(!result.contains("Zx9qLm2Pw7Rt5Kv3") && result.contains("API_TOKEN"), "{result}");
+    assert_nowhere(&t.ws.join("steps"), "Zx9qLm2Pw7Rt5Kv3");
+}
+
+#[test]
+fn a_server_whose_settings_change_is_listed_again_and_a_request_holds_at_most_128_tools() {
+    let (server, t) = TestWorkspace::served("mcp-relist", Dialect::Anthropic);
+    let empty = t.root.join("empty.json");
+    std::fs::write(&empty, "[]").expect("tools");
+    add_stdio(&t, "s", &[]);
+    let args = format!("[\"{}\", \"stdio\", \"--tools\", \"{}\"]", script(), empty.display());
+    t.run(&["config", "set", "mcp_servers.s.args", &args]).ok();
+    server.push_turns([Turn::text("none yet")]);
+    t.run(&["prompt", "--name", "Relisted", "list"]).ok();
+    assert!(mcp_names(&server.requests()[0].body).is_empty());
+    // Fixed by the user: the next driver lists it again without waiting for a call.
+    let many = t.root.join("many.json");
+    let tools: Vec<Value> =
+        (0..200).map(|n| json!({"name": format!("t{n}"), "inputSchema": {"type": "object"}})).collect();
+    std::fs::write(&many, Value::Array(tools).to_string()).expect("tools");
+    let args = format!("[\"{}\", \"stdio\", \"--tools\", \"{}\"]", script(), many.display());
+    t.run(&["config", "set", "mcp_servers.s.args", &args]).ok();
+    server.push_turns([Turn::text("many")]);
+    let run = t.run(&["send", "Relisted", "again"]);
+    run.ok();
+    let request = &server.requests()[1].body;
+    assert_eq!(request["tools"].as_array().expect("tools").len(), 128, "{}", run.stderr);
+    assert!(run.stderr.contains("a request holds at most 128"), "{}", run.stderr);
+}

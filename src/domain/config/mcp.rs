@@ -69,6 +69,26 @@ impl McpServer {
     pub fn transport(&self) -> &'static str {
         if self.url.is_some() { "http" } else { "stdio" }
     }
+
+    /// What the server's list of tools depends on, as a short hash: the program and its
+    /// arguments, directory and variables' names, the URL and headers' names, the allow
+    /// and deny lists. Values of variables and headers are left out: a hash kept in an
+    /// agent's tree must not let anyone test a guess at a secret.
+    pub fn fingerprint(&self) -> String {
+        let names = |map: &BTreeMap<String, String>| map.keys().cloned().collect::<Vec<_>>();
+        let text = format!(
+            "{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}|{:?}",
+            self.command,
+            self.args,
+            self.cwd,
+            names(&self.env),
+            self.url.as_deref().map(|u| u.split('?').next().unwrap_or_default()),
+            names(&self.headers),
+            self.enabled_tools,
+            self.disabled_tools
+        );
+        format!("{:016x}", crate::domain::id::fnv1a(text.as_bytes()))
+    }
 }
 
 impl Config {

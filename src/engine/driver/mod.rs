@@ -249,6 +249,14 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
         let _ = directory::put_back(ws, id);
     }
     let synced = driver.tip().and_then(|tip| Ok(driver.dir.save_index(tip)?));
+    // The run's MCP servers stop here; what one left behind outside its group (an
+    // unconfined server's daemon) became ours, and goes too.
+    if !driver.mcp.idle() {
+        if let Some(servers) = Rc::get_mut(&mut driver.mcp) {
+            servers.stop();
+        }
+        process::reap_strays(&rt.launched());
+    }
     let result = match result {
         Err(DriverError::Interrupted { reason: Reason::Stopped, .. }) => {
             Err(stopped(ws, rt, id, driver.facts.parent.as_deref(), driver.tip()?)?)

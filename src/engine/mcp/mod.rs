@@ -13,7 +13,7 @@ mod settings;
 
 pub use settings::{McpState, NewServer, Noted, add, last_starts, logs, probe, remove};
 
-use result::{MAX_IMAGE_BYTES, content_text, picture};
+use result::{MAX_IMAGE_BYTES, MAX_IMAGES, content_text, picture};
 use settings::note_state;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -90,8 +90,12 @@ pub struct Servers {
     live: Mutex<BTreeMap<String, Arc<Session>>>,
     /// Lists servers gave when started by this driver, not yet compared with the tree.
     fresh: Mutex<BTreeMap<String, Listing>>,
-    /// Held while a server starts, so calls that run together start it once.
+    /// Held while a server starts, so calls that run together start it once; and the
+    /// last start that failed, by server, so those waiting for it hear of it.
     starting: Mutex<()>,
+    start_failed: Mutex<BTreeMap<String, (std::time::Instant, String)>>,
+    /// Whether the request's tool limit was said this run.
+    said_cap: bool,
     /// Servers that could not be started to list their tools during this run: not
     /// tried again before each step (a broken server would cost its timeout each time).
     failed: BTreeSet<String>,
@@ -159,17 +163,22 @@ impl Servers {
             let (enabled, disabled) = (server.enabled_tools.as_deref(), server.disabled_tools.as_slice());
             let current = recorded.get(&name);
             let fresh = self.fresh.lock().ok().and_then(|mut f| f.remove(&name));
-            // Without a new list, a record made with other allow and deny lists is made
-            // again: from a new list, or (the server not starting) from itself, narrowed.
+            // Without a new list, a record made under other settings (or empty, or only
+            // narrowed) is made again: from a new list, or — the server not starting —
+            // from itself, narrowed by the lists of now, and still to be listed again.
+            let mut narrowed = fresh.is_none();
             let listing = match fresh {
                 Some(listing) => listing,
-                None if current.is_some_and(|r| r.made_with(enabled, disabled)) => continue,
+                None if current.is_some_and(|r| r.listed_under(&server.fingerprint())) => continue,
                 None if self.failed.contains(&name) => match current {
                     Some(record) => Listing { tools: record.as_listed(), refused: Vec::new() },
                     None => continue,
                 },
                 None => match self.start(&name, &server, go_on) {
-                    Ok(_) => self.fresh.lock().ok().and_then(|mut f| f.remove(&name)).unwrap_or_default(),
+                    Ok(_) => {
+                        narrowed = false;
+                        self.fresh.lock().ok().and_then(|mut f| f.remove(&name)).unwrap_or_default()
+                    }
                     Err(e) => {
                         self.failed.insert(name.clone());
                         let log = match (&server.command, &self.place) {
@@ -178,6 +187,7 @@ impl Servers {
                             }
                             _ => String::new(),
                         };
+                        let e = self.redact(&e);
                         refresh.warnings.push(format!("MCP server `{name}` {e}; its tools are not offered{log}"));
                         match current {
                             Some(record) => Listing { tools: record.as_listed(), refused: Vec::new() },
@@ -202,7 +212,10 @@ impl Servers {
                     mcp::MAX_TOOLS
                 ));
             }
-            let record = Record::of(&name, &listed, enabled, disabled);
+            let mut record = Record::of(&name, &listed, &server);
+            if narrowed {
+                record.settings = None;
+            }
             if recorded.get(&name) != Some(&record) {
                 refresh.said.push(format!("MCP server `{name}` offers {} tools", record.tools.len()));
                 refresh.write.push((mcp::record_path(&name), record.to_bytes()));
@@ -212,9 +225,20 @@ impl Servers {
         refresh.remove.sort();
         refresh.remove.dedup();
         recorded.retain(|server, _| self.chosen.contains_key(server));
-        self.offered = recorded
+        // What the request will offer (context assembly takes the same ones).
+        let builtins = repo.list_dir(tip, crate::domain::agent::TOOLS).map_err(|e| e.to_string())?.len();
+        let all: usize = recorded.values().map(|r| r.tools.len()).sum();
+        let offered = mcp::within_request(builtins, recorded.values());
+        if offered.len() < all && !std::mem::replace(&mut self.said_cap, true) {
+            refresh.warnings.push(format!(
+                "the MCP servers offer {all} tools; with the {builtins} built-in ones a request holds at most {}: the first {} are offered (`enabled_tools` chooses)",
+                mcp::MAX_TOOLS,
+                offered.len()
+            ));
+        }
+        self.offered = offered
             .into_iter()
-            .flat_map(|(server, record)| record.tools.into_iter().map(move |t| (t.name.clone(), (server.clone(), t))))
+            .map(|t| (t.name.clone(), (mcp::server_of(&t.name).unwrap_or_default().to_owned(), t.clone())))
             .collect();
         Ok(refresh)
     }
@@ -245,6 +269,19 @@ impl Servers {
     /// Calls tool `name` with `input`, starting its server if it is not running. The
     /// whole result as the server sent it comes back beside the output, for the record.
     pub fn call(
+        &self,
+        name: &str,
+        input: &Value,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<(ToolOutput, Option<Value>), ToolError> {
+        // What a failure says may quote a secret (a server echoing its token).
+        self.call_unredacted(name, input, go_on).map_err(|e| match e {
+            ToolError::ToModel(text) => ToolError::ToModel(self.redact(&text)),
+            ToolError::Fatal(text) => ToolError::Fatal(self.redact(&text)),
+        })
+    }
+
+    fn call_unredacted(
         &self,
         name: &str,
         input: &Value,
@@ -290,7 +327,9 @@ impl Servers {
         for item in result.get("content").and_then(Value::as_array).into_iter().flatten() {
             parts.push(content_text(item));
             // Images go to the model as images, up to what one request should carry.
-            if let Some(picture) = picture(item).filter(|p| image_bytes + p.data.len() <= MAX_IMAGE_BYTES) {
+            if let Some(picture) =
+                picture(item).filter(|p| images.len() < MAX_IMAGES && image_bytes + p.data.len() <= MAX_IMAGE_BYTES)
+            {
                 image_bytes += picture.data.len();
                 images.push(picture);
             }
@@ -300,15 +339,20 @@ impl Servers {
         {
             parts.push(serde_json::to_string_pretty(structured).unwrap_or_default());
         }
-        let mut text = parts.join("\n");
-        if let Some(redactor) = self.place.as_ref().and_then(|p| p.redactor.as_ref()) {
-            text = redactor.redact(&text);
-        }
+        let text = self.redact(&parts.join("\n"));
         let summary = match is_error {
             true => format!("MCP server `{server}` says the call failed"),
             false => format!("MCP server `{server}` answered"),
         };
         ToolOutput { summary, streams: vec![Stream::whole("result", text)], is_error, images, ..ToolOutput::default() }
+    }
+
+    /// `text` with the secret values the tool environment hides hidden.
+    fn redact(&self, text: &str) -> String {
+        match self.place.as_ref().and_then(|p| p.redactor.as_ref()) {
+            Some(redactor) => redactor.redact(text),
+            None => text.to_owned(),
+        }
     }
 
     /// `value` with the secret values the tool environment hides hidden (for records).
@@ -331,12 +375,22 @@ impl Servers {
         if let Some(session) = running() {
             return Ok(session);
         }
-        // One start at a time: calls that run together wait for the one that starts it.
+        // One start at a time: calls that run together wait for the one that starts it,
+        // and share its failure rather than each trying (and timing out) again.
+        let asked = std::time::Instant::now();
         let _one = self.starting.lock();
         if let Some(session) = running() {
             return Ok(session);
         }
-        self.start(server, config, go_on)
+        let failed = self.start_failed.lock().ok().and_then(|f| f.get(server).cloned());
+        if let Some((_, error)) = failed.filter(|(at, _)| *at >= asked) {
+            return Err(error);
+        }
+        let started = self.start(server, config, go_on);
+        if let (Err(error), Ok(mut failed)) = (&started, self.start_failed.lock()) {
+            failed.insert(server.to_owned(), (std::time::Instant::now(), error.clone()));
+        }
+        started
     }
 
     /// Starts `server`, lists its tools (kept in `fresh` until the next refresh) and
@@ -346,8 +400,7 @@ impl Servers {
         if let Some(place) = &self.place {
             let state = match &started {
                 Ok((_, listing)) => {
-                    let offered =
-                        Record::of(server, &listing.tools, config.enabled_tools.as_deref(), &config.disabled_tools);
+                    let offered = Record::of(server, &listing.tools, config);
                     McpState { ok: true, tools: offered.tools.len(), error: None }
                 }
                 Err(e) => McpState { ok: false, tools: 0, error: Some(e.clone()) },
@@ -416,6 +469,9 @@ impl Servers {
         let tools = client
             .list_tools(&session, startup, go_on)
             .map_err(|e| format!("could not list its tools: {}", error_words(&e)))?;
+        // What a server lists goes into the agent's tree and every request: a secret it
+        // quotes (its token in a description) is hidden first.
+        let tools: Vec<Value> = tools.iter().map(|t| self.redacted(t)).collect();
         let (tools, refused) = mcp::listed_from_wire(&tools);
         Ok((session, Listing { tools, refused }))
     }

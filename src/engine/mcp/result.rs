@@ -9,6 +9,9 @@ use crate::infra::provider::Picture;
 /// images over about 5 MB); images past it stay in the call's record only.
 pub(super) const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 
+/// The most images one call's result sends the model.
+pub(super) const MAX_IMAGES: usize = 4;
+
 /// An image content piece (`image/png`, `image/jpeg`, `image/gif`, `image/webp`: what
 /// the providers take) as an image for the model.
 pub(super) fn picture(item: &Value) -> Option<Picture> {
@@ -16,12 +19,19 @@ pub(super) fn picture(item: &Value) -> Option<Picture> {
         return None;
     }
     let media_type = item.get("mimeType")?.as_str()?;
-    if !["image/png", "image/jpeg", "image/gif", "image/webp"].contains(&media_type) {
-        return None;
-    }
+    // Each kind a provider takes, by how its base64 begins (its file signature).
+    let signature = match media_type {
+        "image/png" => "iVBORw0KGgo",
+        "image/jpeg" => "/9j/",
+        "image/gif" => "R0lGOD",
+        "image/webp" => "UklGR",
+        _ => return None,
+    };
     let data = item.get("data")?.as_str()?;
-    // Data a provider would refuse would fail every later request of the agent.
-    is_base64(data).then(|| Picture { media_type: media_type.to_owned(), data: data.to_owned() })
+    // Data a provider would refuse (not base64, or not the kind it says) would fail
+    // every later request of the agent.
+    (is_base64(data) && data.starts_with(signature))
+        .then(|| Picture { media_type: media_type.to_owned(), data: data.to_owned() })
 }
 
 /// Whether `text` is standard base64 (with its padding), and not empty.
@@ -70,6 +80,10 @@ mod tests {
         assert!(picture(&image("image/png", "abc")).is_none());
         assert!(picture(&image("image/png", "")).is_none());
         assert!(picture(&image("image/svg+xml", "iVBORw0KGgo=")).is_none());
+        // Base64 of text called a PNG, or a JPEG called a PNG.
+        assert!(picture(&image("image/png", "bm90IGEgcG5nIGF0IGFsbA==")).is_none());
+        assert!(picture(&image("image/png", "/9j/4AAQSkZJRg==")).is_none());
+        assert!(picture(&image("image/jpeg", "/9j/4AAQSkZJRg==")).is_some());
         assert!(picture(&json!({"type": "text", "text": "iVBORw0KGgo="})).is_none());
     }
 }

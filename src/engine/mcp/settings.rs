@@ -10,7 +10,6 @@ use super::{Place, Servers};
 use crate::domain::config::{Config, McpServer};
 use crate::domain::mcp::Record;
 use crate::domain::tool_env::{self, Identity, Placement};
-use crate::engine::Env;
 use crate::engine::workspace::{self, KeysSet, Workspace, WorkspaceError};
 
 /// Where the stderr of agent `agent`'s servers goes: `<workspace>/mcp/logs/<agent>/`,
@@ -144,7 +143,13 @@ pub fn remove(ws: &Workspace, lineage: &str, name: &str) -> Result<(KeysSet, Vec
 /// worker's if it does) with the workspace's `tmp/mcp-tools/` as the one place it may
 /// write and its working directory unless its `cwd` says otherwise; `helper` is this
 /// binary, the sandbox helper. It is stopped before this returns.
-pub fn probe(ws: &Workspace, config: &Config, name: &str, vars: &Env, helper: &Path) -> Result<Record, String> {
+pub fn probe(
+    ws: &Workspace,
+    config: &Config,
+    name: &str,
+    rt: &crate::engine::runtime::Runtime,
+) -> Result<Record, String> {
+    let (vars, helper) = (rt.env(), rt.exe());
     let server = config.mcp_servers.get(name).ok_or_else(|| format!("MCP server `{name}` is not configured"))?;
     let dir = ws.layout.root().join("tmp").join("mcp-tools");
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
@@ -162,7 +167,10 @@ pub fn probe(ws: &Workspace, config: &Config, name: &str, vars: &Env, helper: &P
             let confinement = crate::infra::sandbox::Confinement {
                 read_write: vec![dir.clone()],
                 read: Vec::new(),
-                hidden: vec![workspace],
+                // This workspace, and the others under the data root, as for an agent.
+                hidden: std::iter::once(workspace)
+                    .chain(rt.workspaces().and_then(|w| std::fs::canonicalize(w).ok()))
+                    .collect(),
                 network: role.network,
                 processes: role.max_processes,
                 file_bytes: role.max_file_bytes,
@@ -186,5 +194,5 @@ pub fn probe(ws: &Workspace, config: &Config, name: &str, vars: &Env, helper: &P
     servers.configure(BTreeMap::from([(name.to_owned(), server.clone())]), place);
     servers.start(name, server, &|| true).map_err(|e| format!("MCP server `{name}` {e}"))?;
     let listing = servers.fresh.lock().ok().and_then(|mut f| f.remove(name)).unwrap_or_default();
-    Ok(Record::of(name, &listing.tools, server.enabled_tools.as_deref(), &server.disabled_tools))
+    Ok(Record::of(name, &listing.tools, server))
 }
