@@ -13,6 +13,7 @@ use git2::{
 mod health;
 mod loose;
 mod marks;
+pub mod pack;
 mod project;
 pub mod publish;
 mod tracked;
