@@ -160,6 +160,12 @@ fn main() {
         "repo.git on disk after the run: {:.1} MiB",
         tree_bytes(&ws.layout.root().join("repo.git")) as f64 / 1048576.0
     );
+    // The whole workspace but the floor's own records, as `du` counts it (blocks).
+    let _ = std::fs::remove_dir_all(ws.layout.root().join("floor"));
+    println!(
+        "the workspace on disk after the run (du, no gc): {:.1} MiB",
+        tree_blocks(ws.layout.root()) as f64 / 1048576.0
+    );
     let (extended, pairs) = prefix_stability(&ws, &id, steps);
     println!(
         "prefix stability: {extended} of {pairs} consecutive requests ({:.1}%) extend the one before byte for byte (system, tools, every earlier message; `cache_control` marks, outside the cache key, left out)",
@@ -194,6 +200,8 @@ struct Interleaved<'a> {
     started: Vec<Instant>,
     paused: Vec<Instant>,
     floor: Vec<Duration>,
+    /// Reads the transcript for the requests the floor sends again, each entry once.
+    loader: offshoot::engine::snapshot::Loader,
 }
 
 impl<'a> Interleaved<'a> {
@@ -216,6 +224,7 @@ impl<'a> Interleaved<'a> {
             started: Vec::with_capacity(steps + 1),
             paused: Vec::with_capacity(steps + 1),
             floor: Vec::with_capacity(steps),
+            loader: Default::default(),
         }
     }
 
@@ -227,7 +236,8 @@ impl<'a> Interleaved<'a> {
 
     fn floor_step(&mut self, n: usize) -> Duration {
         // The floor still writes the request as a step record once held it whole.
-        let request = offshoot::engine::inspect::reassemble(self.ws, self.id, n as u32).expect("request");
+        let request =
+            offshoot::engine::inspect::reassemble_with(self.ws, self.id, n as u32, &mut self.loader).expect("request");
         let recorded = serde_json::to_vec(&request).expect("json");
         let wire = anthropic::encode(&request, Some("bench"));
         self.server.push(server::Reply::Turn(Turn::bash("call_floor", "echo step")));
@@ -369,6 +379,20 @@ fn strip(value: &mut serde_json::Value, key: &str) {
 }
 
 /// The bytes of every file below `dir`.
+/// The disk blocks used below `dir`, in bytes (what `du` counts).
+fn tree_blocks(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = std::fs::symlink_metadata(dir).map(|m| m.blocks() * 512).unwrap_or(0);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => total += tree_blocks(&entry.path()),
+            Ok(_) => total += entry.metadata().map(|m| m.blocks() * 512).unwrap_or(0),
+            Err(_) => {}
+        }
+    }
+    total
+}
+
 fn tree_bytes(dir: &Path) -> u64 {
     let mut total = 0;
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {

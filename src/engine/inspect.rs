@@ -301,6 +301,12 @@ pub fn resend(ws: &Workspace, id: &AgentId, step: u32) -> Result<Resent> {
 }
 
 pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
+    reassemble_with(ws, id, step, &mut Loader::default())
+}
+
+/// [`reassemble`] reading the transcript through `loader` (which keeps what it read:
+/// assembling step after step reads each entry once).
+pub fn reassemble_with(ws: &Workspace, id: &AgentId, step: u32, loader: &mut Loader) -> Result<Request> {
     let meta = step_meta(ws, id, step)?;
     let path = ws.layout.step(id, step).join("meta.json");
     let commit_of = |key: &str, text: &str| {
@@ -318,7 +324,6 @@ pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
         path: path.clone(),
         reason: format!("role `{}` is not in config {config_commit}", facts.role),
     })?;
-    let mut loader = Loader::default();
     let (_, snapshot) = loader.snapshot(&ws.repo, commit, &role.context)?;
     let model = if meta.model.is_empty() { &role.model } else { &meta.model };
     let mut request = context::assemble(&snapshot, model, role.max_output_tokens, &role.context);

@@ -637,6 +637,17 @@ pub fn harden_self() {
     }
 }
 
+/// Makes the calling thread run only when a CPU would otherwise be idle
+/// (`SCHED_IDLE`): for work that must never slow a step, such as packing objects.
+#[expect(unsafe_code, reason = "sched_setscheduler(2) with a struct on our stack")]
+pub fn idle_priority() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` lives across the call.
+    unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+    }
+}
+
 /// Makes this process the reaper of its orphaned descendants: a process a command
 /// left behind (by leaving its group and outliving its parent) becomes our child,
 /// where [`reap_strays`] finds it.

@@ -1,11 +1,44 @@
 //! A full disk: a workspace on a small tmpfs (mounted in a user and mount namespace of
 //! its own, so no privilege is needed) whose agent fills it. The step fails saying so,
-//! the branch stays sound (`doctor`), and once space is freed the agent goes on.
+//! the branch stays sound (`doctor`), and once space is freed the agent goes on. And
+//! disk that grows with what was said: step records without the request, objects
+//! packed as the driver goes.
 
 use std::process::Command;
 
 use crate::support::server::{Server, Turn};
-use crate::support::workspace::TestWorkspace;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+#[test]
+fn a_long_run_packs_its_objects_and_keeps_no_request_in_its_records() {
+    let (server, t) = TestWorkspace::served("disk-packed", Dialect::Anthropic);
+    server.endless_steps(80);
+    let run = t.run(&["prompt", "--name", "Long", "count"]);
+    run.ok();
+    let id = t.only_agent();
+    assert!(t.step_records(&id).len() >= 80);
+    // The driver packed as it went: packs hold what the steps wrote, few objects are
+    // left loose, and every object still reads.
+    let packs: Vec<_> = std::fs::read_dir(t.ws.join("repo.git/objects/pack"))
+        .expect("packs")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+        .collect();
+    assert!(!packs.is_empty(), "no pack after 80 steps");
+    let counted = t.git(&["count-objects", "-v"]);
+    let value = |key: &str| -> u64 {
+        counted.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    };
+    assert!(value("count:") < 300, "{counted}");
+    assert!(value("in-pack:") > 200, "{counted}");
+    t.git(&["fsck", "--strict"]);
+    t.run(&["doctor"]).ok();
+    // No step record holds its request; the last one is shown as it was sent.
+    assert!(t.step_records(&id).iter().all(|r| !r.join("request.json").exists()));
+    let last = t.step_records(&id).len();
+    let shown = t.run(&["show", &id, "--step", &last.to_string(), "--request"]);
+    assert_eq!(shown.ok().as_bytes(), &server.requests()[last - 1].raw[..]);
+}
 
 #[test]
 fn a_full_disk_fails_the_step_and_corrupts_nothing() {

@@ -341,6 +341,15 @@ struct Driver<'a> {
     mcp: Rc<crate::engine::mcp::Servers>,
     mcp_config: Option<CommitId>,
     mcp_none: Option<bool>,
+    /// Packs `repo.git`'s loose objects on a thread of its own, now and then.
+    packer: record::Packer,
+}
+
+impl Drop for Driver<'_> {
+    fn drop(&mut self) {
+        // A packing under way finishes (a pack cut short would only leave litter).
+        self.packer.finish();
+    }
 }
 
 impl<'a> Driver<'a> {
@@ -392,6 +401,7 @@ impl<'a> Driver<'a> {
             mcp: Rc::default(),
             mcp_config: None,
             mcp_none: None,
+            packer: record::Packer::default(),
         };
         driver.recover(tip)?;
         Ok((driver, repairs))
@@ -479,6 +489,7 @@ impl<'a> Driver<'a> {
         };
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
         let tip = self.commit(tip, &[(&output_name, &bytes)], false, &format!("{output_name}: model output"))?;
+        self.packer.step(&self.ws.layout.root().join("repo.git"));
         let calls: Vec<toolcall::Call<'_>> =
             output.tool_uses().map(|(id, name, input)| toolcall::Call { id, name, input }).collect();
         if calls.is_empty() {

@@ -137,3 +137,44 @@ impl Driver<'_> {
         (now != self.position).then_some(now)
     }
 }
+
+/// How often a driver looks whether `repo.git` has loose objects to pack, in model
+/// calls, and how many make a packing worth it (a step writes about four).
+const PACK_EVERY: u32 = 32;
+const PACK_AT_LEAST: usize = 256;
+
+/// Packs the workspace's `repo.git` as a driver goes: every [`PACK_EVERY`] model
+/// calls, on a thread of its own (never in the step's path), when no packing of this
+/// driver is still at work; another process's packing makes this one skip.
+#[derive(Default)]
+pub(super) struct Packer {
+    calls: u32,
+    running: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Packer {
+    pub(super) fn step(&mut self, git_dir: &std::path::Path) {
+        self.calls += 1;
+        if !self.calls.is_multiple_of(PACK_EVERY) || self.running.as_ref().is_some_and(|r| !r.is_finished()) {
+            return;
+        }
+        self.finish();
+        let git_dir = git_dir.to_owned();
+        self.running = std::thread::Builder::new()
+            .name("packer".into())
+            .spawn(move || {
+                // Only on what the steps leave idle.
+                crate::infra::process::idle_priority();
+                // A failure leaves the loose objects where they were: the next try packs them.
+                let _ = crate::infra::git::pack::pack_loose(&git_dir, PACK_AT_LEAST);
+            })
+            .ok();
+    }
+
+    /// Waits for a packing under way.
+    pub(super) fn finish(&mut self) {
+        if let Some(running) = self.running.take() {
+            let _ = running.join();
+        }
+    }
+}
