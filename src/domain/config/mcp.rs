@@ -150,13 +150,21 @@ impl Config {
                     }
                 }
             }
-            if let Some(var) = &server.bearer_token_env_var
-                && !is_variable_name(var)
-            {
-                return Err(fail(
-                    key("bearer_token_env_var"),
-                    format!("`{var}` is not an environment variable's name (letters, digits, `_`)"),
-                ));
+            if let Some(var) = &server.bearer_token_env_var {
+                if !is_variable_name(var) {
+                    return Err(fail(
+                        key("bearer_token_env_var"),
+                        format!("`{var}` is not an environment variable's name (letters, digits, `_`)"),
+                    ));
+                }
+                // A token's variable is withheld from every command: one commands need is not one.
+                if ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "PWD"].contains(&var.as_str())
+                {
+                    return Err(fail(
+                        key("bearer_token_env_var"),
+                        format!("`{var}` is not a token's variable: it would be withheld from every command"),
+                    ));
+                }
             }
             if let Some(bad) = server.env.keys().find(|k| !is_variable_name(k)) {
                 return Err(fail(key("env"), format!("`{bad}` is not an environment variable's name")));

@@ -114,3 +114,34 @@ fn the_compactors_tools_are_fixed_and_its_alone() {
     let config = Config::parse(base, &defaults_have).expect("default");
     assert_eq!(config.grant("compactor"), ["write_summary", "mark_for_deletion"]);
 }
+
+#[test]
+fn mcp_servers_are_checked_where_they_are_written() {
+    let base = DEFAULT_FILES[0].1;
+    let refused = |extra: &str| -> String {
+        let text = format!("{base}\n{extra}\n");
+        Config::parse(&text, &defaults_have).expect_err("refused").to_string()
+    };
+    let fine = |extra: &str| Config::parse(&format!("{base}\n{extra}\n"), &defaults_have).expect("valid");
+    let config = fine("[mcp_servers.docs]\ncommand = \"npx\"\nargs = [\"-y\", \"docs\"]");
+    assert_eq!(config.mcp_servers_of("worker"), ["docs"]);
+    assert!(config.mcp_servers_of("compactor").is_empty());
+    for (extra, rule) in [
+        ("[mcp_servers.a__b]\ncommand = \"x\"", "may not hold `__`"),
+        ("[mcp_servers.a]\ncommand = \"x\"\nurl = \"http://h\"", "not both"),
+        ("[mcp_servers.a]\nargs = [\"x\"]", "needs `command`"),
+        ("[mcp_servers.a]\nurl = \"ftp://h\"", "must start with http://"),
+        ("[mcp_servers.a]\nurl = \"https://u:p@h/mcp\"", "a URL with credentials"),
+        ("[mcp_servers.a]\nurl = \"https:///mcp\"", "names no host"),
+        ("[mcp_servers.a]\nurl = \"https://h\"\nheaders = { \"Bad Name\" = \"v\" }", "is not a header's name"),
+        ("[mcp_servers.a]\nurl = \"https://h\"\nbearer_token_env_var = \"PATH\"", "withheld from every command"),
+        ("[mcp_servers.a]\ncommand = \"x\"\nheaders = { A = \"b\" }", "is for HTTP servers"),
+        ("[mcp_servers.a]\ncommand = \"x\"\ntool_timeout_secs = 0", "must be at least 1"),
+    ] {
+        let error = refused(extra);
+        assert!(error.contains(rule), "{extra}: {error}");
+    }
+    let naming = base.replacen("[roles.worker]\n", "[roles.worker]\nmcp_servers = [\"nope\"]\n", 1);
+    let error = Config::parse(&naming, &defaults_have).expect_err("refused").to_string();
+    assert!(error.contains("MCP server `nope` is not defined"), "{error}");
+}
