@@ -19,6 +19,7 @@ pub mod lifecycle;
 pub mod mcp;
 pub mod model;
 pub mod project;
+pub mod removal;
 pub mod runtime;
 pub mod scan;
 mod scanned;

@@ -29,6 +29,7 @@ mod processes;
 mod project;
 mod providers;
 mod readme;
+mod removal;
 mod sandbox;
 mod scan;
 mod signals;

@@ -16,6 +16,7 @@ pub mod ls;
 pub mod mcp;
 pub mod new;
 pub mod prompt;
+pub mod rm;
 pub mod run;
 pub mod scan;
 pub mod send;

@@ -614,8 +614,8 @@ fn start(
     made
 }
 
-/// Removes every trace of an agent: branch, marks, project branch, directory,
-/// index, inbox, steps, lock, temporary files.
+/// Removes every trace of an agent: branch, marks, project branch, directory, its git,
+/// index, inbox, steps, lock, temporary files, MCP logs.
 pub fn discard(ws: &Workspace, id: &AgentId) {
     if let Some(name) = ws
         .repo
@@ -631,7 +631,18 @@ pub fn discard(ws: &Workspace, id: &AgentId) {
     let _ = ws.repo.delete_branch(&id.branch());
     let _ = ws.repo.delete_marks(id.as_str());
     ws.project.detach(id.as_str());
-    let _ = std::fs::remove_dir_all(ws.layout.worktree(id));
+    // Through the door, which gives access back along the way: a directory the agent
+    // made unreadable (`chmod 000`) goes too.
+    let directory = ws.layout.worktree(id);
+    match directory.parent().map(crate::infra::door::Beneath::open_kept) {
+        Some(Ok(agents)) => {
+            let _ = agents.remove_all(std::path::Path::new(id.as_str()));
+        }
+        _ => {
+            let _ = std::fs::remove_dir_all(&directory);
+        }
+    }
+    let _ = std::fs::remove_dir_all(crate::engine::mcp::logs(ws.layout.root(), id.as_str()));
     let _ = std::fs::remove_file(ws.layout.index(id));
     let _ = std::fs::remove_dir_all(ws.layout.inbox(id));
     let _ = std::fs::remove_dir_all(ws.layout.steps(id));

@@ -1,0 +1,44 @@
+use serde_json::json;
+
+use crate::cli::{CliError, Ctx};
+use crate::engine::removal::{self, RemovalError};
+
+/// Remove an agent for good: its branch, directory, its git, step records and name
+/// (export or apply its work first to keep it); `--tree` removes the agents below it too
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The agent's id or name
+    #[arg(add = crate::cli::complete::agents_completer())]
+    pub agent: String,
+    /// Also remove every agent below it (required when it has any)
+    #[arg(long)]
+    pub tree: bool,
+    /// Stop it (and those below) first, if running; without it a running agent is refused
+    #[arg(long)]
+    pub stop: bool,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    let ws = ctx.workspace()?;
+    let id = ctx.agent_named(&ws, Some(&args.agent))?;
+    let gone = removal::remove(&ws, &ctx.runtime(&ws), &id, args.tree, args.stop).map_err(|e| match e {
+        RemovalError::Below { .. } => {
+            CliError::usage(e.to_string()).hint(format!("`offshoot rm {} --tree` removes them too", args.agent))
+        }
+        RemovalError::Running { .. } => CliError::usage(format!("{e}; nothing was removed"))
+            .hint(format!("`offshoot rm {} --stop` stops it first", args.agent)),
+        RemovalError::Agent(e) => e.into(),
+    })?;
+    for g in &gone {
+        let name = g.name.as_deref().unwrap_or("");
+        if ctx.out.json {
+            ctx.out.event(&json!({"type": "removed", "agent": g.id.as_str(), "name": g.name, "steps": g.steps}));
+        } else {
+            ctx.out.progress(&format!(
+                "· removed `{name}` ({}): {} steps, its branch and name, its directory and git, its records",
+                g.id, g.steps
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,83 @@
+//! Removing agents (`offshoot rm`): an agent and, with `tree`, every agent below it —
+//! branch, name, project branch, directory, its git, index, inbox, step records,
+//! temporary files, marks and MCP logs. A running agent is refused unless `stop` says
+//! to stop it first; the agents' locks are held while they go, so no driver (`scan`,
+//! a message's wake-up) starts on what is half removed.
+
+use std::time::Duration;
+
+use crate::domain::id::AgentId;
+use crate::infra::lock::LockGuard;
+
+use super::agents::{self, AgentError};
+use super::runtime::Runtime;
+use super::workspace::Workspace;
+use super::{inspect, lifecycle, snapshot};
+
+/// How long a stop before a removal waits for drivers to let go.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemovalError {
+    #[error("agent `{id}` has {count} agent(s) below it (`{first}`…)")]
+    Below { id: String, count: usize, first: String },
+    #[error("agent `{id}` is running")]
+    Running { id: String },
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+}
+
+impl From<crate::infra::git::GitError> for RemovalError {
+    fn from(e: crate::infra::git::GitError) -> Self {
+        RemovalError::Agent(e.into())
+    }
+}
+
+/// What went with one agent.
+#[derive(Debug, Clone)]
+pub struct Gone {
+    pub id: AgentId,
+    pub name: Option<String>,
+    /// Its model calls (step records).
+    pub steps: u32,
+    /// Whether it had a parent (so its result may still be awaited).
+    pub parent: Option<String>,
+}
+
+/// Removes `id` (and with `tree` every agent below it), stopping them first when
+/// `stop` says so; returns what went, the deepest first.
+pub fn remove(ws: &Workspace, rt: &Runtime, id: &AgentId, tree: bool, stop: bool) -> Result<Vec<Gone>, RemovalError> {
+    let mut below = lifecycle::descendants(ws, id)?;
+    if !below.is_empty() && !tree {
+        return Err(RemovalError::Below { id: id.to_string(), count: below.len(), first: below[0].to_string() });
+    }
+    if stop {
+        lifecycle::stop_tree(ws, rt, id, PATIENCE)
+            .map_err(|e| AgentError::Stop { id: id.to_string(), reason: e.to_string() })?;
+    }
+    // The deepest first: a child goes before its parent.
+    below.sort_by_key(|b| std::cmp::Reverse(b.as_str().matches('.').count()));
+    let targets: Vec<AgentId> = below.into_iter().chain(std::iter::once(id.clone())).collect();
+    let mut held = Vec::new();
+    for target in &targets {
+        match LockGuard::try_acquire(&ws.layout.lock(target))
+            .map_err(|e| AgentError::Stop { id: target.to_string(), reason: e.to_string() })?
+        {
+            Some(lock) => held.push(lock),
+            None => return Err(RemovalError::Running { id: target.to_string() }),
+        }
+    }
+    let mut gone = Vec::new();
+    for target in &targets {
+        let facts = ws.repo.branch_tip(&target.branch())?.and_then(|tip| snapshot::read_facts(&ws.repo, tip).ok());
+        gone.push(Gone {
+            id: target.clone(),
+            name: facts.as_ref().and_then(|f| f.name.clone()),
+            steps: inspect::step_count(ws, target),
+            parent: facts.and_then(|f| f.parent),
+        });
+        agents::discard(ws, target);
+    }
+    drop(held);
+    Ok(gone)
+}

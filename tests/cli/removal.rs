@@ -1,0 +1,93 @@
+//! `offshoot rm`: an agent goes for good, with everything that was its; one with agents
+//! below it only with `--tree`, a running one only with `--stop`.
+
+use serde_json::json;
+
+use crate::support::server::Turn;
+use crate::support::wait::wait_for;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+/// Every path below `dir` whose name holds `needle`.
+fn paths_with(dir: &std::path::Path, needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if entry.file_name().to_string_lossy().contains(needle) {
+            found.push(path.display().to_string());
+        }
+        if path.is_dir() && !path.is_symlink() {
+            found.extend(paths_with(&path, needle));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_removed_agent_leaves_nothing_and_its_name_is_free_again() {
+    let (server, t) = TestWorkspace::served("rm-one", Dialect::Anthropic);
+    server.push_turns([Turn::bash("c1", "echo work > notes.txt"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Gone", "write notes"]).ok();
+    server.push_turns([Turn::text("kept")]);
+    t.run(&["prompt", "--name", "Kept", "stay"]).ok();
+    let id = t.id_of("Gone");
+    let removed = t.run(&["rm", "Gone"]);
+    assert!(removed.ok().is_empty());
+    assert!(removed.stderr.contains(&format!("removed `Gone` ({id}): 2 steps")), "{}", removed.stderr);
+    let ls = t.run(&["ls"]).ok().to_owned();
+    assert!(!ls.contains("Gone") && ls.contains("Kept"), "{ls}");
+    // No branch, no project branch, no file or directory named after it.
+    assert!(!t.git(&["for-each-ref"]).contains(&id));
+    assert!(!t.git_in("project.git", &["branch", "--list"]).contains("Gone"));
+    assert_eq!(paths_with(&t.ws, &id), Vec::<String>::new());
+    t.git(&["fsck", "--strict"]);
+    t.run(&["doctor"]).ok();
+    // The name can be taken again.
+    server.push_turns([Turn::text("again")]);
+    t.run(&["prompt", "--name", "Gone", "come back"]).ok();
+    let unknown = t.run(&["rm", "Nobody"]);
+    assert_eq!(unknown.code, 2, "{}", unknown.stderr);
+}
+
+#[test]
+fn agents_below_go_only_with_tree_and_a_running_one_only_with_stop() {
+    let (server, t) = TestWorkspace::served("rm-tree", Dialect::Anthropic);
+    server.push_turns([
+        Turn::tool("d1", "dispatch", json!({"role": "worker", "goal": "write kid.txt", "name": "Kid"})),
+        Turn::text("dispatched"),
+    ]);
+    server.push_for("Kid", [Turn::text("kid done")]);
+    server.push_turns([Turn::text("parent done")]);
+    t.run(&["prompt", "--name", "Parent", "dispatch one"]).ok();
+    let (parent, kid) = (t.id_of("Parent"), t.id_of("Kid"));
+    let refused = t.run(&["rm", "Parent"]);
+    assert_eq!(refused.code, 2);
+    assert!(
+        refused.stderr.contains("has 1 agent(s) below it") && refused.stderr.contains("--tree"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(t.agents().len(), 2, "nothing was removed");
+    let removed = t.run(&["rm", "Parent", "--tree", "--json"]);
+    let gone: Vec<serde_json::Value> = removed.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    assert_eq!(
+        gone.iter().map(|g| g["agent"].as_str().unwrap_or("")).collect::<Vec<_>>(),
+        [kid.as_str(), parent.as_str()]
+    );
+    assert!(t.agents().is_empty());
+
+    // A running agent: refused, then stopped and removed.
+    server.push_turns([Turn::bash("c1", "touch started; sleep 60"), Turn::text("never")]);
+    let id = t.run(&["prompt", "--detach", "--name", "Busy", "be slow"]).ok().trim().to_owned();
+    let dir = t.ws.join("agents").join(&id);
+    wait_for("the command to start", || dir.join("started").exists());
+    let busy = t.run(&["rm", "Busy"]);
+    assert_eq!(busy.code, 2);
+    assert!(
+        busy.stderr.contains("is running; nothing was removed") && busy.stderr.contains("--stop"),
+        "{}",
+        busy.stderr
+    );
+    assert!(dir.exists());
+    t.run(&["rm", "Busy", "--stop"]).ok();
+    assert!(!dir.exists() && t.agents().is_empty());
+}
