@@ -11,6 +11,7 @@ pub mod directory;
 pub mod doctor;
 pub mod driver;
 pub mod events;
+pub mod gc;
 pub mod guard;
 pub mod inbox;
 pub mod inspect;

@@ -33,6 +33,20 @@ impl From<crate::infra::git::GitError> for RemovalError {
     }
 }
 
+/// Every target's lock, or the first target whose lock is held.
+fn take_locks(ws: &Workspace, targets: &[AgentId]) -> Result<Result<Vec<LockGuard>, AgentId>, RemovalError> {
+    let mut held = Vec::new();
+    for target in targets {
+        let lock = LockGuard::try_acquire(&ws.layout.lock(target))
+            .map_err(|e| AgentError::Stop { id: target.to_string(), reason: e.to_string() })?;
+        match lock {
+            Some(lock) => held.push(lock),
+            None => return Ok(Err(target.clone())),
+        }
+    }
+    Ok(Ok(held))
+}
+
 /// What went with one agent.
 #[derive(Debug, Clone)]
 pub struct Gone {
@@ -51,22 +65,24 @@ pub fn remove(ws: &Workspace, rt: &Runtime, id: &AgentId, tree: bool, stop: bool
     if !below.is_empty() && !tree {
         return Err(RemovalError::Below { id: id.to_string(), count: below.len(), first: below[0].to_string() });
     }
-    if stop {
-        lifecycle::stop_tree(ws, rt, id, PATIENCE)
-            .map_err(|e| AgentError::Stop { id: id.to_string(), reason: e.to_string() })?;
-    }
     // The deepest first: a child goes before its parent.
     below.sort_by_key(|b| std::cmp::Reverse(b.as_str().matches('.').count()));
     let targets: Vec<AgentId> = below.into_iter().chain(std::iter::once(id.clone())).collect();
-    let mut held = Vec::new();
-    for target in &targets {
-        match LockGuard::try_acquire(&ws.layout.lock(target))
-            .map_err(|e| AgentError::Stop { id: target.to_string(), reason: e.to_string() })?
-        {
-            Some(lock) => held.push(lock),
-            None => return Err(RemovalError::Running { id: target.to_string() }),
+    // Stopped, a tree can still have a driver starting (one launched a moment before,
+    // a compactor's): it is stopped again, a few times, before the removal gives up.
+    let mut tries = if stop { 3 } else { 1 };
+    let held = loop {
+        tries -= 1;
+        if stop {
+            lifecycle::stop_tree(ws, rt, id, PATIENCE)
+                .map_err(|e| AgentError::Stop { id: id.to_string(), reason: e.to_string() })?;
         }
-    }
+        match take_locks(ws, &targets)? {
+            Ok(held) => break held,
+            Err(busy) if tries == 0 => return Err(RemovalError::Running { id: busy.to_string() }),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
     let mut gone = Vec::new();
     for target in &targets {
         let facts = ws.repo.branch_tip(&target.branch())?.and_then(|tip| snapshot::read_facts(&ws.repo, tip).ok());

@@ -1,5 +1,6 @@
 //! `offshoot rm`: an agent goes for good, with everything that was its; one with agents
-//! below it only with `--tree`, a running one only with `--stop`.
+//! below it only with `--tree`, a running one only with `--stop`. `offshoot gc`: disk
+//! given back without losing anything, a running driver beside it.
 
 use serde_json::json;
 
@@ -90,4 +91,75 @@ fn agents_below_go_only_with_tree_and_a_running_one_only_with_stop() {
     assert!(dir.exists());
     t.run(&["rm", "Busy", "--stop"]).ok();
     assert!(!dir.exists() && t.agents().is_empty());
+}
+
+#[test]
+fn gc_beside_a_running_driver_takes_nothing_it_needs() {
+    let (server, t) = TestWorkspace::served("gc-race", Dialect::Anthropic);
+    server.endless_steps(40);
+    t.run(&["prompt", "--name", "Done", "count"]).ok();
+    let done = t.id_of("Done");
+    // A second agent at work while gc runs: its command waits for a file gc cannot touch.
+    let gate = t.root.join("gate");
+    server.endless_steps(0);
+    server.push_turns([
+        Turn::bash(
+            "c1",
+            &format!("touch started; while [ ! -e {} ]; do sleep 0.05; done; echo passed", gate.display()),
+        ),
+        Turn::bash("c2", "echo second > second.txt"),
+        Turn::text("busy done"),
+    ]);
+    let busy = t.run(&["prompt", "--detach", "--name", "Busy", "wait"]).ok().trim().to_owned();
+    let busy_dir = t.ws.join("agents").join(&busy);
+    wait_for("the command to start", || busy_dir.join("started").exists());
+    let collected = t.run(&["gc"]);
+    collected.ok();
+    assert!(collected.stderr.contains("removed the directories of 1 agents"), "{}", collected.stderr);
+    assert!(
+        collected.stderr.contains(&format!("kept the directory of `{busy}`: it is running")),
+        "{}",
+        collected.stderr
+    );
+    assert!(
+        collected.stderr.contains("repo.git: ") && collected.stderr.contains("in one pack"),
+        "{}",
+        collected.stderr
+    );
+    assert!(!t.ws.join("agents").join(&done).exists() && busy_dir.exists());
+    let packs = std::fs::read_dir(t.ws.join("repo.git/objects/pack"))
+        .expect("packs")
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "pack"))
+        .count();
+    assert_eq!(packs, 1);
+    // The running agent goes on and finishes as if nothing happened.
+    std::fs::write(&gate, "").expect("gate");
+    wait_for("the busy agent to finish", || t.agents().iter().all(|a| a["state"] != "running"));
+    assert_eq!(t.git(&["show", &format!("agents/{busy}:second.txt")]), "second\n");
+    // The finished one comes back from its branch when written to.
+    server.push_turns([Turn::bash("c3", "cat step 2>/dev/null; ls | head -3; echo back"), Turn::text("back")]);
+    t.run(&["send", "Done", "are you there"]).ok();
+    assert!(t.ws.join("agents").join(&done).is_dir());
+    t.git(&["fsck", "--strict"]);
+    t.run(&["doctor"]).ok();
+}
+
+#[test]
+fn gc_while_a_driver_commits_step_after_step_loses_no_object() {
+    let (server, t) = TestWorkspace::served("gc-steps", Dialect::Anthropic);
+    server.endless_steps(120);
+    let racer = t.run(&["prompt", "--detach", "--name", "Racer", "count fast"]).ok().trim().to_owned();
+    // Merge the packs again and again while the driver writes and packs its own.
+    let mut rounds = 0;
+    while t.agents().iter().any(|a| a["state"] == "running") || rounds == 0 {
+        t.run(&["gc"]).ok();
+        rounds += 1;
+    }
+    assert!(rounds >= 2, "gc ran {rounds} times during the run");
+    assert!(t.step_records(&racer).len() >= 120);
+    t.git(&["fsck", "--strict"]);
+    t.run(&["doctor"]).ok();
+    let log = t.run(&["log", &racer]).ok().to_owned();
+    assert!(log.contains("step 119") || log.lines().count() > 200, "{}", &log[..log.len().min(2000)]);
 }

@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod doctor;
 pub mod export;
 pub mod fork;
+pub mod gc;
 pub mod log;
 pub mod ls;
 pub mod mcp;

@@ -87,6 +87,72 @@ pub fn pack_loose(git_dir: &Path, at_least: usize) -> Result<Option<Packed>> {
     Ok(Some(Packed { objects: inserted.len(), loose_bytes, pack_bytes }))
 }
 
+/// Makes every object of the bare repository `git_dir` — its packs' and its loose
+/// ones — one pack, then removes the packs and loose files it replaced (each only
+/// once the new pack is whole). Nothing is pruned: an object no ref reaches yet (a
+/// driver's commit before its branch moves) is kept like any other. `None` when another
+/// packer is at work or there was nothing to merge.
+pub fn consolidate(git_dir: &Path) -> Result<Option<Packed>> {
+    let objects = git_dir.join("objects");
+    let packs = objects.join("pack");
+    std::fs::create_dir_all(&packs).map_err(|source| GitError::Io { path: packs.clone(), source })?;
+    let Some(_lock) = PackLock::take(&packs.join("offshoot-packing.lock")) else { return Ok(None) };
+    let old_packs = pack_files(&packs);
+    let loose = loose_objects(&objects);
+    if old_packs.len() <= 2 && loose.is_empty() {
+        return Ok(None);
+    }
+    // Only this repository's own objects: not those its alternates (the user's
+    // repository in project mode) lend it.
+    let own = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    let mut ids = Vec::new();
+    for pack in old_packs.iter().filter(|p| p.extension().is_some_and(|e| e == "idx")) {
+        ids.extend(idx_ids(pack).map_err(|source| GitError::Io { path: pack.clone(), source })?);
+    }
+    ids.extend(loose.iter().map(|(oid, _, _)| *oid));
+    let mut builder = own.packbuilder().map_err(lib("start a pack"))?;
+    builder.set_threads(1);
+    let mut count = 0;
+    for oid in &ids {
+        if builder.insert_object(*oid, None).is_ok() {
+            count += 1;
+        }
+    }
+    let before_bytes: u64 = old_packs.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).sum();
+    let loose_bytes: u64 = loose.iter().map(|(_, _, size)| size).sum();
+    builder.write(&packs, 0o444).map_err(lib("write a pack"))?;
+    let written: Vec<PathBuf> = pack_files(&packs).into_iter().filter(|p| !old_packs.contains(p)).collect();
+    let pack_bytes = written.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).sum();
+    // The old packs go, each index before its pack (a reader never finds an index
+    // without its pack), then the loose copies.
+    let mut old = old_packs.clone();
+    old.sort_by_key(|p| p.extension().is_some_and(|e| e == "pack"));
+    for path in old.iter().filter(|p| !written.contains(p)) {
+        let _ = std::fs::remove_file(path);
+    }
+    for (_, path, _) in &loose {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(Some(Packed { objects: count, loose_bytes: loose_bytes + before_bytes, pack_bytes }))
+}
+
+/// The object ids a pack index (version 2) lists.
+fn idx_ids(idx: &Path) -> std::io::Result<Vec<Oid>> {
+    let bytes = std::fs::read(idx)?;
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not a version 2 pack index");
+    if bytes.len() < 8 + 256 * 4 || bytes[..4] != [0xff, b't', b'O', b'c'] || bytes[4..8] != [0, 0, 0, 2] {
+        return Err(bad());
+    }
+    let fanout = 8 + 255 * 4;
+    let count = u32::from_be_bytes(bytes[fanout..fanout + 4].try_into().map_err(|_| bad())?) as usize;
+    let start = 8 + 256 * 4;
+    let end = start + count * 20;
+    if bytes.len() < end {
+        return Err(bad());
+    }
+    bytes[start..end].chunks(20).map(|c| Oid::from_bytes(c).map_err(|_| bad())).collect()
+}
+
 /// The `.pack` and `.idx` files in `packs`.
 fn pack_files(packs: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(packs)
@@ -158,8 +224,20 @@ mod tests {
         for id in ids {
             reopened.find_object(id, None).expect("every object reads from the pack");
         }
+        // Two packs and loose objects become one pack; every object still reads.
+        for n in 0..300 {
+            repo.blob(format!("more {n}").as_bytes()).expect("blob");
+        }
+        pack_loose(&dir, 10).expect("pack").expect("second pack");
+        let late = repo.blob(b"late").expect("blob");
+        let merged = consolidate(&dir).expect("merge").expect("merged");
+        assert_eq!(merged.objects, 701);
+        assert_eq!(pack_files(&dir.join("objects/pack")).len(), 2, "one pack and its index");
+        assert!(loose_objects(&dir.join("objects")).is_empty());
+        let reopened = Repository::open_bare(&dir).expect("open");
+        reopened.find_object(late, None).expect("the loose one is in the pack");
         // A lock another packer holds: this one leaves everything as it is.
-        repo.blob(b"late").expect("blob");
+        repo.blob(b"later").expect("blob");
         let _held = PackLock::take(&dir.join("objects/pack/offshoot-packing.lock")).expect("lock");
         assert_eq!(pack_loose(&dir, 1).expect("pack"), None);
         let _ = std::fs::remove_dir_all(&dir);

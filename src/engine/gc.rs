@@ -1,0 +1,92 @@
+//! `offshoot gc`: what a workspace can give back without losing anything. The
+//! directories of agents with nothing to do are removed (each is made again from its
+//! branch when it next runs; its own git directory stays), and `repo.git` and
+//! `project.git` are made one pack each. A running agent — its lock held — is left
+//! alone, and its lock is taken for as long as its directory goes, so no driver starts
+//! on a directory half removed.
+
+use std::path::{Path, PathBuf};
+
+use crate::domain::id::AgentId;
+use crate::infra::git::pack::{self, Packed};
+use crate::infra::lock::LockGuard;
+
+use super::agents::{self, AgentError};
+use super::lifecycle;
+use super::snapshot::Loader;
+use super::workspace::Workspace;
+
+/// What a collection did.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// Agents whose directory went, with its bytes.
+    pub dropped: Vec<(AgentId, u64)>,
+    /// Agents left as they were, and why.
+    pub kept: Vec<(AgentId, &'static str)>,
+    pub repo: Option<Packed>,
+    pub project: Option<Packed>,
+}
+
+/// Collects workspace `ws`; the directory holding `here` (the user's current
+/// directory), if an agent's, is kept.
+pub fn collect(ws: &Workspace, here: Option<&Path>) -> Result<Collected, AgentError> {
+    let mut collected = Collected::default();
+    let mut loader = Loader::default();
+    for listing in agents::list(ws)? {
+        let id = listing.id;
+        let directory = ws.layout.worktree(&id);
+        if !directory.exists() {
+            continue;
+        }
+        let Some(facts) = listing.facts else {
+            collected.kept.push((id, "its branch is damaged"));
+            continue;
+        };
+        let real = std::fs::canonicalize(&directory).unwrap_or_else(|_| directory.clone());
+        if here.is_some_and(|h| h.starts_with(&real)) {
+            collected.kept.push((id, "you are in its directory"));
+            continue;
+        }
+        let Ok(Some(_lock)) = LockGuard::try_acquire(&ws.layout.lock(&id)) else {
+            collected.kept.push((id, "it is running"));
+            continue;
+        };
+        match lifecycle::work_left(ws, &mut loader, &id, listing.tip, facts.parent.as_deref()) {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                collected.kept.push((id, "it has work left"));
+                continue;
+            }
+            Err(_) => {
+                collected.kept.push((id, "its state could not be read"));
+                continue;
+            }
+        }
+        let bytes = disk_bytes(&directory);
+        match directory.parent().map(crate::infra::door::Beneath::open_kept) {
+            Some(Ok(agents)) if agents.remove_all(Path::new(id.as_str())).is_ok() => {
+                collected.dropped.push((id, bytes));
+            }
+            _ => collected.kept.push((id, "its directory could not be removed")),
+        }
+    }
+    collected.repo = pack::consolidate(&ws.layout.root().join("repo.git"))?;
+    collected.project = pack::consolidate(&ws.layout.root().join("project.git"))?;
+    Ok(collected)
+}
+
+/// The bytes of the files below `dir` (links not followed).
+fn disk_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack: Vec<PathBuf> = vec![dir.to_owned()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => stack.push(entry.path()),
+                Ok(_) => total += entry.metadata().map(|m| m.len()).unwrap_or(0),
+                Err(_) => {}
+            }
+        }
+    }
+    total
+}
