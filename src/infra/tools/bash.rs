@@ -68,6 +68,12 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         stderr_record: stderr_sink.as_mut().map(|w| w as &mut dyn std::io::Write),
     };
     let done = process::run(&spec, &limits, io).map_err(|e| ToolError::Fatal(e.to_string()))?;
+    // The group on record is for a crash during the call; it has ended with it (a
+    // step's record keeps one file fewer).
+    if let (Some(record), Some(file)) = (&env.record, pgid) {
+        drop(file);
+        let _ = std::fs::remove_file(record.dir.join("pgid"));
+    }
     // A stream kept whole in memory needs no record file; a cut one gets its file.
     for (sink, kept) in [(stdout_sink, &done.stdout), (stderr_sink, &done.stderr)] {
         if let Some(sink) = sink {
@@ -261,7 +267,7 @@ mod tests {
         assert_eq!(out.streams[0].cut.as_ref().and_then(|c| c.record.as_deref()), Some("rec/stdout"));
         assert_eq!(std::fs::metadata(dir.join("stdout")).expect("record").len(), 3893);
         assert!(!dir.join("stderr").exists(), "a whole stream needs no record file");
-        assert!(dir.join("pgid").exists());
+        assert!(!dir.join("pgid").exists(), "the group on record goes with the call");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

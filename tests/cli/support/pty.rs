@@ -45,7 +45,10 @@ impl Pty {
         let child = command.spawn().expect("spawn in the pty");
         drop(slave);
         let out = Arc::new(Mutex::new(Vec::new()));
-        let screen = Arc::new(Mutex::new(vt100::Parser::new(rows.max(1), cols.max(1), 0)));
+        // A terminal that says it has no rows or columns still gets a screen the parser
+        // can write on (vt100 overflows on a 1x1 grid): only the bytes matter there.
+        let (screen_rows, screen_cols) = if rows == 0 || cols == 0 { (24, 80) } else { (rows, cols) };
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(screen_rows, screen_cols, 0)));
         let mut reader = master.try_clone().expect("dup master");
         let mut answer = master.try_clone().expect("dup master");
         let (sink, shown) = (out.clone(), screen.clone());
