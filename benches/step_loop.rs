@@ -162,9 +162,19 @@ fn main() {
     );
     // The whole workspace but the floor's own records, as `du` counts it (blocks).
     let _ = std::fs::remove_dir_all(ws.layout.root().join("floor"));
+    let mut parts: Vec<(String, u64)> = std::fs::read_dir(ws.layout.root())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| (e.file_name().to_string_lossy().into_owned(), tree_blocks(&e.path())))
+        .filter(|(_, b)| *b >= 1 << 20)
+        .collect();
+    parts.sort_by(|a, b| b.1.cmp(&a.1));
+    let parts: Vec<String> = parts.iter().map(|(n, b)| format!("{n} {:.1}", *b as f64 / 1048576.0)).collect();
     println!(
-        "the workspace on disk after the run (du, no gc): {:.1} MiB",
-        tree_blocks(ws.layout.root()) as f64 / 1048576.0
+        "the workspace on disk after the run (du, no gc): {:.1} MiB ({} MiB)",
+        tree_blocks(ws.layout.root()) as f64 / 1048576.0,
+        parts.join(", ")
     );
     let (extended, pairs) = prefix_stability(&ws, &id, steps);
     println!(
