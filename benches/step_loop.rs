@@ -169,7 +169,7 @@ fn main() {
         .map(|e| (e.file_name().to_string_lossy().into_owned(), tree_blocks(&e.path())))
         .filter(|(_, b)| *b >= 1 << 20)
         .collect();
-    parts.sort_by(|a, b| b.1.cmp(&a.1));
+    parts.sort_by_key(|p| std::cmp::Reverse(p.1));
     let parts: Vec<String> = parts.iter().map(|(n, b)| format!("{n} {:.1}", *b as f64 / 1048576.0)).collect();
     println!(
         "the workspace on disk after the run (du, no gc): {:.1} MiB ({} MiB)",

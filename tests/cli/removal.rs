@@ -113,8 +113,16 @@ fn gc_beside_a_running_driver_takes_nothing_it_needs() {
     let busy = t.run(&["prompt", "--detach", "--name", "Busy", "wait"]).ok().trim().to_owned();
     let busy_dir = t.ws.join("agents").join(&busy);
     wait_for("the command to start", || busy_dir.join("started").exists());
+    let disk = |id: &str| -> u64 {
+        let listed = t.run(&["ls", "--disk", "--json"]).ok().to_owned();
+        let agents: Vec<serde_json::Value> = listed.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+        agents.iter().find(|a| a["id"] == id).and_then(|a| a["disk_bytes"].as_u64()).expect("disk_bytes")
+    };
+    let before = disk(&done);
+    assert!(t.run(&["ls", "--disk"]).ok().contains("DISK"));
     let collected = t.run(&["gc"]);
     collected.ok();
+    assert!(disk(&done) < before, "its directory went: {} of {before} bytes left", disk(&done));
     assert!(collected.stderr.contains("removed the directories of 1 agents"), "{}", collected.stderr);
     assert!(
         collected.stderr.contains(&format!("kept the directory of `{busy}`: it is running")),

@@ -5,9 +5,13 @@ use crate::engine::inspect;
 /// (a fork's inherited history counts for the agent it came from) and how full their
 /// context was at their last call (CTX, of the role's window)
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Also the disk each agent takes (its directory, git, records), counted now
+    #[arg(long)]
+    pub disk: bool,
+}
 
-pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let Some(ws) = ctx.existing_workspace()? else {
         ctx.no_workspace();
         return Ok(());
@@ -20,6 +24,11 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
             let mut line = serde_json::Map::from_iter([("type".to_owned(), "ls".into())]);
             if let serde_json::Value::Object(fields) = serde_json::to_value(s).unwrap_or_default() {
                 line.extend(fields);
+            }
+            if args.disk
+                && let Ok(id) = crate::domain::id::AgentId::parse(&s.id)
+            {
+                line.insert("disk_bytes".into(), inspect::disk_of(&ws, &id).into());
             }
             ctx.out.event(&line.into());
         }
@@ -38,13 +47,29 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         width(&|s| s.role.len(), "ROLE"),
     );
     ctx.out.line(&format!(
-        "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  GOAL",
-        "ID", "NAME", "ROLE", "STATE", "STEPS", "IN", "OUT", "COST", "CTX"
+        "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  {}GOAL",
+        "ID",
+        "NAME",
+        "ROLE",
+        "STATE",
+        "STEPS",
+        "IN",
+        "OUT",
+        "COST",
+        "CTX",
+        if args.disk { format!("{:>7}  ", "DISK") } else { String::new() }
     ));
+    // Counted now, when asked: a walk of each agent's files.
+    let disk = |id: &str| -> String {
+        match crate::domain::id::AgentId::parse(id) {
+            Ok(id) if args.disk => format!("{:>7}  ", megabytes(inspect::disk_of(&ws, &id))),
+            _ => String::new(),
+        }
+    };
     let unpriced = states.iter().any(|s| s.cost_usd.is_none() && s.steps > 0);
     for s in states {
         ctx.out.line(&format!(
-            "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  {}",
+            "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  {}{}",
             s.id,
             s.name.as_deref().unwrap_or_default(),
             s.role,
@@ -54,6 +79,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
             s.output_tokens,
             s.cost_usd.map(|c| format!("${c:.4}")).unwrap_or_else(|| "?".to_owned()),
             s.context_percent().map(|p| format!("{p}%")).unwrap_or_else(|| "-".to_owned()),
+            disk(&s.id),
             s.goal
         ));
         if let Some(why) = &s.why {
@@ -66,4 +92,9 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+/// Bytes as `du -h` would say them, in MiB with one decimal (`0.3M`, `41.2M`).
+fn megabytes(bytes: u64) -> String {
+    format!("{:.1}M", bytes as f64 / 1_048_576.0)
 }
