@@ -120,6 +120,10 @@ fn gc_beside_a_running_driver_takes_nothing_it_needs() {
     };
     let before = disk(&done);
     assert!(t.run(&["ls", "--disk"]).ok().contains("DISK"));
+    assert!(t.run(&["tree", "Done", "--disk"]).ok().contains("MiB on disk"));
+    let tree: serde_json::Value =
+        serde_json::from_str(t.run(&["tree", "Done", "--disk", "--json"]).ok().trim()).expect("json");
+    assert_eq!(tree["disk_bytes"].as_u64(), Some(before));
     let collected = t.run(&["gc"]);
     collected.ok();
     assert!(disk(&done) < before, "its directory went: {} of {before} bytes left", disk(&done));

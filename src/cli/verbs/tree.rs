@@ -14,6 +14,9 @@ use crate::engine::inspect::{self, AgentState};
 pub struct Args {
     /// Only this agent (id or name) and the agents below it; all trees when left out
     pub agent: Option<String>,
+    /// Also the disk each agent takes (its directory, git, records), counted now
+    #[arg(long)]
+    pub disk: bool,
 }
 
 /// Steps, tokens and cost, of one agent or summed over a subtree.
@@ -115,20 +118,32 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         ctx.no_agents(&ws);
         return Ok(());
     }
+    let disk = |id: &str| -> Option<u64> {
+        args.disk.then(|| AgentId::parse(id).ok().map(|id| inspect::disk_of(&ws, &id))).flatten()
+    };
     for root in roots {
-        draw(ctx, &forest, root, "", "", 0);
+        draw(ctx, &forest, &disk, root, ("", ""), 0);
     }
     Ok(())
 }
 
-/// One agent's line and, below it, its children's, indented with tree glyphs.
-fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth: usize) {
+/// One agent's line and, below it, its children's, indented with tree glyphs (`lead`
+/// before its line, `rest` before its children's).
+fn draw(
+    ctx: &Ctx,
+    forest: &Forest<'_>,
+    disk: &dyn Fn(&str) -> Option<u64>,
+    id: &str,
+    (lead, rest): (&str, &str),
+    depth: usize,
+) {
     let Some(s) = forest.by_id.get(id) else { return };
     let own = Totals::own(s);
     let kids = forest.kids(id);
     let below = forest.below(id);
+    let on_disk = disk(id);
     if ctx.out.json {
-        ctx.out.event(&json!({
+        let mut line = json!({
             "type": "tree", "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent,
             "origin": s.origin, "depth": depth,
             "steps": own.steps, "tokens": own.tokens, "cost_usd": own.cost_usd.map(usd),
@@ -136,7 +151,11 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
             "compactions": s.compactions,
             "tree": {"agents": count(forest, id), "steps": own.steps + below.steps, "tokens": own.tokens + below.tokens,
                      "cost_usd": own.cost_usd.zip(below.cost_usd).map(|(a, b)| usd(a + b))},
-        }));
+        });
+        if let Some(bytes) = on_disk {
+            line["disk_bytes"] = bytes.into();
+        }
+        ctx.out.event(&line);
     } else {
         let name = s.name.as_deref().map(|n| format!(" {n}")).unwrap_or_default();
         let subtree = if kids.is_empty() {
@@ -161,8 +180,9 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
                 s.compactions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
             ),
         };
+        let on_disk = on_disk.map(|b| format!(", {:.1} MiB on disk", b as f64 / 1_048_576.0)).unwrap_or_default();
         ctx.out.line(&format!(
-            "{lead}{}{name} [{}] {}  {}, {} tokens, {}{fill}{compacted}{subtree}",
+            "{lead}{}{name} [{}] {}  {}, {} tokens, {}{fill}{on_disk}{compacted}{subtree}",
             s.id,
             s.role,
             s.state,
@@ -178,7 +198,7 @@ fn draw(ctx: &Ctx, forest: &Forest<'_>, id: &str, lead: &str, rest: &str, depth:
         let last = i + 1 == below.len();
         let (branch, next) = if last { ("└─ ", "   ") } else { ("├─ ", "│  ") };
         let mark = if *fork { "⑂ " } else { "" };
-        draw(ctx, forest, kid, &format!("{rest}{branch}{mark}"), &format!("{rest}{next}"), depth + 1);
+        draw(ctx, forest, disk, kid, (&format!("{rest}{branch}{mark}"), &format!("{rest}{next}")), depth + 1);
     }
 }
 
