@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::domain::id::AgentId;
-use crate::infra::git::pack::{self, Packed};
+use crate::infra::git::pack::{self, Packing};
 use crate::infra::lock::LockGuard;
 
 use super::agents::{self, AgentError};
@@ -17,20 +17,21 @@ use super::snapshot::Loader;
 use super::workspace::Workspace;
 
 /// What a collection did.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Collected {
     /// Agents whose directory went, with its bytes.
     pub dropped: Vec<(AgentId, u64)>,
     /// Agents left as they were, and why.
     pub kept: Vec<(AgentId, &'static str)>,
-    pub repo: Option<Packed>,
-    pub project: Option<Packed>,
+    pub repo: Packing,
+    pub project: Packing,
 }
 
 /// Collects workspace `ws`; the directory holding `here` (the user's current
 /// directory), if an agent's, is kept.
 pub fn collect(ws: &Workspace, here: Option<&Path>) -> Result<Collected, AgentError> {
-    let mut collected = Collected::default();
+    let mut collected =
+        Collected { dropped: Vec::new(), kept: Vec::new(), repo: Packing::Nothing, project: Packing::Nothing };
     let mut loader = Loader::default();
     for listing in agents::list(ws)? {
         let id = listing.id;

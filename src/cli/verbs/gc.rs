@@ -2,6 +2,7 @@ use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
 use crate::engine::gc;
+use crate::infra::git::pack::Packing;
 
 /// Give back disk without losing anything: remove the directories of agents with
 /// nothing to do (each is made again from its branch when it next runs) and make the
@@ -21,11 +22,14 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         for (id, why) in &collected.kept {
             ctx.out.event(&json!({"type": "kept", "agent": id.as_str(), "why": why}));
         }
-        for (name, packed) in [("repo.git", &collected.repo), ("project.git", &collected.project)] {
-            if let Some(p) = packed {
-                ctx.out.event(&json!({"type": "packed", "repository": name, "objects": p.objects,
-                    "bytes_before": p.loose_bytes, "bytes_after": p.pack_bytes}));
-            }
+        for (name, packing) in [("repo.git", &collected.repo), ("project.git", &collected.project)] {
+            let event = match packing {
+                Packing::Done(p) => json!({"type": "packed", "repository": name, "objects": p.objects,
+                    "bytes_before": p.loose_bytes, "bytes_after": p.pack_bytes}),
+                Packing::Nothing => json!({"type": "packed", "repository": name, "objects": 0}),
+                Packing::Busy => json!({"type": "busy", "repository": name}),
+            };
+            ctx.out.event(&event);
         }
         return Ok(());
     }
@@ -40,15 +44,18 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     for (id, why) in &collected.kept {
         ctx.out.progress(&format!("· kept the directory of `{id}`: {why}"));
     }
-    for (name, packed) in [("repo.git", &collected.repo), ("project.git", &collected.project)] {
-        match packed {
-            Some(p) => ctx.out.progress(&format!(
+    for (name, packing) in [("repo.git", &collected.repo), ("project.git", &collected.project)] {
+        match packing {
+            Packing::Done(p) => ctx.out.progress(&format!(
                 "· {name}: {} objects in one pack, {:.1} MiB before, {:.1} MiB after",
                 p.objects,
                 mib(p.loose_bytes),
                 mib(p.pack_bytes)
             )),
-            None => ctx.out.progress(&format!("· {name}: nothing to merge")),
+            Packing::Nothing => ctx.out.progress(&format!("· {name}: nothing to merge")),
+            Packing::Busy => ctx.out.progress(&format!(
+                "· {name}: not merged: another packer (a driver's, or another gc) is at work; run gc again later"
+            )),
         }
     }
     Ok(())

@@ -17,6 +17,19 @@ use super::{GitError, Result, lib};
 /// A lock older than this was left by a packer that died: it is taken over.
 const STALE: Duration = Duration::from_secs(600);
 
+/// The lock file beside the packs that one packer at a time holds (its pid inside).
+const LOCK: &str = "offshoot-packing.lock";
+
+/// How a packing went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    Done(Packed),
+    /// Nothing to pack.
+    Nothing,
+    /// Another packer holds the lock.
+    Busy,
+}
+
 /// What one packing did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packed {
@@ -47,16 +60,16 @@ pub fn loose_objects(objects: &Path) -> Vec<(Oid, PathBuf, u64)> {
 }
 
 /// Packs the loose objects of the bare repository `git_dir` when there are at least
-/// `at_least`, unless another packer is at work; `None` when nothing was done.
-pub fn pack_loose(git_dir: &Path, at_least: usize) -> Result<Option<Packed>> {
+/// `at_least`, unless another packer is at work.
+pub fn pack_loose(git_dir: &Path, at_least: usize) -> Result<Packing> {
     let objects = git_dir.join("objects");
     let loose = loose_objects(&objects);
     if loose.len() < at_least.max(1) {
-        return Ok(None);
+        return Ok(Packing::Nothing);
     }
     let packs = objects.join("pack");
     std::fs::create_dir_all(&packs).map_err(|source| GitError::Io { path: packs.clone(), source })?;
-    let Some(_lock) = PackLock::take(&packs.join("offshoot-packing.lock")) else { return Ok(None) };
+    let Some(_lock) = PackLock::take(&packs.join(LOCK)) else { return Ok(Packing::Busy) };
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let mut builder = repo.packbuilder().map_err(lib("start a pack"))?;
     builder.set_threads(1);
@@ -68,15 +81,9 @@ pub fn pack_loose(git_dir: &Path, at_least: usize) -> Result<Option<Packed>> {
         }
     }
     if inserted.is_empty() {
-        return Ok(None);
+        return Ok(Packing::Nothing);
     }
-    let before: std::collections::BTreeSet<PathBuf> = pack_files(&packs).into_iter().collect();
-    builder.write(&packs, 0o444).map_err(lib("write a pack"))?;
-    let pack_bytes = pack_files(&packs)
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-        .sum();
+    let pack_bytes = write_pack(&mut builder, &packs)?.bytes;
     // Every inserted object is in the pack now, which is whole: the loose copies go.
     let mut loose_bytes = 0;
     for (path, size) in &inserted {
@@ -84,23 +91,22 @@ pub fn pack_loose(git_dir: &Path, at_least: usize) -> Result<Option<Packed>> {
             loose_bytes += size;
         }
     }
-    Ok(Some(Packed { objects: inserted.len(), loose_bytes, pack_bytes }))
+    Ok(Packing::Done(Packed { objects: inserted.len(), loose_bytes, pack_bytes }))
 }
 
 /// Makes every object of the bare repository `git_dir` — its packs' and its loose
 /// ones — one pack, then removes the packs and loose files it replaced (each only
 /// once the new pack is whole). Nothing is pruned: an object no ref reaches yet (a
-/// driver's commit before its branch moves) is kept like any other. `None` when another
-/// packer is at work or there was nothing to merge.
-pub fn consolidate(git_dir: &Path) -> Result<Option<Packed>> {
+/// driver's commit before its branch moves) is kept like any other.
+pub fn consolidate(git_dir: &Path) -> Result<Packing> {
     let objects = git_dir.join("objects");
     let packs = objects.join("pack");
     std::fs::create_dir_all(&packs).map_err(|source| GitError::Io { path: packs.clone(), source })?;
-    let Some(_lock) = PackLock::take(&packs.join("offshoot-packing.lock")) else { return Ok(None) };
+    let Some(_lock) = PackLock::take(&packs.join(LOCK)) else { return Ok(Packing::Busy) };
     let old_packs = pack_files(&packs);
     let loose = loose_objects(&objects);
     if old_packs.len() <= 2 && loose.is_empty() {
-        return Ok(None);
+        return Ok(Packing::Nothing);
     }
     // Only this repository's own objects: not those its alternates (the user's
     // repository in project mode) lend it.
@@ -112,28 +118,59 @@ pub fn consolidate(git_dir: &Path) -> Result<Option<Packed>> {
     ids.extend(loose.iter().map(|(oid, _, _)| *oid));
     let mut builder = own.packbuilder().map_err(lib("start a pack"))?;
     builder.set_threads(1);
-    let mut count = 0;
     for oid in &ids {
-        if builder.insert_object(*oid, None).is_ok() {
-            count += 1;
-        }
+        // One that cannot be read is not packed, and the pack or file holding it stays.
+        let _ = builder.insert_object(*oid, None);
     }
+    let objects_packed = builder.object_count();
     let before_bytes: u64 = old_packs.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).sum();
     let loose_bytes: u64 = loose.iter().map(|(_, _, size)| size).sum();
-    builder.write(&packs, 0o444).map_err(lib("write a pack"))?;
-    let written: Vec<PathBuf> = pack_files(&packs).into_iter().filter(|p| !old_packs.contains(p)).collect();
-    let pack_bytes = written.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).sum();
-    // The old packs go, each index before its pack (a reader never finds an index
-    // without its pack), then the loose copies.
-    let mut old = old_packs.clone();
+    let written = write_pack(&mut builder, &packs)?;
+    if objects_packed < ids.iter().collect::<std::collections::BTreeSet<_>>().len() {
+        // Something was not packed: nothing is removed.
+        return Ok(Packing::Done(Packed { objects: objects_packed, loose_bytes: 0, pack_bytes: written.bytes }));
+    }
+    // The old packs go — never the one just written, which has the same name when it
+    // holds the same objects — each index before its pack (a reader never finds an
+    // index without its pack), then the loose copies.
+    let mut old: Vec<&PathBuf> = old_packs.iter().filter(|p| !written.files.contains(p)).collect();
     old.sort_by_key(|p| p.extension().is_some_and(|e| e == "pack"));
-    for path in old.iter().filter(|p| !written.contains(p)) {
+    for path in old {
         let _ = std::fs::remove_file(path);
     }
     for (_, path, _) in &loose {
         let _ = std::fs::remove_file(path);
     }
-    Ok(Some(Packed { objects: count, loose_bytes: loose_bytes + before_bytes, pack_bytes }))
+    Ok(Packing::Done(Packed {
+        objects: objects_packed,
+        loose_bytes: loose_bytes + before_bytes,
+        pack_bytes: written.bytes,
+    }))
+}
+
+/// The pack a builder wrote: its two files, by the name libgit2 gave it.
+struct Written {
+    files: Vec<PathBuf>,
+    bytes: u64,
+}
+
+/// Writes `builder`'s pack into `packs` and names its files (`pack-<name>.pack` and
+/// `.idx`); a pack whose name cannot be known is an error, so nothing is removed for it.
+fn write_pack(builder: &mut git2::PackBuilder<'_>, packs: &Path) -> Result<Written> {
+    builder.write(packs, 0o444).map_err(lib("write a pack"))?;
+    let name = builder.name().ok().flatten().map(str::to_owned).ok_or_else(|| GitError::Io {
+        path: packs.to_owned(),
+        source: std::io::Error::other("the pack just written has no name"),
+    })?;
+    let files: Vec<PathBuf> = ["pack", "idx"].iter().map(|ext| packs.join(format!("pack-{name}.{ext}"))).collect();
+    if !files.iter().all(|f| f.is_file()) {
+        return Err(GitError::Io {
+            path: files[0].clone(),
+            source: std::io::Error::other("the pack just written is not there"),
+        });
+    }
+    let bytes = files.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).sum();
+    Ok(Written { files, bytes })
 }
 
 /// The object ids a pack index (version 2) lists.
@@ -169,15 +206,22 @@ struct PackLock(PathBuf);
 
 impl PackLock {
     fn take(path: &Path) -> Option<PackLock> {
+        use std::io::Write;
         for _ in 0..2 {
             match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
-                Ok(_) => return Some(PackLock(path.to_owned())),
+                Ok(mut file) => {
+                    let _ = write!(file, "{}", std::process::id());
+                    return Some(PackLock(path.to_owned()));
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    // Left by a packer that died (its process is gone), or so old it must have.
+                    let holder = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u32>().ok());
+                    let gone = holder.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists());
                     let age = std::fs::metadata(path)
                         .and_then(|m| m.modified())
                         .ok()
                         .and_then(|t| SystemTime::now().duration_since(t).ok());
-                    if age.is_none_or(|a| a < STALE) {
+                    if !gone && age.is_none_or(|a| a < STALE) {
                         return None;
                     }
                     let _ = std::fs::remove_file(path);
@@ -215,8 +259,8 @@ mod tests {
         }
         let loose = loose_objects(&dir.join("objects")).len();
         assert_eq!(loose, 400);
-        assert_eq!(pack_loose(&dir, 1_000).expect("pack"), None, "fewer than asked for: nothing done");
-        let packed = pack_loose(&dir, 10).expect("pack").expect("packed");
+        assert_eq!(pack_loose(&dir, 1_000).expect("pack"), Packing::Nothing, "fewer than asked for: nothing done");
+        let Packing::Done(packed) = pack_loose(&dir, 10).expect("pack") else { panic!("not packed") };
         assert_eq!(packed.objects, 400);
         assert!(packed.pack_bytes < packed.loose_bytes / 4, "{packed:?}");
         assert!(loose_objects(&dir.join("objects")).is_empty());
@@ -228,9 +272,9 @@ mod tests {
         for n in 0..300 {
             repo.blob(format!("more {n}").as_bytes()).expect("blob");
         }
-        pack_loose(&dir, 10).expect("pack").expect("second pack");
+        assert!(matches!(pack_loose(&dir, 10).expect("pack"), Packing::Done(_)));
         let late = repo.blob(b"late").expect("blob");
-        let merged = consolidate(&dir).expect("merge").expect("merged");
+        let Packing::Done(merged) = consolidate(&dir).expect("merge") else { panic!("not merged") };
         assert_eq!(merged.objects, 701);
         assert_eq!(pack_files(&dir.join("objects/pack")).len(), 2, "one pack and its index");
         assert!(loose_objects(&dir.join("objects")).is_empty());
@@ -239,7 +283,45 @@ mod tests {
         // A lock another packer holds: this one leaves everything as it is.
         repo.blob(b"later").expect("blob");
         let _held = PackLock::take(&dir.join("objects/pack/offshoot-packing.lock")).expect("lock");
-        assert_eq!(pack_loose(&dir, 1).expect("pack"), None);
+        assert_eq!(pack_loose(&dir, 1).expect("pack"), Packing::Busy);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_merge_that_writes_the_pack_already_there_keeps_it() {
+        let dir = std::env::temp_dir().join(format!("offshoot-pack-same-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let repo = Repository::init_bare(&dir).expect("init");
+        let ids: Vec<Oid> = (0..50).map(|n| repo.blob(format!("object {n}").as_bytes()).expect("blob")).collect();
+        let objects = dir.join("objects");
+        let copy = dir.join("loose-copy");
+        std::fs::create_dir_all(&copy).expect("copy");
+        for (oid, path, _) in loose_objects(&objects) {
+            std::fs::copy(&path, copy.join(oid.to_string())).expect("keep a copy");
+        }
+        let put_back = || {
+            for entry in std::fs::read_dir(&copy).expect("copies").flatten() {
+                let hex = entry.file_name().to_string_lossy().into_owned();
+                let at = objects.join(&hex[..2]);
+                std::fs::create_dir_all(&at).expect("dir");
+                let _ = std::fs::copy(entry.path(), at.join(&hex[2..]));
+            }
+        };
+        assert!(matches!(consolidate(&dir).expect("merge"), Packing::Done(_) | Packing::Nothing));
+        assert!(matches!(pack_loose(&dir, 1).expect("pack"), Packing::Done(_) | Packing::Nothing));
+        // As a merge cut short while it removed the loose copies leaves them: twice.
+        for _ in 0..2 {
+            put_back();
+            consolidate(&dir).expect("merge");
+            let reopened = Repository::open_bare(&dir).expect("open");
+            for id in &ids {
+                reopened.find_object(*id, None).expect("every object survives a merge that rebuilds its pack");
+            }
+        }
+        // A lock whose holder is gone is taken over at once.
+        std::fs::write(dir.join("objects/pack/offshoot-packing.lock"), "4194303999").expect("stale lock");
+        put_back();
+        assert!(matches!(consolidate(&dir).expect("merge"), Packing::Done(_)));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
