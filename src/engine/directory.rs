@@ -94,6 +94,44 @@ pub fn open(
 /// What of agent `id`'s git a person's `git` in its directory would run that the agent
 /// put there — its git's config or hooks, a `.git` of its own — for when no driver of
 /// it runs to put it back (one killed during a call). A git directory that is gone
+/// Where directories being removed go first (`<workspace>/tmp/trash-…`): out of
+/// `agents/` in one rename, so a removal cut short by a kill leaves the agent's
+/// directory whole or gone — never half, which the next scan would commit as the
+/// agent deleting files — and leaves only trash, which [`sweep_trash`] takes.
+const TRASH: &str = "trash-";
+
+/// Removes agent `id`'s directory: renamed out of `agents/` at once, then deleted
+/// through the door (which gives access back along the way: a `chmod 000` the agent
+/// made does not keep it). A directory that is not there is fine.
+pub fn drop_directory(ws: &Workspace, id: &AgentId) -> std::io::Result<()> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SERIAL: AtomicU32 = AtomicU32::new(0);
+    let tmp = ws.layout.root().join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let trash = format!("{TRASH}{id}-{}-{}", std::process::id(), SERIAL.fetch_add(1, Ordering::Relaxed));
+    match std::fs::rename(ws.layout.worktree(id), tmp.join(&trash)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    }
+    crate::infra::door::Beneath::open_kept(&tmp)
+        .and_then(|door| door.remove_all(std::path::Path::new(&trash)))
+        .map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// Deletes what removals cut short left in the trash (each named after the process
+/// that made it: only those whose process is gone).
+pub fn sweep_trash(ws: &Workspace) {
+    let tmp = ws.layout.root().join("tmp");
+    let Ok(door) = crate::infra::door::Beneath::open_kept(&tmp) else { return };
+    for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(TRASH) else { continue };
+        let pid = rest.rsplitn(3, '-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| p != std::process::id() && !process::running(p)) {
+            let _ = door.remove_all(std::path::Path::new(&name));
+        }
+    }
+}
 /// runs nothing (the next run makes it again).
 pub fn planted(ws: &Workspace, id: &AgentId) -> Vec<&'static str> {
     tend(ws, id, false).unwrap_or_default()

@@ -5,16 +5,16 @@
 //! alone, and its lock is taken for as long as its directory goes, so no driver starts
 //! on a directory half removed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::domain::id::AgentId;
 use crate::infra::git::pack::{self, Packing};
 use crate::infra::lock::LockGuard;
 
 use super::agents::{self, AgentError};
-use super::lifecycle;
 use super::snapshot::Loader;
 use super::workspace::Workspace;
+use super::{directory, inspect, lifecycle};
 
 /// What a collection did.
 #[derive(Debug)]
@@ -63,31 +63,14 @@ pub fn collect(ws: &Workspace, here: Option<&Path>) -> Result<Collected, AgentEr
                 continue;
             }
         }
-        let bytes = disk_bytes(&directory);
-        match directory.parent().map(crate::infra::door::Beneath::open_kept) {
-            Some(Ok(agents)) if agents.remove_all(Path::new(id.as_str())).is_ok() => {
-                collected.dropped.push((id, bytes));
-            }
-            _ => collected.kept.push((id, "its directory could not be removed")),
+        let bytes = inspect::du(&directory);
+        match directory::drop_directory(ws, &id) {
+            Ok(()) => collected.dropped.push((id, bytes)),
+            Err(_) => collected.kept.push((id, "its directory could not be removed")),
         }
     }
+    directory::sweep_trash(ws);
     collected.repo = pack::consolidate(&ws.layout.root().join("repo.git"))?;
     collected.project = pack::consolidate(&ws.layout.root().join("project.git"))?;
     Ok(collected)
-}
-
-/// The bytes of the files below `dir` (links not followed).
-fn disk_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack: Vec<PathBuf> = vec![dir.to_owned()];
-    while let Some(at) = stack.pop() {
-        for entry in std::fs::read_dir(&at).into_iter().flatten().flatten() {
-            match entry.file_type() {
-                Ok(t) if t.is_dir() => stack.push(entry.path()),
-                Ok(_) => total += entry.metadata().map(|m| m.len()).unwrap_or(0),
-                Err(_) => {}
-            }
-        }
-    }
-    total
 }

@@ -240,21 +240,23 @@ fn tip(ws: &Workspace, id: &AgentId) -> Result<CommitId> {
 /// The disk agent `id` takes, as `du` counts it: its directory, its git directory, its
 /// step records, index and temporary files (not what it shares in `repo.git`).
 pub fn disk_of(ws: &Workspace, id: &AgentId) -> u64 {
-    fn blocks(path: &std::path::Path) -> u64 {
-        use std::os::unix::fs::MetadataExt;
-        let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
-        let mut total = meta.blocks() * 512;
-        if meta.is_dir() {
-            for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
-                total += blocks(&entry.path());
-            }
-        }
-        total
-    }
     [ws.layout.worktree(id), ws.layout.git_dir(id), ws.layout.steps(id), ws.layout.index(id), ws.layout.tmp(id)]
         .iter()
-        .map(|p| blocks(p))
+        .map(|p| du(p))
         .sum()
+}
+
+/// The disk below `path` as `du` counts it (blocks; links not followed).
+pub fn du(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
+    let mut total = meta.blocks() * 512;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            total += du(&entry.path());
+        }
+    }
+    total
 }
 
 pub fn step_count(ws: &Workspace, id: &AgentId) -> u32 {

@@ -23,6 +23,8 @@ pub enum RemovalError {
     Below { id: String, count: usize, first: String },
     #[error("agent `{id}` is running")]
     Running { id: String },
+    #[error("agent `{id}` is removed but these could not be: {}", left.join(", "))]
+    Left { id: String, left: Vec<String> },
     #[error(transparent)]
     Agent(#[from] AgentError),
 }
@@ -54,8 +56,6 @@ pub struct Gone {
     pub name: Option<String>,
     /// Its model calls (step records).
     pub steps: u32,
-    /// Whether it had a parent (so its result may still be awaited).
-    pub parent: Option<String>,
 }
 
 /// Removes `id` (and with `tree` every agent below it), stopping them first when
@@ -86,13 +86,13 @@ pub fn remove(ws: &Workspace, rt: &Runtime, id: &AgentId, tree: bool, stop: bool
     let mut gone = Vec::new();
     for target in &targets {
         let facts = ws.repo.branch_tip(&target.branch())?.and_then(|tip| snapshot::read_facts(&ws.repo, tip).ok());
-        gone.push(Gone {
-            id: target.clone(),
-            name: facts.as_ref().and_then(|f| f.name.clone()),
-            steps: inspect::step_count(ws, target),
-            parent: facts.and_then(|f| f.parent),
-        });
-        agents::discard(ws, target);
+        let steps = inspect::step_count(ws, target);
+        // Its branch goes last: a removal cut short (or refused a part) is run again.
+        let left = agents::discard(ws, target);
+        if !left.is_empty() {
+            return Err(RemovalError::Left { id: target.to_string(), left });
+        }
+        gone.push(Gone { id: target.clone(), name: facts.and_then(|f| f.name), steps });
     }
     drop(held);
     Ok(gone)

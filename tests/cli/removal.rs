@@ -119,6 +119,9 @@ fn gc_beside_a_running_driver_takes_nothing_it_needs() {
         agents.iter().find(|a| a["id"] == id).and_then(|a| a["disk_bytes"].as_u64()).expect("disk_bytes")
     };
     let before = disk(&done);
+    // What a gc killed while deleting a directory left (named after a process gone).
+    let trash = t.ws.join("tmp/trash-abcdef-4194303999-0");
+    std::fs::create_dir_all(trash.join("deep")).expect("trash");
     assert!(t.run(&["ls", "--disk"]).ok().contains("DISK"));
     assert!(t.run(&["tree", "Done", "--disk"]).ok().contains("MiB on disk"));
     let tree: serde_json::Value =
@@ -139,6 +142,7 @@ fn gc_beside_a_running_driver_takes_nothing_it_needs() {
         collected.stderr
     );
     assert!(!t.ws.join("agents").join(&done).exists() && busy_dir.exists());
+    assert!(!trash.exists(), "a cut-short removal's trash is swept");
     let packs = std::fs::read_dir(t.ws.join("repo.git/objects/pack"))
         .expect("packs")
         .flatten()

@@ -27,6 +27,9 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
         RemovalError::Running { .. } => CliError::usage(format!("{e}; nothing was removed"))
             .hint(format!("`offshoot rm {} --stop` stops it first", args.agent)),
+        RemovalError::Left { .. } => {
+            CliError::runtime(e.to_string()).hint(format!("`offshoot rm {}` again removes what is left", args.agent))
+        }
         RemovalError::Agent(e) => e.into(),
     })?;
     for g in &gone {

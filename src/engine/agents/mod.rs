@@ -614,40 +614,48 @@ fn start(
     made
 }
 
-/// Removes every trace of an agent: branch, marks, project branch, directory, its git,
-/// index, inbox, steps, lock, temporary files, MCP logs.
-pub fn discard(ws: &Workspace, id: &AgentId) {
-    if let Some(name) = ws
+/// Removes every trace of an agent: directory, its git, index, inbox, steps, temporary
+/// files, MCP logs, then marks, project branch, name and — last, so a removal cut short
+/// still finds the agent to finish — its branch; the lock file goes with it. Returns
+/// what could not be removed.
+pub fn discard(ws: &Workspace, id: &AgentId) -> Vec<String> {
+    let mut left = Vec::new();
+    let mut gone = |what: String, done: bool| {
+        if !done {
+            left.push(what);
+        }
+    };
+    let name = ws
         .repo
         .branch_tip(&id.branch())
         .ok()
         .flatten()
         .and_then(|t| snapshot::read_facts(&ws.repo, t).ok())
-        .and_then(|f| f.name)
-    {
-        let _ = ws.project.delete_branch(&name);
-        let _ = ws.repo.delete_mark(NAMES, &name);
-    }
-    let _ = ws.repo.delete_branch(&id.branch());
-    let _ = ws.repo.delete_marks(id.as_str());
-    ws.project.detach(id.as_str());
-    // Through the door, which gives access back along the way: a directory the agent
-    // made unreadable (`chmod 000`) goes too.
+        .and_then(|f| f.name);
     let directory = ws.layout.worktree(id);
-    match directory.parent().map(crate::infra::door::Beneath::open_kept) {
-        Some(Ok(agents)) => {
-            let _ = agents.remove_all(std::path::Path::new(id.as_str()));
-        }
-        _ => {
-            let _ = std::fs::remove_dir_all(&directory);
-        }
+    gone(directory.display().to_string(), directory::drop_directory(ws, id).is_ok());
+    ws.project.detach(id.as_str());
+    let files = [ws.layout.index(id), ws.layout.lock(id)];
+    let dirs = [
+        crate::engine::mcp::logs(ws.layout.root(), id.as_str()),
+        ws.layout.inbox(id),
+        ws.layout.steps(id),
+        ws.layout.tmp(id),
+    ];
+    let absent = |r: std::io::Result<()>| r.is_ok() || r.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+    for dir in dirs {
+        gone(dir.display().to_string(), absent(std::fs::remove_dir_all(&dir)));
     }
-    let _ = std::fs::remove_dir_all(crate::engine::mcp::logs(ws.layout.root(), id.as_str()));
-    let _ = std::fs::remove_file(ws.layout.index(id));
-    let _ = std::fs::remove_dir_all(ws.layout.inbox(id));
-    let _ = std::fs::remove_dir_all(ws.layout.steps(id));
-    let _ = std::fs::remove_dir_all(ws.layout.tmp(id));
-    let _ = std::fs::remove_file(ws.layout.lock(id));
+    gone(format!("marks of `{id}`"), ws.repo.delete_marks(id.as_str()).is_ok());
+    if let Some(name) = name {
+        gone(format!("project branch `{name}`"), ws.project.delete_branch(&name).is_ok());
+        gone(format!("name `{name}`"), ws.repo.delete_mark(NAMES, &name).is_ok());
+    }
+    gone(format!("branch `{}`", id.branch()), ws.repo.delete_branch(&id.branch()).is_ok());
+    // (The lock file last: a removal holds the lock until now.)
+    gone(files[0].display().to_string(), absent(std::fs::remove_file(&files[0])));
+    let _ = std::fs::remove_file(&files[1]);
+    left
 }
 
 /// Finds an agent by id or name.
