@@ -126,7 +126,7 @@ pub fn sweep_trash(ws: &Workspace) {
     for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(rest) = name.strip_prefix(TRASH) else { continue };
-        let pid = rest.rsplitn(3, '-').nth(1).and_then(|p| p.parse::<u32>().ok());
+        let pid = rest.rsplit('-').nth(1).and_then(|p| p.parse::<u32>().ok());
         if pid.is_some_and(|p| p != std::process::id() && !process::running(p)) {
             let _ = door.remove_all(std::path::Path::new(&name));
         }
