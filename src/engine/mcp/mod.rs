@@ -96,6 +96,10 @@ pub struct Servers {
     start_failed: Mutex<BTreeMap<String, (std::time::Instant, String)>>,
     /// Whether the request's tool limit was said this run.
     said_cap: bool,
+    /// The tip's `.offshoot/mcp` and `.offshoot/tools` trees when the records last
+    /// agreed with the servers: a step whose tip has the same, under the same config
+    /// and with no new listing, has nothing to compare (no record read again).
+    settled: Option<(Option<git2::Oid>, Option<git2::Oid>)>,
     /// Servers that could not be started to list their tools during this run: not
     /// tried again before each step (a broken server would cost its timeout each time).
     failed: BTreeSet<String>,
@@ -129,6 +133,7 @@ impl Servers {
         self.failed.retain(|name| !changed.contains(name));
         self.chosen = chosen;
         self.place = Some(place);
+        self.settled = None;
     }
 
     /// Compares the tip's records with the servers chosen: a server with no record is
@@ -136,6 +141,21 @@ impl Servers {
     /// it when it differs; the record of a server no longer chosen goes. `go_on` says
     /// whether to keep waiting for a server (false once the user interrupts).
     pub fn refresh(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, String> {
+        let trees = (
+            repo.entry_id(tip, mcp::DIR).map_err(|e| e.to_string())?,
+            repo.entry_id(tip, crate::domain::agent::TOOLS).map_err(|e| e.to_string())?,
+        );
+        let listed_since = self.fresh.lock().map(|f| !f.is_empty()).unwrap_or(true);
+        if self.settled == Some(trees) && !listed_since {
+            return Ok(Refresh::default());
+        }
+        let refreshed = self.refresh_records(repo, tip, go_on)?;
+        // Settled when nothing is to be written: the next step's tip has the same trees.
+        self.settled = (!refreshed.changes()).then_some(trees);
+        Ok(refreshed)
+    }
+
+    fn refresh_records(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, String> {
         let mut refresh = Refresh::default();
         let mut recorded: BTreeMap<String, Record> = BTreeMap::new();
         for entry in repo.list_dir(tip, mcp::DIR).map_err(|e| e.to_string())? {
