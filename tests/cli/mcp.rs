@@ -319,6 +319,23 @@ fn stdio_servers_run_in_the_sandbox_without_keys() {
     t.run(&["prompt", "--name", "Kept", "look around"]).ok();
     assert!(server.result_text(1).contains("(unset)"), "{}", server.result_text(1));
     assert!(server.result_text(2).contains("hello"), "{}", server.result_text(2));
+    // The servers' stderr (which may carry what their env holds) is out of the agent's reach.
+    let id = t.only_agent();
+    let log = t.ws.join("mcp/logs").join(&id).join("s.log");
+    assert!(std::fs::read_to_string(&log).is_ok_and(|l| l.contains("initialize")));
+    let shown = log.display().to_string();
+    server.push_turns([
+        Turn::tool("c3", "read_file", json!({"path": shown})),
+        Turn::bash("c4", &format!("cat {shown} || echo unreadable")),
+        Turn::text("done"),
+    ]);
+    t.run(&["send", "Kept", "read the log"]).ok();
+    assert!(server.result_text(4).contains("internals"), "{}", server.result_text(4));
+    assert!(
+        server.result_text(5).contains("unreadable") && !server.result_text(5).contains("initialize"),
+        "{}",
+        server.result_text(5)
+    );
 }
 
 #[test]
@@ -334,25 +351,22 @@ fn roles_choose_servers_and_the_verbs_check_what_they_are_given() {
 
     // Errors name the thing and the rule, and change nothing.
     let before = t.run(&["config", "show"]).ok().to_owned();
-    let taken = t.run(&["mcp", "add", "a", "--", "true"]);
-    assert_eq!(taken.code, 2);
-    assert!(taken.stderr.contains("MCP server `a` already exists"), "{}", taken.stderr);
-    let bad = t.run(&["mcp", "add", "a__b", "--", "true"]);
-    assert_eq!(bad.code, 2);
-    assert!(bad.stderr.contains("`a__b` cannot name an MCP server"), "{}", bad.stderr);
-    let both = t.run(&["mcp", "add", "c", "--url", "http://x", "--", "true"]);
-    assert_eq!(both.code, 2);
-    let scheme = t.run(&["mcp", "add", "c", "--url", "ftp://x"]);
-    assert_eq!(scheme.code, 2);
-    assert!(scheme.stderr.contains("must start with http:// or https://"), "{}", scheme.stderr);
-    let creds = t.run(&["mcp", "add", "c", "--url", "https://user:pass@example.com/mcp"]);
-    assert_eq!(creds.code, 2);
-    assert!(creds.stderr.contains("a URL with credentials"), "{}", creds.stderr);
-    let header = t.run(&["mcp", "add", "c", "--url", "https://example.com/mcp", "--header", "X=bad\nvalue"]);
-    assert_eq!(header.code, 2);
-    assert!(header.stderr.contains("holds a control character"), "{}", header.stderr);
-    let trailing = t.run(&["mcp", "add", "a_", "--", "true"]);
-    assert_eq!(trailing.code, 2);
+    for (args, rule) in [
+        (&["mcp", "add", "a", "--", "true"][..], "MCP server `a` already exists"),
+        (&["mcp", "add", "a__b", "--", "true"], "`a__b` cannot name an MCP server"),
+        (&["mcp", "add", "a_", "--", "true"], "cannot name an MCP server"),
+        (&["mcp", "add", "c", "--url", "http://x", "--", "true"], "cannot be used with"),
+        (&["mcp", "add", "c", "--url", "ftp://x"], "must start with http:// or https://"),
+        (&["mcp", "add", "c", "--url", "https://user:pass@example.com/mcp"], "a URL with credentials"),
+        (
+            &["mcp", "add", "c", "--url", "https://example.com/mcp", "--header", "X=bad\nvalue"],
+            "holds a control character",
+        ),
+    ] {
+        let refused = t.run(args);
+        assert_eq!(refused.code, 2, "{args:?}");
+        assert!(refused.stderr.contains(rule), "{args:?}: {}", refused.stderr);
+    }
     let unknown = t.run(&["mcp", "remove", "zzz"]);
     assert_eq!(unknown.code, 2);
     assert!(unknown.stderr.contains("MCP server `zzz` is not configured"), "{}", unknown.stderr);
