@@ -70,6 +70,7 @@ pub fn pack_loose(git_dir: &Path, at_least: usize) -> Result<Packing> {
     let packs = objects.join("pack");
     std::fs::create_dir_all(&packs).map_err(|source| GitError::Io { path: packs.clone(), source })?;
     let Some(_lock) = PackLock::take(&packs.join(LOCK)) else { return Ok(Packing::Busy) };
+    sweep_unfinished(&packs);
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let mut builder = repo.packbuilder().map_err(lib("start a pack"))?;
     builder.set_threads(1);
@@ -103,6 +104,7 @@ pub fn consolidate(git_dir: &Path) -> Result<Packing> {
     let packs = objects.join("pack");
     std::fs::create_dir_all(&packs).map_err(|source| GitError::Io { path: packs.clone(), source })?;
     let Some(_lock) = PackLock::take(&packs.join(LOCK)) else { return Ok(Packing::Busy) };
+    sweep_unfinished(&packs);
     let old_packs = pack_files(&packs);
     let loose = loose_objects(&objects);
     if old_packs.len() <= 2 && loose.is_empty() {
@@ -188,6 +190,16 @@ fn idx_ids(idx: &Path) -> std::io::Result<Vec<Oid>> {
         return Err(bad());
     }
     bytes[start..end].chunks(20).map(|c| Oid::from_bytes(c).map_err(|_| bad())).collect()
+}
+
+/// Removes the temporary files of packs a packer killed mid-write left
+/// (`pack_git2_…`, libgit2's); called with the lock held, so no packer is writing one.
+fn sweep_unfinished(packs: &Path) {
+    for entry in std::fs::read_dir(packs).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("pack_git2_") {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// The `.pack` and `.idx` files in `packs`.
@@ -318,10 +330,13 @@ mod tests {
                 reopened.find_object(*id, None).expect("every object survives a merge that rebuilds its pack");
             }
         }
-        // A lock whose holder is gone is taken over at once.
+        // A lock whose holder is gone is taken over at once, and what its pack left goes.
         std::fs::write(dir.join("objects/pack/offshoot-packing.lock"), "4194303999").expect("stale lock");
+        let unfinished = dir.join("objects/pack/pack_git2_0123456789abcdef");
+        std::fs::write(&unfinished, b"half a pack").expect("unfinished");
         put_back();
         assert!(matches!(consolidate(&dir).expect("merge"), Packing::Done(_)));
+        assert!(!unfinished.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
