@@ -1,16 +1,16 @@
-//! What agents spent, read from their step records (`steps/<id>/NNNN/meta.json`):
+//! What agents spent, read from their step records (their `meta.json`):
 //! each agent's own calls (a fork's inherited history has no records of its own), a
 //! tree's totals for its budgets, and the check made before every model call and
 //! dispatch.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use crate::domain::budget::{self, Spend, StepSpend};
 use crate::domain::config::Config;
 use crate::domain::id::AgentId;
 use crate::domain::layout::Layout;
 use crate::domain::step::{StepMeta, StepOutcome};
+use crate::engine::step_record::StepRecord;
 use crate::infra::lock::LockGuard;
 use crate::infra::time::{Timestamp, parse_unix_seconds};
 
@@ -55,25 +55,18 @@ impl Records {
 
     /// The steps of one agent.
     pub fn agent(&mut self, layout: &Layout, id: &AgentId) -> AgentSteps {
-        let dir = layout.steps(id);
-        let mut numbers: Vec<u32> = std::fs::read_dir(&dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-            .collect();
-        numbers.sort_unstable();
+        let numbers = super::step_record::numbers(&layout.steps(id));
         let now = Timestamp::now().unix_seconds();
         let mut live = None;
         let mut is_live = || *live.get_or_insert_with(|| LockGuard::is_held(&layout.lock(id)).unwrap_or(false));
         let mut steps = Vec::with_capacity(numbers.len());
         for (i, &n) in numbers.iter().enumerate() {
             let key = (id.to_string(), n);
-            let step_dir = layout.step(id, n);
+            let record = || StepRecord::open(layout, id, n);
             let mut step = match self.done.get(&key) {
                 Some(step) => step.clone(),
                 None => {
-                    let (step, finished) = read_step(&step_dir, now, &mut is_live);
+                    let (step, finished) = read_step(record().as_ref(), now, &mut is_live);
                     if finished {
                         self.done.insert(key, step.clone());
                     }
@@ -82,8 +75,8 @@ impl Records {
             };
             if i + 1 == numbers.len() {
                 // Tools of the last step may have started since it was read.
-                step.tools = has_tools(&step_dir);
-                step.tool_calls = tool_count(&step_dir);
+                step.tool_calls = record().map_or(0, |r| r.tools().len() as u32);
+                step.tools = step.tool_calls > 0;
             }
             steps.push(step);
         }
@@ -109,34 +102,26 @@ pub fn root_of(id: &AgentId) -> AgentId {
     AgentId::parse(first).unwrap_or_else(|_| id.clone())
 }
 
-fn has_tools(step_dir: &Path) -> bool {
-    std::fs::read_dir(step_dir.join("tools")).is_ok_and(|mut d| d.next().is_some())
-}
-
-/// How many tool calls of a step began: a record each under `tools/`.
-fn tool_count(step_dir: &Path) -> u32 {
-    std::fs::read_dir(step_dir.join("tools")).map_or(0, |d| d.flatten().count() as u32)
-}
-
 /// A step's record; `true` when it is final (the call ended, or no driver is left to
 /// end it).
-fn read_step(dir: &Path, now: u64, is_live: &mut dyn FnMut() -> bool) -> (StepSpend, bool) {
-    let meta: Option<StepMeta> =
-        std::fs::read(dir.join("meta.json")).ok().and_then(|b| serde_json::from_slice(&b).ok());
+/// How many tool calls of a step began is the number of call records under `tools/`.
+fn read_step(record: Option<&StepRecord>, now: u64, is_live: &mut dyn FnMut() -> bool) -> (StepSpend, bool) {
+    let meta: Option<StepMeta> = record.and_then(|r| r.read("meta.json")).and_then(|b| serde_json::from_slice(&b).ok());
     // A record not written yet (its directory comes first) is a call about to start.
     let running = meta.as_ref().is_none_or(|m| m.outcome == StepOutcome::Running) && is_live();
     let meta = meta.unwrap_or_else(StepMeta::unwritten);
     let started = parse_unix_seconds(&meta.started);
     let ended = if running { Some(now) } else { meta.ended.as_deref().and_then(parse_unix_seconds).or(started) };
     let answered = meta.outcome == StepOutcome::Ok;
+    let tool_calls = record.map_or(0, |r| r.tools().len() as u32);
     let step = StepSpend {
         model: meta.model,
         usage: meta.usage.unwrap_or_default(),
         started,
         ended,
-        tools: has_tools(dir),
+        tools: tool_calls > 0,
         answered,
-        tool_calls: tool_count(dir),
+        tool_calls,
     };
     (step, !running)
 }

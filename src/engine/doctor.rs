@@ -206,12 +206,15 @@ fn check_marks(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>) -> 
     Ok(())
 }
 
-/// `*.tmp` files a record's atomic rewrite leaves when its writer is killed in between.
+/// `*.tmp` files a record's atomic rewrite (or fold) leaves when its writer is killed in
+/// between.
 fn check_step_temps(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>) {
     for id in ids {
         for step in std::fs::read_dir(ws.layout.steps(id)).into_iter().flatten().flatten() {
-            for file in std::fs::read_dir(step.path()).into_iter().flatten().flatten() {
-                let path = file.path();
+            // A fold's temporary file sits beside the records, a rewrite's in one.
+            let beside = std::iter::once(step.path());
+            let within = std::fs::read_dir(step.path()).into_iter().flatten().flatten().map(|f| f.path());
+            for path in beside.chain(within) {
                 if path.extension().is_some_and(|e| e == "tmp") && age_secs(&path) >= STALE_SECS {
                     findings.push(Finding {
                         what: format!("stray temporary file {} (a record rewrite that was cut short)", path.display()),

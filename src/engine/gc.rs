@@ -3,7 +3,8 @@
 //! branch when it next runs; its own git directory stays), and `repo.git` and
 //! `project.git` are made one pack each. A running agent — its lock held — is left
 //! alone, and its lock is taken for as long as its directory goes, so no driver starts
-//! on a directory half removed.
+//! on a directory half removed. Idle agents' finished step records are folded into
+//! one file each (a running agent's driver does that for its own).
 
 use std::path::Path;
 
@@ -23,6 +24,8 @@ pub struct Collected {
     pub dropped: Vec<(AgentId, u64)>,
     /// Agents left as they were, and why.
     pub kept: Vec<(AgentId, &'static str)>,
+    /// Step records folded into one file each.
+    pub folded: usize,
     pub repo: Packing,
     pub project: Packing,
 }
@@ -30,12 +33,24 @@ pub struct Collected {
 /// Collects workspace `ws`; the directory holding `here` (the user's current
 /// directory), if an agent's, is kept.
 pub fn collect(ws: &Workspace, here: Option<&Path>) -> Result<Collected, AgentError> {
-    let mut collected =
-        Collected { dropped: Vec::new(), kept: Vec::new(), repo: Packing::Nothing, project: Packing::Nothing };
+    let mut collected = Collected {
+        dropped: Vec::new(),
+        kept: Vec::new(),
+        folded: 0,
+        repo: Packing::Nothing,
+        project: Packing::Nothing,
+    };
     let mut loader = Loader::default();
     for listing in agents::list(ws)? {
         let id = listing.id;
         let directory = ws.layout.worktree(&id);
+        if let Ok(Some(_lock)) = LockGuard::try_acquire(&ws.layout.lock(&id)) {
+            // Its records but the newest (which a recovery may still write to): a
+            // running agent's driver folds its own.
+            let steps = ws.layout.steps(&id);
+            let newest = super::step_record::numbers(&steps).last().copied().unwrap_or(0);
+            collected.folded += super::step_record::fold_finished(&steps, newest);
+        }
         if !directory.exists() {
             continue;
         }

@@ -260,27 +260,21 @@ pub fn du(path: &std::path::Path) -> u64 {
 }
 
 pub fn step_count(ws: &Workspace, id: &AgentId) -> u32 {
-    std::fs::read_dir(ws.layout.steps(id))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
-        .count() as u32
+    super::step_record::numbers(&ws.layout.steps(id)).len() as u32
 }
 
 /// A step's record: its meta.json. A step whose driver died during the call shows
 /// as `interrupted`.
 pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
-    let dir = ws.layout.step(id, step);
-    let path = dir.join("meta.json");
-    if !dir.is_dir() {
+    let Some(record) = super::step_record::StepRecord::open(&ws.layout, id, step) else {
         return Err(InspectError::NoStep { id: id.to_string(), step, have: step_count(ws, id) });
-    }
-    let bytes = match std::fs::read(&path) {
-        Ok(bytes) => bytes,
+    };
+    let path = record.path("meta.json");
+    let bytes = match record.read("meta.json") {
+        Some(bytes) => bytes,
         // Written before the call since the records became atomic; older crashes
         // can leave a directory without one.
-        Err(_) => {
+        None => {
             let old = serde_json::json!({"step": step, "agent": id.as_str(), "outcome": "interrupted"});
             return serde_json::from_value(old).map_err(|e| InspectError::BadRecord {
                 step,
@@ -330,7 +324,8 @@ pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
 /// assembling step after step reads each entry once).
 pub fn reassemble_with(ws: &Workspace, id: &AgentId, step: u32, loader: &mut Loader) -> Result<Request> {
     let meta = step_meta(ws, id, step)?;
-    let path = ws.layout.step(id, step).join("meta.json");
+    let path = super::step_record::StepRecord::open(&ws.layout, id, step)
+        .map_or_else(|| ws.layout.step(id, step).join("meta.json"), |r| r.path("meta.json"));
     let commit_of = |key: &str, text: &str| {
         git2::Oid::from_str(text).map_err(|_| InspectError::BadRecord {
             step,

@@ -26,6 +26,7 @@ pub mod scan;
 mod scanned;
 pub mod snapshot;
 pub mod specs;
+pub mod step_record;
 pub mod toolcall;
 pub mod tools;
 pub mod workspace;

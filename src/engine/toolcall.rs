@@ -112,6 +112,12 @@ pub fn run(
         Ok(output) => {
             write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
             let text = render(&output, limits, &record.shown);
+            if text.contains(&record.shown) {
+                // The model was told where a file of the record is: the step's record
+                // keeps its directory, so the path stays true.
+                let why = json!({"why": "a result told the model where a file of this record is"});
+                write_record(super::step_record::REFERENCED, &why)?;
+            }
             (text, output.is_error, output.summary, output.cwd, output.harness_files, output.images)
         }
         Err(ToolError::ToModel(message)) => {

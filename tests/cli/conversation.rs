@@ -6,10 +6,6 @@ use serde_json::{Value, json};
 use crate::support::server::Turn;
 use crate::support::workspace::{DIALECTS, Dialect, TestWorkspace};
 
-fn read_json(path: &std::path::Path) -> Value {
-    serde_json::from_slice(&std::fs::read(path).expect("read")).expect("json")
-}
-
 /// Removes Anthropic cache breakpoints, which move forward by design.
 fn strip_cache_control(v: &mut Value) {
     match v {
@@ -59,8 +55,8 @@ fn twenty_steps(dialect: Dialect) {
         assert_eq!(shown.ok().as_bytes(), &wire[step - 1].raw[..], "step {step}");
         assert!(!shown.stderr.contains("differs"), "{}", shown.stderr);
     }
-    assert!(records.iter().all(|r| !r.join("request.json").exists()));
-    let meta = read_json(&records[4].join("meta.json"));
+    assert!((1..=21).all(|n| t.step_file(&id, n, "request.json").is_none()));
+    let meta = t.step_json(&id, 5, "meta.json");
     assert_eq!(meta["outcome"], "ok");
     assert_eq!(meta["usage"]["input"], 100);
     assert_eq!(meta["sent"]["bytes"], wire[4].raw.len());
@@ -93,7 +89,7 @@ fn twenty_steps(dialect: Dialect) {
         }
     }
     // Nothing secret is ever written.
-    let steps_text = std::fs::read_to_string(records[0].join("meta.json")).expect("read");
+    let steps_text = String::from_utf8(t.step_file(&id, 1, "meta.json").expect("meta")).expect("text");
     assert!(!steps_text.contains("test-key"));
     t.git(&["fsck", "--strict"]);
     // Plain git in the agent's worktree sees exactly the tip.

@@ -2,7 +2,7 @@
 //! its own, so no privilege is needed) whose agent fills it. The step fails saying so,
 //! the branch stays sound (`doctor`), and once space is freed the agent goes on. And
 //! disk that grows with what was said: step records without the request, objects
-//! packed as the driver goes.
+//! packed as the driver goes, finished records folded into one file each.
 
 use std::process::Command;
 
@@ -34,8 +34,18 @@ fn a_long_run_packs_its_objects_and_keeps_no_request_in_its_records() {
     t.git(&["fsck", "--strict"]);
     t.run(&["doctor"]).ok();
     // No step record holds its request; the last one is shown as it was sent.
-    assert!(t.step_records(&id).iter().all(|r| !r.join("request.json").exists()));
     let last = t.step_records(&id).len();
+    assert!((1..=last).all(|n| t.step_file(&id, n, "request.json").is_none()));
+    // The steps that were over when the driver last packed are one file each, which
+    // reads as the directory did.
+    let folded = t.step_records(&id).iter().filter(|r| r.is_file()).count();
+    assert!(folded >= 60 && folded < last, "{folded} of {last} records folded");
+    assert!(t.step_records(&id)[0].is_file());
+    assert_eq!(t.step_json(&id, 1, "meta.json")["outcome"], "ok");
+    let shown = t.run(&["show", &id, "--step", "1", "--request"]);
+    assert_eq!(shown.ok().as_bytes(), &server.requests()[0].raw[..]);
+    let first = t.run(&["--json", "show", &id, "--step", "1"]);
+    assert!(first.ok().contains("\"outcome\""), "{}", first.stdout);
     let shown = t.run(&["show", &id, "--step", &last.to_string(), "--request"]);
     assert_eq!(shown.ok().as_bytes(), &server.requests()[last - 1].raw[..]);
 }
@@ -95,4 +105,43 @@ fn a_full_disk_fails_the_step_and_corrupts_nothing() {
     assert!(stdout.contains("second=0"), "{stdout}\n{}", read("second.out"));
     assert!(read("second.out").contains("after the space came back"), "{}", read("second.out"));
     assert!(stdout.contains("doctor2=0"), "{stdout}\n{}", read("doctor2.out"));
+}
+
+#[test]
+fn gc_folds_an_idle_agents_finished_records_but_one_the_model_was_pointed_into() {
+    let (server, t) = TestWorkspace::served("disk-fold", Dialect::Anthropic);
+    server.push_turns([Turn::bash("big", "seq 1 50000"), Turn::bash("small", "echo small-output"), Turn::text("done")]);
+    t.run(&["prompt", "go"]).ok();
+    let id = t.only_agent();
+    let pointer = format!("steps/{id}/0001/tools/big/stdout");
+    assert!(server.result_text(1).contains(&pointer), "{}", server.result_text(1));
+    let before = t.run(&["show", &id, "--step", "2"]).ok().to_owned();
+
+    let gc = t.run(&["gc"]);
+    gc.ok();
+    assert!(gc.stderr.contains("folded 1 finished step record"), "{}", gc.stderr);
+    let records = t.step_records(&id);
+    let names: Vec<String> =
+        records.iter().map(|r| r.file_name().expect("name").to_string_lossy().into_owned()).collect();
+    // Step 1 told the model where its output is; step 3 is the newest.
+    assert_eq!(names, ["0001", "0002.json", "0003"]);
+    assert!(t.ws.join(&pointer).is_file(), "the path the model was given stays true");
+    let output = t.step_json(&id, 2, "tools/small/output.json");
+    assert!(output.to_string().contains("small-output"), "{output}");
+    assert_eq!(
+        t.run(&["show", &id, "--step", "2"]).ok(),
+        before,
+        "show reads the folded record as it read the directory"
+    );
+    let shown = t.run(&["show", &id, "--step", "2", "--request"]);
+    assert_eq!(shown.ok().as_bytes(), &server.requests()[1].raw[..]);
+    assert!(t.run(&["ls"]).ok().contains(" 3 "), "{}", t.run(&["ls"]).stdout);
+    t.run(&["doctor"]).ok();
+    // Again: nothing left to fold.
+    let again = t.run(&["--json", "gc"]);
+    assert!(again.ok().contains("{\"type\":\"folded\",\"records\":0}"), "{}", again.stdout);
+    // The agent goes on from there.
+    server.push_turns([Turn::text("more")]);
+    assert!(t.run(&["send", &id, "and more"]).ok().contains("more"));
+    assert_eq!(t.step_records(&id).len(), 4);
 }

@@ -8,8 +8,7 @@ use crate::support::server::{Reply, Turn, error_body};
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 fn meta(t: &TestWorkspace, id: &str, step: usize) -> Value {
-    let path = t.step_records(id)[step - 1].join("meta.json");
-    serde_json::from_slice(&std::fs::read(path).expect("meta")).expect("json")
+    t.step_json(id, step, "meta.json")
 }
 
 #[test]
@@ -30,7 +29,7 @@ fn rate_limit_with_retry_after_is_honoured_and_recorded() {
     assert_eq!(m["attempts"].as_array().expect("attempts").len(), 2);
     assert_eq!(m["attempts"][0]["status"], 429);
     assert_eq!(m["attempts"][0]["retry_after_ms"], 1000);
-    let raw = std::fs::read_to_string(t.step_records(&id)[0].join("response.ndjson")).expect("ndjson");
+    let raw = String::from_utf8(t.step_file(&id, 1, "response.ndjson").expect("ndjson")).expect("text");
     assert!(raw.contains("slow down") && raw.contains("message_stop"), "{raw}");
 }
 

@@ -22,6 +22,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         for (id, why) in &collected.kept {
             ctx.out.event(&json!({"type": "kept", "agent": id.as_str(), "why": why}));
         }
+        ctx.out.event(&json!({"type": "folded", "records": collected.folded}));
         for (name, packing) in [("repo.git", &collected.repo), ("project.git", &collected.project)] {
             let event = match packing {
                 Packing::Done(p) => json!({"type": "packed", "repository": name, "objects": p.objects,
@@ -43,6 +44,9 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     }
     for (id, why) in &collected.kept {
         ctx.out.progress(&format!("· kept the directory of `{id}`: {why}"));
+    }
+    if collected.folded > 0 {
+        ctx.out.progress(&format!("· folded {} finished step records into one file each", collected.folded));
     }
     for (name, packing) in [("repo.git", &collected.repo), ("project.git", &collected.project)] {
         match packing {

@@ -489,7 +489,7 @@ impl<'a> Driver<'a> {
         };
         let bytes = serde_json::to_vec(&output).unwrap_or_default();
         let tip = self.commit(tip, &[(&output_name, &bytes)], false, &format!("{output_name}: model output"))?;
-        self.packer.step(&self.ws.layout.root().join("repo.git"));
+        self.packer.step(&self.ws.layout.root().join("repo.git"), &self.ws.layout.steps(&self.id), step);
         let calls: Vec<toolcall::Call<'_>> =
             output.tool_uses().map(|(id, name, input)| toolcall::Call { id, name, input }).collect();
         if calls.is_empty() {

@@ -15,6 +15,7 @@ use crate::engine::budget;
 use crate::engine::events::{Event, Observer};
 use crate::engine::interrupt::Reason;
 use crate::engine::model::{self, ModelError};
+use crate::engine::step_record::StepRecord;
 use crate::infra::git::CommitId;
 use crate::infra::provider::transport::{AttemptRecord, Observer as CallObserver};
 use crate::infra::provider::{Delta, Output, Usage, sse};
@@ -27,14 +28,14 @@ impl Driver<'_> {
     /// with the measured size of the request it sent: what the next request is measured by.
     pub(super) fn last_reported(&self, step: u32) -> Option<(u64, u64)> {
         (step.saturating_sub(5).max(1)..step).rev().find_map(|n| {
-            let dir = self.ws.layout.step(&self.id, n);
-            let meta: StepMeta = serde_json::from_slice(&std::fs::read(dir.join("meta.json")).ok()?).ok()?;
+            let record = StepRecord::open(&self.ws.layout, &self.id, n)?;
+            let meta: StepMeta = serde_json::from_slice(&record.read("meta.json")?).ok()?;
             let tokens = meta.usage?.input?;
             if let Some(bytes) = meta.measured_bytes {
                 return Some((tokens, bytes));
             }
             // A record from before requests were stored once: its `request.json`.
-            let json = std::fs::read(dir.join("request.json")).ok()?;
+            let json = record.read("request.json")?;
             let request: crate::infra::provider::Request = serde_json::from_slice(&json).ok()?;
             Some((tokens, context::measured_bytes(&request, json.len() as u64)))
         })

@@ -143,9 +143,10 @@ impl Driver<'_> {
 const PACK_EVERY: u32 = 32;
 const PACK_AT_LEAST: usize = 256;
 
-/// Packs the workspace's `repo.git` as a driver goes: every [`PACK_EVERY`] model
-/// calls, on a thread of its own (never in the step's path), when no packing of this
-/// driver is still at work; another process's packing makes this one skip.
+/// Packs the workspace's `repo.git` as a driver goes, and folds the agent's finished
+/// step records into one file each: every [`PACK_EVERY`] model calls, on a thread of
+/// its own (never in the step's path), when no packing of this driver is still at
+/// work; another process's packing makes this one skip.
 #[derive(Default)]
 pub(super) struct Packer {
     calls: u32,
@@ -153,18 +154,22 @@ pub(super) struct Packer {
 }
 
 impl Packer {
-    pub(super) fn step(&mut self, git_dir: &std::path::Path) {
+    /// Model call `step` of the agent whose records are in `steps_dir` was made.
+    pub(super) fn step(&mut self, git_dir: &std::path::Path, steps_dir: &std::path::Path, step: u32) {
         self.calls += 1;
         if !self.calls.is_multiple_of(PACK_EVERY) || self.running.as_ref().is_some_and(|r| !r.is_finished()) {
             return;
         }
         self.finish();
         let git_dir = git_dir.to_owned();
+        let steps_dir = steps_dir.to_owned();
         self.running = std::thread::Builder::new()
             .name("packer".into())
             .spawn(move || {
                 // Only on what the steps leave idle.
                 crate::infra::process::idle_priority();
+                // The steps before this one are over; what cannot be folded now waits.
+                crate::engine::step_record::fold_finished(&steps_dir, step);
                 // A failure leaves the loose objects where they were: the next try packs them.
                 let _ = crate::infra::git::pack::pack_loose(&git_dir, PACK_AT_LEAST);
             })

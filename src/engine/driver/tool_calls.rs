@@ -91,18 +91,14 @@ impl Driver<'_> {
         let marks =
             [format!("OFFSHOOT_AGENT={}", self.id), format!("OFFSHOOT_WORKSPACE={}", self.real_workspace.display())];
         let marks: Vec<&str> = marks.iter().map(String::as_str).collect();
-        let mut steps: Vec<u32> = std::fs::read_dir(self.ws.layout.steps(&self.id))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-            .collect();
-        steps.sort_unstable_by(|a, b| b.cmp(a));
+        let mut steps = crate::engine::step_record::numbers(&self.ws.layout.steps(&self.id));
+        steps.reverse();
         for (tool_use_id, _) in open {
             let record = toolcall::record_name(tool_use_id);
             let group = steps.iter().take(3).find_map(|step| {
-                let path = self.ws.layout.step(&self.id, *step).join("tools").join(&record).join("pgid");
-                std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse::<u32>().ok())
+                let at = crate::engine::step_record::StepRecord::open(&self.ws.layout, &self.id, *step)?;
+                let text = at.read(&format!("tools/{record}/pgid"))?;
+                String::from_utf8_lossy(&text).trim().parse::<u32>().ok()
             });
             if let Some(group) = group
                 && process::group_carries(group, &marks)

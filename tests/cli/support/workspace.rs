@@ -247,17 +247,42 @@ impl TestWorkspace {
         self.ws.join("steps").join(id)
     }
 
-    /// Step record directories of an agent (numbered ones only).
+    /// Step records of an agent, in order: a directory `NNNN/` for a step under way,
+    /// one file `NNNN.json` for one folded when it was over.
     pub fn step_records(&self, id: &str) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(self.steps_dir(id))
             .into_iter()
             .flatten()
             .flatten()
-            .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".json").unwrap_or(&name).parse::<u32>().is_ok()
+            })
             .map(|e| e.path())
             .collect();
         v.sort();
         v
+    }
+
+    /// File `name` (`meta.json`, `tools/<call>/output.json`) of step `step`'s record,
+    /// in whichever form the record is.
+    pub fn step_file(&self, id: &str, step: usize, name: &str) -> Option<Vec<u8>> {
+        let dir = self.steps_dir(id).join(format!("{step:04}"));
+        if let Ok(text) = std::fs::read(dir.with_extension("json")) {
+            let folded: serde_json::Value = serde_json::from_slice(&text).expect("a folded record is JSON");
+            return match &folded["files"][name] {
+                serde_json::Value::Null => None,
+                serde_json::Value::String(s) => Some(s.clone().into_bytes()),
+                other => Some(other.to_string().into_bytes()),
+            };
+        }
+        std::fs::read(dir.join(name)).ok()
+    }
+
+    /// A JSON file of step `step`'s record (see [`TestWorkspace::step_file`]).
+    pub fn step_json(&self, id: &str, step: usize, name: &str) -> serde_json::Value {
+        let bytes = self.step_file(id, step, name).unwrap_or_else(|| panic!("step {step} of {id} has no {name}"));
+        serde_json::from_slice(&bytes).expect("json")
     }
 }
 
