@@ -74,6 +74,39 @@ impl Choice {
 }
 
 /// `--model`'s value, if it is a model's name (clap's value parser: refused with the rule).
+/// An age such as `90s`, `30m`, `12h`, `14d` or `2w`.
+pub fn parse_age(text: &str) -> Option<std::time::Duration> {
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return None,
+    };
+    number.checked_mul(seconds).map(std::time::Duration::from_secs)
+}
+
 pub fn model_name(value: &str) -> Result<String, String> {
     crate::domain::agent::check_model(value).map(|()| value.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_age;
+
+    #[test]
+    fn ages_are_a_number_and_a_unit() {
+        assert_eq!(parse_age("14d"), Some(Duration::from_secs(14 * 86_400)));
+        assert_eq!(parse_age("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_age("2w"), Some(Duration::from_secs(1_209_600)));
+        for bad in ["", "14", "d", "1.5h", "-1h", "3 days", "1y", "99999999999999999999d"] {
+            assert_eq!(parse_age(bad), None, "{bad}");
+        }
+    }
 }

@@ -4,12 +4,15 @@
 //! `project.git` are made one pack each. A running agent — its lock held — is left
 //! alone, and its lock is taken for as long as its directory goes, so no driver starts
 //! on a directory half removed. Idle agents' finished step records are folded into
-//! one file each (a running agent's driver does that for its own).
+//! one file each (a running agent's driver does that for its own). Objects of
+//! `repo.git` that nothing reaches — a removed agent's history, a crashed step's
+//! commit — are let go once older than a grace period.
 
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use crate::domain::id::AgentId;
-use crate::infra::git::pack::{self, Packing};
+use crate::infra::git::pack::{self, Packing, Prune};
 use crate::infra::lock::LockGuard;
 
 use super::agents::{self, AgentError};
@@ -31,8 +34,9 @@ pub struct Collected {
 }
 
 /// Collects workspace `ws`; the directory holding `here` (the user's current
-/// directory), if an agent's, is kept.
-pub fn collect(ws: &Workspace, here: Option<&Path>) -> Result<Collected, AgentError> {
+/// directory), if an agent's, is kept. Objects of `repo.git` nothing reaches are let
+/// go once older than `prune_after`.
+pub fn collect(ws: &Workspace, here: Option<&Path>, prune_after: Duration) -> Result<Collected, AgentError> {
     let mut collected = Collected {
         dropped: Vec::new(),
         kept: Vec::new(),
@@ -85,7 +89,34 @@ pub fn collect(ws: &Workspace, here: Option<&Path>) -> Result<Collected, AgentEr
         }
     }
     directory::sweep_trash(ws);
-    collected.repo = pack::consolidate(&ws.layout.root().join("repo.git"))?;
-    collected.project = pack::consolidate(&ws.layout.root().join("project.git"))?;
+    let before = SystemTime::now().checked_sub(prune_after).unwrap_or(SystemTime::UNIX_EPOCH);
+    let prune = Prune { roots: roots(ws), before };
+    collected.repo = pack::consolidate(&ws.layout.repo(), Some(&prune))?;
+    // Agents' own gits borrow project.git's objects and keep refs of their own: what
+    // they reach is theirs to say, so nothing there is let go.
+    collected.project = pack::consolidate(&ws.layout.project(), None)?;
     Ok(collected)
+}
+
+/// What `repo.git` must keep beyond what its refs reach: the blobs every agent's index
+/// names (a driver reuses them for files it finds unchanged), and the commits every
+/// step record names (`show --step N --request` assembles the request from them).
+fn roots(ws: &Workspace) -> Vec<git2::Oid> {
+    let mut roots = Vec::new();
+    let index = ws.layout.root().join("index");
+    for file in std::fs::read_dir(&index).into_iter().flatten().flatten() {
+        roots.extend(pack::index_blobs(&file.path()));
+    }
+    let steps = ws.layout.root().join("steps");
+    for agent in std::fs::read_dir(&steps).into_iter().flatten().flatten() {
+        for n in super::step_record::numbers(&agent.path()) {
+            let Some(record) = super::step_record::StepRecord::at(&agent.path().join(format!("{n:04}"))) else {
+                continue;
+            };
+            let Some(meta) = record.read("meta.json") else { continue };
+            let Ok(meta) = serde_json::from_slice::<crate::domain::step::StepMeta>(&meta) else { continue };
+            roots.extend([meta.commit, meta.config].iter().filter_map(|c| git2::Oid::from_str(c).ok()));
+        }
+    }
+    roots
 }

@@ -165,11 +165,14 @@ fn gc_beside_a_running_driver_takes_nothing_it_needs() {
 fn gc_while_a_driver_commits_step_after_step_loses_no_object() {
     let (server, t) = TestWorkspace::served("gc-steps", Dialect::Anthropic);
     server.endless_steps(120);
+    // What was there before is old: gc walks and lets go with the least grace while
+    // the driver writes objects no ref names yet.
+    age_files(&t.ws.join("repo.git/objects"), 30);
     let racer = t.run(&["prompt", "--detach", "--name", "Racer", "count fast"]).ok().trim().to_owned();
     // Merge the packs again and again while the driver writes and packs its own.
     let mut rounds = 0;
     while t.agents().iter().any(|a| a["state"] == "running") || rounds == 0 {
-        t.run(&["gc"]).ok();
+        t.run(&["gc", "--prune-after", "1h"]).ok();
         rounds += 1;
     }
     assert!(rounds >= 2, "gc ran {rounds} times during the run");
@@ -178,4 +181,62 @@ fn gc_while_a_driver_commits_step_after_step_loses_no_object() {
     t.run(&["doctor"]).ok();
     let log = t.run(&["log", &racer]).ok().to_owned();
     assert!(log.contains("step 119") || log.lines().count() > 200, "{}", &log[..log.len().min(2000)]);
+}
+
+/// Sets the time of every file below `dir` (objects, packs) `days` back.
+fn age_files(dir: &std::path::Path, days: u64) {
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(days * 86_400);
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            age_files(&path, days);
+        } else if let Ok(file) =
+            std::fs::File::options().append(true).open(&path).or_else(|_| std::fs::File::open(&path))
+        {
+            let _ = file.set_modified(then);
+        }
+    }
+}
+
+#[test]
+fn gc_lets_go_of_a_removed_agents_history_once_old_and_keeps_every_other_object() {
+    let (server, t) = TestWorkspace::served("gc-prune", Dialect::Anthropic);
+    server.push_turns([Turn::bash("c1", "echo only-the-removed-agent-wrote-this > gone.txt"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Gone", "write"]).ok();
+    server.push_turns([Turn::bash("c1", "echo kept > kept.txt"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Kept", "write"]).ok();
+    let (gone, kept) = (t.id_of("Gone"), t.id_of("Kept"));
+    let gone_tip = t.git(&["rev-parse", &format!("agents/{gone}")]).trim().to_owned();
+    let gone_blob = t.git(&["rev-parse", &format!("agents/{gone}:gone.txt")]).trim().to_owned();
+    t.run(&["rm", "Gone"]).ok();
+
+    // Too short a grace is refused, naming the rule; nothing is touched.
+    let short = t.run(&["gc", "--prune-after", "10m"]);
+    assert_eq!(short.code, 2, "{}", short.stderr);
+    assert!(short.stderr.contains("--prune-after `10m`") && short.stderr.contains("at least 1h"), "{}", short.stderr);
+    assert_eq!(t.run(&["gc", "--prune-after", "soon"]).code, 2);
+
+    // Young, the removed agent's objects stay (the default grace is 14 days).
+    t.run(&["gc"]).ok();
+    t.git(&["cat-file", "-e", &gone_tip]);
+    // Old, they go; everything an agent, a record or an index names stays.
+    age_files(&t.ws.join("repo.git/objects"), 30);
+    let gc = t.run(&["gc"]);
+    assert!(gc.ok().is_empty());
+    assert!(gc.stderr.contains("that nothing reached for 14d let go"), "{}", gc.stderr);
+    for object in [&gone_tip, &gone_blob] {
+        let probe = std::process::Command::new("git")
+            .args(["--git-dir", &t.ws.join("repo.git").display().to_string(), "cat-file", "-e", object])
+            .output()
+            .expect("git");
+        assert!(!probe.status.success(), "{object} is still there");
+    }
+    t.git(&["fsck", "--strict", "--no-dangling"]);
+    t.run(&["doctor"]).ok();
+    let shown = t.run(&["show", &kept, "--step", "2", "--request"]);
+    assert_eq!(shown.ok().as_bytes(), &server.requests()[3].raw[..]);
+    server.push_turns([Turn::bash("c2", "cat kept.txt"), Turn::text("still here")]);
+    assert!(t.run(&["send", "Kept", "look"]).ok().contains("still here"));
+    assert!(server.result_text(5).contains("kept"), "{}", server.result_text(5));
+    t.git(&["fsck", "--strict"]);
 }

@@ -7,6 +7,7 @@
 //! rename). A reader that misses a loose object just removed finds it in the new pack
 //! (libgit2 and git both look at the packs again on a miss).
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -34,6 +35,8 @@ pub enum Packing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packed {
     pub objects: usize,
+    /// Objects left out, which nothing reached.
+    pub pruned: usize,
     /// Bytes of the loose files removed, and of the pack written.
     pub loose_bytes: u64,
     pub pack_bytes: u64,
@@ -92,14 +95,23 @@ pub fn pack_loose(git_dir: &Path, at_least: usize) -> Result<Packing> {
             loose_bytes += size;
         }
     }
-    Ok(Packing::Done(Packed { objects: inserted.len(), loose_bytes, pack_bytes }))
+    Ok(Packing::Done(Packed { objects: inserted.len(), pruned: 0, loose_bytes, pack_bytes }))
+}
+
+/// What a merge of packs may leave out: the objects of the repository itself that
+/// nothing reaches — not a ref, a reflog entry, one of `roots`, nor an object written
+/// after `before` (a driver writes its objects before its branch names them) — and
+/// that were themselves written before `before`.
+pub struct Prune {
+    pub roots: Vec<Oid>,
+    pub before: SystemTime,
 }
 
 /// Makes every object of the bare repository `git_dir` — its packs' and its loose
 /// ones — one pack, then removes the packs and loose files it replaced (each only
-/// once the new pack is whole). Nothing is pruned: an object no ref reaches yet (a
-/// driver's commit before its branch moves) is kept like any other.
-pub fn consolidate(git_dir: &Path) -> Result<Packing> {
+/// once the new pack is whole). With `prune`, the objects it lets go are left out;
+/// without, nothing is.
+pub fn consolidate(git_dir: &Path, prune: Option<&Prune>) -> Result<Packing> {
     let objects = git_dir.join("objects");
     let packs = objects.join("pack");
     std::fs::create_dir_all(&packs).map_err(|source| GitError::Io { path: packs.clone(), source })?;
@@ -107,20 +119,39 @@ pub fn consolidate(git_dir: &Path) -> Result<Packing> {
     sweep_unfinished(&packs);
     let old_packs = pack_files(&packs);
     let loose = loose_objects(&objects);
-    if old_packs.len() <= 2 && loose.is_empty() {
-        return Ok(Packing::Nothing);
-    }
     // Only this repository's own objects: not those its alternates (the user's
     // repository in project mode) lend it.
     let own = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
-    let mut ids = Vec::new();
+    // Each object of the repository's own, with when it was last written (its file's
+    // time, or its pack's: libgit2 and git touch the file again when they write an
+    // object it already holds).
+    let mut written_at: HashMap<Oid, SystemTime> = HashMap::new();
+    let mut note = |oid: Oid, at: SystemTime| {
+        let slot = written_at.entry(oid).or_insert(at);
+        *slot = (*slot).max(at);
+    };
+    let mut pack_ids = HashMap::new();
     for pack in old_packs.iter().filter(|p| p.extension().is_some_and(|e| e == "idx")) {
-        ids.extend(idx_ids(pack).map_err(|source| GitError::Io { path: pack.clone(), source })?);
+        let at = modified(&pack.with_extension("pack"));
+        let ids = idx_ids(pack).map_err(|source| GitError::Io { path: pack.clone(), source })?;
+        for oid in &ids {
+            note(*oid, at);
+        }
+        pack_ids.insert(pack.with_extension("pack"), (at, ids));
     }
-    ids.extend(loose.iter().map(|(oid, _, _)| *oid));
+    for (oid, path, _) in &loose {
+        note(*oid, modified(path));
+    }
+    let keep = match prune {
+        Some(prune) => reached(&own, &written_at, prune),
+        None => written_at.keys().copied().collect(),
+    };
+    if old_packs.len() <= 2 && loose.is_empty() && keep.len() == written_at.len() {
+        return Ok(Packing::Nothing);
+    }
     let mut builder = own.packbuilder().map_err(lib("start a pack"))?;
     builder.set_threads(1);
-    for oid in &ids {
+    for oid in &keep {
         // One that cannot be read is not packed, and the pack or file holding it stays.
         let _ = builder.insert_object(*oid, None);
     }
@@ -128,26 +159,91 @@ pub fn consolidate(git_dir: &Path) -> Result<Packing> {
     let before_bytes: u64 = old_packs.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).sum();
     let loose_bytes: u64 = loose.iter().map(|(_, _, size)| size).sum();
     let written = write_pack(&mut builder, &packs)?;
-    if objects_packed < ids.iter().collect::<std::collections::BTreeSet<_>>().len() {
+    if objects_packed < keep.len() {
         // Something was not packed: nothing is removed.
-        return Ok(Packing::Done(Packed { objects: objects_packed, loose_bytes: 0, pack_bytes: written.bytes }));
+        return Ok(Packing::Done(Packed {
+            objects: objects_packed,
+            pruned: 0,
+            loose_bytes: 0,
+            pack_bytes: written.bytes,
+        }));
     }
+    // A file holding an object let go that was written again since it was listed
+    // holds an object a writer has just used (it found the object there, wrote
+    // nothing and touched the file): it stays.
+    let untouched = |path: &Path, listed: SystemTime| modified(path) <= listed;
+    let lets_go = |pack: &Path| {
+        pack_ids.get(&pack.with_extension("pack")).is_none_or(|(listed, ids)| {
+            ids.iter().all(|oid| keep.contains(oid)) || untouched(&pack.with_extension("pack"), *listed)
+        })
+    };
     // The old packs go — never the one just written, which has the same name when it
     // holds the same objects — each index before its pack (a reader never finds an
     // index without its pack), then the loose copies.
-    let mut old: Vec<&PathBuf> = old_packs.iter().filter(|p| !written.files.contains(p)).collect();
+    let mut old: Vec<&PathBuf> =
+        old_packs.iter().filter(|p| !written.files.contains(p)).filter(|p| lets_go(p)).collect();
     old.sort_by_key(|p| p.extension().is_some_and(|e| e == "pack"));
     for path in old {
         let _ = std::fs::remove_file(path);
     }
-    for (_, path, _) in &loose {
-        let _ = std::fs::remove_file(path);
+    for (oid, path, _) in &loose {
+        if keep.contains(oid) || untouched(path, written_at.get(oid).copied().unwrap_or(SystemTime::UNIX_EPOCH)) {
+            let _ = std::fs::remove_file(path);
+        }
     }
     Ok(Packing::Done(Packed {
         objects: objects_packed,
+        pruned: written_at.len() - keep.len(),
         loose_bytes: loose_bytes + before_bytes,
         pack_bytes: written.bytes,
     }))
+}
+
+fn modified(path: &Path) -> SystemTime {
+    std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now())
+}
+
+/// The objects of `own` (`written_at` lists them) that `prune` keeps: every one reached
+/// from its refs and reflogs, its roots and the objects written since its `before`.
+/// The walk stops at objects the repository does not hold itself (an alternate's:
+/// what they reach is theirs too).
+fn reached(own: &Repository, written_at: &HashMap<Oid, SystemTime>, prune: &Prune) -> HashSet<Oid> {
+    let mut todo: Vec<Oid> = prune.roots.clone();
+    todo.extend(written_at.iter().filter(|(_, at)| **at >= prune.before).map(|(oid, _)| *oid));
+    if let Ok(references) = own.references() {
+        for reference in references.flatten() {
+            todo.extend(reference.target());
+            let Ok(name) = reference.name() else { continue };
+            if let Ok(log) = own.reflog(name) {
+                for entry in log.iter() {
+                    todo.extend([entry.id_old(), entry.id_new()].into_iter().filter(|o| !o.is_zero()));
+                }
+            }
+        }
+    }
+    let mut seen = HashSet::new();
+    while let Some(oid) = todo.pop() {
+        if !written_at.contains_key(&oid) || !seen.insert(oid) {
+            continue;
+        }
+        let Ok(object) = own.find_object(oid, None) else { continue };
+        if let Some(commit) = object.as_commit() {
+            todo.push(commit.tree_id());
+            todo.extend(commit.parent_ids());
+        } else if let Some(tree) = object.as_tree() {
+            // Submodule entries name commits of other repositories.
+            todo.extend(tree.iter().filter(|e| e.kind() != Some(git2::ObjectType::Commit)).map(|e| e.id()));
+        } else if let Some(tag) = object.as_tag() {
+            todo.push(tag.target_id());
+        }
+    }
+    seen
+}
+
+/// The blobs an index file names (the harness's stat cache of an agent's directory:
+/// what its next commit may use without writing them again).
+pub fn index_blobs(index: &Path) -> Vec<Oid> {
+    git2::Index::open(index).map(|i| i.iter().map(|e| e.id).collect()).unwrap_or_default()
 }
 
 /// The pack a builder wrote: its two files, by the name libgit2 gave it.
@@ -286,7 +382,7 @@ mod tests {
         }
         assert!(matches!(pack_loose(&dir, 10).expect("pack"), Packing::Done(_)));
         let late = repo.blob(b"late").expect("blob");
-        let Packing::Done(merged) = consolidate(&dir).expect("merge") else { panic!("not merged") };
+        let Packing::Done(merged) = consolidate(&dir, None).expect("merge") else { panic!("not merged") };
         assert_eq!(merged.objects, 701);
         assert_eq!(pack_files(&dir.join("objects/pack")).len(), 2, "one pack and its index");
         assert!(loose_objects(&dir.join("objects")).is_empty());
@@ -296,6 +392,57 @@ mod tests {
         repo.blob(b"later").expect("blob");
         let _held = PackLock::take(&dir.join("objects/pack/offshoot-packing.lock")).expect("lock");
         assert_eq!(pack_loose(&dir, 1).expect("pack"), Packing::Busy);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_merge_lets_go_of_old_objects_nothing_reaches_and_keeps_the_rest() {
+        let dir = std::env::temp_dir().join(format!("offshoot-pack-prune-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let repo = Repository::init_bare(&dir).expect("init");
+        let sig = git2::Signature::now("t", "t@t").expect("sig");
+        let commit = |blob_text: &str, parents: &[&git2::Commit<'_>]| {
+            let blob = repo.blob(blob_text.as_bytes()).expect("blob");
+            let mut tree = repo.treebuilder(None).expect("tree");
+            tree.insert("f", blob, 0o100644).expect("insert");
+            let tree = repo.find_tree(tree.write().expect("tree")).expect("tree");
+            repo.commit(None, &sig, &sig, "m", &tree, parents).expect("commit")
+        };
+        let first = commit("kept by the branch", &[]);
+        let parent = repo.find_commit(first).expect("first");
+        let tip = commit("kept by the branch too", &[&parent]);
+        repo.reference("refs/heads/agents/a", tip, false, "made").expect("branch");
+        let dropped_branch = commit("a removed agent's", &[]);
+        let rooted = repo.blob(b"named by a record").expect("blob");
+        let old_unreached = repo.blob(b"nothing names this").expect("blob");
+        // An old tree nothing reached, until a commit written just now (a driver's,
+        // before its branch moves) named it.
+        let reused_blob = repo.blob(b"an old file used again").expect("blob");
+        let mut tree = repo.treebuilder(None).expect("tree");
+        tree.insert("g", reused_blob, 0o100644).expect("insert");
+        let reused_tree = tree.write().expect("tree");
+        let long_ago = SystemTime::now() - Duration::from_secs(30 * 86_400);
+        for (_, path, _) in loose_objects(&dir.join("objects")) {
+            std::fs::File::options().write(true).open(&path).and_then(|f| f.set_modified(long_ago)).expect("age");
+        }
+        let young = repo.blob(b"written a moment ago").expect("blob");
+        let in_flight = repo
+            .commit(None, &sig, &sig, "in flight", &repo.find_tree(reused_tree).expect("tree"), &[])
+            .expect("commit");
+        let prune = Prune { roots: vec![rooted], before: SystemTime::now() - Duration::from_secs(3600) };
+        let Packing::Done(done) = consolidate(&dir, Some(&prune)).expect("merge") else { panic!("not merged") };
+        let reopened = Repository::open_bare(&dir).expect("open");
+        let has = |oid: Oid| reopened.find_object(oid, None).is_ok();
+        for kept in [first, tip, rooted, young, in_flight, reused_tree, reused_blob] {
+            assert!(has(kept), "{kept} was kept");
+        }
+        for gone in [dropped_branch, old_unreached] {
+            assert!(!has(gone), "{gone} went");
+        }
+        // The removed agent's commit, its tree and blob, and the lone blob.
+        assert_eq!(done.pruned, 4, "{done:?}");
+        assert!(loose_objects(&dir.join("objects")).is_empty());
+        assert_eq!(consolidate(&dir, Some(&prune)).expect("again"), Packing::Nothing, "nothing left to let go");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -319,12 +466,12 @@ mod tests {
                 let _ = std::fs::copy(entry.path(), at.join(&hex[2..]));
             }
         };
-        assert!(matches!(consolidate(&dir).expect("merge"), Packing::Done(_) | Packing::Nothing));
+        assert!(matches!(consolidate(&dir, None).expect("merge"), Packing::Done(_) | Packing::Nothing));
         assert!(matches!(pack_loose(&dir, 1).expect("pack"), Packing::Done(_) | Packing::Nothing));
         // As a merge cut short while it removed the loose copies leaves them: twice.
         for _ in 0..2 {
             put_back();
-            consolidate(&dir).expect("merge");
+            consolidate(&dir, None).expect("merge");
             let reopened = Repository::open_bare(&dir).expect("open");
             for id in &ids {
                 reopened.find_object(*id, None).expect("every object survives a merge that rebuilds its pack");
@@ -335,7 +482,7 @@ mod tests {
         let unfinished = dir.join("objects/pack/pack_git2_0123456789abcdef");
         std::fs::write(&unfinished, b"half a pack").expect("unfinished");
         put_back();
-        assert!(matches!(consolidate(&dir).expect("merge"), Packing::Done(_)));
+        assert!(matches!(consolidate(&dir, None).expect("merge"), Packing::Done(_)));
         assert!(!unfinished.exists());
         let _ = std::fs::remove_dir_all(&dir);
     }
