@@ -71,6 +71,7 @@ fn main() {
         project: None,
         model: None,
         reasoning: None,
+        copy_ignored: &[],
     };
     let root = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
     let mut children = Vec::new();

@@ -93,6 +93,7 @@ fn main() {
         project: None,
         model: None,
         reasoning: None,
+        copy_ignored: &[],
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_offshoot"));

@@ -122,6 +122,7 @@ fn main() {
             project: None,
             model: None,
             reasoning: None,
+            copy_ignored: &[],
         };
         let id = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
         runtime.launch(&id).expect("launch");

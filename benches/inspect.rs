@@ -53,6 +53,7 @@ fn main() {
             project: None,
             model: None,
             reasoning: None,
+            copy_ignored: &[],
         };
         let parent = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
         for c in 0..per_root {

@@ -98,6 +98,7 @@ fn run(ws: &Workspace, server: &Server, repo: Option<&Path>) -> (Duration, f64) 
         project: start.as_ref(),
         model: None,
         reasoning: None,
+        copy_ignored: &[],
     };
     let id = agents::create_root(ws, "worker", "default", &spawn).expect("agent");
     let started = t.elapsed();

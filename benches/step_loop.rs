@@ -96,6 +96,7 @@ fn main() {
         project: None,
         model: None,
         reasoning: None,
+        copy_ignored: &[],
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let rss_before = memory::own_peak_rss_kib();

@@ -102,6 +102,10 @@ pub struct AgentFacts {
     /// `apply` measure the agent's change against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base: Option<String>,
+    /// Ignored paths of the user's checkout copied into its directory whenever it is
+    /// made (`prompt --copy-ignored`; its role's `copy_ignored` add to them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_ignored: Vec<String>,
 }
 
 impl AgentFacts {

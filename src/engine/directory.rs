@@ -31,6 +31,10 @@ pub enum Repair {
     Reattached,
     /// This many files of `.offshoot/` differed from the branch and were put back.
     HarnessFiles(usize),
+    /// Ignored paths of the user's checkout were copied in (a warm start).
+    Warmed(super::warm::Warmed),
+    /// The warm start's copy failed part way; the agent starts with what was copied.
+    NotWarmed,
 }
 
 /// Opens `id`'s directory for a driver, mending it first; `tip` is the branch tip.
@@ -63,8 +67,16 @@ pub fn open(
         }
     }
     let tracked = Tracked::open(&ws.layout.repo(), &dir, &ws.layout.index(id), agent::DIR, agent::MESSAGES)?;
+    let warm_patterns = super::warm::patterns(ws, facts);
+    super::warm::keep_out(&tracked, &warm_patterns);
     if rebuild {
         tracked.checkout(tip)?;
+        // Before the index is saved, so the stat cache has the times the warming set.
+        match super::warm::warm(ws, &tracked, &warm_patterns) {
+            Ok(Some(warmed)) => repairs.push(Repair::Warmed(warmed)),
+            Ok(None) => {}
+            Err(_) => repairs.push(Repair::NotWarmed),
+        }
         tracked.save_index(tip)?;
         repairs.insert(0, Repair::Rebuilt);
     } else {

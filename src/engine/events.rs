@@ -249,6 +249,17 @@ pub fn repaired(repair: Repair) -> String {
         Repair::DotGit => "the directory's `.git` was changed; it points at the agent's repository again".into(),
         Repair::Reattached => "its git directory was gone or unreadable; it was made again where its git stood".into(),
         Repair::HarnessFiles(n) => format!("{n} files of `.offshoot/` differed from the branch and were put back"),
+        Repair::Warmed(w) => format!(
+            "{} ignored paths of your checkout were copied in ({} files, {:.1} MiB, {} shared with the originals); {} files took your checkout's times",
+            w.paths,
+            w.copied.files,
+            w.copied.bytes as f64 / 1_048_576.0,
+            w.copied.cloned,
+            w.timed
+        ),
+        Repair::NotWarmed => {
+            "copying ignored paths of your checkout in failed; the agent starts without the rest".into()
+        }
     }
 }
 

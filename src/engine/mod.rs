@@ -29,6 +29,7 @@ pub mod specs;
 pub mod step_record;
 pub mod toolcall;
 pub mod tools;
+pub mod warm;
 pub mod workspace;
 
 use std::collections::BTreeMap;

@@ -268,6 +268,7 @@ mod tests {
             project: None,
             model: None,
             reasoning: None,
+            copy_ignored: &[],
         };
         let id = agents::create_root(&ws, "worker", "default", &start).expect("root");
         let rt = Runtime::new(ws.layout.clone(), std::path::PathBuf::from("/nonexistent"), env, Default::default());

@@ -228,6 +228,18 @@ impl Beneath {
         })
     }
 
+    /// Makes a new regular file at `rel` (its directories made; a link on the way, or
+    /// anything standing at `rel`, refused) and opens it for writing.
+    pub fn create_new(&self, rel: &Path, mode: u32) -> Result<File> {
+        self.again(rel, || {
+            let (parent, name) = self.parent_of(rel, Make::Missing)?;
+            let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NOCTTY;
+            let fd =
+                sys::open_at(parent.as_raw_fd(), &name, flags, mode & 0o777).map_err(|source| self.io(rel, source))?;
+            Ok(File::from(fd))
+        })
+    }
+
     /// Makes the directory `rel` and those above it; a link in the way is refused.
     pub fn create_dir_all(&self, rel: &Path) -> Result<()> {
         self.again(rel, || self.walk_dirs(rel, Make::Missing).map(drop))
@@ -572,6 +584,9 @@ mod sys {
         fd_or_error(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) }.into())
     }
 }
+
+mod copy;
+pub use copy::Copied;
 
 #[cfg(test)]
 mod tests;

@@ -429,3 +429,113 @@ fn count_objects(repo: &Path) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// `cargo` and `rustc` of the toolchain that builds these tests, called by path (no
+/// rustup proxy, which needs a HOME the sandbox does not give).
+fn toolchain() -> (PathBuf, PathBuf) {
+    let cargo = PathBuf::from(env!("CARGO"));
+    let rustc = cargo.with_file_name("rustc");
+    assert!(rustc.is_file(), "no rustc beside {}", cargo.display());
+    (cargo, rustc)
+}
+
+/// A crate with a path dependency in the project, built once by the user.
+fn small_crate(repo: &Path, cargo_home: &Path) {
+    std::fs::create_dir_all(repo.join("src")).expect("src");
+    std::fs::create_dir_all(repo.join("helper/src")).expect("helper");
+    std::fs::write(
+        repo.join("Cargo.toml"),
+        "[package]\nname = \"warm\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nhelper = { path = \"helper\" }\n",
+    )
+    .expect("manifest");
+    std::fs::write(repo.join("src/main.rs"), "fn main() { println!(\"{}\", helper::value()); }\n").expect("main");
+    std::fs::write(
+        repo.join("helper/Cargo.toml"),
+        "[package]\nname = \"helper\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+    )
+    .expect("helper manifest");
+    std::fs::write(repo.join("helper/src/lib.rs"), "pub fn value() -> u32 { 7 }\n").expect("lib");
+    std::fs::write(repo.join(".gitignore"), "/target\n").expect("ignore");
+    let (cargo, rustc) = toolchain();
+    let built = Command::new(&cargo)
+        .current_dir(repo)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", cargo_home)
+        .env("CARGO_HOME", cargo_home)
+        .env("RUSTC", &rustc)
+        .args(["build", "--offline"])
+        .output()
+        .expect("cargo");
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    git(repo, &["add", "-A"]);
+    git(repo, &["commit", "-q", "-m", "a small crate"]);
+}
+
+#[test]
+fn an_agent_with_target_copied_builds_warm_and_never_records_the_copy() {
+    let (server, t, repo) = project("project-warm");
+    let cargo_home = t.root.join("cargo-home");
+    small_crate(&repo, &cargo_home);
+    let (cargo, rustc) = toolchain();
+    let build = format!(
+        "export CARGO_HOME=$TMPDIR/cargo-home RUSTC={} && {} build --offline -v 2>&1 | grep -E 'Compiling|Fresh|Finished|error'",
+        rustc.display(),
+        cargo.display()
+    );
+    // The agent builds, then un-ignores target/ and writes there, as an agent might.
+    server.push_turns([
+        Turn::bash("b1", &build),
+        Turn::bash("b2", "echo '# nothing ignored' > .gitignore && ls target && echo more > target/extra.txt"),
+        Turn::text("built"),
+    ]);
+    let run = t.run(&["prompt", "--name", "Warm", "--copy-ignored", "target", "build it"]);
+    run.ok();
+    assert!(run.stderr.contains("copying target from your checkout"), "{}", run.stderr);
+    let built = server.result_text(1);
+    assert!(built.contains("Fresh warm") && built.contains("Fresh helper"), "{built}");
+    assert!(!built.contains("Compiling"), "the second build compiles nothing: {built}");
+    assert!(server.result_text(2).contains("debug"), "{}", server.result_text(2));
+    let dir = agent_dir(&t, "Warm");
+    assert!(dir.join("target/debug").is_dir());
+    // Not in its history, even with its .gitignore emptied.
+    let id = t.id_of("Warm");
+    let tree = t.git(&["ls-tree", "-r", "--name-only", &format!("agents/{id}")]);
+    assert!(!tree.contains("target/"), "{tree}");
+    assert!(tree.contains(".gitignore") && tree.contains("helper/src/lib.rs"), "{tree}");
+    // The user's checkout is as it was.
+    assert_eq!(git(&repo, &["status", "--porcelain"]), "");
+
+    // A source that differs from the user's is built again, with what depends on it.
+    server.push_turns([
+        Turn::bash("b3", &format!("echo 'pub fn value() -> u32 {{ 8 }}' > helper/src/lib.rs && {build}")),
+        Turn::text("rebuilt"),
+    ]);
+    t.run(&["send", "Warm", "change it"]).ok();
+    let rebuilt = server.result_text(4);
+    assert!(rebuilt.contains("Compiling helper") && rebuilt.contains("Compiling warm"), "{rebuilt}");
+}
+
+#[test]
+fn copy_ignored_patterns_are_checked_before_anything_is_made() {
+    let (_server, t, repo) = project("project-warm-refused");
+    std::fs::write(repo.join(".gitignore"), "/build\n").expect("ignore");
+    std::fs::create_dir_all(repo.join("build")).expect("build");
+    std::fs::write(repo.join("build/out.o"), "object").expect("out");
+    let refusals = [
+        ("../outside", "plain path components"),
+        ("/abs", "must be relative"),
+        (".git", "`.git`"),
+        ("target", "matches no ignored path of your checkout (ignored there: build)"),
+    ];
+    for (pattern, said) in refusals {
+        let run = t.run(&["prompt", "--copy-ignored", pattern, "go"]);
+        assert_eq!(run.code, 2, "{pattern}: {}", run.stderr);
+        assert!(run.stderr.contains(said), "{pattern}: {}", run.stderr);
+    }
+    assert!(t.agents().is_empty(), "nothing was made");
+    // A role's setting is checked by config.
+    let bad = t.run(&["config", "set", "roles.worker.copy_ignored", "[\"a/../b\"]"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("roles.worker.copy_ignored"), "{}", bad.stderr);
+}

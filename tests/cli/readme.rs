@@ -61,6 +61,10 @@ fn the_readmes_commands_work_as_printed_in_order_on_a_fresh_machine() {
     std::fs::create_dir_all(&project).expect("project");
     crate::project::git(&project, &["init", "-q", "-b", "main"]);
     std::fs::write(project.join("parser.rs"), "fn parse() {}\n// TODO: tests\n").expect("file");
+    // Build output, ignored, as a user's checkout has it (`prompt --copy-ignored target`).
+    std::fs::write(project.join(".gitignore"), "/target\n").expect("ignore");
+    std::fs::create_dir_all(project.join("target/debug")).expect("target");
+    std::fs::write(project.join("target/debug/parser"), "built").expect("output");
     crate::project::git(&project, &["add", "."]);
     crate::project::git(&project, &["commit", "-q", "-m", "start"]);
     let bin = t.root.join("bin");

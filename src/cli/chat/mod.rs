@@ -607,6 +607,7 @@ impl<'a> Chat<'a> {
             project,
             model: None,
             reasoning: None,
+            copy_ignored: &[],
         }
     }
 

@@ -82,6 +82,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         project: None,
         model: None,
         reasoning: None,
+        copy_ignored: &[],
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn)?;
     progress::launch(ctx, &ws, &id, false, false)?;

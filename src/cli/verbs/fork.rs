@@ -61,6 +61,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         project: None,
         model: args.choice.model.as_deref(),
         reasoning: reasoning.as_ref(),
+        copy_ignored: &[],
     };
     let id = agents::fork(&ws, &from, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, false)

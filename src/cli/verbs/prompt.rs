@@ -28,6 +28,10 @@ pub struct Args {
     /// In a project: take the uncommitted changes of your working tree along
     #[arg(long)]
     pub with_changes: bool,
+    /// In a project: copy the ignored paths of your checkout this matches (`target`,
+    /// `node_modules`) into the agent's directory, never into its history (repeatable)
+    #[arg(long, value_name = "PATTERN")]
+    pub copy_ignored: Vec<String>,
     #[command(flatten)]
     pub choice: crate::cli::input::Choice,
 }
@@ -44,6 +48,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // Work taken along is the user's own commit, authored as git would author it.
     let author = ws.user_repo()?.and_then(|u| u.identity(&ctx.git_config_files()));
     let start = project::start_point(&ws, args.base.as_deref(), args.with_changes, author.as_ref())?;
+    check_copy_ignored(ctx, &ws, &args.copy_ignored)?;
     if let Some((start, left)) = &start {
         say_start(ctx, start, left, args.with_changes);
     }
@@ -56,9 +61,47 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         project: start.as_ref().map(|(s, _)| s),
         model: args.choice.model.as_deref(),
         reasoning: reasoning.as_ref(),
+        copy_ignored: &args.copy_ignored,
     };
     let id = agents::create_root(&ws, &args.role, &args.lineage, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, true)
+}
+
+/// Refuses `--copy-ignored` patterns that are not plain relative paths, outside a
+/// project, or that match no ignored path of the checkout; says what will be copied.
+fn check_copy_ignored(
+    ctx: &Ctx,
+    ws: &crate::engine::workspace::Workspace,
+    patterns: &[String],
+) -> Result<(), CliError> {
+    if patterns.is_empty() {
+        return Ok(());
+    }
+    for pattern in patterns {
+        if let Some(problem) = crate::domain::glob::inside_problem(pattern) {
+            return Err(CliError::usage(format!("--copy-ignored `{pattern}` {problem}")));
+        }
+    }
+    let user = ws.user_repo()?.ok_or_else(|| {
+        CliError::usage(
+            "--copy-ignored copies from your checkout: it is for a project (run offshoot in a git checkout)",
+        )
+    })?;
+    let (chosen, idle) = crate::engine::warm::select(&user, patterns)
+        .map_err(|e| CliError::runtime(format!("cannot read the ignored files of your checkout: {e}")))?;
+    if let Some(pattern) = idle.first() {
+        let listed = user.ignored_paths().unwrap_or_default();
+        let shown: Vec<&str> = listed.iter().take(8).map(String::as_str).collect();
+        let ignored = if shown.is_empty() { "none".to_owned() } else { shown.join(", ") };
+        return Err(CliError::usage(format!(
+            "--copy-ignored `{pattern}` matches no ignored path of your checkout (ignored there: {ignored})"
+        )));
+    }
+    ctx.out.progress(&format!(
+        "· copying {} from your checkout into the agent's directory (never into its history)",
+        chosen.join(", ")
+    ));
+    Ok(())
 }
 
 /// Says where in the project the agent starts, and which uncommitted changes stay

@@ -161,6 +161,11 @@ pub struct RoleConfig {
     /// compactor never gets any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<String>>,
+    /// In a project: ignored paths of the user's checkout (globs matched against what
+    /// `git status --ignored` lists, such as `target` or `node_modules`) copied into a
+    /// new agent's directory, so its first build is warm. Never in its history.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_ignored: Vec<String>,
 }
 
 impl Config {
@@ -549,6 +554,11 @@ impl Config {
             }
             if let Some(path) = role.write_paths.iter().find(|p| !p.starts_with('/')) {
                 return Err(fail(key("write_paths"), format!("`{path}` must be an absolute path")));
+            }
+            for pattern in &role.copy_ignored {
+                if let Some(problem) = crate::domain::glob::inside_problem(pattern) {
+                    return Err(fail(key("copy_ignored"), format!("`{pattern}` {problem}")));
+                }
             }
             for (field, value) in [
                 ("max_processes", role.max_processes),

@@ -94,6 +94,16 @@ pub struct Start<'a> {
     pub model: Option<&'a str>,
     /// Thinking asked for it in place of its role's (sent with its first message).
     pub reasoning: Option<&'a crate::infra::provider::Reasoning>,
+    /// In project mode, ignored paths of the user's checkout to copy into its
+    /// directory (a fork keeps its origin's too).
+    pub copy_ignored: &'a [String],
+}
+
+/// `a`'s patterns, then those of `b` it has not.
+fn union(a: &[String], b: &[String]) -> Vec<String> {
+    let mut all = a.to_vec();
+    all.extend(b.iter().filter(|p| !a.contains(p)).cloned());
+    all
 }
 
 /// The first message of a root or a fork: the user's, with the model chosen, if one was.
@@ -135,6 +145,7 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
         created: spawn.now.to_string(),
         forked_from: None,
         base: spawn.project.map(|p| p.base.to_string()),
+        copy_ignored: spawn.copy_ignored.to_vec(),
     };
     // In project mode the directory starts as the base commit's tree (with the changes
     // taken along) and the agent's git at that commit; else empty, on `main`.
@@ -182,6 +193,7 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
         created: spawn.now.to_string(),
         forked_from: Some(source.to_string()),
         base: source_facts.base.clone(),
+        copy_ignored: union(&source_facts.copy_ignored, spawn.copy_ignored),
     };
     // The fork's own git starts where the source's stood, on a branch of its own.
     let head = directory::recorded_position(ws, &source_facts, source)?.head;
@@ -389,6 +401,8 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
         created: child.now.to_string(),
         forked_from: Some(fork_point.to_string()),
         base: fork_facts.base.clone(),
+        // Its role's `copy_ignored` is its own; its parent's choices are not.
+        copy_ignored: Vec::new(),
     };
     // A compactor keeps the transcript, summaries and skills it compacts.
     let edits = match child.compactor {

@@ -20,6 +20,7 @@ fn root(ws: &Workspace, env: &Env) -> AgentId {
         project: None,
         model: None,
         reasoning: None,
+        copy_ignored: &[],
     };
     create_root(ws, "worker", "default", &start).expect("root")
 }

@@ -113,6 +113,12 @@ impl Tracked {
         &self.root
     }
 
+    /// Adds `rule` (a line of `.gitignore`) to what this handle's scans leave out,
+    /// whatever the directory's own ignore files say.
+    pub fn ignore(&self, rule: &str) {
+        let _ = self.repo.add_ignore_rule(rule);
+    }
+
     /// Writes every file of `commit` into the directory (overwriting what is there;
     /// nothing else is removed) and makes the index match it.
     pub fn checkout(&self, commit: Oid) -> Result<()> {
@@ -268,6 +274,41 @@ impl Tracked {
         index.read_tree(&tree).map_err(lib("read tree into index"))?;
         index.remove_dir(Path::new(&self.harness), 0).map_err(lib("unstage the harness's directory"))?;
         Ok(())
+    }
+
+    /// Gives each file of the directory whose content is that of the same file in
+    /// `from` (the user's checkout) that file's modification time, and the index the
+    /// new stat data: build tools that compare times (cargo, make) then see the
+    /// sources as old as the outputs copied from there, and a file that differs keeps
+    /// the time it was written, so what depends on it is built again. Returns how
+    /// many files took their time.
+    pub fn take_times(&self, from: &Path) -> Result<usize> {
+        let door = Beneath::open_kept(&self.root)?;
+        let mut index = self.repo.index().map_err(lib("open index"))?;
+        let entries: Vec<git2::IndexEntry> =
+            index.iter().filter(|e| e.mode == 0o100644 || e.mode == 0o100755).collect();
+        let mut taken = 0;
+        for entry in entries {
+            let Ok(path) = std::str::from_utf8(&entry.path) else { continue };
+            let theirs = from.join(path);
+            let Ok(meta) = std::fs::symlink_metadata(&theirs) else { continue };
+            if !meta.is_file() || meta.len() != u64::from(entry.file_size) {
+                continue;
+            }
+            if Oid::hash_file(git2::ObjectType::Blob, &theirs).ok() != Some(entry.id) {
+                continue;
+            }
+            let (Ok(file), Ok(modified)) = (door.open_file(Path::new(path)), meta.modified()) else { continue };
+            if file.set_modified(modified).is_err() {
+                continue;
+            }
+            let Ok(ours) = file.metadata() else { continue };
+            let mut fresh = stat_entry(path, entry.id, &ours);
+            fresh.mode = entry.mode;
+            index.add(&fresh).map_err(lib(format!("record {path}")))?;
+            taken += 1;
+        }
+        Ok(taken)
     }
 
     /// Writes the index to its file: the stat cache the next driver starts from.

@@ -113,6 +113,21 @@ impl UserRepo {
         Ok(out)
     }
 
+    /// The ignored paths of the working tree as `git status --ignored` shows them: a
+    /// directory that is ignored whole is one path (`target`), not its files.
+    pub fn ignored_paths(&self) -> Result<Vec<String>> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(false).include_ignored(true).recurse_ignored_dirs(false).exclude_submodules(true);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(lib("read the project's ignored files"))?;
+        let mut out: Vec<String> = statuses
+            .iter()
+            .filter(|e| e.status().contains(Status::IGNORED))
+            .filter_map(|e| e.path().ok().map(|p| p.trim_end_matches('/').to_owned()))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
     /// The branch its HEAD is on, if any.
     pub fn current_branch(&self) -> Option<String> {
         let head = self.repo.find_reference("HEAD").ok()?;
