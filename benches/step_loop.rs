@@ -156,6 +156,13 @@ fn main() {
         size(1),
         size(steps)
     );
+    // `show --step N --request` for the first and the last: the body assembled again
+    // from the (folded) record must be the one whose digest the call kept.
+    for n in [1, steps] {
+        let resent = offshoot::engine::inspect::resend(&ws, &id, n as u32).expect("resend");
+        assert_eq!(resent.matches, Some(true), "step {n}: the request assembled again differs from what was sent");
+    }
+    println!("show --step 1 and --step {steps} --request: the bodies sent, byte for byte (their SHA-256 as recorded)");
     println!("steps/ on disk after the run: {:.1} MiB", tree_bytes(&ws.layout.steps(&id)) as f64 / 1048576.0);
     println!(
         "repo.git on disk after the run: {:.1} MiB",
