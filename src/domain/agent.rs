@@ -108,6 +108,30 @@ pub struct AgentFacts {
     pub copy_ignored: Vec<String>,
 }
 
+/// What is wrong with `path` as a path of the user's checkout to copy into an agent's
+/// directory (`copy_ignored`), if anything: a plain relative path — no globs, no `.`,
+/// `..` or empty components, nothing `.gitignore` reads specially (the path is also the
+/// rule that keeps the copy out of the agent's history), not `.git` or `.offshoot`.
+pub fn copy_ignored_problem(path: &str) -> Option<&'static str> {
+    if path.is_empty() {
+        return Some("is empty");
+    }
+    if path.starts_with('/') {
+        return Some("must be relative to the project's root (no leading `/`)");
+    }
+    if path.contains(['*', '?', '[', ']', '\\']) || path.starts_with(['!', '#']) || path.trim_end() != path {
+        return Some("must be a plain path: no `*`, `?`, `[`, `]` or `\\`, no leading `!` or `#`, no trailing space");
+    }
+    let parts: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    if parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
+        return Some("must be plain path components (no `.`, `..` or `//`)");
+    }
+    if parts.iter().any(|p| *p == ".git" || *p == DIR) {
+        return Some("may not name `.git` or `.offshoot`");
+    }
+    None
+}
+
 impl AgentFacts {
     /// The agent's branch in the shared project repository: its name (its id for an
     /// agent from before every agent had one). The only shared branch it publishes.

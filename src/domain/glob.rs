@@ -1,25 +1,5 @@
 //! Path globs for context rules: `*` and `?` within one component, `**` across any.
 
-/// What is wrong with `pattern` as a pattern of paths inside a directory, if anything:
-/// it must be relative, of plain components (no `.` or `..`, no empty ones), and not
-/// reach into `.git` or the harness's `.offshoot`.
-pub fn inside_problem(pattern: &str) -> Option<&'static str> {
-    if pattern.is_empty() {
-        return Some("is empty");
-    }
-    if pattern.starts_with('/') {
-        return Some("must be relative to the project's root (no leading `/`)");
-    }
-    let parts: Vec<&str> = pattern.trim_end_matches('/').split('/').collect();
-    if parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
-        return Some("must be plain path components (no `.`, `..` or `//`)");
-    }
-    if parts.iter().any(|p| *p == ".git" || *p == ".offshoot") {
-        return Some("may not name `.git` or `.offshoot`");
-    }
-    None
-}
-
 /// Whether `path` (slash-separated, relative) matches `pattern`.
 pub fn matches(pattern: &str, path: &str) -> bool {
     let pat: Vec<&str> = pattern.split('/').filter(|s| !s.is_empty()).collect();

@@ -68,7 +68,7 @@ pub fn open(
     }
     let tracked = Tracked::open(&ws.layout.repo(), &dir, &ws.layout.index(id), agent::DIR, agent::MESSAGES)?;
     let warm_patterns = super::warm::patterns(ws, facts);
-    super::warm::keep_out(&tracked, &warm_patterns);
+    super::warm::keep_out(ws, &tracked, &warm_patterns);
     if rebuild {
         tracked.checkout(tip)?;
         // Before the index is saved, so the stat cache has the times the warming set.

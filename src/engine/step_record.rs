@@ -27,6 +27,9 @@ pub const REFERENCED: &str = "referenced";
 /// Records larger than this stay directories.
 const FOLD_AT_MOST: u64 = 1 << 20;
 
+/// The most of one record's file a reader takes (a command's whole output can be large).
+const READ_AT_MOST: u64 = 1 << 30;
+
 /// The step number a name in `steps/<id>/` stands for: `0012` or `0012.json`.
 pub fn number_of(name: &str) -> Option<u32> {
     let digits = name.strip_suffix(".json").unwrap_or(name);
@@ -91,8 +94,23 @@ impl StepRecord {
         (record.folded().is_some() || dir.is_dir()).then_some(record)
     }
 
+    /// File `rel` beside and below the record (`0004.json`, `0004/meta.json`), read
+    /// through the door: a link, FIFO or device there is not read.
+    fn read_beside(&self, rel: &str) -> Option<Vec<u8>> {
+        let door = crate::infra::door::Beneath::open(self.dir.parent()?).ok()?;
+        door.read(Path::new(rel), READ_AT_MOST).ok()
+    }
+
+    fn name(&self) -> String {
+        self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    fn load_folded(&self) -> Option<Folded> {
+        serde_json::from_slice(&self.read_beside(&format!("{}.json", self.name()))?).ok()
+    }
+
     fn folded(&self) -> Option<&Folded> {
-        self.folded.get_or_init(|| Folded::load(&folded_path(&self.dir))).as_ref()
+        self.folded.get_or_init(|| self.load_folded()).as_ref()
     }
 
     /// Whether the record is one file now.
@@ -105,10 +123,10 @@ impl StepRecord {
         if let Some(folded) = self.folded() {
             return folded.get(name);
         }
-        match std::fs::read(self.dir.join(name)) {
-            Ok(bytes) => Some(bytes),
+        match self.read_beside(&format!("{}/{name}", self.name())) {
+            Some(bytes) => Some(bytes),
             // Folded while this reader looked: the file has the same bytes.
-            Err(_) => Folded::load(&folded_path(&self.dir))?.get(name),
+            None => self.load_folded()?.get(name),
         }
     }
 
@@ -151,12 +169,30 @@ pub enum Folding {
 
 /// Folds the finished step record `dir` into one file, then removes the directory.
 /// A fold cut short leaves the directory whole (the file appears complete, by a
-/// rename, or not at all), or both forms with the same content, which the next fold
-/// finishes.
+/// rename, or not at all), or the whole file beside what is left of the directory,
+/// which the next fold removes.
 pub fn fold(dir: &Path) -> std::io::Result<Folding> {
+    let folding = write_folded(dir)?;
+    if folding == Folding::Folded {
+        if let Some(steps) = dir.parent() {
+            crate::infra::door::sync_filesystem(steps)?;
+        }
+        std::fs::remove_dir_all(dir)?;
+    }
+    Ok(folding)
+}
+
+/// Writes the file `dir` folds into (`Folded`: it is there, whole; the directory may go
+/// once it is on disk).
+fn write_folded(dir: &Path) -> std::io::Result<Folding> {
     let target = folded_path(dir);
     if !dir.is_dir() {
         return Ok(Folding::Kept("no directory"));
+    }
+    if Folded::load(&target).is_some() {
+        // Folded before, its directory's removal cut short: what is left of the
+        // directory is a part of what the file holds whole, and must not replace it.
+        return Ok(Folding::Folded);
     }
     let mut files = BTreeMap::new();
     let mut total = 0;
@@ -184,7 +220,6 @@ pub fn fold(dir: &Path) -> std::io::Result<Folding> {
     let temp = target.with_extension("json.tmp");
     std::fs::write(&temp, &out)?;
     std::fs::rename(&temp, &target)?;
-    std::fs::remove_dir_all(dir)?;
     Ok(Folding::Folded)
 }
 
@@ -237,12 +272,19 @@ fn collect(
 
 /// Folds every record of `steps_dir` numbered below `before` (the steps that are over);
 /// how many it folded. A record that cannot be folded now is left for the next time.
+/// The directories go only once the files holding them are on disk (one `syncfs` for
+/// them all), so a power cut cannot leave a step with neither.
 pub fn fold_finished(steps_dir: &Path, before: u32) -> usize {
-    numbers(steps_dir)
+    let written: Vec<PathBuf> = numbers(steps_dir)
         .into_iter()
         .filter(|&n| n < before)
-        .filter(|n| fold(&steps_dir.join(format!("{n:04}"))).is_ok_and(|f| f == Folding::Folded))
-        .count()
+        .map(|n| steps_dir.join(format!("{n:04}")))
+        .filter(|dir| write_folded(dir).is_ok_and(|f| f == Folding::Folded))
+        .collect();
+    if written.is_empty() || crate::infra::door::sync_filesystem(steps_dir).is_err() {
+        return 0;
+    }
+    written.iter().filter(|dir| std::fs::remove_dir_all(dir).is_ok()).count()
 }
 
 #[cfg(test)]
@@ -304,6 +346,7 @@ mod tests {
             assert!(!folded_path(dir).exists());
         }
         assert_eq!(numbers(&steps), vec![1, 2, 3]);
+        assert_eq!(StepRecord::at(&linked).expect("record").read("meta.json"), None, "a link is not followed");
         let _ = std::fs::remove_dir_all(&steps);
     }
 
@@ -313,17 +356,21 @@ mod tests {
         let dir = steps.join("0004");
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("meta.json"), "{\"step\": 4}").expect("meta");
-        // Killed after the rename, before the directory went: both forms.
+        // Killed after the rename, part way through removing the directory: the file
+        // is whole, what is left of the directory a part of it.
         std::fs::write(steps.join("0004.json.tmp"), "{\"fi").expect("temp");
+        std::fs::create_dir_all(dir.join("tools/t")).expect("tools");
+        std::fs::write(dir.join("tools/t/output.json"), "{\"out\": 1}").expect("output");
         fold(&dir).expect("fold");
-        std::fs::create_dir_all(&dir).expect("again");
-        std::fs::write(dir.join("meta.json"), "{\"step\": 4}").expect("meta");
+        std::fs::create_dir_all(dir.join("tools/t")).expect("again");
+        std::fs::write(dir.join("tools/t/output.json"), "{\"out\": 1}").expect("output");
         assert_eq!(numbers(&steps), vec![4], "one step, in either form");
         assert_eq!(fold_finished(&steps, 5), 1);
         assert!(!dir.exists());
         assert!(!steps.join("0004.json.tmp").exists());
         let record = StepRecord::at(&dir).expect("record");
-        assert_eq!(record.read("meta.json").as_deref(), Some(&b"{\"step\": 4}"[..]));
+        assert_eq!(record.read("meta.json").as_deref(), Some(&b"{\"step\": 4}"[..]), "the whole record stays");
+        assert_eq!(record.tools(), vec!["t".to_owned()]);
         assert_eq!(number_of("0004.json.tmp"), None);
         assert_eq!(number_of("events.ndjson"), None);
         let _ = std::fs::remove_dir_all(&steps);

@@ -578,11 +578,25 @@ mod sys {
         ok(unsafe { libc::symlinkat(target.as_ptr(), dir, name.as_ptr()) })
     }
 
+    #[expect(unsafe_code, reason = "syncfs(2) on a descriptor we own")]
+    pub fn syncfs(fd: RawFd) -> std::io::Result<()> {
+        // SAFETY: an integer only.
+        ok(unsafe { libc::syncfs(fd) })
+    }
+
     #[expect(unsafe_code, reason = "fcntl(F_DUPFD_CLOEXEC) on a descriptor we own")]
     pub fn dup(fd: RawFd) -> std::io::Result<OwnedFd> {
         // SAFETY: integers only.
         fd_or_error(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) }.into())
     }
+}
+
+/// Writes to disk everything written to the file system holding `dir` (`syncfs`): a
+/// step's records are written without waiting for the disk, and the files that replace
+/// them must be there before they go.
+pub fn sync_filesystem(dir: &Path) -> std::io::Result<()> {
+    let file = File::open(dir)?;
+    sys::syncfs(file.as_raw_fd())
 }
 
 mod copy;

@@ -486,7 +486,10 @@ fn an_agent_with_target_copied_builds_warm_and_never_records_the_copy() {
     // The agent builds, then un-ignores target/ and writes there, as an agent might.
     server.push_turns([
         Turn::bash("b1", &build),
-        Turn::bash("b2", "echo '# nothing ignored' > .gitignore && ls target && echo more > target/extra.txt"),
+        Turn::bash(
+            "b2",
+            "echo '# nothing ignored' > .gitignore && ls target && echo more > target/extra.txt && echo new > newwork.rs",
+        ),
         Turn::text("built"),
     ]);
     let run = t.run(&["prompt", "--name", "Warm", "--copy-ignored", "target", "build it"]);
@@ -503,6 +506,7 @@ fn an_agent_with_target_copied_builds_warm_and_never_records_the_copy() {
     let tree = t.git(&["ls-tree", "-r", "--name-only", &format!("agents/{id}")]);
     assert!(!tree.contains("target/"), "{tree}");
     assert!(tree.contains(".gitignore") && tree.contains("helper/src/lib.rs"), "{tree}");
+    assert!(tree.contains("newwork.rs"), "only the copied path is kept out: {tree}");
     // The user's checkout is as it was.
     assert_eq!(git(&repo, &["status", "--porcelain"]), "");
 
@@ -522,11 +526,18 @@ fn copy_ignored_patterns_are_checked_before_anything_is_made() {
     std::fs::write(repo.join(".gitignore"), "/build\n").expect("ignore");
     std::fs::create_dir_all(repo.join("build")).expect("build");
     std::fs::write(repo.join("build/out.o"), "object").expect("out");
+    // A workspace kept inside the checkout, ignored: never copied.
+    std::fs::create_dir_all(repo.join("build/inner-ws/repo.git")).expect("inner repo.git");
+    std::fs::create_dir_all(repo.join("build/inner-ws/agents")).expect("inner agents");
     let refusals = [
         ("../outside", "plain path components"),
         ("/abs", "must be relative"),
         (".git", "`.git`"),
-        ("target", "matches no ignored path of your checkout (ignored there: build)"),
+        ("*", "must be a plain path"),
+        ("target", "`target` is not in your checkout"),
+        ("a.txt", "`a.txt` is not ignored in your checkout"),
+        ("build", "`build` holds or lies in an offshoot workspace"),
+        ("build/inner-ws/agents", "holds or lies in an offshoot workspace"),
     ];
     for (pattern, said) in refusals {
         let run = t.run(&["prompt", "--copy-ignored", pattern, "go"]);

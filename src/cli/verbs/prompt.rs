@@ -28,9 +28,9 @@ pub struct Args {
     /// In a project: take the uncommitted changes of your working tree along
     #[arg(long)]
     pub with_changes: bool,
-    /// In a project: copy the ignored paths of your checkout this matches (`target`,
-    /// `node_modules`) into the agent's directory, never into its history (repeatable)
-    #[arg(long, value_name = "PATTERN")]
+    /// In a project: copy this ignored path of your checkout (`target`, `node_modules`)
+    /// into the agent's directory, never into its history (repeatable)
+    #[arg(long, value_name = "PATH")]
     pub copy_ignored: Vec<String>,
     #[command(flatten)]
     pub choice: crate::cli::input::Choice,
@@ -67,8 +67,9 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::launch(ctx, &ws, &id, args.detach, true)
 }
 
-/// Refuses `--copy-ignored` patterns that are not plain relative paths, outside a
-/// project, or that match no ignored path of the checkout; says what will be copied.
+/// Refuses `--copy-ignored` paths that are not plain relative paths, outside a project,
+/// or that cannot be copied (not there, not ignored, a workspace's); says what will be
+/// copied.
 fn check_copy_ignored(
     ctx: &Ctx,
     ws: &crate::engine::workspace::Workspace,
@@ -78,7 +79,7 @@ fn check_copy_ignored(
         return Ok(());
     }
     for pattern in patterns {
-        if let Some(problem) = crate::domain::glob::inside_problem(pattern) {
+        if let Some(problem) = crate::domain::agent::copy_ignored_problem(pattern) {
             return Err(CliError::usage(format!("--copy-ignored `{pattern}` {problem}")));
         }
     }
@@ -87,15 +88,13 @@ fn check_copy_ignored(
             "--copy-ignored copies from your checkout: it is for a project (run offshoot in a git checkout)",
         )
     })?;
-    let (chosen, idle) = crate::engine::warm::select(&user, patterns)
+    let (chosen, refused) = crate::engine::warm::select(&user, patterns)
         .map_err(|e| CliError::runtime(format!("cannot read the ignored files of your checkout: {e}")))?;
-    if let Some(pattern) = idle.first() {
+    if let Some((path, why)) = refused.first() {
         let listed = user.ignored_paths().unwrap_or_default();
         let shown: Vec<&str> = listed.iter().take(8).map(String::as_str).collect();
         let ignored = if shown.is_empty() { "none".to_owned() } else { shown.join(", ") };
-        return Err(CliError::usage(format!(
-            "--copy-ignored `{pattern}` matches no ignored path of your checkout (ignored there: {ignored})"
-        )));
+        return Err(CliError::usage(format!("--copy-ignored `{path}` {why}")).hint(format!("ignored there: {ignored}")));
     }
     ctx.out.progress(&format!(
         "· copying {} from your checkout into the agent's directory (never into its history)",

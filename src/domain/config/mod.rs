@@ -161,9 +161,9 @@ pub struct RoleConfig {
     /// compactor never gets any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<String>>,
-    /// In a project: ignored paths of the user's checkout (globs matched against what
-    /// `git status --ignored` lists, such as `target` or `node_modules`) copied into a
-    /// new agent's directory, so its first build is warm. Never in its history.
+    /// In a project: ignored paths of the user's checkout (plain relative paths, such
+    /// as `target` or `web/node_modules`) copied into a new agent's directory, so its
+    /// first build is warm. Never in its history.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub copy_ignored: Vec<String>,
 }
@@ -556,7 +556,7 @@ impl Config {
                 return Err(fail(key("write_paths"), format!("`{path}` must be an absolute path")));
             }
             for pattern in &role.copy_ignored {
-                if let Some(problem) = crate::domain::glob::inside_problem(pattern) {
+                if let Some(problem) = crate::domain::agent::copy_ignored_problem(pattern) {
                     return Err(fail(key("copy_ignored"), format!("`{pattern}` {problem}")));
                 }
             }

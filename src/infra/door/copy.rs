@@ -19,29 +19,38 @@ pub struct Copied {
     pub bytes: u64,
     /// Files that share their blocks with the original (reflinks).
     pub cloned: u64,
-    /// Things neither file, directory nor link (FIFOs, sockets, devices): left out.
+    /// Things neither file, directory nor link (FIFOs, sockets, devices), and
+    /// directories the caller leaves out: not copied.
     pub skipped: u64,
 }
 
 impl Beneath {
     /// Copies what stands at `from` (a file, a link or a whole directory, read as the
     /// user's, links not followed) to `rel` beneath this directory, where nothing may
-    /// stand yet.
-    pub fn copy_in(&self, rel: &Path, from: &Path) -> Result<Copied> {
+    /// stand yet; a directory `leave_out` says yes to is left out, with what is in it.
+    pub fn copy_in(&self, rel: &Path, from: &Path, leave_out: &dyn Fn(&Path) -> bool) -> Result<Copied> {
         let mut copied = Copied::default();
-        self.copy_entry(rel, from, &mut copied)?;
+        self.copy_entry(rel, from, leave_out, &mut copied)?;
         Ok(copied)
     }
 
-    fn copy_entry(&self, rel: &Path, from: &Path, copied: &mut Copied) -> Result<()> {
+    fn copy_entry(
+        &self,
+        rel: &Path,
+        from: &Path,
+        leave_out: &dyn Fn(&Path) -> bool,
+        copied: &mut Copied,
+    ) -> Result<()> {
         let outside = |source| DoorError::Io { path: from.to_owned(), source };
         let meta = std::fs::symlink_metadata(from).map_err(outside)?;
         let kind = meta.file_type();
-        if kind.is_dir() {
+        if kind.is_dir() && leave_out(from) {
+            copied.skipped += 1;
+        } else if kind.is_dir() {
             self.create_dir_all(rel)?;
             for entry in std::fs::read_dir(from).map_err(outside)? {
                 let entry = entry.map_err(outside)?;
-                self.copy_entry(&rel.join(entry.file_name()), &entry.path(), copied)?;
+                self.copy_entry(&rel.join(entry.file_name()), &entry.path(), leave_out, copied)?;
             }
         } else if kind.is_symlink() {
             let target = std::fs::read_link(from).map_err(outside)?;

@@ -32,6 +32,10 @@ pub(super) fn write_stored(objects: &Path, kind: &str, body: &[u8]) -> Result<Oi
     let dir = objects.join(&hex[..2]);
     let path = dir.join(&hex[2..]);
     if std::fs::symlink_metadata(&path).is_ok() {
+        // Used again: its time says so (gc lets go only of objects unused for long).
+        if let Ok(file) = std::fs::File::open(&path) {
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
         return Ok(oid);
     }
     let io = |path: &Path| {

@@ -66,7 +66,11 @@ pub fn loose_objects(objects: &Path) -> Vec<(Oid, PathBuf, u64)> {
 /// `at_least`, unless another packer is at work.
 pub fn pack_loose(git_dir: &Path, at_least: usize) -> Result<Packing> {
     let objects = git_dir.join("objects");
-    let loose = loose_objects(&objects);
+    // Only what was written lately (a driver's own): an older loose object may be one
+    // `consolidate` kept out of its pack so that it ages, which a new pack would hide.
+    let lately = SystemTime::now() - Duration::from_secs(3600);
+    let loose: Vec<(Oid, PathBuf, u64)> =
+        loose_objects(&objects).into_iter().filter(|(_, path, _)| modified(path) >= lately).collect();
     if loose.len() < at_least.max(1) {
         return Ok(Packing::Nothing);
     }
@@ -142,11 +146,18 @@ pub fn consolidate(git_dir: &Path, prune: Option<&Prune>) -> Result<Packing> {
     for (oid, path, _) in &loose {
         note(*oid, modified(path));
     }
-    let keep = match prune {
+    // What goes in the pack; what stays loose, as old as it was (reached only from
+    // objects younger than the grace: packed, it would look written now and never
+    // age); what is let go.
+    let (keep, young) = match prune {
         Some(prune) => reached(&own, &written_at, prune),
-        None => written_at.keys().copied().collect(),
+        None => (written_at.keys().copied().collect(), HashSet::new()),
     };
-    if old_packs.len() <= 2 && loose.is_empty() && keep.len() == written_at.len() {
+    let pruned = written_at.len() - keep.len() - young.len();
+    let loose_ids: HashSet<Oid> = loose.iter().map(|(oid, _, _)| *oid).collect();
+    let young_in_packs = young.iter().any(|oid| !loose_ids.contains(oid));
+    let loose_to_pack = loose.iter().any(|(oid, _, _)| keep.contains(oid));
+    if old_packs.len() <= 2 && !loose_to_pack && pruned == 0 && !young_in_packs {
         return Ok(Packing::Nothing);
     }
     let mut builder = own.packbuilder().map_err(lib("start a pack"))?;
@@ -159,8 +170,10 @@ pub fn consolidate(git_dir: &Path, prune: Option<&Prune>) -> Result<Packing> {
     let before_bytes: u64 = old_packs.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)).sum();
     let loose_bytes: u64 = loose.iter().map(|(_, _, size)| size).sum();
     let written = write_pack(&mut builder, &packs)?;
-    if objects_packed < keep.len() {
-        // Something was not packed: nothing is removed.
+    let mut unpacked = young.iter().filter(|oid| !loose_ids.contains(oid));
+    let loosened = unpacked.all(|oid| loosen(&own, &objects, *oid, written_at[oid]));
+    if objects_packed < keep.len() || !loosened {
+        // Something was not packed or written out: nothing is removed.
         return Ok(Packing::Done(Packed {
             objects: objects_packed,
             pruned: 0,
@@ -174,12 +187,14 @@ pub fn consolidate(git_dir: &Path, prune: Option<&Prune>) -> Result<Packing> {
     let untouched = |path: &Path, listed: SystemTime| modified(path) <= listed;
     let lets_go = |pack: &Path| {
         pack_ids.get(&pack.with_extension("pack")).is_none_or(|(listed, ids)| {
-            ids.iter().all(|oid| keep.contains(oid)) || untouched(&pack.with_extension("pack"), *listed)
+            ids.iter().all(|oid| keep.contains(oid) || young.contains(oid))
+                || untouched(&pack.with_extension("pack"), *listed)
         })
     };
     // The old packs go — never the one just written, which has the same name when it
     // holds the same objects — each index before its pack (a reader never finds an
-    // index without its pack), then the loose copies.
+    // index without its pack), then the loose copies of what was packed and of what
+    // was let go.
     let mut old: Vec<&PathBuf> =
         old_packs.iter().filter(|p| !written.files.contains(p)).filter(|p| lets_go(p)).collect();
     old.sort_by_key(|p| p.extension().is_some_and(|e| e == "pack"));
@@ -187,29 +202,42 @@ pub fn consolidate(git_dir: &Path, prune: Option<&Prune>) -> Result<Packing> {
         let _ = std::fs::remove_file(path);
     }
     for (oid, path, _) in &loose {
-        if keep.contains(oid) || untouched(path, written_at.get(oid).copied().unwrap_or(SystemTime::UNIX_EPOCH)) {
+        let goes = keep.contains(oid)
+            || (!young.contains(oid)
+                && untouched(path, written_at.get(oid).copied().unwrap_or(SystemTime::UNIX_EPOCH)));
+        if goes {
             let _ = std::fs::remove_file(path);
         }
     }
     Ok(Packing::Done(Packed {
         objects: objects_packed,
-        pruned: written_at.len() - keep.len(),
+        pruned,
         loose_bytes: loose_bytes + before_bytes,
         pack_bytes: written.bytes,
     }))
+}
+
+/// Writes object `oid` of `own` as a loose file of `objects` dated `at` (when it was
+/// last written), so it ages from then; whether it is there.
+fn loosen(own: &Repository, objects: &Path, oid: Oid, at: SystemTime) -> bool {
+    let Ok(odb) = own.odb() else { return false };
+    let Ok(object) = odb.read(oid) else { return false };
+    let Ok(written) = super::loose::write_stored(objects, object.kind().str(), object.data()) else { return false };
+    let hex = written.to_string();
+    let path = objects.join(&hex[..2]).join(&hex[2..]);
+    written == oid && std::fs::File::open(&path).and_then(|f| f.set_modified(at)).is_ok()
 }
 
 fn modified(path: &Path) -> SystemTime {
     std::fs::metadata(path).and_then(|m| m.modified()).unwrap_or_else(|_| SystemTime::now())
 }
 
-/// The objects of `own` (`written_at` lists them) that `prune` keeps: every one reached
-/// from its refs and reflogs, its roots and the objects written since its `before`.
-/// The walk stops at objects the repository does not hold itself (an alternate's:
-/// what they reach is theirs too).
-fn reached(own: &Repository, written_at: &HashMap<Oid, SystemTime>, prune: &Prune) -> HashSet<Oid> {
+/// The objects of `own` (`written_at` lists them) that `prune` keeps: those reached
+/// from its refs and reflogs and its roots, and apart, those reached only from the
+/// objects written since its `before`. The walk stops at objects the repository does
+/// not hold itself (an alternate's: what they reach is theirs too).
+fn reached(own: &Repository, written_at: &HashMap<Oid, SystemTime>, prune: &Prune) -> (HashSet<Oid>, HashSet<Oid>) {
     let mut todo: Vec<Oid> = prune.roots.clone();
-    todo.extend(written_at.iter().filter(|(_, at)| **at >= prune.before).map(|(oid, _)| *oid));
     if let Ok(references) = own.references() {
         for reference in references.flatten() {
             todo.extend(reference.target());
@@ -221,7 +249,17 @@ fn reached(own: &Repository, written_at: &HashMap<Oid, SystemTime>, prune: &Prun
             }
         }
     }
-    let mut seen = HashSet::new();
+    let mut rooted = HashSet::new();
+    walk(own, written_at, todo, &mut rooted);
+    let young: Vec<Oid> = written_at.iter().filter(|(_, at)| **at >= prune.before).map(|(oid, _)| *oid).collect();
+    let mut from_young = rooted.clone();
+    walk(own, written_at, young, &mut from_young);
+    let young = from_young.difference(&rooted).copied().collect();
+    (rooted, young)
+}
+
+/// Adds to `seen` every object of `written_at` reached from `todo`.
+fn walk(own: &Repository, written_at: &HashMap<Oid, SystemTime>, mut todo: Vec<Oid>, seen: &mut HashSet<Oid>) {
     while let Some(oid) = todo.pop() {
         if !written_at.contains_key(&oid) || !seen.insert(oid) {
             continue;
@@ -237,7 +275,6 @@ fn reached(own: &Repository, written_at: &HashMap<Oid, SystemTime>, prune: &Prun
             todo.push(tag.target_id());
         }
     }
-    seen
 }
 
 /// The blobs an index file names (the harness's stat cache of an agent's directory:
@@ -441,8 +478,32 @@ mod tests {
         }
         // The removed agent's commit, its tree and blob, and the lone blob.
         assert_eq!(done.pruned, 4, "{done:?}");
-        assert!(loose_objects(&dir.join("objects")).is_empty());
+        // What only young objects reach stays loose, as old as it was, so it ages.
+        let loose: Vec<Oid> = loose_objects(&dir.join("objects")).iter().map(|(oid, _, _)| *oid).collect();
+        for young in [young, in_flight, reused_tree, reused_blob] {
+            assert!(loose.contains(&young), "{young} stays loose");
+        }
+        let age = |oid: Oid| {
+            let hex = oid.to_string();
+            modified(&dir.join("objects").join(&hex[..2]).join(&hex[2..])).elapsed().unwrap_or_default()
+        };
+        assert!(age(reused_blob) > Duration::from_secs(29 * 86_400), "its time is kept");
         assert_eq!(consolidate(&dir, Some(&prune)).expect("again"), Packing::Nothing, "nothing left to let go");
+        // A young object in a pack comes out of it dated as its pack, and goes once old.
+        let packed = repo.blob(b"packed a while ago, reached by nothing").expect("blob");
+        assert!(matches!(pack_loose(&dir, 1).expect("pack"), Packing::Done(_)));
+        let two_days_ago = SystemTime::now() - Duration::from_secs(2 * 86_400);
+        for pack in pack_files(&dir.join("objects/pack")) {
+            std::fs::File::options().append(true).open(&pack).and_then(|f| f.set_modified(two_days_ago)).expect("age");
+        }
+        let week = Prune { roots: vec![rooted], before: SystemTime::now() - Duration::from_secs(7 * 86_400) };
+        consolidate(&dir, Some(&week)).expect("merge");
+        let loose: Vec<Oid> = loose_objects(&dir.join("objects")).iter().map(|(oid, _, _)| *oid).collect();
+        assert!(loose.contains(&packed), "out of the pack");
+        assert!(age(packed) > Duration::from_secs(86_400), "dated as its pack");
+        let Packing::Done(done) = consolidate(&dir, Some(&prune)).expect("merge") else { panic!("not merged") };
+        assert!(done.pruned >= 1, "{done:?}");
+        assert!(Repository::open_bare(&dir).expect("open").find_object(packed, None).is_err(), "gone once old");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
