@@ -5,6 +5,7 @@
 
 pub mod agents;
 pub mod budget;
+pub mod bundle;
 pub mod compaction;
 pub mod containment;
 pub mod directory;

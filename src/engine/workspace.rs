@@ -116,6 +116,18 @@ impl Workspace {
         made
     }
 
+    /// The skeleton of a workspace at `root` (which must not exist) with empty
+    /// repositories and no config lineage: what a replay fills from a bundle.
+    pub fn create_bare(root: &Path) -> Result<Workspace> {
+        let layout = Layout::new(root);
+        for dir in layout.skeleton() {
+            std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        }
+        let repo = Repo::init(&layout.repo())?;
+        let project = init_project(&layout)?;
+        Ok(Workspace { layout, repo, project, source: None })
+    }
+
     fn lay_out(root: &Path, files: &ConfigFiles) -> Result<Workspace> {
         let layout = Layout::new(root);
         for dir in layout.skeleton() {

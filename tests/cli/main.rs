@@ -3,6 +3,7 @@
 mod support;
 
 mod agent_git;
+mod bundle;
 mod children;
 mod compaction;
 mod config;

@@ -2,6 +2,7 @@
 
 pub mod apply;
 pub mod attach;
+pub mod bundle;
 pub mod compact;
 pub mod completions;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod ls;
 pub mod mcp;
 pub mod new;
 pub mod prompt;
+pub mod replay;
 pub mod rm;
 pub mod run;
 pub mod scan;

@@ -1,0 +1,67 @@
+use std::path::PathBuf;
+
+use serde_json::json;
+
+use crate::cli::{CliError, Ctx};
+use crate::engine::bundle;
+
+/// Make a workspace from a bundle (`offshoot bundle`): its agents can be inspected
+/// (`log`, `show --request`, `tree`) and driven further (`send`, `run`) with your keys
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The bundle file
+    pub file: PathBuf,
+    /// Where to make the workspace (default: a new one under the data root's
+    /// `workspaces/`, named after the bundle)
+    #[arg(long, value_name = "DIR")]
+    pub into: Option<PathBuf>,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    if !args.file.is_file() {
+        return Err(CliError::usage(format!("{}: there is no such file", args.file.display())));
+    }
+    let dest = match &args.into {
+        Some(dir) => dir.clone(),
+        None => fresh_place(ctx, &args.file),
+    };
+    let template = ctx.template()?;
+    let mine = template
+        .iter()
+        .find(|(p, _)| p == crate::domain::config::FILE)
+        .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default();
+    let replayed = bundle::replay(&args.file, &dest, &mine).map_err(super::bundle::error)?;
+    let m = &replayed.manifest;
+    let root = replayed.workspace.layout.root().to_owned();
+    if ctx.out.json {
+        ctx.out.event(&json!({"type": "replayed", "workspace": root, "agent": m.agent, "agents": m.agents,
+            "lineages": m.lineages, "made_by": m.made_by}));
+        return Ok(());
+    }
+    ctx.out.line(&root.display().to_string());
+    ctx.out.progress(&format!(
+        "· {} agents from {} ({}); e.g. `offshoot -w {} log {}`, then `send` or `run` to go on with your keys",
+        m.agents.len(),
+        args.file.display(),
+        m.made_by,
+        root.display(),
+        m.agent
+    ));
+    Ok(())
+}
+
+/// `<data root>/workspaces/replay-<file stem>[-N]`, the first that does not exist.
+fn fresh_place(ctx: &Ctx, file: &std::path::Path) -> PathBuf {
+    let stem: String = file
+        .file_stem()
+        .map(|s| {
+            s.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).collect()
+        })
+        .unwrap_or_else(|| "bundle".into());
+    let base = ctx.data_root.join("workspaces");
+    (1..)
+        .map(|n| base.join(if n == 1 { format!("replay-{stem}") } else { format!("replay-{stem}-{n}") }))
+        .find(|p| std::fs::symlink_metadata(p).is_err())
+        .unwrap_or_else(|| base.join("replay"))
+}
