@@ -8,6 +8,7 @@ pub mod compaction;
 pub mod config;
 pub mod confinement;
 pub mod context;
+pub mod eval;
 pub mod glob;
 pub mod grant;
 pub mod id;
