@@ -24,7 +24,7 @@ pub struct Ctx {
     pub config_root: PathBuf,
     workspace: Option<PathBuf>,
     /// This binary, for the drivers the runtime launches.
-    exe: PathBuf,
+    pub exe: PathBuf,
     /// Stop requests (Ctrl-C, SIGTERM) for a driver this command runs.
     pub interrupt: Interrupt,
     /// The agent this command drives, once known (for what a signal prints).

@@ -58,6 +58,8 @@ pub enum Verb {
     Gc(verbs::gc::Args),
     Bundle(verbs::bundle::Args),
     Replay(verbs::replay::Args),
+    #[command(subcommand)]
+    Eval(verbs::eval::Args),
     Diff(verbs::diff::Args),
     Export(verbs::export::Args),
     Apply(verbs::apply::Args),
@@ -128,6 +130,7 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Gc(args) => verbs::gc::run(&ctx, args),
         Verb::Bundle(args) => verbs::bundle::run(&ctx, args),
         Verb::Replay(args) => verbs::replay::run(&ctx, args),
+        Verb::Eval(args) => verbs::eval::run(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),

@@ -61,6 +61,65 @@ impl Site<'_> {
     }
 }
 
+/// What an agent's tools run with, but the jail (built by the caller, who may keep it):
+/// how commands start (the tool environment, output limits, the secrets hidden from
+/// their output), the file tools' rules, the role met with its ancestors', and the
+/// confinement its commands need (none for `sandbox = "none"`).
+pub struct AgentTools {
+    pub commands: crate::infra::tools::Commands,
+    pub paths: PathPolicy,
+    pub role: RoleConfig,
+    pub confinement: Option<Confinement>,
+}
+
+/// [`AgentTools`] of the agent at `at` (`facts` its facts) under `config`, with the
+/// user's environment `vars`; `None` when its role cannot be read.
+pub fn agent_tools(at: &Site, repo: &Repo, facts: &AgentFacts, config: &Config, vars: &Env) -> Option<AgentTools> {
+    let tmpdir = at.own_tmp();
+    let name = facts.name.clone().unwrap_or_else(|| facts.id.clone());
+    let identity = crate::domain::tool_env::Identity::for_agent(config, &name);
+    let placement = crate::domain::tool_env::Placement {
+        workspace: at.workspace,
+        agent: at.id.as_str(),
+        identity: &identity,
+        tmpdir: &tmpdir,
+    };
+    let redactor = crate::infra::redact::Redactor::new(crate::domain::tool_env::secret_values(vars.vars(), config));
+    let role = effective_role(repo, facts, config)?;
+    let commands = crate::infra::tools::Commands {
+        env: crate::domain::tool_env::environment(vars.vars(), config, &placement),
+        head_bytes: config.tool_output.head_bytes,
+        tail_bytes: config.tool_output.tail_bytes,
+        redactor: Some(std::sync::Arc::new(redactor)),
+        ..Default::default()
+    };
+    Some(AgentTools { commands, paths: path_policy(at, &role), confinement: confinement(at, &role), role })
+}
+
+/// How agent `id` of `ws` runs commands, its jail built (`helper`, this binary, is the
+/// sandbox helper): for running something as its bash would, outside its driver
+/// (an eval's check).
+pub fn commands_for(
+    ws: &super::workspace::Workspace,
+    id: &AgentId,
+    helper: &std::path::Path,
+    vars: &Env,
+) -> Result<crate::infra::tools::Commands, String> {
+    let tip = ws.repo.branch_tip(&id.branch()).map_err(|e| e.to_string())?.ok_or("the agent has no branch")?;
+    let facts = snapshot::read_facts(&ws.repo, tip).map_err(|e| e.to_string())?;
+    let (_, config) = ws.config(&facts.lineage).map_err(|e| e.to_string())?;
+    let workspace = std::fs::canonicalize(ws.layout.root()).map_err(|e| e.to_string())?;
+    let own = std::fs::canonicalize(ws.layout.worktree(id)).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(ws.layout.tmp(id)).map_err(|e| e.to_string())?;
+    let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: None };
+    let tools = agent_tools(&site, &ws.repo, &facts, &config, vars).ok_or("its role cannot be read")?;
+    let sandbox = match tools.confinement {
+        Some(c) => Some(std::sync::Arc::new(jail(&c, helper, vars).map_err(|e| e.to_string())?)),
+        None => None,
+    };
+    Ok(crate::infra::tools::Commands { sandbox, ..tools.commands })
+}
+
 /// The file tools' rules: read anywhere but the workspace's internals, other
 /// agents' directories and other workspaces (the agent's own records excepted), as
 /// its commands may; write only in the

@@ -11,6 +11,7 @@ pub mod containment;
 pub mod directory;
 pub mod doctor;
 pub mod driver;
+pub mod eval;
 pub mod events;
 pub mod gc;
 pub mod guard;

@@ -15,6 +15,7 @@ mod disk;
 mod doctor;
 mod door;
 mod errors;
+mod eval;
 mod faults;
 mod fuzz;
 mod headless;

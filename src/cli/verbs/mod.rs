@@ -10,6 +10,7 @@ pub mod demo;
 pub mod diff;
 pub mod dispatch;
 pub mod doctor;
+pub mod eval;
 pub mod export;
 pub mod fork;
 pub mod gc;

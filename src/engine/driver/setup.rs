@@ -5,10 +5,8 @@
 use std::sync::Arc;
 
 use crate::domain::config::{Config, RoleConfig};
-use crate::domain::tool_env::{self, Identity, Placement};
 use crate::engine::containment::{self, Site};
 use crate::infra::git::CommitId;
-use crate::infra::redact::Redactor;
 use crate::infra::sandbox::{self, Confinement, Jail};
 use crate::infra::tools::{Commands, PathPolicy};
 
@@ -49,17 +47,6 @@ impl Driver<'_> {
     pub(super) fn build_commands(&mut self, config: &Config) -> Result<(Commands, Arc<PathPolicy>, RoleConfig)> {
         let tmpdir = self.ws.layout.tmp(&self.id);
         std::fs::create_dir_all(&tmpdir).map_err(|source| DriverError::Io { path: tmpdir.clone(), source })?;
-        let name = self.facts.name.clone().unwrap_or_else(|| self.id.to_string());
-        let identity = Identity::for_agent(config, &name);
-        let placement = Placement {
-            workspace: &self.real_workspace,
-            agent: self.id.as_str(),
-            identity: &identity,
-            tmpdir: &tmpdir,
-        };
-        let vars = self.runtime.env();
-        let redactor = Redactor::new(tool_env::secret_values(vars.vars(), config));
-        let role = containment::effective_role(&self.ws.repo, &self.facts, config).ok_or_else(|| self.role_gone())?;
         let others = self.runtime.workspaces().and_then(|w| std::fs::canonicalize(w).ok());
         let site = Site {
             layout: &self.ws.layout,
@@ -68,24 +55,19 @@ impl Driver<'_> {
             own: &self.real_root,
             others: others.as_deref(),
         };
-        let paths = Arc::new(containment::path_policy(&site, &role));
-        let confinement = containment::confinement(&site, &role);
-        let env = tool_env::environment(vars.vars(), config, &placement);
-        let sandbox = match confinement {
+        let tools = containment::agent_tools(&site, &self.ws.repo, &self.facts, config, self.runtime.env())
+            .ok_or_else(|| self.role_gone())?;
+        let sandbox = match tools.confinement {
             None => None,
             Some(c) => Some(self.sandbox(c)?),
         };
         let interrupt = self.runtime.interrupt().clone();
         let commands = Commands {
-            env,
             on_spawn: Some(Arc::new(move |group| interrupt.command_started(group))),
-            head_bytes: config.tool_output.head_bytes,
-            tail_bytes: config.tool_output.tail_bytes,
-            redactor: Some(Arc::new(redactor)),
             sandbox,
-            ..Commands::default()
+            ..tools.commands
         };
-        Ok((commands, paths, role))
+        Ok((commands, Arc::new(tools.paths), tools.role))
     }
 
     /// The jail for `confinement`, built once and kept while the confinement stays

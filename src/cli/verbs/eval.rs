@@ -1,0 +1,207 @@
+use std::path::PathBuf;
+
+use crate::cli::{CliError, Ctx};
+use crate::engine::eval::{self, Comparison, Outcome, Rates, Report, ReportHead};
+
+/// Measure a configuration on a suite of tasks, and compare two such measurements
+#[derive(Debug, clap::Subcommand)]
+pub enum Args {
+    /// Run every task of a suite N times (each in a fresh workspace) and report pass@1
+    /// with its Wilson 95% interval, pass@k, tokens, cost and time, per task, per
+    /// category and in total
+    Run(RunArgs),
+    /// Compare two reports: pass rates per task, per category and in total, with
+    /// McNemar's exact test on paired runs and the sign test on tasks, and the cost
+    Compare {
+        /// The report to compare against
+        a: PathBuf,
+        /// The report compared
+        b: PathBuf,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The suite: a directory with one directory per task (`prompt.md`, an executable
+    /// `check`, optionally an executable `setup` and `task.toml`)
+    #[arg(long)]
+    pub suite: PathBuf,
+    /// A config file laid over the default (`offshoot.toml` keys: model, budgets,
+    /// tools; `souls/*.md` beside it replace the souls); repeatable, in order
+    #[arg(long)]
+    pub config: Vec<PathBuf>,
+    /// Runs of each task
+    #[arg(long, default_value_t = 1)]
+    pub runs: u32,
+    /// Runs at once
+    #[arg(long, default_value_t = 1)]
+    pub jobs: u32,
+    /// Where the report goes (default: `eval-<time>.json` here)
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Where failing runs are bundled (`<task>-<run>.offshoot`)
+    #[arg(long)]
+    pub bundle_dir: Option<PathBuf>,
+}
+
+pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    match args {
+        Args::Run(run) => run_suite(ctx, run),
+        Args::Compare { a, b } => compare(ctx, a, b),
+    }
+}
+
+fn usage(e: eval::EvalError) -> CliError {
+    CliError::usage(e.to_string())
+}
+
+fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
+    if args.runs == 0 || args.jobs == 0 {
+        return Err(CliError::usage("--runs and --jobs must be at least 1"));
+    }
+    let tasks = eval::load_suite(&args.suite).map_err(usage)?;
+    let files = eval::run_config(&ctx.template()?, &args.config).map_err(usage)?;
+    let out = args.out.clone().unwrap_or_else(|| {
+        PathBuf::from(format!("eval-{}.json", crate::infra::time::Timestamp::now().to_string().replace(':', "")))
+    });
+    if std::fs::symlink_metadata(&out).is_ok() {
+        return Err(CliError::usage(format!("{}: exists already; give --out a new path", out.display())));
+    }
+    let scratch = std::env::temp_dir().join(format!("offshoot-eval-{}", std::process::id()));
+    let started = std::time::Instant::now();
+    // Each run is said as it ends, from this thread (the output is not shared).
+    let (sender, ended) = std::sync::mpsc::channel::<eval::RunReport>();
+    let sender = std::sync::Mutex::new(sender);
+    let on_run = |r: &eval::RunReport| {
+        if let Ok(s) = sender.lock() {
+            let _ = s.send(r.clone());
+        }
+    };
+    let plan = eval::Plan {
+        tasks: &tasks,
+        files: &files,
+        runs: args.runs,
+        jobs: args.jobs,
+        exe: &ctx.exe,
+        env: &ctx.env,
+        scratch: &scratch,
+        bundle_dir: args.bundle_dir.as_deref(),
+        on_run: &on_run,
+    };
+    let say = |r: eval::RunReport| {
+        let verdict = match r.outcome {
+            Outcome::Pass => "pass",
+            Outcome::Fail => "FAIL",
+            Outcome::Error => "error",
+        };
+        let detail = if r.detail.is_empty() { String::new() } else { format!(" — {}", r.detail) };
+        ctx.out.progress(&format!("· {} run {}: {verdict} in {:.1} s{detail}", r.task, r.run, r.wall_secs));
+    };
+    let runs = std::thread::scope(|scope| {
+        let running = scope.spawn(|| eval::run(&plan));
+        while !running.is_finished() {
+            if let Ok(r) = ended.recv_timeout(std::time::Duration::from_millis(100)) {
+                say(r);
+            }
+        }
+        while let Ok(r) = ended.try_recv() {
+            say(r);
+        }
+        running.join().unwrap_or_default()
+    });
+    let _ = std::fs::remove_dir_all(&scratch);
+    let head = ReportHead {
+        suite: args.suite.clone(),
+        configs: args.config.clone(),
+        runs_per_task: args.runs,
+        jobs: args.jobs,
+        wall_secs: started.elapsed().as_secs_f64(),
+    };
+    let report = eval::report(&tasks, runs, head);
+    let text = serde_json::to_vec_pretty(&report).unwrap_or_default();
+    std::fs::write(&out, &text).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", out.display())))?;
+    if ctx.out.json {
+        ctx.out.event(&serde_json::to_value(&report).unwrap_or_default());
+    } else {
+        print_report(ctx, &report);
+    }
+    ctx.out.progress(&format!("· report: {}", out.display()));
+    Ok(())
+}
+
+fn rate_line(name: &str, r: &Rates) -> String {
+    let k: Vec<String> =
+        r.pass_at_k.iter().filter(|(k, _)| *k != "1").map(|(k, v)| format!("pass@{k} {v:.2}")).collect();
+    let cost = r.cost_usd.map_or("cost unknown".to_owned(), |c| format!("${c:.4}"));
+    let errors = if r.errors > 0 { format!(", {} errors", r.errors) } else { String::new() };
+    format!(
+        "{name:<24} pass@1 {:.2} [{:.2}, {:.2}] ({}/{}{errors}){}  {} tokens, {cost}, {:.1} s",
+        r.pass_at_1,
+        r.interval.0,
+        r.interval.1,
+        r.passed,
+        r.runs,
+        if k.is_empty() { String::new() } else { format!("  {}", k.join(" ")) },
+        r.tokens,
+        r.wall_secs
+    )
+}
+
+fn print_report(ctx: &Ctx, report: &Report) {
+    ctx.out.line("task                     pass@1 [Wilson 95%]");
+    for (id, t) in &report.tasks {
+        ctx.out.line(&rate_line(id, &t.rates));
+    }
+    for (name, r) in &report.categories {
+        ctx.out.line(&rate_line(&format!("[{name}]"), r));
+    }
+    ctx.out.line(&rate_line("total", &report.total));
+}
+
+fn compare(ctx: &Ctx, a: &std::path::Path, b: &std::path::Path) -> Result<(), CliError> {
+    let ra = eval::read_report(a).map_err(usage)?;
+    let rb = eval::read_report(b).map_err(usage)?;
+    let c = eval::compare(&ra, &rb);
+    if ctx.out.json {
+        ctx.out.event(&serde_json::to_value(&c).unwrap_or_default());
+        return Ok(());
+    }
+    print_comparison(ctx, &c);
+    Ok(())
+}
+
+fn print_comparison(ctx: &Ctx, c: &Comparison) {
+    if !c.only_a.is_empty() || !c.only_b.is_empty() {
+        ctx.out.line(&format!(
+            "the suites differ: only in a: {}; only in b: {} (compared on the tasks both ran)",
+            if c.only_a.is_empty() { "none".into() } else { c.only_a.join(", ") },
+            if c.only_b.is_empty() { "none".into() } else { c.only_b.join(", ") }
+        ));
+    }
+    let cost = |x: Option<f64>| x.map_or("?".to_owned(), |v| format!("${v:.4}"));
+    let line = |name: &str, d: &eval::Difference| {
+        format!(
+            "{name:<24} a {:.2}  b {:.2}  b-a {:+.2}   cost a {}  b {}",
+            d.a,
+            d.b,
+            d.delta,
+            cost(d.cost_a),
+            cost(d.cost_b)
+        )
+    };
+    for (id, d) in &c.tasks {
+        ctx.out.line(&line(id, d));
+    }
+    for (name, d) in &c.categories {
+        ctx.out.line(&line(&format!("[{name}]"), d));
+    }
+    ctx.out.line(&line("total", &c.total));
+    ctx.out.line(&format!(
+        "paired runs (McNemar, exact): b better in {}, a better in {}: p = {:.4}",
+        c.paired_runs.b_better, c.paired_runs.a_better, c.paired_runs.p_value
+    ));
+    ctx.out.line(&format!(
+        "tasks (sign test): b better on {}, a better on {}: p = {:.4}",
+        c.tasks_test.b_better, c.tasks_test.a_better, c.tasks_test.p_value
+    ));
+}

@@ -1,0 +1,143 @@
+//! `offshoot eval run` and `eval compare` on the example suite (`examples/eval`),
+//! against the scripted server: a model that passes exactly two of the four tasks,
+//! then one that passes all.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::support::server::{Server, Turn};
+use crate::support::workspace::TestWorkspace;
+
+fn suite() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/eval")
+}
+
+/// A model that does a task only when its goal names one of `able`'s files, then says
+/// it is done.
+fn model(server: &Server, able: &'static [(&'static str, &'static str)]) {
+    server.respond_with(move |request| {
+        if request.contains("\"tool_result\"") {
+            return Turn::text("done");
+        }
+        match able.iter().find(|(goal, _)| request.contains(goal)) {
+            Some((_, command)) => Turn::bash("c1", command),
+            None => Turn::text("I cannot do that."),
+        }
+    });
+}
+
+const TWO: &[(&str, &str)] = &[
+    ("hello.txt in this directory", "printf 'hello\\n' > hello.txt"),
+    ("numbers 1 to 10 into numbers.txt", "seq 1 10 > numbers.txt"),
+];
+
+const ALL: &[(&str, &str)] = &[
+    ("hello.txt in this directory", "printf 'hello\\n' > hello.txt"),
+    ("numbers 1 to 10 into numbers.txt", "seq 1 10 > numbers.txt"),
+    ("Fix calc.sh", "printf '#!/bin/sh\\necho $(( $1 + $2 ))\\n' > calc.sh"),
+    ("first line of README.md", "printf '# Project\\n' | cat - README.md > t && mv t README.md"),
+];
+
+fn run_eval(t: &TestWorkspace, config: &Path, out: &Path, bundles: Option<&Path>) -> Value {
+    let mut args = vec![
+        "eval".to_owned(),
+        "run".into(),
+        "--suite".into(),
+        suite().display().to_string(),
+        "--config".into(),
+        config.display().to_string(),
+        "--runs".into(),
+        "3".into(),
+        "--jobs".into(),
+        "4".into(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
+    if let Some(dir) = bundles {
+        args.extend(["--bundle-dir".into(), dir.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let run = t.run_bare(&args);
+    run.ok();
+    assert!(run.stderr.contains("hello-file run 1: pass"), "{}", run.stderr);
+    serde_json::from_slice(&std::fs::read(out).expect("report")).expect("json")
+}
+
+fn close(v: &Value, x: f64) -> bool {
+    v.as_f64().is_some_and(|f| (f - x).abs() < 1e-3)
+}
+
+#[test]
+fn a_suite_where_the_model_passes_two_of_four_tasks_is_measured_and_compared() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("eval-suite");
+    t.env("ANTHROPIC_API_KEY", "test-key");
+    let config = t.root.join("eval.toml");
+    std::fs::write(&config, format!("[providers.anthropic]\nbase_url = \"{}\"\n", server.url())).expect("config");
+    let bundles = t.root.join("failing");
+
+    model(&server, TWO);
+    let half = t.root.join("half.json");
+    let report = run_eval(&t, &config, &half, Some(&bundles));
+    let total = &report["total"];
+    assert_eq!(
+        (total["passed"].as_u64(), total["runs"].as_u64(), total["errors"].as_u64()),
+        (Some(6), Some(12), Some(0))
+    );
+    assert!(close(&total["pass_at_1"], 0.5), "{total}");
+    // Wilson 95% of 6 in 12.
+    assert!(close(&total["interval"][0], 0.2538) && close(&total["interval"][1], 0.7462), "{total}");
+    // pass@3: the two tasks always passed, the two never.
+    assert!(close(&total["pass_at_k"]["3"], 0.5), "{total}");
+    let category = |name: &str| report["categories"][name]["pass_at_1"].clone();
+    assert!(close(&category("files"), 1.0) && close(&category("code"), 0.5) && close(&category("docs"), 0.0));
+    assert!(close(&report["tasks"]["fix-add"]["pass_at_1"], 0.0));
+    let runs = report["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 12);
+    assert!(runs.iter().all(|r| r["tokens"].as_u64().unwrap_or(0) > 0 && r["wall_secs"].as_f64().unwrap_or(0.0) > 0.0));
+    // Every failing run, and only those, is bundled.
+    let mut bundled: Vec<String> = std::fs::read_dir(&bundles)
+        .expect("bundles")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    bundled.sort();
+    let expected: Vec<String> = ["fix-add", "readme-title"]
+        .iter()
+        .flat_map(|task| (1..=3).map(move |n| format!("{task}-{n}.offshoot")))
+        .collect();
+    assert_eq!(bundled, expected);
+    let replayed = t.run_bare(&["replay", bundles.join("fix-add-1.offshoot").to_str().expect("utf-8")]);
+    replayed.ok();
+
+    model(&server, ALL);
+    let full = t.root.join("full.json");
+    let report = run_eval(&t, &config, &full, None);
+    assert!(close(&report["total"]["pass_at_1"], 1.0), "{}", report["total"]);
+
+    let compared =
+        t.run_bare(&["--json", "eval", "compare", half.to_str().expect("utf-8"), full.to_str().expect("utf-8")]);
+    let c: Value = serde_json::from_str(compared.ok().trim()).expect("json");
+    assert!(close(&c["total"]["delta"], 0.5), "{c}");
+    assert_eq!(c["paired_runs"]["b_better"], 6);
+    assert_eq!(c["paired_runs"]["a_better"], 0);
+    assert!(close(&c["paired_runs"]["p_value"], 0.03125), "McNemar exact: 2 * 0.5^6");
+    assert_eq!(c["tasks_test"]["b_better"], 2);
+    assert!(close(&c["categories"]["docs"]["delta"], 1.0));
+    let text = t.run_bare(&["eval", "compare", half.to_str().expect("utf-8"), full.to_str().expect("utf-8")]);
+    assert!(text.ok().contains("p = 0.0313"), "{}", text.stdout);
+}
+
+#[test]
+fn a_suite_that_is_not_one_is_refused_naming_the_file_and_the_rule() {
+    let t = TestWorkspace::new("eval-bad-suite");
+    let suite = t.root.join("suite");
+    std::fs::create_dir_all(suite.join("one")).expect("task");
+    std::fs::write(suite.join("one/prompt.md"), "do it").expect("prompt");
+    let run = t.run_bare(&["eval", "run", "--suite", suite.to_str().expect("utf-8")]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("one/check") && run.stderr.contains("executable"), "{}", run.stderr);
+    let missing = t.run_bare(&["eval", "compare", "/nonexistent/a.json", "/nonexistent/b.json"]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+}
