@@ -11,7 +11,6 @@
 //! answer (provider down, budget exhausted, an error) is an error, never a fail.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -21,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::domain::eval as stats;
 use crate::domain::id::AgentId;
 use crate::engine::workspace::{ConfigFiles, Workspace};
+use crate::infra::process::{self, Ended, Finished, Group, Io, Limits, Spec};
 
 use super::Env;
 
@@ -393,15 +393,9 @@ fn attempt(
         user_env.iter().filter(|(k, _)| !crate::domain::tool_env::is_secret_name(k)).cloned().collect();
     let ws = match &task.setup {
         Some(setup) => {
-            let status = std::process::Command::new(setup)
-                .current_dir(&repo)
-                .env_clear()
-                .envs(script_env.iter().cloned())
-                .stdin(std::process::Stdio::null())
-                .output()
-                .map_err(|e| format!("setup could not start: {e}"))?;
-            if !status.status.success() {
-                return Err(format!("setup failed ({}): {}", status.status, last_line(&status.stderr)));
+            let ran = spawn(setup, &[], &repo, &script_env, None, Some(Duration::from_secs(600)))?;
+            if !ran.exit.success() || ran.ended != Ended::Exited {
+                return Err(format!("setup failed ({}): {}", ran.exit, last_line(&kept(&ran.stderr))));
             }
             let user = crate::infra::git::UserRepo::open(&repo)
                 .map_err(|e| format!("setup made no git repository in its directory: {e}"))?;
@@ -410,62 +404,26 @@ fn attempt(
         None => Workspace::create(&ws_path, plan.files).map_err(|e| e.to_string())?,
     };
     // The agent, as `offshoot prompt` runs it: a process of its own.
-    let mut child = std::process::Command::new(plan.exe)
-        .current_dir(&repo)
-        .env_clear()
-        .envs(user_env.iter().cloned())
-        .env_remove("OFFSHOOT_WORKSPACE")
-        .arg("-w")
-        .arg(&ws_path)
-        .args(["--json", "prompt", "--name", &format!("eval-{}-{run}", task.id), "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("the agent could not start: {e}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        use std::io::Write;
-        let _ = stdin.write_all(task.prompt.as_bytes());
-    }
-    let mut stdout = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(out) = stdout.as_mut() {
-            let _ = out.read_to_string(&mut text);
-        }
-        text
-    });
-    let mut stderr = child.stderr.take();
-    let err_reader = std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        if let Some(err) = stderr.as_mut() {
-            let _ = err.read_to_end(&mut bytes);
-        }
-        bytes
-    });
-    let deadline = Instant::now() + task.timeout;
-    let timed_out = loop {
-        match child.try_wait() {
-            Ok(Some(_)) => break false,
-            Ok(None) if Instant::now() >= deadline => break true,
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(_) => break false,
-        }
-    };
+    let name = format!("eval-{}-{run}", task.id);
+    let ws_arg = ws_path.display().to_string();
+    let agent_env: Vec<(String, String)> =
+        user_env.iter().filter(|(k, _)| k != "OFFSHOOT_WORKSPACE").cloned().collect();
+    let ran = spawn(
+        plan.exe,
+        &["-w", &ws_arg, "--json", "prompt", "--name", &name, "-"],
+        &repo,
+        &agent_env,
+        Some(task.prompt.as_bytes()),
+        Some(task.timeout),
+    )?;
+    let timed_out = ran.ended == Ended::TimedOut;
     if timed_out {
-        // Its drivers (the agent's and those below) stop, then the process goes.
-        let _ = std::process::Command::new(plan.exe)
-            .env_clear()
-            .envs(user_env.iter().cloned())
-            .arg("-w")
-            .arg(&ws_path)
-            .args(["stop", &format!("eval-{}-{run}", task.id)])
-            .output();
-        let _ = child.kill();
+        // Its process is gone; the drivers of the agents below it (detached) stop too.
+        let _ =
+            spawn(plan.exe, &["-w", &ws_arg, "stop", &name], &repo, &agent_env, None, Some(Duration::from_secs(60)));
     }
-    let _ = child.wait();
-    let events = reader.join().unwrap_or_default();
-    let errors = err_reader.join().unwrap_or_default();
+    let events = String::from_utf8_lossy(&kept(&ran.stdout)).into_owned();
+    let errors = kept(&ran.stderr);
     let lines: Vec<serde_json::Value> = events.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     // The first event names the agent driven (those below it come later).
     let agent = lines.iter().find_map(|l| l["agent"].as_str()).unwrap_or("").to_owned();
@@ -500,6 +458,26 @@ fn attempt(
         return bundle_failure(plan, &ws, &id, task, run, report);
     }
     Ok(())
+}
+
+/// Runs `program` unconfined (this binary, or the suite's own scripts) and waits for it.
+fn spawn(
+    program: &Path,
+    args: &[&str],
+    cwd: &Path,
+    env: &[(String, String)],
+    stdin: Option<&[u8]>,
+    timeout: Option<Duration>,
+) -> std::result::Result<Finished, String> {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    let spec = Spec { program, args: &args, cwd, env, group: Group::Own, stdin, sandbox: None, pgid_record: None };
+    let limits = Limits { head: 64 << 20, tail: 1 << 20, record_max: 0, timeout, idle: None };
+    process::run(&spec, &limits, Io::default()).map_err(|e| e.to_string())
+}
+
+/// What was kept of a stream, head and tail.
+fn kept(stream: &process::Kept) -> Vec<u8> {
+    [stream.head.as_slice(), stream.tail.as_slice()].concat()
 }
 
 fn last_line(bytes: &[u8]) -> String {
