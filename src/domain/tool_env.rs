@@ -151,7 +151,8 @@ pub fn secret_values<'b>(base: impl IntoIterator<Item = (&'b str, &'b str)>, con
         (keys.contains(&name) && crate::infra::redact::could_be_secret(value))
             || (is_secret_name(name) && value.len() >= 8)
     };
-    let servers = config.mcp_servers.values().flat_map(|s| s.env.iter());
+    // Values the config sets for tools under secret names are as secret.
+    let servers = config.mcp_servers.values().flat_map(|s| s.env.iter()).chain(config.tool_env.set.iter());
     let mut out: Vec<(String, String)> =
         base.into_iter().filter(|(k, v)| hidden(k, v)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
     out.extend(servers.filter(|(k, v)| hidden(k, v)).map(|(k, v)| (k.clone(), v.clone())));

@@ -95,10 +95,9 @@ fn members(listings: &[Listing], id: &AgentId, with_origin: bool, ws: &Workspace
     let mut chosen: Vec<Listing> = vec![me.clone()];
     chosen.extend(listings.iter().filter(|l| l.id.as_str().starts_with(&below)).cloned());
     if with_origin && let Some(from) = me.facts.as_ref().and_then(|f| f.forked_from.as_deref()) {
-        let from = git2::Oid::from_str(from).ok();
-        let origin = listings.iter().find(|l| {
-            l.id != *id && from.is_some_and(|f| l.tip == f || ws.repo.is_ancestor(f, l.tip).unwrap_or(false))
-        });
+        // The agent whose commit it is: its facts say.
+        let owner = git2::Oid::from_str(from).ok().and_then(|f| super::snapshot::read_facts(&ws.repo, f).ok());
+        let origin = owner.and_then(|o| listings.iter().find(|l| l.id.as_str() == o.id && l.id != *id));
         if let Some(origin) = origin.filter(|o| !chosen.iter().any(|c| c.id == o.id)) {
             chosen.push(origin.clone());
         }
@@ -106,19 +105,25 @@ fn members(listings: &[Listing], id: &AgentId, with_origin: bool, ws: &Workspace
     Ok(chosen)
 }
 
-/// The secrets to look for: each with the name it is known by.
-fn secrets(ws: &Workspace, lineages: &[String], env: &super::Env) -> Result<Vec<(String, String)>> {
+/// The secrets to look for, each with the name it is known by: those of the
+/// environment, and those every config the bundled refs reach sets (a header or
+/// environment value set once stays in the history agents descend from, on a lineage's
+/// branch or not).
+fn secrets(ws: &Workspace, refs: &[(String, git2::Oid)], env: &super::Env) -> Result<Vec<(String, String)>> {
     let mut found: Vec<(String, String)> = Vec::new();
-    for lineage in lineages {
-        // Every config of the lineage: a header or environment value set once stays in
-        // the history the agents descend from.
-        for commit in ws.repo.first_parent_chain(ws.config_tip(lineage)?)? {
-            let Ok(config) = ws.config_at(commit) else { continue };
-            for (name, value) in crate::domain::tool_env::secret_values(env.vars(), &config) {
-                if !found.iter().any(|(_, v)| *v == value) {
-                    found.push((name, value));
-                }
+    let mut add = |config: &crate::domain::config::Config| {
+        for (name, value) in crate::domain::tool_env::secret_values(env.vars(), config) {
+            if !found.iter().any(|(_, v)| *v == value) {
+                found.push((name, value));
             }
+        }
+    };
+    let configs =
+        bundle::configs_below(&ws.layout.repo(), refs, crate::domain::config::FILE, crate::domain::agent::DIR)?;
+    for (_, text) in configs {
+        let text = String::from_utf8_lossy(&text);
+        if let Ok(config) = crate::domain::config::Config::parse(&text, &|_| true) {
+            add(&config);
         }
     }
     Ok(found)
@@ -141,7 +146,8 @@ pub fn make(ws: &Workspace, id: &AgentId, with_origin: bool, env: &super::Env, o
     let mut project_globs = vec![format!("refs/heads/{}", crate::infra::git::MAIN)];
     for member in &chosen {
         repo_globs.push(format!("refs/heads/{}", member.id.branch()));
-        for mark in Mark::ALL.iter().filter(|m| **m != Mark::Names) {
+        // Not the working directory: a path of this machine.
+        for mark in Mark::ALL.iter().filter(|m| !matches!(m, Mark::Names | Mark::Cwd)) {
             repo_globs.push(format!("refs/offshoot/{}/{}", mark.kind(), member.id));
         }
         if let Some(facts) = &member.facts {
@@ -156,7 +162,7 @@ pub fn make(ws: &Workspace, id: &AgentId, with_origin: bool, env: &super::Env, o
     let files = record_files(ws, &chosen)?;
 
     // No secret goes in.
-    let secrets = secrets(ws, &lineages, env)?;
+    let secrets = secrets(ws, &repo_refs, env)?;
     let needles: Vec<&str> = secrets.iter().map(|(_, v)| v.as_str()).collect();
     let named = |i: usize| secrets[i].0.clone();
     for (git_dir, refs) in [(ws.layout.repo(), &repo_refs), (ws.layout.project(), &project_refs)] {
@@ -265,54 +271,54 @@ pub struct Replayed {
 
 /// The settings a replayed config takes from the config of the one who replays it
 /// (`mine`, their template's `offshoot.toml`): a bundle is someone else's file, and its
-/// config must not send this user's keys to a server it names, start MCP servers it
-/// names, or loosen the sandbox. So providers (a provider only the bundle has keeps its
-/// entry without `api_key_env`: no key goes to it), MCP servers, the tool environment,
-/// and each role's `sandbox`, `network` and `write_paths` (the same-named role's of
-/// `mine`, else the defaults) come from `mine`; a role's `mcp_servers` keeps only
-/// servers `mine` has. The rest — roles, models, souls, budgets — is the bundle's.
+/// config must not send this user's keys or work to a server it names, run a program
+/// it names, loosen the sandbox or the limits, or lift the budgets. So providers, MCP
+/// servers, the tool environment, budgets, prices and retries are `mine`'s; each role's
+/// `sandbox`, `network`, `write_paths`, `max_processes` and `max_file_bytes` are those of
+/// `mine`'s role of that name (else the defaults); a role whose provider `mine` does not
+/// have takes the provider and model of `mine`'s role of that name, else of its worker
+/// (and without either, the replay is refused); a role's `mcp_servers` keeps only
+/// servers `mine` has. The rest — roles, models, souls, skills — is the bundle's.
 pub fn rebase_config(theirs: &str, mine: &str) -> std::result::Result<String, String> {
     let mut doc: toml_edit::DocumentMut = theirs.parse().map_err(|e| format!("the bundled config: {e}"))?;
     let mine: toml_edit::DocumentMut = mine.parse().map_err(|e| format!("your config template: {e}"))?;
-    let empty = || toml_edit::Item::Table(toml_edit::Table::new());
-    // Providers: mine, and theirs only by name, without a key.
-    let mut providers = mine.get("providers").cloned().unwrap_or_else(empty);
-    if let (Some(theirs), Some(table)) =
-        (doc.get("providers").and_then(|p| p.as_table_like()), providers.as_table_like_mut())
-    {
-        for (name, entry) in theirs.iter() {
-            if table.contains_key(name) {
-                continue;
-            }
-            let mut entry = entry.clone();
-            if let Some(t) = entry.as_table_like_mut() {
-                t.remove("api_key_env");
-            }
-            table.insert(name, entry);
-        }
-    }
-    doc.insert("providers", providers);
-    for key in ["mcp_servers", "tool_env"] {
+    for key in ["providers", "mcp_servers", "tool_env", "budgets", "prices", "retry"] {
         match mine.get(key) {
             Some(item) => doc.insert(key, item.clone()),
             None => doc.remove(key),
         };
     }
-    let servers: Vec<String> = mine
-        .get("mcp_servers")
-        .and_then(|m| m.as_table_like())
-        .map(|t| t.iter().map(|(k, _)| k.to_owned()).collect())
-        .unwrap_or_default();
+    let names = |key: &str| -> Vec<String> {
+        mine.get(key)
+            .and_then(|m| m.as_table_like())
+            .map(|t| t.iter().map(|(k, _)| k.to_owned()).collect())
+            .unwrap_or_default()
+    };
+    let (providers, servers) = (names("providers"), names("mcp_servers"));
     let mine_roles = mine.get("roles").and_then(|r| r.as_table_like());
     if let Some(roles) = doc.get_mut("roles").and_then(|r| r.as_table_like_mut()) {
         for (name, role) in roles.iter_mut() {
             let Some(role) = role.as_table_like_mut() else { continue };
             let my_role = mine_roles.and_then(|r| r.get(&name)).and_then(|r| r.as_table_like());
-            for key in ["sandbox", "network", "write_paths"] {
+            for key in ["sandbox", "network", "write_paths", "max_processes", "max_file_bytes"] {
                 match my_role.and_then(|r| r.get(key)) {
                     Some(value) => role.insert(key, value.clone()),
                     None => role.remove(key),
                 };
+            }
+            let provider = role.get("provider").and_then(|p| p.as_str()).unwrap_or("").to_owned();
+            if !providers.contains(&provider) {
+                let fallback = my_role
+                    .filter(|r| r.get("provider").is_some())
+                    .or_else(|| mine_roles.and_then(|r| r.get("worker")).and_then(|r| r.as_table_like()))
+                    .ok_or_else(|| {
+                        format!("role `{name}` uses provider `{provider}`, which your config does not have")
+                    })?;
+                for key in ["provider", "model"] {
+                    if let Some(value) = fallback.get(key) {
+                        role.insert(key, value.clone());
+                    }
+                }
             }
             if let Some(list) = role.get_mut("mcp_servers").and_then(|l| l.as_array_mut()) {
                 list.retain(|v| v.as_str().is_some_and(|s| servers.iter().any(|k| k == s)));
@@ -351,6 +357,7 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
     let mut manifest: Option<Manifest> = None;
     let mut bundles: Vec<(&'static str, Vec<u8>)> = Vec::new();
     let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut names = BTreeSet::new();
     for entry in archive.entries().map_err(|e| corrupt(format!("not a tar archive ({e})")))? {
         let mut entry = entry.map_err(|e| corrupt(format!("an entry cannot be read ({e})")))?;
         let path = entry.path().map_err(|e| corrupt(format!("an entry's name cannot be read ({e})")))?;
@@ -358,8 +365,11 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
         if entry.header().entry_type() != tar::EntryType::Regular {
             return Err(corrupt(format!("`{path}` is not a regular file")));
         }
-        if entry.size() > FILE_AT_MOST && !path.ends_with(".bundle") {
+        if entry.size() > FILE_AT_MOST && path != "repo.bundle" && path != "project.bundle" {
             return Err(corrupt(format!("`{path}` is {} bytes", entry.size())));
+        }
+        if !names.insert(path.clone()) {
+            return Err(corrupt(format!("it holds `{path}` twice")));
         }
         let mut bytes = Vec::with_capacity(entry.size().min(FILE_AT_MOST) as usize);
         entry.read_to_end(&mut bytes).map_err(|e| corrupt(format!("`{path}` is cut short ({e})")))?;
@@ -386,6 +396,9 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
         .iter()
         .map(|a| AgentId::parse(a).map_err(|_| corrupt(format!("its manifest names `{a}`, which is not an agent id"))))
         .collect::<Result<_>>()?;
+    if manifest.agents.first() != Some(&manifest.agent) {
+        return Err(corrupt("its manifest's agent is not the first of its agents".into()));
+    }
     // Every file must be a record or message of an agent the manifest names.
     for (path, _) in &files {
         let mut parts = path.split('/');
@@ -407,8 +420,55 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
         }
     }
     let ws = Workspace::create_bare(root)?;
-    bundle::import(&ws.layout.repo(), &repo_read).map_err(|e| corrupt(format!("its repo.bundle: {e}")))?;
-    bundle::import(&ws.layout.project(), &project_read).map_err(|e| corrupt(format!("its project.bundle: {e}")))?;
+    let (repo_dir, project_dir) = (ws.layout.repo(), ws.layout.project());
+    bundle::unpack(&repo_dir, repo_read.pack).map_err(|e| corrupt(format!("its repo.bundle: {e}")))?;
+    bundle::unpack(&project_dir, project_read.pack).map_err(|e| corrupt(format!("its project.bundle: {e}")))?;
+    // Only refs of the agents and lineages the manifest names: a ref it does not name
+    // (another agent, another lineage) would run on a config nobody rebased.
+    let ids: Vec<&str> = agents.iter().map(AgentId::as_str).collect();
+    let names_kind = format!("refs/offshoot/{}/", Mark::Names.kind());
+    for (name, oid) in &repo_read.refs {
+        let allowed = if let Some(agent) = name.strip_prefix("refs/heads/agents/") {
+            ids.contains(&agent)
+        } else if let Some(lineage) = name.strip_prefix("refs/heads/config/") {
+            manifest.lineages.iter().any(|l| l == lineage)
+        } else if name.starts_with(&names_kind) {
+            // A name claim holds the id it names.
+            bundle::blob(&repo_dir, *oid).is_some_and(|b| ids.contains(&String::from_utf8_lossy(&b).trim()))
+        } else if let Some((kind, key)) = name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')) {
+            // A working directory is a path of the machine that made the bundle: not carried.
+            kind != Mark::Cwd.kind() && Mark::ALL.iter().any(|m| m.kind() == kind) && ids.contains(&key)
+        } else {
+            false
+        };
+        if !allowed {
+            return Err(corrupt(format!(
+                "its repo.bundle holds `{name}`, which is not of an agent or lineage it names"
+            )));
+        }
+    }
+    if let Some((name, _)) = project_read.refs.iter().find(|(n, _)| !n.starts_with("refs/heads/")) {
+        return Err(corrupt(format!("its project.bundle holds `{name}`, which is not a branch")));
+    }
+    for (dir, refs) in [(&repo_dir, &repo_read.refs), (&project_dir, &project_read.refs)] {
+        for (name, oid) in refs.iter() {
+            if let Some(missing) = bundle::missing_below(dir, *oid)? {
+                return Err(corrupt(format!("`{name}` reaches object {missing}, which it does not hold")));
+            }
+        }
+        bundle::set_refs(dir, refs)?;
+    }
+    for id in &agents {
+        let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| corrupt(format!("no branch for `{id}`")))?;
+        let facts = super::snapshot::read_facts(&ws.repo, tip)
+            .map_err(|e| corrupt(format!("agent `{id}` does not read ({e})")))?;
+        if !manifest.lineages.contains(&facts.lineage) {
+            return Err(corrupt(format!(
+                "agent `{id}` runs on lineage `{}`, which its manifest does not name",
+                facts.lineage
+            )));
+        }
+    }
     let door = Beneath::open(root).map_err(|e| corrupt(e.to_string()))?;
     for (path, bytes) in &files {
         door.write(Path::new(path), bytes, None, false).map_err(|e| corrupt(format!("`{path}`: {e}")))?;
@@ -459,6 +519,11 @@ sandbox = "none"
 network = true
 write_paths = ["/"]
 mcp_servers = ["theirs"]
+[roles.odd]
+provider = "private"
+model = "their-private-model"
+[budgets]
+max_depth = 50
 "#;
         let mine = r#"
 version = 1
@@ -470,17 +535,21 @@ api_key_env = "ANTHROPIC_API_KEY"
 provider = "anthropic"
 model = "my-model"
 network = false
+[budgets]
+max_cost_usd = 1.0
 "#;
         let rebased: toml::Value = toml::from_str(&rebase_config(theirs, mine).expect("rebase")).expect("toml");
         assert_eq!(rebased["providers"]["anthropic"]["base_url"].as_str(), Some("https://api.anthropic.com"));
-        let private = &rebased["providers"]["private"];
-        assert_eq!(private["base_url"].as_str(), Some("https://private.example/v1"));
-        assert!(private.get("api_key_env").is_none(), "no key goes to a provider only the bundle names");
+        assert!(rebased["providers"].get("private").is_none(), "no provider the bundle names");
         assert!(rebased.get("mcp_servers").is_none() && rebased.get("tool_env").is_none());
         let worker = &rebased["roles"]["worker"];
         assert_eq!(worker["model"].as_str(), Some("their-model"), "the bundle's roles stay");
         assert!(worker.get("sandbox").is_none() && worker.get("write_paths").is_none(), "{worker}");
         assert_eq!(worker["network"].as_bool(), Some(false), "this user's role setting");
+        // A role on a provider only the bundle had runs on this user's worker's.
+        let odd = &rebased["roles"]["odd"];
+        assert_eq!((odd["provider"].as_str(), odd["model"].as_str()), (Some("anthropic"), Some("my-model")));
+        assert_eq!(rebased["budgets"]["max_cost_usd"].as_float(), Some(1.0), "this user's budgets");
         assert_eq!(worker["mcp_servers"].as_array().map(Vec::len), Some(0));
     }
 }

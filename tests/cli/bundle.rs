@@ -181,3 +181,85 @@ fn a_bundle_with_a_secret_in_its_history_or_a_bad_file_is_refused_and_nothing_is
     assert!(!into.exists(), "nothing half-made");
     no_partial_left(&other.root);
 }
+
+/// The entries of the bundle `file`, by name.
+fn entries(file: &Path) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let mut archive = tar::Archive::new(std::fs::File::open(file).expect("bundle"));
+    let mut out = Vec::new();
+    for entry in archive.entries().expect("entries") {
+        let mut entry = entry.expect("entry");
+        let name = entry.path().expect("name").to_string_lossy().into_owned();
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).expect("read");
+        out.push((name, bytes));
+    }
+    out
+}
+
+/// A bundle file of `entries`.
+fn write_entries(file: &Path, entries: &[(String, Vec<u8>)]) {
+    let mut tar = tar::Builder::new(std::fs::File::create(file).expect("file"));
+    for (name, bytes) in entries {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        tar.append_data(&mut header, name, bytes.as_slice()).expect("append");
+    }
+    tar.finish().expect("finish");
+}
+
+#[test]
+fn a_crafted_bundle_cannot_bring_refs_it_does_not_name_nor_a_broken_history_and_secrets_set_for_tools_stay_out() {
+    let (server, t) = TestWorkspace::served("bundle-crafted", Dialect::Anthropic);
+    server.push_turns([Turn::text("one")]);
+    t.run(&["prompt", "--name", "Named", "work"]).ok();
+    server.push_turns([Turn::text("two")]);
+    t.run(&["prompt", "--name", "Unnamed", "other work"]).ok();
+    let (named, unnamed) = (t.id_of("Named"), t.id_of("Unnamed"));
+    let file = t.root.join("named.offshoot");
+    t.run(&["bundle", "Named", file.to_str().expect("utf-8")]).ok();
+    let good = entries(&file);
+    let replace = |name: &str, bytes: Vec<u8>| -> Vec<(String, Vec<u8>)> {
+        good.iter().map(|(n, b)| (n.clone(), if n == name { bytes.clone() } else { b.clone() })).collect()
+    };
+    let git_bundle = |refs: &[&str]| -> Vec<u8> {
+        let out = t.root.join("crafted.bundle");
+        let _ = std::fs::remove_file(&out);
+        let mut args = vec!["bundle", "create", out.to_str().expect("utf-8")];
+        args.extend(refs);
+        t.git(&args);
+        std::fs::read(&out).expect("bundle")
+    };
+    let refused = |entries: Vec<(String, Vec<u8>)>, said: &str| {
+        let crafted = t.root.join("crafted.offshoot");
+        write_entries(&crafted, &entries);
+        let into = t.root.join("from-crafted");
+        let run = t.run_bare(&["replay", crafted.to_str().expect("utf-8"), "--into", into.to_str().expect("utf-8")]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(run.stderr.contains(said), "{said}: {}", run.stderr);
+        assert!(!into.exists());
+    };
+    // Another agent's branch smuggled in: it would run on a config nobody rebased.
+    let other = git_bundle(&[&format!("agents/{named}"), &format!("agents/{unnamed}"), "config/default"]);
+    refused(replace("repo.bundle", other), &format!("holds `refs/heads/agents/{unnamed}`"));
+    // A history whose objects are not all there.
+    let mut cut = git_bundle(&[&format!("agents/{named}"), "config/default"]);
+    let pack = cut.windows(4).position(|w| w == b"PACK").expect("pack");
+    cut.truncate(pack + (cut.len() - pack) / 2);
+    refused(replace("repo.bundle", cut), "is not an offshoot bundle");
+    // The same entry twice.
+    let mut twice = good.clone();
+    twice.push(good.iter().find(|(n, _)| n.starts_with("steps/")).expect("a record").clone());
+    refused(twice, "twice");
+
+    // A value set for tools under a secret name is a secret.
+    t.set("tool_env.set.GITHUB_TOKEN", "ghp_secret0123456789abcdef");
+    server.push_turns([Turn::text("three")]);
+    t.run(&["prompt", "--name", "Later", "later work"]).ok();
+    let later = t.root.join("later.offshoot");
+    let run = t.run(&["bundle", "Later", later.to_str().expect("utf-8")]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("GITHUB_TOKEN"), "{}", run.stderr);
+    assert!(!later.exists());
+}

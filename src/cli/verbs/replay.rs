@@ -40,11 +40,13 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     ctx.out.line(&root.display().to_string());
+    // The bundle's words are someone else's: no control characters reach the terminal.
+    let made_by: String = m.made_by.chars().filter(|c| !c.is_control()).take(80).collect();
     ctx.out.progress(&format!(
         "· {} agents from {} ({}); e.g. `offshoot -w {} log {}`, then `send` or `run` to go on with your keys",
         m.agents.len(),
         args.file.display(),
-        m.made_by,
+        made_by,
         root.display(),
         m.agent
     ));

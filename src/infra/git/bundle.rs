@@ -136,25 +136,82 @@ pub fn read(bytes: &[u8]) -> std::result::Result<Read<'_>, String> {
 }
 
 /// Puts `pack`'s objects into the repository at `git_dir` (indexed, checked whole by
-/// libgit2's pack writer), then points each of `refs` where the bundle says; a ref
-/// whose object the pack did not bring is refused before any ref is written.
-pub fn import(git_dir: &Path, read: &Read<'_>) -> Result<()> {
+/// libgit2's pack writer); no ref is written.
+pub fn unpack(git_dir: &Path, pack: &[u8]) -> Result<()> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let odb = repo.odb().map_err(lib("open the object database"))?;
     let mut writer = odb.packwriter().map_err(lib("start reading a pack"))?;
-    writer.write_all(read.pack).map_err(|source| GitError::Io { path: git_dir.join("objects/pack"), source })?;
+    writer.write_all(pack).map_err(|source| GitError::Io { path: git_dir.join("objects/pack"), source })?;
     writer.commit().map_err(lib("index the bundled pack"))?;
-    let odb = repo.odb().map_err(lib("open the object database"))?;
-    if let Some((name, oid)) = read.refs.iter().find(|(_, oid)| !odb.exists(*oid)) {
-        return Err(GitError::Lib {
-            what: format!("bundled ref {name}"),
-            source: git2::Error::from_str(&format!("object {oid} is not in the bundle")),
-        });
+    Ok(())
+}
+
+/// The first object `oid` reaches (itself included) that the repository at `git_dir`
+/// does not hold, if any: a ref pointing at it would leave history broken.
+pub fn missing_below(git_dir: &Path, oid: Oid) -> Result<Option<Oid>> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![oid];
+    while let Some(oid) = todo.pop() {
+        if !seen.insert(oid) {
+            continue;
+        }
+        let Ok(object) = repo.find_object(oid, None) else { return Ok(Some(oid)) };
+        if let Some(commit) = object.as_commit() {
+            todo.push(commit.tree_id());
+            todo.extend(commit.parent_ids());
+        } else if let Some(tree) = object.as_tree() {
+            todo.extend(tree.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()));
+        } else if let Some(tag) = object.as_tag() {
+            todo.push(tag.target_id());
+        }
     }
-    for (name, oid) in &read.refs {
+    Ok(None)
+}
+
+/// Points each of `refs` where it says, in the repository at `git_dir`.
+pub fn set_refs(git_dir: &Path, refs: &[(String, Oid)]) -> Result<()> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    for (name, oid) in refs {
         repo.reference(name, *oid, true, "replayed from a bundle").map_err(lib(format!("write {name}")))?;
     }
     Ok(())
+}
+
+/// The content of blob `oid` of the repository at `git_dir`, if it is one.
+pub fn blob(git_dir: &Path, oid: Oid) -> Option<Vec<u8>> {
+    let repo = Repository::open_bare(git_dir).ok()?;
+    repo.find_blob(oid).ok().map(|b| b.content().to_vec())
+}
+
+/// The commits `refs` reach that are configs (an `offshoot.toml` at the root and no
+/// `.offshoot/` of an agent), with their `offshoot.toml`.
+pub fn configs_below(
+    git_dir: &Path,
+    refs: &[(String, Oid)],
+    file: &str,
+    agent_dir: &str,
+) -> Result<Vec<(Oid, Vec<u8>)>> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    let mut walk = repo.revwalk().map_err(lib("walk history"))?;
+    for (_, oid) in refs {
+        if repo.find_commit(*oid).is_ok() {
+            walk.push(*oid).map_err(lib("walk history"))?;
+        }
+    }
+    let mut out = Vec::new();
+    for oid in walk.flatten() {
+        let Ok(tree) = repo.find_commit(oid).and_then(|c| c.tree()) else { continue };
+        if tree.get_name(agent_dir).is_some() {
+            continue;
+        }
+        if let Some(entry) = tree.get_name(file)
+            && let Ok(blob) = repo.find_blob(entry.id())
+        {
+            out.push((oid, blob.content().to_vec()));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -190,7 +247,14 @@ mod tests {
         Repository::init_bare(&to).expect("init");
         let read_back = read(&bytes).expect("read");
         assert_eq!(read_back.refs, refs);
-        import(&to, &read_back).expect("import");
+        unpack(&to, read_back.pack).expect("unpack");
+        assert_eq!(missing_below(&to, second).expect("walk"), None);
+        assert!(
+            missing_below(&to, Oid::from_str("0123456789012345678901234567890123456789").expect("id"))
+                .expect("walk")
+                .is_some()
+        );
+        set_refs(&to, &read_back.refs).expect("refs");
         let to = Repository::open_bare(&to).expect("open");
         assert_eq!(to.refname_to_id("refs/heads/agents/a").expect("ref"), second);
         assert_eq!(to.find_commit(second).expect("commit").parent_id(0).expect("parent"), first);

@@ -333,20 +333,6 @@ impl Repo {
         Ok(len as u64)
     }
 
-    /// Whether `ancestor` is in the history of `of` (not `of` itself).
-    pub fn is_ancestor(&self, ancestor: Oid, of: Oid) -> Result<bool> {
-        self.repo.graph_descendant_of(of, ancestor).map_err(lib(format!("is {ancestor} in the history of {of}")))
-    }
-
-    /// `tip` and its first parents, back to the root.
-    pub fn first_parent_chain(&self, tip: Oid) -> Result<Vec<Oid>> {
-        let mut chain = vec![tip];
-        while let Some(parent) = self.first_parent(*chain.last().unwrap_or(&tip))? {
-            chain.push(parent);
-        }
-        Ok(chain)
-    }
-
     /// The first parent of `commit`, if it has one.
     pub fn first_parent(&self, commit: Oid) -> Result<Option<Oid>> {
         let c = self.repo.find_commit(commit).map_err(lib(format!("read commit {commit}")))?;
