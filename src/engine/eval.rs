@@ -480,8 +480,12 @@ fn kept(stream: &process::Kept) -> Vec<u8> {
     [stream.head.as_slice(), stream.tail.as_slice()].concat()
 }
 
+/// What a process said last: its `error:` line when it has one, else its last line.
 fn last_line(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned()
+    let text = String::from_utf8_lossy(bytes);
+    let error = text.lines().rev().find_map(|l| l.trim().strip_prefix("error: "));
+    let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    error.unwrap_or(last).trim().to_owned()
 }
 
 /// Tokens and cost the tree of `id` spent.

@@ -138,6 +138,8 @@ fn an_agent_with_children_replays_under_another_home_reads_the_same_and_goes_on(
     assert!(sent.ok().contains("continued elsewhere"), "{}", sent.stderr);
     let last = server.requests().last().cloned().expect("request");
     assert_eq!(last.header("x-api-key"), Some(KEY));
+    let ran = other.run_bare(&["-w", &w, "run", "Lead"]);
+    assert_eq!(ran.code, 0, "nothing left to do is fine: {}", ran.stderr);
 }
 
 #[test]

@@ -127,6 +127,45 @@ fn a_suite_where_the_model_passes_two_of_four_tasks_is_measured_and_compared() {
     assert!(close(&c["categories"]["docs"]["delta"], 1.0));
     let text = t.run_bare(&["eval", "compare", half.to_str().expect("utf-8"), full.to_str().expect("utf-8")]);
     assert!(text.ok().contains("p = 0.0313"), "{}", text.stdout);
+    // Suites that differ are said to, and compared on the tasks both ran.
+    let mut fewer: Value = serde_json::from_slice(&std::fs::read(&full).expect("full")).expect("json");
+    fewer["tasks"].as_object_mut().expect("tasks").remove("readme-title");
+    fewer["runs"].as_array_mut().expect("runs").retain(|r| r["task"] != "readme-title");
+    let fewer_path = t.root.join("fewer.json");
+    std::fs::write(&fewer_path, fewer.to_string()).expect("write");
+    let differ = t.run_bare(&["eval", "compare", half.to_str().expect("utf-8"), fewer_path.to_str().expect("utf-8")]);
+    assert!(differ.ok().contains("the suites differ: only in a: readme-title"), "{}", differ.stdout);
+}
+
+#[test]
+fn runs_whose_provider_is_down_are_errors_not_fails() {
+    let mut t = TestWorkspace::new("eval-down");
+    t.env("ANTHROPIC_API_KEY", "test-key");
+    let config = t.root.join("down.toml");
+    std::fs::write(&config, "[providers.anthropic]\nbase_url = \"http://127.0.0.1:9\"\n\n[retry]\nmax_attempts = 1\n")
+        .expect("config");
+    let out = t.root.join("down.json");
+    let run = t.run_bare(&[
+        "eval",
+        "run",
+        "--suite",
+        suite().to_str().expect("utf-8"),
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--jobs",
+        "4",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    run.ok();
+    assert!(run.stderr.contains("hello-file run 1: error"), "{}", run.stderr);
+    let report: Value = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
+    let total = &report["total"];
+    assert_eq!(
+        (total["runs"].as_u64(), total["passed"].as_u64(), total["errors"].as_u64()),
+        (Some(0), Some(0), Some(4))
+    );
+    assert!(report["runs"][0]["detail"].as_str().is_some_and(|d| d.contains("127.0.0.1:9")), "{}", report["runs"][0]);
 }
 
 #[test]
