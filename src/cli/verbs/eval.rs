@@ -67,7 +67,17 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
     if std::fs::symlink_metadata(&out).is_ok() {
         return Err(CliError::usage(format!("{}: exists already; give --out a new path", out.display())));
     }
-    let scratch = std::env::temp_dir().join(format!("offshoot-eval-{}", std::process::id()));
+    // The runs' scratch directories: in a directory only this user can enter, made new
+    // (never one someone else made ready, nor through a link).
+    let scratch = std::env::temp_dir()
+        .join(format!("offshoot-eval-{}-{:08x}", std::process::id(), crate::engine::random_u32()));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
+            .map_err(|e| CliError::runtime(format!("cannot make {}: {e}", scratch.display())))?;
+    }
     let started = std::time::Instant::now();
     // Each run is said as it ends, from this thread (the output is not shared).
     let (sender, ended) = std::sync::mpsc::channel::<eval::RunReport>();
