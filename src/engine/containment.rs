@@ -97,13 +97,14 @@ pub fn agent_tools(at: &Site, repo: &Repo, facts: &AgentFacts, config: &Config, 
 }
 
 /// How agent `id` of `ws` runs commands, its jail built (`helper`, this binary, is the
-/// sandbox helper): for running something as its bash would, outside its driver
-/// (an eval's check).
+/// sandbox helper; `others`, where other workspaces are, hidden): for running something
+/// as its bash would, outside its driver (an eval's check).
 pub fn commands_for(
     ws: &super::workspace::Workspace,
     id: &AgentId,
     helper: &std::path::Path,
     vars: &Env,
+    others: Option<&std::path::Path>,
 ) -> Result<crate::infra::tools::Commands, String> {
     let tip = ws.repo.branch_tip(&id.branch()).map_err(|e| e.to_string())?.ok_or("the agent has no branch")?;
     let facts = snapshot::read_facts(&ws.repo, tip).map_err(|e| e.to_string())?;
@@ -111,7 +112,8 @@ pub fn commands_for(
     let workspace = std::fs::canonicalize(ws.layout.root()).map_err(|e| e.to_string())?;
     let own = std::fs::canonicalize(ws.layout.worktree(id)).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(ws.layout.tmp(id)).map_err(|e| e.to_string())?;
-    let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: None };
+    let others = others.and_then(|o| std::fs::canonicalize(o).ok());
+    let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: others.as_deref() };
     let tools = agent_tools(&site, &ws.repo, &facts, &config, vars).ok_or("its role cannot be read")?;
     let sandbox = match tools.confinement {
         Some(c) => Some(std::sync::Arc::new(jail(&c, helper, vars).map_err(|e| e.to_string())?)),

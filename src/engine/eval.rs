@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -70,6 +71,8 @@ fn is_executable(path: &Path) -> bool {
 /// any runs (the first problem found is said, naming the file and the rule).
 pub fn load_suite(dir: &Path) -> Result<Vec<Task>> {
     let bad = |path: &Path, rule: &str| EvalError::Suite { path: path.to_owned(), rule: rule.to_owned() };
+    // Absolute: the scripts run from other directories.
+    let dir = &std::fs::canonicalize(dir).map_err(|_| bad(dir, "is not a directory of tasks"))?;
     let entries = std::fs::read_dir(dir).map_err(|_| bad(dir, "is not a directory of tasks"))?;
     let mut names: Vec<String> = entries
         .flatten()
@@ -84,6 +87,10 @@ pub fn load_suite(dir: &Path) -> Result<Vec<Task>> {
     let mut tasks = Vec::new();
     for name in names {
         let task = dir.join(&name);
+        // The task's id names its agents (`eval-<id>-<run>`).
+        if crate::domain::id::validate_name(&agent_name(&name, 1)).is_err() {
+            return Err(bad(&task, "is not a name an agent can have: use letters, digits, `-` and `_`"));
+        }
         let prompt = std::fs::read_to_string(task.join("prompt.md"))
             .map_err(|_| bad(&task.join("prompt.md"), "is missing or not UTF-8 text: every task needs its goal"))?;
         if prompt.trim().is_empty() {
@@ -118,6 +125,11 @@ pub fn load_suite(dir: &Path) -> Result<Vec<Task>> {
         });
     }
     Ok(tasks)
+}
+
+/// The name of the agent of run `run` of task `id`.
+fn agent_name(id: &str, run: u32) -> String {
+    format!("eval-{id}-{run}")
 }
 
 /// `top` laid over `base` (TOML documents): tables merge key by key, anything else in
@@ -202,7 +214,8 @@ pub struct Rates {
     pub runs: u64,
     pub passed: u64,
     pub errors: u64,
-    pub pass_at_1: f64,
+    /// None when no run was judged (every run erred).
+    pub pass_at_1: Option<f64>,
     /// Wilson 95% interval of pass@1.
     pub interval: (f64, f64),
     /// pass@k for each k every task of the set has runs for, by k (a JSON key).
@@ -257,7 +270,7 @@ fn rates(runs: &[&RunReport]) -> Rates {
         runs: total,
         passed,
         errors: runs.len() as u64 - total,
-        pass_at_1: if total == 0 { 0.0 } else { passed as f64 / total as f64 },
+        pass_at_1: (total > 0).then(|| passed as f64 / total as f64),
         interval: stats::wilson(passed, total),
         pass_at_k,
         tokens: runs.iter().map(|r| r.tokens).sum(),
@@ -316,12 +329,23 @@ pub struct Plan<'a> {
     /// This binary: each agent runs in a process of its own, as `offshoot prompt`.
     pub exe: &'a Path,
     pub env: &'a Env,
-    /// Where runs' scratch directories go (removed after each run).
+    /// Where runs' scratch directories go (removed after each run): the repositories
+    /// `setup` makes.
     pub scratch: &'a Path,
+    /// Where runs' workspaces go: a directory of the data root's `workspaces/`, whose
+    /// other workspaces every agent's sandbox hides — so no run's agent or check reads
+    /// another's.
+    pub workspaces: &'a Path,
+    /// The data root's `workspaces/`, hidden from checks as from agents.
+    pub hidden: &'a Path,
     /// Where failing runs are bundled, if anywhere.
     pub bundle_dir: Option<&'a Path>,
     /// Told of each run as it ends.
     pub on_run: &'a (dyn Fn(&RunReport) + Sync),
+    /// Set when the user asked to stop: no run starts after it.
+    pub stopping: &'a AtomicBool,
+    /// The processes at work (the agents' and the scripts'), for whoever stops them.
+    pub live: &'a Mutex<Vec<u32>>,
 }
 
 /// Runs every task `plan.runs` times, `plan.jobs` at once.
@@ -330,9 +354,13 @@ pub fn run(plan: &Plan) -> Vec<RunReport> {
         Mutex::new((0..plan.tasks.len()).flat_map(|t| (1..=plan.runs).map(move |r| (t, r))).collect());
     let done = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
-        for _ in 0..plan.jobs.max(1) {
+        let total = plan.tasks.len() as u64 * u64::from(plan.runs);
+        for _ in 0..u64::from(plan.jobs.max(1)).min(total.max(1)) {
             scope.spawn(|| {
                 loop {
+                    if plan.stopping.load(Ordering::SeqCst) {
+                        break;
+                    }
                     let next = queue.lock().ok().and_then(|mut q| q.pop_front());
                     let Some((t, r)) = next else { break };
                     let report = run_one(plan, &plan.tasks[t], r);
@@ -354,6 +382,8 @@ fn run_one(plan: &Plan, task: &Task, run: u32) -> RunReport {
     let started = Instant::now();
     let scratch = plan.scratch.join(format!("{}-{run}", task.id));
     let _ = std::fs::remove_dir_all(&scratch);
+    let ws_path = plan.workspaces.join(format!("{}-{run}", task.id));
+    let _ = std::fs::remove_dir_all(&ws_path);
     let mut report = RunReport {
         task: task.id.clone(),
         run,
@@ -365,7 +395,7 @@ fn run_one(plan: &Plan, task: &Task, run: u32) -> RunReport {
         cost_usd: None,
         bundle: None,
     };
-    match attempt(plan, task, run, &scratch, &mut report) {
+    match attempt(plan, task, run, &scratch, &ws_path, &mut report) {
         Ok(()) => {}
         Err(detail) => {
             report.outcome = Outcome::Error;
@@ -374,6 +404,7 @@ fn run_one(plan: &Plan, task: &Task, run: u32) -> RunReport {
     }
     report.wall_secs = started.elapsed().as_secs_f64();
     let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&ws_path);
     report
 }
 
@@ -382,33 +413,40 @@ fn attempt(
     task: &Task,
     run: u32,
     scratch: &Path,
+    ws_path: &Path,
     report: &mut RunReport,
 ) -> std::result::Result<(), String> {
     let repo = scratch.join("repo");
-    let ws_path = scratch.join("ws");
     std::fs::create_dir_all(&repo).map_err(|e| format!("cannot make {}: {e}", repo.display()))?;
     let user_env: Vec<(String, String)> = plan.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
     // The suite's own scripts run as the user's, without the keys.
-    let script_env: Vec<(String, String)> =
-        user_env.iter().filter(|(k, _)| !crate::domain::tool_env::is_secret_name(k)).cloned().collect();
+    let keys: Vec<String> = super::workspace::validate_files(plan.files)
+        .map(|c| crate::domain::tool_env::api_key_variables(&c).into_iter().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let script_env: Vec<(String, String)> = user_env
+        .iter()
+        .filter(|(k, _)| !crate::domain::tool_env::is_secret_name(k) && !keys.contains(k))
+        .cloned()
+        .collect();
     let ws = match &task.setup {
         Some(setup) => {
-            let ran = spawn(setup, &[], &repo, &script_env, None, Some(Duration::from_secs(600)))?;
+            let ran = spawn(plan.live, setup, &[], &repo, &script_env, None, Some(Duration::from_secs(600)))?;
             if !ran.exit.success() || ran.ended != Ended::Exited {
                 return Err(format!("setup failed ({}): {}", ran.exit, last_line(&kept(&ran.stderr))));
             }
             let user = crate::infra::git::UserRepo::open(&repo)
                 .map_err(|e| format!("setup made no git repository in its directory: {e}"))?;
-            Workspace::create_for_project(&ws_path, plan.files, &user).map_err(|e| e.to_string())?
+            Workspace::create_for_project(ws_path, plan.files, &user).map_err(|e| e.to_string())?
         }
-        None => Workspace::create(&ws_path, plan.files).map_err(|e| e.to_string())?,
+        None => Workspace::create(ws_path, plan.files).map_err(|e| e.to_string())?,
     };
     // The agent, as `offshoot prompt` runs it: a process of its own.
-    let name = format!("eval-{}-{run}", task.id);
+    let name = agent_name(&task.id, run);
     let ws_arg = ws_path.display().to_string();
     let agent_env: Vec<(String, String)> =
         user_env.iter().filter(|(k, _)| k != "OFFSHOOT_WORKSPACE").cloned().collect();
     let ran = spawn(
+        plan.live,
         plan.exe,
         &["-w", &ws_arg, "--json", "prompt", "--name", &name, "-"],
         &repo,
@@ -417,10 +455,10 @@ fn attempt(
         Some(task.timeout),
     )?;
     let timed_out = ran.ended == Ended::TimedOut;
-    if timed_out {
+    if timed_out || plan.stopping.load(Ordering::SeqCst) {
         // Its process is gone; the drivers of the agents below it (detached) stop too.
-        let _ =
-            spawn(plan.exe, &["-w", &ws_arg, "stop", &name], &repo, &agent_env, None, Some(Duration::from_secs(60)));
+        let stop = ["-w", ws_arg.as_str(), "stop", name.as_str()];
+        let _ = spawn(plan.live, plan.exe, &stop, &repo, &agent_env, None, Some(Duration::from_secs(60)));
     }
     let events = String::from_utf8_lossy(&kept(&ran.stdout)).into_owned();
     let errors = kept(&ran.stderr);
@@ -461,7 +499,9 @@ fn attempt(
 }
 
 /// Runs `program` unconfined (this binary, or the suite's own scripts) and waits for it.
+/// Its process is in `live` while it runs.
 fn spawn(
+    live: &Mutex<Vec<u32>>,
     program: &Path,
     args: &[&str],
     cwd: &Path,
@@ -472,7 +512,18 @@ fn spawn(
     let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
     let spec = Spec { program, args: &args, cwd, env, group: Group::Own, stdin, sandbox: None, pgid_record: None };
     let limits = Limits { head: 64 << 20, tail: 1 << 20, record_max: 0, timeout, idle: None };
-    process::run(&spec, &limits, Io::default()).map_err(|e| e.to_string())
+    let pid = std::sync::OnceLock::new();
+    let on_spawn = |p: u32| {
+        let _ = pid.set(p);
+        if let Ok(mut l) = live.lock() {
+            l.push(p);
+        }
+    };
+    let ran = process::run(&spec, &limits, Io { on_spawn: Some(&on_spawn), ..Io::default() });
+    if let (Some(p), Ok(mut l)) = (pid.get(), live.lock()) {
+        l.retain(|x| x != p);
+    }
+    ran.map_err(|e| e.to_string())
 }
 
 /// What was kept of a stream, head and tail.
@@ -519,15 +570,27 @@ fn bundle_failure(
 /// Runs `task`'s check in agent `id`'s directory, in the agent's sandbox, as its bash
 /// would; whether it exited 0, and what it said.
 fn check(plan: &Plan, ws: &Workspace, id: &AgentId, task: &Task) -> std::result::Result<(bool, String), String> {
-    let commands = super::containment::commands_for(ws, id, plan.exe, plan.env).map_err(|e| e.to_string())?;
+    let commands =
+        super::containment::commands_for(ws, id, plan.exe, plan.env, Some(plan.hidden)).map_err(|e| e.to_string())?;
     let own = std::fs::canonicalize(ws.layout.worktree(id)).map_err(|e| format!("the agent's directory: {e}"))?;
     let env = crate::infra::tools::ToolEnv { cwd: own.clone(), root: own, commands, record: None, paths: None };
     let bash = super::tools::handler("bash").ok_or("no bash tool")?;
     let quoted = format!("'{}'", task.check.display().to_string().replace('\'', "'\\''"));
     let output = bash
-        .run(&super::tools::ToolContext { env, agent: None, key: None }, &serde_json::json!({ "command": quoted }))
+        .run(
+            &super::tools::ToolContext { env, agent: None, key: None },
+            // As long as the task may take; the check is stopped past it (a fail).
+            &serde_json::json!({ "command": quoted, "timeout_secs": task.timeout.as_secs().min(3600) }),
+        )
         .map_err(|e| format!("the check could not run: {e:?}"))?;
-    let code = output.summary.strip_prefix("exit code ").and_then(|c| c.split_whitespace().next()?.parse::<i32>().ok());
+    // `exit code N`, then anything the tool adds (a limit met, a process left).
+    let code = output.summary.strip_prefix("exit code ").and_then(|c| {
+        let digits: String = c.chars().take_while(|ch| ch.is_ascii_digit() || *ch == '-').collect();
+        digits.parse::<i32>().ok()
+    });
+    if matches!(code, Some(126 | 127)) {
+        return Err(format!("the check could not be run in the agent's sandbox ({})", output.summary));
+    }
     let said: String =
         output.streams.iter().map(|s| s.text.trim()).filter(|t| !t.is_empty()).collect::<Vec<_>>().join(" | ");
     Ok((
@@ -553,6 +616,8 @@ pub struct Comparison {
     /// Tasks in only one of the two.
     pub only_a: Vec<String>,
     pub only_b: Vec<String>,
+    /// Tasks with no judged run (every run erred) in either: left out.
+    pub unjudged: Vec<String>,
     pub tasks: BTreeMap<String, Difference>,
     pub categories: BTreeMap<String, Difference>,
     pub total: Difference,
@@ -583,14 +648,25 @@ pub struct Paired {
 /// `b` against `a`, over the tasks both ran.
 pub fn compare(a: &Report, b: &Report) -> Comparison {
     let only = |x: &Report, y: &Report| x.tasks.keys().filter(|k| !y.tasks.contains_key(*k)).cloned().collect();
+    let unjudged: Vec<String> = a
+        .tasks
+        .iter()
+        .chain(b.tasks.iter())
+        .filter(|(_, t)| t.rates.runs == 0)
+        .map(|(k, _)| k.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let diff = |ra: &Rates, rb: &Rates| Difference {
-        a: ra.pass_at_1,
-        b: rb.pass_at_1,
-        delta: rb.pass_at_1 - ra.pass_at_1,
+        a: ra.pass_at_1.unwrap_or(0.0),
+        b: rb.pass_at_1.unwrap_or(0.0),
+        delta: rb.pass_at_1.unwrap_or(0.0) - ra.pass_at_1.unwrap_or(0.0),
         cost_a: ra.cost_usd,
         cost_b: rb.cost_usd,
     };
-    let shared: Vec<&String> = a.tasks.keys().filter(|k| b.tasks.contains_key(*k)).collect();
+    // Tasks both judged: one that only erred in either has no rate to compare.
+    let judged_in = |r: &Report, k: &str| r.tasks.get(k).is_some_and(|t| t.rates.runs > 0);
+    let shared: Vec<&String> = a.tasks.keys().filter(|k| judged_in(a, k) && judged_in(b, k)).collect();
     let tasks: BTreeMap<String, Difference> =
         shared.iter().map(|k| ((*k).clone(), diff(&a.tasks[*k].rates, &b.tasks[*k].rates))).collect();
     let runs_of = |r: &Report, pred: &dyn Fn(&str) -> bool| -> Vec<RunReport> {
@@ -626,6 +702,7 @@ pub fn compare(a: &Report, b: &Report) -> Comparison {
     Comparison {
         only_a: only(a, b),
         only_b: only(b, a),
+        unjudged,
         tasks,
         categories,
         total,

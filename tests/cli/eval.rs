@@ -39,12 +39,12 @@ const ALL: &[(&str, &str)] = &[
     ("first line of README.md", "printf '# Project\\n' | cat - README.md > t && mv t README.md"),
 ];
 
-fn run_eval(t: &TestWorkspace, config: &Path, out: &Path, bundles: Option<&Path>) -> Value {
+fn run_eval(t: &TestWorkspace, suite: &Path, config: &Path, out: &Path, bundles: Option<&Path>) -> Value {
     let mut args = vec![
         "eval".to_owned(),
         "run".into(),
         "--suite".into(),
-        suite().display().to_string(),
+        suite.display().to_string(),
         "--config".into(),
         config.display().to_string(),
         "--runs".into(),
@@ -79,7 +79,7 @@ fn a_suite_where_the_model_passes_two_of_four_tasks_is_measured_and_compared() {
 
     model(&server, TWO);
     let half = t.root.join("half.json");
-    let report = run_eval(&t, &config, &half, Some(&bundles));
+    let report = run_eval(&t, &suite(), &config, &half, Some(&bundles));
     let total = &report["total"];
     assert_eq!(
         (total["passed"].as_u64(), total["runs"].as_u64(), total["errors"].as_u64()),
@@ -113,7 +113,10 @@ fn a_suite_where_the_model_passes_two_of_four_tasks_is_measured_and_compared() {
 
     model(&server, ALL);
     let full = t.root.join("full.json");
-    let report = run_eval(&t, &config, &full, None);
+    // A suite named relative to where eval runs (its scripts then run elsewhere).
+    let relative = Path::new("../../..").join("examples/eval");
+    assert!(t.root.join(&relative).join("hello-file").is_dir(), "{}", t.root.display());
+    let report = run_eval(&t, &relative, &config, &full, None);
     assert!(close(&report["total"]["pass_at_1"], 1.0), "{}", report["total"]);
 
     let compared =

@@ -67,16 +67,49 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
     if std::fs::symlink_metadata(&out).is_ok() {
         return Err(CliError::usage(format!("{}: exists already; give --out a new path", out.display())));
     }
+    let out_dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if !out_dir.is_dir() {
+        return Err(CliError::usage(format!("--out {}: {} is not a directory", out.display(), out_dir.display())));
+    }
+    if let Some(dir) = &args.bundle_dir {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            CliError::usage(format!("--bundle-dir {}: cannot be a directory of bundles ({e})", dir.display()))
+        })?;
+    }
     // The runs' scratch directories: in a directory only this user can enter, made new
     // (never one someone else made ready, nor through a link).
-    let scratch = std::env::temp_dir()
-        .join(format!("offshoot-eval-{}-{:08x}", std::process::id(), crate::engine::random_u32()));
+    let scratch =
+        std::env::temp_dir().join(format!("offshoot-eval-{}-{:08x}", std::process::id(), crate::engine::random_u32()));
     {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&scratch)
             .map_err(|e| CliError::runtime(format!("cannot make {}: {e}", scratch.display())))?;
+    }
+    // Their workspaces: beside the user's, where every agent's sandbox hides the others.
+    let hidden = ctx.data_root.join("workspaces");
+    let workspaces = hidden.join(format!(".eval-{}-{:08x}", std::process::id(), crate::engine::random_u32()));
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .recursive(true)
+            .create(&workspaces)
+            .map_err(|e| CliError::runtime(format!("cannot make {}: {e}", workspaces.display())))?;
+    }
+    // Ctrl-C (or SIGTERM, SIGHUP): no run starts after it, the agents at work stop, and
+    // the report holds the runs that ended.
+    let stopping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let live = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u32>::new()));
+    {
+        let (stopping, live) = (stopping.clone(), live.clone());
+        crate::infra::signals::watch(move |_| {
+            stopping.store(true, std::sync::atomic::Ordering::SeqCst);
+            for pid in live.lock().map(|l| l.clone()).unwrap_or_default() {
+                let _ = crate::infra::process::terminate(pid);
+            }
+        });
     }
     let started = std::time::Instant::now();
     // Each run is said as it ends, from this thread (the output is not shared).
@@ -97,6 +130,10 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
         scratch: &scratch,
         bundle_dir: args.bundle_dir.as_deref(),
         on_run: &on_run,
+        workspaces: &workspaces,
+        hidden: &hidden,
+        stopping: &stopping,
+        live: &live,
     };
     let say = |r: eval::RunReport| {
         let verdict = match r.outcome {
@@ -120,6 +157,7 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
         running.join().unwrap_or_default()
     });
     let _ = std::fs::remove_dir_all(&scratch);
+    let _ = std::fs::remove_dir_all(&workspaces);
     let head = ReportHead {
         suite: args.suite.clone(),
         configs: args.config.clone(),
@@ -136,6 +174,13 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
         print_report(ctx, &report);
     }
     ctx.out.progress(&format!("· report: {}", out.display()));
+    if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(CliError::runtime(format!(
+            "stopped: {} of {} runs ended; the report holds those",
+            report.runs.len(),
+            tasks.len() as u64 * u64::from(args.runs)
+        )));
+    }
     Ok(())
 }
 
@@ -144,9 +189,9 @@ fn rate_line(name: &str, r: &Rates) -> String {
         r.pass_at_k.iter().filter(|(k, _)| *k != "1").map(|(k, v)| format!("pass@{k} {v:.2}")).collect();
     let cost = r.cost_usd.map_or("cost unknown".to_owned(), |c| format!("${c:.4}"));
     let errors = if r.errors > 0 { format!(", {} errors", r.errors) } else { String::new() };
+    let rate = r.pass_at_1.map_or("  - ".to_owned(), |p| format!("{p:.2}"));
     format!(
-        "{name:<24} pass@1 {:.2} [{:.2}, {:.2}] ({}/{}{errors}){}  {} tokens, {cost}, {:.1} s",
-        r.pass_at_1,
+        "{name:<24} pass@1 {rate} [{:.2}, {:.2}] ({}/{}{errors}){}  {} tokens, {cost}, {:.1} s",
         r.interval.0,
         r.interval.1,
         r.passed,
@@ -181,6 +226,9 @@ fn compare(ctx: &Ctx, a: &std::path::Path, b: &std::path::Path) -> Result<(), Cl
 }
 
 fn print_comparison(ctx: &Ctx, c: &Comparison) {
+    if !c.unjudged.is_empty() {
+        ctx.out.line(&format!("left out, every run erred in a or b: {}", c.unjudged.join(", ")));
+    }
     if !c.only_a.is_empty() || !c.only_b.is_empty() {
         ctx.out.line(&format!(
             "the suites differ: only in a: {}; only in b: {} (compared on the tasks both ran)",
