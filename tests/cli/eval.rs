@@ -183,3 +183,54 @@ fn a_suite_that_is_not_one_is_refused_naming_the_file_and_the_rule() {
     let missing = t.run_bare(&["eval", "compare", "/nonexistent/a.json", "/nonexistent/b.json"]);
     assert_eq!(missing.code, 2, "{}", missing.stderr);
 }
+
+#[test]
+fn runs_at_work_together_cannot_read_each_others_answers() {
+    let server = Server::start();
+    let mut t = TestWorkspace::new("eval-apart");
+    t.env("ANTHROPIC_API_KEY", "test-key");
+    let suite = t.root.join("suite");
+    for (task, goal, check) in [
+        ("hide", "HIDE-TASK", "#!/bin/sh\ngrep -q SECRET-ANSWER secret.txt\n"),
+        ("spy", "SPY-TASK", "#!/bin/sh\ntest -f found.txt && ! grep -q SECRET-ANSWER found.txt\n"),
+    ] {
+        std::fs::create_dir_all(suite.join(task)).expect("task");
+        std::fs::write(suite.join(task).join("prompt.md"), goal).expect("prompt");
+        let path = suite.join(task).join("check");
+        std::fs::write(&path, check).expect("check");
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    }
+    server.respond_with(|request| {
+        if request.contains("\"tool_result\"") {
+            Turn::text("done")
+        } else if request.contains("HIDE-TASK") {
+            Turn::bash("c1", "echo SECRET-ANSWER > secret.txt && sleep 4")
+        } else {
+            // Looks for the other run's answer beside its own workspace while it is there
+            // (its name guessed: a directory it may not list).
+            Turn::bash(
+                "c1",
+                "sleep 2; cat \"$OFFSHOOT_WORKSPACE\"/../hide-1/agents/*/secret.txt > found.txt 2>&1; true",
+            )
+        }
+    });
+    let config = t.root.join("eval.toml");
+    std::fs::write(&config, format!("[providers.anthropic]\nbase_url = \"{}\"\n", server.url())).expect("config");
+    let out = t.root.join("apart.json");
+    let run = t.run_bare(&[
+        "eval",
+        "run",
+        "--suite",
+        suite.to_str().expect("utf-8"),
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--jobs",
+        "2",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    run.ok();
+    let report: Value = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
+    assert_eq!(report["tasks"]["hide"]["passed"], 1, "{}", report["runs"]);
+    assert_eq!(report["tasks"]["spy"]["passed"], 1, "the spy read the other run's answer: {}", report["runs"]);
+}
