@@ -234,3 +234,52 @@ fn runs_at_work_together_cannot_read_each_others_answers() {
     assert_eq!(report["tasks"]["hide"]["passed"], 1, "{}", report["runs"]);
     assert_eq!(report["tasks"]["spy"]["passed"], 1, "the spy read the other run's answer: {}", report["runs"]);
 }
+
+#[test]
+fn ctrl_c_stops_the_runs_reports_those_that_ended_and_leaves_nothing_behind() {
+    let server = Server::start();
+    server.latency(std::time::Duration::from_secs(30));
+    server.endless_text("done");
+    let mut t = TestWorkspace::new("eval-interrupted");
+    t.env("ANTHROPIC_API_KEY", "test-key");
+    let config = t.root.join("eval.toml");
+    std::fs::write(&config, format!("[providers.anthropic]\nbase_url = \"{}\"\n", server.url())).expect("config");
+    let out = t.root.join("stopped.json");
+    let mut command = t.command_bare();
+    command
+        .args(["eval", "run", "--suite"])
+        .arg(suite())
+        .arg("--config")
+        .arg(&config)
+        .args(["--jobs", "2", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("eval");
+    // Both agents at work, waiting on the model.
+    crate::support::wait::wait_for("two model calls", || server.requests().len() >= 2);
+    let started = std::time::Instant::now();
+    let pid = child.id();
+    let sent = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status().expect("kill");
+    assert!(sent.success());
+    let status = child.wait().expect("wait");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "took {:?}", started.elapsed());
+    assert_eq!(status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&std::fs::read(&out).expect("a report of what ended")).expect("json");
+    assert!(report["runs"].as_array().expect("runs").len() <= 2, "no run started after the stop");
+    // No agent left at work, nothing left in the data root's workspaces or the temp dir.
+    let workspaces = t.home.join("workspaces");
+    let left: Vec<_> = std::fs::read_dir(&workspaces).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    assert!(left.iter().all(|p| !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(".eval-"))), "{left:?}");
+    let scratch = std::fs::read_dir(std::env::temp_dir())
+        .expect("tmp")
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with(&format!("offshoot-eval-{pid}-")));
+    assert!(!scratch, "the scratch directory went");
+    let agents_at_work = std::fs::read_dir("/proc").expect("proc").flatten().any(|e| {
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+            String::from_utf8_lossy(&c).contains(".eval-") && String::from_utf8_lossy(&c).contains("prompt")
+        })
+    });
+    assert!(!agents_at_work, "an agent's process outlived the stop");
+}
