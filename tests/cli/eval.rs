@@ -276,9 +276,12 @@ fn ctrl_c_stops_the_runs_reports_those_that_ended_and_leaves_nothing_behind() {
         .flatten()
         .any(|e| e.file_name().to_string_lossy().starts_with(&format!("offshoot-eval-{pid}-")));
     assert!(!scratch, "the scratch directory went");
+    // (This test's: other tests' evals may be at work beside it.)
+    let mine = workspaces.join(".eval-").display().to_string();
     let agents_at_work = std::fs::read_dir("/proc").expect("proc").flatten().any(|e| {
         std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-            String::from_utf8_lossy(&c).contains(".eval-") && String::from_utf8_lossy(&c).contains("prompt")
+            let line = String::from_utf8_lossy(&c).replace('\0', " ");
+            line.contains(&mine) && line.contains("prompt")
         })
     });
     assert!(!agents_at_work, "an agent's process outlived the stop");
