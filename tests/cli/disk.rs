@@ -29,17 +29,19 @@ fn a_long_run_packs_its_objects_and_keeps_no_request_in_its_records() {
     let value = |key: &str| -> u64 {
         counted.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
     };
-    assert!(value("count:") < 300, "{counted}");
+    // (A batch may wait while an idle-priority packer is starved: up to ~50 steps loose.)
+    assert!(value("count:") < 400, "{counted}");
     assert!(value("in-pack:") > 200, "{counted}");
     t.git(&["fsck", "--strict"]);
     t.run(&["doctor"]).ok();
     // No step record holds its request; the last one is shown as it was sent.
     let last = t.step_records(&id).len();
     assert!((1..=last).all(|n| t.step_file(&id, n, "request.json").is_none()));
-    // The steps that were over when the driver last packed are one file each, which
-    // reads as the directory did.
+    // The steps that were over when the driver packed are one file each, which reads as
+    // the directory did. (At least the first batch of 31: under load an idle-priority
+    // packer may still be at work when the next batch comes, which then waits.)
     let folded = t.step_records(&id).iter().filter(|r| r.is_file()).count();
-    assert!(folded >= 60 && folded < last, "{folded} of {last} records folded");
+    assert!(folded >= 31 && folded < last, "{folded} of {last} records folded");
     assert!(t.step_records(&id)[0].is_file());
     assert_eq!(t.step_json(&id, 1, "meta.json")["outcome"], "ok");
     let shown = t.run(&["show", &id, "--step", "1", "--request"]);

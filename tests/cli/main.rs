@@ -31,6 +31,7 @@ mod processes;
 mod project;
 mod providers;
 mod readme;
+mod remote;
 mod removal;
 mod sandbox;
 mod scan;

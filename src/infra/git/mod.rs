@@ -17,6 +17,7 @@ mod marks;
 pub mod pack;
 mod project;
 pub mod publish;
+pub mod remote;
 mod tracked;
 mod user;
 
