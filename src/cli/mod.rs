@@ -60,6 +60,8 @@ pub enum Verb {
     Replay(verbs::replay::Args),
     #[command(subcommand)]
     Eval(verbs::eval::Args),
+    #[command(subcommand)]
+    Remote(verbs::remote::Args),
     Diff(verbs::diff::Args),
     Export(verbs::export::Args),
     Apply(verbs::apply::Args),
@@ -131,6 +133,7 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Bundle(args) => verbs::bundle::run(&ctx, args),
         Verb::Replay(args) => verbs::replay::run(&ctx, args),
         Verb::Eval(args) => verbs::eval::run(&ctx, args),
+        Verb::Remote(args) => verbs::remote::run(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),

@@ -113,3 +113,37 @@ fn a_ref_moves_on_a_remote_only_from_where_it_was_expected_and_of_two_racers_one
     assert!(contenders.iter().any(|c| c.to_string() == winner));
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
+    let t = crate::support::workspace::TestWorkspace::new("remote-verbs");
+    let added = t.run(&["remote", "add", "fleet", "git://127.0.0.1:9418/shared.git"]);
+    added.ok();
+    assert!(added.stderr.contains("added remote `fleet`"), "{}", added.stderr);
+    t.run(&["remote", "add", "backup", "/srv/git/shared.git"]).ok();
+    assert_eq!(
+        t.run(&["remote", "list"]).ok(),
+        "backup\t/srv/git/shared.git\nfleet\tgit://127.0.0.1:9418/shared.git\n"
+    );
+    let listed: Vec<serde_json::Value> =
+        t.run(&["--json", "remote", "list"]).ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    assert_eq!(listed[1]["url"], "git://127.0.0.1:9418/shared.git");
+    for (args, said) in [
+        (vec!["remote", "add", "fleet", "git://other/x.git"], "exists already"),
+        (vec!["remote", "add", "bad name", "git://h/x.git"], "is not one git takes"),
+        (vec!["remote", "add", "bad..name", "git://h/x.git"], "is not one git takes"),
+        (vec!["remote", "add", "pw", "https://me:secret@host/x.git"], "may not hold a password"),
+        (vec!["remote", "add", "odd", "ftp://host/x.git"], "must use git://"),
+        (vec!["remote", "add", "nohost", "git:///x.git"], "has no host"),
+        (vec!["remote", "remove", "nowhere"], "there is no remote `nowhere`"),
+    ] {
+        let run = t.run(&args);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(said), "{args:?}: {}", run.stderr);
+    }
+    assert_eq!(t.run(&["remote", "list"]).ok().lines().count(), 2, "nothing was added by a refusal");
+    t.run(&["remote", "remove", "backup"]).ok();
+    assert_eq!(t.run(&["remote", "list"]).ok(), "fleet\tgit://127.0.0.1:9418/shared.git\n");
+    // It is the harness's repository's remote, as plain git sees it.
+    assert_eq!(t.git(&["remote", "get-url", "fleet"]).trim(), "git://127.0.0.1:9418/shared.git");
+}

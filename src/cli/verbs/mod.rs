@@ -19,6 +19,7 @@ pub mod ls;
 pub mod mcp;
 pub mod new;
 pub mod prompt;
+pub mod remote;
 pub mod replay;
 pub mod rm;
 pub mod run;

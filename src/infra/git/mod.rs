@@ -550,6 +550,28 @@ impl Repo {
         c.tree().map_err(lib(format!("tree of {commit}")))
     }
 
+    /// The remotes of this repository: name and URL, by name.
+    pub fn remotes(&self) -> Result<Vec<(String, String)>> {
+        let names = self.repo.remotes().map_err(lib("list remotes"))?;
+        let mut out = Vec::new();
+        for name in (0..names.len()).filter_map(|i| names.get(i).ok().flatten()) {
+            let remote = self.repo.find_remote(name).map_err(lib(format!("read remote {name}")))?;
+            out.push((name.to_owned(), remote.url().unwrap_or_default().to_owned()));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Adds remote `name` at `url` (refused by libgit2 when the name is taken).
+    pub fn add_remote(&self, name: &str, url: &str) -> Result<()> {
+        self.repo.remote(name, url).map(drop).map_err(lib(format!("add remote {name}")))
+    }
+
+    /// Removes remote `name`.
+    pub fn remove_remote(&self, name: &str) -> Result<()> {
+        self.repo.remote_delete(name).map_err(lib(format!("remove remote {name}")))
+    }
+
     /// Reads objects from `objects` (another repository's store) too.
     pub fn add_alternate(&self, objects: &Path) -> Result<()> {
         add_alternate(self.repo.path(), objects)
@@ -631,6 +653,11 @@ impl Repo {
         let merged = self.repo.merge_file_from_index(&b, &o, &t, None).map_err(lib("merge file"))?;
         Ok(merged.is_automergeable().then(|| merged.content().to_vec()))
     }
+}
+
+/// Whether git takes `name` as a remote's name.
+pub fn valid_remote_name(name: &str) -> bool {
+    git2::Remote::is_valid_name(name) && !name.starts_with('-')
 }
 
 /// Whether `name` can be a branch (`refs/heads/<name>` is a valid reference name).
