@@ -34,6 +34,10 @@ use super::workspace::Workspace;
 const FORMAT: &str = "offshoot-bundle";
 const VERSION: u32 = 1;
 
+/// What a bundle or replay being made is called until it is whole (then `<pid>`): what
+/// one killed mid-way left is swept by the next.
+const PARTIAL: &str = ".offshoot-partial-";
+
 /// The most a bundle's record or message file may be when replayed.
 const FILE_AT_MOST: u64 = 1 << 30;
 
@@ -134,6 +138,9 @@ pub fn make(ws: &Workspace, id: &AgentId, with_origin: bool, env: &super::Env, o
     if std::fs::symlink_metadata(out).is_ok() {
         return Err(BundleError::Exists(out.to_owned()));
     }
+    if let Some(dir) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        super::sweep_left_by_dead(dir, |n| super::pid_after(n, ".", PARTIAL));
+    }
     let listings = agents::list(ws)?;
     let chosen = members(&listings, id, with_origin, ws)?;
     let lineages: Vec<String> = chosen
@@ -188,7 +195,7 @@ pub fn make(ws: &Workspace, id: &AgentId, with_origin: bool, env: &super::Env, o
     let repo_bundle = bundle::write(&ws.layout.repo(), &repo_refs)?;
     let project_bundle = bundle::write(&ws.layout.project(), &project_refs)?;
     let temp = out.with_file_name(format!(
-        ".{}.partial-{}",
+        ".{}{PARTIAL}{}",
         out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
         std::process::id()
     ));
@@ -337,7 +344,9 @@ pub fn replay(file: &Path, dest: &Path, mine: &str) -> Result<Replayed> {
     let parent = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent).map_err(io(parent))?;
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let staging = parent.join(format!(".{name}.partial-{}", std::process::id()));
+    // What a replay killed mid-way left here goes first.
+    super::sweep_left_by_dead(parent, |n| super::pid_after(n, ".", PARTIAL));
+    let staging = parent.join(format!(".{name}{PARTIAL}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
     let made = fill(file, &staging, mine).and_then(|manifest| {
         std::fs::rename(&staging, dest).map_err(io(dest))?;
@@ -494,7 +503,28 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
 
 #[cfg(test)]
 mod tests {
-    use super::rebase_config;
+    use super::{PARTIAL, rebase_config};
+
+    #[test]
+    fn what_a_killed_bundle_or_replay_left_is_swept_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("offshoot-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // A pid above any pid_max: its process is gone.
+        let dead = format!(".a.offshoot{PARTIAL}4194999");
+        let mine = format!(".b.offshoot{PARTIAL}{}", std::process::id());
+        for name in [dead.as_str(), mine.as_str(), ".c.partial-4194999", "d.offshoot"] {
+            std::fs::create_dir_all(dir.join(name)).expect("entry");
+        }
+        crate::engine::sweep_left_by_dead(&dir, |n| crate::engine::pid_after(n, ".", PARTIAL));
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [mine, ".c.partial-4194999".to_owned(), "d.offshoot".to_owned()]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_replayed_config_takes_this_users_providers_servers_and_sandbox() {

@@ -57,6 +57,33 @@ impl Env {
     }
 }
 
+/// Removes what processes killed mid-way left in `dir` (a bundle's or replay's
+/// `.…partial-<pid>`, an eval's scratch): each entry `pid_of` names a process of, when
+/// that process is gone (a running one, its number reused or not, is left alone).
+pub fn sweep_left_by_dead(dir: &std::path::Path, pid_of: impl Fn(&str) -> Option<u32>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Some(pid) = pid_of(&entry.file_name().to_string_lossy()) else { continue };
+        if pid == std::process::id() || crate::infra::process::running(pid) {
+            continue;
+        }
+        let path = entry.path();
+        let _ = match entry.file_type().is_ok_and(|t| t.is_dir()) {
+            true => std::fs::remove_dir_all(&path),
+            false => std::fs::remove_file(&path),
+        };
+    }
+}
+
+/// The pid in `name` after `marker` (`.x.partial-123` with `.partial-`), up to a `-` or
+/// the end, when `name` starts with `starts`.
+pub fn pid_after(name: &str, starts: &str, marker: &str) -> Option<u32> {
+    if !name.starts_with(starts) {
+        return None;
+    }
+    let rest = &name[name.rfind(marker)? + marker.len()..];
+    rest.split('-').next()?.parse().ok()
+}
+
 /// Random bits for ids and names, from the OS.
 pub fn random_u32() -> u32 {
     use std::io::Read;

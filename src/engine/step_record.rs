@@ -159,27 +159,12 @@ impl StepRecord {
     }
 }
 
-/// What [`fold`] did with a record.
+/// What folding did with a record.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Folding {
     Folded,
     /// Left a directory, and why.
     Kept(&'static str),
-}
-
-/// Folds the finished step record `dir` into one file, then removes the directory.
-/// A fold cut short leaves the directory whole (the file appears complete, by a
-/// rename, or not at all), or the whole file beside what is left of the directory,
-/// which the next fold removes.
-pub fn fold(dir: &Path) -> std::io::Result<Folding> {
-    let folding = write_folded(dir)?;
-    if folding == Folding::Folded {
-        if let Some(steps) = dir.parent() {
-            crate::infra::door::sync_filesystem(steps)?;
-        }
-        std::fs::remove_dir_all(dir)?;
-    }
-    Ok(folding)
 }
 
 /// Writes the file `dir` folds into (`Folded`: it is there, whole; the directory may go
@@ -270,8 +255,11 @@ fn collect(
     Ok(None)
 }
 
-/// Folds every record of `steps_dir` numbered below `before` (the steps that are over);
-/// how many it folded. A record that cannot be folded now is left for the next time.
+/// Folds every record of `steps_dir` numbered below `before` (the steps that are over)
+/// into one file each, then removes its directory; how many it folded. A fold cut
+/// short leaves the directory whole (the file appears complete, by a rename, or not at
+/// all), or the whole file beside what is left of the directory, which the next fold
+/// removes. A record that cannot be folded now is left for the next time.
 /// The directories go only once the files holding them are on disk (one `syncfs` for
 /// them all), so a power cut cannot leave a step with neither.
 pub fn fold_finished(steps_dir: &Path, before: u32) -> usize {
@@ -311,7 +299,7 @@ mod tests {
         std::fs::write(dir.join("tools/call_1/input.json"), "[1, 2]").expect("input");
         std::fs::write(dir.join("tools/call_1/output.json"), odd_json).expect("output");
         std::fs::write(dir.join("meta.tmp"), "half").expect("tmp");
-        assert_eq!(fold(&dir).expect("fold"), Folding::Folded);
+        assert_eq!(fold_finished(&steps, 8), 1);
         assert!(!dir.exists(), "the directory goes");
         let record = StepRecord::at(&dir).expect("on record");
         assert!(record.is_folded());
@@ -361,7 +349,7 @@ mod tests {
         std::fs::write(steps.join("0004.json.tmp"), "{\"fi").expect("temp");
         std::fs::create_dir_all(dir.join("tools/t")).expect("tools");
         std::fs::write(dir.join("tools/t/output.json"), "{\"out\": 1}").expect("output");
-        fold(&dir).expect("fold");
+        assert_eq!(fold_finished(&steps, 5), 1);
         std::fs::create_dir_all(dir.join("tools/t")).expect("again");
         std::fs::write(dir.join("tools/t/output.json"), "{\"out\": 1}").expect("output");
         assert_eq!(numbers(&steps), vec![4], "one step, in either form");

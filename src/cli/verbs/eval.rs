@@ -76,6 +76,13 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
             CliError::usage(format!("--bundle-dir {}: cannot be a directory of bundles ({e})", dir.display()))
         })?;
     }
+    // What evals killed mid-way left (their scratch and workspaces) goes first.
+    crate::engine::sweep_left_by_dead(&std::env::temp_dir(), |n| {
+        crate::engine::pid_after(n, "offshoot-eval-", "offshoot-eval-")
+    });
+    crate::engine::sweep_left_by_dead(&ctx.data_root.join("workspaces"), |n| {
+        crate::engine::pid_after(n, ".eval-", ".eval-")
+    });
     // The runs' scratch directories: in a directory only this user can enter, made new
     // (never one someone else made ready, nor through a link).
     let scratch =

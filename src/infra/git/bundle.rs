@@ -157,14 +157,8 @@ pub fn missing_below(git_dir: &Path, oid: Oid) -> Result<Option<Oid>> {
             continue;
         }
         let Ok(object) = repo.find_object(oid, None) else { return Ok(Some(oid)) };
-        if let Some(commit) = object.as_commit() {
-            todo.push(commit.tree_id());
-            todo.extend(commit.parent_ids());
-        } else if let Some(tree) = object.as_tree() {
-            todo.extend(tree.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()));
-        } else if let Some(tag) = object.as_tag() {
-            todo.push(tag.target_id());
-        }
+        let Some(kind) = object.kind() else { continue };
+        todo.extend(super::named_by(&repo, oid, kind)?);
     }
     Ok(None)
 }

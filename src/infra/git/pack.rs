@@ -265,15 +265,8 @@ fn walk(own: &Repository, written_at: &HashMap<Oid, SystemTime>, mut todo: Vec<O
             continue;
         }
         let Ok(object) = own.find_object(oid, None) else { continue };
-        if let Some(commit) = object.as_commit() {
-            todo.push(commit.tree_id());
-            todo.extend(commit.parent_ids());
-        } else if let Some(tree) = object.as_tree() {
-            // Submodule entries name commits of other repositories.
-            todo.extend(tree.iter().filter(|e| e.kind() != Some(git2::ObjectType::Commit)).map(|e| e.id()));
-        } else if let Some(tag) = object.as_tag() {
-            todo.push(tag.target_id());
-        }
+        let Some(kind) = object.kind() else { continue };
+        todo.extend(super::named_by(own, oid, kind).unwrap_or_default());
     }
 }
 
