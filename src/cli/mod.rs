@@ -62,6 +62,8 @@ pub enum Verb {
     Eval(verbs::eval::Args),
     #[command(subcommand)]
     Remote(verbs::remote::Args),
+    Push(verbs::sync::PushArgs),
+    Pull(verbs::sync::PullArgs),
     Diff(verbs::diff::Args),
     Export(verbs::export::Args),
     Apply(verbs::apply::Args),
@@ -134,6 +136,8 @@ pub fn run(cli: Cli) -> i32 {
         Verb::Replay(args) => verbs::replay::run(&ctx, args),
         Verb::Eval(args) => verbs::eval::run(&ctx, args),
         Verb::Remote(args) => verbs::remote::run(&ctx, args),
+        Verb::Push(args) => verbs::sync::push(&ctx, args),
+        Verb::Pull(args) => verbs::sync::pull(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),

@@ -49,6 +49,13 @@ impl Mark {
         Mark::CompactionPasses,
     ];
 
+    /// Whether it travels to a remote with its agent (`push`, `pull`): those saying how
+    /// the agent lives do; not its working directory (a path of one machine), nor what
+    /// one machine's `scan` or compactor did.
+    pub const fn travels(self) -> bool {
+        !matches!(self, Mark::Cwd | Mark::Relaunched | Mark::Died | Mark::Compacting)
+    }
+
     /// Its directory under `refs/offshoot/`.
     pub const fn kind(self) -> &'static str {
         match self {

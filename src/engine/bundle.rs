@@ -236,14 +236,8 @@ fn append(tar: &mut tar::Builder<impl Write>, path: &str, bytes: &[u8]) -> std::
 fn record_files(ws: &Workspace, chosen: &[Listing]) -> Result<Vec<(String, Vec<u8>)>> {
     let mut files = Vec::new();
     for member in chosen {
-        let steps = ws.layout.steps(&member.id);
-        for entry in std::fs::read_dir(&steps).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if super::step_record::number_of(&name).is_none() {
-                continue;
-            }
-            walk_files(&entry.path(), &format!("steps/{}/{name}", member.id), &mut files)?;
-        }
+        let steps = step_files(ws, &member.id)?;
+        files.extend(steps.into_iter().map(|(path, bytes)| (format!("steps/{}/{path}", member.id), bytes)));
         let inbox = ws.layout.inbox(&member.id);
         for entry in std::fs::read_dir(&inbox).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -251,6 +245,18 @@ fn record_files(ws: &Workspace, chosen: &[Listing]) -> Result<Vec<(String, Vec<u
                 let path = entry.path();
                 files.push((format!("inbox/{}/{name}", member.id), std::fs::read(&path).map_err(io(&path))?));
             }
+        }
+    }
+    Ok(files)
+}
+
+/// The step records of `id` (either form), by their path below its `steps/` directory.
+pub(super) fn step_files(ws: &Workspace, id: &AgentId) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(ws.layout.steps(id)).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if super::step_record::number_of(&name).is_some() {
+            walk_files(&entry.path(), &name, &mut files)?;
         }
     }
     Ok(files)

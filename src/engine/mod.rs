@@ -22,6 +22,7 @@ pub mod lifecycle;
 pub mod mcp;
 pub mod model;
 pub mod project;
+pub mod remote;
 pub mod removal;
 pub mod runtime;
 pub mod scan;

@@ -156,13 +156,7 @@ impl Workspace {
             Ok(())
         })();
         if let Err(e) = linked {
-            if existed {
-                for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
-                    let _ = std::fs::remove_dir_all(entry.path()).or_else(|_| std::fs::remove_file(entry.path()));
-                }
-            } else {
-                let _ = std::fs::remove_dir_all(root);
-            }
+            unmake(root, existed);
             return Err(e);
         }
         // Opened again: libgit2 reads a store's alternates when it opens it.
@@ -360,6 +354,17 @@ impl Workspace {
         let commit = self.repo.commit_edits(&[tip], Some(tip), &changed, message)?;
         self.repo.move_branch(&format!("config/{lineage}"), commit, tip, message)?;
         Ok(Some(commit))
+    }
+}
+
+/// Removes what was made at `root` (its contents only when it `existed` before).
+pub fn unmake(root: &Path, existed: bool) {
+    if existed {
+        for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            let _ = std::fs::remove_dir_all(entry.path()).or_else(|_| std::fs::remove_file(entry.path()));
+        }
+    } else {
+        let _ = std::fs::remove_dir_all(root);
     }
 }
 

@@ -8,6 +8,9 @@ use std::process::{Child, Command};
 
 use offshoot::infra::git::remote::{Swap, compare_and_swap};
 
+use crate::support::server::Turn;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
 /// A `git daemon` serving the bare repositories under `base`, writable; killed on drop.
 struct Daemon {
     child: Child,
@@ -116,7 +119,7 @@ fn a_ref_moves_on_a_remote_only_from_where_it_was_expected_and_of_two_racers_one
 
 #[test]
 fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
-    let t = crate::support::workspace::TestWorkspace::new("remote-verbs");
+    let t = TestWorkspace::new("remote-verbs");
     let added = t.run(&["remote", "add", "fleet", "git://127.0.0.1:9418/shared.git"]);
     added.ok();
     assert!(added.stderr.contains("added remote `fleet`"), "{}", added.stderr);
@@ -146,4 +149,143 @@ fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
     assert_eq!(t.run(&["remote", "list"]).ok(), "fleet\tgit://127.0.0.1:9418/shared.git\n");
     // It is the harness's repository's remote, as plain git sees it.
     assert_eq!(t.git(&["remote", "get-url", "fleet"]).trim(), "git://127.0.0.1:9418/shared.git");
+}
+
+/// A bare repository `name` under `served`, for a daemon to serve.
+fn bare(served: &Path, name: &str) {
+    std::fs::create_dir_all(served).expect("served");
+    git(&served.join(name), &["init", "-q", "--bare"]);
+}
+
+/// A workspace made by `new --from url` in place of `t`'s own.
+fn made_from(t: &mut TestWorkspace, url: &str) -> crate::support::workspace::Run {
+    std::fs::remove_dir_all(&t.ws).expect("remove the workspace new made");
+    let ws = t.ws.to_str().expect("utf-8").to_owned();
+    t.run_bare(&["new", "--from", url, &ws])
+}
+
+fn json_of(run: &crate::support::workspace::Run) -> serde_json::Value {
+    serde_json::from_str(run.ok().lines().last().expect("a line")).expect("json")
+}
+
+/// What `ls` says of an agent that must read the same anywhere.
+fn described(t: &TestWorkspace) -> Vec<serde_json::Value> {
+    t.agents()
+        .into_iter()
+        .map(|a| {
+            serde_json::json!([
+                a["id"],
+                a["name"],
+                a["state"],
+                a["steps"],
+                a["input_tokens"],
+                a["output_tokens"],
+                a["cost_usd"],
+                a["goal"],
+                a["created"]
+            ])
+        })
+        .collect()
+}
+
+#[test]
+fn agents_pushed_from_one_workspace_read_the_same_in_another_and_move_only_forward() {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("remote-sync-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let served = root.join("served");
+    bare(&served, "shared.git");
+    let daemon = Daemon::start(&served);
+    let url = daemon.url("shared.git");
+
+    let (server, laptop) = TestWorkspace::served("remote-laptop", Dialect::Anthropic);
+    server.push_turns([Turn::bash("b1", "echo hi > hi.txt"), Turn::text("said hi")]);
+    laptop.run(&["prompt", "--name", "Solo", "say hi"]).ok();
+    // No remote yet: said, exit 2.
+    let none = laptop.run(&["push"]);
+    assert_eq!(none.code, 2, "{}", none.stderr);
+    assert!(none.stderr.contains("no remote"), "{}", none.stderr);
+    laptop.run(&["remote", "add", "origin", &url]).ok();
+    let nowhere = laptop.run(&["push", "nowhere"]);
+    assert_eq!(nowhere.code, 2, "{}", nowhere.stderr);
+    assert!(nowhere.stderr.contains("there is no remote `nowhere`"), "{}", nowhere.stderr);
+
+    let pushed = json_of(&laptop.run(&["--json", "push"]));
+    let sent: Vec<&str> = pushed["sent"].as_array().expect("sent").iter().filter_map(|s| s.as_str()).collect();
+    let id = laptop.id_of("Solo");
+    for expected in [
+        format!("refs/heads/agents/{id}"),
+        "refs/heads/config/default".to_owned(),
+        format!("refs/offshoot/records/{id}"),
+        "refs/project/heads/main".to_owned(),
+    ] {
+        assert!(sent.contains(&expected.as_str()), "{expected} not in {sent:?}");
+    }
+    assert_eq!(json_of(&laptop.run(&["--json", "push"]))["sent"], serde_json::json!([]), "nothing new: nothing sent");
+
+    // Another machine's workspace, made from the remote: the agent reads the same there.
+    let mut other = TestWorkspace::new("remote-other");
+    made_from(&mut other, &url).ok();
+    other.env("ANTHROPIC_API_KEY", "test-key");
+    assert_eq!(described(&other), described(&laptop));
+    for args in [vec!["log", "Solo"], vec!["show", "Solo", "--step", "1", "--request"], vec!["tree"]] {
+        assert_eq!(other.run(&args).ok(), laptop.run(&args).ok(), "{args:?}");
+    }
+
+    // The laptop goes on; a pull moves the other forward.
+    server.push_turns([Turn::text("again")]);
+    laptop.run(&["send", "Solo", "once more"]).ok();
+    laptop.run(&["push"]).ok();
+    let pulled = json_of(&other.run(&["--json", "pull"]));
+    assert_eq!(pulled["agents"], serde_json::json!([id]));
+    assert_eq!(other.run(&["log", "Solo"]).ok(), laptop.run(&["log", "Solo"]).ok());
+    assert_eq!(described(&other), described(&laptop));
+
+    // Both go on their own way: the first to push wins, the other is told to pull and a
+    // pull keeps its own branch, saying so. Nothing moves back.
+    server.push_turns([Turn::text("other's way")]);
+    other.run(&["send", "Solo", "your way"]).ok();
+    other.run(&["push"]).ok();
+    server.push_turns([Turn::text("laptop's way")]);
+    laptop.run(&["send", "Solo", "my way"]).ok();
+    let behind = laptop.run(&["push"]);
+    assert_eq!(behind.code, 1, "{}", behind.stderr);
+    assert!(behind.stderr.contains(&format!("`refs/heads/agents/{id}` has moved")), "{}", behind.stderr);
+    assert!(behind.stderr.contains("offshoot pull origin"), "{}", behind.stderr);
+    let mine = laptop.git(&["rev-parse", &format!("agents/{id}")]);
+    let kept = json_of(&laptop.run(&["--json", "pull"]));
+    assert_eq!(kept["kept"][0]["ref"], format!("refs/heads/agents/{id}"), "{kept}");
+    assert!(kept["kept"][0]["why"].as_str().expect("why").contains("another way"), "{kept}");
+    assert_eq!(laptop.git(&["rev-parse", &format!("agents/{id}")]), mine);
+    assert_eq!(
+        git(&served.join("shared.git"), &["rev-parse", &format!("refs/heads/agents/{id}")]),
+        other.git(&["rev-parse", &format!("agents/{id}")]).trim()
+    );
+    for t in [&laptop, &other] {
+        t.run(&["doctor"]).ok();
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_workspace_is_not_made_from_a_remote_that_cannot_be_read_or_holds_nothing_to_run() {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("remote-from-bad-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let served = root.join("served");
+    bare(&served, "empty.git");
+    let daemon = Daemon::start(&served);
+    let mut t = TestWorkspace::new("remote-from-bad-ws");
+    let empty = made_from(&mut t, &daemon.url("empty.git"));
+    assert_eq!(empty.code, 1, "{}", empty.stderr);
+    assert!(empty.stderr.contains("holds no config lineage"), "{}", empty.stderr);
+    assert!(!t.ws.exists(), "nothing is left half-made");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
+    let ws = t.ws.to_str().expect("utf-8").to_owned();
+    let unreachable = t.run_bare(&["new", "--from", &format!("git://127.0.0.1:{port}/x.git"), &ws]);
+    assert_eq!(unreachable.code, 1, "{}", unreachable.stderr);
+    assert!(unreachable.stderr.contains("cannot reach remote `origin`"), "{}", unreachable.stderr);
+    assert!(!t.ws.exists(), "nothing is left half-made");
+    let bad = t.run_bare(&["new", "--from", "ftp://host/x.git", &ws]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(!t.ws.exists());
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -27,6 +27,7 @@ pub mod scan;
 pub mod send;
 pub mod show;
 pub mod stop;
+pub mod sync;
 pub mod tool;
 pub mod tree;
 pub mod uncompact;

@@ -12,12 +12,20 @@ pub struct Args {
     /// give their work back to it (`diff`, `export`, `apply`)
     #[arg(long, value_name = "DIR")]
     pub project: Option<PathBuf>,
+    /// Make it a copy of what a remote holds (its agents, config lineages and step
+    /// records), with the remote as `origin`: a workspace for `offshoot worker`, or to
+    /// inspect a fleet's agents from
+    #[arg(long, value_name = "URL", conflicts_with = "project")]
+    pub from: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let path =
         args.path.clone().or_else(|| ctx.explicit_workspace().cloned()).unwrap_or_else(|| ctx.default_workspace());
     let path = crate::cli::ctx::real(path);
+    if let Some(url) = &args.from {
+        return from_remote(ctx, &path, url);
+    }
     let ws = match &args.project {
         Some(dir) => {
             let user = crate::cli::ctx::project_at(dir, &[])?
@@ -32,5 +40,47 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     ctx.out.line(&ws.layout.root().display().to_string());
     ctx.out.progress(&format!("· created workspace; use it with `offshoot -w {} prompt \"…\"`", path.display()));
+    Ok(())
+}
+
+/// `new --from <url>`: a workspace holding what the remote holds, refused with nothing
+/// left behind when the remote cannot be read or holds no config lineage.
+fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliError> {
+    if let Some(problem) = super::remote::url_problem(url) {
+        return Err(CliError::usage(format!("remote URL `{url}` {problem}")));
+    }
+    if std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(CliError::usage(format!("{} exists and is not empty", path.display())));
+    }
+    let existed = path.exists();
+    let made = (|| -> Result<(Workspace, crate::engine::remote::Pulled), CliError> {
+        let ws = Workspace::create_bare(path)?;
+        let git = |e: crate::infra::git::GitError| CliError::runtime(e.to_string());
+        ws.repo.add_remote("origin", url).map_err(git)?;
+        let remote = crate::engine::remote::Remote { name: "origin".into(), url: url.to_owned() };
+        let pulled = crate::engine::remote::pull(&ws, &remote, true).map_err(super::sync::error)?;
+        if ws.repo.branches("config/").map_err(git)?.is_empty() {
+            return Err(CliError::runtime(format!("`{url}` holds no config lineage: nothing could run here"))
+                .hint("`offshoot push` from a workspace sends its config lineages with its agents"));
+        }
+        Ok((ws, pulled))
+    })();
+    let (ws, pulled) = match made {
+        Ok(made) => made,
+        Err(e) => {
+            crate::engine::workspace::unmake(path, existed);
+            return Err(e);
+        }
+    };
+    super::sync::report_pulled(ctx, "origin", &pulled);
+    if ctx.out.json {
+        ctx.out.event(&serde_json::json!({"workspace": ws.layout.root().display().to_string()}));
+        return Ok(());
+    }
+    ctx.out.line(&ws.layout.root().display().to_string());
+    ctx.out.progress(&format!(
+        "· made from `{url}` (remote `origin`); `offshoot -w {} ls` lists its agents",
+        path.display()
+    ));
     Ok(())
 }

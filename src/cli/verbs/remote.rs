@@ -23,7 +23,7 @@ pub enum Args {
 }
 
 /// What is wrong with `url` as a remote's URL, if anything.
-fn url_problem(url: &str) -> Option<&'static str> {
+pub fn url_problem(url: &str) -> Option<&'static str> {
     if url.trim().is_empty() || url.trim() != url || url.chars().any(char::is_control) {
         return Some("must be a URL or path without spaces around it or control characters");
     }

@@ -39,39 +39,186 @@ pub fn compare_and_swap(git_dir: &Path, url: &str, refname: &str, expected: Opti
     let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let temp = format!("refs/offshoot/pushing/{}-{serial}", std::process::id());
     repo.reference(&temp, new, true, "push").map_err(lib(format!("write {temp}")))?;
-    let outcome = RefCell::new(None);
-    let found = RefCell::new(None);
-    let pushed = {
-        let mut callbacks = RemoteCallbacks::new();
-        callbacks.push_negotiation(|updates| {
-            for update in updates {
-                let advertised = Some(update.src()).filter(|o| !o.is_zero());
-                if advertised != expected {
-                    *found.borrow_mut() = Some(advertised);
-                    return Err(git2::Error::from_str("the ref is not where it was expected"));
-                }
-            }
-            Ok(())
-        });
-        callbacks.push_update_reference(|_, status| {
-            *outcome.borrow_mut() = Some(status.map(str::to_owned));
-            Ok(())
-        });
-        let mut options = PushOptions::new();
-        options.remote_callbacks(callbacks);
-        let mut remote = repo.remote_anonymous(url).map_err(lib(format!("reach {url}")))?;
-        // Forced as far as libgit2 goes (a lease may move to any value): the two checks
-        // above are the compare.
-        remote.push(&[format!("+{temp}:{refname}")], Some(&mut options))
-    };
+    let update = Update { local: Some(temp.clone()), remote: refname.to_owned(), expect: Expect::Exactly(expected) };
+    let pushed = push(git_dir, url, std::slice::from_ref(&update));
     let _ = repo.find_reference(&temp).and_then(|mut r| r.delete());
-    if let Some(found) = found.into_inner() {
-        return Ok(Swap::Moved { found });
+    Ok(match pushed?.pop() {
+        Some(Outcome::Done(_)) => Swap::Done,
+        Some(Outcome::Moved { found }) => Swap::Moved { found },
+        Some(Outcome::Refused(words)) => Swap::Refused(words),
+        None => Swap::Refused("the server said nothing of the ref".into()),
+    })
+}
+
+/// What a pushed ref must be on the remote for its update to go through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Exactly this value (`None`: absent).
+    Exactly(Option<Oid>),
+    /// Absent, or an ancestor of the pushed value that this repository holds: the
+    /// update only adds history.
+    FastForward,
+}
+
+/// One ref to move on the remote: to the value of local ref `local` (`None`: delete it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    pub local: Option<String>,
+    pub remote: String,
+    pub expect: Expect,
+}
+
+/// How one [`Update`] went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The remote ref is now this value (`None`: deleted).
+    Done(Option<Oid>),
+    /// The remote ref was not as expected: where it was (`None`: absent).
+    Moved { found: Option<Oid> },
+    /// The server refused the update: its words.
+    Refused(String),
+}
+
+/// Moves the remote refs of `updates` on the repository at `url`, each only as its
+/// [`Expect`] allows, in as few connections as it takes: a push in which some ref is not
+/// as expected is cancelled whole (libgit2 decides before sending anything) and pushed
+/// again without it. Returns an outcome per update, in order.
+pub fn push(git_dir: &Path, url: &str, updates: &[Update]) -> Result<Vec<Outcome>> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; updates.len()];
+    loop {
+        let pending: Vec<usize> = (0..updates.len()).filter(|i| outcomes[*i].is_none()).collect();
+        if pending.is_empty() {
+            break;
+        }
+        let moved = RefCell::new(Vec::new());
+        let statuses = RefCell::new(Vec::new());
+        let proposed = RefCell::new(Vec::new());
+        let pushed = {
+            let mut callbacks = RemoteCallbacks::new();
+            callbacks.push_negotiation(|proposals| {
+                for p in proposals {
+                    let Ok(refname) = p.dst_refname() else { continue };
+                    let Some(i) = pending.iter().copied().find(|i| updates[*i].remote == refname) else { continue };
+                    let advertised = Some(p.src()).filter(|o| !o.is_zero());
+                    let new = Some(p.dst()).filter(|o| !o.is_zero());
+                    proposed.borrow_mut().push((i, new));
+                    let fits = match updates[i].expect {
+                        Expect::Exactly(expected) => advertised == expected,
+                        Expect::FastForward => match (advertised, new) {
+                            (None, _) => true,
+                            (Some(old), Some(new)) => old == new || repo.graph_descendant_of(new, old).unwrap_or(false),
+                            (Some(_), None) => false,
+                        },
+                    };
+                    if !fits {
+                        moved.borrow_mut().push((i, advertised));
+                    }
+                }
+                if moved.borrow().is_empty() {
+                    Ok(())
+                } else {
+                    Err(git2::Error::from_str("a ref is not where it was expected"))
+                }
+            });
+            callbacks.push_update_reference(|refname, status| {
+                statuses.borrow_mut().push((refname.to_owned(), status.map(str::to_owned)));
+                Ok(())
+            });
+            let mut options = PushOptions::new();
+            options.remote_callbacks(callbacks);
+            let mut remote = repo.remote_anonymous(url).map_err(lib(format!("reach {url}")))?;
+            // Forced as far as libgit2 goes: the checks above are the compare.
+            let specs: Vec<String> = pending
+                .iter()
+                .map(|i| match &updates[*i].local {
+                    Some(local) => format!("+{local}:{}", updates[*i].remote),
+                    None => format!(":{}", updates[*i].remote),
+                })
+                .collect();
+            remote.push(&specs, Some(&mut options))
+        };
+        let moved = moved.into_inner();
+        if !moved.is_empty() {
+            for (i, found) in moved {
+                outcomes[i] = Some(Outcome::Moved { found });
+            }
+            continue;
+        }
+        pushed.map_err(lib(format!("push to {url}")))?;
+        let proposed = proposed.into_inner();
+        let statuses = statuses.into_inner();
+        for i in pending {
+            let status = statuses.iter().find(|(r, _)| *r == updates[i].remote).map(|(_, s)| s.clone());
+            outcomes[i] = Some(match status {
+                Some(Some(words)) => Outcome::Refused(words),
+                // Sent and taken, or already there (libgit2 proposes nothing for a ref
+                // already at its value).
+                _ => Outcome::Done(match proposed.iter().find(|(p, _)| *p == i) {
+                    Some((_, new)) => *new,
+                    None => match &updates[i].local {
+                        Some(local) => Some(repo.refname_to_id(local).map_err(lib(format!("read {local}")))?),
+                        None => None,
+                    },
+                }),
+            });
+        }
     }
-    pushed.map_err(lib(format!("push {refname} to {url}")))?;
-    match outcome.into_inner() {
-        Some(None) => Ok(Swap::Done),
-        Some(Some(status)) => Ok(Swap::Refused(status)),
-        None => Ok(Swap::Refused("the server said nothing of the ref".into())),
+    Ok(outcomes.into_iter().map(|o| o.expect("every update has an outcome")).collect())
+}
+
+/// Fetches from the repository at `url` what `refspecs` (`+src:dst`, each source a
+/// prefix ending in `*`) name, the local refs they map to written, in one connection;
+/// returns every ref the remote advertised, by name.
+pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(String, Oid)>> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    let mut remote = repo.remote_anonymous(url).map_err(lib(format!("reach {url}")))?;
+    remote.connect(git2::Direction::Fetch).map_err(lib(format!("connect to {url}")))?;
+    let listed: Vec<(String, Oid)> = remote
+        .list()
+        .map_err(lib(format!("list the refs of {url}")))?
+        .iter()
+        .filter(|h| h.name().starts_with("refs/"))
+        .map(|h| (h.name().to_owned(), h.oid()))
+        .collect();
+    // Nothing to ask for (an empty repository): asking would only be refused.
+    let sources: Vec<&str> = refspecs
+        .iter()
+        .map(|s| s.trim_start_matches('+').split(':').next().unwrap_or("").trim_end_matches('*'))
+        .collect();
+    if listed.iter().any(|(name, _)| sources.iter().any(|s| name.starts_with(s))) {
+        let mut options = git2::FetchOptions::new();
+        options.download_tags(git2::AutotagOption::None);
+        remote.download(refspecs, Some(&mut options)).map_err(lib(format!("fetch from {url}")))?;
+        let mut callbacks = RemoteCallbacks::new();
+        remote
+            .update_tips(
+                Some(&mut callbacks),
+                git2::RemoteUpdateFlags::UPDATE_FETCHHEAD,
+                git2::AutotagOption::None,
+                None,
+            )
+            .map_err(lib(format!("write what was fetched from {url}")))?;
     }
+    let _ = remote.disconnect();
+    Ok(listed)
+}
+
+/// Whether `new` descends from `old` in the repository at `git_dir` (false when either is
+/// not held there).
+pub fn descends(git_dir: &Path, new: Oid, old: Oid) -> Result<bool> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    Ok(repo.graph_descendant_of(new, old).unwrap_or(false))
+}
+
+/// Deletes ref `name` of the repository at `git_dir`, if it exists.
+pub fn delete_ref(git_dir: &Path, name: &str) -> Result<()> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    super::delete_ref(&repo, name)
+}
+
+/// Writes `bytes` as a blob of the repository at `git_dir`; its id.
+pub fn write_blob(git_dir: &Path, bytes: &[u8]) -> Result<Oid> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    repo.blob(bytes).map_err(lib("write a blob"))
 }

@@ -1,0 +1,443 @@
+//! Workspaces sharing one git remote (issue 24): `push` sends what this workspace holds
+//! of its agents — branches, config lineages, the marks that say how they live, their
+//! step records — and `pull` takes what the remote holds, each ref moving only forward.
+//!
+//! On the remote, `repo.git`'s refs keep their names (`refs/heads/agents/<id>`,
+//! `refs/heads/config/<lineage>`, `refs/offshoot/<kind>/<key>`), step records are a
+//! commit per agent on `refs/offshoot/records/<id>`, and `project.git`'s branches are
+//! `refs/project/heads/<branch>`. What was last seen there is kept under
+//! `refs/mirrors/<remote>/` of each repository: the expected values of the next push.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::domain::id::AgentId;
+use crate::domain::marks::Mark;
+use crate::infra::door::Beneath;
+use crate::infra::git::remote::{self, Expect, Outcome, Update};
+use crate::infra::git::{CommitId as Oid, GitError, TreeEdit, bundle};
+use crate::infra::lock::LockGuard;
+
+use super::workspace::Workspace;
+
+/// The marks that travel with their agents ([`Mark::travels`]).
+fn travelling() -> impl Iterator<Item = Mark> {
+    Mark::ALL.into_iter().filter(|m| m.travels())
+}
+
+/// The kind under `refs/offshoot/` of an agent's step records on a remote.
+pub const RECORDS: &str = "records";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error(
+        "there is no remote `{0}` (`offshoot remote list` shows them; `offshoot remote add <name> <url>` adds one)"
+    )]
+    Unknown(String),
+    #[error("which remote? this workspace has {0}; name one")]
+    Which(String),
+    #[error("this workspace has no remote; `offshoot remote add <name> <url>` adds one")]
+    None,
+    #[error("cannot reach remote `{name}` ({url}): {reason}")]
+    Unreachable { name: String, url: String, reason: String },
+    #[error("the remote's `{name}` reaches object {missing}, which it did not send")]
+    Missing { name: String, missing: Oid },
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("cannot write {path}: {reason}")]
+    Write { path: String, reason: String },
+}
+
+type Result<T> = std::result::Result<T, RemoteError>;
+
+/// A remote of the workspace.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub name: String,
+    pub url: String,
+}
+
+/// The remote called `name`; without a name, the only one (or `origin` among several).
+pub fn resolve(ws: &Workspace, name: Option<&str>) -> Result<Remote> {
+    let remotes = ws.repo.remotes()?;
+    let found = match name {
+        Some(name) => remotes.into_iter().find(|(n, _)| n == name).ok_or_else(|| RemoteError::Unknown(name.into()))?,
+        None => match remotes.len() {
+            0 => return Err(RemoteError::None),
+            1 => remotes.into_iter().next().expect("one"),
+            _ => match remotes.iter().position(|(n, _)| n == "origin") {
+                Some(i) => remotes.into_iter().nth(i).expect("origin"),
+                None => {
+                    let names: Vec<String> = remotes.iter().map(|(n, _)| format!("`{n}`")).collect();
+                    return Err(RemoteError::Which(names.join(", ")));
+                }
+            },
+        },
+    };
+    Ok(Remote { name: found.0, url: found.1 })
+}
+
+/// Where a ref of the remote is mirrored in `repo.git` (`refs/X` → `refs/mirrors/<r>/X`).
+fn repo_mirror(remote: &str, name: &str) -> String {
+    format!("refs/mirrors/{remote}/{}", name.trim_start_matches("refs/"))
+}
+
+/// The remote's name of `project.git`'s branch ref `refs/heads/<b>`.
+fn project_remote(local: &str) -> String {
+    format!("refs/project/{}", local.trim_start_matches("refs/"))
+}
+
+/// Where `project.git` mirrors the remote's `refs/project/heads/<b>`.
+fn project_mirror(remote: &str, local: &str) -> String {
+    format!("refs/mirrors/{remote}/{}", local.trim_start_matches("refs/"))
+}
+
+/// Whether `name` (a full ref of `repo.git`) is one that travels.
+fn travels(name: &str) -> bool {
+    if name.starts_with("refs/heads/agents/") || name.starts_with("refs/heads/config/") {
+        return true;
+    }
+    let Some((kind, _)) = name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')) else { return false };
+    kind == RECORDS || travelling().any(|m| m.kind() == kind)
+}
+
+/// The remote's refs and what this workspace mirrors of them, after a fetch.
+struct Seen {
+    /// `repo.git`'s refs on the remote, by their name there.
+    repo: BTreeMap<String, Oid>,
+    /// `project.git`'s branches on the remote, by their local name (`refs/heads/<b>`).
+    project: BTreeMap<String, Oid>,
+}
+
+/// Fetches everything of the remote into the mirrors, dropping mirrored refs it no
+/// longer has.
+fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
+    let unreachable = |e: GitError| RemoteError::Unreachable {
+        name: remote.name.clone(),
+        url: remote.url.clone(),
+        reason: e.to_string(),
+    };
+    let r = &remote.name;
+    let repo_specs = vec![
+        format!("+refs/heads/*:refs/mirrors/{r}/heads/*"),
+        format!("+refs/offshoot/*:refs/mirrors/{r}/offshoot/*"),
+    ];
+    let listed = remote::fetch(&ws.layout.repo(), &remote.url, &repo_specs).map_err(unreachable)?;
+    let repo: BTreeMap<String, Oid> = listed
+        .iter()
+        .filter(|(n, _)| n.starts_with("refs/heads/") || n.starts_with("refs/offshoot/"))
+        .cloned()
+        .collect();
+    let project_specs = vec![format!("+refs/project/heads/*:refs/mirrors/{r}/heads/*")];
+    let listed = remote::fetch(&ws.layout.project(), &remote.url, &project_specs).map_err(unreachable)?;
+    let project: BTreeMap<String, Oid> =
+        listed.iter().filter_map(|(n, o)| n.strip_prefix("refs/project/").map(|l| (format!("refs/{l}"), *o))).collect();
+    // Mirrors of refs the remote no longer has go.
+    let mirrored = format!("refs/mirrors/{r}/");
+    for (name, _) in bundle::refs(&ws.layout.repo(), &[format!("{mirrored}*")])? {
+        let theirs = format!("refs/{}", &name[mirrored.len()..]);
+        if !repo.contains_key(&theirs) {
+            ws.repo.delete_ref(&name)?;
+        }
+    }
+    for (name, _) in bundle::refs(&ws.layout.project(), &[format!("{mirrored}*")])? {
+        let local = format!("refs/{}", &name[mirrored.len()..]);
+        if !project.contains_key(&local) {
+            remote::delete_ref(&ws.layout.project(), &name)?;
+        }
+    }
+    Ok(Seen { repo, project })
+}
+
+/// What a push did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Pushed {
+    /// Refs moved on the remote (by their name there).
+    pub sent: Vec<String>,
+    /// Refs the remote has moved on (or past) since this workspace last pulled: not
+    /// sent; `pull` first.
+    pub behind: Vec<String>,
+    /// Refs the server refused, with its words.
+    pub refused: Vec<(String, String)>,
+}
+
+/// Sends every agent, config lineage, travelling mark and step record of the workspace
+/// to `remote`: branches and records only forward, a mark only from the value last seen
+/// there (a mark this workspace removed since is removed there).
+pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
+    let seen = fetch(ws, remote)?;
+    let agents: Vec<AgentId> = ws
+        .repo
+        .branches("agents/")?
+        .into_iter()
+        .filter_map(|(b, _)| AgentId::parse(b.trim_start_matches("agents/")).ok())
+        .collect();
+    for id in &agents {
+        let driven = LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true);
+        let base = seen.repo.get(&format!("refs/offshoot/{RECORDS}/{id}")).copied();
+        commit_records(ws, id, base, !driven)?;
+    }
+    let mine: Vec<(String, Oid)> = ws.repo.all_refs()?.into_iter().filter(|(n, _)| travels(n)).collect();
+    let mut updates = Vec::new();
+    for (name, oid) in &mine {
+        if seen.repo.get(name) == Some(oid) {
+            continue;
+        }
+        let mark = name.starts_with("refs/offshoot/") && !name.starts_with(&format!("refs/offshoot/{RECORDS}/"));
+        let expect = if mark { Expect::Exactly(seen.repo.get(name).copied()) } else { Expect::FastForward };
+        updates.push(Update { local: Some(name.clone()), remote: name.clone(), expect });
+    }
+    // A mark seen there that this workspace has removed since is removed there.
+    for (name, oid) in &seen.repo {
+        let removed = name.starts_with("refs/offshoot/")
+            && !name.starts_with(&format!("refs/offshoot/{RECORDS}/"))
+            && travels(name)
+            && !mine.iter().any(|(n, _)| n == name);
+        let mirrored = bundle::refs(&ws.layout.repo(), &[repo_mirror(&remote.name, name)])?;
+        if removed && mirrored.first().map(|(_, o)| o) == Some(oid) {
+            updates.push(Update { local: None, remote: name.clone(), expect: Expect::Exactly(Some(*oid)) });
+        }
+    }
+    let mut pushed = Pushed::default();
+    let outcomes = remote::push(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
+    settle(&mut pushed, &updates, outcomes, |name, value| {
+        let mirror = repo_mirror(&remote.name, name);
+        match value {
+            Some(oid) => bundle::set_refs(&ws.layout.repo(), &[(mirror, oid)]),
+            None => ws.repo.delete_ref(&mirror),
+        }
+    })?;
+
+    let branches = bundle::refs(&ws.layout.project(), &["refs/heads/*".to_owned()])?;
+    let updates: Vec<Update> = branches
+        .iter()
+        .filter(|(name, oid)| seen.project.get(name) != Some(oid))
+        .map(|(name, _)| Update {
+            local: Some(name.clone()),
+            remote: project_remote(name),
+            expect: Expect::FastForward,
+        })
+        .collect();
+    let outcomes = remote::push(&ws.layout.project(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
+    settle(&mut pushed, &updates, outcomes, |name, value| {
+        let local = format!("refs/{}", name.trim_start_matches("refs/project/"));
+        let mirror = project_mirror(&remote.name, &local);
+        match value {
+            Some(oid) => bundle::set_refs(&ws.layout.project(), &[(mirror, oid)]),
+            None => remote::delete_ref(&ws.layout.project(), &mirror),
+        }
+    })?;
+    Ok(pushed)
+}
+
+fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
+    RemoteError::Unreachable { name: remote.name.clone(), url: remote.url.clone(), reason: e.to_string() }
+}
+
+/// Files each outcome of `updates` in `pushed`, and mirrors what was sent.
+fn settle(
+    pushed: &mut Pushed,
+    updates: &[Update],
+    outcomes: Vec<Outcome>,
+    mut mirror: impl FnMut(&str, Option<Oid>) -> std::result::Result<(), GitError>,
+) -> Result<()> {
+    for (update, outcome) in updates.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Done(value) => {
+                mirror(&update.remote, value)?;
+                pushed.sent.push(update.remote.clone());
+            }
+            Outcome::Moved { .. } => pushed.behind.push(update.remote.clone()),
+            Outcome::Refused(words) => pushed.refused.push((update.remote.clone(), words)),
+        }
+    }
+    Ok(())
+}
+
+/// Points `refs/offshoot/records/<id>` at a commit of `id`'s step records (`base`'s,
+/// the remote's, with this workspace's on top), unless it holds them already. A record
+/// still being written (the newest of an agent a driver holds) waits for the next push.
+fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<()> {
+    let name = format!("refs/offshoot/{RECORDS}/{id}");
+    let mut files = super::bundle::step_files(ws, id)
+        .map_err(|e| RemoteError::Write { path: ws.layout.steps(id).display().to_string(), reason: e.to_string() })?;
+    if !newest_too {
+        let newest = files.iter().filter_map(|(p, _)| super::step_record::number_of(top(p))).max();
+        files.retain(|(p, _)| super::step_record::number_of(top(p)) != newest);
+    }
+    let mine = bundle::refs(&ws.layout.repo(), std::slice::from_ref(&name))?.first().map(|(_, o)| *o);
+    // Forward from what the remote has, else from what was made here before.
+    let parent = base.or(mine);
+    let known = match parent {
+        Some(p) => ws.repo.list_files(p, "")?,
+        None => Vec::new(),
+    };
+    let edits: Vec<TreeEdit> = files
+        .into_iter()
+        .filter(|(path, bytes)| {
+            !known
+                .iter()
+                .any(|(k, oid)| k == path && git2::Oid::hash_object(git2::ObjectType::Blob, bytes).ok() == Some(*oid))
+        })
+        .map(|(path, bytes)| TreeEdit::Write { path, bytes })
+        .collect();
+    if edits.is_empty() {
+        if let (Some(parent), true) = (parent, mine != parent) {
+            bundle::set_refs(&ws.layout.repo(), &[(name, parent)])?;
+        }
+        return Ok(());
+    }
+    let parents: Vec<Oid> = parent.into_iter().collect();
+    let commit = ws.repo.commit_edits(&parents, parent, &edits, &format!("records of {id}"))?;
+    bundle::set_refs(&ws.layout.repo(), &[(name, commit)])?;
+    Ok(())
+}
+
+/// The first component of a record's path (`0003.json`, `0004`).
+fn top(path: &str) -> &str {
+    path.split('/').next().unwrap_or(path)
+}
+
+/// What a pull did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Pulled {
+    /// Agents made or moved forward here.
+    pub agents: Vec<String>,
+    /// Config lineages made or moved forward here.
+    pub lineages: Vec<String>,
+    /// Refs kept as they are here, and why (ahead of the remote, gone another way, an
+    /// agent being driven here).
+    pub kept: Vec<(String, String)>,
+    /// Step records written here.
+    pub records: usize,
+}
+
+/// Takes what `remote` holds: agents and config lineages made or moved forward (never
+/// back, never one a driver here holds), their travelling marks, their step records, and
+/// `project.git`'s branches. `fresh`: the workspace was just made to be the remote's
+/// (`new --from`), so its own beginnings (`project.git`'s `main`) give way.
+pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
+    let seen = fetch(ws, remote)?;
+    let mut pulled = Pulled::default();
+    let door = Beneath::open(ws.layout.root())
+        .map_err(|e| RemoteError::Write { path: ws.layout.root().display().to_string(), reason: e.to_string() })?;
+    let mut settled: Vec<AgentId> = Vec::new();
+    for (name, theirs) in &seen.repo {
+        let (agent, lineage) = (name.strip_prefix("refs/heads/agents/"), name.strip_prefix("refs/heads/config/"));
+        let id = match agent.map(AgentId::parse) {
+            Some(Ok(id)) => Some(id),
+            Some(Err(_)) => {
+                pulled.kept.push((name.clone(), "not an agent id".into()));
+                continue;
+            }
+            None if lineage.is_some() => None,
+            None => continue,
+        };
+        if id.as_ref().is_some_and(|id| LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true)) {
+            pulled.kept.push((name.clone(), "its driver runs here".into()));
+            continue;
+        }
+        match forward(&ws.layout.repo(), name, *theirs, false)? {
+            Forward::Moved => match (&id, lineage) {
+                (Some(id), _) => pulled.agents.push(id.to_string()),
+                (None, Some(l)) => pulled.lineages.push(l.to_owned()),
+                _ => {}
+            },
+            Forward::Same => {}
+            Forward::Kept(why) => {
+                pulled.kept.push((name.clone(), why.into()));
+                continue;
+            }
+        }
+        if let Some(id) = id {
+            settled.push(id);
+        }
+    }
+    // The marks of every agent here as it is there are the remote's.
+    for (name, theirs) in &seen.repo {
+        let Some((kind, key)) = name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')) else { continue };
+        let Some(mark) = travelling().find(|m| m.kind() == kind) else { continue };
+        let owner = match mark {
+            Mark::Names => String::from_utf8_lossy(&ws.repo.read_blob(*theirs)?).trim().to_owned(),
+            _ => key.to_owned(),
+        };
+        let claim = matches!(mark, Mark::Names | Mark::Ids);
+        let ours = ws.repo.mark(kind, key)?;
+        if claim && ours.is_some() {
+            // A claim here is never replaced: it names what this workspace made.
+            if ours.as_deref() != Some(&ws.repo.read_blob(*theirs)?[..]) {
+                pulled.kept.push((name.clone(), "claimed here for another agent".into()));
+            }
+            continue;
+        }
+        if claim || settled.iter().any(|s| s.as_str() == owner) {
+            bundle::set_refs(&ws.layout.repo(), &[(name.clone(), *theirs)])?;
+        }
+    }
+    for id in &settled {
+        for mark in travelling().filter(|m| !matches!(m, Mark::Names | Mark::Ids)) {
+            let name = format!("refs/offshoot/{}/{id}", mark.kind());
+            if !seen.repo.contains_key(&name) {
+                ws.repo.delete_ref(&name)?;
+            }
+        }
+        let records = format!("refs/offshoot/{RECORDS}/{id}");
+        if let Some(commit) = seen.repo.get(&records) {
+            pulled.records += write_records(ws, &door, id, *commit)?;
+            bundle::set_refs(&ws.layout.repo(), &[(records, *commit)])?;
+        }
+    }
+    for (name, theirs) in &seen.project {
+        if let Forward::Kept(why) = forward(&ws.layout.project(), name, *theirs, fresh)? {
+            pulled.kept.push((project_remote(name), why.into()));
+        }
+    }
+    Ok(pulled)
+}
+
+enum Forward {
+    Moved,
+    Same,
+    Kept(&'static str),
+}
+
+/// Moves `name` of the repository at `git_dir` to `theirs` if that only adds history
+/// (or whatever it does, when `anyway`).
+fn forward(git_dir: &Path, name: &str, theirs: Oid, anyway: bool) -> Result<Forward> {
+    let ours = bundle::refs(git_dir, &[name.to_owned()])?.first().map(|(_, o)| *o);
+    let step = match ours {
+        Some(ours) if ours == theirs => return Ok(Forward::Same),
+        Some(_) if anyway => Forward::Moved,
+        Some(ours) if remote::descends(git_dir, ours, theirs)? => Forward::Kept("ahead of the remote: push it"),
+        Some(ours) if !remote::descends(git_dir, theirs, ours)? => {
+            Forward::Kept("gone another way here than there: neither is behind the other")
+        }
+        _ => Forward::Moved,
+    };
+    if let Forward::Moved = step {
+        if let Some(missing) = bundle::missing_below(git_dir, theirs)? {
+            return Err(RemoteError::Missing { name: name.to_owned(), missing });
+        }
+        bundle::set_refs(git_dir, &[(name.to_owned(), theirs)])?;
+    }
+    Ok(step)
+}
+
+/// Writes the step records of `commit` that `id` has no record of here; how many.
+fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit: Oid) -> Result<usize> {
+    let have = super::step_record::numbers(&ws.layout.steps(id));
+    let mut written = std::collections::BTreeSet::new();
+    for (path, blob) in ws.repo.list_files(commit, "")? {
+        let Some(number) = super::step_record::number_of(top(&path)) else { continue };
+        let plain = path.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
+        if have.contains(&number) || !plain {
+            continue;
+        }
+        let rel = format!("steps/{id}/{path}");
+        let bytes = ws.repo.read_blob(blob)?;
+        door.write(Path::new(&rel), &bytes, None, false)
+            .map_err(|e| RemoteError::Write { path: rel.clone(), reason: e.to_string() })?;
+        written.insert(number);
+    }
+    Ok(written.len())
+}
