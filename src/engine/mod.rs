@@ -6,6 +6,7 @@
 pub mod agents;
 pub mod budget;
 pub mod bundle;
+pub mod claims;
 pub mod compaction;
 pub mod containment;
 pub mod directory;

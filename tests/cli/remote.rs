@@ -289,3 +289,67 @@ fn a_workspace_is_not_made_from_a_remote_that_cannot_be_read_or_holds_nothing_to
     assert!(!t.ws.exists());
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_and_let_go() {
+    use offshoot::engine::claims::{Claimed, Claims, claim_ref};
+    use std::time::{Duration, Instant};
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("remote-claims-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let served = root.join("served");
+    bare(&served, "shared.git");
+    let (a_git, b_git) = (root.join("a.git"), root.join("b.git"));
+    git(&a_git, &["init", "-q", "--bare"]);
+    git(&b_git, &["init", "-q", "--bare"]);
+    let daemon = Daemon::start(&served);
+    let url = daemon.url("shared.git");
+    let lease = Duration::from_millis(600);
+    let (mut a, mut b) = (Claims::new(&a_git, &url, "A", lease), Claims::new(&b_git, &url, "B", lease));
+    let look = |git_dir: &Path, claims: &mut Claims| {
+        let listed = offshoot::infra::git::remote::fetch(
+            git_dir,
+            &url,
+            &["+refs/offshoot/*:refs/mirrors/origin/offshoot/*".to_owned()],
+        )
+        .expect("fetch");
+        claims.observe(&listed, Instant::now());
+    };
+
+    assert_eq!(a.claim("x", Instant::now()).expect("claim"), Claimed::Mine { took_over: false });
+    assert!(a.fresh("x", Instant::now()));
+    look(&b_git, &mut b);
+    assert_eq!(b.claim("x", Instant::now()).expect("claim"), Claimed::Busy { holder: "A".into() });
+    // Renewed within the lease: still busy to the watcher, however long it watches.
+    for _ in 0..3 {
+        std::thread::sleep(lease / 3);
+        assert!(a.renew(lease / 4, Instant::now()).expect("renew").is_empty());
+        look(&b_git, &mut b);
+        assert!(matches!(b.claim("x", Instant::now()).expect("claim"), Claimed::Busy { .. }));
+    }
+    // A falls silent: it stops counting itself the holder after half a lease, and only
+    // after a whole lease unchanged does B take over.
+    let silent = Instant::now();
+    look(&b_git, &mut b);
+    std::thread::sleep(lease / 2);
+    assert!(!a.fresh("x", Instant::now()), "the holder fences itself first");
+    assert!(matches!(b.claim("x", Instant::now()).expect("claim"), Claimed::Busy { .. }));
+    std::thread::sleep(lease.saturating_sub(silent.elapsed()) + Duration::from_millis(20));
+    assert_eq!(b.claim("x", Instant::now()).expect("claim"), Claimed::Mine { took_over: true });
+    assert_eq!(a.renew(Duration::ZERO, Instant::now()).expect("renew"), vec!["x".to_owned()], "A learns it lost x");
+    assert!(!a.holds("x"));
+    // Two racing for a claim nobody holds: exactly one gets it.
+    let (mut c, mut d) = (Claims::new(&a_git, &url, "C", lease), Claims::new(&b_git, &url, "D", lease));
+    let got: Vec<Claimed> = std::thread::scope(|s| {
+        let one = s.spawn(|| c.claim("y", Instant::now()).expect("claim"));
+        let two = s.spawn(|| d.claim("y", Instant::now()).expect("claim"));
+        vec![one.join().expect("one"), two.join().expect("two")]
+    });
+    assert_eq!(got.iter().filter(|g| matches!(g, Claimed::Mine { .. })).count(), 1, "{got:?}");
+    assert!(got.contains(&Claimed::Lost), "{got:?}");
+    // Let go: the claim is gone there, and a release by one who lost it changes nothing.
+    b.release("x").expect("release");
+    let shared = served.join("shared.git");
+    let listed = git(&shared, &["for-each-ref", "--format=%(refname)", "refs/offshoot/claims/"]);
+    assert_eq!(listed, claim_ref("y"));
+    let _ = std::fs::remove_dir_all(&root);
+}
