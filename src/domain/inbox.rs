@@ -110,6 +110,19 @@ pub fn parse_name(name: &str) -> Option<(u32, &str)> {
     Some((digits.parse().ok()?, sender))
 }
 
+/// What names a message for good, wherever it travels: a result by its sender, kind and
+/// terminal commit (one made again after a crash is the same result); a call's message
+/// by its key; any other by its whole text (header and time included).
+pub fn identity(text: &str) -> String {
+    match Header::parse(text) {
+        Some(Header { from, epitaph: Some(epitaph), terminal: Some(terminal), .. }) => {
+            format!("result {from} {epitaph} {terminal}")
+        }
+        Some(Header { key: Some(key), .. }) => format!("key {key}"),
+        _ => format!("text {text}"),
+    }
+}
+
 pub fn file_name(number: u32, sender: &str) -> String {
     format!("{number:04}-{sender}.md")
 }

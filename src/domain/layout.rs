@@ -69,6 +69,29 @@ impl Layout {
         self.root.join("tmp").join(id.as_str())
     }
 
+    /// Present when `offshoot worker` drives this workspace's agents: only those it
+    /// claimed (`worker/claims/<id>`) get a driver here.
+    pub fn worker(&self) -> PathBuf {
+        self.root.join("worker")
+    }
+
+    /// Where a worker's workspace keeps what its agents send `id` until the worker has
+    /// put it on the remote (every message travels through the remote there).
+    pub fn outbox(&self, id: &AgentId) -> PathBuf {
+        self.worker().join("outbox").join(id.as_str())
+    }
+
+    /// Present when `id` was handed to a remote's workers (`prompt --on`): no driver
+    /// starts for it here.
+    pub fn handed(&self, id: &AgentId) -> PathBuf {
+        self.root.join("handed").join(id.as_str())
+    }
+
+    /// The file saying this workspace's worker holds the claim of `id`.
+    pub fn worker_claim(&self, id: &AgentId) -> PathBuf {
+        self.worker().join("claims").join(id.as_str())
+    }
+
     pub fn driver_log(&self, id: &AgentId) -> PathBuf {
         self.steps(id).join("driver.log")
     }

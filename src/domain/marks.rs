@@ -50,10 +50,11 @@ impl Mark {
     ];
 
     /// Whether it travels to a remote with its agent (`push`, `pull`): those saying how
-    /// the agent lives do; not its working directory (a path of one machine), nor what
-    /// one machine's `scan` or compactor did.
+    /// the agent lives do (an obituary, `died`, is once for the whole fleet); not its
+    /// working directory (a path of one machine), nor one machine's relaunch or
+    /// compactor.
     pub const fn travels(self) -> bool {
-        !matches!(self, Mark::Cwd | Mark::Relaunched | Mark::Died | Mark::Compacting)
+        !matches!(self, Mark::Cwd | Mark::Relaunched | Mark::Compacting)
     }
 
     /// Its directory under `refs/offshoot/`.

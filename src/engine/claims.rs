@@ -204,7 +204,7 @@ impl Claims {
         let Some(held) = self.held.remove(id) else { return Ok(()) };
         let update = Update { local: None, remote: claim_ref(id), expect: Expect::Exactly(Some(held.value)) };
         match remote::push(&self.git_dir, &self.url, &[update])?.pop() {
-            Some(Outcome::Done(_) | Outcome::Moved { .. } | Outcome::Refused(_)) | None => Ok(()),
+            Some(Outcome::Done(_) | Outcome::Moved { .. } | Outcome::Refused(_) | Outcome::Withheld) | None => Ok(()),
         }
     }
 }

@@ -24,18 +24,32 @@ pub struct Pending {
     pub text: String,
 }
 
+/// In a worker's workspace the deposit goes to `id`'s outbox instead: the worker puts it
+/// on the remote once what caused it is there, and delivers it from there to whichever
+/// workspace drives `id`.
 pub fn deposit(layout: &Layout, id: &AgentId, deposit: &Deposit) -> Result<PathBuf, InboxError> {
-    let dir = layout.inbox(id);
+    let dir = if layout.worker().exists() { layout.outbox(id) } else { layout.inbox(id) };
+    deposit_into(&dir, &deposit.from, &deposit.render())
+}
+
+/// Deposits `text` (a rendered [`Deposit`], as another workspace wrote it) from `from`
+/// into `id`'s inbox.
+pub fn deposit_text(layout: &Layout, id: &AgentId, from: &str, text: &str) -> Result<PathBuf, InboxError> {
+    deposit_into(&layout.inbox(id), from, text)
+}
+
+fn deposit_into(dir: &Path, from: &str, text: &str) -> Result<PathBuf, InboxError> {
+    let dir = dir.to_owned();
     let err = |path: &Path| {
         let path = path.to_owned();
         move |source| InboxError { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(err(&dir))?;
     let temp = dir.join(format!(".tmp-{}-{}", std::process::id(), crate::engine::random_u32()));
-    std::fs::write(&temp, deposit.render()).map_err(err(&temp))?;
+    std::fs::write(&temp, text).map_err(err(&temp))?;
     let mut number = next_number(&dir);
     let claimed = loop {
-        let target = dir.join(inbox::file_name(number, &deposit.from));
+        let target = dir.join(inbox::file_name(number, from));
         match std::fs::hard_link(&temp, &target) {
             Ok(()) => break Ok(target),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => number += 1,
@@ -55,7 +69,12 @@ fn next_number(dir: &Path) -> u32 {
 
 /// The undelivered messages, oldest first.
 pub fn pending(layout: &Layout, id: &AgentId) -> Result<Vec<Pending>, InboxError> {
-    let dir = layout.inbox(id);
+    pending_in(&layout.inbox(id))
+}
+
+/// The messages in inbox (or outbox) directory `dir`, oldest first.
+pub fn pending_in(dir: &Path) -> Result<Vec<Pending>, InboxError> {
+    let dir = dir.to_owned();
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(Vec::new());
     };

@@ -256,6 +256,9 @@ fn holds(ws: &Workspace, to: &AgentId, ours: impl Fn(&Header) -> bool) -> Result
     Ok(entries.iter().any(|e| matches!(e, Entry::Message { text, .. } if ours(text))))
 }
 
+/// What [`work_left`] says of an agent made whose first message was never deposited.
+pub const GOAL_UNDELIVERED: &str = "its goal never delivered";
+
 /// What agent `id` (at `tip`) still has to do when no driver runs it, if anything: mail
 /// to deliver, a goal never delivered, calls cut short, a model call due, or an answer
 /// never deposited with whoever is owed it.
@@ -271,7 +274,7 @@ pub fn work_left(
     }
     let entries = loader.entries(&ws.repo, tip)?;
     if entries.is_empty() {
-        return Ok(Some("its goal never delivered"));
+        return Ok(Some(GOAL_UNDELIVERED));
     }
     if !transcript::unanswered_calls(entries).is_empty() {
         return Ok(Some("tool calls cut short"));

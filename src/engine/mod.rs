@@ -34,6 +34,7 @@ pub mod step_record;
 pub mod toolcall;
 pub mod tools;
 pub mod warm;
+pub mod worker;
 pub mod workspace;
 
 use std::collections::BTreeMap;

@@ -21,7 +21,7 @@ use crate::infra::lock::LockGuard;
 use super::workspace::Workspace;
 
 /// The marks that travel with their agents ([`Mark::travels`]).
-fn travelling() -> impl Iterator<Item = Mark> {
+pub(super) fn travelling() -> impl Iterator<Item = Mark> {
     Mark::ALL.into_iter().filter(|m| m.travels())
 }
 
@@ -42,6 +42,8 @@ pub enum RemoteError {
     Unreachable { name: String, url: String, reason: String },
     #[error("the remote's `{name}` reaches object {missing}, which it did not send")]
     Missing { name: String, missing: Oid },
+    #[error("`{name}` was not sent: {why}; nothing was sent")]
+    Refused { name: String, why: String },
     #[error(transparent)]
     Git(#[from] GitError),
     #[error("cannot write {path}: {reason}")]
@@ -78,12 +80,12 @@ pub fn resolve(ws: &Workspace, name: Option<&str>) -> Result<Remote> {
 }
 
 /// Where a ref of the remote is mirrored in `repo.git` (`refs/X` → `refs/mirrors/<r>/X`).
-fn repo_mirror(remote: &str, name: &str) -> String {
+pub(super) fn repo_mirror(remote: &str, name: &str) -> String {
     format!("refs/mirrors/{remote}/{}", name.trim_start_matches("refs/"))
 }
 
 /// The remote's name of `project.git`'s branch ref `refs/heads/<b>`.
-fn project_remote(local: &str) -> String {
+pub(super) fn project_remote(local: &str) -> String {
     format!("refs/project/{}", local.trim_start_matches("refs/"))
 }
 
@@ -93,7 +95,7 @@ fn project_mirror(remote: &str, local: &str) -> String {
 }
 
 /// Whether `name` (a full ref of `repo.git`) is one that travels.
-fn travels(name: &str) -> bool {
+pub(super) fn travels(name: &str) -> bool {
     if name.starts_with("refs/heads/agents/") || name.starts_with("refs/heads/config/") {
         return true;
     }
@@ -102,16 +104,16 @@ fn travels(name: &str) -> bool {
 }
 
 /// The remote's refs and what this workspace mirrors of them, after a fetch.
-struct Seen {
+pub(super) struct Seen {
     /// `repo.git`'s refs on the remote, by their name there.
-    repo: BTreeMap<String, Oid>,
+    pub(super) repo: BTreeMap<String, Oid>,
     /// `project.git`'s branches on the remote, by their local name (`refs/heads/<b>`).
-    project: BTreeMap<String, Oid>,
+    pub(super) project: BTreeMap<String, Oid>,
 }
 
 /// Fetches everything of the remote into the mirrors, dropping mirrored refs it no
 /// longer has.
-fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
+pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
     let unreachable = |e: GitError| RemoteError::Unreachable {
         name: remote.name.clone(),
         url: remote.url.clone(),
@@ -208,16 +210,7 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
         }
     })?;
 
-    let branches = bundle::refs(&ws.layout.project(), &["refs/heads/*".to_owned()])?;
-    let updates: Vec<Update> = branches
-        .iter()
-        .filter(|(name, oid)| seen.project.get(name) != Some(oid))
-        .map(|(name, _)| Update {
-            local: Some(name.clone()),
-            remote: project_remote(name),
-            expect: Expect::FastForward,
-        })
-        .collect();
+    let updates = project_updates(ws, &seen, false)?;
     let outcomes = remote::push(&ws.layout.project(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
     settle(&mut pushed, &updates, outcomes, |name, value| {
         let local = format!("refs/{}", name.trim_start_matches("refs/project/"));
@@ -230,7 +223,24 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
     Ok(pushed)
 }
 
-fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
+/// `project.git`'s branches that differ from the remote's, each to be sent forward only
+/// (`only_ahead`: only those whose remote value is behind them here).
+pub(super) fn project_updates(ws: &Workspace, seen: &Seen, only_ahead: bool) -> Result<Vec<Update>> {
+    let project = ws.layout.project();
+    let mut updates = Vec::new();
+    for (name, oid) in bundle::refs(&project, &["refs/heads/*".to_owned()])? {
+        let theirs = seen.project.get(&name).copied();
+        if theirs == Some(oid)
+            || (only_ahead && theirs.is_some_and(|t| !remote::descends(&project, oid, t).unwrap_or(false)))
+        {
+            continue;
+        }
+        updates.push(Update { local: Some(name.clone()), remote: project_remote(&name), expect: Expect::FastForward });
+    }
+    Ok(updates)
+}
+
+pub(super) fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
     RemoteError::Unreachable { name: remote.name.clone(), url: remote.url.clone(), reason: e.to_string() }
 }
 
@@ -249,6 +259,7 @@ fn settle(
             }
             Outcome::Moved { .. } => pushed.behind.push(update.remote.clone()),
             Outcome::Refused(words) => pushed.refused.push((update.remote.clone(), words)),
+            Outcome::Withheld => pushed.behind.push(update.remote.clone()),
         }
     }
     Ok(())
@@ -257,7 +268,7 @@ fn settle(
 /// Points `refs/offshoot/records/<id>` at a commit of `id`'s step records (`base`'s,
 /// the remote's, with this workspace's on top), unless it holds them already. A record
 /// still being written (the newest of an agent a driver holds) waits for the next push.
-fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<()> {
+pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<()> {
     let name = format!("refs/offshoot/{RECORDS}/{id}");
     let mut files = super::bundle::step_files(ws, id)
         .map_err(|e| RemoteError::Write { path: ws.layout.steps(id).display().to_string(), reason: e.to_string() })?;
@@ -424,7 +435,7 @@ fn forward(git_dir: &Path, name: &str, theirs: Oid, anyway: bool) -> Result<Forw
 }
 
 /// Writes the step records of `commit` that `id` has no record of here; how many.
-fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit: Oid) -> Result<usize> {
+pub(super) fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit: Oid) -> Result<usize> {
     let have = super::step_record::numbers(&ws.layout.steps(id));
     let mut written = std::collections::BTreeSet::new();
     for (path, blob) in ws.repo.list_files(commit, "")? {
@@ -440,4 +451,114 @@ fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit: Oid) -> R
         written.insert(number);
     }
     Ok(written.len())
+}
+
+/// Where messages to agent `to` wait on a remote (`refs/offshoot/inbox/<to>/<name>`).
+pub fn inbox_ref(to: &AgentId, name: &str) -> String {
+    format!("refs/offshoot/inbox/{to}/{name}")
+}
+
+/// A name for message `text` on a remote: its time (for the order of delivery), `n`,
+/// and its content's id (so sending it again after a crash names the same ref).
+pub fn message_name(text: &str, n: u32, blob: Oid) -> String {
+    let at: String =
+        text.lines().find_map(|l| l.strip_prefix("at: ")).unwrap_or("").chars().filter(char::is_ascii_digit).collect();
+    format!("{at:0>14}-{n:06}-{}", &blob.to_string()[..16])
+}
+
+/// Hands agent `id`, just made here and never driven, to the workers of `remote`: its
+/// branch, name and config lineage go there with its first messages (as inbox refs),
+/// in one push, the agent's refs create-only; from then on this workspace never starts
+/// a driver for it (`handed/<id>`), and `pull` brings its progress. Nothing is sent if
+/// anything is out of place there (a name taken meanwhile); the caller then removes
+/// the agent here.
+pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize> {
+    let seen = fetch(ws, remote)?;
+    let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| RemoteError::Unknown(id.to_string()))?;
+    let facts = super::snapshot::read_facts(&ws.repo, tip)
+        .map_err(|e| RemoteError::Write { path: format!("agents/{id}"), reason: e.to_string() })?;
+    let mut updates = Vec::new();
+    let branch = format!("refs/heads/{}", id.branch());
+    updates.push(Update { local: Some(branch.clone()), remote: branch, expect: Expect::Exactly(None) });
+    let lineage = format!("refs/heads/config/{}", facts.lineage);
+    updates.push(Update { local: Some(lineage.clone()), remote: lineage, expect: Expect::FastForward });
+    for mark in [Mark::Ids, Mark::Names] {
+        let key = match mark {
+            Mark::Names => match &facts.name {
+                Some(name) => name.clone(),
+                None => continue,
+            },
+            _ => id.to_string(),
+        };
+        let name = format!("refs/offshoot/{}/{key}", mark.kind());
+        if ws.repo.mark(mark.kind(), &key)?.is_some() {
+            updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(None) });
+        }
+    }
+    let pending = super::inbox::pending(&ws.layout, id)
+        .map_err(|e| RemoteError::Write { path: ws.layout.inbox(id).display().to_string(), reason: e.to_string() })?;
+    let mut outgoing = Vec::new();
+    for p in &pending {
+        let blob = remote::write_blob(&ws.layout.repo(), p.text.as_bytes())?;
+        let name = message_name(&p.text, p.number, blob);
+        let local = format!("refs/outgoing/{id}/{name}");
+        bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+        updates.push(Update {
+            local: Some(local.clone()),
+            remote: inbox_ref(id, &name),
+            expect: Expect::Exactly(None),
+        });
+        outgoing.push(local);
+    }
+    let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
+    for local in &outgoing {
+        let _ = ws.repo.delete_ref(local);
+    }
+    if let Some((update, outcome)) = updates.iter().zip(&outcomes).find(|(_, o)| !matches!(o, Outcome::Done(_))) {
+        return Err(RemoteError::Refused {
+            name: update.remote.clone(),
+            why: match outcome {
+                Outcome::Moved { found: Some(_) } => "it exists there already".into(),
+                Outcome::Moved { found: None } => "it is not there".into(),
+                Outcome::Refused(words) => words.clone(),
+                _ => "another ref was out of place".into(),
+            },
+        });
+    }
+    mark_handed(ws, id)?;
+    for p in &pending {
+        let _ = std::fs::remove_file(&p.path);
+    }
+    // The project branches it starts from, so a worker can make its directory.
+    let project = project_updates(ws, &seen, false)?;
+    remote::push(&ws.layout.project(), &remote.url, &project).map_err(|e| unreachable(remote, e))?;
+    Ok(pending.len())
+}
+
+/// Notes that `id` is driven by a remote's workers: no driver starts for it here.
+fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
+    let path = ws.layout.handed(id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| RemoteError::Write { path: dir.display().to_string(), reason: e.to_string() })?;
+    }
+    std::fs::write(&path, b"")
+        .map_err(|e| RemoteError::Write { path: path.display().to_string(), reason: e.to_string() })
+}
+
+/// Sends message `text` (a rendered deposit) to agent `to` through `remote`, for
+/// whichever worker drives it: a create-only inbox ref there.
+pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Result<()> {
+    let blob = remote::write_blob(&ws.layout.repo(), text.as_bytes())?;
+    let name = message_name(text, 0, blob);
+    let local = format!("refs/outgoing/{to}/{name}");
+    bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+    let update = Update { local: Some(local.clone()), remote: inbox_ref(to, &name), expect: Expect::Exactly(None) };
+    let outcome = remote::push(&ws.layout.repo(), &remote.url, &[update]).map_err(|e| unreachable(remote, e));
+    let _ = ws.repo.delete_ref(&local);
+    match outcome?.pop() {
+        Some(Outcome::Done(_)) => Ok(()),
+        Some(Outcome::Refused(words)) => Err(RemoteError::Refused { name: inbox_ref(to, &name), why: words }),
+        _ => Err(RemoteError::Refused { name: inbox_ref(to, &name), why: "it exists there already".into() }),
+    }
 }

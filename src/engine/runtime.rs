@@ -45,6 +45,9 @@ pub enum Woken {
     Running,
     /// A detached driver was started (its pid).
     Launched(u32),
+    /// A worker drives this workspace and has not claimed the agent: its claim, by
+    /// whichever worker, brings a driver.
+    Deferred,
 }
 
 /// What a stop did.
@@ -155,14 +158,19 @@ impl Runtime {
     pub fn wake(&self, id: &AgentId) -> Result<Woken> {
         match LockGuard::probe(&self.layout.lock(id))? {
             Probe::Held(_) => Ok(Woken::Running),
-            Probe::Free => Ok(Woken::Launched(self.launch(id)?)),
+            Probe::Free => Ok(self.launch(id)?.map_or(Woken::Deferred, Woken::Launched)),
         }
     }
 
     /// Starts `offshoot run --launched <id>` detached: its own session, stdin closed, output
     /// appended to `steps/<id>/driver.log`. If a driver already holds the agent, the
-    /// new one finds the lock busy and exits quietly.
-    pub fn launch(&self, id: &AgentId) -> Result<u32> {
+    /// new one finds the lock busy and exits quietly. In a worker's workspace, only an
+    /// agent its worker claimed gets one (`None`: left to the fleet).
+    pub fn launch(&self, id: &AgentId) -> Result<Option<u32>> {
+        let elsewhere = self.layout.worker().exists() && !self.layout.worker_claim(id).exists();
+        if elsewhere || self.layout.handed(id).exists() {
+            return Ok(None);
+        }
         let log = self.layout.driver_log(id);
         if let Some(dir) = log.parent() {
             std::fs::create_dir_all(dir).map_err(|source| RuntimeError::Io { path: dir.to_owned(), source })?;
@@ -189,7 +197,7 @@ impl Runtime {
         if let Ok(mut launched) = self.launched.lock() {
             launched.push(pid);
         }
-        Ok(pid)
+        Ok(Some(pid))
     }
 
     /// Asks `id`'s driver to stop (SIGTERM, after checking that the pid the lock

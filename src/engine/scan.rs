@@ -115,7 +115,7 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
         let Some(relaunched) = relaunched else {
             let pid = match rt.wake(&l.id) {
                 Ok(Woken::Launched(pid)) => Some(pid),
-                Ok(Woken::Running) => None,
+                Ok(Woken::Running | Woken::Deferred) => None,
                 Err(e) => return Err(ScanError::Launch { id: l.id.to_string(), reason: e.to_string() }),
             };
             // With the process started, so a scan soon after does not take one that is

@@ -3,7 +3,7 @@
 //! from the expected value, refusal when the ref is elsewhere, and of two racing
 //! writers exactly one wins.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
 use offshoot::infra::git::remote::{Swap, compare_and_swap};
@@ -351,5 +351,202 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
     let shared = served.join("shared.git");
     let listed = git(&shared, &["for-each-ref", "--format=%(refname)", "refs/offshoot/claims/"]);
     assert_eq!(listed, claim_ref("y"));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// A worker of remote `origin` run from `t`'s workspace, its stderr in `<root>/worker.log`.
+fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> Child {
+    let log = std::fs::File::create(t.root.join("worker.log")).expect("log");
+    t.command()
+        .args([
+            "worker",
+            "--name",
+            name,
+            "--lease-ms",
+            &lease_ms.to_string(),
+            "--interval-ms",
+            "50",
+            "--max-agents",
+            "4",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("worker")
+}
+
+fn worker_log(t: &TestWorkspace) -> String {
+    std::fs::read_to_string(t.root.join("worker.log")).unwrap_or_default()
+}
+
+/// Stops a worker as Ctrl-C would, and waits for it.
+fn stop_worker(mut worker: Child) {
+    let _ = Command::new("kill").args(["-TERM", &worker.id().to_string()]).status();
+    let _ = worker.wait();
+}
+
+/// The messages delivered to agent `name` of `t`, as (from, text).
+fn delivered(t: &TestWorkspace, name: &str) -> Vec<(String, String)> {
+    t.run(&["log", "--json", name])
+        .ok()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .filter(|e| e["side"] == "user")
+        .map(|e| (e["from"].as_str().unwrap_or_default().to_owned(), e["text"].as_str().unwrap_or_default().to_owned()))
+        .collect()
+}
+
+/// A laptop with a scripted server and remote `origin` (its config sent there), and a
+/// root `Lead` dispatching `children` in one step, each child answering after a bash call.
+fn fleet(name: &str, children: usize) -> (Daemon, PathBuf, crate::support::server::Server, TestWorkspace, String) {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-served-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    bare(&root, "fleet.git");
+    let daemon = Daemon::start(&root);
+    let url = daemon.url("fleet.git");
+    let (server, laptop) = TestWorkspace::served(name, Dialect::Anthropic);
+    laptop.run(&["remote", "add", "origin", &url]).ok();
+    laptop.run(&["push"]).ok();
+    let calls = (1..=children)
+        .map(|i| {
+            let goal = format!("task {i}");
+            (
+                format!("d{i}"),
+                "dispatch".to_owned(),
+                serde_json::json!({"role": "worker", "goal": goal, "name": format!("Kid{i}")}).to_string(),
+            )
+        })
+        .collect();
+    server.push_for("Lead", [Turn { calls, ..Turn::default() }, Turn::text("dispatched them all")]);
+    for i in 1..=children {
+        server.push_for(
+            &format!("Kid{i}"),
+            [Turn::bash("b1", &format!("echo {i} > kid{i}.txt")), Turn::text(&format!("kid {i} done"))],
+        );
+    }
+    server.push_for("Lead", [Turn::text("all kids are back")]);
+    server.endless_text("nothing more");
+    (daemon, root, server, laptop, url)
+}
+
+/// After a pull: `Lead` and its `children` are done, and `Lead` answered after the last
+/// of its children's results.
+fn tree_done(laptop: &TestWorkspace, children: usize) -> bool {
+    laptop.run(&["pull"]).ok();
+    let agents = laptop.agents();
+    if agents.len() != children + 1 || !agents.iter().all(|a| a["state"] == "done") {
+        return false;
+    }
+    let log = laptop.run(&["log", "--json", "Lead"]).ok().to_owned();
+    let entries: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let results =
+        entries.iter().filter(|e| e["text"].as_str().is_some_and(|t| t.contains("epitaph: final-response"))).count();
+    results >= children && entries.last().is_some_and(|e| e["side"] == "assistant")
+}
+
+/// Every result a child of `lead` sent it arrived once, and nothing else came twice.
+fn each_result_once(t: &TestWorkspace, lead: &str, children: usize) {
+    let lead_id = t.id_of(lead);
+    let got = delivered(t, lead);
+    for i in 1..=children {
+        let child = format!("{lead_id}.{i}");
+        let results =
+            got.iter().filter(|(from, text)| *from == child && text.contains("epitaph: final-response")).count();
+        assert_eq!(results, 1, "{child}: {got:?}");
+    }
+    let mut texts: Vec<&String> = got.iter().map(|(_, t)| t).collect();
+    let all = texts.len();
+    texts.sort();
+    texts.dedup();
+    assert_eq!(texts.len(), all, "a message came twice: {got:?}");
+}
+
+#[test]
+fn a_worker_drives_what_a_laptop_hands_over_and_the_laptop_sees_it_done_after_pull() {
+    let (_daemon, root, _server, laptop, url) = fleet("fleet-one", 2);
+    let mut w = TestWorkspace::new("fleet-one-worker");
+    made_from(&mut w, &url).ok();
+    w.env("ANTHROPIC_API_KEY", "test-key");
+    let worker = spawn_worker(&w, "w1", 3_000);
+    let handed = laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead the kids"]);
+    handed.ok();
+    assert!(handed.stderr.contains("for its workers to drive"), "{}", handed.stderr);
+    let lead = laptop.id_of("Lead");
+    // Never driven on the laptop.
+    assert!(laptop.running_driver(&lead).is_none());
+    crate::support::wait::wait_for_within("the tree done on the remote", std::time::Duration::from_secs(60), || {
+        tree_done(&laptop, 2)
+    });
+    stop_worker(worker);
+    each_result_once(&laptop, "Lead", 2);
+    let log = worker_log(&w);
+    assert!(log.contains("claimed") && log.contains("let go of"), "{log}");
+    // A message sent through the remote reaches the agent where it is driven.
+    let worker = spawn_worker(&w, "w1b", 3_000);
+    laptop.run(&["send", "--on", "origin", "Lead", "one more thing"]).ok();
+    crate::support::wait::wait_for_within("the message answered", std::time::Duration::from_secs(30), || {
+        laptop.run(&["pull"]).ok();
+        delivered(&laptop, "Lead").iter().any(|(_, t)| t.contains("one more thing"))
+            && laptop.agents().iter().all(|a| a["state"] == "done")
+    });
+    stop_worker(worker);
+    for t in [&laptop, &w] {
+        t.run(&["doctor"]).ok();
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Kills with -9 a worker and every driver it started (its machine gone).
+fn kill_machine(t: &TestWorkspace, mut worker: Child) {
+    let _ = Command::new("kill").args(["-KILL", &worker.id().to_string()]).status();
+    let _ = worker.wait();
+    for lock in std::fs::read_dir(t.ws.join("locks")).into_iter().flatten().flatten() {
+        if let Some(pid) = t.running_driver(&lock.file_name().to_string_lossy()) {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
+        }
+    }
+}
+
+#[test]
+fn two_workers_and_a_laptop_finish_a_root_with_ten_children_while_one_worker_is_killed() {
+    let (_daemon, root, server, laptop, url) = fleet("fleet-two", 10);
+    server.latency(std::time::Duration::from_millis(150));
+    let mut machines = Vec::new();
+    for name in ["fleet-two-a", "fleet-two-b"] {
+        let mut w = TestWorkspace::new(name);
+        made_from(&mut w, &url).ok();
+        w.env("ANTHROPIC_API_KEY", "test-key");
+        machines.push(w);
+    }
+    let lease = 1_500;
+    let a = spawn_worker(&machines[0], "a", lease);
+    laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead ten kids"]).ok();
+    // A takes the root and some children; then B comes, and A's machine dies.
+    crate::support::wait::wait_for_within("worker a at work", std::time::Duration::from_secs(30), || {
+        worker_log(&machines[0]).matches("claimed").count() >= 3
+    });
+    let b = spawn_worker(&machines[1], "b", lease);
+    crate::support::wait::wait_for_within("worker b at work", std::time::Duration::from_secs(30), || {
+        worker_log(&machines[1]).contains("claimed")
+    });
+    // Killed while it drives a child (it started the driver and has not let go).
+    crate::support::wait::wait_for_within("worker a driving a child", std::time::Duration::from_secs(30), || {
+        let log = worker_log(&machines[0]);
+        log.lines().filter_map(|l| l.strip_prefix("· started a driver for `")).any(|rest| {
+            let agent = rest.trim_end_matches('`');
+            agent.contains('.') && !log.contains(&format!("let go of `{agent}`"))
+        })
+    });
+    kill_machine(&machines[0], a);
+    crate::support::wait::wait_for_within("the tree done", std::time::Duration::from_secs(120), || {
+        tree_done(&laptop, 10)
+    });
+    stop_worker(b);
+    each_result_once(&laptop, "Lead", 10);
+    let (log_a, log_b) = (worker_log(&machines[0]), worker_log(&machines[1]));
+    assert!(log_a.contains("claimed") && log_b.contains("claimed"), "both drove agents:\n{log_a}\n{log_b}");
+    assert!(log_b.contains("over (its lease ran out)"), "b took over what a held:\n{log_a}\n{log_b}");
+    laptop.run(&["doctor"]).ok();
+    machines[1].run(&["doctor"]).ok();
     let _ = std::fs::remove_dir_all(&root);
 }

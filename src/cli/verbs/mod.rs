@@ -31,3 +31,4 @@ pub mod sync;
 pub mod tool;
 pub mod tree;
 pub mod uncompact;
+pub mod worker;

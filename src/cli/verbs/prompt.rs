@@ -32,6 +32,10 @@ pub struct Args {
     /// into the agent's directory, never into its history (repeatable)
     #[arg(long, value_name = "PATH")]
     pub copy_ignored: Vec<String>,
+    /// Hand the agent to the workers of this remote (`offshoot worker`) instead of
+    /// driving it here; `offshoot pull` brings its progress
+    #[arg(long, value_name = "REMOTE", conflicts_with_all = ["detach", "copy_ignored"])]
+    pub on: Option<String>,
     #[command(flatten)]
     pub choice: crate::cli::input::Choice,
 }
@@ -40,6 +44,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let message = input::text(&args.message, "the goal")?;
     let ws = ctx.workspace_making()?;
+    let fleet = match &args.on {
+        Some(name) => Some(crate::engine::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?),
+        None => None,
+    };
     let (_, config) = ws.config(&args.lineage)?;
     // A missing key or an unknown role is refused before anything is created (and
     // so is a sandbox this kernel cannot enforce, by the engine).
@@ -64,7 +72,34 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         copy_ignored: &args.copy_ignored,
     };
     let id = agents::create_root(&ws, &args.role, &args.lineage, &spawn)?;
+    if let Some(remote) = fleet {
+        return hand_over(ctx, &ws, &remote, &id);
+    }
     progress::launch(ctx, &ws, &id, args.detach, true)
+}
+
+/// `prompt --on`: the agent just made goes to the remote's workers, or (refused there)
+/// is removed here.
+fn hand_over(
+    ctx: &Ctx,
+    ws: &crate::engine::workspace::Workspace,
+    remote: &crate::engine::remote::Remote,
+    id: &crate::domain::id::AgentId,
+) -> Result<(), CliError> {
+    if let Err(e) = crate::engine::remote::hand_over(ws, remote, id) {
+        agents::discard(ws, id);
+        return Err(super::sync::error(e));
+    }
+    if ctx.out.json {
+        ctx.out.event(&serde_json::json!({"type": "handed", "agent": id.as_str(), "remote": remote.name}));
+    } else {
+        ctx.out.line(id.as_str());
+        ctx.out.progress(&format!(
+            "· `{id}` is on `{}` for its workers to drive; `offshoot pull {}` brings its progress here",
+            remote.name, remote.name
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses `--copy-ignored` paths that are not plain relative paths, outside a project,

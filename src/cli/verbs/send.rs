@@ -14,6 +14,10 @@ pub struct Args {
     /// Deposit and wake the agent, then return at once
     #[arg(long)]
     pub detach: bool,
+    /// Send it through this remote to whichever worker drives the agent (one handed
+    /// over with `prompt --on`)
+    #[arg(long, value_name = "REMOTE", conflicts_with = "detach")]
+    pub on: Option<String>,
     #[command(flatten)]
     pub choice: crate::cli::input::Choice,
 }
@@ -26,6 +30,20 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
+    if let Some(name) = &args.on {
+        let remote = crate::engine::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?;
+        let deposit = crate::domain::inbox::Deposit {
+            model: args.choice.model.clone(),
+            ..crate::domain::inbox::Deposit::new("user", crate::infra::time::Timestamp::now(), &message)
+        };
+        crate::engine::remote::send_to(&ws, &remote, &id, &deposit.render()).map_err(super::sync::error)?;
+        if ctx.out.json {
+            ctx.out.event(&serde_json::json!({"type": "sent", "agent": id.as_str(), "driver": "remote"}));
+        } else {
+            ctx.out.progress(&format!("· sent to `{id}` through `{}`; its worker delivers it", remote.name));
+        }
+        return Ok(());
+    }
     let rt = ctx.runtime(&ws);
     // (Thinking asked for is checked against the agent's role, read only then.)
     let reasoning = match args.choice.asks_thinking() {
@@ -42,13 +60,20 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     let woken = rt.wake(&id)?;
     if ctx.out.json {
-        let driver = if matches!(woken, Woken::Running) { "running" } else { "started" };
+        let driver = match woken {
+            Woken::Running => "running",
+            Woken::Launched(_) => "started",
+            Woken::Deferred => "deferred",
+        };
         ctx.out.event(&serde_json::json!({"type": "sent", "agent": id.as_str(), "driver": driver}));
         return Ok(());
     }
     match woken {
         Woken::Running => ctx.out.progress(&format!("· delivered to `{id}`; its running driver will pick it up")),
         Woken::Launched(_) => ctx.out.progress(&format!("· delivered to `{id}`; a driver started")),
+        Woken::Deferred => {
+            ctx.out.progress(&format!("· delivered to `{id}`; this workspace's worker starts it once it claims it"))
+        }
     }
     Ok(())
 }

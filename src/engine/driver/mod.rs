@@ -454,7 +454,8 @@ impl<'a> Driver<'a> {
             let goal = self.ws.repo.read_file(tip, agent::GOAL)?.unwrap_or_default();
             let from = self.facts.parent.clone().unwrap_or_else(|| "user".to_owned());
             let first = crate::domain::inbox::Deposit::new(&from, Timestamp::now(), &String::from_utf8_lossy(&goal));
-            inbox::deposit(&self.ws.layout, &self.id, &first)?;
+            // Its own inbox, worker or not: nothing travels.
+            inbox::deposit_text(&self.ws.layout, &self.id, &first.from, &first.render())?;
             pending = inbox::pending(&self.ws.layout, &self.id)?;
         }
         if !pending.is_empty() && !transcript::warrants_call(entries) {

@@ -80,6 +80,7 @@ impl Handler for Message {
         let how = match woken {
             Woken::Running => "it is working and will see it at its next step",
             Woken::Launched(_) => "it was idle and has been started",
+            Woken::Deferred => "a worker of the fleet will start it",
         };
         Ok(ToolOutput::summary(format!("delivered to `{recipient}`; {how}")))
     }

@@ -46,7 +46,7 @@ pub fn compare_and_swap(git_dir: &Path, url: &str, refname: &str, expected: Opti
         Some(Outcome::Done(_)) => Swap::Done,
         Some(Outcome::Moved { found }) => Swap::Moved { found },
         Some(Outcome::Refused(words)) => Swap::Refused(words),
-        None => Swap::Refused("the server said nothing of the ref".into()),
+        Some(Outcome::Withheld) | None => Swap::Refused("the server said nothing of the ref".into()),
     })
 }
 
@@ -77,6 +77,8 @@ pub enum Outcome {
     Moved { found: Option<Oid> },
     /// The server refused the update: its words.
     Refused(String),
+    /// Not sent: another ref of the same [`push_whole`] was out of place.
+    Withheld,
 }
 
 /// Moves the remote refs of `updates` on the repository at `url`, each only as its
@@ -84,6 +86,18 @@ pub enum Outcome {
 /// as expected is cancelled whole (libgit2 decides before sending anything) and pushed
 /// again without it. Returns an outcome per update, in order.
 pub fn push(git_dir: &Path, url: &str, updates: &[Update]) -> Result<Vec<Outcome>> {
+    push_with(git_dir, url, updates, false)
+}
+
+/// [`push`], all or nothing as far as the client decides: when one ref is not as
+/// expected nothing is sent and the others are [`Outcome::Withheld`]. (The server may
+/// still refuse one ref and take the rest, as git's `receive-pack` does without the
+/// `atomic` capability, which libgit2 does not ask for.)
+pub fn push_whole(git_dir: &Path, url: &str, updates: &[Update]) -> Result<Vec<Outcome>> {
+    push_with(git_dir, url, updates, true)
+}
+
+fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Result<Vec<Outcome>> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let mut outcomes: Vec<Option<Outcome>> = vec![None; updates.len()];
     loop {
@@ -142,6 +156,11 @@ pub fn push(git_dir: &Path, url: &str, updates: &[Update]) -> Result<Vec<Outcome
         if !moved.is_empty() {
             for (i, found) in moved {
                 outcomes[i] = Some(Outcome::Moved { found });
+            }
+            if whole {
+                for outcome in outcomes.iter_mut().filter(|o| o.is_none()) {
+                    *outcome = Some(Outcome::Withheld);
+                }
             }
             continue;
         }

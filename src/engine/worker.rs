@@ -1,0 +1,754 @@
+//! `offshoot worker`: drives agents of a remote from this workspace (one made by `new
+//! --from`), with as many other workers on other machines as there are (issue 24).
+//!
+//! Each round it fetches; renews its claims (one lost is let go at once: its driver
+//! killed, nothing of it sent again); sends, in one push, the agents its drivers made,
+//! the messages its agents sent whose cause is in that push, and each of its agents'
+//! records, marks and branch — the branch only from the tip it last pushed, so a worker
+//! that lost the agent writes nothing; takes every other agent as the remote has it;
+//! delivers the messages the remote holds for its agents; starts drivers; claims agents
+//! with work; lets go of its agents that have none.
+//!
+//! Every message between agents travels through the remote here (the workspace's
+//! `worker/` directory turns deposits into outbox files): a message is put on the
+//! remote only with the step that sent it (a result with its terminal commit), so a
+//! worker's death never leaves a message whose cause is lost; on the remote it is a
+//! create-only ref `refs/offshoot/inbox/<to>/<at>-<n>-<hash>`, named by its content, which
+//! the recipient's worker delivers unless the recipient holds a message of the same
+//! identity (`inbox::identity`: a result made again after a crash is the same result),
+//! and deletes once the recipient's pushed transcript holds it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::domain::id::AgentId;
+use crate::domain::inbox::{self as messages, Header};
+use crate::domain::marks::{Epitaph, Mark};
+use crate::domain::transcript::Entry;
+use crate::infra::git::remote::{self as wire, Expect, Outcome, Update};
+use crate::infra::git::{CommitId as Oid, GitError, bundle};
+use crate::infra::lock::{LockGuard, Probe};
+
+use super::claims::{Claimed, Claims, claim_ref};
+use super::remote::{self, Remote, RemoteError, Seen};
+use super::runtime::Runtime;
+use super::snapshot::Loader;
+use super::workspace::Workspace;
+use super::{inbox, lifecycle};
+
+/// Where messages to `to` wait on a remote.
+fn inbox_prefix(to: &str) -> String {
+    format!("refs/offshoot/inbox/{to}/")
+}
+
+/// Where outgoing messages are named here before they go (never under `refs/offshoot/`).
+const OUTGOING: &str = "refs/outgoing/";
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("{0}")]
+    Local(String),
+}
+
+type Result<T> = std::result::Result<T, WorkerError>;
+
+fn local(e: impl std::fmt::Display) -> WorkerError {
+    WorkerError::Local(e.to_string())
+}
+
+/// How a worker works.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Its name in its leases (unique among the workers of a remote).
+    pub name: String,
+    /// How many agents it drives at once.
+    pub max_agents: usize,
+    /// How long a lease lives unrenewed in the eyes of other workers.
+    pub lease: Duration,
+}
+
+/// What a worker did, for its log.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Event {
+    Claimed { agent: String, took_over: bool },
+    Lost { agent: String },
+    Released { agent: String },
+    Pushed { agent: String, tip: String },
+    Forwarded { to: String, from: String },
+    Delivered { agent: String, from: String },
+    Started { agent: String },
+    Died { agent: String },
+}
+
+/// What a worker did, counted.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Tally {
+    pub rounds: u64,
+    pub claimed: u64,
+    pub took_over: u64,
+    pub lost: u64,
+    pub released: u64,
+    pub steps_pushed: u64,
+    /// Claims another worker moved first, and pushes refused because a ref had moved.
+    pub conflicts: u64,
+    pub delivered: u64,
+    pub sent: u64,
+}
+
+/// A message on its way to the remote.
+struct Outgoing {
+    /// Its name here (under `refs/outgoing/`), holding its blob.
+    local_ref: String,
+    /// Its name there (`refs/offshoot/inbox/<to>/…`).
+    remote_ref: String,
+    /// Its outbox file.
+    file: PathBuf,
+    to: String,
+    from: String,
+}
+
+/// An agent this worker drives.
+struct Owned {
+    /// The branch tip the remote has (as claimed, or as last pushed).
+    pushed: Oid,
+    /// The tip its driver was last started at, and that driver (pid, start time).
+    launched: Option<(Oid, Option<(u32, u64)>)>,
+}
+
+pub struct Worker<'w> {
+    ws: &'w Workspace,
+    rt: &'w Runtime,
+    remote: Remote,
+    options: Options,
+    claims: Claims,
+    owned: HashMap<AgentId, Owned>,
+    /// Outbox files: their sender's tip when the file was first seen.
+    first_seen: HashMap<PathBuf, Option<Oid>>,
+    /// Agents with an empty transcript and no mail: when this worker first saw each so.
+    /// Its maker's worker sends its first message with, or just after, the agent; only
+    /// one still without it a whole lease later has lost it with a dead worker, and gets
+    /// it from its dispatch commit.
+    unstarted: HashMap<AgentId, Instant>,
+    pub tally: Tally,
+}
+
+impl<'w> Worker<'w> {
+    /// A worker of `remote` in `ws`, which from now on starts drivers only for the
+    /// agents it claims. Claims a previous worker here held are not its own.
+    pub fn new(ws: &'w Workspace, rt: &'w Runtime, remote: Remote, options: Options) -> Result<Worker<'w>> {
+        let claims_dir = ws.layout.worker().join("claims");
+        let _ = std::fs::remove_dir_all(&claims_dir);
+        std::fs::create_dir_all(&claims_dir).map_err(local)?;
+        let claims = Claims::new(&ws.layout.repo(), &remote.url, &options.name, options.lease);
+        Ok(Worker {
+            ws,
+            rt,
+            remote,
+            options,
+            claims,
+            owned: HashMap::new(),
+            first_seen: HashMap::new(),
+            unstarted: HashMap::new(),
+            tally: Tally::default(),
+        })
+    }
+
+    /// The agents it drives now.
+    pub fn driving(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self.owned.keys().map(|a| a.to_string()).collect();
+        ids.sort();
+        ids
+    }
+
+    /// One round (see the module's words). An error (the remote out of reach) leaves
+    /// every claim as it was; the next round tries again, and a claim not renewed for
+    /// half a lease has its driver killed first.
+    pub fn round(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
+        self.tally.rounds += 1;
+        let now = Instant::now();
+        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+            if !self.claims.fresh(id.as_str(), now) {
+                kill_driver(self.ws, &id);
+            }
+        }
+        let seen = remote::fetch(self.ws, &self.remote)?;
+        let listed: Vec<(String, Oid)> = seen.repo.iter().map(|(n, o)| (n.clone(), *o)).collect();
+        self.claims.observe(&listed, now);
+        for id in self.claims.renew(self.options.lease / 4, now)? {
+            if let Ok(id) = AgentId::parse(&id) {
+                self.lose(&id, on);
+            }
+        }
+        let dirty = self.publish(&seen, on)?;
+        self.take_in(&seen)?;
+        self.deliver(&seen, on)?;
+        self.drive(on)?;
+        self.claim_work(&seen, on)?;
+        self.let_go_of_idle(&seen, &dirty, on)?;
+        Ok(())
+    }
+
+    /// Kills every driver, sends what they committed, lets go of every claim.
+    pub fn shut_down(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
+        for id in self.owned.keys() {
+            kill_driver(self.ws, id);
+        }
+        let settled = Instant::now() + Duration::from_secs(5);
+        while self.owned.keys().any(|id| driven_here(self.ws, id)) && Instant::now() < settled {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let seen = remote::fetch(self.ws, &self.remote)?;
+        self.publish(&seen, on)?;
+        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+            self.claims.release(id.as_str())?;
+            let _ = std::fs::remove_file(self.ws.layout.worker_claim(&id));
+            on(Event::Released { agent: id.to_string() });
+        }
+        self.owned.clear();
+        Ok(())
+    }
+
+    fn lose(&mut self, id: &AgentId, on: &mut dyn FnMut(Event)) {
+        kill_driver(self.ws, id);
+        let _ = std::fs::remove_file(self.ws.layout.worker_claim(id));
+        self.owned.remove(id);
+        self.tally.lost += 1;
+        on(Event::Lost { agent: id.to_string() });
+    }
+
+    /// Sends, in one push: agents made here by agents it drives (create-only), the
+    /// messages whose cause goes with it, and its agents' records, marks and branches
+    /// (each branch from the tip last pushed). Returns the agents something was sent
+    /// for, or was to be.
+    fn publish(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<HashSet<AgentId>> {
+        let ws = self.ws;
+        let now = Instant::now();
+        let mut updates: Vec<Update> = Vec::new();
+        let mut dirty = HashSet::new();
+        let mine: Vec<AgentId> = self.owned.keys().filter(|id| self.claims.fresh(id.as_str(), now)).cloned().collect();
+        let mut tips: HashMap<AgentId, Oid> = HashMap::new();
+        for id in &mine {
+            if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
+                tips.insert(id.clone(), tip);
+            }
+        }
+        // Agents its drivers made: they exist there before the step that made them.
+        for (branch, _) in ws.repo.branches("agents/")? {
+            let name = format!("refs/heads/{branch}");
+            let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+            let made_by_mine = id.parent().is_some_and(|p| mine.contains(&p));
+            if seen.repo.contains_key(&name) || !made_by_mine {
+                continue;
+            }
+            updates.push(Update {
+                local: Some(name),
+                remote: format!("refs/heads/{branch}"),
+                expect: Expect::Exactly(None),
+            });
+            for (mark, value) in ws.repo.all_refs()? {
+                if mark == format!("refs/offshoot/{}/{id}", Mark::Ids.kind())
+                    || (mark.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))
+                        && ws.repo.read_blob(value).is_ok_and(|b| b == id.as_str().as_bytes()))
+                {
+                    updates.push(Update { local: Some(mark.clone()), remote: mark, expect: Expect::Exactly(None) });
+                }
+            }
+        }
+        // Messages: each with the step that sent it.
+        let outgoing = self.outgoing(&tips)?;
+        for message in &outgoing {
+            updates.push(Update {
+                local: Some(message.local_ref.clone()),
+                remote: message.remote_ref.clone(),
+                expect: Expect::Exactly(None),
+            });
+        }
+        // Its agents: records, marks, branch.
+        for id in &mine {
+            let Some(tip) = tips.get(id).copied() else { continue };
+            let records = format!("refs/offshoot/{}/{id}", remote::RECORDS);
+            remote::commit_records(ws, id, seen.repo.get(&records).copied(), !driven_here(ws, id))?;
+            let before = updates.len();
+            if let Some(value) =
+                bundle::refs(&ws.layout.repo(), std::slice::from_ref(&records))?.first().map(|(_, o)| *o)
+                && seen.repo.get(&records) != Some(&value)
+            {
+                updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
+            }
+            for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
+                let name = format!("refs/offshoot/{}/{id}", mark.kind());
+                let here = ws.repo.mark(mark.kind(), id.as_str())?.is_some();
+                let there = seen.repo.get(&name).copied();
+                let same = match (here, there) {
+                    (true, Some(there)) => {
+                        bundle::refs(&ws.layout.repo(), std::slice::from_ref(&name))?.first().map(|(_, o)| *o)
+                            == Some(there)
+                    }
+                    (false, None) => true,
+                    _ => false,
+                };
+                if !same {
+                    let local = here.then(|| name.clone());
+                    updates.push(Update { local, remote: name, expect: Expect::Exactly(there) });
+                }
+            }
+            let pushed = self.owned[id].pushed;
+            if tip != pushed {
+                let name = format!("refs/heads/{}", id.branch());
+                updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(Some(pushed)) });
+            }
+            if updates.len() > before {
+                dirty.insert(id.clone());
+            }
+        }
+        if updates.is_empty() {
+            self.push_project(seen)?;
+            return Ok(dirty);
+        }
+        let outcomes = wire::push_whole(&ws.layout.repo(), &self.remote.url, &updates)
+            .map_err(|e| remote::unreachable(&self.remote, e))?;
+        let mut moved = false;
+        for (update, outcome) in updates.iter().zip(&outcomes) {
+            let branch_of_mine = update
+                .remote
+                .strip_prefix("refs/heads/agents/")
+                .and_then(|a| AgentId::parse(a).ok())
+                .filter(|a| self.owned.contains_key(a));
+            match (outcome, branch_of_mine) {
+                (Outcome::Done(Some(value)), Some(id)) => {
+                    if let Some(owned) = self.owned.get_mut(&id) {
+                        owned.pushed = *value;
+                    }
+                    self.tally.steps_pushed += 1;
+                    on(Event::Pushed { agent: id.to_string(), tip: value.to_string() });
+                }
+                (Outcome::Moved { .. }, Some(id)) => {
+                    moved = true;
+                    self.lose(&id, on);
+                }
+                (Outcome::Moved { .. }, None) => moved = true,
+                _ => {}
+            }
+        }
+        if moved {
+            self.tally.conflicts += 1;
+        }
+        for message in &outgoing {
+            let Some(i) = updates.iter().position(|u| u.remote == message.remote_ref) else { continue };
+            let ours =
+                bundle::refs(&ws.layout.repo(), std::slice::from_ref(&message.local_ref))?.first().map(|(_, o)| *o);
+            let sent = match &outcomes[i] {
+                Outcome::Done(_) => true,
+                // The same message (its name is its content), sent before a crash cut a
+                // worker here short.
+                Outcome::Moved { found } => *found == ours,
+                _ => false,
+            };
+            if sent {
+                let _ = std::fs::remove_file(&message.file);
+                self.first_seen.remove(&message.file);
+                let _ = ws.repo.delete_ref(&message.local_ref);
+                self.tally.sent += 1;
+                on(Event::Forwarded { to: message.to.clone(), from: message.from.clone() });
+            }
+        }
+        self.push_project(seen)?;
+        Ok(dirty)
+    }
+
+    /// `project.git`'s branches this workspace moved on: forward only.
+    fn push_project(&self, seen: &Seen) -> Result<()> {
+        let updates = remote::project_updates(self.ws, seen, true)?;
+        if !updates.is_empty() {
+            wire::push(&self.ws.layout.project(), &self.remote.url, &updates)
+                .map_err(|e| remote::unreachable(&self.remote, e))?;
+        }
+        Ok(())
+    }
+
+    /// The outbox messages that may go now, each named here and there: (local ref,
+    /// remote ref, file, (to, from)). A message from an agent this worker drives goes
+    /// with the step that sent it: a result once `tips` reaches its terminal commit,
+    /// any other once its sender's tip has moved past where it was when the message was
+    /// first seen. One from an agent it no longer drives is dropped (its cause never
+    /// reached the remote, or went with it); one from the user goes at once.
+    fn outgoing(&mut self, tips: &HashMap<AgentId, Oid>) -> Result<Vec<Outgoing>> {
+        let ws = self.ws;
+        let mut out = Vec::new();
+        let outbox = ws.layout.worker().join("outbox");
+        for dir in std::fs::read_dir(&outbox).into_iter().flatten().flatten() {
+            let to = dir.file_name().to_string_lossy().into_owned();
+            if AgentId::parse(&to).is_err() {
+                continue;
+            }
+            for p in inbox::pending_in(&dir.path()).map_err(local)? {
+                let sender = AgentId::parse(&p.sender).ok();
+                let ready = match &sender {
+                    None => true,
+                    Some(s) if !self.owned.contains_key(s) => {
+                        let _ = std::fs::remove_file(&p.path);
+                        continue;
+                    }
+                    Some(s) => {
+                        let tip = tips.get(s).copied();
+                        let first = *self.first_seen.entry(p.path.clone()).or_insert(tip);
+                        let header = Header::parse(&p.text);
+                        match (header.and_then(|h| h.terminal).and_then(|t| t.parse::<Oid>().ok()), tip) {
+                            (Some(terminal), Some(tip)) => {
+                                tip == terminal || wire::descends(&ws.layout.repo(), tip, terminal)?
+                            }
+                            (None, Some(tip)) => first.is_some_and(|f| {
+                                f != tip && wire::descends(&ws.layout.repo(), tip, f).unwrap_or(false)
+                            }),
+                            _ => false,
+                        }
+                    }
+                };
+                if !ready {
+                    continue;
+                }
+                let blob = wire::write_blob(&ws.layout.repo(), p.text.as_bytes())?;
+                let name = remote::message_name(&p.text, p.number, blob);
+                let local_ref = format!("{OUTGOING}{to}/{name}");
+                bundle::set_refs(&ws.layout.repo(), &[(local_ref.clone(), blob)])?;
+                out.push(Outgoing {
+                    local_ref,
+                    remote_ref: format!("{}{name}", inbox_prefix(&to)),
+                    file: p.path.clone(),
+                    to: to.clone(),
+                    from: p.sender.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every agent this worker does not drive, as the remote has it: branch, config
+    /// lineages, travelling marks, records, `project.git`'s branches.
+    fn take_in(&mut self, seen: &Seen) -> Result<()> {
+        let ws = self.ws;
+        let repo = ws.layout.repo();
+        let others = |id: &AgentId| !self.owned.contains_key(id) && !driven_here(ws, id);
+        for (name, theirs) in &seen.repo {
+            let take = if let Some(agent) = name.strip_prefix("refs/heads/agents/") {
+                AgentId::parse(agent).is_ok_and(|id| others(&id))
+            } else {
+                name.starts_with("refs/heads/config/")
+            };
+            if take && bundle::refs(&repo, std::slice::from_ref(name))?.first().map(|(_, o)| o) != Some(theirs) {
+                if bundle::missing_below(&repo, *theirs)?.is_some() {
+                    continue;
+                }
+                bundle::set_refs(&repo, &[(name.clone(), *theirs)])?;
+            }
+        }
+        for (branch, tip) in ws.repo.branches("agents/")? {
+            let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+            if !others(&id) || !seen.repo.contains_key(&format!("refs/heads/{branch}")) {
+                continue;
+            }
+            for mark in remote::travelling() {
+                let key = match mark {
+                    Mark::Names => continue,
+                    _ => id.to_string(),
+                };
+                let name = format!("refs/offshoot/{}/{key}", mark.kind());
+                match seen.repo.get(&name) {
+                    Some(theirs) => bundle::set_refs(&repo, &[(name, *theirs)])?,
+                    None => ws.repo.delete_ref(&name)?,
+                }
+            }
+            let records = format!("refs/offshoot/{}/{id}", remote::RECORDS);
+            if let Some(theirs) = seen.repo.get(&records)
+                && bundle::refs(&repo, std::slice::from_ref(&records))?.first().map(|(_, o)| o) != Some(theirs)
+            {
+                let door = crate::infra::door::Beneath::open(ws.layout.root()).map_err(local)?;
+                remote::write_records(ws, &door, &id, *theirs)?;
+                bundle::set_refs(&repo, &[(records, *theirs)])?;
+            }
+            let _ = tip;
+        }
+        for (name, theirs) in &seen.repo {
+            if name.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))
+                && ws.repo.mark(Mark::Names.kind(), name.rsplit('/').next().unwrap_or(""))?.is_none()
+            {
+                bundle::set_refs(&repo, &[(name.clone(), *theirs)])?;
+            }
+        }
+        // Project branches: those of agents it drives are its own to move.
+        let mut own_branches = HashSet::new();
+        for id in self.owned.keys() {
+            if let Some(tip) = ws.repo.branch_tip(&id.branch())?
+                && let Ok(facts) = super::snapshot::read_facts(&ws.repo, tip)
+            {
+                own_branches.insert(format!("refs/heads/{}", facts.project_branch()));
+            }
+        }
+        let project = ws.layout.project();
+        for (name, theirs) in &seen.project {
+            if own_branches.contains(name) || bundle::missing_below(&project, *theirs)?.is_some() {
+                continue;
+            }
+            bundle::set_refs(&project, &[(name.clone(), *theirs)])?;
+        }
+        Ok(())
+    }
+
+    /// Messages the remote holds for agents it drives: each delivered here unless one
+    /// of the same identity is held (pending here, or in the transcript); deleted there
+    /// once the transcript the remote has holds it.
+    fn deliver(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        let mut settled = Vec::new();
+        let mut woken = HashSet::new();
+        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+            let prefix = inbox_prefix(id.as_str());
+            let waiting: Vec<(&String, &Oid)> = seen.repo.iter().filter(|(n, _)| n.starts_with(&prefix)).collect();
+            if waiting.is_empty() {
+                continue;
+            }
+            let identities = |commit: Option<Oid>| -> Result<HashSet<String>> {
+                let Some(commit) = commit else { return Ok(HashSet::new()) };
+                let entries = Loader::default().entries(&ws.repo, commit).map_err(local)?.to_vec();
+                Ok(entries
+                    .iter()
+                    .filter_map(|e| match e {
+                        Entry::Message { text, .. } => Some(messages::identity(text)),
+                        _ => None,
+                    })
+                    .collect())
+            };
+            let on_remote = identities(Some(self.owned[&id].pushed))?;
+            let mut here = identities(ws.repo.branch_tip(&id.branch())?)?;
+            here.extend(inbox::pending(&ws.layout, &id).map_err(local)?.iter().map(|p| messages::identity(&p.text)));
+            for (name, value) in waiting {
+                let Some(bytes) = bundle::blob(&ws.layout.repo(), *value) else { continue };
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                let identity = messages::identity(&text);
+                if on_remote.contains(&identity) {
+                    settled.push(Update { local: None, remote: name.clone(), expect: Expect::Exactly(Some(*value)) });
+                } else if !here.contains(&identity) {
+                    let from = Header::parse(&text).map(|h| h.from).unwrap_or_else(|| "user".into());
+                    inbox::deposit_text(&ws.layout, &id, &from, &text).map_err(local)?;
+                    here.insert(identity);
+                    woken.insert(id.clone());
+                    self.tally.delivered += 1;
+                    on(Event::Delivered { agent: id.to_string(), from });
+                }
+            }
+        }
+        if !settled.is_empty() {
+            wire::push(&ws.layout.repo(), &self.remote.url, &settled)
+                .map_err(|e| remote::unreachable(&self.remote, e))?;
+        }
+        for id in woken {
+            if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_none() {
+                self.start(&id, on)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a driver for `id` (unless one runs), noting the tip it starts at.
+    fn start(&mut self, id: &AgentId, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let tip = ws_tip(self.ws, id)?;
+        let woken = self.rt.wake(id).map_err(local)?;
+        let driver = match woken {
+            super::runtime::Woken::Launched(pid) => {
+                on(Event::Started { agent: id.to_string() });
+                crate::infra::process::start_time(pid).map(|s| (pid, s))
+            }
+            _ => None,
+        };
+        if let (Some(owned), Some(tip)) = (self.owned.get_mut(id), tip) {
+            owned.launched = Some((tip, driver));
+        }
+        Ok(())
+    }
+
+    /// Its agents with work and no driver get one; one whose driver died at the tip it
+    /// was started at, twice, is reported to its parent as dead (once for the fleet:
+    /// the `died` mark travels) and left alone.
+    fn drive(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        let now = Instant::now();
+        let mut loader = Loader::default();
+        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+            if !self.claims.fresh(id.as_str(), now) || driven_here(ws, &id) {
+                continue;
+            }
+            let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
+            if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
+                || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes())
+            {
+                continue;
+            }
+            let parent = id.parent().map(|p| p.to_string());
+            if lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_err(local)?.is_none() {
+                continue;
+            }
+            match self.owned[&id].launched {
+                Some((at, driver)) if at == tip => {
+                    let starting = driver.is_some_and(|(pid, started)| {
+                        crate::infra::process::running(pid) && crate::infra::process::start_time(pid) == Some(started)
+                    });
+                    if starting {
+                        continue;
+                    }
+                    // Started at this tip and gone without moving it: dead here.
+                    ws.repo.set_mark(Mark::Died.kind(), id.as_str(), tip.to_string().as_bytes())?;
+                    if let Some(parent) = id.parent() {
+                        let body = format!(
+                            "`{id}` stopped working and a new driver did not get it further; everything it did is on its branch (commit {tip}). `offshoot log {id}` shows its last step; a message to it tries again."
+                        );
+                        lifecycle::deposit_result(ws, self.rt, &id, &parent, Epitaph::Died.as_str(), tip, body)
+                            .map_err(local)?;
+                    }
+                    on(Event::Died { agent: id.to_string() });
+                }
+                _ => self.start(&id, on)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Claims agents with work nobody drives, up to `max_agents`.
+    fn claim_work(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        if self.owned.len() >= self.options.max_agents {
+            return Ok(());
+        }
+        let mut loader = Loader::default();
+        let mut candidates: Vec<(AgentId, Oid)> = seen
+            .repo
+            .iter()
+            .filter_map(|(n, o)| Some((AgentId::parse(n.strip_prefix("refs/heads/agents/")?).ok()?, *o)))
+            .filter(|(id, _)| !self.owned.contains_key(id))
+            .collect();
+        // Workers start at different places, so they do not all reach for the same one.
+        if !candidates.is_empty() {
+            let offset = super::random_u32() as usize % candidates.len();
+            candidates.rotate_left(offset);
+        }
+        for (id, tip) in candidates {
+            if self.owned.len() >= self.options.max_agents {
+                break;
+            }
+            if driven_here(ws, &id) || ws.repo.branch_tip(&id.branch())? != Some(tip) {
+                continue;
+            }
+            if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
+                || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes())
+            {
+                continue;
+            }
+            let mail = seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str())));
+            let parent = id.parent().map(|p| p.to_string());
+            let work = match mail {
+                true => true,
+                false => match lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_err(local)? {
+                    Some(lifecycle::GOAL_UNDELIVERED) => {
+                        let since = *self.unstarted.entry(id.clone()).or_insert_with(Instant::now);
+                        since.elapsed() >= self.options.lease
+                    }
+                    Some(_) => true,
+                    None => false,
+                },
+            };
+            if !work {
+                continue;
+            }
+            self.unstarted.remove(&id);
+            match self.claims.claim(id.as_str(), Instant::now())? {
+                Claimed::Mine { took_over } => {
+                    std::fs::write(ws.layout.worker_claim(&id), self.options.name.as_bytes()).map_err(local)?;
+                    self.owned.insert(id.clone(), Owned { pushed: tip, launched: None });
+                    self.tally.claimed += 1;
+                    if took_over {
+                        self.tally.took_over += 1;
+                    }
+                    on(Event::Claimed { agent: id.to_string(), took_over });
+                }
+                Claimed::Lost => self.tally.conflicts += 1,
+                Claimed::Busy { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets go of its agents with nothing left to do and nothing left to send.
+    fn let_go_of_idle(&mut self, seen: &Seen, dirty: &HashSet<AgentId>, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        let mut loader = Loader::default();
+        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+            if dirty.contains(&id) || driven_here(ws, &id) {
+                continue;
+            }
+            let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
+            let owned = &self.owned[&id];
+            let starting = owned.launched.is_some_and(|(_, d)| {
+                d.is_some_and(|(pid, s)| {
+                    crate::infra::process::running(pid) && crate::infra::process::start_time(pid) == Some(s)
+                })
+            });
+            if tip != owned.pushed || starting || inbox::has_pending(&ws.layout, &id) {
+                continue;
+            }
+            if seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str()))) {
+                continue;
+            }
+            let sending = std::fs::read_dir(ws.layout.worker().join("outbox"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|d| inbox::pending_in(&d.path()).is_ok_and(|p| p.iter().any(|m| m.sender == id.as_str())));
+            if sending {
+                continue;
+            }
+            let parent = id.parent().map(|p| p.to_string());
+            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
+                || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes());
+            if !stopped && lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_err(local)?.is_some()
+            {
+                continue;
+            }
+            self.claims.release(id.as_str())?;
+            let _ = std::fs::remove_file(ws.layout.worker_claim(&id));
+            self.owned.remove(&id);
+            self.tally.released += 1;
+            on(Event::Released { agent: id.to_string() });
+        }
+        Ok(())
+    }
+}
+
+fn ws_tip(ws: &Workspace, id: &AgentId) -> Result<Option<Oid>> {
+    Ok(ws.repo.branch_tip(&id.branch())?)
+}
+
+/// Whether a driver holds `id` here.
+fn driven_here(ws: &Workspace, id: &AgentId) -> bool {
+    LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true)
+}
+
+/// Kills the driver holding `id` here, with its process group: what it did that the
+/// remote does not have is dropped (the remote is the agent).
+fn kill_driver(ws: &Workspace, id: &AgentId) {
+    if let Ok(Probe::Held(Some(holder))) = LockGuard::probe(&ws.layout.lock(id))
+        && holder.is_alive()
+        && !holder.making
+    {
+        crate::infra::process::kill_group(holder.pid);
+    }
+}
+
+/// The claim ref of `id` (for tests and `doctor`).
+pub fn claim_of(id: &AgentId) -> String {
+    claim_ref(id.as_str())
+}
