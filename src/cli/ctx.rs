@@ -147,6 +147,17 @@ impl Ctx {
         Ok(workspace::template_files(Some(&self.config_root.join("template")))?)
     }
 
+    /// The template's `offshoot.toml`: this user's providers, MCP servers and sandbox,
+    /// which a replayed bundle's configs and a worker's remote configs run with.
+    pub fn template_config(&self) -> Result<String, CliError> {
+        let template = self.template()?;
+        Ok(template
+            .iter()
+            .find(|(p, _)| p == crate::domain::config::FILE)
+            .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+            .unwrap_or_default())
+    }
+
     /// The agent runtime of `ws`: deposits, wake-ups, launches and stops.
     pub fn runtime(&self, ws: &Workspace) -> Runtime {
         Runtime::new(ws.layout.clone(), self.exe.clone(), self.env.clone(), self.interrupt.clone())

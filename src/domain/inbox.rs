@@ -123,6 +123,15 @@ pub fn identity(text: &str) -> String {
     }
 }
 
+/// Whether `sender` can name a deposit's sender (and so a part of its file's name): an
+/// agent id, `user`, or another plain word — no path, no dot first.
+pub fn plain_sender(sender: &str) -> bool {
+    !sender.is_empty()
+        && sender.len() <= 200
+        && !sender.starts_with('.')
+        && sender.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+}
+
 pub fn file_name(number: u32, sender: &str) -> String {
     format!("{number:04}-{sender}.md")
 }

@@ -31,10 +31,13 @@ pub enum Mark {
     /// `compaction-passes/<id>` → `<own steps at the last pass> <passes since the last
     /// landing>`; removed by a landing.
     CompactionPasses,
+    /// `fleet/<root>` → the remote it was handed to: the tree is driven by that remote's
+    /// workers (`prompt --on`), never by a person's workspace.
+    Fleet,
 }
 
 impl Mark {
-    pub const ALL: [Mark; 12] = [
+    pub const ALL: [Mark; 13] = [
         Mark::Ids,
         Mark::Names,
         Mark::Stopped,
@@ -47,6 +50,7 @@ impl Mark {
         Mark::Died,
         Mark::Compacting,
         Mark::CompactionPasses,
+        Mark::Fleet,
     ];
 
     /// Whether it travels to a remote with its agent (`push`, `pull`): those saying how
@@ -72,6 +76,7 @@ impl Mark {
             Mark::Died => "died",
             Mark::Compacting => "compacting",
             Mark::CompactionPasses => "compaction-passes",
+            Mark::Fleet => "fleet",
         }
     }
 }

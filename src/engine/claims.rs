@@ -31,24 +31,27 @@ pub fn claim_ref(id: &str) -> String {
 pub struct Lease {
     pub worker: String,
     pub serial: u64,
+    /// Random: no two leases are the same blob, so a watcher's compare-and-swap from a
+    /// value it saw long ago never matches a newer lease that happens to read alike.
+    pub nonce: u32,
 }
 
 impl Lease {
     pub fn render(&self) -> String {
-        format!("worker {}\nserial {}\n", self.worker, self.serial)
+        format!("worker {}\nserial {}\nnonce {:08x}\n", self.worker, self.serial, self.nonce)
     }
 
     pub fn parse(text: &str) -> Option<Lease> {
-        let mut worker = None;
-        let mut serial = None;
+        let (mut worker, mut serial, mut nonce) = (None, None, 0);
         for line in text.lines() {
             match line.split_once(' ') {
                 Some(("worker", w)) if !w.is_empty() => worker = Some(w.to_owned()),
                 Some(("serial", n)) => serial = n.parse().ok(),
+                Some(("nonce", n)) => nonce = u32::from_str_radix(n, 16).unwrap_or(0),
                 _ => {}
             }
         }
-        Some(Lease { worker: worker?, serial: serial? })
+        Some(Lease { worker: worker?, serial: serial?, nonce })
     }
 }
 
@@ -154,7 +157,7 @@ impl Claims {
             .and_then(|v| crate::infra::git::bundle::blob(&self.git_dir, v))
             .and_then(|b| Lease::parse(&String::from_utf8_lossy(&b)))
             .map_or(0, |l| l.serial + 1);
-        let lease = Lease { worker: self.worker.clone(), serial };
+        let lease = Lease { worker: self.worker.clone(), serial, nonce: super::random_u32() };
         let value = self.blob(&lease)?;
         match remote::compare_and_swap(&self.git_dir, &self.url, &claim_ref(id), expected, value)? {
             Swap::Done => {
@@ -184,7 +187,7 @@ impl Claims {
         let mut lost = Vec::new();
         for id in due {
             let held = self.held[&id].clone();
-            let lease = Lease { worker: self.worker.clone(), serial: held.serial + 1 };
+            let lease = Lease { worker: self.worker.clone(), serial: held.serial + 1, nonce: super::random_u32() };
             let value = self.blob(&lease)?;
             match remote::compare_and_swap(&self.git_dir, &self.url, &claim_ref(&id), Some(held.value), value)? {
                 Swap::Done => {
@@ -197,6 +200,12 @@ impl Claims {
             }
         }
         Ok(lost)
+    }
+
+    /// Stops counting `id` as held (another worker moved its branch: the claim is
+    /// theirs whatever the ref says), without touching the remote.
+    pub fn forget(&mut self, id: &str) {
+        self.held.remove(id);
     }
 
     /// Lets `id` go: its claim is deleted if it is still this worker's.
@@ -215,7 +224,7 @@ mod tests {
 
     #[test]
     fn a_lease_reads_back_as_written_and_nonsense_is_no_lease() {
-        let lease = Lease { worker: "w1-host".into(), serial: 7 };
+        let lease = Lease { worker: "w1-host".into(), serial: 7, nonce: 0xdead };
         assert_eq!(Lease::parse(&lease.render()), Some(lease));
         assert_eq!(Lease::parse("worker \nserial 1\n"), None);
         assert_eq!(Lease::parse("worker a\nserial x\n"), None);

@@ -40,6 +40,11 @@ pub fn deposit_text(layout: &Layout, id: &AgentId, from: &str, text: &str) -> Re
 
 fn deposit_into(dir: &Path, from: &str, text: &str) -> Result<PathBuf, InboxError> {
     let dir = dir.to_owned();
+    // The sender is part of the file's name: an agent id or `user`, nothing else.
+    if !crate::domain::inbox::plain_sender(from) {
+        let reason = format!("`{from}` is not a sender's name (an agent id or `user`)");
+        return Err(InboxError { path: dir, source: std::io::Error::new(std::io::ErrorKind::InvalidInput, reason) });
+    }
     let err = |path: &Path| {
         let path = path.to_owned();
         move |source| InboxError { path, source }

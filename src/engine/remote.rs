@@ -134,20 +134,6 @@ pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
     let listed = remote::fetch(&ws.layout.project(), &remote.url, &project_specs).map_err(unreachable)?;
     let project: BTreeMap<String, Oid> =
         listed.iter().filter_map(|(n, o)| n.strip_prefix("refs/project/").map(|l| (format!("refs/{l}"), *o))).collect();
-    // Mirrors of refs the remote no longer has go.
-    let mirrored = format!("refs/mirrors/{r}/");
-    for (name, _) in bundle::refs(&ws.layout.repo(), &[format!("{mirrored}*")])? {
-        let theirs = format!("refs/{}", &name[mirrored.len()..]);
-        if !repo.contains_key(&theirs) {
-            ws.repo.delete_ref(&name)?;
-        }
-    }
-    for (name, _) in bundle::refs(&ws.layout.project(), &[format!("{mirrored}*")])? {
-        let local = format!("refs/{}", &name[mirrored.len()..]);
-        if !project.contains_key(&local) {
-            remote::delete_ref(&ws.layout.project(), &name)?;
-        }
-    }
     Ok(Seen { repo, project })
 }
 
@@ -381,8 +367,15 @@ pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
             }
             continue;
         }
-        if claim || settled.iter().any(|s| s.as_str() == owner) {
+        let exists = AgentId::parse(&owner).is_ok_and(|o| ws.repo.branch_tip(&o.branch()).ok().flatten().is_some());
+        if (claim && exists && !key.contains('/')) || settled.iter().any(|s| s.as_str() == owner) {
             bundle::set_refs(&ws.layout.repo(), &[(name.clone(), *theirs)])?;
+        }
+    }
+    // Trees the remote's workers drive are never driven here.
+    for id in &settled {
+        if seen.repo.contains_key(&format!("refs/offshoot/{}/{id}", Mark::Fleet.kind())) {
+            mark_handed(ws, id)?;
         }
     }
     for id in &settled {
@@ -426,6 +419,9 @@ fn forward(git_dir: &Path, name: &str, theirs: Oid, anyway: bool) -> Result<Forw
         _ => Forward::Moved,
     };
     if let Forward::Moved = step {
+        if !remote::is_commit(git_dir, theirs) {
+            return Ok(Forward::Kept("not a commit there"));
+        }
         if let Some(missing) = bundle::missing_below(git_dir, theirs)? {
             return Err(RemoteError::Missing { name: name.to_owned(), missing });
         }
@@ -435,13 +431,22 @@ fn forward(git_dir: &Path, name: &str, theirs: Oid, anyway: bool) -> Result<Forw
 }
 
 /// Writes the step records of `commit` that `id` has no record of here; how many.
+/// Only records of steps the agent's branch can have made are written: no more than
+/// its first-parent history has commits (each step makes at least one); a records ref
+/// that is not a commit is passed over.
 pub(super) fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit: Oid) -> Result<usize> {
+    let repo = ws.layout.repo();
+    let Some(tip) = ws.repo.branch_tip(&id.branch())? else { return Ok(0) };
+    if !remote::is_commit(&repo, commit) {
+        return Ok(0);
+    }
+    let bound = remote::first_parent_len(&repo, tip, 1 << 20)? as u32 + 1;
     let have = super::step_record::numbers(&ws.layout.steps(id));
     let mut written = std::collections::BTreeSet::new();
     for (path, blob) in ws.repo.list_files(commit, "")? {
         let Some(number) = super::step_record::number_of(top(&path)) else { continue };
         let plain = path.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
-        if have.contains(&number) || !plain {
+        if have.contains(&number) || !plain || number > bound {
             continue;
         }
         let rel = format!("steps/{id}/{path}");
@@ -482,7 +487,8 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
     updates.push(Update { local: Some(branch.clone()), remote: branch, expect: Expect::Exactly(None) });
     let lineage = format!("refs/heads/config/{}", facts.lineage);
     updates.push(Update { local: Some(lineage.clone()), remote: lineage, expect: Expect::FastForward });
-    for mark in [Mark::Ids, Mark::Names] {
+    ws.repo.set_mark(Mark::Fleet.kind(), id.as_str(), remote.name.as_bytes())?;
+    for mark in [Mark::Ids, Mark::Names, Mark::Fleet] {
         let key = match mark {
             Mark::Names => match &facts.name {
                 Some(name) => name.clone(),
@@ -514,7 +520,10 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
     for local in &outgoing {
         let _ = ws.repo.delete_ref(local);
     }
-    if let Some((update, outcome)) = updates.iter().zip(&outcomes).find(|(_, o)| !matches!(o, Outcome::Done(_))) {
+    let out_of_place =
+        updates.iter().zip(&outcomes).find(|(_, o)| matches!(o, Outcome::Moved { .. } | Outcome::Refused(_)));
+    let not_done = out_of_place.or_else(|| updates.iter().zip(&outcomes).find(|(_, o)| !matches!(o, Outcome::Done(_))));
+    if let Some((update, outcome)) = not_done {
         return Err(RemoteError::Refused {
             name: update.remote.clone(),
             why: match outcome {
@@ -530,9 +539,17 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
         let _ = std::fs::remove_file(&p.path);
     }
     // The project branches it starts from, so a worker can make its directory.
+    // (Not fatal: the agent is there; a worker without its branch starts it from `main`.)
     let project = project_updates(ws, &seen, false)?;
-    remote::push(&ws.layout.project(), &remote.url, &project).map_err(|e| unreachable(remote, e))?;
+    let _ = remote::push(&ws.layout.project(), &remote.url, &project);
     Ok(pending.len())
+}
+
+/// Whether `id`'s tree is driven by a remote's workers (handed over here, or pulled as
+/// such): no driver of this workspace may drive it.
+pub fn handed(ws: &Workspace, id: &AgentId) -> bool {
+    let root = id.as_str().split('.').next().unwrap_or(id.as_str());
+    AgentId::parse(root).is_ok_and(|r| ws.layout.handed(&r).exists())
 }
 
 /// Notes that `id` is driven by a remote's workers: no driver starts for it here.
@@ -549,8 +566,16 @@ fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
 /// Sends message `text` (a rendered deposit) to agent `to` through `remote`, for
 /// whichever worker drives it: a create-only inbox ref there.
 pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Result<()> {
+    let seen = fetch(ws, remote)?;
+    if !seen.repo.contains_key(&format!("refs/heads/{}", to.branch())) {
+        return Err(RemoteError::Refused {
+            name: format!("refs/heads/{}", to.branch()),
+            why: format!("`{}` has no agent `{to}` (`offshoot pull` shows what it has)", remote.name),
+        });
+    }
     let blob = remote::write_blob(&ws.layout.repo(), text.as_bytes())?;
-    let name = message_name(text, 0, blob);
+    // Two sends of one text within a second are two messages.
+    let name = message_name(text, super::random_u32() % 1_000_000, blob);
     let local = format!("refs/outgoing/{to}/{name}");
     bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
     let update = Update { local: Some(local.clone()), remote: inbox_ref(to, &name), expect: Expect::Exactly(None) };

@@ -167,8 +167,16 @@ impl Runtime {
     /// new one finds the lock busy and exits quietly. In a worker's workspace, only an
     /// agent its worker claimed gets one (`None`: left to the fleet).
     pub fn launch(&self, id: &AgentId) -> Result<Option<u32>> {
-        let elsewhere = self.layout.worker().exists() && !self.layout.worker_claim(id).exists();
-        if elsewhere || self.layout.handed(id).exists() {
+        // A worker's workspace: its claims decide. Any other: not a tree handed to a
+        // remote's workers.
+        let elsewhere = match self.layout.worker().exists() {
+            true => !self.layout.worker_claim(id).exists(),
+            false => {
+                let root = id.as_str().split('.').next().and_then(|r| AgentId::parse(r).ok());
+                root.is_some_and(|r| self.layout.handed(&r).exists())
+            }
+        };
+        if elsewhere {
             return Ok(None);
         }
         let log = self.layout.driver_log(id);

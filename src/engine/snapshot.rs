@@ -177,7 +177,11 @@ fn static_prefix(pattern: &str) -> &str {
 /// past the highest; 1 when there are none).
 pub fn next_step(dir: &std::path::Path) -> u32 {
     let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
-    names.filter_map(|e| super::step_record::number_of(&e.file_name().to_string_lossy())).max().unwrap_or(0) + 1
+    names
+        .filter_map(|e| super::step_record::number_of(&e.file_name().to_string_lossy()))
+        .max()
+        .unwrap_or(0)
+        .saturating_add(1)
 }
 
 #[cfg(test)]

@@ -20,10 +20,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::domain::id::AgentId;
 use crate::domain::inbox::{self as messages, Header};
+use crate::domain::layout::Layout;
 use crate::domain::marks::{Epitaph, Mark};
 use crate::domain::transcript::Entry;
 use crate::infra::git::remote::{self as wire, Expect, Outcome, Update};
@@ -70,6 +72,10 @@ pub struct Options {
     pub max_agents: usize,
     /// How long a lease lives unrenewed in the eyes of other workers.
     pub lease: Duration,
+    /// This worker's own `offshoot.toml` (its template's): the providers, MCP servers,
+    /// tool environment, budgets, prices, retry and sandbox every config lineage from
+    /// the remote runs with here.
+    pub mine: String,
 }
 
 /// What a worker did, for its log.
@@ -113,12 +119,35 @@ struct Outgoing {
     from: String,
 }
 
+/// The drivers started for an agent at one tip.
+#[derive(Debug, Clone, Copy)]
+struct Launched {
+    tip: Oid,
+    /// How many were started there.
+    times: u32,
+    /// The last one (pid, start time).
+    driver: Option<(u32, u64)>,
+}
+
+impl Launched {
+    /// Whether its last driver is still alive (perhaps still starting: no lock yet).
+    fn alive(&self) -> bool {
+        self.driver.is_some_and(|(pid, started)| {
+            crate::infra::process::running(pid) && crate::infra::process::start_time(pid) == Some(started)
+        })
+    }
+}
+
+/// How many drivers started at one tip must end without moving it before the agent is
+/// reported dead (the first may meet a driver still letting go, or be killed).
+const LAUNCHES_BEFORE_DEATH: u32 = 3;
+
 /// An agent this worker drives.
 struct Owned {
     /// The branch tip the remote has (as claimed, or as last pushed).
     pushed: Oid,
     /// The tip its driver was last started at, and that driver (pid, start time).
-    launched: Option<(Oid, Option<(u32, u64)>)>,
+    launched: Option<Launched>,
 }
 
 pub struct Worker<'w> {
@@ -126,15 +155,16 @@ pub struct Worker<'w> {
     rt: &'w Runtime,
     remote: Remote,
     options: Options,
-    claims: Claims,
     owned: HashMap<AgentId, Owned>,
-    /// Outbox files: their sender's tip when the file was first seen.
-    first_seen: HashMap<PathBuf, Option<Oid>>,
     /// Agents with an empty transcript and no mail: when this worker first saw each so.
     /// Its maker's worker sends its first message with, or just after, the agent; only
     /// one still without it a whole lease later has lost it with a dead worker, and gets
     /// it from its dispatch commit.
     unstarted: HashMap<AgentId, Instant>,
+    /// Config lineages as taken in: the remote's commit, and the commit made of it here.
+    rebased: HashMap<String, (Oid, Oid)>,
+    /// Its claims, renewed by a thread of their own (see [`lease_keeper`]).
+    leases: Arc<Leases>,
     pub tally: Tally,
 }
 
@@ -145,16 +175,31 @@ impl<'w> Worker<'w> {
         let claims_dir = ws.layout.worker().join("claims");
         let _ = std::fs::remove_dir_all(&claims_dir);
         std::fs::create_dir_all(&claims_dir).map_err(local)?;
+        // Messages a worker killed here had taken in for agents it drove: they are still
+        // on the remote, for whoever drives those agents now.
+        // Drivers a worker killed here left running drive what it no longer holds.
+        for (branch, _) in ws.repo.branches("agents/")? {
+            if let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) {
+                kill_driver(ws, &id);
+                drop_inbox(ws, &id);
+            }
+        }
+        for (name, _) in bundle::refs(&ws.layout.repo(), &[format!("{OUTGOING}*")])? {
+            ws.repo.delete_ref(&name)?;
+        }
         let claims = Claims::new(&ws.layout.repo(), &remote.url, &options.name, options.lease);
+
+        let leases = Arc::new(Leases { claims: Mutex::new(claims), lost: Mutex::new(Vec::new()) });
+        lease_keeper(ws.layout.clone(), Arc::downgrade(&leases), options.lease);
         Ok(Worker {
             ws,
             rt,
             remote,
             options,
-            claims,
             owned: HashMap::new(),
-            first_seen: HashMap::new(),
             unstarted: HashMap::new(),
+            rebased: HashMap::new(),
+            leases,
             tally: Tally::default(),
         })
     }
@@ -171,20 +216,17 @@ impl<'w> Worker<'w> {
     /// half a lease has its driver killed first.
     pub fn round(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
         self.tally.rounds += 1;
-        let now = Instant::now();
-        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
-            if !self.claims.fresh(id.as_str(), now) {
-                kill_driver(self.ws, &id);
-            }
-        }
-        let seen = remote::fetch(self.ws, &self.remote)?;
-        let listed: Vec<(String, Oid)> = seen.repo.iter().map(|(n, o)| (n.clone(), *o)).collect();
-        self.claims.observe(&listed, now);
-        for id in self.claims.renew(self.options.lease / 4, now)? {
+        let lost: Vec<String> = std::mem::take(&mut *self.leases.lost.lock().map_err(local)?);
+        for id in lost {
             if let Ok(id) = AgentId::parse(&id) {
                 self.lose(&id, on);
             }
         }
+        let seen = remote::fetch(self.ws, &self.remote)?;
+        let listed: Vec<(String, Oid)> = seen.repo.iter().map(|(n, o)| (n.clone(), *o)).collect();
+        // Seen now, after the fetch (which may have taken long): a value is only as old
+        // as this worker knows it to be.
+        self.claims()?.observe(&listed, Instant::now());
         let dirty = self.publish(&seen, on)?;
         self.take_in(&seen)?;
         self.deliver(&seen, on)?;
@@ -194,7 +236,18 @@ impl<'w> Worker<'w> {
         Ok(())
     }
 
-    /// Kills every driver, sends what they committed, lets go of every claim.
+    /// Its claims (the lease keeper renews them meanwhile, between these uses).
+    fn claims(&self) -> Result<std::sync::MutexGuard<'_, Claims>> {
+        self.leases.claims.lock().map_err(local)
+    }
+
+    /// Whether it holds `id` and may write it now.
+    fn fresh(&self, id: &AgentId) -> bool {
+        self.claims().is_ok_and(|c| c.fresh(id.as_str(), Instant::now()))
+    }
+
+    /// Kills every driver, sends what they committed, lets go of every claim, and leaves
+    /// the workspace as it was before it was a worker's.
     pub fn shut_down(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
         for id in self.owned.keys() {
             kill_driver(self.ws, id);
@@ -206,16 +259,24 @@ impl<'w> Worker<'w> {
         let seen = remote::fetch(self.ws, &self.remote)?;
         self.publish(&seen, on)?;
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
-            self.claims.release(id.as_str())?;
+            self.claims()?.release(id.as_str())?;
             let _ = std::fs::remove_file(self.ws.layout.worker_claim(&id));
+            drop_inbox(self.ws, &id);
             on(Event::Released { agent: id.to_string() });
         }
         self.owned.clear();
+        // An ordinary workspace again: its agents' drivers may start here (a tree handed
+        // to the fleet still never does).
+        let _ = std::fs::remove_dir_all(self.ws.layout.worker());
         Ok(())
     }
 
     fn lose(&mut self, id: &AgentId, on: &mut dyn FnMut(Event)) {
         kill_driver(self.ws, id);
+        if let Ok(mut claims) = self.claims() {
+            claims.forget(id.as_str());
+        }
+        drop_inbox(self.ws, id);
         let _ = std::fs::remove_file(self.ws.layout.worker_claim(id));
         self.owned.remove(id);
         self.tally.lost += 1;
@@ -228,16 +289,16 @@ impl<'w> Worker<'w> {
     /// for, or was to be.
     fn publish(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<HashSet<AgentId>> {
         let ws = self.ws;
-        let now = Instant::now();
         let mut updates: Vec<Update> = Vec::new();
         let mut dirty = HashSet::new();
-        let mine: Vec<AgentId> = self.owned.keys().filter(|id| self.claims.fresh(id.as_str(), now)).cloned().collect();
+        let mine: Vec<AgentId> = self.owned.keys().filter(|id| self.fresh(id)).cloned().collect();
         let mut tips: HashMap<AgentId, Oid> = HashMap::new();
         for id in &mine {
             if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
                 tips.insert(id.clone(), tip);
             }
         }
+        let mut names = Vec::new();
         // Agents its drivers made: they exist there before the step that made them.
         for (branch, _) in ws.repo.branches("agents/")? {
             let name = format!("refs/heads/{branch}");
@@ -251,17 +312,26 @@ impl<'w> Worker<'w> {
                 remote: format!("refs/heads/{branch}"),
                 expect: Expect::Exactly(None),
             });
+            let ids = format!("refs/offshoot/{}/{id}", Mark::Ids.kind());
+            if ws.repo.mark(Mark::Ids.kind(), id.as_str())?.is_some() && !seen.repo.contains_key(&ids) {
+                updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
+            }
+            // Its name goes on its own (below): a name taken there meanwhile must not
+            // hold back the rest.
             for (mark, value) in ws.repo.all_refs()? {
-                if mark == format!("refs/offshoot/{}/{id}", Mark::Ids.kind())
-                    || (mark.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))
-                        && ws.repo.read_blob(value).is_ok_and(|b| b == id.as_str().as_bytes()))
+                if mark.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))
+                    && !seen.repo.contains_key(&mark)
+                    && ws.repo.read_blob(value).is_ok_and(|b| b == id.as_str().as_bytes())
                 {
-                    updates.push(Update { local: Some(mark.clone()), remote: mark, expect: Expect::Exactly(None) });
+                    names.push((
+                        id.clone(),
+                        Update { local: Some(mark.clone()), remote: mark, expect: Expect::Exactly(None) },
+                    ));
                 }
             }
         }
         // Messages: each with the step that sent it.
-        let outgoing = self.outgoing(&tips)?;
+        let outgoing = self.outgoing(seen, &tips)?;
         for message in &outgoing {
             updates.push(Update {
                 local: Some(message.local_ref.clone()),
@@ -328,7 +398,7 @@ impl<'w> Worker<'w> {
                     self.tally.steps_pushed += 1;
                     on(Event::Pushed { agent: id.to_string(), tip: value.to_string() });
                 }
-                (Outcome::Moved { .. }, Some(id)) => {
+                (Outcome::Moved { .. } | Outcome::Refused(_), Some(id)) => {
                     moved = true;
                     self.lose(&id, on);
                 }
@@ -338,6 +408,18 @@ impl<'w> Worker<'w> {
         }
         if moved {
             self.tally.conflicts += 1;
+        }
+        // The names of the agents made there now.
+        let made: Vec<Update> = names
+            .into_iter()
+            .filter(|(id, _)| {
+                let branch = format!("refs/heads/{}", id.branch());
+                updates.iter().zip(&outcomes).any(|(u, o)| u.remote == branch && matches!(o, Outcome::Done(_)))
+            })
+            .map(|(_, update)| update)
+            .collect();
+        if !made.is_empty() {
+            wire::push(&ws.layout.repo(), &self.remote.url, &made).map_err(|e| remote::unreachable(&self.remote, e))?;
         }
         for message in &outgoing {
             let Some(i) = updates.iter().position(|u| u.remote == message.remote_ref) else { continue };
@@ -352,7 +434,6 @@ impl<'w> Worker<'w> {
             };
             if sent {
                 let _ = std::fs::remove_file(&message.file);
-                self.first_seen.remove(&message.file);
                 let _ = ws.repo.delete_ref(&message.local_ref);
                 self.tally.sent += 1;
                 on(Event::Forwarded { to: message.to.clone(), from: message.from.clone() });
@@ -372,42 +453,38 @@ impl<'w> Worker<'w> {
         Ok(())
     }
 
-    /// The outbox messages that may go now, each named here and there: (local ref,
-    /// remote ref, file, (to, from)). A message from an agent this worker drives goes
-    /// with the step that sent it: a result once `tips` reaches its terminal commit,
-    /// any other once its sender's tip has moved past where it was when the message was
-    /// first seen. One from an agent it no longer drives is dropped (its cause never
-    /// reached the remote, or went with it); one from the user goes at once.
-    fn outgoing(&mut self, tips: &HashMap<AgentId, Oid>) -> Result<Vec<Outgoing>> {
+    /// The outbox messages that may go now, each named here and there. A message goes
+    /// with its cause: a result once the sender's branch sent reaches its terminal
+    /// commit; a call's message (and a child's first message, whose call its `ids`
+    /// claim names) once that branch holds the call's result. For an agent it drives,
+    /// the branch is the one being sent now (`tips`); for any other (one it lost, or one
+    /// a worker killed here drove), the remote's: a message whose cause is there goes,
+    /// one whose cause is not is dropped with the steps that made it.
+    fn outgoing(&mut self, seen: &Seen, tips: &HashMap<AgentId, Oid>) -> Result<Vec<Outgoing>> {
         let ws = self.ws;
         let mut out = Vec::new();
         let outbox = ws.layout.worker().join("outbox");
         for dir in std::fs::read_dir(&outbox).into_iter().flatten().flatten() {
             let to = dir.file_name().to_string_lossy().into_owned();
-            if AgentId::parse(&to).is_err() {
-                continue;
-            }
+            let Ok(recipient) = AgentId::parse(&to) else { continue };
             for p in inbox::pending_in(&dir.path()).map_err(local)? {
-                let sender = AgentId::parse(&p.sender).ok();
-                let ready = match &sender {
-                    None => true,
-                    Some(s) if !self.owned.contains_key(s) => {
-                        let _ = std::fs::remove_file(&p.path);
-                        continue;
-                    }
-                    Some(s) => {
-                        let tip = tips.get(s).copied();
-                        let first = *self.first_seen.entry(p.path.clone()).or_insert(tip);
-                        let header = Header::parse(&p.text);
-                        match (header.and_then(|h| h.terminal).and_then(|t| t.parse::<Oid>().ok()), tip) {
-                            (Some(terminal), Some(tip)) => {
-                                tip == terminal || wire::descends(&ws.layout.repo(), tip, terminal)?
-                            }
-                            (None, Some(tip)) => first.is_some_and(|f| {
-                                f != tip && wire::descends(&ws.layout.repo(), tip, f).unwrap_or(false)
-                            }),
-                            _ => false,
+                let ready = match AgentId::parse(&p.sender) {
+                    // The user's (a `send` in this workspace): nothing to wait for.
+                    Err(_) => true,
+                    Ok(sender) => {
+                        let mine = self.owned.contains_key(&sender);
+                        let tip = match mine {
+                            true => tips.get(&sender).copied(),
+                            false => seen.repo.get(&format!("refs/heads/{}", sender.branch())).copied(),
+                        };
+                        let caused = match tip {
+                            Some(tip) => caused(ws, &p.text, &sender, &recipient, tip)?,
+                            None => false,
+                        };
+                        if !caused && !mine {
+                            let _ = std::fs::remove_file(&p.path);
                         }
+                        caused
                     }
                 };
                 if !ready {
@@ -434,15 +511,19 @@ impl<'w> Worker<'w> {
     fn take_in(&mut self, seen: &Seen) -> Result<()> {
         let ws = self.ws;
         let repo = ws.layout.repo();
+        for (name, theirs) in &seen.repo {
+            if let Some(lineage) = name.strip_prefix("refs/heads/config/") {
+                self.rebase(lineage, *theirs);
+            }
+        }
         let others = |id: &AgentId| !self.owned.contains_key(id) && !driven_here(ws, id);
         for (name, theirs) in &seen.repo {
-            let take = if let Some(agent) = name.strip_prefix("refs/heads/agents/") {
-                AgentId::parse(agent).is_ok_and(|id| others(&id))
-            } else {
-                name.starts_with("refs/heads/config/")
+            let take = match name.strip_prefix("refs/heads/agents/") {
+                Some(agent) => AgentId::parse(agent).is_ok_and(|id| others(&id)),
+                None => false,
             };
             if take && bundle::refs(&repo, std::slice::from_ref(name))?.first().map(|(_, o)| o) != Some(theirs) {
-                if bundle::missing_below(&repo, *theirs)?.is_some() {
+                if !wire::is_commit(&repo, *theirs) || bundle::missing_below(&repo, *theirs)?.is_some() {
                     continue;
                 }
                 bundle::set_refs(&repo, &[(name.clone(), *theirs)])?;
@@ -474,10 +555,12 @@ impl<'w> Worker<'w> {
             }
             let _ = tip;
         }
+        // Names: the remote's claims stand (a child made here whose name was taken there
+        // keeps it in its facts, without the fleet's claim of it).
+        let names = format!("refs/offshoot/{}/", Mark::Names.kind());
         for (name, theirs) in &seen.repo {
-            if name.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))
-                && ws.repo.mark(Mark::Names.kind(), name.rsplit('/').next().unwrap_or(""))?.is_none()
-            {
+            let Some(key) = name.strip_prefix(&names).filter(|k| !k.contains('/')) else { continue };
+            if ws.repo.mark(Mark::Names.kind(), key)?.as_deref() != bundle::blob(&repo, *theirs).as_deref() {
                 bundle::set_refs(&repo, &[(name.clone(), *theirs)])?;
             }
         }
@@ -492,12 +575,55 @@ impl<'w> Worker<'w> {
         }
         let project = ws.layout.project();
         for (name, theirs) in &seen.project {
-            if own_branches.contains(name) || bundle::missing_below(&project, *theirs)?.is_some() {
+            if own_branches.contains(name)
+                || !wire::is_commit(&project, *theirs)
+                || bundle::missing_below(&project, *theirs)?.is_some()
+            {
                 continue;
             }
             bundle::set_refs(&project, &[(name.clone(), *theirs)])?;
         }
         Ok(())
+    }
+
+    /// Takes config lineage `lineage` at the remote's commit `theirs` as a commit on top of
+    /// it whose `offshoot.toml` has this worker's providers, MCP servers, tool
+    /// environment, budgets, prices, retry and sandbox (`bundle::rebase_config`), never
+    /// the remote's: a config is code here (a `command` provider runs a program, a base
+    /// URL receives the key). One that cannot be made so (a role whose provider this
+    /// worker lacks, with no worker role to fall back on) is left as it was here.
+    fn rebase(&mut self, lineage: &str, theirs: Oid) {
+        let ws = self.ws;
+        let branch = format!("config/{lineage}");
+        let here = ws.repo.branch_tip(&branch).ok().flatten();
+        if self.rebased.get(lineage).is_some_and(|(t, made)| *t == theirs && Some(*made) == here) {
+            return;
+        }
+        let made = (|| -> std::result::Result<Oid, String> {
+            if !wire::is_commit(&ws.layout.repo(), theirs) {
+                return Err("not a commit".into());
+            }
+            let file = crate::domain::config::FILE;
+            let text = ws.repo.read_file(theirs, file).map_err(|e| e.to_string())?.unwrap_or_default();
+            let rebased = super::bundle::rebase_config(&String::from_utf8_lossy(&text), &self.options.mine)?;
+            let edits = [crate::infra::git::TreeEdit::Write { path: file.to_owned(), bytes: rebased.into_bytes() }];
+            let commit = ws
+                .repo
+                .commit_edits(
+                    &[theirs],
+                    Some(theirs),
+                    &edits,
+                    "config: the remote's, with this worker's providers, MCP servers and sandbox",
+                )
+                .map_err(|e| e.to_string())?;
+            ws.config_at(commit).map_err(|e| e.to_string())?;
+            bundle::set_refs(&ws.layout.repo(), &[(format!("refs/heads/{branch}"), commit)])
+                .map_err(|e| e.to_string())?;
+            Ok(commit)
+        })();
+        if let Ok(commit) = made {
+            self.rebased.insert(lineage.to_owned(), (theirs, commit));
+        }
     }
 
     /// Messages the remote holds for agents it drives: each delivered here unless one
@@ -525,16 +651,22 @@ impl<'w> Worker<'w> {
                     .collect())
             };
             let on_remote = identities(Some(self.owned[&id].pushed))?;
-            let mut here = identities(ws.repo.branch_tip(&id.branch())?)?;
-            here.extend(inbox::pending(&ws.layout, &id).map_err(local)?.iter().map(|p| messages::identity(&p.text)));
+            // The inbox first, then the transcript: a delivery commits before it removes
+            // the file, so a message being delivered meanwhile is seen in one of them.
+            let pending = inbox::pending(&ws.layout, &id).map_err(local)?;
+            let mut here: HashSet<String> = pending.iter().map(|p| messages::identity(&p.text)).collect();
+            here.extend(identities(ws.repo.branch_tip(&id.branch())?)?);
             for (name, value) in waiting {
                 let Some(bytes) = bundle::blob(&ws.layout.repo(), *value) else { continue };
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 let identity = messages::identity(&text);
-                if on_remote.contains(&identity) {
+                let from = Header::parse(&text).map(|h| h.from);
+                let from_ok = from.as_deref().is_some_and(|f| f == "user" || AgentId::parse(f).is_ok());
+                if !from_ok || on_remote.contains(&identity) {
+                    // Delivered, or no message (no sender one could be): gone there.
                     settled.push(Update { local: None, remote: name.clone(), expect: Expect::Exactly(Some(*value)) });
                 } else if !here.contains(&identity) {
-                    let from = Header::parse(&text).map(|h| h.from).unwrap_or_else(|| "user".into());
+                    let from = from.unwrap_or_default();
                     inbox::deposit_text(&ws.layout, &id, &from, &text).map_err(local)?;
                     here.insert(identity);
                     woken.insert(id.clone());
@@ -555,32 +687,31 @@ impl<'w> Worker<'w> {
         Ok(())
     }
 
-    /// Starts a driver for `id` (unless one runs), noting the tip it starts at.
+    /// Starts a driver for `id` (unless one runs), counting those started at its tip.
     fn start(&mut self, id: &AgentId, on: &mut dyn FnMut(Event)) -> Result<()> {
         let tip = ws_tip(self.ws, id)?;
-        let woken = self.rt.wake(id).map_err(local)?;
-        let driver = match woken {
-            super::runtime::Woken::Launched(pid) => {
-                on(Event::Started { agent: id.to_string() });
-                crate::infra::process::start_time(pid).map(|s| (pid, s))
-            }
-            _ => None,
-        };
+        // A driver that holds it drains its inbox before it lets go: nothing started.
+        let super::runtime::Woken::Launched(pid) = self.rt.wake(id).map_err(local)? else { return Ok(()) };
+        on(Event::Started { agent: id.to_string() });
+        let driver = crate::infra::process::start_time(pid).map(|s| (pid, s));
         if let (Some(owned), Some(tip)) = (self.owned.get_mut(id), tip) {
-            owned.launched = Some((tip, driver));
+            let times = match owned.launched {
+                Some(l) if l.tip == tip => l.times + 1,
+                _ => 1,
+            };
+            owned.launched = Some(Launched { tip, times, driver });
         }
         Ok(())
     }
 
-    /// Its agents with work and no driver get one; one whose driver died at the tip it
-    /// was started at, twice, is reported to its parent as dead (once for the fleet:
+    /// Its agents with work and no driver get one; one whose drivers all ended at the tip
+    /// they were started at, three times, is reported to its parent as dead (once for the fleet:
     /// the `died` mark travels) and left alone.
     fn drive(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
         let ws = self.ws;
-        let now = Instant::now();
         let mut loader = Loader::default();
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
-            if !self.claims.fresh(id.as_str(), now) || driven_here(ws, &id) {
+            if !self.fresh(&id) || driven_here(ws, &id) {
                 continue;
             }
             let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
@@ -594,14 +725,9 @@ impl<'w> Worker<'w> {
                 continue;
             }
             match self.owned[&id].launched {
-                Some((at, driver)) if at == tip => {
-                    let starting = driver.is_some_and(|(pid, started)| {
-                        crate::infra::process::running(pid) && crate::infra::process::start_time(pid) == Some(started)
-                    });
-                    if starting {
-                        continue;
-                    }
-                    // Started at this tip and gone without moving it: dead here.
+                Some(l) if l.tip == tip && l.alive() => continue,
+                Some(l) if l.tip == tip && l.times >= LAUNCHES_BEFORE_DEATH => {
+                    // Started at this tip time and again, and gone without moving it.
                     ws.repo.set_mark(Mark::Died.kind(), id.as_str(), tip.to_string().as_bytes())?;
                     if let Some(parent) = id.parent() {
                         let body = format!(
@@ -640,7 +766,9 @@ impl<'w> Worker<'w> {
             if self.owned.len() >= self.options.max_agents {
                 break;
             }
-            if driven_here(ws, &id) || ws.repo.branch_tip(&id.branch())? != Some(tip) {
+            let root = id.as_str().split('.').next().unwrap_or("");
+            let fleet = seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind()));
+            if !fleet || driven_here(ws, &id) || ws.repo.branch_tip(&id.branch())? != Some(tip) {
                 continue;
             }
             if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
@@ -665,7 +793,8 @@ impl<'w> Worker<'w> {
                 continue;
             }
             self.unstarted.remove(&id);
-            match self.claims.claim(id.as_str(), Instant::now())? {
+            let claimed = self.claims()?.claim(id.as_str(), Instant::now())?;
+            match claimed {
                 Claimed::Mine { took_over } => {
                     std::fs::write(ws.layout.worker_claim(&id), self.options.name.as_bytes()).map_err(local)?;
                     self.owned.insert(id.clone(), Owned { pushed: tip, launched: None });
@@ -692,11 +821,7 @@ impl<'w> Worker<'w> {
             }
             let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
             let owned = &self.owned[&id];
-            let starting = owned.launched.is_some_and(|(_, d)| {
-                d.is_some_and(|(pid, s)| {
-                    crate::infra::process::running(pid) && crate::infra::process::start_time(pid) == Some(s)
-                })
-            });
+            let starting = owned.launched.is_some_and(|l| l.alive());
             if tip != owned.pushed || starting || inbox::has_pending(&ws.layout, &id) {
                 continue;
             }
@@ -718,7 +843,7 @@ impl<'w> Worker<'w> {
             {
                 continue;
             }
-            self.claims.release(id.as_str())?;
+            self.claims()?.release(id.as_str())?;
             let _ = std::fs::remove_file(ws.layout.worker_claim(&id));
             self.owned.remove(&id);
             self.tally.released += 1;
@@ -732,6 +857,82 @@ fn ws_tip(ws: &Workspace, id: &AgentId) -> Result<Option<Oid>> {
     Ok(ws.repo.branch_tip(&id.branch())?)
 }
 
+/// Whether the cause of message `text` from `sender` to `to` is in `sender`'s branch at
+/// `tip` (see [`Worker::outgoing`]); a message of no known cause has none to wait for.
+fn caused(ws: &Workspace, text: &str, sender: &AgentId, to: &AgentId, tip: Oid) -> Result<bool> {
+    let header = Header::parse(text);
+    if let Some(terminal) = header.as_ref().and_then(|h| h.terminal.as_deref()).and_then(|t| t.parse::<Oid>().ok()) {
+        return Ok(tip == terminal || wire::descends(&ws.layout.repo(), tip, terminal)?);
+    }
+    let key = match header.and_then(|h| h.key) {
+        Some(key) => key.strip_prefix(&format!("{sender}:")).map(str::to_owned),
+        // A child's first message: the dispatch call its id claim names.
+        None if to.parent().as_ref() == Some(sender) => ws
+            .repo
+            .mark(Mark::Ids.kind(), to.as_str())?
+            .and_then(|m| String::from_utf8_lossy(&m).lines().nth(1).map(str::to_owned)),
+        None => return Ok(true),
+    };
+    let Some(key) = key else { return Ok(true) };
+    let entries = Loader::default().entries(&ws.repo, tip).map_err(local)?.to_vec();
+    let mut output = 0;
+    for entry in &entries {
+        match entry {
+            Entry::Output { number, .. } => output = *number,
+            Entry::ToolResult { block: crate::infra::provider::Block::ToolResult { tool_use_id, .. }, .. }
+                if super::toolcall::key(output, tool_use_id) == key =>
+            {
+                return Ok(true);
+            }
+            _ => {}
+        }
+    }
+    Ok(false)
+}
+
+/// A worker's claims, shared between its rounds and its lease keeper.
+struct Leases {
+    claims: Mutex<Claims>,
+    /// Claims the keeper found taken over: the round lets go of their agents.
+    lost: Mutex<Vec<String>>,
+}
+
+/// The lease keeper, a thread of its own so that no round, however long (a fetch or push
+/// waiting on a slow remote, many agents to send), delays a renewal: every eighth of a
+/// lease it renews each claim due (a quarter lease old), and kills the driver of each
+/// claim not renewed for half a lease (the worker no longer counts itself its holder:
+/// another may take it over after a whole lease). It ends with its worker.
+fn lease_keeper(layout: Layout, leases: Weak<Leases>, lease: Duration) {
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep((lease / 8).max(Duration::from_millis(20)));
+            let Some(leases) = leases.upgrade() else { return };
+            let Ok(mut claims) = leases.claims.lock() else { return };
+            // Out of reach: nothing renewed, and the fence below does its work.
+            if let Ok(lost) = claims.renew(lease / 4, Instant::now())
+                && let Ok(mut shared) = leases.lost.lock()
+            {
+                shared.extend(lost);
+            }
+            let now = Instant::now();
+            let stale: Vec<String> =
+                claims.held().filter(|(id, _)| !claims.fresh(id, now)).map(|(id, _)| id.clone()).collect();
+            drop(claims);
+            for id in stale.iter().filter_map(|id| AgentId::parse(id).ok()) {
+                kill_driver_at(&layout, &id);
+            }
+        }
+    });
+}
+
+/// Removes what `id`'s inbox here holds: copies of messages the remote keeps until the
+/// transcript there holds them.
+fn drop_inbox(ws: &Workspace, id: &AgentId) {
+    for p in inbox::pending(&ws.layout, id).unwrap_or_default() {
+        let _ = std::fs::remove_file(&p.path);
+    }
+}
+
 /// Whether a driver holds `id` here.
 fn driven_here(ws: &Workspace, id: &AgentId) -> bool {
     LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true)
@@ -740,7 +941,11 @@ fn driven_here(ws: &Workspace, id: &AgentId) -> bool {
 /// Kills the driver holding `id` here, with its process group: what it did that the
 /// remote does not have is dropped (the remote is the agent).
 fn kill_driver(ws: &Workspace, id: &AgentId) {
-    if let Ok(Probe::Held(Some(holder))) = LockGuard::probe(&ws.layout.lock(id))
+    kill_driver_at(&ws.layout, id);
+}
+
+fn kill_driver_at(layout: &Layout, id: &AgentId) {
+    if let Ok(Probe::Held(Some(holder))) = LockGuard::probe(&layout.lock(id))
         && holder.is_alive()
         && !holder.making
     {

@@ -25,12 +25,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         Some(dir) => dir.clone(),
         None => fresh_place(ctx, &args.file),
     };
-    let template = ctx.template()?;
-    let mine = template
-        .iter()
-        .find(|(p, _)| p == crate::domain::config::FILE)
-        .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
-        .unwrap_or_default();
+    let mine = ctx.template_config()?;
     let replayed = bundle::replay(&args.file, &dest, &mine).map_err(super::bundle::error)?;
     let m = &replayed.manifest;
     let root = replayed.workspace.layout.root().to_owned();

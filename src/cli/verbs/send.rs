@@ -44,6 +44,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
         return Ok(());
     }
+    if crate::engine::remote::handed(&ws, &id) {
+        return Err(CliError::usage(format!("agent `{id}` is driven by the workers of a remote, not here"))
+            .hint("`offshoot send --on <remote>` sends it the message there"));
+    }
     let rt = ctx.runtime(&ws);
     // (Thinking asked for is checked against the agent's role, read only then.)
     let reasoning = match args.choice.asks_thinking() {

@@ -18,6 +18,12 @@ pub struct PushArgs {
 pub struct PullArgs {
     /// The remote (default: the only one, or `origin`)
     pub remote: Option<String>,
+    /// Keep pulling (every `--every-ms`) until Ctrl-C, saying what came
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// How long `--follow` waits between pulls, in milliseconds
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000), requires = "follow")]
+    pub every_ms: u64,
 }
 
 pub fn error(e: RemoteError) -> CliError {
@@ -59,8 +65,41 @@ pub fn push(ctx: &Ctx, args: &PushArgs) -> Result<(), CliError> {
 pub fn pull(ctx: &Ctx, args: &PullArgs) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let remote = remote::resolve(&ws, args.remote.as_deref()).map_err(error)?;
-    let pulled = remote::pull(&ws, &remote, false).map_err(error)?;
-    report_pulled(ctx, &remote.name, &pulled);
+    if !args.follow {
+        let pulled = remote::pull(&ws, &remote, false).map_err(error)?;
+        report_pulled(ctx, &remote.name, &pulled);
+        return Ok(());
+    }
+    let stopping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stopping = stopping.clone();
+        crate::infra::signals::watch(move |_| stopping.store(true, std::sync::atomic::Ordering::SeqCst));
+    }
+    let every = std::time::Duration::from_millis(args.every_ms);
+    let mut trouble: Option<String> = None;
+    while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        let started = std::time::Instant::now();
+        match remote::pull(&ws, &remote, false) {
+            Ok(pulled) => {
+                trouble = None;
+                // Only what changed is said.
+                if !pulled.agents.is_empty() || !pulled.lineages.is_empty() || pulled.records > 0 {
+                    report_pulled(ctx, &remote.name, &pulled);
+                }
+            }
+            // Out of reach for a while: said once, tried again.
+            Err(e) => {
+                let words = e.to_string();
+                if trouble.as_deref() != Some(words.as_str()) {
+                    ctx.out.progress(&format!("· {words}; trying again"));
+                }
+                trouble = Some(words);
+            }
+        }
+        while started.elapsed() < every && !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
     Ok(())
 }
 

@@ -50,14 +50,18 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if name.is_empty() || name.len() > 100 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
         return Err(CliError::usage(format!("worker name `{name}` must be 1 to 100 letters, digits, `-`, `_` or `.`")));
     }
+    // Before any thread starts: no network call of a round outlives a quarter lease.
+    let lease = Duration::from_millis(args.lease_ms);
+    let bound = (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    crate::infra::git::remote::set_timeouts(bound, bound);
     let stopping = Arc::new(AtomicBool::new(false));
     {
         let stopping = stopping.clone();
         crate::infra::signals::watch(move |_| stopping.store(true, Ordering::SeqCst));
     }
     let rt = ctx.runtime(&ws);
-    let lease = Duration::from_millis(args.lease_ms);
-    let options = Options { name: name.clone(), max_agents: args.max_agents as usize, lease };
+    let mine = ctx.template_config()?;
+    let options = Options { name: name.clone(), max_agents: args.max_agents as usize, lease, mine };
     let mut worker = Worker::new(&ws, &rt, remote.clone(), options).map_err(|e| CliError::runtime(e.to_string()))?;
     ctx.out.progress(&format!(
         "· worker `{name}` of `{}` ({}): up to {} agents, lease {} ms; Ctrl-C lets go of them",
@@ -77,7 +81,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Event::Forwarded { to, from } => format!("sent a message from `{from}` to `{to}`"),
             Event::Delivered { agent, from } => format!("delivered a message from `{from}` to `{agent}`"),
             Event::Started { agent } => format!("started a driver for `{agent}`"),
-            Event::Died { agent } => format!("`{agent}` died twice at the same step; its parent was told"),
+            Event::Died { agent } => format!("`{agent}` died three times at the same step; its parent was told"),
         };
         ctx.out.progress(&format!("· {line}"));
     };

@@ -167,7 +167,9 @@ pub fn missing_below(git_dir: &Path, oid: Oid) -> Result<Option<Oid>> {
 pub fn set_refs(git_dir: &Path, refs: &[(String, Oid)]) -> Result<()> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     for (name, oid) in refs {
-        repo.reference(name, *oid, true, "replayed from a bundle").map_err(lib(format!("write {name}")))?;
+        // A lock file a killed writer left is taken away once stale.
+        super::with_lock_retries(&repo, name, || repo.reference(name, *oid, true, "set").map(drop))
+            .map_err(lib(format!("write {name}")))?;
     }
     Ok(())
 }

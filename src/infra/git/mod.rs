@@ -209,7 +209,7 @@ fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &s
 /// file older than `STALE_LOCK` is a dead process's (a live update holds one for
 /// microseconds; a driver killed in the middle of one leaves it for good): it is
 /// removed and the update tried again.
-fn with_lock_retries<T>(
+pub(super) fn with_lock_retries<T>(
     repo: &Repository,
     refname: &str,
     mut update: impl FnMut() -> std::result::Result<T, git2::Error>,

@@ -37,7 +37,8 @@ pub fn compare_and_swap(git_dir: &Path, url: &str, refname: &str, expected: Opti
     // libgit2 pushes local refs: a temporary one names the new value.
     static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let temp = format!("refs/offshoot/pushing/{}-{serial}", std::process::id());
+    // Not under `refs/offshoot/` (marks): one a kill left is swept by the next worker.
+    let temp = format!("refs/outgoing/cas/{}-{serial}", std::process::id());
     repo.reference(&temp, new, true, "push").map_err(lib(format!("write {temp}")))?;
     let update = Update { local: Some(temp.clone()), remote: refname.to_owned(), expect: Expect::Exactly(expected) };
     let pushed = push(git_dir, url, std::slice::from_ref(&update));
@@ -188,7 +189,8 @@ fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Resu
 
 /// Fetches from the repository at `url` what `refspecs` (`+src:dst`, each source a
 /// prefix ending in `*`) name, the local refs they map to written, in one connection;
-/// returns every ref the remote advertised, by name.
+/// returns every ref the remote advertised, by name. Local refs a refspec maps to that
+/// the remote no longer has are removed.
 pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(String, Oid)>> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let mut remote = repo.remote_anonymous(url).map_err(lib(format!("reach {url}")))?;
@@ -205,6 +207,19 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(Stri
         .iter()
         .map(|s| s.trim_start_matches('+').split(':').next().unwrap_or("").trim_end_matches('*'))
         .collect();
+    // Mirrored refs the remote no longer has go first (one could stand where the remote
+    // now has refs below it: `x` then `x/y`).
+    for spec in refspecs {
+        let Some((src, dst)) = spec.trim_start_matches('+').split_once(':') else { continue };
+        let (Some(src), Some(dst)) = (src.strip_suffix('*'), dst.strip_suffix('*')) else { continue };
+        for reference in repo.references_glob(&format!("{dst}*")).map_err(lib("list mirrors"))?.flatten() {
+            let Ok(name) = reference.name().map(str::to_owned) else { continue };
+            let theirs = format!("{src}{}", &name[dst.len()..]);
+            if !listed.iter().any(|(n, _)| *n == theirs) {
+                super::delete_ref(&repo, &name)?;
+            }
+        }
+    }
     if listed.iter().any(|(name, _)| sources.iter().any(|s| name.starts_with(s))) {
         let mut options = git2::FetchOptions::new();
         options.download_tags(git2::AutotagOption::None);
@@ -240,4 +255,33 @@ pub fn delete_ref(git_dir: &Path, name: &str) -> Result<()> {
 pub fn write_blob(git_dir: &Path, bytes: &[u8]) -> Result<Oid> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     repo.blob(bytes).map_err(lib("write a blob"))
+}
+
+/// Whether `oid` is a commit the repository at `git_dir` holds.
+pub fn is_commit(git_dir: &Path, oid: Oid) -> bool {
+    Repository::open_bare(git_dir).is_ok_and(|r| r.find_commit(oid).is_ok())
+}
+
+/// How many commits the first-parent history of `commit` has (itself included), up to
+/// `limit`.
+pub fn first_parent_len(git_dir: &Path, commit: Oid, limit: usize) -> Result<usize> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    let mut walk = repo.revwalk().map_err(lib("walk history"))?;
+    walk.push(commit).map_err(lib("walk history"))?;
+    walk.simplify_first_parent().map_err(lib("walk history"))?;
+    Ok(walk.take(limit).count())
+}
+
+/// Bounds how long libgit2 waits to connect to a remote and for each read or write on
+/// the connection (git://, http), so a worker's round never hangs on a dead one for longer
+/// than its lease allows. Process-wide; call before any thread starts.
+#[expect(unsafe_code, reason = "libgit2's global options: set once, before other threads exist")]
+pub fn set_timeouts(connect: std::time::Duration, io: std::time::Duration) {
+    let ms = |d: std::time::Duration| i32::try_from(d.as_millis()).unwrap_or(i32::MAX).max(1);
+    // SAFETY: both write a C global of libgit2's without synchronisation; the caller calls
+    // this before starting any thread (the worker's first act), so nothing races it.
+    unsafe {
+        let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms(connect));
+        let _ = git2::opts::set_server_timeout_in_milliseconds(ms(io));
+    }
 }

@@ -1,3 +1,4 @@
+pub mod daemon;
 pub mod pty;
 pub mod server;
 pub mod wait;

@@ -1,0 +1,256 @@
+#![expect(clippy::print_stdout, reason = "a benchmark's report is its output")]
+
+//! Scale-out: AGENTS agents handed over (`prompt --on`) to a shared remote (`git daemon`
+//! on loopback) are driven by 1, 2 and 3 workers — separate workspaces on this machine
+//! standing in for machines, each `offshoot worker` driving up to PER_WORKER agents at
+//! once; every agent makes one model call, answered after LATENCY_MS. For each worker
+//! count: the wall time until every agent is done on the remote (no message waiting, no
+//! claim held), throughput, scaling against one worker, and the claim conflict rate
+//! (claims another worker moved first, of all claim attempts). Then: two workers, one
+//! killed with -9 (its drivers too: its machine gone) while it holds agents, and the time
+//! until the other has taken over every one, with leases of LEASE_MS.
+//!
+//! Run: `cargo bench --bench scale_out -- [AGENTS] [LATENCY_MS] [PER_WORKER] [LEASE_MS]`
+//! (default 300 2000 100 5000).
+
+#[path = "../tests/cli/support/daemon.rs"]
+mod daemon;
+#[path = "../tests/cli/support/server.rs"]
+mod server;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use daemon::Daemon;
+use server::Server;
+
+struct Bench {
+    root: PathBuf,
+    served: PathBuf,
+    home: PathBuf,
+    daemon: Daemon,
+}
+
+impl Bench {
+    fn command(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_offshoot"));
+        c.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", &self.home)
+            .env("OFFSHOOT_HOME", &self.home)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("ANTHROPIC_API_KEY", "bench-key")
+            .current_dir(&self.root);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> String {
+        let out = self.command().args(args).output().expect("offshoot");
+        assert!(out.status.success(), "offshoot {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn git(&self, repo: &str, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(self.served.join(repo))
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .expect("git");
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A copy of the remote the agents were handed to, for one measurement.
+    fn fresh_remote(&self, name: &str) -> String {
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(self.served.join("handed.git"))
+            .arg(self.served.join(name))
+            .status()
+            .expect("cp");
+        assert!(status.success());
+        self.daemon.url(name)
+    }
+
+    /// A worker's workspace made from `url`.
+    fn workspace(&self, name: &str, url: &str) -> PathBuf {
+        let ws = self.root.join(name);
+        self.run(&["new", "--from", url, ws.to_str().expect("utf-8")]);
+        ws
+    }
+
+    fn worker(&self, ws: &Path, name: &str, per_worker: u64, lease_ms: u64) -> Child {
+        self.command()
+            .arg("-w")
+            .arg(ws)
+            .args(["--json", "worker", "--name", name, "--interval-ms", "200"])
+            .args(["--max-agents", &per_worker.to_string(), "--lease-ms", &lease_ms.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("worker")
+    }
+
+    /// Whether the remote has no message waiting and no claim held.
+    fn settled(&self, repo: &str) -> bool {
+        self.git(repo, &["for-each-ref", "--count=1", "refs/offshoot/inbox/", "refs/offshoot/claims/"])
+            .trim()
+            .is_empty()
+    }
+}
+
+/// A worker's events, read as it prints them, each with when it came.
+fn events(child: &mut Child) -> std::sync::mpsc::Receiver<(Instant, serde_json::Value)> {
+    let (send, events) = std::sync::mpsc::channel();
+    let out = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if let Ok(value) = serde_json::from_str(&line) {
+                let _ = send.send((Instant::now(), value));
+            }
+        }
+    });
+    events
+}
+
+fn stop(mut child: Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
+}
+
+fn main() {
+    let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
+    let arg = |i: usize, default: u64| args.get(i).copied().unwrap_or(default);
+    let (agents, latency_ms, per_worker, lease_ms) = (arg(0, 300), arg(1, 2000), arg(2, 100), arg(3, 5000));
+    let server = Server::start_with(false);
+    server.latency(Duration::from_millis(latency_ms));
+    server.endless_text("done");
+    let root = std::env::temp_dir().join(format!("offshoot-bench-scale-out-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let (served, home) = (root.join("served"), root.join("home"));
+    std::fs::create_dir_all(&served).expect("served");
+    std::fs::create_dir_all(&home).expect("home");
+    let init = Command::new("git").arg("init").arg("-q").arg("--bare").arg(served.join("handed.git")).status();
+    assert!(init.expect("git").success());
+    let daemon = Daemon::start(&served);
+    let bench = Bench { root: root.clone(), served, home, daemon };
+
+    // The laptop: its config on the remote, then every agent handed over.
+    let laptop = root.join("laptop");
+    let laptop_arg = laptop.to_str().expect("utf-8").to_owned();
+    bench.run(&["new", &laptop_arg]);
+    let set = |key: &str, value: &str| bench.run(&["-w", &laptop_arg, "config", "set", key, value]);
+    set("providers.anthropic.base_url", &server.url());
+    set("roles.worker.provider", "anthropic");
+    bench.run(&["-w", &laptop_arg, "remote", "add", "origin", &bench.daemon.url("handed.git")]);
+    bench.run(&["-w", &laptop_arg, "push"]);
+    let started = Instant::now();
+    for n in 0..agents {
+        bench.run(&["-w", &laptop_arg, "prompt", "--on", "origin", "--name", &format!("Agent{n}"), "Say done."]);
+    }
+    let handing = started.elapsed().as_secs_f64();
+    println!("scale_out: {agents} agents, model latency {latency_ms} ms, up to {per_worker} agents per worker");
+    println!("handing over: {handing:.1} s ({:.0} ms per `prompt --on`)", handing * 1000.0 / agents as f64);
+    println!();
+    println!("workers  wall s  agents/s  vs 1 worker  claims  conflicts  conflict rate");
+
+    let mut one = None;
+    for workers in 1..=3u64 {
+        let repo = format!("run-{workers}.git");
+        let url = bench.fresh_remote(&repo);
+        let spaces: Vec<PathBuf> = (0..workers).map(|w| bench.workspace(&format!("w{workers}-{w}"), &url)).collect();
+        let started = Instant::now();
+        let mut children: Vec<Child> =
+            spaces.iter().enumerate().map(|(i, ws)| bench.worker(ws, &format!("w{i}"), per_worker, 30_000)).collect();
+        let streams: Vec<_> = children.iter_mut().map(events).collect();
+        // Settled once a claim has been made and none is held, nor any message waiting.
+        std::thread::sleep(Duration::from_millis(500));
+        while !bench.settled(&repo) {
+            assert!(started.elapsed() < Duration::from_secs(1800), "{workers} workers never finished");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let wall = started.elapsed().as_secs_f64();
+        children.into_iter().for_each(stop);
+        let (mut claims, mut conflicts) = (0, 0);
+        for stream in streams {
+            for (_, event) in stream.try_iter() {
+                if event["type"] == "tally" {
+                    claims += event["tally"]["claimed"].as_u64().unwrap_or(0);
+                    conflicts += event["tally"]["conflicts"].as_u64().unwrap_or(0);
+                }
+            }
+        }
+        let throughput = agents as f64 / wall;
+        let base = *one.get_or_insert(throughput);
+        let rate = conflicts as f64 / (claims + conflicts).max(1) as f64;
+        println!(
+            "{workers:>7}  {wall:>6.1}  {throughput:>8.2}  {:>10.2}x  {claims:>6}  {conflicts:>9}  {:>12.1}%",
+            throughput / base,
+            rate * 100.0
+        );
+    }
+
+    // Take-over: a worker's machine dies while it holds agents.
+    let repo = "takeover.git";
+    let url = bench.fresh_remote(repo);
+    let (a, b) = (bench.workspace("take-a", &url), bench.workspace("take-b", &url));
+    let mut dying = bench.worker(&a, "dying", per_worker.min(20), lease_ms);
+    let dying_events = events(&mut dying);
+    let mut held = std::collections::BTreeSet::new();
+    while held.len() < per_worker.min(20) as usize {
+        let (_, event) = dying_events.recv_timeout(Duration::from_secs(60)).expect("the first worker claims");
+        match event["type"].as_str() {
+            Some("claimed") => held.insert(event["agent"].as_str().unwrap_or("").to_owned()),
+            Some("released") => held.remove(event["agent"].as_str().unwrap_or("")),
+            _ => false,
+        };
+    }
+    let mut survivor = bench.worker(&b, "survivor", per_worker, lease_ms);
+    let survivor_events = events(&mut survivor);
+    std::thread::sleep(Duration::from_millis(300));
+    for (_, event) in dying_events.try_iter() {
+        match event["type"].as_str() {
+            Some("claimed") => held.insert(event["agent"].as_str().unwrap_or("").to_owned()),
+            Some("released") => held.remove(event["agent"].as_str().unwrap_or("")),
+            _ => false,
+        };
+    }
+    let killed = Instant::now();
+    let _ = Command::new("kill").args(["-KILL", &dying.id().to_string()]).status();
+    let _ = dying.wait();
+    for lock in std::fs::read_dir(a.join("locks")).into_iter().flatten().flatten() {
+        if let Some(pid) =
+            std::fs::read_to_string(lock.path()).ok().and_then(|t| t.split_whitespace().next()?.parse::<u32>().ok())
+        {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
+        }
+    }
+    let (mut first, mut last, mut taken) = (None, None, 0);
+    while taken < held.len() {
+        let Ok((at, event)) = survivor_events.recv_timeout(Duration::from_secs(120)) else { break };
+        if event["type"] == "claimed"
+            && event["took_over"] == true
+            && held.contains(event["agent"].as_str().unwrap_or(""))
+        {
+            let after = at.duration_since(killed).as_secs_f64();
+            first.get_or_insert(after);
+            last = Some(after);
+            taken += 1;
+        }
+    }
+    stop(survivor);
+    println!();
+    println!(
+        "take-over, lease {lease_ms} ms: the killed worker held {} agents; the other took over {taken}: the first after {:.2} s, the last after {:.2} s",
+        held.len(),
+        first.unwrap_or(f64::NAN),
+        last.unwrap_or(f64::NAN)
+    );
+    drop(bench);
+    let _ = std::fs::remove_dir_all(&root);
+}
