@@ -147,6 +147,16 @@ fn main() {
     let set = |key: &str, value: &str| bench.run(&["-w", &laptop_arg, "config", "set", key, value]);
     set("providers.anthropic.base_url", &server.url());
     set("roles.worker.provider", "anthropic");
+    // The workers' own providers (a worker runs every config from the remote with its
+    // template's): the laptop's, pointing at the scripted server.
+    let config = Command::new("git")
+        .arg("--git-dir")
+        .arg(laptop.join("repo.git"))
+        .args(["show", "config/default:offshoot.toml"])
+        .output()
+        .expect("git");
+    std::fs::create_dir_all(bench.home.join("template")).expect("template");
+    std::fs::write(bench.home.join("template/offshoot.toml"), &config.stdout).expect("template");
     bench.run(&["-w", &laptop_arg, "remote", "add", "origin", &bench.daemon.url("handed.git")]);
     bench.run(&["-w", &laptop_arg, "push"]);
     let started = Instant::now();

@@ -114,6 +114,13 @@ impl Claims {
         self.held.get(id).is_some_and(|h| now.duration_since(h.renewed) < self.lease / 2)
     }
 
+    /// Whether another worker holds `id`'s claim, as far as this one has seen: a lease
+    /// it watched change within the last lease.
+    pub fn busy(&self, id: &str, now: Instant) -> bool {
+        !self.held.contains_key(id)
+            && self.watched.get(id).is_some_and(|(_, since)| now.duration_since(*since) < self.lease)
+    }
+
     /// Notes the claims the remote holds now (`id` → value), from a fetch's listing.
     pub fn observe(&mut self, listed: &[(String, Oid)], now: Instant) {
         let prefix = claim_ref("");

@@ -252,9 +252,10 @@ fn settle(
 }
 
 /// Points `refs/offshoot/records/<id>` at a commit of `id`'s step records (`base`'s,
-/// the remote's, with this workspace's on top), unless it holds them already. A record
+/// the remote's, with this workspace's on top), unless it holds them already; returns
+/// where it points. A record
 /// still being written (the newest of an agent a driver holds) waits for the next push.
-pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<()> {
+pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<Option<Oid>> {
     let name = format!("refs/offshoot/{RECORDS}/{id}");
     let mut files = super::bundle::step_files(ws, id)
         .map_err(|e| RemoteError::Write { path: ws.layout.steps(id).display().to_string(), reason: e.to_string() })?;
@@ -282,12 +283,12 @@ pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, ne
         if let (Some(parent), true) = (parent, mine != parent) {
             bundle::set_refs(&ws.layout.repo(), &[(name, parent)])?;
         }
-        return Ok(());
+        return Ok(parent);
     }
     let parents: Vec<Oid> = parent.into_iter().collect();
     let commit = ws.repo.commit_edits(&parents, parent, &edits, &format!("records of {id}"))?;
     bundle::set_refs(&ws.layout.repo(), &[(name, commit)])?;
-    Ok(())
+    Ok(Some(commit))
 }
 
 /// The first component of a record's path (`0003.json`, `0004`).

@@ -107,6 +107,9 @@ pub struct Tally {
     pub sent: u64,
 }
 
+/// An agent's tip and `replied` mark, as last looked at.
+type LookedAt = (Oid, Option<Oid>);
+
 /// A message on its way to the remote.
 struct Outgoing {
     /// Its name here (under `refs/outgoing/`), holding its blob.
@@ -146,8 +149,10 @@ const LAUNCHES_BEFORE_DEATH: u32 = 3;
 struct Owned {
     /// The branch tip the remote has (as claimed, or as last pushed).
     pushed: Oid,
-    /// The tip its driver was last started at, and that driver (pid, start time).
+    /// The drivers started at its current tip.
     launched: Option<Launched>,
+    /// The tip its records were last gathered at, and whether the newest was in.
+    records_at: Option<(Oid, bool)>,
 }
 
 pub struct Worker<'w> {
@@ -161,6 +166,8 @@ pub struct Worker<'w> {
     /// one still without it a whole lease later has lost it with a dead worker, and gets
     /// it from its dispatch commit.
     unstarted: HashMap<AgentId, Instant>,
+    /// What `work_left` said of agents it does not drive, by tip and `replied` mark.
+    work_seen: HashMap<AgentId, (LookedAt, Option<&'static str>)>,
     /// Config lineages as taken in: the remote's commit, and the commit made of it here.
     rebased: HashMap<String, (Oid, Oid)>,
     /// Its claims, renewed by a thread of their own (see [`lease_keeper`]).
@@ -199,6 +206,7 @@ impl<'w> Worker<'w> {
             owned: HashMap::new(),
             unstarted: HashMap::new(),
             rebased: HashMap::new(),
+            work_seen: HashMap::new(),
             leases,
             tally: Tally::default(),
         })
@@ -299,6 +307,10 @@ impl<'w> Worker<'w> {
             }
         }
         let mut names = Vec::new();
+        // What is here, read once.
+        let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
+        let name_claims: Vec<(&String, &Oid)> =
+            here.iter().filter(|(n, _)| n.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))).collect();
         // Agents its drivers made: they exist there before the step that made them.
         for (branch, _) in ws.repo.branches("agents/")? {
             let name = format!("refs/heads/{branch}");
@@ -313,19 +325,18 @@ impl<'w> Worker<'w> {
                 expect: Expect::Exactly(None),
             });
             let ids = format!("refs/offshoot/{}/{id}", Mark::Ids.kind());
-            if ws.repo.mark(Mark::Ids.kind(), id.as_str())?.is_some() && !seen.repo.contains_key(&ids) {
+            if here.contains_key(&ids) && !seen.repo.contains_key(&ids) {
                 updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
             }
             // Its name goes on its own (below): a name taken there meanwhile must not
             // hold back the rest.
-            for (mark, value) in ws.repo.all_refs()? {
-                if mark.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))
-                    && !seen.repo.contains_key(&mark)
-                    && ws.repo.read_blob(value).is_ok_and(|b| b == id.as_str().as_bytes())
+            for (mark, value) in &name_claims {
+                if !seen.repo.contains_key(*mark)
+                    && ws.repo.read_blob(**value).is_ok_and(|b| b == id.as_str().as_bytes())
                 {
                     names.push((
                         id.clone(),
-                        Update { local: Some(mark.clone()), remote: mark, expect: Expect::Exactly(None) },
+                        Update { local: Some((*mark).clone()), remote: (*mark).clone(), expect: Expect::Exactly(None) },
                     ));
                 }
             }
@@ -343,28 +354,34 @@ impl<'w> Worker<'w> {
         for id in &mine {
             let Some(tip) = tips.get(id).copied() else { continue };
             let records = format!("refs/offshoot/{}/{id}", remote::RECORDS);
-            remote::commit_records(ws, id, seen.repo.get(&records).copied(), !driven_here(ws, id))?;
             let before = updates.len();
-            if let Some(value) =
-                bundle::refs(&ws.layout.repo(), std::slice::from_ref(&records))?.first().map(|(_, o)| *o)
-                && seen.repo.get(&records) != Some(&value)
+            // Records are gathered again only when the agent moved on, or its newest one
+            // was held back (still being written) the last time.
+            let driven = driven_here(ws, id);
+            let owned = &self.owned[id];
+            let gathered = match owned.records_at {
+                Some((at, newest)) if at == tip => newest || driven,
+                _ => false,
+            };
+            if !gathered {
+                let base = seen.repo.get(&records).copied();
+                let value = remote::commit_records(ws, id, base, !driven)?;
+                if let Some(owned) = self.owned.get_mut(id) {
+                    owned.records_at = Some((tip, !driven));
+                }
+                if value.is_some() && value != base {
+                    updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
+                }
+            } else if let Some(value) = here.get(&records)
+                && seen.repo.get(&records) != Some(value)
             {
                 updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
             }
             for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
                 let name = format!("refs/offshoot/{}/{id}", mark.kind());
-                let here = ws.repo.mark(mark.kind(), id.as_str())?.is_some();
-                let there = seen.repo.get(&name).copied();
-                let same = match (here, there) {
-                    (true, Some(there)) => {
-                        bundle::refs(&ws.layout.repo(), std::slice::from_ref(&name))?.first().map(|(_, o)| *o)
-                            == Some(there)
-                    }
-                    (false, None) => true,
-                    _ => false,
-                };
-                if !same {
-                    let local = here.then(|| name.clone());
+                let (ours, there) = (here.get(&name).copied(), seen.repo.get(&name).copied());
+                if ours != there {
+                    let local = ours.map(|_| name.clone());
                     updates.push(Update { local, remote: name, expect: Expect::Exactly(there) });
                 }
             }
@@ -516,53 +533,55 @@ impl<'w> Worker<'w> {
                 self.rebase(lineage, *theirs);
             }
         }
+        // What is here, read once: only what differs is written.
+        let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
         let others = |id: &AgentId| !self.owned.contains_key(id) && !driven_here(ws, id);
+        let mut sets: Vec<(String, Oid)> = Vec::new();
+        let mut deletes: Vec<String> = Vec::new();
+        let door = crate::infra::door::Beneath::open(ws.layout.root()).map_err(local)?;
         for (name, theirs) in &seen.repo {
-            let take = match name.strip_prefix("refs/heads/agents/") {
-                Some(agent) => AgentId::parse(agent).is_ok_and(|id| others(&id)),
-                None => false,
+            let Some(id) = name.strip_prefix("refs/heads/agents/").and_then(|a| AgentId::parse(a).ok()) else {
+                continue;
             };
-            if take && bundle::refs(&repo, std::slice::from_ref(name))?.first().map(|(_, o)| o) != Some(theirs) {
+            if !others(&id) {
+                continue;
+            }
+            if here.get(name) != Some(theirs) {
                 if !wire::is_commit(&repo, *theirs) || bundle::missing_below(&repo, *theirs)?.is_some() {
                     continue;
                 }
-                bundle::set_refs(&repo, &[(name.clone(), *theirs)])?;
+                sets.push((name.clone(), *theirs));
             }
-        }
-        for (branch, tip) in ws.repo.branches("agents/")? {
-            let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
-            if !others(&id) || !seen.repo.contains_key(&format!("refs/heads/{branch}")) {
-                continue;
-            }
-            for mark in remote::travelling() {
-                let key = match mark {
-                    Mark::Names => continue,
-                    _ => id.to_string(),
-                };
-                let name = format!("refs/offshoot/{}/{key}", mark.kind());
-                match seen.repo.get(&name) {
-                    Some(theirs) => bundle::set_refs(&repo, &[(name, *theirs)])?,
-                    None => ws.repo.delete_ref(&name)?,
+            for mark in remote::travelling().filter(|m| !matches!(m, Mark::Names)) {
+                let name = format!("refs/offshoot/{}/{id}", mark.kind());
+                match (seen.repo.get(&name), here.get(&name)) {
+                    (Some(theirs), ours) if ours != Some(theirs) => sets.push((name, *theirs)),
+                    (None, Some(_)) => deletes.push(name),
+                    _ => {}
                 }
             }
             let records = format!("refs/offshoot/{}/{id}", remote::RECORDS);
             if let Some(theirs) = seen.repo.get(&records)
-                && bundle::refs(&repo, std::slice::from_ref(&records))?.first().map(|(_, o)| o) != Some(theirs)
+                && here.get(&records) != Some(theirs)
             {
-                let door = crate::infra::door::Beneath::open(ws.layout.root()).map_err(local)?;
+                // The branch first: records are written up to what it can have made.
+                bundle::set_refs(&repo, &sets)?;
+                sets.clear();
                 remote::write_records(ws, &door, &id, *theirs)?;
-                bundle::set_refs(&repo, &[(records, *theirs)])?;
+                sets.push((records, *theirs));
             }
-            let _ = tip;
         }
         // Names: the remote's claims stand (a child made here whose name was taken there
         // keeps it in its facts, without the fleet's claim of it).
         let names = format!("refs/offshoot/{}/", Mark::Names.kind());
         for (name, theirs) in &seen.repo {
-            let Some(key) = name.strip_prefix(&names).filter(|k| !k.contains('/')) else { continue };
-            if ws.repo.mark(Mark::Names.kind(), key)?.as_deref() != bundle::blob(&repo, *theirs).as_deref() {
-                bundle::set_refs(&repo, &[(name.clone(), *theirs)])?;
+            if name.strip_prefix(&names).is_some_and(|k| !k.contains('/')) && here.get(name) != Some(theirs) {
+                sets.push((name.clone(), *theirs));
             }
+        }
+        bundle::set_refs(&repo, &sets)?;
+        for name in deletes {
+            ws.repo.delete_ref(&name)?;
         }
         // Project branches: those of agents it drives are its own to move.
         let mut own_branches = HashSet::new();
@@ -574,15 +593,19 @@ impl<'w> Worker<'w> {
             }
         }
         let project = ws.layout.project();
+        let ours: HashMap<String, Oid> = bundle::refs(&project, &["refs/heads/*".to_owned()])?.into_iter().collect();
+        let mut sets = Vec::new();
         for (name, theirs) in &seen.project {
             if own_branches.contains(name)
+                || ours.get(name) == Some(theirs)
                 || !wire::is_commit(&project, *theirs)
                 || bundle::missing_below(&project, *theirs)?.is_some()
             {
                 continue;
             }
-            bundle::set_refs(&project, &[(name.clone(), *theirs)])?;
+            sets.push((name.clone(), *theirs));
         }
+        bundle::set_refs(&project, &sets)?;
         Ok(())
     }
 
@@ -762,9 +785,16 @@ impl<'w> Worker<'w> {
             let offset = super::random_u32() as usize % candidates.len();
             candidates.rotate_left(offset);
         }
+        let with_mail: HashSet<&str> =
+            seen.repo.keys().filter_map(|n| n.strip_prefix("refs/offshoot/inbox/")?.split('/').next()).collect();
+        let replied = |id: &AgentId| seen.repo.get(&format!("refs/offshoot/{}/{id}", Mark::Replied.kind())).copied();
         for (id, tip) in candidates {
             if self.owned.len() >= self.options.max_agents {
                 break;
+            }
+            // Held by another worker, as far as this one has seen: not even looked at.
+            if self.claims()?.busy(id.as_str(), Instant::now()) {
+                continue;
             }
             let root = id.as_str().split('.').next().unwrap_or("");
             let fleet = seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind()));
@@ -776,18 +806,25 @@ impl<'w> Worker<'w> {
             {
                 continue;
             }
-            let mail = seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str())));
+            let mail = with_mail.contains(id.as_str());
             let parent = id.parent().map(|p| p.to_string());
-            let work = match mail {
-                true => true,
-                false => match lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_err(local)? {
-                    Some(lifecycle::GOAL_UNDELIVERED) => {
-                        let since = *self.unstarted.entry(id.clone()).or_insert_with(Instant::now);
-                        since.elapsed() >= self.options.lease
-                    }
-                    Some(_) => true,
-                    None => false,
-                },
+            // What its transcript says is known for this tip (and answer paid) already.
+            let key = (tip, replied(&id));
+            let left = match self.work_seen.get(&id) {
+                Some((at, left)) if *at == key => *left,
+                _ => {
+                    let left = lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_err(local)?;
+                    self.work_seen.insert(id.clone(), (key, left));
+                    left
+                }
+            };
+            let work = match (mail, left) {
+                (true, _) => true,
+                (false, Some(lifecycle::GOAL_UNDELIVERED)) => {
+                    let since = *self.unstarted.entry(id.clone()).or_insert_with(Instant::now);
+                    since.elapsed() >= self.options.lease
+                }
+                (false, left) => left.is_some(),
             };
             if !work {
                 continue;
@@ -797,7 +834,7 @@ impl<'w> Worker<'w> {
             match claimed {
                 Claimed::Mine { took_over } => {
                     std::fs::write(ws.layout.worker_claim(&id), self.options.name.as_bytes()).map_err(local)?;
-                    self.owned.insert(id.clone(), Owned { pushed: tip, launched: None });
+                    self.owned.insert(id.clone(), Owned { pushed: tip, launched: None, records_at: None });
                     self.tally.claimed += 1;
                     if took_over {
                         self.tally.took_over += 1;
@@ -826,6 +863,17 @@ impl<'w> Worker<'w> {
                 continue;
             }
             if seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str()))) {
+                continue;
+            }
+            // A mark not yet there (`died`, `replied` set this round) goes first.
+            let unsent = remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)).any(|m| {
+                let name = format!("refs/offshoot/{}/{id}", m.kind());
+                let here = bundle::refs(&ws.layout.repo(), std::slice::from_ref(&name))
+                    .ok()
+                    .and_then(|r| r.first().map(|(_, o)| *o));
+                here != seen.repo.get(&name).copied()
+            });
+            if unsent {
                 continue;
             }
             let sending = std::fs::read_dir(ws.layout.worker().join("outbox"))

@@ -329,7 +329,7 @@ fn machine(name: &str, url: &str, laptop: &TestWorkspace) -> TestWorkspace {
 
 /// A worker of remote `origin` run from `t`'s workspace, its stderr appended to
 /// `<root>/worker.log`.
-fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> Child {
+fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> WorkerProcess {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(t.root.join("worker.log")).expect("log");
     t.command()
         .args([
@@ -346,6 +346,7 @@ fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> Child {
         .stdout(std::process::Stdio::null())
         .stderr(log)
         .spawn()
+        .map(WorkerProcess)
         .expect("worker")
 }
 
@@ -354,9 +355,21 @@ fn worker_log(t: &TestWorkspace) -> String {
 }
 
 /// Stops a worker as Ctrl-C would, and waits for it.
-fn stop_worker(mut worker: Child) {
-    let _ = Command::new("kill").args(["-TERM", &worker.id().to_string()]).status();
-    let _ = worker.wait();
+/// A worker process, killed if a test ends (or fails) without stopping it.
+struct WorkerProcess(Child);
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn stop_worker(mut worker: WorkerProcess) {
+    let _ = Command::new("kill").args(["-TERM", &worker.0.id().to_string()]).status();
+    let _ = worker.0.wait();
 }
 
 /// The messages delivered to agent `name` of `t`, as (from, text).
@@ -477,9 +490,9 @@ fn stalled(laptop: &TestWorkspace, root: &Path, machines: &[TestWorkspace]) -> S
 }
 
 /// Kills with -9 a worker and every driver it started (its machine gone).
-fn kill_machine(t: &TestWorkspace, mut worker: Child) {
-    let _ = Command::new("kill").args(["-KILL", &worker.id().to_string()]).status();
-    let _ = worker.wait();
+fn kill_machine(t: &TestWorkspace, mut worker: WorkerProcess) {
+    let _ = Command::new("kill").args(["-KILL", &worker.0.id().to_string()]).status();
+    let _ = worker.0.wait();
     for lock in std::fs::read_dir(t.ws.join("locks")).into_iter().flatten().flatten() {
         if let Some(pid) = t.running_driver(&lock.file_name().to_string_lossy()) {
             let _ = Command::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
@@ -549,7 +562,7 @@ fn workers_racing_for_the_same_agents_each_agent_is_driven_by_one_and_written_by
     for i in 1..=4 {
         laptop.run(&["prompt", "--on", "origin", "--name", &format!("Solo{i}"), "say hi"]).ok();
     }
-    let workers: Vec<Child> = machines.iter().zip(["a", "b"]).map(|(m, n)| spawn_worker(m, n, 2_000)).collect();
+    let workers: Vec<WorkerProcess> = machines.iter().zip(["a", "b"]).map(|(m, n)| spawn_worker(m, n, 2_000)).collect();
     crate::support::wait::wait_for_within("all four done", std::time::Duration::from_secs(60), || {
         laptop.run(&["pull"]).ok();
         let agents = laptop.agents();
@@ -618,7 +631,7 @@ fn a_crash_fuzz_across_workers_loses_or_repeats_no_result_and_moves_every_branch
             machines.push(machine(&format!("fleet-fuzz-{round}-{m}"), &url, &laptop));
         }
         let lease = 1_000;
-        let mut workers: Vec<Child> =
+        let mut workers: Vec<WorkerProcess> =
             machines.iter().enumerate().map(|(m, w)| spawn_worker(w, &format!("w{m}"), lease)).collect();
         laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead six kids"]).ok();
         let started = std::time::Instant::now();
@@ -704,5 +717,33 @@ fn a_config_from_the_remote_runs_on_a_worker_only_with_the_workers_own_providers
     assert!(!planted.exists(), "the remote's program never ran on the worker");
     // It ran with the worker's own provider (the scripted server), not the planted URL.
     assert!(delivered(&laptop, "Solo").len() == 1 && laptop.run(&["log", "Solo"]).ok().contains("nothing more"));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn an_agent_whose_drivers_keep_failing_on_a_worker_is_reported_dead_once_and_left_alone() {
+    let (_daemon, root, server, laptop, url) = fleet("fleet-dies", 0);
+    laptop.set("retry.max_attempts", "1");
+    laptop.run(&["push"]).ok();
+    let w = machine("fleet-dies-worker", &url, &laptop);
+    // The worker's own provider leads nowhere.
+    let template = w.home.join("template/offshoot.toml");
+    let text = std::fs::read_to_string(&template).expect("template").replace(&server.url(), "http://127.0.0.1:9");
+    std::fs::write(&template, text).expect("template");
+    let worker = spawn_worker(&w, "w", 3_000);
+    laptop.run(&["prompt", "--on", "origin", "--name", "Doomed", "say hi"]).ok();
+    let id = laptop.id_of("Doomed");
+    let served = root.join("fleet.git");
+    crate::support::wait::wait_for_within("its death on the remote", std::time::Duration::from_secs(60), || {
+        !git(&served, &["for-each-ref", &format!("refs/offshoot/died/{id}")]).is_empty()
+    });
+    // Some rounds later: not claimed again, nothing started again.
+    std::thread::sleep(std::time::Duration::from_millis(1_500));
+    stop_worker(worker);
+    let log = worker_log(&w);
+    assert_eq!(log.matches(&format!("claimed `{id}`")).count(), 1, "{log}");
+    // One when its goal came, three at the step it died at.
+    assert_eq!(log.matches(&format!("started a driver for `{id}`")).count(), 4, "{log}");
+    assert_eq!(log.matches("died three times").count(), 1, "{log}");
     let _ = std::fs::remove_dir_all(&root);
 }

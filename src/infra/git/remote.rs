@@ -209,13 +209,14 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(Stri
         .collect();
     // Mirrored refs the remote no longer has go first (one could stand where the remote
     // now has refs below it: `x` then `x/y`).
+    let advertised: std::collections::HashSet<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
     for spec in refspecs {
         let Some((src, dst)) = spec.trim_start_matches('+').split_once(':') else { continue };
         let (Some(src), Some(dst)) = (src.strip_suffix('*'), dst.strip_suffix('*')) else { continue };
         for reference in repo.references_glob(&format!("{dst}*")).map_err(lib("list mirrors"))?.flatten() {
             let Ok(name) = reference.name().map(str::to_owned) else { continue };
             let theirs = format!("{src}{}", &name[dst.len()..]);
-            if !listed.iter().any(|(n, _)| *n == theirs) {
+            if !advertised.contains(theirs.as_str()) {
                 super::delete_ref(&repo, &name)?;
             }
         }
@@ -224,15 +225,29 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(Stri
         let mut options = git2::FetchOptions::new();
         options.download_tags(git2::AutotagOption::None);
         remote.download(refspecs, Some(&mut options)).map_err(lib(format!("fetch from {url}")))?;
-        let mut callbacks = RemoteCallbacks::new();
-        remote
-            .update_tips(
+        let mut tries = 0;
+        loop {
+            let mut callbacks = RemoteCallbacks::new();
+            let updated = remote.update_tips(
                 Some(&mut callbacks),
                 git2::RemoteUpdateFlags::UPDATE_FETCHHEAD,
                 git2::AutotagOption::None,
                 None,
-            )
-            .map_err(lib(format!("write what was fetched from {url}")))?;
+            );
+            match updated {
+                Err(e)
+                    if (e.code() == git2::ErrorCode::Locked || e.message().contains("failed to lock")) && tries < 3 =>
+                {
+                    tries += 1;
+                    let dirs: Vec<&str> = refspecs
+                        .iter()
+                        .filter_map(|s| s.split_once(':').map(|(_, d)| d.trim_end_matches('*')))
+                        .collect();
+                    sweep_stale_locks(git_dir, &dirs);
+                }
+                other => break other.map_err(lib(format!("write what was fetched from {url}")))?,
+            }
+        }
     }
     let _ = remote.disconnect();
     Ok(listed)
@@ -283,5 +298,31 @@ pub fn set_timeouts(connect: std::time::Duration, io: std::time::Duration) {
     unsafe {
         let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms(connect));
         let _ = git2::opts::set_server_timeout_in_milliseconds(ms(io));
+    }
+}
+
+/// Removes the lock files below `dirs` (refs a fetch writes, which only fetches write) once
+/// they are 2 s old, waiting up to 3 s for them to be: a live writer holds one for
+/// microseconds, so an older one is a killed fetch's.
+fn sweep_stale_locks(git_dir: &Path, dirs: &[&str]) {
+    const STALE: std::time::Duration = std::time::Duration::from_secs(2);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let locks: Vec<std::path::PathBuf> =
+            dirs.iter().flat_map(|d| super::lock_files(&git_dir.join(d))).map(|(path, _)| path).collect();
+        let mut young = false;
+        for lock in locks {
+            match super::file_age(&lock) {
+                Some(age) if age >= STALE => {
+                    let _ = std::fs::remove_file(&lock);
+                }
+                Some(_) => young = true,
+                None => {}
+            }
+        }
+        if !young || std::time::Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
