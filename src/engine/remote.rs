@@ -153,36 +153,52 @@ pub struct Pushed {
 /// to `remote`: branches and records only forward, a mark only from the value last seen
 /// there (a mark this workspace removed since is removed there).
 pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
+    // What was last seen there, before this fetch: a mark is this workspace's to send
+    // only when it changed here since.
+    let mirrors = format!("refs/mirrors/{}/", remote.name);
+    let before: BTreeMap<String, Oid> = bundle::refs(&ws.layout.repo(), &[format!("{mirrors}*")])?
+        .into_iter()
+        .map(|(n, o)| (format!("refs/{}", &n[mirrors.len()..]), o))
+        .collect();
     let seen = fetch(ws, remote)?;
+    // Trees handed to the fleet are its workers' to write: this workspace only reads them.
+    let ours = |name: &str| -> bool {
+        let key = name
+            .strip_prefix("refs/heads/agents/")
+            .or_else(|| name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')).map(|(_, k)| k));
+        !key.and_then(|k| AgentId::parse(k).ok()).is_some_and(|id| handed(ws, &id))
+    };
     let agents: Vec<AgentId> = ws
         .repo
         .branches("agents/")?
         .into_iter()
         .filter_map(|(b, _)| AgentId::parse(b.trim_start_matches("agents/")).ok())
+        .filter(|id| !handed(ws, id))
         .collect();
     for id in &agents {
         let driven = LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true);
         let base = seen.repo.get(&format!("refs/offshoot/{RECORDS}/{id}")).copied();
         commit_records(ws, id, base, !driven)?;
     }
-    let mine: Vec<(String, Oid)> = ws.repo.all_refs()?.into_iter().filter(|(n, _)| travels(n)).collect();
+    let mine: BTreeMap<String, Oid> = ws.repo.all_refs()?.into_iter().filter(|(n, _)| travels(n) && ours(n)).collect();
+    let is_mark =
+        |name: &str| name.starts_with("refs/offshoot/") && !name.starts_with(&format!("refs/offshoot/{RECORDS}/"));
     let mut updates = Vec::new();
     for (name, oid) in &mine {
         if seen.repo.get(name) == Some(oid) {
             continue;
         }
-        let mark = name.starts_with("refs/offshoot/") && !name.starts_with(&format!("refs/offshoot/{RECORDS}/"));
-        let expect = if mark { Expect::Exactly(seen.repo.get(name).copied()) } else { Expect::FastForward };
+        let expect = match is_mark(name) {
+            // Changed here since it was last seen there, from what was seen.
+            true if before.get(name) != Some(oid) => Expect::Exactly(before.get(name).copied()),
+            true => continue,
+            false => Expect::FastForward,
+        };
         updates.push(Update { local: Some(name.clone()), remote: name.clone(), expect });
     }
-    // A mark seen there that this workspace has removed since is removed there.
-    for (name, oid) in &seen.repo {
-        let removed = name.starts_with("refs/offshoot/")
-            && !name.starts_with(&format!("refs/offshoot/{RECORDS}/"))
-            && travels(name)
-            && !mine.iter().any(|(n, _)| n == name);
-        let mirrored = bundle::refs(&ws.layout.repo(), &[repo_mirror(&remote.name, name)])?;
-        if removed && mirrored.first().map(|(_, o)| o) == Some(oid) {
+    // A mark last seen there that this workspace has removed since is removed there.
+    for (name, oid) in &before {
+        if is_mark(name) && travels(name) && ours(name) && !mine.contains_key(name) && seen.repo.contains_key(name) {
             updates.push(Update { local: None, remote: name.clone(), expect: Expect::Exactly(Some(*oid)) });
         }
     }

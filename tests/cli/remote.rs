@@ -394,25 +394,32 @@ fn fleet(name: &str, children: usize) -> (Daemon, PathBuf, crate::support::serve
     let (server, laptop) = TestWorkspace::served(name, Dialect::Anthropic);
     laptop.run(&["remote", "add", "origin", &url]).ok();
     laptop.run(&["push"]).ok();
-    let calls = (1..=children)
-        .map(|i| {
-            let goal = format!("task {i}");
-            (
-                format!("d{i}"),
-                "dispatch".to_owned(),
-                serde_json::json!({"role": "worker", "goal": goal, "name": format!("Kid{i}")}).to_string(),
-            )
-        })
-        .collect();
-    server.push_for("Lead", [Turn { calls, ..Turn::default() }, Turn::text("dispatched them all")]);
-    for i in 1..=children {
-        server.push_for(
-            &format!("Kid{i}"),
-            [Turn::bash("b1", &format!("echo {i} > kid{i}.txt")), Turn::text(&format!("kid {i} done"))],
-        );
-    }
-    server.push_for("Lead", [Turn::text("all kids are back")]);
-    server.endless_text("nothing more");
+    // The model answers by what it is asked, so a step done again (its worker killed
+    // before it sent it) is answered as it was the first time.
+    server.respond_with(move |text: &str| {
+        let has_results = text.contains(r#""type":"tool_result""#);
+        if text.contains("Your name is Lead.") {
+            if !has_results {
+                let calls = (1..=children)
+                    .map(|i| {
+                        let goal = format!("task {i}");
+                        let input = serde_json::json!({"role": "worker", "goal": goal, "name": format!("Kid{i}")});
+                        (format!("d{i}"), "dispatch".to_owned(), input.to_string())
+                    })
+                    .collect();
+                return Turn { calls, ..Turn::default() };
+            }
+            let back = (1..=children).filter(|i| text.contains(&format!("kid {i} done"))).count();
+            return Turn::text(if back == children { "all kids are back" } else { "dispatched them all" });
+        }
+        if let Some(i) = (1..=children).find(|i| text.contains(&format!("Your name is Kid{i}."))) {
+            return match has_results {
+                true => Turn::text(&format!("kid {i} done")),
+                false => Turn::bash("b1", &format!("echo {i} > kid{i}.txt")),
+            };
+        }
+        Turn::text("nothing more")
+    });
     (daemon, root, server, laptop, url)
 }
 
