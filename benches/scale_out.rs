@@ -10,8 +10,9 @@
 //! killed with -9 (its drivers too: its machine gone) while it holds agents, and the time
 //! until the other has taken over every one, with leases of LEASE_MS.
 //!
-//! Run: `cargo bench --bench scale_out -- [AGENTS] [LATENCY_MS] [PER_WORKER] [LEASE_MS]`
-//! (default 300 2000 100 5000).
+//! Run: `cargo bench --bench scale_out -- [AGENTS] [LATENCY_MS] [PER_WORKER] [LEASE_MS]
+//! [TAKEOVER_ONLY]` (default 300 2000 100 5000 0). For the take-over the model answers
+//! after 60 s, so the killed worker's agents are all mid-call when it dies.
 
 #[path = "../tests/cli/support/daemon.rs"]
 mod daemon;
@@ -127,6 +128,7 @@ fn main() {
     let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let arg = |i: usize, default: u64| args.get(i).copied().unwrap_or(default);
     let (agents, latency_ms, per_worker, lease_ms) = (arg(0, 300), arg(1, 2000), arg(2, 100), arg(3, 5000));
+    let takeover_only = arg(4, 0) == 1;
     let server = Server::start_with(false);
     server.latency(Duration::from_millis(latency_ms));
     server.endless_text("done");
@@ -160,7 +162,7 @@ fn main() {
     bench.run(&["-w", &laptop_arg, "remote", "add", "origin", &bench.daemon.url("handed.git")]);
     bench.run(&["-w", &laptop_arg, "push"]);
     let started = Instant::now();
-    for n in 0..agents {
+    for n in (0..agents).filter(|_| !takeover_only) {
         bench.run(&["-w", &laptop_arg, "prompt", "--on", "origin", "--name", &format!("Agent{n}"), "Say done."]);
     }
     let handing = started.elapsed().as_secs_f64();
@@ -170,7 +172,7 @@ fn main() {
     println!("workers  wall s  agents/s  vs 1 worker  claims  conflicts  conflict rate");
 
     let mut one = None;
-    for workers in 1..=3u64 {
+    for workers in (1..=3u64).filter(|_| !takeover_only) {
         let repo = format!("run-{workers}.git");
         let url = bench.fresh_remote(&repo);
         let spaces: Vec<PathBuf> = (0..workers).map(|w| bench.workspace(&format!("w{workers}-{w}"), &url)).collect();
@@ -205,14 +207,25 @@ fn main() {
         );
     }
 
-    // Take-over: a worker's machine dies while it holds agents.
+    // Take-over: a worker's machine dies while it holds agents, all in a model call.
+    server.latency(Duration::from_secs(60));
+    // A remote of its own holding as many agents as the dying worker will drive.
     let repo = "takeover.git";
-    let url = bench.fresh_remote(repo);
+    let held_target = per_worker.min(20);
+    let init = Command::new("git").arg("init").arg("-q").arg("--bare").arg(bench.served.join(repo)).status();
+    assert!(init.expect("git").success());
+    let url = bench.daemon.url(repo);
+    bench.run(&["-w", &laptop_arg, "remote", "add", "take", &url]);
+    bench.run(&["-w", &laptop_arg, "push", "take"]);
+    for n in 0..held_target {
+        bench.run(&["-w", &laptop_arg, "prompt", "--on", "take", "--name", &format!("Held{n}"), "Say done."]);
+    }
     let (a, b) = (bench.workspace("take-a", &url), bench.workspace("take-b", &url));
-    let mut dying = bench.worker(&a, "dying", per_worker.min(20), lease_ms);
+    let mut dying = bench.worker(&a, "dying", held_target, lease_ms);
+    // (Its agents stay claimed: each waits a minute for its model.)
     let dying_events = events(&mut dying);
     let mut held = std::collections::BTreeSet::new();
-    while held.len() < per_worker.min(20) as usize {
+    while held.len() < held_target as usize {
         let (_, event) = dying_events.recv_timeout(Duration::from_secs(60)).expect("the first worker claims");
         match event["type"].as_str() {
             Some("claimed") => held.insert(event["agent"].as_str().unwrap_or("").to_owned()),
@@ -220,7 +233,7 @@ fn main() {
             _ => false,
         };
     }
-    let mut survivor = bench.worker(&b, "survivor", per_worker, lease_ms);
+    let mut survivor = bench.worker(&b, "survivor", held_target, lease_ms);
     let survivor_events = events(&mut survivor);
     std::thread::sleep(Duration::from_millis(300));
     for (_, event) in dying_events.try_iter() {

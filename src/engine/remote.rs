@@ -114,11 +114,7 @@ pub(super) struct Seen {
 /// Fetches everything of the remote into the mirrors, dropping mirrored refs it no
 /// longer has.
 pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
-    let unreachable = |e: GitError| RemoteError::Unreachable {
-        name: remote.name.clone(),
-        url: remote.url.clone(),
-        reason: e.to_string(),
-    };
+    let unreachable = |e: GitError| unreachable(remote, e);
     let r = &remote.name;
     let repo_specs = vec![
         format!("+refs/heads/*:refs/mirrors/{r}/heads/*"),
@@ -243,7 +239,13 @@ pub(super) fn project_updates(ws: &Workspace, seen: &Seen, only_ahead: bool) -> 
 }
 
 pub(super) fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
-    RemoteError::Unreachable { name: remote.name.clone(), url: remote.url.clone(), reason: e.to_string() }
+    let reason = match remote::unsupported(&remote.url) {
+        Some(what) => format!(
+            "this offshoot's git speaks git:// and paths (and plain http://), not {what} (serve the repository with `git daemon`, or reach it through a path)"
+        ),
+        None => e.to_string(),
+    };
+    RemoteError::Unreachable { name: remote.name.clone(), url: remote.url.clone(), reason }
 }
 
 /// Files each outcome of `updates` in `pushed`, and mirrors what was sent.

@@ -788,8 +788,11 @@ impl<'w> Worker<'w> {
         let with_mail: HashSet<&str> =
             seen.repo.keys().filter_map(|n| n.strip_prefix("refs/offshoot/inbox/")?.split('/').next()).collect();
         let replied = |id: &AgentId| seen.repo.get(&format!("refs/offshoot/{}/{id}", Mark::Replied.kind())).copied();
+        // A few at a time: the next round sees what other workers claimed meanwhile, so
+        // workers starting together do not all reach for the same agents.
+        let mut budget = (self.options.max_agents / 8).max(2);
         for (id, tip) in candidates {
-            if self.owned.len() >= self.options.max_agents {
+            if self.owned.len() >= self.options.max_agents || budget == 0 {
                 break;
             }
             // Held by another worker, as far as this one has seen: not even looked at.
@@ -833,6 +836,7 @@ impl<'w> Worker<'w> {
             let claimed = self.claims()?.claim(id.as_str(), Instant::now())?;
             match claimed {
                 Claimed::Mine { took_over } => {
+                    budget -= 1;
                     std::fs::write(ws.layout.worker_claim(&id), self.options.name.as_bytes()).map_err(local)?;
                     self.owned.insert(id.clone(), Owned { pushed: tip, launched: None, records_at: None });
                     self.tally.claimed += 1;
@@ -841,7 +845,10 @@ impl<'w> Worker<'w> {
                     }
                     on(Event::Claimed { agent: id.to_string(), took_over });
                 }
-                Claimed::Lost => self.tally.conflicts += 1,
+                Claimed::Lost => {
+                    budget = budget.saturating_sub(1);
+                    self.tally.conflicts += 1;
+                }
                 Claimed::Busy { .. } => {}
             }
         }

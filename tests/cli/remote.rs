@@ -244,6 +244,17 @@ fn a_workspace_is_not_made_from_a_remote_that_cannot_be_read_or_holds_nothing_to
     assert_eq!(unreachable.code, 1, "{}", unreachable.stderr);
     assert!(unreachable.stderr.contains("cannot reach remote `origin`"), "{}", unreachable.stderr);
     assert!(!t.ws.exists(), "nothing is left half-made");
+    // A transport this build leaves out is named, not a socket error.
+    for (url, what) in [
+        ("ssh://git@127.0.0.1/x.git", "not ssh"),
+        ("git@127.0.0.1:x.git", "not ssh"),
+        ("https://127.0.0.1/x.git", "not https"),
+    ] {
+        let missing = t.run_bare(&["new", "--from", url, &ws]);
+        assert_eq!(missing.code, 1, "{url}: {}", missing.stderr);
+        assert!(missing.stderr.contains(what), "{url}: {}", missing.stderr);
+        assert!(!t.ws.exists(), "nothing is left half-made");
+    }
     let bad = t.run_bare(&["new", "--from", "ftp://host/x.git", &ws]);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(!t.ws.exists());
@@ -752,5 +763,29 @@ fn an_agent_whose_drivers_keep_failing_on_a_worker_is_reported_dead_once_and_lef
     // One when its goal came, three at the step it died at.
     assert_eq!(log.matches(&format!("started a driver for `{id}`")).count(), 4, "{log}");
     assert_eq!(log.matches("died three times").count(), 1, "{log}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn pull_follow_brings_what_the_remote_gets_until_it_is_stopped() {
+    let (_daemon, root, _server, laptop, url) = fleet("fleet-follow", 0);
+    let mut watcher = TestWorkspace::new("fleet-follow-watcher");
+    made_from(&mut watcher, &url).ok();
+    let log = std::fs::File::create(watcher.root.join("follow.log")).expect("log");
+    let follow = watcher
+        .command()
+        .args(["pull", "--follow", "--every-ms", "200"])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map(WorkerProcess)
+        .expect("pull --follow");
+    laptop.run(&["prompt", "--on", "origin", "--name", "Watched", "say hi"]).ok();
+    crate::support::wait::wait_for_within("the agent seen", std::time::Duration::from_secs(30), || {
+        watcher.agents().iter().any(|a| a["name"] == "Watched")
+    });
+    stop_worker(follow);
+    let said = std::fs::read_to_string(watcher.root.join("follow.log")).expect("log");
+    assert!(said.contains("1 agents and 0 config lineages new or moved on"), "{said}");
     let _ = std::fs::remove_dir_all(&root);
 }

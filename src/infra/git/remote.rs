@@ -326,3 +326,21 @@ fn sweep_stale_locks(git_dir: &Path, dirs: &[&str]) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// What this build's libgit2 cannot speak of `url`, if anything: ssh (`ssh://`,
+/// `user@host:path`) and https need its libssh2 and TLS transports, which this build
+/// leaves out (git://, plain http:// and paths need neither).
+pub fn unsupported(url: &str) -> Option<&'static str> {
+    let version = git2::Version::get();
+    let scheme = url.split_once("://").map(|(s, _)| s);
+    let scp_like = scheme.is_none()
+        && url.split_once(':').is_some_and(|(host, _)| host.contains('@') || !host.contains('/'))
+        && !url.starts_with('/')
+        && !url.starts_with('.');
+    match scheme {
+        Some("ssh") if !version.ssh() => Some("ssh"),
+        Some("https") if !version.https() => Some("https"),
+        None if scp_like && !version.ssh() => Some("ssh"),
+        _ => None,
+    }
+}
