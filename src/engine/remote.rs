@@ -38,6 +38,10 @@ pub enum RemoteError {
     Which(String),
     #[error("this workspace has no remote; `offshoot remote add <name> <url>` adds one")]
     None,
+    #[error(
+        "remote `{name}` ({url}) cannot share agents: this offshoot's git speaks git:// (and plain http://), not {what}; serve the repository with `git daemon --enable=receive-pack` (through an ssh tunnel if it must cross a network)"
+    )]
+    Unsupported { name: String, url: String, what: &'static str },
     #[error("cannot reach remote `{name}` ({url}): {reason}")]
     Unreachable { name: String, url: String, reason: String },
     #[error("the remote's `{name}` reaches object {missing}, which it did not send")]
@@ -76,6 +80,9 @@ pub fn resolve(ws: &Workspace, name: Option<&str>) -> Result<Remote> {
             },
         },
     };
+    if let Some(what) = remote::unsupported(&found.1) {
+        return Err(RemoteError::Unsupported { name: found.0, url: found.1, what });
+    }
     Ok(Remote { name: found.0, url: found.1 })
 }
 
@@ -158,7 +165,19 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
         .collect();
     let seen = fetch(ws, remote)?;
     // Trees handed to the fleet are its workers' to write: this workspace only reads them.
+    let names = format!("refs/offshoot/{}/", Mark::Names.kind());
     let ours = |name: &str| -> bool {
+        // A name's claim is its agent's (the id it holds, here or as last seen there).
+        if name.starts_with(&names) {
+            let holder = |oid: Option<&Oid>| {
+                oid.and_then(|o| ws.repo.read_blob(*o).ok())
+                    .and_then(|b| AgentId::parse(String::from_utf8_lossy(&b).trim()).ok())
+            };
+            let here =
+                bundle::refs(&ws.layout.repo(), &[name.to_owned()]).ok().and_then(|r| r.first().map(|(_, o)| *o));
+            let owner = holder(here.as_ref()).or_else(|| holder(before.get(name)));
+            return !owner.is_some_and(|id| handed(ws, &id));
+        }
         let key = name
             .strip_prefix("refs/heads/agents/")
             .or_else(|| name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')).map(|(_, k)| k));
@@ -240,9 +259,7 @@ pub(super) fn project_updates(ws: &Workspace, seen: &Seen, only_ahead: bool) -> 
 
 pub(super) fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
     let reason = match remote::unsupported(&remote.url) {
-        Some(what) => format!(
-            "this offshoot's git speaks git:// and paths (and plain http://), not {what} (serve the repository with `git daemon`, or reach it through a path)"
-        ),
+        Some(what) => format!("this offshoot's git speaks git:// (and plain http://), not {what}"),
         None => e.to_string(),
     };
     RemoteError::Unreachable { name: remote.name.clone(), url: remote.url.clone(), reason }
@@ -470,9 +487,10 @@ pub(super) fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit
         }
         let rel = format!("steps/{id}/{path}");
         let bytes = ws.repo.read_blob(blob)?;
-        door.write(Path::new(&rel), &bytes, None, false)
-            .map_err(|e| RemoteError::Write { path: rel.clone(), reason: e.to_string() })?;
-        written.insert(number);
+        // One that cannot be written here (a name too long, a place taken) is passed over.
+        if door.write(Path::new(&rel), &bytes, None, false).is_ok() {
+            written.insert(number);
+        }
     }
     Ok(written.len())
 }

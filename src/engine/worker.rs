@@ -419,7 +419,19 @@ impl<'w> Worker<'w> {
                     moved = true;
                     self.lose(&id, on);
                 }
-                (Outcome::Moved { .. }, None) => moved = true,
+                (Outcome::Moved { .. }, None) => {
+                    moved = true;
+                    // Records moved there: gathered again on the new base next round.
+                    let records = format!("refs/offshoot/{}/", remote::RECORDS);
+                    if let Some(owned) = update
+                        .remote
+                        .strip_prefix(&records)
+                        .and_then(|a| AgentId::parse(a).ok())
+                        .and_then(|a| self.owned.get_mut(&a))
+                    {
+                        owned.records_at = None;
+                    }
+                }
                 _ => {}
             }
         }
@@ -460,9 +472,19 @@ impl<'w> Worker<'w> {
         Ok(dirty)
     }
 
-    /// `project.git`'s branches this workspace moved on: forward only.
+    /// The project branches of the agents it holds and may write, moved on here: forward
+    /// only. (Any other's is its holder's to send.)
     fn push_project(&self, seen: &Seen) -> Result<()> {
-        let updates = remote::project_updates(self.ws, seen, true)?;
+        let mut own = HashSet::new();
+        for id in self.owned.keys().filter(|id| self.fresh(id)) {
+            if let Some(tip) = self.ws.repo.branch_tip(&id.branch())?
+                && let Ok(facts) = super::snapshot::read_facts(&self.ws.repo, tip)
+            {
+                own.insert(format!("refs/heads/{}", facts.project_branch()));
+            }
+        }
+        let mut updates = remote::project_updates(self.ws, seen, true)?;
+        updates.retain(|u| u.local.as_ref().is_some_and(|l| own.contains(l)));
         if !updates.is_empty() {
             wire::push(&self.ws.layout.project(), &self.remote.url, &updates)
                 .map_err(|e| remote::unreachable(&self.remote, e))?;
@@ -495,7 +517,8 @@ impl<'w> Worker<'w> {
                             false => seen.repo.get(&format!("refs/heads/{}", sender.branch())).copied(),
                         };
                         let caused = match tip {
-                            Some(tip) => caused(ws, &p.text, &sender, &recipient, tip)?,
+                            // A branch that does not read holds no cause.
+                            Some(tip) => caused(ws, &p.text, &sender, &recipient, tip).unwrap_or(false),
                             None => false,
                         };
                         if !caused && !mine {
@@ -673,12 +696,13 @@ impl<'w> Worker<'w> {
                     })
                     .collect())
             };
-            let on_remote = identities(Some(self.owned[&id].pushed))?;
+            let Ok(on_remote) = identities(Some(self.owned[&id].pushed)) else { continue };
             // The inbox first, then the transcript: a delivery commits before it removes
             // the file, so a message being delivered meanwhile is seen in one of them.
             let pending = inbox::pending(&ws.layout, &id).map_err(local)?;
             let mut here: HashSet<String> = pending.iter().map(|p| messages::identity(&p.text)).collect();
-            here.extend(identities(ws.repo.branch_tip(&id.branch())?)?);
+            let Ok(held) = identities(ws.repo.branch_tip(&id.branch())?) else { continue };
+            here.extend(held);
             for (name, value) in waiting {
                 let Some(bytes) = bundle::blob(&ws.layout.repo(), *value) else { continue };
                 let text = String::from_utf8_lossy(&bytes).into_owned();
@@ -703,7 +727,7 @@ impl<'w> Worker<'w> {
                 .map_err(|e| remote::unreachable(&self.remote, e))?;
         }
         for id in woken {
-            if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_none() {
+            if self.fresh(&id) && ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_none() {
                 self.start(&id, on)?;
             }
         }
@@ -744,7 +768,8 @@ impl<'w> Worker<'w> {
                 continue;
             }
             let parent = id.parent().map(|p| p.to_string());
-            if lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_err(local)?.is_none() {
+            // An agent whose branch does not read has nothing a driver could do.
+            if lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten().is_none() {
                 continue;
             }
             match self.owned[&id].launched {
@@ -816,7 +841,8 @@ impl<'w> Worker<'w> {
             let left = match self.work_seen.get(&id) {
                 Some((at, left)) if *at == key => *left,
                 _ => {
-                    let left = lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_err(local)?;
+                    // One that does not read is passed over, not the round's failure.
+                    let left = lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten();
                     self.work_seen.insert(id.clone(), (key, left));
                     left
                 }
@@ -833,6 +859,12 @@ impl<'w> Worker<'w> {
                 continue;
             }
             self.unstarted.remove(&id);
+            // Not on a lineage this worker could not make its own (its drivers would only
+            // fail, and report the agent dead for the whole fleet).
+            let lineage = super::snapshot::read_facts(&ws.repo, tip).map(|f| f.lineage).unwrap_or_default();
+            if !self.rebased.contains_key(&lineage) {
+                continue;
+            }
             let claimed = self.claims()?.claim(id.as_str(), Instant::now())?;
             match claimed {
                 Claimed::Mine { took_over } => {
@@ -894,8 +926,7 @@ impl<'w> Worker<'w> {
             let parent = id.parent().map(|p| p.to_string());
             let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
                 || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes());
-            if !stopped && lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_err(local)?.is_some()
-            {
+            if !stopped && lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten().is_some() {
                 continue;
             }
             self.claims()?.release(id.as_str())?;

@@ -249,9 +249,12 @@ fn a_workspace_is_not_made_from_a_remote_that_cannot_be_read_or_holds_nothing_to
         ("ssh://git@127.0.0.1/x.git", "not ssh"),
         ("git@127.0.0.1:x.git", "not ssh"),
         ("https://127.0.0.1/x.git", "not https"),
+        // libgit2's local transport has no compare-and-swap.
+        ("/srv/git/x.git", "not a path"),
+        ("file:///srv/git/x.git", "not a path"),
     ] {
         let missing = t.run_bare(&["new", "--from", url, &ws]);
-        assert_eq!(missing.code, 1, "{url}: {}", missing.stderr);
+        assert_eq!(missing.code, 2, "{url}: {}", missing.stderr);
         assert!(missing.stderr.contains(what), "{url}: {}", missing.stderr);
         assert!(!t.ws.exists(), "nothing is left half-made");
     }

@@ -52,6 +52,11 @@ fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliEr
     if std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some()) {
         return Err(CliError::usage(format!("{} exists and is not empty", path.display())));
     }
+    if let Some(what) = crate::infra::git::remote::unsupported(url) {
+        return Err(CliError::usage(format!(
+            "remote URL `{url}` cannot share agents: this offshoot's git speaks git:// (and plain http://), not {what}; serve the repository with `git daemon --enable=receive-pack`"
+        )));
+    }
     let existed = path.exists();
     let made = (|| -> Result<(Workspace, crate::engine::remote::Pulled), CliError> {
         let ws = Workspace::create_bare(path)?;

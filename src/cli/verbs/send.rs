@@ -34,6 +34,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         let remote = crate::engine::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?;
         let deposit = crate::domain::inbox::Deposit {
             model: args.choice.model.clone(),
+            // Its identity wherever it travels: the same words sent twice are two messages.
+            key: Some(format!("user:{:08x}{:08x}", crate::engine::random_u32(), crate::engine::random_u32())),
             ..crate::domain::inbox::Deposit::new("user", crate::infra::time::Timestamp::now(), &message)
         };
         crate::engine::remote::send_to(&ws, &remote, &id, &deposit.render()).map_err(super::sync::error)?;

@@ -327,20 +327,24 @@ fn sweep_stale_locks(git_dir: &Path, dirs: &[&str]) {
     }
 }
 
-/// What this build's libgit2 cannot speak of `url`, if anything: ssh (`ssh://`,
-/// `user@host:path`) and https need its libssh2 and TLS transports, which this build
-/// leaves out (git://, plain http:// and paths need neither).
+/// Why `url` cannot be a remote of agents here, if it cannot: ssh (`ssh://`,
+/// `user@host:path`) and https need libgit2's libssh2 and TLS transports, which this
+/// build leaves out; a path or `file://` goes through libgit2's local transport, which
+/// writes refs without comparing their old values (no compare-and-swap: two workers
+/// could both win a claim) and cannot fetch refs that point at blobs (every mark).
 pub fn unsupported(url: &str) -> Option<&'static str> {
     let version = git2::Version::get();
     let scheme = url.split_once("://").map(|(s, _)| s);
     let scp_like = scheme.is_none()
-        && url.split_once(':').is_some_and(|(host, _)| host.contains('@') || !host.contains('/'))
         && !url.starts_with('/')
-        && !url.starts_with('.');
+        && !url.starts_with('.')
+        && url.split_once(':').is_some_and(|(host, _)| !host.contains('/'));
     match scheme {
         Some("ssh") if !version.ssh() => Some("ssh"),
         Some("https") if !version.https() => Some("https"),
+        Some("file") => Some("a path (`file://`)"),
         None if scp_like && !version.ssh() => Some("ssh"),
+        None if !scp_like => Some("a path"),
         _ => None,
     }
 }
