@@ -101,11 +101,6 @@ pub fn open(
     Ok((tracked, repairs))
 }
 
-/// Where the agent's git stood at `tip`, with its project branch made to exist:
-/// recreated at the recorded head if it is gone. An agent from before positions were
-/// What of agent `id`'s git a person's `git` in its directory would run that the agent
-/// put there — its git's config or hooks, a `.git` of its own — for when no driver of
-/// it runs to put it back (one killed during a call). A git directory that is gone
 /// Where directories being removed go first (`<workspace>/tmp/trash-…`): out of
 /// `agents/` in one rename, so a removal cut short by a kill leaves the agent's
 /// directory whole or gone — never half, which the next scan would commit as the
@@ -144,6 +139,10 @@ pub fn sweep_trash(ws: &Workspace) {
         }
     }
 }
+
+/// What of agent `id`'s git a person's `git` in its directory would run that the agent
+/// put there — its git's config or hooks, a `.git` of its own — for when no driver of
+/// it runs to put it back (one killed during a call). A git directory that is gone
 /// runs nothing (the next run makes it again).
 pub fn planted(ws: &Workspace, id: &AgentId) -> Vec<&'static str> {
     tend(ws, id, false).unwrap_or_default()
@@ -164,13 +163,18 @@ fn tend(ws: &Workspace, id: &AgentId, mend: bool) -> Result<Vec<&'static str>, G
     let dot_git = dir.is_dir() && ws.project.attachment(id.as_str(), &dir) == Attachment::DotGitWrong;
     let mut found = if mend { ws.project.put_back_config(id.as_str())? } else { ws.project.planted(id.as_str())? };
     if dot_git {
+        // One that is missing (an attachment a kill cut short before writing it) runs nothing.
+        if dir.join(".git").symlink_metadata().is_ok() {
+            found.push(".git");
+        }
         if mend {
             ws.project.restore_dot_git(id.as_str(), &dir)?;
         }
-        found.push(".git");
     }
     Ok(found)
 }
+/// Where the agent's git stood at `tip`, with its project branch made to exist:
+/// recreated at the recorded head if it is gone. An agent from before positions were
 /// recorded works on a branch named after it, from `main`.
 pub fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> Result<Position, GitError> {
     let recorded =

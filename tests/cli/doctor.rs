@@ -126,3 +126,30 @@ fn a_lock_left_by_a_killed_driver_does_not_stop_the_next() {
     assert!(run.ok().contains("two"), "{}", run.stderr);
     t.run(&["doctor"]).ok();
 }
+
+#[test]
+fn an_agents_git_a_kill_left_half_made_is_no_finding_and_the_next_run_makes_it_whole() {
+    let (server, t) = TestWorkspace::served("doctor-half-git", Dialect::Anthropic);
+    server.push_turns([
+        Turn::bash("c1", "echo hi"),
+        Turn::text("done"),
+        Turn::bash("c2", "echo again"),
+        Turn::text("again"),
+    ]);
+    t.run(&["prompt", "--name", "Ada", "go"]).ok();
+    let id = t.only_agent();
+    // What a kill during the attachment leaves: no hooks directory, no config, no `.git`.
+    let git = t.ws.join("gits").join(&id);
+    std::fs::remove_dir(git.join("hooks")).expect("hooks");
+    std::fs::remove_file(git.join("config")).expect("config");
+    let dot_git = t.ws.join("agents").join(&id).join(".git");
+    std::fs::remove_file(&dot_git).expect(".git");
+    let run = t.run(&["doctor"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let sent = t.run(&["send", "Ada", "again"]);
+    assert_eq!(sent.code, 0, "{}", sent.stderr);
+    for made in [git.join("hooks"), git.join("config"), dot_git.clone()] {
+        assert!(made.exists(), "{} was not made again", made.display());
+    }
+    assert_eq!(t.run(&["doctor"]).code, 0);
+}

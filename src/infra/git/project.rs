@@ -213,22 +213,30 @@ impl Project {
     fn tend_config(&self, id: &str, mend: bool) -> Result<Vec<&'static str>> {
         let git = Beneath::open_kept(&self.git_dir(id))?;
         let mut found = Vec::new();
+        // A config or hooks directory that is missing runs nothing: an attachment a kill
+        // cut short leaves them so, and the agent removing them plants nothing. Mending
+        // makes them again all the same, unsaid.
         let config = Path::new("config");
         if git.read(config, 64 << 10).ok().as_deref() != Some(AGENT_CONFIG.as_bytes()) {
+            if git.kind(config)?.is_some() {
+                found.push("config");
+            }
             if mend {
                 git.write(config, AGENT_CONFIG.as_bytes(), None, true)?;
             }
-            found.push("config");
         }
         let hooks = Path::new("hooks");
-        let empty = git.kind(hooks)? == Some(Kind::Dir)
+        let kind = git.kind(hooks)?;
+        let empty = kind == Some(Kind::Dir)
             && std::fs::read_dir(self.git_dir(id).join("hooks")).is_ok_and(|mut d| d.next().is_none());
         if !empty {
             if mend {
                 git.remove_all(hooks)?;
                 git.create_dir_all(hooks)?;
             }
-            found.push("hooks");
+            if kind.is_some() {
+                found.push("hooks");
+            }
         }
         for name in ELSEWHERE {
             if git.kind(Path::new(name))?.is_some() {

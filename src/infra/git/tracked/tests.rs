@@ -87,6 +87,12 @@ fn the_directory_has_a_git_directory_of_its_own() {
     assert_eq!(project.put_back_config("a").expect("put back"), ["config", "hooks"]);
     assert!(!std::fs::read_to_string(dir.join("gits/a/config")).expect("read").contains("fsmonitor"));
     assert!(!dir.join("gits/a/hooks/post-commit").exists());
+    // Missing (an attachment a kill cut short) they run nothing: not reported, made again.
+    std::fs::remove_dir(dir.join("gits/a/hooks")).expect("rmdir");
+    std::fs::remove_file(dir.join("gits/a/config")).expect("rm");
+    assert!(project.planted("a").expect("check").is_empty());
+    assert!(project.put_back_config("a").expect("put back").is_empty());
+    assert!(dir.join("gits/a/hooks").is_dir() && dir.join("gits/a/config").is_file());
     // git skips blanks after `ref:`, so does this.
     std::fs::write(dir.join("gits/a/HEAD"), "ref:refs/heads/Agent\n").expect("write");
     assert_eq!(project.attachment("a", &root), crate::infra::git::Attachment::Attached);
