@@ -42,6 +42,8 @@ pub fn real(path: PathBuf) -> PathBuf {
 impl Ctx {
     pub fn from_env(workspace: Option<PathBuf>, json: bool) -> Ctx {
         let env = Env::new(std::env::vars());
+        // The user's own programs a remote is reached through (ssh, credential helpers).
+        crate::infra::git::transport::set_environment(env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect());
         let home = env.get("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
         let (data_root, config_root) = match env.get("OFFSHOOT_HOME") {
             Some(root) => (PathBuf::from(root), PathBuf::from(root)),

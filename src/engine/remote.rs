@@ -39,7 +39,7 @@ pub enum RemoteError {
     #[error("this workspace has no remote; `offshoot remote add <name> <url>` adds one")]
     None,
     #[error(
-        "remote `{name}` ({url}) cannot share agents: this offshoot's git speaks git:// (and plain http://), not {what}; serve the repository with `git daemon --enable=receive-pack` (through an ssh tunnel if it must cross a network)"
+        "remote `{name}` ({url}) cannot share agents: it is {what}, whose transport cannot compare-and-swap a ref; reach the repository over ssh (`host:path`), https or `git daemon --enable=receive-pack`"
     )]
     Unsupported { name: String, url: String, what: &'static str },
     #[error("cannot reach remote `{name}` ({url}): {reason}")]

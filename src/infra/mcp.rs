@@ -171,7 +171,7 @@ impl Client {
                 sandbox: program.sandbox.as_deref(),
                 pgid_record: None,
             };
-            let mut process = process::serve(&spec, &program.log).map_err(|e| McpError::Start(e.to_string()))?;
+            let mut process = process::serve(&spec, Some(&program.log)).map_err(|e| McpError::Start(e.to_string()))?;
             let (stdin, stdout) = process.pipes().ok_or_else(|| McpError::Start("its pipes are gone".into()))?;
             let pipes = (|| -> std::io::Result<_> {
                 let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)?;

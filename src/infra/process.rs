@@ -233,6 +233,8 @@ impl Served {
 impl Drop for Served {
     fn drop(&mut self) {
         kill_group(self.child.id());
+        // One in our own group ([`Group::Terminal`]) is not a group's leader.
+        let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
@@ -258,26 +260,34 @@ fn dies_with_parent(command: &mut Command) {
 /// a server that never stops writing neither blocks nor fills the disk).
 pub const SERVED_LOG_MAX: u64 = 8 * 1024 * 1024;
 
-/// Starts `spec` (in a group of its own) with pipes for its stdin and stdout and its
-/// stderr appended to `log` (at most [`SERVED_LOG_MAX`] bytes of it, by a thread that
-/// ends with the pipe), and leaves it running.
-pub fn serve(spec: &Spec, log: &Path) -> Result<Served, ProcessError> {
+/// Starts `spec` with pipes for its stdin and stdout and its stderr appended to `log`
+/// (at most [`SERVED_LOG_MAX`] bytes of it, by a thread that ends with the pipe) or, with
+/// no log, shown on ours (a user's own program speaking to the user: ssh), and leaves it
+/// running.
+pub fn serve(spec: &Spec, log: Option<&Path>) -> Result<Served, ProcessError> {
     let program = spec.program.display().to_string();
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
     let inherited = spec.sandbox.map(Jail::inheritable).transpose().map_err(spawn_err)?;
     let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd))?;
-    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
-    // A log that reached its size starts over: what this start says is kept.
-    if file.metadata().is_ok_and(|m| m.len() >= SERVED_LOG_MAX) {
-        let _ = file.set_len(0);
-    }
-    command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let file = match log {
+        Some(log) => {
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
+            // A log that reached its size starts over: what this start says is kept.
+            if file.metadata().is_ok_and(|m| m.len() >= SERVED_LOG_MAX) {
+                let _ = file.set_len(0);
+            }
+            Some(file)
+        }
+        None => None,
+    };
+    command.stdin(Stdio::piped()).stdout(Stdio::piped());
+    command.stderr(if file.is_some() { Stdio::piped() } else { Stdio::inherit() });
     if spec.sandbox.is_none() {
         dies_with_parent(&mut command);
     }
     let mut child = command.spawn().map_err(spawn_err)?;
     drop(inherited);
-    if let Some(mut stderr) = child.stderr.take() {
+    if let (Some(mut stderr), Some(mut file)) = (child.stderr.take(), file) {
         let mut room = SERVED_LOG_MAX.saturating_sub(file.metadata().map(|m| m.len()).unwrap_or(0));
         std::thread::spawn(move || {
             let mut buf = [0u8; 8192];

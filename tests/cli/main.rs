@@ -39,4 +39,5 @@ mod signals;
 mod snapshots;
 mod stress;
 mod tools;
+mod transports;
 mod verbs;

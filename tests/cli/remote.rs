@@ -96,6 +96,9 @@ fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
         (vec!["remote", "add", "pw", "https://me:secret@host/x.git"], "may not hold a password"),
         (vec!["remote", "add", "odd", "ftp://host/x.git"], "must use git://"),
         (vec!["remote", "add", "nohost", "git:///x.git"], "has no host"),
+        (vec!["remote", "add", "opt", "ssh://-oProxyCommand=touch%20x/r.git"], "is not one ssh may be given"),
+        (vec!["remote", "add", "opt2", "--", "-oProxyCommand=x:r.git"], "is not one ssh may be given"),
+        (vec!["remote", "add", "port", "ssh://host:http/r.git"], "is not a number"),
         (vec!["remote", "remove", "nowhere"], "there is no remote `nowhere`"),
     ] {
         let run = t.run(&args);
@@ -110,7 +113,7 @@ fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
 }
 
 /// A bare repository `name` under `served`, for a daemon to serve.
-fn bare(served: &Path, name: &str) {
+pub(crate) fn bare(served: &Path, name: &str) {
     std::fs::create_dir_all(served).expect("served");
     git(&served.join(name), &["init", "-q", "--bare"]);
     // Every update of a branch is kept, to check that each only moved forward.
@@ -118,18 +121,18 @@ fn bare(served: &Path, name: &str) {
 }
 
 /// A workspace made by `new --from url` in place of `t`'s own.
-fn made_from(t: &mut TestWorkspace, url: &str) -> crate::support::workspace::Run {
+pub(crate) fn made_from(t: &mut TestWorkspace, url: &str) -> crate::support::workspace::Run {
     std::fs::remove_dir_all(&t.ws).expect("remove the workspace new made");
     let ws = t.ws.to_str().expect("utf-8").to_owned();
     t.run_bare(&["new", "--from", url, &ws])
 }
 
-fn json_of(run: &crate::support::workspace::Run) -> serde_json::Value {
+pub(crate) fn json_of(run: &crate::support::workspace::Run) -> serde_json::Value {
     serde_json::from_str(run.ok().lines().last().expect("a line")).expect("json")
 }
 
 /// What `ls` says of an agent that must read the same anywhere.
-fn described(t: &TestWorkspace) -> Vec<serde_json::Value> {
+pub(crate) fn described(t: &TestWorkspace) -> Vec<serde_json::Value> {
     t.agents()
         .into_iter()
         .map(|a| {
@@ -240,15 +243,14 @@ fn a_workspace_is_not_made_from_a_remote_that_cannot_be_read_or_holds_nothing_to
     assert!(!t.ws.exists(), "nothing is left half-made");
     let port = std::net::TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
     let ws = t.ws.to_str().expect("utf-8").to_owned();
-    let unreachable = t.run_bare(&["new", "--from", &format!("git://127.0.0.1:{port}/x.git"), &ws]);
-    assert_eq!(unreachable.code, 1, "{}", unreachable.stderr);
-    assert!(unreachable.stderr.contains("cannot reach remote `origin`"), "{}", unreachable.stderr);
-    assert!(!t.ws.exists(), "nothing is left half-made");
-    // A transport this build leaves out is named, not a socket error.
+    for scheme in ["git", "https"] {
+        let unreachable = t.run_bare(&["new", "--from", &format!("{scheme}://127.0.0.1:{port}/x.git"), &ws]);
+        assert_eq!(unreachable.code, 1, "{}", unreachable.stderr);
+        assert!(unreachable.stderr.contains("cannot reach remote `origin`"), "{}", unreachable.stderr);
+        assert!(!t.ws.exists(), "nothing is left half-made");
+    }
+    // A transport without compare-and-swap is named, not a socket error.
     for (url, what) in [
-        ("ssh://git@127.0.0.1/x.git", "not ssh"),
-        ("git@127.0.0.1:x.git", "not ssh"),
-        ("https://127.0.0.1/x.git", "not https"),
         // libgit2's local transport has no compare-and-swap.
         ("/srv/git/x.git", "not a path"),
         ("file:///srv/git/x.git", "not a path"),
@@ -331,7 +333,15 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
 /// A machine for a worker: a workspace made from `url`, with a key, and a template whose
 /// providers are the laptop's (a worker runs every config with its own).
 fn machine(name: &str, url: &str, laptop: &TestWorkspace) -> TestWorkspace {
+    machine_with(name, url, laptop, &[])
+}
+
+/// [`machine`] with its commands run with `env`.
+pub(crate) fn machine_with(name: &str, url: &str, laptop: &TestWorkspace, env: &[(&str, &str)]) -> TestWorkspace {
     let mut w = TestWorkspace::new(name);
+    for (k, v) in env {
+        w.env(k, v);
+    }
     made_from(&mut w, url).ok();
     w.env("ANTHROPIC_API_KEY", "test-key");
     let template = w.home.join("template");
@@ -343,7 +353,7 @@ fn machine(name: &str, url: &str, laptop: &TestWorkspace) -> TestWorkspace {
 
 /// A worker of remote `origin` run from `t`'s workspace, its stderr appended to
 /// `<root>/worker.log`.
-fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> WorkerProcess {
+pub(crate) fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> WorkerProcess {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(t.root.join("worker.log")).expect("log");
     t.command()
         .args([
@@ -364,13 +374,13 @@ fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> WorkerProcess {
         .expect("worker")
 }
 
-fn worker_log(t: &TestWorkspace) -> String {
+pub(crate) fn worker_log(t: &TestWorkspace) -> String {
     std::fs::read_to_string(t.root.join("worker.log")).unwrap_or_default()
 }
 
 /// Stops a worker as Ctrl-C would, and waits for it.
 /// A worker process, killed if a test ends (or fails) without stopping it.
-struct WorkerProcess(Child);
+pub(crate) struct WorkerProcess(Child);
 
 impl Drop for WorkerProcess {
     fn drop(&mut self) {
@@ -381,7 +391,7 @@ impl Drop for WorkerProcess {
     }
 }
 
-fn stop_worker(mut worker: WorkerProcess) {
+pub(crate) fn stop_worker(mut worker: WorkerProcess) {
     let _ = Command::new("kill").args(["-TERM", &worker.0.id().to_string()]).status();
     let _ = worker.0.wait();
 }
@@ -400,13 +410,33 @@ fn delivered(t: &TestWorkspace, name: &str) -> Vec<(String, String)> {
 /// A laptop with a scripted server and remote `origin` (its config sent there), and a
 /// root `Lead` dispatching `children` in one step, each child answering after a bash call.
 fn fleet(name: &str, children: usize) -> (Daemon, PathBuf, crate::support::server::Server, TestWorkspace, String) {
+    let root = served_root(name);
+    let daemon = Daemon::start(&root);
+    let url = daemon.url("fleet.git");
+    let (server, laptop) = fleet_at(name, children, &url, &[]);
+    (daemon, root, server, laptop, url)
+}
+
+/// A fresh directory for a server to serve, holding the bare repository `fleet.git`.
+pub(crate) fn served_root(name: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-served-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     bare(&root, "fleet.git");
-    let daemon = Daemon::start(&root);
-    let url = daemon.url("fleet.git");
-    let (server, laptop) = TestWorkspace::served(name, Dialect::Anthropic);
-    laptop.run(&["remote", "add", "origin", &url]).ok();
+    root
+}
+
+/// [`fleet`]'s laptop with remote `origin` at `url`, its commands run with `env`.
+pub(crate) fn fleet_at(
+    name: &str,
+    children: usize,
+    url: &str,
+    env: &[(&str, &str)],
+) -> (crate::support::server::Server, TestWorkspace) {
+    let (server, mut laptop) = TestWorkspace::served(name, Dialect::Anthropic);
+    for (k, v) in env {
+        laptop.env(k, v);
+    }
+    laptop.run(&["remote", "add", "origin", url]).ok();
     laptop.run(&["push"]).ok();
     // The model answers by what it is asked, so a step done again (its worker killed
     // before it sent it) is answered as it was the first time.
@@ -434,12 +464,12 @@ fn fleet(name: &str, children: usize) -> (Daemon, PathBuf, crate::support::serve
         }
         Turn::text("nothing more")
     });
-    (daemon, root, server, laptop, url)
+    (server, laptop)
 }
 
 /// After a pull: `Lead` and its `children` are done, and `Lead` answered after the last
 /// of its children's results.
-fn tree_done(laptop: &TestWorkspace, children: usize) -> bool {
+pub(crate) fn tree_done(laptop: &TestWorkspace, children: usize) -> bool {
     laptop.run(&["pull"]).ok();
     let agents = laptop.agents();
     if agents.len() != children + 1 || !agents.iter().all(|a| a["state"] == "done") {
@@ -453,7 +483,7 @@ fn tree_done(laptop: &TestWorkspace, children: usize) -> bool {
 }
 
 /// Every result a child of `lead` sent it arrived once, and nothing else came twice.
-fn each_result_once(t: &TestWorkspace, lead: &str, children: usize) {
+pub(crate) fn each_result_once(t: &TestWorkspace, lead: &str, children: usize) {
     let lead_id = t.id_of(lead);
     let got = delivered(t, lead);
     for i in 1..=children {

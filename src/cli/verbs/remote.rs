@@ -23,7 +23,14 @@ pub enum Args {
 }
 
 /// What is wrong with `url` as a remote's URL, if anything.
-pub fn url_problem(url: &str) -> Option<&'static str> {
+pub fn url_problem(url: &str) -> Option<String> {
+    if let Some(problem) = crate::infra::git::transport::ssh_problem(url) {
+        return Some(format!("cannot be reached over ssh: {problem}"));
+    }
+    url_form(url).map(str::to_owned)
+}
+
+fn url_form(url: &str) -> Option<&'static str> {
     if url.trim().is_empty() || url.trim() != url || url.chars().any(char::is_control) {
         return Some("must be a URL or path without spaces around it or control characters");
     }

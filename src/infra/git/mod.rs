@@ -19,6 +19,7 @@ mod project;
 pub mod publish;
 pub mod remote;
 mod tracked;
+pub mod transport;
 mod user;
 
 pub use health::{Connectivity, file_age, lock_files, temp_objects};

@@ -99,6 +99,7 @@ pub fn push_whole(git_dir: &Path, url: &str, updates: &[Update]) -> Result<Vec<O
 }
 
 fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Result<Vec<Outcome>> {
+    let shown = super::transport::shown(url);
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let mut outcomes: Vec<Option<Outcome>> = vec![None; updates.len()];
     loop {
@@ -142,7 +143,7 @@ fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Resu
             });
             let mut options = PushOptions::new();
             options.remote_callbacks(callbacks);
-            let mut remote = repo.remote_anonymous(url).map_err(lib(format!("reach {url}")))?;
+            let mut remote = anonymous(&repo, url)?;
             // Forced as far as libgit2 goes: the checks above are the compare.
             let specs: Vec<String> = pending
                 .iter()
@@ -165,7 +166,7 @@ fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Resu
             }
             continue;
         }
-        pushed.map_err(lib(format!("push to {url}")))?;
+        pushed.map_err(lib(format!("push to {shown}")))?;
         let proposed = proposed.into_inner();
         let statuses = statuses.into_inner();
         for i in pending {
@@ -192,12 +193,13 @@ fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Resu
 /// returns every ref the remote advertised, by name. Local refs a refspec maps to that
 /// the remote no longer has are removed.
 pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(String, Oid)>> {
+    let shown = super::transport::shown(url);
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
-    let mut remote = repo.remote_anonymous(url).map_err(lib(format!("reach {url}")))?;
-    remote.connect(git2::Direction::Fetch).map_err(lib(format!("connect to {url}")))?;
+    let mut remote = anonymous(&repo, url)?;
+    remote.connect(git2::Direction::Fetch).map_err(lib(format!("connect to {shown}")))?;
     let listed: Vec<(String, Oid)> = remote
         .list()
-        .map_err(lib(format!("list the refs of {url}")))?
+        .map_err(lib(format!("list the refs of {shown}")))?
         .iter()
         .filter(|h| h.name().starts_with("refs/"))
         .map(|h| (h.name().to_owned(), h.oid()))
@@ -224,7 +226,7 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(Stri
     if listed.iter().any(|(name, _)| sources.iter().any(|s| name.starts_with(s))) {
         let mut options = git2::FetchOptions::new();
         options.download_tags(git2::AutotagOption::None);
-        remote.download(refspecs, Some(&mut options)).map_err(lib(format!("fetch from {url}")))?;
+        remote.download(refspecs, Some(&mut options)).map_err(lib(format!("fetch from {shown}")))?;
         let mut tries = 0;
         loop {
             let mut callbacks = RemoteCallbacks::new();
@@ -245,12 +247,21 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(Stri
                         .collect();
                     sweep_stale_locks(git_dir, &dirs);
                 }
-                other => break other.map_err(lib(format!("write what was fetched from {url}")))?,
+                other => break other.map_err(lib(format!("write what was fetched from {shown}")))?,
             }
         }
     }
     let _ = remote.disconnect();
     Ok(listed)
+}
+
+/// A connection-to-be to `url`, ssh and https made reachable first.
+fn anonymous<'r>(repo: &'r Repository, url: &str) -> Result<git2::Remote<'r>> {
+    super::transport::register()
+        .map_err(|e| git2::Error::from_str(&e))
+        .map_err(lib(format!("reach {}", super::transport::shown(url))))?;
+    repo.remote_anonymous(&super::transport::wire_url(url))
+        .map_err(lib(format!("reach {}", super::transport::shown(url))))
 }
 
 /// Whether `new` descends from `old` in the repository at `git_dir` (false when either is
@@ -299,6 +310,7 @@ pub fn set_timeouts(connect: std::time::Duration, io: std::time::Duration) {
         let _ = git2::opts::set_server_connect_timeout_in_milliseconds(ms(connect));
         let _ = git2::opts::set_server_timeout_in_milliseconds(ms(io));
     }
+    super::transport::set_timeouts(connect, io);
 }
 
 /// Removes the lock files below `dirs` (refs a fetch writes, which only fetches write) once
@@ -327,24 +339,15 @@ fn sweep_stale_locks(git_dir: &Path, dirs: &[&str]) {
     }
 }
 
-/// Why `url` cannot be a remote of agents here, if it cannot: ssh (`ssh://`,
-/// `user@host:path`) and https need libgit2's libssh2 and TLS transports, which this
-/// build leaves out; a path or `file://` goes through libgit2's local transport, which
-/// writes refs without comparing their old values (no compare-and-swap: two workers
-/// could both win a claim) and cannot fetch refs that point at blobs (every mark).
+/// Why `url` cannot be a remote of agents here, if it cannot: a path or `file://` goes
+/// through libgit2's local transport, which writes refs without comparing their old
+/// values (no compare-and-swap: two workers could both win a claim) and cannot fetch refs
+/// that point at blobs (every mark). ssh and https are ours ([`super::transport`]);
+/// `git://` and `http://` are libgit2's.
 pub fn unsupported(url: &str) -> Option<&'static str> {
-    let version = git2::Version::get();
-    let scheme = url.split_once("://").map(|(s, _)| s);
-    let scp_like = scheme.is_none()
-        && !url.starts_with('/')
-        && !url.starts_with('.')
-        && url.split_once(':').is_some_and(|(host, _)| !host.contains('/'));
-    match scheme {
-        Some("ssh") if !version.ssh() => Some("ssh"),
-        Some("https") if !version.https() => Some("https"),
+    match url.split_once("://").map(|(s, _)| s) {
         Some("file") => Some("a path (`file://`)"),
-        None if scp_like && !version.ssh() => Some("ssh"),
-        None if !scp_like => Some("a path"),
+        None if !super::transport::is_scp_like(url) => Some("a path"),
         _ => None,
     }
 }

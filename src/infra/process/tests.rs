@@ -181,7 +181,7 @@ fn a_served_child_keeps_a_bounded_log_talks_on_its_pipes_and_dies_when_dropped()
         sandbox: None,
         pgid_record: None,
     };
-    let mut served = serve(&spec, &log).expect("serves");
+    let mut served = serve(&spec, Some(&log)).expect("serves");
     let pid = served.pid();
     let (stdin, stdout) = served.pipes().expect("pipes");
     let mut writer = File::from(stdin);
