@@ -123,15 +123,21 @@ pub fn stop_all(
     }
     let mut out = Vec::new();
     for agent in agents {
-        let stopped = rt
-            .stop(&agent, patience)
-            .map_err(|e| LifecycleError::Stop { id: agent.to_string(), reason: e.to_string() })?;
-        if let Stopped::Stopped(_) = stopped {
-            tell_parent_if_untold(ws, rt, &agent)?;
-        }
+        let stopped = stop_driver(ws, rt, &agent, patience)?;
         out.push((agent, stopped));
     }
     Ok(out)
+}
+
+/// Stops `agent`'s running driver, waiting up to `patience` for it to settle, and tells
+/// its parent if the driver did not (its stop mark, if it needs one, set before).
+pub fn stop_driver(ws: &Workspace, rt: &Runtime, agent: &AgentId, patience: std::time::Duration) -> Result<Stopped> {
+    let stopped =
+        rt.stop(agent, patience).map_err(|e| LifecycleError::Stop { id: agent.to_string(), reason: e.to_string() })?;
+    if let Stopped::Stopped(_) = stopped {
+        tell_parent_if_untold(ws, rt, agent)?;
+    }
+    Ok(stopped)
 }
 
 /// After a stop (by `offshoot stop`, or because the tree's budget ran out): marks the

@@ -615,12 +615,73 @@ pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Res
     let name = message_name(text, super::random_u32() % 1_000_000, blob);
     let local = format!("refs/outgoing/{to}/{name}");
     bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
-    let update = Update { local: Some(local.clone()), remote: inbox_ref(to, &name), expect: Expect::Exactly(None) };
-    let outcome = remote::push(&ws.layout.repo(), &remote.url, &[update]).map_err(|e| unreachable(remote, e));
+    let mut updates =
+        vec![Update { local: Some(local.clone()), remote: inbox_ref(to, &name), expect: Expect::Exactly(None) }];
+    // A message revives a stopped agent: a stop still asked of it is withdrawn (whoever
+    // drives it would stop it again).
+    let request = stop_request(to);
+    if let Some(asked) = seen.repo.get(&request) {
+        updates.push(Update { local: None, remote: request, expect: Expect::Exactly(Some(*asked)) });
+    }
+    let outcome = remote::push(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e));
     let _ = ws.repo.delete_ref(&local);
-    match outcome?.pop() {
+    match outcome?.into_iter().next() {
         Some(Outcome::Done(_)) => Ok(()),
         Some(Outcome::Refused(words)) => Err(RemoteError::Refused { name: inbox_ref(to, &name), why: words }),
         _ => Err(RemoteError::Refused { name: inbox_ref(to, &name), why: "it exists there already".into() }),
     }
+}
+
+/// The kind under `refs/offshoot/` of a stop asked of an agent through a remote: a blob
+/// (when and who asked), withdrawn by the worker that stopped the agent or by a message
+/// that revives it.
+pub const STOP_REQUESTS: &str = "stop-requests";
+
+/// The ref that asks whoever drives `id` to stop it.
+pub fn stop_request(id: &AgentId) -> String {
+    format!("refs/offshoot/{STOP_REQUESTS}/{id}")
+}
+
+/// Asks the workers of `remote` to stop `id` and every agent below it the remote has
+/// (as `stop` does here): a stop request for each, in one push. Returns the agents asked.
+pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<AgentId>> {
+    let seen = fetch(ws, remote)?;
+    let below = format!("{}.", id.branch());
+    let tree: Vec<AgentId> = seen
+        .repo
+        .keys()
+        .filter_map(|n| n.strip_prefix("refs/heads/"))
+        .filter(|b| *b == id.branch() || b.starts_with(&below))
+        .filter_map(|b| AgentId::parse(b.trim_start_matches("agents/")).ok())
+        .collect();
+    if tree.is_empty() {
+        return Err(RemoteError::Refused {
+            name: format!("refs/heads/{}", id.branch()),
+            why: format!("`{}` has no agent `{id}` (`offshoot pull` shows what it has)", remote.name),
+        });
+    }
+    let asked = format!("stop asked at {} ({:08x})\n", crate::infra::time::Timestamp::now(), super::random_u32());
+    let blob = remote::write_blob(&ws.layout.repo(), asked.as_bytes())?;
+    let local = format!("refs/outgoing/stop-{:08x}", super::random_u32());
+    bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+    let updates: Vec<Update> = tree
+        .iter()
+        .map(|agent| {
+            let name = stop_request(agent);
+            let expect = Expect::Exactly(seen.repo.get(&name).copied());
+            Update { local: Some(local.clone()), remote: name, expect }
+        })
+        .collect();
+    let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e));
+    let _ = ws.repo.delete_ref(&local);
+    if let Some((update, outcome)) = updates.iter().zip(&outcomes?).find(|(_, o)| !matches!(o, Outcome::Done(_))) {
+        return Err(RemoteError::Refused {
+            name: update.remote.clone(),
+            why: match outcome {
+                Outcome::Refused(words) => words.clone(),
+                _ => "it moved meanwhile (a worker took it); ask again".into(),
+            },
+        });
+    }
+    Ok(tree)
 }

@@ -822,3 +822,106 @@ fn pull_follow_brings_what_the_remote_gets_until_it_is_stopped() {
     assert!(said.contains("1 agents and 0 config lineages new or moved on"), "{said}");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// How many `sleep` processes run with arguments `args`.
+fn sleeping(args: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+        .filter(|e| std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "sleep"))
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).replace('\0', " ").trim_end().ends_with(args))
+        .count()
+}
+
+#[test]
+fn stop_on_stops_a_handed_tree_where_it_runs_and_a_message_revives_one_of_it() {
+    let root = served_root("fleet-stop");
+    let daemon = Daemon::start(&root);
+    let url = daemon.url("fleet.git");
+    let (server, laptop) = TestWorkspace::served("fleet-stop", Dialect::Anthropic);
+    laptop.run(&["remote", "add", "origin", &url]).ok();
+    laptop.run(&["push"]).ok();
+    // Two children that fall asleep; woken by the user, one says so.
+    // Its own length, so naps of another run do not count.
+    let nap: &'static str = format!("97.{}", std::process::id()).leak();
+    server.respond_with(move |text: &str| {
+        let has_results = text.contains(r#""type":"tool_result""#);
+        if text.contains("Your name is Lead.") {
+            if has_results {
+                return Turn::text("waiting for the kids");
+            }
+            let calls = (1..=2)
+                .map(|i| {
+                    let input =
+                        serde_json::json!({"role": "worker", "goal": format!("nap {i}"), "name": format!("Kid{i}")});
+                    (format!("d{i}"), "dispatch".to_owned(), input.to_string())
+                })
+                .collect();
+            return Turn { calls, ..Turn::default() };
+        }
+        if text.contains("Your name is Kid") {
+            return match (text.contains("wake up and go on"), has_results) {
+                (true, _) => Turn::text("kid went on"),
+                (false, false) => Turn::bash("b1", &format!("sleep {nap}")),
+                (false, true) => Turn::text("kid slept"),
+            };
+        }
+        Turn::text("nothing more")
+    });
+    let w = machine("fleet-stop-worker", &url, &laptop);
+    let worker = spawn_worker(&w, "w1", 3_000);
+    laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead the kids"]).ok();
+    crate::support::wait::wait_for_within("both kids asleep", std::time::Duration::from_secs(60), || {
+        sleeping(nap) == 2
+    });
+    // Here it is not driven: a plain stop is refused, naming the way.
+    let here = laptop.run(&["stop", "Lead"]);
+    assert_eq!(here.code, 2, "{}", here.stderr);
+    assert!(here.stderr.contains("stop --on"), "{}", here.stderr);
+    let asked = json_of(&laptop.run(&["--json", "stop", "--on", "origin", "Lead"]));
+    let served = root.join("fleet.git");
+    assert_eq!(asked["agents"].as_array().map(Vec::len), Some(3), "{asked} {}", git(&served, &["for-each-ref"]));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        laptop.run(&["pull"]).ok();
+        let agents = laptop.agents();
+        if agents.len() == 3
+            && agents.iter().all(|a| a["state"] == "stopped")
+            && git(&served, &["for-each-ref", "refs/offshoot/stop-requests"]).is_empty()
+        {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "the tree did not stop:\n{}", stalled(&laptop, &root, &[w]));
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert_eq!(sleeping(nap), 0, "the stopped kids' commands were killed");
+    let log = worker_log(&w);
+    assert_eq!(log.matches("stopped `").count(), 3, "{log}");
+
+    // The user's message revives one kid; the other, and the lead (whose kid's result
+    // waits for it), stay stopped.
+    laptop.run(&["send", "--on", "origin", "Kid1", "wake up and go on"]).ok();
+    crate::support::wait::wait_for_within("Kid1 revived and done", std::time::Duration::from_secs(60), || {
+        laptop.run(&["pull"]).ok();
+        let states: Vec<(String, String)> = laptop
+            .agents()
+            .iter()
+            .map(|a| (a["name"].as_str().unwrap_or("").to_owned(), a["state"].as_str().unwrap_or("").to_owned()))
+            .collect();
+        states.iter().any(|(n, s)| n == "Kid1" && s == "done")
+            && states.iter().filter(|(n, s)| n != "Kid1" && s == "stopped").count() == 2
+    });
+    assert!(delivered(&laptop, "Kid1").iter().any(|(_, t)| t.contains("wake up and go on")));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    laptop.run(&["pull"]).ok();
+    let lead = laptop.agents().into_iter().find(|a| a["name"] == "Lead").expect("Lead");
+    assert_eq!(lead["state"], "stopped", "a child's result does not wake a stopped agent");
+    stop_worker(worker);
+    for t in [&laptop, &w] {
+        t.run(&["doctor"]).ok();
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

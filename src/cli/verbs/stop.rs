@@ -16,11 +16,35 @@ pub struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
     pub agent: Option<String>,
+    /// Ask the workers of this remote to stop it (one handed over with `prompt --on`);
+    /// `offshoot pull` then shows it stopped, and `send --on` revives it
+    #[arg(long, value_name = "REMOTE")]
+    pub on: Option<String>,
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    if let Some(name) = &args.on {
+        let remote = crate::engine::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?;
+        let asked = crate::engine::remote::stop_on(&ws, &remote, &id).map_err(super::sync::error)?;
+        if ctx.out.json {
+            let agents: Vec<&str> = asked.iter().map(|a| a.as_str()).collect();
+            ctx.out.event(&json!({"type": "stop_asked", "remote": remote.name, "agents": agents}));
+        } else {
+            ctx.out.progress(&format!(
+                "· asked the workers of `{}` to stop `{id}` and the {} agents below it; `offshoot pull` shows them stopped, `offshoot send --on {} {id} …` revives it",
+                remote.name,
+                asked.len() - 1,
+                remote.name
+            ));
+        }
+        return Ok(());
+    }
+    if crate::engine::remote::handed(&ws, &id) {
+        return Err(CliError::usage(format!("agent `{id}` is driven by the workers of a remote, not here"))
+            .hint("`offshoot stop --on <remote>` asks them to stop it"));
+    }
     let outcomes = lifecycle::stop_tree(&ws, &ctx.runtime(&ws), &id, PATIENCE)?;
     let mut stuck = Vec::new();
     let mut pids = Vec::new();

@@ -81,6 +81,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Event::Forwarded { to, from } => format!("sent a message from `{from}` to `{to}`"),
             Event::Delivered { agent, from } => format!("delivered a message from `{from}` to `{agent}`"),
             Event::Started { agent } => format!("started a driver for `{agent}`"),
+            Event::Stopped { agent } => format!("stopped `{agent}` as asked through the remote"),
             Event::Died { agent } => {
                 format!("`{agent}` died three times at the same step (its parent, if any, was told)")
             }

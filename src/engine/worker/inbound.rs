@@ -150,6 +150,8 @@ impl Worker<'_> {
         let ws = self.ws;
         let mut settled = Vec::new();
         let mut woken = HashSet::new();
+        // A message of the user's revives a stopped agent (its driver clears the mark).
+        let mut revived = HashSet::new();
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
             let prefix = inbox_prefix(id.as_str());
             let waiting: Vec<(&String, &Oid)> = seen.repo.iter().filter(|(n, _)| n.starts_with(&prefix)).collect();
@@ -187,6 +189,9 @@ impl Worker<'_> {
                     let from = from.unwrap_or_default();
                     inbox::deposit_text(&ws.layout, &id, &from, &text).map_err(local)?;
                     here.insert(identity);
+                    if from == "user" {
+                        revived.insert(id.clone());
+                    }
                     woken.insert(id.clone());
                     self.tally.delivered += 1;
                     on(Event::Delivered { agent: id.to_string(), from });
@@ -198,7 +203,7 @@ impl Worker<'_> {
                 .map_err(|e| remote::unreachable(&self.remote, e))?;
         }
         for id in woken {
-            if self.fresh(&id) && ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_none() {
+            if self.fresh(&id) && (revived.contains(&id) || ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_none()) {
                 self.start(&id, on)?;
             }
         }

@@ -37,6 +37,7 @@ use super::{inbox, lifecycle};
 mod inbound;
 mod leases;
 mod publish;
+mod stops;
 
 use leases::{Leases, driven_here, drop_inbox, kill_driver, lease_keeper};
 
@@ -83,14 +84,38 @@ pub struct Options {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum Event {
-    Claimed { agent: String, took_over: bool },
-    Lost { agent: String },
-    Released { agent: String },
-    Pushed { agent: String, tip: String },
-    Forwarded { to: String, from: String },
-    Delivered { agent: String, from: String },
-    Started { agent: String },
-    Died { agent: String },
+    Claimed {
+        agent: String,
+        took_over: bool,
+    },
+    Lost {
+        agent: String,
+    },
+    Released {
+        agent: String,
+    },
+    Pushed {
+        agent: String,
+        tip: String,
+    },
+    Forwarded {
+        to: String,
+        from: String,
+    },
+    Delivered {
+        agent: String,
+        from: String,
+    },
+    Started {
+        agent: String,
+    },
+    Died {
+        agent: String,
+    },
+    /// Stopped as asked through the remote (`stop --on`).
+    Stopped {
+        agent: String,
+    },
 }
 
 /// What a worker did, counted.
@@ -106,6 +131,7 @@ pub struct Tally {
     pub conflicts: u64,
     pub delivered: u64,
     pub sent: u64,
+    pub stopped: u64,
 }
 
 /// An agent's tip and `replied` mark, as last looked at.
@@ -173,6 +199,9 @@ pub struct Worker<'w> {
     rebased: HashMap<String, (Oid, Oid)>,
     /// Its claims, renewed by a thread of their own (see [`lease_keeper`]).
     leases: Arc<Leases>,
+    /// Agents it stopped as asked, with the request carried out (withdrawn once what the
+    /// stop wrote is on the remote).
+    stopping: HashMap<AgentId, Oid>,
     pub tally: Tally,
 }
 
@@ -209,6 +238,7 @@ impl<'w> Worker<'w> {
             rebased: HashMap::new(),
             work_seen: HashMap::new(),
             leases,
+            stopping: HashMap::new(),
             tally: Tally::default(),
         })
     }
@@ -231,6 +261,7 @@ impl<'w> Worker<'w> {
         self.claims()?.observe(&listed, Instant::now());
         let dirty = self.publish(&seen, on)?;
         self.take_in(&seen)?;
+        self.stop_asked(&seen, on)?;
         self.deliver(&seen, on)?;
         self.drive(on)?;
         self.claim_work(&seen, on)?;
@@ -281,6 +312,7 @@ impl<'w> Worker<'w> {
         drop_inbox(self.ws, id);
         let _ = std::fs::remove_file(self.ws.layout.worker_claim(id));
         self.owned.remove(id);
+        self.stopping.remove(id);
         self.tally.lost += 1;
         on(Event::Lost { agent: id.to_string() });
     }
@@ -364,6 +396,7 @@ impl<'w> Worker<'w> {
         let with_mail: HashSet<&str> =
             seen.repo.keys().filter_map(|n| n.strip_prefix("refs/offshoot/inbox/")?.split('/').next()).collect();
         let replied = |id: &AgentId| seen.repo.get(&format!("refs/offshoot/{}/{id}", Mark::Replied.kind())).copied();
+        let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         // A few at a time: the next round sees what other workers claimed meanwhile, so
         // workers starting together do not all reach for the same agents.
         let mut budget = (self.options.max_agents / 8).max(2);
@@ -380,7 +413,10 @@ impl<'w> Worker<'w> {
             if !fleet || driven_here(ws, &id) || ws.repo.branch_tip(&id.branch())? != Some(tip) {
                 continue;
             }
-            if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
+            // A stopped agent waits (a child's result with it) until the user writes to it.
+            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some();
+            let revived = stopped && stops::user_mail(ws, seen, &id);
+            if (stopped && !revived)
                 || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes())
             {
                 continue;
@@ -398,14 +434,17 @@ impl<'w> Worker<'w> {
                     left
                 }
             };
-            let work = match (mail, left) {
-                (true, _) => true,
-                (false, Some(lifecycle::GOAL_UNDELIVERED)) => {
-                    let since = *self.unstarted.entry(id.clone()).or_insert_with(Instant::now);
-                    since.elapsed() >= self.options.lease
-                }
-                (false, left) => left.is_some(),
-            };
+            // A stop asked of it is carried out by whoever holds it.
+            let work = revived
+                || asked.contains(&id)
+                || match (mail, left) {
+                    (true, _) => true,
+                    (false, Some(lifecycle::GOAL_UNDELIVERED)) => {
+                        let since = *self.unstarted.entry(id.clone()).or_insert_with(Instant::now);
+                        since.elapsed() >= self.options.lease
+                    }
+                    (false, left) => left.is_some(),
+                };
             if !work {
                 continue;
             }
@@ -444,8 +483,10 @@ impl<'w> Worker<'w> {
         let mut loader = Loader::default();
         // What is here, read once.
         let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
+        // A stop asked of it is carried out, and withdrawn, by it first.
+        let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
-            if dirty.contains(&id) || driven_here(ws, &id) {
+            if dirty.contains(&id) || driven_here(ws, &id) || self.stopping.contains_key(&id) || asked.contains(&id) {
                 continue;
             }
             let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
