@@ -42,8 +42,11 @@ pub fn real(path: PathBuf) -> PathBuf {
 impl Ctx {
     pub fn from_env(workspace: Option<PathBuf>, json: bool) -> Ctx {
         let env = Env::new(std::env::vars());
-        // The user's own programs a remote is reached through (ssh, credential helpers).
-        crate::infra::git::transport::set_environment(env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect());
+        // The user's own programs a remote is reached through (ssh, credential helpers),
+        // without the model providers' keys, which none of them needs.
+        crate::infra::git::transport::set_environment(
+            env.vars().filter(|(k, _)| !k.ends_with("_API_KEY")).map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
+        );
         let home = env.get("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
         let (data_root, config_root) = match env.get("OFFSHOOT_HOME") {
             Some(root) => (PathBuf::from(root), PathBuf::from(root)),

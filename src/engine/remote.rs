@@ -81,7 +81,7 @@ pub fn resolve(ws: &Workspace, name: Option<&str>) -> Result<Remote> {
         },
     };
     if let Some(what) = remote::unsupported(&found.1) {
-        return Err(RemoteError::Unsupported { name: found.0, url: found.1, what });
+        return Err(RemoteError::Unsupported { name: found.0, url: remote::shown_url(&found.1), what });
     }
     Ok(Remote { name: found.0, url: found.1 })
 }
@@ -262,7 +262,7 @@ pub(super) fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
         Some(what) => format!("this offshoot's git speaks git:// (and plain http://), not {what}"),
         None => e.to_string(),
     };
-    RemoteError::Unreachable { name: remote.name.clone(), url: remote.url.clone(), reason }
+    RemoteError::Unreachable { name: remote.name.clone(), url: remote::shown_url(&remote.url), reason }
 }
 
 /// Files each outcome of `updates` in `pushed`, and mirrors what was sent.

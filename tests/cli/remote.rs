@@ -99,6 +99,7 @@ fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
         (vec!["remote", "add", "opt", "ssh://-oProxyCommand=touch%20x/r.git"], "is not one ssh may be given"),
         (vec!["remote", "add", "opt2", "--", "-oProxyCommand=x:r.git"], "is not one ssh may be given"),
         (vec!["remote", "add", "port", "ssh://host:http/r.git"], "is not a number"),
+        (vec!["remote", "add", "crlf", "https://x%0ahost=github.com@127.0.0.1/r.git"], "control character"),
         (vec!["remote", "remove", "nowhere"], "there is no remote `nowhere`"),
     ] {
         let run = t.run(&args);

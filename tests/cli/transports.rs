@@ -13,13 +13,14 @@ use crate::remote::{
 use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace};
 
-/// An `ssh` stand-in: logs its arguments to `$SSH_LOG`, fails for host `nowhere` as ssh
-/// does, else runs the remote command here in `$SSH_HOME` (the login's home).
+/// An `ssh` stand-in: logs its arguments to `$SSH_LOG` (and how many API keys it was
+/// given), fails for host `nowhere` as ssh does, else runs the remote command here in
+/// `$SSH_HOME` (the login's home).
 fn fake_ssh(root: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let path = root.join("fake-ssh");
     let script = "#!/bin/sh\n\
-        echo \"$@\" >> \"$SSH_LOG\"\n\
+        echo \"keys=$(env | grep -c _API_KEY) $@\" >> \"$SSH_LOG\"\n\
         while [ $# -gt 2 ]; do shift; done\n\
         if [ \"$1\" = nowhere ]; then echo 'ssh: connect to host nowhere port 22: Connection refused' >&2; exit 255; fi\n\
         cd \"$SSH_HOME\" && exec sh -c \"$2\"\n";
@@ -75,6 +76,7 @@ fn agents_travel_over_ssh_as_git_would_carry_them_and_a_failing_ssh_is_said() {
     assert_eq!(described(&other), described(&laptop));
     let said = std::fs::read_to_string(root.join("ssh.log")).expect("ssh log");
     assert!(said.contains("fakehost git-receive-pack 'fleet.git'"), "{said}");
+    assert!(!said.contains("keys=1"), "a provider's key reached ssh: {said}");
     assert!(said.contains(&format!("-p 2222 me@fakehost git-upload-pack '{}'", served.display())), "{said}");
 
     // A host ssh cannot reach: ssh's own words, then how it ended; nothing half done.

@@ -24,8 +24,8 @@ pub enum Args {
 
 /// What is wrong with `url` as a remote's URL, if anything.
 pub fn url_problem(url: &str) -> Option<String> {
-    if let Some(problem) = crate::infra::git::transport::ssh_problem(url) {
-        return Some(format!("cannot be reached over ssh: {problem}"));
+    if let Some(problem) = crate::infra::git::transport::problem(url) {
+        return Some(format!("cannot be reached: {problem}"));
     }
     url_form(url).map(str::to_owned)
 }
@@ -72,6 +72,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
         Args::List => {
             for (name, url) in ws.repo.remotes().map_err(git)? {
+                let url = crate::infra::git::remote::shown_url(&url);
                 if ctx.out.json {
                     ctx.out.event(&json!({"name": name, "url": url}));
                 } else {

@@ -65,7 +65,10 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let mut worker = Worker::new(&ws, &rt, remote.clone(), options).map_err(|e| CliError::runtime(e.to_string()))?;
     ctx.out.progress(&format!(
         "· worker `{name}` of `{}` ({}): up to {} agents, lease {} ms; Ctrl-C lets go of them",
-        remote.name, remote.url, args.max_agents, args.lease_ms
+        remote.name,
+        crate::infra::git::remote::shown_url(&remote.url),
+        args.max_agents,
+        args.lease_ms
     ));
     let mut say = |e: Event| {
         if ctx.out.json {

@@ -339,6 +339,11 @@ fn sweep_stale_locks(git_dir: &Path, dirs: &[&str]) {
     }
 }
 
+/// `url` fit to show (no password, no token as a user name).
+pub fn shown_url(url: &str) -> String {
+    super::transport::shown(url)
+}
+
 /// Why `url` cannot be a remote of agents here, if it cannot: a path or `file://` goes
 /// through libgit2's local transport, which writes refs without comparing their old
 /// values (no compare-and-swap: two workers could both win a claim) and cannot fetch refs

@@ -46,6 +46,10 @@ fn var(name: &str) -> Option<&'static str> {
     environment().iter().find(|(k, v)| k == name && !v.is_empty()).map(|(_, v)| v.as_str())
 }
 
+/// The most of a ref advertisement read over https (a thousand agents' refs are a few
+/// megabytes).
+const ADVERTISEMENT_MAX: u64 = 256 << 20;
+
 static CONNECT_MS: AtomicU64 = AtomicU64::new(0);
 static IO_MS: AtomicU64 = AtomicU64::new(0);
 
@@ -88,39 +92,61 @@ pub fn register() -> Result<(), String> {
         .clone()
 }
 
-/// Whether `url` is scp-like (`[user@]host:path`): no scheme, no path before the colon.
+/// An scp-like `url` (`[user@]host:path`, `[user@][v6 address]:path`: no scheme, no path
+/// before the colon) split at the colon that ends its host.
+fn scp_parts(url: &str) -> Option<(&str, &str)> {
+    if url.contains("://") || url.starts_with('/') || url.starts_with('.') {
+        return None;
+    }
+    let (host, path) = match url.find("]:") {
+        Some(i) if url[..i].contains('[') => (&url[..=i], &url[i + 2..]),
+        _ => url.split_once(':')?,
+    };
+    (!host.is_empty() && !host.contains('/')).then_some((host, path))
+}
+
+/// Whether `url` is scp-like (`[user@]host:path`).
 pub fn is_scp_like(url: &str) -> bool {
-    !url.contains("://")
-        && !url.starts_with('/')
-        && !url.starts_with('.')
-        && url.split_once(':').is_some_and(|(host, _)| !host.contains('/') && !host.is_empty())
+    scp_parts(url).is_some()
 }
 
 /// The URL libgit2 is handed for `url`: an scp-like one in a form it finds our ssh by.
 pub fn wire_url(url: &str) -> String {
-    match url.split_once(':') {
-        Some((host, path)) if is_scp_like(url) => format!("{SCP}{host}/{path}"),
-        _ => url.to_owned(),
+    match scp_parts(url) {
+        Some((host, path)) => format!("{SCP}{host}/{path}"),
+        None => url.to_owned(),
     }
 }
 
-/// Why `url`, an ssh one (`ssh://`, scp-like), cannot be reached as written, if it
-/// cannot: a host ssh would read as an option, a port that is no number, no path.
-pub fn ssh_problem(url: &str) -> Option<String> {
+/// Why `url`, an ssh (`ssh://`, scp-like) or https one, cannot be reached as written, if
+/// it cannot: a host ssh would read as an option, a port that is no number, no path, a
+/// control character.
+pub fn problem(url: &str) -> Option<String> {
     let wire = wire_url(url);
-    (wire.starts_with("ssh://") || wire.starts_with(SCP)).then(|| SshTarget::parse(&wire).err()).flatten()
+    if wire.starts_with("ssh://") || wire.starts_with(SCP) {
+        return SshTarget::parse(&wire).err();
+    }
+    wire.starts_with("https://").then(|| HttpsTarget::parse(&wire).err()).flatten()
 }
 
-/// `url` fit to show: a password in it is left out.
+/// `url` fit to show: a password in it is left out, and a user name that could be a
+/// token (`https://ghp_…@host`).
 pub fn shown(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
     let authority = rest.split('/').next().unwrap_or(rest);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) if userinfo.contains(':') => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{scheme}://{user}:***@{host}{}", &rest[authority.len()..])
-        }
-        _ => url.to_owned(),
+    let Some((userinfo, host)) = authority.rsplit_once('@') else { return url.to_owned() };
+    let user = userinfo.split(':').next().unwrap_or("");
+    let user = if crate::infra::redact::could_be_secret(user) { "***" } else { user };
+    let password = if userinfo.contains(':') { ":***" } else { "" };
+    format!("{scheme}://{user}{password}@{host}{}", &rest[authority.len()..])
+}
+
+/// Refuses a control character (a line break would add lines to what a credential
+/// helper is told; a NUL would cut an argument short) in `what` of an address.
+fn plain(what: &str, text: &str) -> Result<(), String> {
+    match text.chars().any(char::is_control) {
+        true => Err(format!("its {what} holds a control character")),
+        false => Ok(()),
     }
 }
 
@@ -158,27 +184,49 @@ impl SshTarget {
         } else {
             return Err("not an ssh URL".into());
         };
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
-                let port = port.parse::<u16>().map_err(|_| format!("port `{port}` is not a number"))?;
-                (host, Some(port))
-            }
-            _ => (authority, None),
+        let (user, hostport) = match authority.rsplit_once('@') {
+            Some((user, hostport)) => (Some(user), hostport),
+            None => (None, authority),
         };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        // What `ssh` would read as an option (git refuses these too).
-        if host.is_empty() || host.starts_with('-') || host.split('@').any(|p| p.starts_with('-')) {
-            return Err(format!("host `{host}` is not one ssh may be given"));
+        let (host, port) = match hostport.strip_prefix('[') {
+            Some(bracketed) => {
+                let (inside, after) = bracketed.split_once(']').ok_or("a `[` without its `]`")?;
+                match after {
+                    "" => (inside, None),
+                    after => (inside, Some(after.strip_prefix(':').ok_or("something after the `]`")?)),
+                }
+            }
+            None => match hostport.split_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (hostport, None),
+            },
+        };
+        let port = port.map(|p| p.parse::<u16>().map_err(|_| "its port is not a number".to_owned())).transpose()?;
+        plain("host", authority)?;
+        plain("path", &path)?;
+        // What `ssh` would read as an option, and a path the remote git would (git
+        // refuses both too).
+        if host.is_empty() || host.starts_with('-') || user.is_some_and(|u| u.is_empty() || u.starts_with('-')) {
+            return Err(format!("host `{hostport}` is not one ssh may be given"));
         }
         if path.is_empty() {
             return Err("no path".into());
         }
-        Ok(SshTarget { host: host.to_owned(), port, path })
+        if path.starts_with('-') {
+            return Err(format!("path `{path}` would read as an option"));
+        }
+        let host = match user {
+            Some(user) => format!("{user}@{host}"),
+            None => host.to_owned(),
+        };
+        Ok(SshTarget { host, port, path })
     }
 
-    /// The command run on the remote host: the service, the path single-quoted for its shell.
+    /// The command run on the remote host: the service, the path single-quoted for its
+    /// shell (`'` and `!` outside the quotes, as git quotes them, for csh's history too).
     fn command(&self, service: Service) -> String {
-        format!("{} '{}'", service_name(service), self.path.replace('\'', "'\\''"))
+        let quoted = self.path.replace('\'', "'\\''").replace('!', "'\\!'");
+        format!("{} '{quoted}'", service_name(service))
     }
 }
 
@@ -226,8 +274,10 @@ impl SmartSubtransport for Ssh {
             args: &argv,
             cwd: std::path::Path::new("/"),
             env: environment(),
-            // Ours, so a passphrase prompt can read the terminal.
-            group: Group::Terminal,
+            // Ours when the user is at a terminal, so a passphrase prompt can read it;
+            // else a group of its own, all of it killed with the connection
+            // (`GIT_SSH_COMMAND`'s shell may leave ssh a child of its own).
+            group: if at_terminal() { Group::Terminal } else { Group::Own },
             stdin: None,
             sandbox: None,
             pgid_record: None,
@@ -282,6 +332,13 @@ impl Write for SshStream {
     }
 }
 
+/// Whether our stdin is a terminal (a user who can answer ssh's prompts).
+#[expect(unsafe_code, reason = "isatty(3) on descriptor 0 reads no memory of ours")]
+fn at_terminal() -> bool {
+    // SAFETY: isatty takes an integer and only asks the kernel about it.
+    unsafe { libc::isatty(0) == 1 }
+}
+
 /// Waits until `file` can be read or written (`events`), at most the io bound.
 #[expect(unsafe_code, reason = "poll(2) on one descriptor we own, with a pollfd on our stack")]
 fn ready(file: &impl AsRawFd, events: libc::c_short, host: &str) -> std::io::Result<()> {
@@ -322,10 +379,14 @@ impl HttpsTarget {
     fn parse(url: &str) -> Result<HttpsTarget, String> {
         let rest = url.strip_prefix("https://").ok_or("not an https URL")?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        plain("address", rest)?;
         let (user, host) = match authority.rsplit_once('@') {
             Some((userinfo, host)) => {
                 let (name, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-                (Some((percent_decode(name)?, percent_decode(password)?)), host)
+                let (name, password) = (percent_decode(name)?, percent_decode(password)?);
+                plain("user name", &name)?;
+                plain("password", &password)?;
+                (Some((name, password)), host)
             }
             None => (None, authority),
         };
@@ -344,6 +405,8 @@ struct Credential {
     password: String,
     /// From `git credential fill`: told `approve` or `reject`.
     helped: bool,
+    /// Told `approve` already.
+    approved: bool,
 }
 
 impl Credential {
@@ -401,6 +464,8 @@ fn agent() -> Result<ureq::Agent, String> {
     };
     let config = ureq::Agent::config_builder()
         .http_status_as_error(false)
+        // A redirect never leaves https (nor is followed by credentials: ureq drops them).
+        .https_only(true)
         .timeout_connect(bound(&CONNECT_MS))
         .timeout_per_read(bound(&IO_MS))
         .timeout_per_write(bound(&IO_MS))
@@ -476,7 +541,7 @@ impl Exchange {
         if response.status() == 401 && credential.is_none() {
             let found = match &self.target.user {
                 Some((user, password)) if !password.is_empty() => {
-                    Some(Credential { user: user.clone(), password: password.clone(), helped: false })
+                    Some(Credential { user: user.clone(), password: password.clone(), helped: false, approved: false })
                 }
                 user => fill(&self.target, user.as_ref().map(|(u, _)| u.as_str())),
             };
@@ -486,16 +551,15 @@ impl Exchange {
             }
         }
         let status = response.status().as_u16();
-        if let Some(used) = credential.as_ref().filter(|c| c.helped) {
-            tell(&self.target, used, if status == 401 { "reject" } else { "approve" });
-        }
         if status == 401 {
-            if credential.is_some() {
-                *credential = None;
+            if let Some(refused) = credential.take() {
+                if refused.helped {
+                    tell(&self.target, &refused, "reject");
+                }
                 return Err(std::io::Error::other(format!("{shown_url} refused the credentials")));
             }
             return Err(std::io::Error::other(format!(
-                "{shown_url} asks for credentials: put them in the URL or in a git credential helper"
+                "{shown_url} asks for credentials, and no git credential helper gave any (`git config --global credential.helper …`)"
             )));
         }
         if !(200..300).contains(&status) {
@@ -507,7 +571,14 @@ impl Exchange {
                 "{shown_url} is no git server speaking the smart protocol (it sent `{kind}`, not `{expected}`)"
             )));
         }
-        Ok(response.into_body().into_reader())
+        // The helper hears its credentials worked once they brought what git asked for.
+        if let Some(used) = credential.as_mut().filter(|c| c.helped && !c.approved) {
+            tell(&self.target, used, "approve");
+            used.approved = true;
+        }
+        // An advertisement is a list of refs: one without end is cut off, not kept.
+        let limit = if expected.ends_with("-advertisement") { ADVERTISEMENT_MAX } else { u64::MAX };
+        Ok(response.into_body().into_with_config().limit(limit).reader())
     }
 }
 
@@ -569,7 +640,7 @@ fn fill(target: &HttpsTarget, user: Option<&str>) -> Option<Credential> {
     let out = git_credential("fill", &credential_input(target, user, None))?;
     let out = String::from_utf8_lossy(&out);
     let field = |name: &str| out.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix('=')).map(str::to_owned);
-    Some(Credential { user: field("username")?, password: field("password")?, helped: true })
+    Some(Credential { user: field("username")?, password: field("password")?, helped: true, approved: false })
 }
 
 /// Tells the helpers whether the credentials they gave worked.
@@ -608,11 +679,24 @@ mod tests {
         assert_eq!(parse("ssh://host/~/fleet.git"), target("host", None, "~/fleet.git"));
         assert_eq!(parse("ssh://host/a%20b.git"), target("host", None, "/a b.git"));
         assert_eq!(parse("ssh://[::1]:22/x"), target("::1", Some(22), "/x"));
-        assert!(parse("ssh://-oProxyCommand=touch%20x/x").is_err());
-        assert!(parse("-oProxyCommand=x:path").is_err());
-        assert!(parse("ssh://host:port/x").is_err());
-        let quoted = SshTarget::parse("ssh://h/it's").expect("parse").command(Service::UploadPackLs);
-        assert_eq!(quoted, "git-upload-pack '/it'\\''s'");
+        assert_eq!(parse("ssh://[::1]/x"), target("::1", None, "/x"));
+        assert_eq!(parse("ssh://me@[::1]:2222/x"), target("me@::1", Some(2222), "/x"));
+        assert_eq!(parse("[::1]:team/x.git"), target("::1", None, "team/x.git"));
+        assert_eq!(parse("me@[::1]:x.git"), target("me@::1", None, "x.git"));
+        for refused in [
+            "ssh://-oProxyCommand=touch%20x/x",
+            "-oProxyCommand=x:path",
+            "ssh://me@-oProxyCommand=x/x",
+            "ssh://host:port/x",
+            "ssh://h:22:33/y",
+            "host:--upload-pack=touch x",
+            "ssh://host/x%0ay",
+            "ssh://[::1/x",
+        ] {
+            assert!(parse(refused).is_err(), "{refused}");
+        }
+        let quoted = SshTarget::parse("ssh://h/it's!").expect("parse").command(Service::UploadPackLs);
+        assert_eq!(quoted, "git-upload-pack '/it'\\''s'\\!''");
         assert!(!is_scp_like("/abs/path") && !is_scp_like("./rel:x") && !is_scp_like("https://h/x"));
     }
 
@@ -623,6 +707,11 @@ mod tests {
         assert_eq!(target.user, Some(("me".into(), "s@cret".into())));
         assert_eq!(shown("https://me:s3cret@example.com/x"), "https://me:***@example.com/x");
         assert_eq!(shown("https://example.com/x"), "https://example.com/x");
+        assert_eq!(shown("https://ghp_0123456789abcdef@example.com/x"), "https://***@example.com/x");
+        assert_eq!(shown("ssh://git@example.com/x"), "ssh://git@example.com/x");
+        // A line break in what a credential helper is told would add a line of its own.
+        assert!(problem("https://x%0aurl=https%3a%2f%2fgithub.com@127.0.0.1/x.git").is_some());
+        assert!(problem("https://me@example.com/fleet.git").is_none());
         assert_eq!(base64(b"me:s3cret"), "bWU6czNjcmV0");
         assert_eq!(base64(b"ab"), "YWI=");
         assert_eq!(base64(b"a"), "YQ==");
