@@ -42,6 +42,12 @@ pub enum RemoteError {
         "remote `{name}` ({url}) cannot share agents: it is {what}, whose transport cannot compare-and-swap a ref; reach the repository over ssh (`host:path`), https or `git daemon --enable=receive-pack`"
     )]
     Unsupported { name: String, url: String, what: &'static str },
+    #[error("`{remote}` has no agent `{id}` (`offshoot pull {remote}` shows what it has)")]
+    NotThere { remote: String, id: String },
+    #[error(
+        "agent `{id}` is not driven by the workers of `{remote}` (it was pushed, not handed over with `prompt --on`): `offshoot stop` stops it where it runs"
+    )]
+    NotHanded { remote: String, id: String },
     #[error("cannot reach remote `{name}` ({url}): {reason}")]
     Unreachable { name: String, url: String, reason: String },
     #[error("the remote's `{name}` reaches object {missing}, which it did not send")]
@@ -623,7 +629,13 @@ pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Res
     if let Some(asked) = seen.repo.get(&request) {
         updates.push(Update { local: None, remote: request, expect: Expect::Exactly(Some(*asked)) });
     }
-    let outcome = remote::push(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e));
+    // Together or not at all; a request withdrawn meanwhile (by the worker that carried
+    // it out) leaves the message to go alone.
+    let mut outcome = remote::push_whole(&ws.layout.repo(), &remote.url, &updates);
+    if updates.len() > 1 && matches!(outcome.as_deref(), Ok([_, Outcome::Moved { .. }])) {
+        outcome = remote::push(&ws.layout.repo(), &remote.url, &updates[..1]);
+    }
+    let outcome = outcome.map_err(|e| unreachable(remote, e));
     let _ = ws.repo.delete_ref(&local);
     match outcome?.into_iter().next() {
         Some(Outcome::Done(_)) => Ok(()),
@@ -655,10 +667,13 @@ pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<Agen
         .filter_map(|b| AgentId::parse(b.trim_start_matches("agents/")).ok())
         .collect();
     if tree.is_empty() {
-        return Err(RemoteError::Refused {
-            name: format!("refs/heads/{}", id.branch()),
-            why: format!("`{}` has no agent `{id}` (`offshoot pull` shows what it has)", remote.name),
-        });
+        return Err(RemoteError::NotThere { remote: remote.name.clone(), id: id.to_string() });
+    }
+    // Only a tree handed to the workers is theirs to stop (one pushed for inspection is
+    // driven where it was made).
+    let root = id.as_str().split('.').next().unwrap_or(id.as_str());
+    if !seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind())) {
+        return Err(RemoteError::NotHanded { remote: remote.name.clone(), id: id.to_string() });
     }
     let asked = format!("stop asked at {} ({:08x})\n", crate::infra::time::Timestamp::now(), super::random_u32());
     let blob = remote::write_blob(&ws.layout.repo(), asked.as_bytes())?;

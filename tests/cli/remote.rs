@@ -185,6 +185,10 @@ fn agents_pushed_from_one_workspace_read_the_same_in_another_and_move_only_forwa
         assert!(sent.contains(&expected.as_str()), "{expected} not in {sent:?}");
     }
     assert_eq!(json_of(&laptop.run(&["--json", "push"]))["sent"], serde_json::json!([]), "nothing new: nothing sent");
+    // Pushed for inspection, not handed over: no worker's to stop.
+    let not_handed = laptop.run(&["stop", "--on", "origin", "Solo"]);
+    assert_eq!(not_handed.code, 2, "{}", not_handed.stderr);
+    assert!(not_handed.stderr.contains("not driven by the workers of `origin`"), "{}", not_handed.stderr);
 
     // Another machine's workspace, made from the remote: the agent reads the same there.
     let mut other = TestWorkspace::new("remote-other");
@@ -905,8 +909,14 @@ fn stop_on_stops_a_handed_tree_where_it_runs_and_a_message_revives_one_of_it() {
     // The user's message revives one kid; the other, and the lead (whose kid's result
     // waits for it), stay stopped.
     laptop.run(&["send", "--on", "origin", "Kid1", "wake up and go on"]).ok();
-    crate::support::wait::wait_for_within("Kid1 revived and done", std::time::Duration::from_secs(60), || {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    crate::support::wait::wait_for_within("Kid1 revived and done", std::time::Duration::from_secs(61), || {
         laptop.run(&["pull"]).ok();
+        assert!(
+            std::time::Instant::now() < until,
+            "Kid1 was not revived:\n{}",
+            stalled(&laptop, &root, std::slice::from_ref(&w))
+        );
         let states: Vec<(String, String)> = laptop
             .agents()
             .iter()
@@ -920,6 +930,20 @@ fn stop_on_stops_a_handed_tree_where_it_runs_and_a_message_revives_one_of_it() {
     laptop.run(&["pull"]).ok();
     let lead = laptop.agents().into_iter().find(|a| a["name"] == "Lead").expect("Lead");
     assert_eq!(lead["state"], "stopped", "a child's result does not wake a stopped agent");
+    stop_worker(worker);
+
+    // A message sent before a stop waits: it does not revive what the stop stopped.
+    laptop.run(&["send", "--on", "origin", "Kid2", "wake up and go on"]).ok();
+    laptop.run(&["stop", "--on", "origin", "Kid2"]).ok();
+    let worker = spawn_worker(&w, "w2", 3_000);
+    crate::support::wait::wait_for_within("the second stop withdrawn", std::time::Duration::from_secs(30), || {
+        git(&served, &["for-each-ref", "refs/offshoot/stop-requests"]).is_empty()
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    laptop.run(&["pull"]).ok();
+    let kid2 = laptop.agents().into_iter().find(|a| a["name"] == "Kid2").expect("Kid2");
+    assert_eq!(kid2["state"], "stopped", "{}", worker_log(&w));
+    assert!(!delivered(&laptop, "Kid2").iter().any(|(_, t)| t.contains("wake up")));
     stop_worker(worker);
     for t in [&laptop, &w] {
         t.run(&["doctor"]).ok();

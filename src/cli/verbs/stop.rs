@@ -32,11 +32,15 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             let agents: Vec<&str> = asked.iter().map(|a| a.as_str()).collect();
             ctx.out.event(&json!({"type": "stop_asked", "remote": remote.name, "agents": agents}));
         } else {
+            let below = match asked.len() - 1 {
+                0 => String::new(),
+                1 => " and the agent below it".to_owned(),
+                n => format!(" and the {n} agents below it"),
+            };
+            let named = args.agent.as_deref().unwrap_or(id.as_str());
             ctx.out.progress(&format!(
-                "· asked the workers of `{}` to stop `{id}` and the {} agents below it; `offshoot pull` shows them stopped, `offshoot send --on {} {id} …` revives it",
-                remote.name,
-                asked.len() - 1,
-                remote.name
+                "· asked the workers of `{}` to stop `{named}`{below}; `offshoot pull` brings what they did, `offshoot send --on {} {named} …` revives it",
+                remote.name, remote.name
             ));
         }
         return Ok(());

@@ -28,9 +28,12 @@ pub struct PullArgs {
 
 pub fn error(e: RemoteError) -> CliError {
     match e {
-        RemoteError::Unknown(_) | RemoteError::Which(_) | RemoteError::None | RemoteError::Unsupported { .. } => {
-            CliError::usage(e.to_string())
-        }
+        RemoteError::Unknown(_)
+        | RemoteError::Which(_)
+        | RemoteError::None
+        | RemoteError::Unsupported { .. }
+        | RemoteError::NotThere { .. }
+        | RemoteError::NotHanded { .. } => CliError::usage(e.to_string()),
         _ => CliError::runtime(e.to_string()),
     }
 }

@@ -150,8 +150,10 @@ impl Worker<'_> {
         let ws = self.ws;
         let mut settled = Vec::new();
         let mut woken = HashSet::new();
-        // A message of the user's revives a stopped agent (its driver clears the mark).
+        // A message of the user's sent after a stop revives the agent (its driver clears
+        // the mark), unless a stop is asked of it now.
         let mut revived = HashSet::new();
+        let asked: HashSet<AgentId> = super::stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
             let prefix = inbox_prefix(id.as_str());
             let waiting: Vec<(&String, &Oid)> = seen.repo.iter().filter(|(n, _)| n.starts_with(&prefix)).collect();
@@ -189,7 +191,7 @@ impl Worker<'_> {
                     let from = from.unwrap_or_default();
                     inbox::deposit_text(&ws.layout, &id, &from, &text).map_err(local)?;
                     here.insert(identity);
-                    if from == "user" {
+                    if !asked.contains(&id) && super::stops::revives(ws, &id, name, *value) {
                         revived.insert(id.clone());
                     }
                     woken.insert(id.clone());

@@ -414,8 +414,9 @@ impl<'w> Worker<'w> {
                 continue;
             }
             // A stopped agent waits (a child's result with it) until the user writes to it.
-            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some();
-            let revived = stopped && stops::user_mail(ws, seen, &id);
+            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() && !stops::user_mail(ws, seen, &id);
+            // (While a stop is asked of it, only carrying it out is work.)
+            let revived = stopped && !asked.contains(&id) && stops::user_mail(ws, seen, &id);
             if (stopped && !revived)
                 || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes())
             {
@@ -492,10 +493,13 @@ impl<'w> Worker<'w> {
             let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
             let owned = &self.owned[&id];
             let starting = owned.launched.is_some_and(|l| l.alive());
-            if tip != owned.pushed || starting || inbox::has_pending(&ws.layout, &id) {
+            // A stopped agent's mail waits for it on the remote, not held here (a message of
+            // the user's that revives it has it claimed again).
+            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() && !stops::user_mail(ws, seen, &id);
+            if tip != owned.pushed || starting || (!stopped && inbox::has_pending(&ws.layout, &id)) {
                 continue;
             }
-            if seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str()))) {
+            if !stopped && seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str()))) {
                 continue;
             }
             // A mark not yet there (`died`, `replied` set this round) goes first.
@@ -522,6 +526,7 @@ impl<'w> Worker<'w> {
             }
             self.claims()?.release(id.as_str())?;
             let _ = std::fs::remove_file(ws.layout.worker_claim(&id));
+            drop_inbox(ws, &id);
             self.owned.remove(&id);
             self.tally.released += 1;
             on(Event::Released { agent: id.to_string() });

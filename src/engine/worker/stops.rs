@@ -1,6 +1,12 @@
 //! Stops asked through the remote (`stop --on`): a request ref per agent, which the
 //! worker holding the agent carries out as `stop` does on one machine, and withdraws once
 //! what the stop wrote (its mark, the commits of the driver it stopped) is on the remote.
+//!
+//! A stop carried out here says in the agent's `stopped` mark, after the tip, when it
+//! was asked (`asked <digits>`) and which messages were on the remote for the agent then
+//! (`held <name>`), so a message from the user revives the agent only if it came after
+//! the stop: one sent before waits, as it would in a stopped agent's inbox on one machine.
+//! (Times are to the second: a message of the same second that arrived later revives.)
 
 use std::time::{Duration, Instant};
 
@@ -13,8 +19,8 @@ use crate::infra::git::{CommitId as Oid, bundle};
 use super::super::lifecycle;
 use super::super::remote::{self, Seen};
 use super::super::snapshot::Loader;
-use super::leases::driven_here;
-use super::{Event, Result, Worker, local};
+use super::leases::{driven_here, kill_driver};
+use super::{Event, Result, Worker, Workspace, inbox_prefix, local};
 
 /// How long a stopped driver may take to settle (as `stop` waits).
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -25,70 +31,71 @@ pub(super) fn asked(seen: &Seen) -> Vec<(AgentId, Oid)> {
     seen.repo.iter().filter_map(|(n, o)| Some((AgentId::parse(n.strip_prefix(&prefix)?).ok()?, *o))).collect()
 }
 
-/// Whether the remote holds a message from the user for `id` (which revives a stopped
-/// agent, where a child's result would wait).
-pub(super) fn user_mail(ws: &super::Workspace, seen: &Seen, id: &AgentId) -> bool {
-    let prefix = super::inbox_prefix(id.as_str());
-    seen.repo.iter().filter(|(n, _)| n.starts_with(&prefix)).any(|(_, blob)| {
-        bundle::blob(&ws.layout.repo(), *blob)
-            .and_then(|b| Header::parse(&String::from_utf8_lossy(&b)).map(|h| h.from))
-            .is_some_and(|from| from == "user")
-    })
+/// The first 14 digits of `text` (a time as `YYYYMMDDhhmmss`, whatever its punctuation).
+fn stamp(text: &str) -> String {
+    text.chars().filter(char::is_ascii_digit).take(14).collect()
+}
+
+/// Whether the message at inbox ref `name` (whose `blob` the remote holds) revives
+/// `id`: one from the user that came after the stop in its `stopped` mark, if a stop
+/// asked through the remote set it.
+pub(super) fn revives(ws: &Workspace, id: &AgentId, name: &str, blob: Oid) -> bool {
+    let from_user = bundle::blob(&ws.layout.repo(), blob)
+        .and_then(|b| Header::parse(&String::from_utf8_lossy(&b)).map(|h| h.from))
+        .is_some_and(|from| from == "user");
+    if !from_user {
+        return false;
+    }
+    let Some(mark) = ws.repo.mark(lifecycle::STOPPED, id.as_str()).ok().flatten() else { return true };
+    let mark = String::from_utf8_lossy(&mark);
+    let message = name.rsplit('/').next().unwrap_or("");
+    let held = mark.lines().any(|l| l.strip_prefix("held ") == Some(message));
+    let asked = mark.lines().find_map(|l| l.strip_prefix("asked ")).map(stamp);
+    !held && asked.is_none_or(|asked| stamp(message) >= asked)
+}
+
+/// Whether the remote holds a message that revives `id` (see [`revives`]).
+pub(super) fn user_mail(ws: &Workspace, seen: &Seen, id: &AgentId) -> bool {
+    let prefix = inbox_prefix(id.as_str());
+    seen.repo.iter().filter(|(n, _)| n.starts_with(&prefix)).any(|(n, blob)| revives(ws, id, n, *blob))
 }
 
 impl Worker<'_> {
     /// Carries out the stops asked of agents it holds: each is marked stopped if it, or
     /// an agent below it, is at work (so results wait instead of waking it), its driver is
     /// stopped and its parent told. A request is withdrawn in a later round, once the agent
-    /// is not driven here and its branch and mark are as the remote has them; one for an
-    /// agent the remote has marked stopped and nobody holds is withdrawn by any worker.
-    /// The rest wait for [`Worker::claim_work`] to claim their agents.
+    /// is not driven here and its branch and mark are as the remote has them — in the same
+    /// push as requests for agents below it made meanwhile (its driver may have dispatched
+    /// them just before it stopped). One for an agent nobody holds that the remote has
+    /// marked stopped (with no message to revive it) or dead is withdrawn by any worker. The
+    /// rest wait for [`Worker::claim_work`] to claim their agents. One agent that cannot be
+    /// stopped is passed over, not the round's failure.
     pub(super) fn stop_asked(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
         let ws = self.ws;
-        let stopped_ref = |id: &AgentId| format!("refs/offshoot/{}/{id}", Mark::Stopped.kind());
-        let mut withdrawals = Vec::new();
-        let mut loader = Loader::default();
         let all = asked(seen);
-        for (id, asked) in all.clone() {
-            let request = remote::stop_request(&id);
-            let withdraw = Update { local: None, remote: request, expect: Expect::Exactly(Some(asked)) };
-            if !self.owned.contains_key(&id) {
-                if seen.repo.contains_key(&stopped_ref(&id)) && !self.claims()?.busy(id.as_str(), Instant::now()) {
-                    withdrawals.push(withdraw);
-                }
-                continue;
+        // A request gone (withdrawn by a message, asked again) ends what was carried out.
+        self.stopping.retain(|id, value| all.contains(&(id.clone(), *value)));
+        let mut updates = Vec::new();
+        let mut made = Vec::new();
+        for (id, asked) in &all {
+            // One that fails is passed over: tried again next round.
+            if let Ok(Some(mut more)) = self.carry_out(seen, id, *asked, &all, on) {
+                made.extend(more.iter().filter_map(|u| u.local.clone()));
+                updates.append(&mut more);
             }
-            if !self.fresh(&id) {
-                continue;
-            }
-            let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
-            if self.stopping.get(&id) == Some(&asked) {
-                let here = bundle::refs(&ws.layout.repo(), &[stopped_ref(&id)])?.first().map(|(_, o)| *o);
-                let sent = tip == self.owned[&id].pushed && here == seen.repo.get(&stopped_ref(&id)).copied();
-                if sent && !driven_here(ws, &id) {
-                    withdrawals.push(withdraw);
-                }
-                continue;
-            }
-            let parent = id.parent().map(|p| p.to_string());
-            let at_work = driven_here(ws, &id)
-                || lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).map_or(true, |w| w.is_some())
-                || self.below_at_work(&id, &all, &mut loader)?;
-            if at_work {
-                ws.repo.set_mark(lifecycle::STOPPED, id.as_str(), tip.to_string().as_bytes())?;
-            }
-            lifecycle::stop_driver(ws, self.rt, &id, PATIENCE).map_err(local)?;
-            self.stopping.insert(id.clone(), asked);
-            self.tally.stopped += 1;
-            on(Event::Stopped { agent: id.to_string() });
         }
-        if !withdrawals.is_empty() {
-            let outcomes = wire::push(&ws.layout.repo(), &self.remote.url, &withdrawals)
-                .map_err(|e| remote::unreachable(&self.remote, e))?;
+        if !updates.is_empty() {
+            let outcomes = wire::push(&ws.layout.repo(), &self.remote.url, &updates);
+            for name in made {
+                let _ = ws.repo.delete_ref(&name);
+            }
+            let outcomes = outcomes.map_err(|e| remote::unreachable(&self.remote, e))?;
             // Withdrawn, or asked again meanwhile (that one is carried out next round).
-            for (update, _) in withdrawals.iter().zip(outcomes) {
-                let prefix = format!("refs/offshoot/{}/", remote::STOP_REQUESTS);
-                if let Some(id) = update.remote.strip_prefix(&prefix).and_then(|k| AgentId::parse(k).ok()) {
+            let prefix = format!("refs/offshoot/{}/", remote::STOP_REQUESTS);
+            for (update, _) in updates.iter().zip(outcomes) {
+                if update.local.is_none()
+                    && let Some(id) = update.remote.strip_prefix(&prefix).and_then(|k| AgentId::parse(k).ok())
+                {
                     self.stopping.remove(&id);
                 }
             }
@@ -96,20 +103,102 @@ impl Worker<'_> {
         Ok(())
     }
 
-    /// Whether an agent below `id` is at work, or stopped or being stopped (its result
-    /// would wake `id`), as far as this worker knows: asked to stop, marked stopped, held
-    /// by another worker, driven here, or with work left. (One machine's `stop` marks the
-    /// whole tree before it stops any driver; here each agent is stopped where it is held,
-    /// so what is stopped below counts as at work.)
-    fn below_at_work(&self, id: &AgentId, asked: &[(AgentId, Oid)], loader: &mut Loader) -> Result<bool> {
+    /// What the request `asked` for `id` calls for this round: the updates to push (its
+    /// withdrawal, with requests for agents below it), if any.
+    fn carry_out(
+        &mut self,
+        seen: &Seen,
+        id: &AgentId,
+        asked: Oid,
+        all: &[(AgentId, Oid)],
+        on: &mut dyn FnMut(Event),
+    ) -> Result<Option<Vec<Update>>> {
+        let ws = self.ws;
+        let stopped_ref = format!("refs/offshoot/{}/{id}", Mark::Stopped.kind());
+        let withdraw = Update { local: None, remote: remote::stop_request(id), expect: Expect::Exactly(Some(asked)) };
+        let Some(tip) = ws.repo.branch_tip(&id.branch())? else { return Ok(None) };
+        if !self.owned.contains_key(id) {
+            let died = seen
+                .repo
+                .get(&format!("refs/offshoot/{}/{id}", Mark::Died.kind()))
+                .is_some_and(|d| bundle::blob(&ws.layout.repo(), *d).is_some_and(|b| b == tip.to_string().as_bytes()));
+            let settled = (seen.repo.contains_key(&stopped_ref) && !user_mail(ws, seen, id)) || died;
+            let held = self.claims()?.busy(id.as_str(), Instant::now());
+            return Ok((settled && !held).then(|| vec![withdraw]));
+        }
+        if !self.fresh(id) {
+            return Ok(None);
+        }
+        if self.stopping.get(id) == Some(&asked) {
+            if driven_here(ws, id) {
+                // Asked and signalled a round ago, and still going: ended now.
+                kill_driver(ws, id);
+                return Ok(None);
+            }
+            let here = bundle::refs(&ws.layout.repo(), std::slice::from_ref(&stopped_ref))?.first().map(|(_, o)| *o);
+            if tip != self.owned[id].pushed || here != seen.repo.get(&stopped_ref).copied() {
+                return Ok(None);
+            }
+            let mut updates = vec![withdraw];
+            // Agents below it that are not asked yet (made since the stop was asked).
+            let local = format!("refs/outgoing/stop/{id}");
+            for (branch, _) in ws.repo.branches(&format!("{}.", id.branch()))? {
+                let Ok(below) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+                let request = remote::stop_request(&below);
+                if all.iter().any(|(a, _)| *a == below) || seen.repo.contains_key(&request) {
+                    continue;
+                }
+                if ws.repo.mark(lifecycle::STOPPED, below.as_str())?.is_some() {
+                    continue;
+                }
+                bundle::set_refs(&ws.layout.repo(), &[(local.clone(), asked)])?;
+                updates.push(Update { local: Some(local.clone()), remote: request, expect: Expect::Exactly(None) });
+            }
+            return Ok(Some(updates));
+        }
+        let parent = id.parent().map(|p| p.to_string());
+        let mut loader = Loader::default();
+        let mail = seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str())));
+        let at_work = driven_here(ws, id)
+            || mail
+            || lifecycle::work_left(ws, &mut loader, id, tip, parent.as_deref()).map_or(true, |w| w.is_some())
+            || self.below_at_work(seen, id, &mut loader)?;
+        let when = bundle::blob(&ws.layout.repo(), asked).map(|b| stamp(&String::from_utf8_lossy(&b)));
+        let prefix = inbox_prefix(id.as_str());
+        let held: String =
+            seen.repo.keys().filter_map(|n| n.strip_prefix(&prefix)).map(|m| format!("held {m}\n")).collect();
+        let mark = |tip: Oid| match &when {
+            Some(when) => format!("{tip}\nasked {when}\n{held}"),
+            None => tip.to_string(),
+        };
+        if at_work {
+            ws.repo.set_mark(lifecycle::STOPPED, id.as_str(), mark(tip).as_bytes())?;
+        }
+        lifecycle::stop_driver(ws, self.rt, id, PATIENCE).map_err(local)?;
+        // The stopped driver marks it at its last commit: the mark says when it was asked.
+        if at_work && let Some(tip) = ws.repo.branch_tip(&id.branch())? {
+            ws.repo.set_mark(lifecycle::STOPPED, id.as_str(), mark(tip).as_bytes())?;
+        }
+        self.stopping.insert(id.clone(), asked);
+        self.tally.stopped += 1;
+        on(Event::Stopped { agent: id.to_string() });
+        Ok(None)
+    }
+
+    /// Whether an agent below `id` is at work, or was stopped (its result would wake
+    /// `id`), as far as this worker knows: marked stopped, held by another worker, driven
+    /// here, with mail on the remote or work left. (One machine's `stop` marks the whole
+    /// tree before it stops any driver; here each agent is stopped where it is held, so
+    /// what is stopped below counts as at work.)
+    fn below_at_work(&self, seen: &Seen, id: &AgentId, loader: &mut Loader) -> Result<bool> {
         let ws = self.ws;
         for (branch, tip) in ws.repo.branches(&format!("{}.", id.branch()))? {
             let Ok(below) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
             let parent = below.parent().map(|p| p.to_string());
-            if asked.iter().any(|(a, _)| *a == below)
-                || ws.repo.mark(lifecycle::STOPPED, below.as_str())?.is_some()
+            if ws.repo.mark(lifecycle::STOPPED, below.as_str())?.is_some()
                 || self.claims()?.busy(below.as_str(), Instant::now())
                 || driven_here(ws, &below)
+                || seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(below.as_str())))
                 || lifecycle::work_left(ws, loader, &below, tip, parent.as_deref()).map_or(true, |w| w.is_some())
             {
                 return Ok(true);

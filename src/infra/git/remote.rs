@@ -226,7 +226,13 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(Stri
     if listed.iter().any(|(name, _)| sources.iter().any(|s| name.starts_with(s))) {
         let mut options = git2::FetchOptions::new();
         options.download_tags(git2::AutotagOption::None);
-        remote.download(refspecs, Some(&mut options)).map_err(lib(format!("fetch from {shown}")))?;
+        // A fetch killed while it wrote the shallow roots leaves their lock behind.
+        let mut downloaded = remote.download(refspecs, Some(&mut options));
+        if downloaded.as_ref().is_err_and(|e| e.code() == git2::ErrorCode::Locked) {
+            sweep_stale_locks(git_dir, &["shallow.lock"]);
+            downloaded = remote.download(refspecs, Some(&mut options));
+        }
+        downloaded.map_err(lib(format!("fetch from {shown}")))?;
         let mut tries = 0;
         loop {
             let mut callbacks = RemoteCallbacks::new();
@@ -313,15 +319,20 @@ pub fn set_timeouts(connect: std::time::Duration, io: std::time::Duration) {
     super::transport::set_timeouts(connect, io);
 }
 
-/// Removes the lock files below `dirs` (refs a fetch writes, which only fetches write) once
-/// they are 2 s old, waiting up to 3 s for them to be: a live writer holds one for
-/// microseconds, so an older one is a killed fetch's.
+/// Removes the lock files below `dirs` (refs a fetch writes, which only fetches write; a
+/// `….lock` file itself) once they are 2 s old, waiting up to 3 s for them to be: a live
+/// writer holds one for microseconds, so an older one is a killed fetch's.
 fn sweep_stale_locks(git_dir: &Path, dirs: &[&str]) {
     const STALE: std::time::Duration = std::time::Duration::from_secs(2);
     let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
     loop {
-        let locks: Vec<std::path::PathBuf> =
-            dirs.iter().flat_map(|d| super::lock_files(&git_dir.join(d))).map(|(path, _)| path).collect();
+        let locks: Vec<std::path::PathBuf> = dirs
+            .iter()
+            .flat_map(|d| match d.ends_with(".lock") {
+                true => vec![git_dir.join(d)],
+                false => super::lock_files(&git_dir.join(d)).into_iter().map(|(path, _)| path).collect(),
+            })
+            .collect();
         let mut young = false;
         for lock in locks {
             match super::file_age(&lock) {
