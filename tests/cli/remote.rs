@@ -886,6 +886,13 @@ fn stop_on_stops_a_handed_tree_where_it_runs_and_a_message_revives_one_of_it() {
     let here = laptop.run(&["stop", "Lead"]);
     assert_eq!(here.code, 2, "{}", here.stderr);
     assert!(here.stderr.contains("stop --on"), "{}", here.stderr);
+    // Nor removed (a pull would bring it back), nor chatted with (the message would wait
+    // where no driver reads it).
+    for args in [&["rm", "Lead", "--tree"][..], &["chat", "Lead"]] {
+        let refused = laptop.run(args);
+        assert_eq!(refused.code, 2, "{args:?}: {}", refused.stderr);
+        assert!(refused.stderr.contains("driven by the workers of a remote"), "{args:?}: {}", refused.stderr);
+    }
     let asked = json_of(&laptop.run(&["--json", "stop", "--on", "origin", "Lead"]));
     let served = root.join("fleet.git");
     assert_eq!(asked["agents"].as_array().map(Vec::len), Some(3), "{asked} {}", git(&served, &["for-each-ref"]));

@@ -90,6 +90,16 @@ pub fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
 /// Opens the chat, with `agent` (an id or name) if given, else a new one at the first
 /// message.
 pub fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Result<(), CliError> {
+    // An agent the workers of a remote drive takes no message here (it would wait in an
+    // inbox no driver here reads).
+    if let Some(agent) = agent {
+        let ws = ctx.workspace()?;
+        let id = agents::resolve(&ws, agent)?;
+        if crate::engine::remote::handed(&ws, &id) {
+            return Err(CliError::usage(format!("agent `{id}` is driven by the workers of a remote, not here"))
+                .hint("`offshoot send --on <remote>` writes to it there; `offshoot pull --follow` and `offshoot log` follow it"));
+        }
+    }
     if !possible() {
         return Err(CliError::usage("the chat needs a terminal on standard input and output")
             .hint("`offshoot prompt \"…\"` runs an agent from a script"));

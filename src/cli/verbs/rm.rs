@@ -21,6 +21,12 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, Some(&args.agent))?;
+    if crate::engine::remote::handed(&ws, &id) {
+        return Err(CliError::usage(format!(
+            "agent `{id}` is driven by the workers of a remote: removed here, the next `pull` would bring it back; nothing was removed"
+        ))
+        .hint("`offshoot stop --on <remote>` stops it there"));
+    }
     let gone = removal::remove(&ws, &ctx.runtime(&ws), &id, args.tree, args.stop).map_err(|e| match e {
         RemovalError::Below { .. } => {
             CliError::usage(e.to_string()).hint(format!("`offshoot rm {} --tree` removes them too", args.agent))
