@@ -14,6 +14,8 @@
 //! [TAKEOVER_ONLY]` (default 300 2000 100 5000 0). For the take-over the model answers
 //! after 60 s, so the killed worker's agents are all mid-call when it dies.
 
+#[path = "../tests/cli/support/clean.rs"]
+mod clean;
 #[path = "../tests/cli/support/daemon.rs"]
 mod daemon;
 #[path = "../tests/cli/support/server.rs"]
@@ -36,15 +38,8 @@ struct Bench {
 
 impl Bench {
     fn command(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_offshoot"));
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &self.home)
-            .env("OFFSHOOT_HOME", &self.home)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("ANTHROPIC_API_KEY", "bench-key")
-            .current_dir(&self.root);
+        let mut c = clean::offshoot(&self.home, &self.root);
+        c.env("ANTHROPIC_API_KEY", "bench-key");
         c
     }
 

@@ -3,40 +3,19 @@
 //! stand-in that runs them here (named by `GIT_SSH_COMMAND`, as git honours it), and
 //! `git http-backend` behind TLS and Basic authentication (`support/git_https.py`).
 
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 
 use crate::remote::{
     described, each_result_once, fleet_at, machine_with, made_from, served_root, spawn_worker, stop_worker, tree_done,
 };
+use crate::support::https::HttpsGit;
 use crate::support::server::Turn;
 use crate::support::workspace::{Dialect, TestWorkspace};
 
-/// An `ssh` stand-in: logs its arguments to `$SSH_LOG` (and how many API keys it was
-/// given), fails for host `nowhere` as ssh does, else runs the remote command here in
-/// `$SSH_HOME` (the login's home).
-fn fake_ssh(root: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = root.join("fake-ssh");
-    let script = "#!/bin/sh\n\
-        echo \"keys=$(env | grep -c _API_KEY) $@\" >> \"$SSH_LOG\"\n\
-        while [ $# -gt 2 ]; do shift; done\n\
-        if [ \"$1\" = nowhere ]; then echo 'ssh: connect to host nowhere port 22: Connection refused' >&2; exit 255; fi\n\
-        cd \"$SSH_HOME\" && exec sh -c \"$2\"\n";
-    std::fs::write(&path, script).expect("write");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    path
-}
-
 /// What the commands of a workspace reaching `root` over the stand-in need.
 fn ssh_env(root: &Path) -> Vec<(String, String)> {
-    let text = |p: PathBuf| p.to_str().expect("utf-8").to_owned();
-    vec![
-        ("GIT_SSH_COMMAND".into(), text(fake_ssh(root))),
-        ("SSH_LOG".into(), text(root.join("ssh.log"))),
-        ("SSH_HOME".into(), text(root.to_path_buf())),
-    ]
+    crate::support::ssh::stand_in(root, root)
 }
 
 fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
@@ -113,42 +92,6 @@ fn a_worker_over_ssh_drives_what_a_laptop_hands_over() {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-/// `git http-backend` over https on loopback, asking for `user:password`; killed on drop.
-struct HttpsGit {
-    child: Child,
-    port: u16,
-}
-
-impl HttpsGit {
-    fn start(base: &Path, credentials: &str) -> HttpsGit {
-        let support = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/support");
-        let mut child = Command::new("python3")
-            .arg(support.join("git_https.py"))
-            .arg(base)
-            .arg(support.join("tls/server.pem"))
-            .arg(support.join("tls/server.key"))
-            .arg(credentials)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("python3");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("port");
-        HttpsGit { port: line.trim().parse().expect("a port"), child }
-    }
-
-    fn url(&self, repo: &str) -> String {
-        format!("https://127.0.0.1:{}/{repo}", self.port)
-    }
-}
-
-impl Drop for HttpsGit {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn agents_travel_over_https_trusting_the_roots_named_and_asking_the_users_credential_helper() {
     let root = served_root("https-sync");
@@ -165,7 +108,7 @@ fn agents_travel_over_https_trusting_the_roots_named_and_asking_the_users_creden
     assert_ne!(untrusted.code, 0, "{}", untrusted.stderr);
     assert!(untrusted.stderr.contains("certificate"), "{}", untrusted.stderr);
     assert!(untrusted.stderr.contains("GIT_SSL_CAINFO"), "the way out is named: {}", untrusted.stderr);
-    let ca = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli/support/tls/ca.pem");
+    let ca = crate::support::https::ca();
     laptop.env("GIT_SSL_CAINFO", ca.to_str().expect("utf-8"));
 
     // Trusted, but no credentials anywhere: said so.

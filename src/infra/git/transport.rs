@@ -84,7 +84,8 @@ pub fn register() -> Result<(), String> {
                         .map_err(|e| format!("register {scheme}: {}", e.message()))?;
                 }
                 git2::transport::register("https", |remote| {
-                    Transport::smart(remote, true, Https { credential: Arc::default() })
+                    let agent = agent().map_err(net_error)?;
+                    Transport::smart(remote, true, Https { credential: Arc::default(), agent })
                 })
                 .map_err(|e| format!("register https: {}", e.message()))
             }
@@ -415,15 +416,18 @@ impl Credential {
     }
 }
 
+/// One connection's https: its credentials and its client, whose connections the
+/// exchanges of one fetch or push reuse (one TLS handshake, not one a request).
 struct Https {
     credential: Arc<Mutex<Option<Credential>>>,
+    agent: ureq::Agent,
 }
 
 impl SmartSubtransport for Https {
     fn action(&self, url: &str, service: Service) -> Result<Box<dyn SmartSubtransportStream>, git2::Error> {
         let target = HttpsTarget::parse(url).map_err(|e| net_error(format!("{}: {e}", shown(url))))?;
         let exchange = Exchange {
-            agent: agent().map_err(net_error)?,
+            agent: self.agent.clone(),
             target,
             service: service_name(service),
             credential: self.credential.clone(),

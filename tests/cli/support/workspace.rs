@@ -103,20 +103,13 @@ impl TestWorkspace {
     /// The binary with the test environment, not yet pointed at the workspace.
     pub fn command_bare(&self) -> Command {
         use std::os::unix::process::CommandExt;
-        let mut c = Command::new(env!("CARGO_BIN_EXE_offshoot"));
+        let mut c = super::clean::offshoot(&self.home, &self.root);
         if let Some(uid) = self.user {
             c.uid(uid).gid(uid);
         }
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &self.home)
-            .env("OFFSHOOT_HOME", &self.home)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("NO_COLOR", "1")
+        c.env("NO_COLOR", "1")
             // The tests run inside offshoot's own repository: from here, no project is found
             // above the test's directory (tests of project mode make their own below it).
-            .current_dir(&self.root)
             .env("GIT_CEILING_DIRECTORIES", self.root.parent().unwrap_or(&self.root));
         for (k, v) in &self.env {
             c.env(k, v);
