@@ -491,8 +491,16 @@ pub(crate) fn tree_done(laptop: &TestWorkspace, children: usize) -> bool {
 pub(crate) fn each_result_once(t: &TestWorkspace, lead: &str, children: usize) {
     let lead_id = t.id_of(lead);
     let got = delivered(t, lead);
-    for i in 1..=children {
-        let child = format!("{lead_id}.{i}");
+    // Its children by what the workspace has (ids need not run 1..=n: a worker killed
+    // while its driver dispatched, and started again there, skips the ids it had taken).
+    let kids: Vec<String> = t
+        .agents()
+        .iter()
+        .filter_map(|a| a["id"].as_str().map(str::to_owned))
+        .filter(|id| id.strip_prefix(&format!("{lead_id}.")).is_some_and(|rest| !rest.contains('.')))
+        .collect();
+    assert_eq!(kids.len(), children, "{kids:?}");
+    for child in kids {
         let results =
             got.iter().filter(|(from, text)| *from == child && text.contains("epitaph: final-response")).count();
         assert_eq!(results, 1, "{child}: {got:?}");

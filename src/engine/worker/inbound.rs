@@ -150,9 +150,8 @@ impl Worker<'_> {
         let ws = self.ws;
         let mut settled = Vec::new();
         let mut woken = HashSet::new();
-        // A message of the user's sent after a stop revives the agent (its driver clears
-        // the mark), unless a stop is asked of it now.
-        let mut revived = HashSet::new();
+        // (A stopped one, or one a stop is asked of, is not started here: `drive` revives
+        // a stopped one for a message of the user's sent after its stop.)
         let asked: HashSet<AgentId> = super::stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
             let prefix = inbox_prefix(id.as_str());
@@ -191,9 +190,6 @@ impl Worker<'_> {
                     let from = from.unwrap_or_default();
                     inbox::deposit_text(&ws.layout, &id, &from, &text).map_err(local)?;
                     here.insert(identity);
-                    if !asked.contains(&id) && super::stops::revives(ws, &id, name, *value) {
-                        revived.insert(id.clone());
-                    }
                     woken.insert(id.clone());
                     self.tally.delivered += 1;
                     on(Event::Delivered { agent: id.to_string(), from });
@@ -205,7 +201,11 @@ impl Worker<'_> {
                 .map_err(|e| remote::unreachable(&self.remote, e))?;
         }
         for id in woken {
-            if self.fresh(&id) && (revived.contains(&id) || ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_none()) {
+            if self.fresh(&id)
+                && !asked.contains(&id)
+                && !self.stopping.contains_key(&id)
+                && ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_none()
+            {
                 self.start(&id, on)?;
             }
         }

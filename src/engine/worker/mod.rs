@@ -201,7 +201,7 @@ pub struct Worker<'w> {
     leases: Arc<Leases>,
     /// Agents it stopped as asked, with the request carried out (withdrawn once what the
     /// stop wrote is on the remote).
-    stopping: HashMap<AgentId, Oid>,
+    stopping: HashMap<AgentId, stops::Stopping>,
     pub tally: Tally,
 }
 
@@ -263,7 +263,7 @@ impl<'w> Worker<'w> {
         self.take_in(&seen)?;
         self.stop_asked(&seen, on)?;
         self.deliver(&seen, on)?;
-        self.drive(on)?;
+        self.drive(&seen, on)?;
         self.claim_work(&seen, on)?;
         self.let_go_of_idle(&seen, &dirty, on)?;
         Ok(())
@@ -337,17 +337,25 @@ impl<'w> Worker<'w> {
     /// Its agents with work and no driver get one; one whose drivers all ended at the tip
     /// they were started at, three times, is reported to its parent as dead (once for the fleet:
     /// the `died` mark travels) and left alone.
-    fn drive(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
+    fn drive(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
         let ws = self.ws;
         let mut loader = Loader::default();
+        let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
-            if !self.fresh(&id) || driven_here(ws, &id) {
+            // One being stopped is not started (its stop is carried out first).
+            if !self.fresh(&id) || driven_here(ws, &id) || asked.contains(&id) || self.stopping.contains_key(&id) {
                 continue;
             }
             let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
-            if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
-                || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes())
-            {
+            if ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes()) {
+                continue;
+            }
+            // A stopped one starts again for a message of the user's sent after its stop
+            // (its driver clears the mark): tried each round until one has it.
+            if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() {
+                if stops::user_mail(ws, seen, &id) && inbox::has_pending(&ws.layout, &id) {
+                    self.start_counted(&id, tip, on)?;
+                }
                 continue;
             }
             let parent = id.parent().map(|p| p.to_string());
@@ -355,22 +363,31 @@ impl<'w> Worker<'w> {
             if lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten().is_none() {
                 continue;
             }
-            match self.owned[&id].launched {
-                Some(l) if l.tip == tip && l.alive() => continue,
-                Some(l) if l.tip == tip && l.times >= LAUNCHES_BEFORE_DEATH => {
-                    // Started at this tip time and again, and gone without moving it.
-                    ws.repo.set_mark(Mark::Died.kind(), id.as_str(), tip.to_string().as_bytes())?;
-                    if let Some(parent) = id.parent() {
-                        let body = format!(
-                            "`{id}` stopped working and a new driver did not get it further; everything it did is on its branch (commit {tip}). `offshoot log {id}` shows its last step; a message to it tries again."
-                        );
-                        lifecycle::deposit_result(ws, self.rt, &id, &parent, Epitaph::Died.as_str(), tip, body)
-                            .map_err(local)?;
-                    }
-                    on(Event::Died { agent: id.to_string() });
+            self.start_counted(&id, tip, on)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a driver for `id` at `tip` unless its last one still runs there; one whose
+    /// drivers all ended at `tip`, three times, is reported to its parent as dead (once
+    /// for the fleet: the `died` mark travels) instead.
+    fn start_counted(&mut self, id: &AgentId, tip: Oid, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        match self.owned[id].launched {
+            Some(l) if l.tip == tip && l.alive() => {}
+            Some(l) if l.tip == tip && l.times >= LAUNCHES_BEFORE_DEATH => {
+                // Started at this tip time and again, and gone without moving it.
+                ws.repo.set_mark(Mark::Died.kind(), id.as_str(), tip.to_string().as_bytes())?;
+                if let Some(parent) = id.parent() {
+                    let body = format!(
+                        "`{id}` stopped working and a new driver did not get it further; everything it did is on its branch (commit {tip}). `offshoot log {id}` shows its last step; a message to it tries again."
+                    );
+                    lifecycle::deposit_result(ws, self.rt, id, &parent, Epitaph::Died.as_str(), tip, body)
+                        .map_err(local)?;
                 }
-                _ => self.start(&id, on)?,
+                on(Event::Died { agent: id.to_string() });
             }
+            _ => self.start(id, on)?,
         }
         Ok(())
     }
@@ -510,12 +527,7 @@ impl<'w> Worker<'w> {
             if unsent {
                 continue;
             }
-            let sending = std::fs::read_dir(ws.layout.worker().join("outbox"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .any(|d| inbox::pending_in(&d.path()).is_ok_and(|p| p.iter().any(|m| m.sender == id.as_str())));
-            if sending {
+            if self.sending(&id) {
                 continue;
             }
             let parent = id.parent().map(|p| p.to_string());

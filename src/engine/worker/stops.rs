@@ -60,7 +60,44 @@ pub(super) fn user_mail(ws: &Workspace, seen: &Seen, id: &AgentId) -> bool {
     seen.repo.iter().filter(|(n, _)| n.starts_with(&prefix)).any(|(n, blob)| revives(ws, id, n, *blob))
 }
 
+/// A stop this worker carried out, until its request is withdrawn.
+#[derive(Debug, Clone)]
+pub(super) struct Stopping {
+    /// The request's value.
+    pub(super) asked: Oid,
+    /// What its `stopped` mark says after the tip, when the stop marked it.
+    mark: Option<String>,
+    /// The agents below it then (those made later are asked when it is withdrawn).
+    below: std::collections::HashSet<AgentId>,
+    /// Whether its driver had to be killed (its parent is then told here).
+    killed: bool,
+}
+
 impl Worker<'_> {
+    /// Whether a driver this worker started for `id` is alive but not holding it yet.
+    fn starting(&self, id: &AgentId) -> bool {
+        !driven_here(self.ws, id) && self.owned.get(id).and_then(|o| o.launched).is_some_and(|l| l.alive())
+    }
+
+    /// Kills `id`'s driver, holding it or still starting.
+    fn end_driver(&self, id: &AgentId) {
+        kill_driver(self.ws, id);
+        if let Some((pid, _)) =
+            self.owned.get(id).and_then(|o| o.launched).and_then(|l| l.alive().then_some(l.driver)?)
+        {
+            crate::infra::process::kill_group(pid);
+        }
+    }
+
+    /// Whether something `id` sent still waits in the outbox.
+    pub(super) fn sending(&self, id: &AgentId) -> bool {
+        std::fs::read_dir(self.ws.layout.worker().join("outbox"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|d| super::inbox::pending_in(&d.path()).is_ok_and(|p| p.iter().any(|m| m.sender == id.as_str())))
+    }
+
     /// Carries out the stops asked of agents it holds: each is marked stopped if it, or
     /// an agent below it, is at work (so results wait instead of waking it), its driver is
     /// stopped and its parent told. A request is withdrawn in a later round, once the agent
@@ -74,7 +111,7 @@ impl Worker<'_> {
         let ws = self.ws;
         let all = asked(seen);
         // A request gone (withdrawn by a message, asked again) ends what was carried out.
-        self.stopping.retain(|id, value| all.contains(&(id.clone(), *value)));
+        self.stopping.retain(|id, stopping| all.contains(&(id.clone(), stopping.asked)));
         let mut updates = Vec::new();
         let mut made = Vec::new();
         for (id, asked) in &all {
@@ -129,26 +166,44 @@ impl Worker<'_> {
         if !self.fresh(id) {
             return Ok(None);
         }
-        if self.stopping.get(id) == Some(&asked) {
-            if driven_here(ws, id) {
-                // Asked and signalled a round ago, and still going: ended now.
-                kill_driver(ws, id);
+        if let Some(stopping) = self.stopping.get(id).filter(|s| s.asked == asked).cloned() {
+            if driven_here(ws, id) || self.starting(id) {
+                // Asked and signalled a round ago, and still going (or starting): ended now.
+                self.end_driver(id);
+                if let Some(s) = self.stopping.get_mut(id) {
+                    s.killed = true;
+                }
                 return Ok(None);
             }
+            // The mark as the stop set it: a driver that settled late wrote its bare tip.
+            if let Some(words) = &stopping.mark {
+                let mark = ws.repo.mark(lifecycle::STOPPED, id.as_str())?;
+                let kept = mark.as_deref().map(String::from_utf8_lossy);
+                if kept.as_deref().and_then(|m| m.split_once('\n')).map(|(_, rest)| rest) != Some(words.as_str()) {
+                    ws.repo.set_mark(lifecycle::STOPPED, id.as_str(), format!("{tip}\n{words}").as_bytes())?;
+                    return Ok(None);
+                }
+            }
+            // A driver killed here told its parent nothing: told now, as it would have.
+            if stopping.killed {
+                lifecycle::tell_parent_if_untold(ws, self.rt, id).map_err(local)?;
+            }
             let here = bundle::refs(&ws.layout.repo(), std::slice::from_ref(&stopped_ref))?.first().map(|(_, o)| *o);
-            if tip != self.owned[id].pushed || here != seen.repo.get(&stopped_ref).copied() {
+            if tip != self.owned[id].pushed || here != seen.repo.get(&stopped_ref).copied() || self.sending(id) {
                 return Ok(None);
             }
             let mut updates = vec![withdraw];
-            // Agents below it that are not asked yet (made since the stop was asked).
+            // Agents below it made since the stop was carried out (its driver may have
+            // dispatched them just before it stopped), as the remote has them.
             let local = format!("refs/outgoing/stop/{id}");
             for (branch, _) in ws.repo.branches(&format!("{}.", id.branch()))? {
                 let Ok(below) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
                 let request = remote::stop_request(&below);
-                if all.iter().any(|(a, _)| *a == below) || seen.repo.contains_key(&request) {
-                    continue;
-                }
-                if ws.repo.mark(lifecycle::STOPPED, below.as_str())?.is_some() {
+                if stopping.below.contains(&below)
+                    || all.iter().any(|(a, _)| *a == below)
+                    || seen.repo.contains_key(&request)
+                    || !seen.repo.contains_key(&format!("refs/heads/{branch}"))
+                {
                     continue;
                 }
                 bundle::set_refs(&ws.layout.repo(), &[(local.clone(), asked)])?;
@@ -159,7 +214,9 @@ impl Worker<'_> {
         let parent = id.parent().map(|p| p.to_string());
         let mut loader = Loader::default();
         let mail = seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str())));
+        let starting = self.starting(id);
         let at_work = driven_here(ws, id)
+            || starting
             || mail
             || lifecycle::work_left(ws, &mut loader, id, tip, parent.as_deref()).map_or(true, |w| w.is_some())
             || self.below_at_work(seen, id, &mut loader)?;
@@ -167,19 +224,31 @@ impl Worker<'_> {
         let prefix = inbox_prefix(id.as_str());
         let held: String =
             seen.repo.keys().filter_map(|n| n.strip_prefix(&prefix)).map(|m| format!("held {m}\n")).collect();
-        let mark = |tip: Oid| match &when {
-            Some(when) => format!("{tip}\nasked {when}\n{held}"),
+        let words = when.map(|when| format!("asked {when}\n{held}"));
+        let mark = |tip: Oid| match &words {
+            Some(words) => format!("{tip}\n{words}"),
             None => tip.to_string(),
         };
         if at_work {
             ws.repo.set_mark(lifecycle::STOPPED, id.as_str(), mark(tip).as_bytes())?;
+        }
+        if starting {
+            // Not holding it yet: nothing of its to settle.
+            self.end_driver(id);
         }
         lifecycle::stop_driver(ws, self.rt, id, PATIENCE).map_err(local)?;
         // The stopped driver marks it at its last commit: the mark says when it was asked.
         if at_work && let Some(tip) = ws.repo.branch_tip(&id.branch())? {
             ws.repo.set_mark(lifecycle::STOPPED, id.as_str(), mark(tip).as_bytes())?;
         }
-        self.stopping.insert(id.clone(), asked);
+        let below = ws
+            .repo
+            .branches(&format!("{}.", id.branch()))?
+            .into_iter()
+            .filter_map(|(b, _)| AgentId::parse(b.trim_start_matches("agents/")).ok())
+            .collect();
+        let mark = if at_work { words } else { None };
+        self.stopping.insert(id.clone(), Stopping { asked, mark, below, killed: false });
         self.tally.stopped += 1;
         on(Event::Stopped { agent: id.to_string() });
         Ok(None)
