@@ -39,7 +39,7 @@ pub enum RemoteError {
     #[error("this workspace has no remote; `offshoot remote add <name> <url>` adds one")]
     None,
     #[error(
-        "remote `{name}` ({url}) cannot share agents: it is {what}, whose transport cannot compare-and-swap a ref; reach the repository over ssh (`host:path`), https or `git daemon --enable=receive-pack`"
+        "remote `{name}` ({url}) cannot share agents: this offshoot reaches remotes over ssh, https, git:// and http://, not {what}, whose transport cannot compare-and-swap a ref; reach the repository over ssh (`host:path`), https or `git daemon --enable=receive-pack`"
     )]
     Unsupported { name: String, url: String, what: &'static str },
     #[error("`{remote}` has no agent `{id}` (`offshoot pull {remote}` shows what it has)")]
@@ -122,6 +122,17 @@ pub(super) struct Seen {
     pub(super) repo: BTreeMap<String, Oid>,
     /// `project.git`'s branches on the remote, by their local name (`refs/heads/<b>`).
     pub(super) project: BTreeMap<String, Oid>,
+}
+
+impl Seen {
+    /// `repo.git`'s refs there whose names start with `prefix`: a range of the sorted
+    /// names, not a walk over all of them (a worker asks this per agent, every round).
+    pub(super) fn under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, Oid)> + 'a {
+        self.repo
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(move |(n, _)| n.starts_with(prefix))
+            .map(|(n, o)| (n.as_str(), *o))
+    }
 }
 
 /// Fetches everything of the remote into the mirrors, dropping mirrored refs it no
@@ -263,12 +274,10 @@ pub(super) fn project_updates(ws: &Workspace, seen: &Seen, only_ahead: bool) -> 
     Ok(updates)
 }
 
+/// `e` met on the way to `remote` (every remote here passed [`resolve`]'s or `new --from`'s
+/// check of its URL).
 pub(super) fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
-    let reason = match remote::unsupported(&remote.url) {
-        Some(what) => format!("this offshoot's git speaks git:// (and plain http://), not {what}"),
-        None => e.to_string(),
-    };
-    RemoteError::Unreachable { name: remote.name.clone(), url: remote::shown_url(&remote.url), reason }
+    RemoteError::Unreachable { name: remote.name.clone(), url: remote::shown_url(&remote.url), reason: e.to_string() }
 }
 
 /// Files each outcome of `updates` in `pushed`, and mirrors what was sent.
@@ -503,7 +512,12 @@ pub(super) fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit
 
 /// Where messages to agent `to` wait on a remote (`refs/offshoot/inbox/<to>/<name>`).
 pub fn inbox_ref(to: &AgentId, name: &str) -> String {
-    format!("refs/offshoot/inbox/{to}/{name}")
+    format!("{}{name}", inbox_prefix(to.as_str()))
+}
+
+/// Where messages to agent `to` wait on a remote: the prefix of their refs.
+pub(super) fn inbox_prefix(to: &str) -> String {
+    format!("refs/offshoot/inbox/{to}/")
 }
 
 /// A name for message `text` on a remote: its time (for the order of delivery), `n`,
@@ -563,19 +577,8 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
     for local in &outgoing {
         let _ = ws.repo.delete_ref(local);
     }
-    let out_of_place =
-        updates.iter().zip(&outcomes).find(|(_, o)| matches!(o, Outcome::Moved { .. } | Outcome::Refused(_)));
-    let not_done = out_of_place.or_else(|| updates.iter().zip(&outcomes).find(|(_, o)| !matches!(o, Outcome::Done(_))));
-    if let Some((update, outcome)) = not_done {
-        return Err(RemoteError::Refused {
-            name: update.remote.clone(),
-            why: match outcome {
-                Outcome::Moved { found: Some(_) } => "it exists there already".into(),
-                Outcome::Moved { found: None } => "it is not there".into(),
-                Outcome::Refused(words) => words.clone(),
-                _ => "another ref was out of place".into(),
-            },
-        });
+    if let Some(refused) = refusal(&updates, &outcomes) {
+        return Err(refused);
     }
     mark_handed(ws, id)?;
     for p in &pending {
@@ -591,8 +594,7 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
 /// Whether `id`'s tree is driven by a remote's workers (handed over here, or pulled as
 /// such): no driver of this workspace may drive it.
 pub fn handed(ws: &Workspace, id: &AgentId) -> bool {
-    let root = id.as_str().split('.').next().unwrap_or(id.as_str());
-    AgentId::parse(root).is_ok_and(|r| ws.layout.handed(&r).exists())
+    ws.layout.handed(&super::budget::root_of(id)).exists()
 }
 
 /// Notes that `id` is driven by a remote's workers: no driver starts for it here.
@@ -637,11 +639,28 @@ pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Res
     }
     let outcome = outcome.map_err(|e| unreachable(remote, e));
     let _ = ws.repo.delete_ref(&local);
-    match outcome?.into_iter().next() {
-        Some(Outcome::Done(_)) => Ok(()),
-        Some(Outcome::Refused(words)) => Err(RemoteError::Refused { name: inbox_ref(to, &name), why: words }),
-        _ => Err(RemoteError::Refused { name: inbox_ref(to, &name), why: "it exists there already".into() }),
+    // The message is what was asked for: the withdrawal beside it may have gone or not.
+    match refusal(&updates[..1], &outcome?[..1]) {
+        Some(refused) => Err(refused),
+        None => Ok(()),
     }
+}
+
+/// Why a push of `updates` did not go through, if one of them did not: the first out of
+/// place (moved there, or refused by the server) before one only withheld because of it.
+fn refusal(updates: &[Update], outcomes: &[Outcome]) -> Option<RemoteError> {
+    let pairs = || updates.iter().zip(outcomes);
+    let (update, outcome) = pairs()
+        .find(|(_, o)| matches!(o, Outcome::Moved { .. } | Outcome::Refused(_)))
+        .or_else(|| pairs().find(|(_, o)| !matches!(o, Outcome::Done(_))))?;
+    let why = match outcome {
+        Outcome::Moved { found: Some(_) } if update.expect == Expect::Exactly(None) => "it exists there already".into(),
+        Outcome::Moved { found: Some(_) } => "it moved there meanwhile; try again".into(),
+        Outcome::Moved { found: None } => "it is not there".into(),
+        Outcome::Refused(words) => words.clone(),
+        Outcome::Done(_) | Outcome::Withheld => "another ref was out of place".into(),
+    };
+    Some(RemoteError::Refused { name: update.remote.clone(), why })
 }
 
 /// The kind under `refs/offshoot/` of a stop asked of an agent through a remote: a blob
@@ -671,7 +690,7 @@ pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<Agen
     }
     // Only a tree handed to the workers is theirs to stop (one pushed for inspection is
     // driven where it was made).
-    let root = id.as_str().split('.').next().unwrap_or(id.as_str());
+    let root = super::budget::root_of(id);
     if !seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind())) {
         return Err(RemoteError::NotHanded { remote: remote.name.clone(), id: id.to_string() });
     }
@@ -689,14 +708,30 @@ pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<Agen
         .collect();
     let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e));
     let _ = ws.repo.delete_ref(&local);
-    if let Some((update, outcome)) = updates.iter().zip(&outcomes?).find(|(_, o)| !matches!(o, Outcome::Done(_))) {
-        return Err(RemoteError::Refused {
-            name: update.remote.clone(),
-            why: match outcome {
-                Outcome::Refused(words) => words.clone(),
-                _ => "it moved meanwhile (a worker took it); ask again".into(),
-            },
-        });
+    match refusal(&updates, &outcomes?) {
+        Some(refused) => Err(refused),
+        None => Ok(tree),
     }
-    Ok(tree)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_under_a_prefix_are_those_and_only_those() {
+        let oid = |n: u8| Oid::from_bytes(&[n; 20]).expect("oid");
+        let names = [
+            "refs/offshoot/inbox/a.1/m",
+            "refs/offshoot/inbox/a/m1",
+            "refs/offshoot/inbox/a/m2",
+            "refs/offshoot/inbox/ab/m",
+        ];
+        let repo = names.iter().enumerate().map(|(i, n)| ((*n).to_owned(), oid(i as u8))).collect();
+        let seen = Seen { repo, project: BTreeMap::new() };
+        let prefix = inbox_prefix("a");
+        let under: Vec<(&str, Oid)> = seen.under(&prefix).collect();
+        assert_eq!(under, [("refs/offshoot/inbox/a/m1", oid(1)), ("refs/offshoot/inbox/a/m2", oid(2))]);
+        assert_eq!(seen.under("refs/heads/").count(), 0);
+    }
 }

@@ -171,10 +171,7 @@ impl Runtime {
         // remote's workers.
         let elsewhere = match self.layout.worker().exists() {
             true => !self.layout.worker_claim(id).exists(),
-            false => {
-                let root = id.as_str().split('.').next().and_then(|r| AgentId::parse(r).ok());
-                root.is_some_and(|r| self.layout.handed(&r).exists())
-            }
+            false => self.layout.handed(&super::budget::root_of(id)).exists(),
         };
         if elsewhere {
             return Ok(None);

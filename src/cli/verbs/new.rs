@@ -53,9 +53,12 @@ fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliEr
         return Err(CliError::usage(format!("{} exists and is not empty", path.display())));
     }
     if let Some(what) = crate::infra::git::remote::unsupported(url) {
-        return Err(CliError::usage(format!(
-            "remote URL `{url}` cannot share agents: this offshoot's git speaks git:// (and plain http://), not {what}; serve the repository with `git daemon --enable=receive-pack`"
-        )));
+        let url = crate::infra::git::remote::shown_url(url);
+        return Err(super::sync::error(crate::engine::remote::RemoteError::Unsupported {
+            name: "origin".into(),
+            url,
+            what,
+        }));
     }
     let existed = path.exists();
     let made = (|| -> Result<(Workspace, crate::engine::remote::Pulled), CliError> {

@@ -155,7 +155,7 @@ impl Worker<'_> {
         let asked: HashSet<AgentId> = super::stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
             let prefix = inbox_prefix(id.as_str());
-            let waiting: Vec<(&String, &Oid)> = seen.repo.iter().filter(|(n, _)| n.starts_with(&prefix)).collect();
+            let waiting: Vec<(&str, Oid)> = seen.under(&prefix).collect();
             if waiting.is_empty() {
                 continue;
             }
@@ -178,14 +178,14 @@ impl Worker<'_> {
             let Ok(held) = identities(ws.repo.branch_tip(&id.branch())?) else { continue };
             here.extend(held);
             for (name, value) in waiting {
-                let Some(bytes) = bundle::blob(&ws.layout.repo(), *value) else { continue };
+                let Some(bytes) = bundle::blob(&ws.layout.repo(), value) else { continue };
                 let text = String::from_utf8_lossy(&bytes).into_owned();
                 let identity = messages::identity(&text);
                 let from = Header::parse(&text).map(|h| h.from);
                 let from_ok = from.as_deref().is_some_and(|f| f == "user" || AgentId::parse(f).is_ok());
                 if !from_ok || on_remote.contains(&identity) {
                     // Delivered, or no message (no sender one could be): gone there.
-                    settled.push(Update { local: None, remote: name.clone(), expect: Expect::Exactly(Some(*value)) });
+                    settled.push(Update { local: None, remote: name.to_owned(), expect: Expect::Exactly(Some(value)) });
                 } else if !here.contains(&identity) {
                     let from = from.unwrap_or_default();
                     inbox::deposit_text(&ws.layout, &id, &from, &text).map_err(local)?;

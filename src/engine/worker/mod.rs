@@ -28,7 +28,7 @@ use crate::domain::marks::{Epitaph, Mark};
 use crate::infra::git::{CommitId as Oid, GitError, bundle};
 
 use super::claims::{Claimed, Claims};
-use super::remote::{self, Remote, RemoteError, Seen};
+use super::remote::{self, Remote, RemoteError, Seen, inbox_prefix};
 use super::runtime::Runtime;
 use super::snapshot::Loader;
 use super::workspace::Workspace;
@@ -40,11 +40,6 @@ mod publish;
 mod stops;
 
 use leases::{Leases, driven_here, drop_inbox, kill_driver, lease_keeper};
-
-/// Where messages to `to` wait on a remote.
-fn inbox_prefix(to: &str) -> String {
-    format!("refs/offshoot/inbox/{to}/")
-}
 
 /// Where outgoing messages are named here before they go (never under `refs/offshoot/`).
 const OUTGOING: &str = "refs/outgoing/";
@@ -410,8 +405,10 @@ impl<'w> Worker<'w> {
             let offset = super::random_u32() as usize % candidates.len();
             candidates.rotate_left(offset);
         }
-        let with_mail: HashSet<&str> =
-            seen.repo.keys().filter_map(|n| n.strip_prefix("refs/offshoot/inbox/")?.split('/').next()).collect();
+        let with_mail: HashSet<&str> = seen
+            .under("refs/offshoot/inbox/")
+            .filter_map(|(n, _)| n.strip_prefix("refs/offshoot/inbox/")?.split('/').next())
+            .collect();
         let replied = |id: &AgentId| seen.repo.get(&format!("refs/offshoot/{}/{id}", Mark::Replied.kind())).copied();
         let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         // A few at a time: the next round sees what other workers claimed meanwhile, so
@@ -425,7 +422,7 @@ impl<'w> Worker<'w> {
             if self.claims()?.busy(id.as_str(), Instant::now()) {
                 continue;
             }
-            let root = id.as_str().split('.').next().unwrap_or("");
+            let root = super::budget::root_of(&id);
             let fleet = seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind()));
             if !fleet || driven_here(ws, &id) || ws.repo.branch_tip(&id.branch())? != Some(tip) {
                 continue;
@@ -516,7 +513,7 @@ impl<'w> Worker<'w> {
             if tip != owned.pushed || starting || (!stopped && inbox::has_pending(&ws.layout, &id)) {
                 continue;
             }
-            if !stopped && seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str()))) {
+            if !stopped && seen.under(&inbox_prefix(id.as_str())).next().is_some() {
                 continue;
             }
             // A mark not yet there (`died`, `replied` set this round) goes first.

@@ -28,7 +28,7 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// The agents a stop was asked of on the remote, with the request's value.
 pub(super) fn asked(seen: &Seen) -> Vec<(AgentId, Oid)> {
     let prefix = format!("refs/offshoot/{}/", remote::STOP_REQUESTS);
-    seen.repo.iter().filter_map(|(n, o)| Some((AgentId::parse(n.strip_prefix(&prefix)?).ok()?, *o))).collect()
+    seen.under(&prefix).filter_map(|(n, o)| Some((AgentId::parse(n.strip_prefix(&prefix)?).ok()?, o))).collect()
 }
 
 /// The first 14 digits of `text` (a time as `YYYYMMDDhhmmss`, whatever its punctuation).
@@ -57,7 +57,7 @@ pub(super) fn revives(ws: &Workspace, id: &AgentId, name: &str, blob: Oid) -> bo
 /// Whether the remote holds a message that revives `id` (see [`revives`]).
 pub(super) fn user_mail(ws: &Workspace, seen: &Seen, id: &AgentId) -> bool {
     let prefix = inbox_prefix(id.as_str());
-    seen.repo.iter().filter(|(n, _)| n.starts_with(&prefix)).any(|(n, blob)| revives(ws, id, n, *blob))
+    seen.under(&prefix).any(|(n, blob)| revives(ws, id, n, blob))
 }
 
 /// A stop this worker carried out, until its request is withdrawn.
@@ -196,13 +196,12 @@ impl Worker<'_> {
             // Agents below it made since the stop was carried out (its driver may have
             // dispatched them just before it stopped), as the remote has them.
             let local = format!("refs/outgoing/stop/{id}");
-            for (branch, _) in ws.repo.branches(&format!("{}.", id.branch()))? {
-                let Ok(below) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+            for below in lifecycle::descendants(ws, id)? {
                 let request = remote::stop_request(&below);
                 if stopping.below.contains(&below)
                     || all.iter().any(|(a, _)| *a == below)
                     || seen.repo.contains_key(&request)
-                    || !seen.repo.contains_key(&format!("refs/heads/{branch}"))
+                    || !seen.repo.contains_key(&format!("refs/heads/{}", below.branch()))
                 {
                     continue;
                 }
@@ -213,7 +212,8 @@ impl Worker<'_> {
         }
         let parent = id.parent().map(|p| p.to_string());
         let mut loader = Loader::default();
-        let mail = seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(id.as_str())));
+        let prefix = inbox_prefix(id.as_str());
+        let mail = seen.under(&prefix).next().is_some();
         let starting = self.starting(id);
         let at_work = driven_here(ws, id)
             || starting
@@ -221,9 +221,8 @@ impl Worker<'_> {
             || lifecycle::work_left(ws, &mut loader, id, tip, parent.as_deref()).map_or(true, |w| w.is_some())
             || self.below_at_work(seen, id, &mut loader)?;
         let when = bundle::blob(&ws.layout.repo(), asked).map(|b| stamp(&String::from_utf8_lossy(&b)));
-        let prefix = inbox_prefix(id.as_str());
         let held: String =
-            seen.repo.keys().filter_map(|n| n.strip_prefix(&prefix)).map(|m| format!("held {m}\n")).collect();
+            seen.under(&prefix).filter_map(|(n, _)| n.strip_prefix(&prefix)).map(|m| format!("held {m}\n")).collect();
         let words = when.map(|when| format!("asked {when}\n{held}"));
         let mark = |tip: Oid| match &words {
             Some(words) => format!("{tip}\n{words}"),
@@ -241,12 +240,7 @@ impl Worker<'_> {
         if at_work && let Some(tip) = ws.repo.branch_tip(&id.branch())? {
             ws.repo.set_mark(lifecycle::STOPPED, id.as_str(), mark(tip).as_bytes())?;
         }
-        let below = ws
-            .repo
-            .branches(&format!("{}.", id.branch()))?
-            .into_iter()
-            .filter_map(|(b, _)| AgentId::parse(b.trim_start_matches("agents/")).ok())
-            .collect();
+        let below = lifecycle::descendants(ws, id)?.into_iter().collect();
         let mark = if at_work { words } else { None };
         self.stopping.insert(id.clone(), Stopping { asked, mark, below, killed: false });
         self.tally.stopped += 1;
@@ -267,7 +261,7 @@ impl Worker<'_> {
             if ws.repo.mark(lifecycle::STOPPED, below.as_str())?.is_some()
                 || self.claims()?.busy(below.as_str(), Instant::now())
                 || driven_here(ws, &below)
-                || seen.repo.keys().any(|n| n.starts_with(&inbox_prefix(below.as_str())))
+                || seen.under(&inbox_prefix(below.as_str())).next().is_some()
                 || lifecycle::work_left(ws, loader, &below, tip, parent.as_deref()).map_or(true, |w| w.is_some())
             {
                 return Ok(true);
