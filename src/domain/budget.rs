@@ -1,4 +1,4 @@
-//! Whole-tree budgets (§11): what a tree of agents has spent, from its step records,
+//! Whole-tree budgets: what a tree of agents has spent, from its step records,
 //! and whether a limit is reached. Pure: the engine reads the records.
 
 use super::config::{BudgetConfig, Price};

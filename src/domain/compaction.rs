@@ -1,4 +1,4 @@
-//! Compaction (§10), the pure parts: the compactor's fixed tools, what it may not
+//! Compaction, the pure parts: the compactor's fixed tools, what it may not
 //! nominate, which transcript entries a landing removes, and the ledger of landings
 //! an agent's tree keeps (`.offshoot/compactions`).
 

@@ -1,4 +1,4 @@
-//! The arithmetic of evaluations (issue 23): pass rates with Wilson intervals, the
+//! The arithmetic of evaluations: pass rates with Wilson intervals, the
 //! unbiased pass@k estimator, and the paired tests `eval compare` reports.
 
 /// The normal quantile of a two-sided 95% interval.

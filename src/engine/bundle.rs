@@ -1,4 +1,4 @@
-//! An agent in one file (issue 23). `offshoot bundle <agent> <file>` writes a tar
+//! An agent in one file. `offshoot bundle <agent> <file>` writes a tar
 //! archive: `manifest.json`; `repo.bundle`, a git bundle of the harness's refs for the
 //! agent, the agents below it (and with `--with-origin` the agent it was forked from),
 //! the config lineages they ran on, and their marks; `project.bundle`, their branches

@@ -1,4 +1,4 @@
-//! Claims: which worker drives an agent, decided on the remote (issue 24). A claim is one
+//! Claims: which worker drives an agent, decided on the remote. A claim is one
 //! ref, `refs/offshoot/claims/<id>`, holding a lease blob (`worker <name>\nserial <n>\n`);
 //! every change is a compare-and-swap of that ref over the smart protocol: made
 //! create-only, renewed from the holder's own last value, taken over from a value that

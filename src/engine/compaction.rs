@@ -1,4 +1,4 @@
-//! Compaction (§10): starting a compactor for an agent, planning the landing of its
+//! Compaction: starting a compactor for an agent, planning the landing of its
 //! summary on the agent's branch, and undoing a landing. The agent's own driver
 //! applies a landing (it owns the branch and the directory); everything here only
 //! reads, or writes through the runtime and a child's dispatch.

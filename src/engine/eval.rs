@@ -1,4 +1,4 @@
-//! Evaluations (issue 23): a configuration measured on a suite of tasks.
+//! Evaluations: a configuration measured on a suite of tasks.
 //!
 //! A suite is a directory with one directory per task: `prompt.md` (the goal), an
 //! executable `check` whose exit code is the only verdict, optionally an executable

@@ -1,4 +1,4 @@
-//! Workspaces sharing one git remote (issue 24): `push` sends what this workspace holds
+//! Workspaces sharing one git remote: `push` sends what this workspace holds
 //! of its agents — branches, config lineages, the marks that say how they live, their
 //! step records — and `pull` takes what the remote holds, each ref moving only forward.
 //!

@@ -1,4 +1,4 @@
-//! Warm starts in project mode (issue 22): ignored paths of the user's checkout — build
+//! Warm starts in project mode: ignored paths of the user's checkout — build
 //! output such as `target/` or `node_modules/` — copied into a new agent's directory,
 //! so its first build reuses the user's. What is copied is named by plain paths (the
 //! role's `copy_ignored` and `prompt --copy-ignored`), each ignored in the user's

@@ -144,7 +144,7 @@ fn connection_refused_is_retried_recorded_and_said() {
 
 #[test]
 fn a_malformed_event_stream_is_refused_recorded_and_commits_nothing() {
-    // §7 retries connection errors and retryable statuses; a server that does not speak
+    // The transport retries connection errors and retryable statuses; a server that does not speak
     // the protocol is not helped by asking again.
     for dialect in [Dialect::Anthropic, Dialect::Chat, Dialect::Responses] {
         let (server, t) = TestWorkspace::served(&format!("fault-sse-{dialect:?}"), dialect);

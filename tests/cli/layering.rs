@@ -86,7 +86,7 @@ fn only_cli_reads_the_environment() {
 #[test]
 fn children_start_in_one_place_with_the_environment_they_are_handed() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let process = src.join("infra/process.rs");
+    let process = src.join("infra/process/mod.rs");
     let mut offenders = Vec::new();
     for (file, code) in sources(&src) {
         let spawns = code.contains("Command::new") || code.contains("process::Command");
@@ -227,4 +227,29 @@ fn no_engine_module_imports_in_a_circle() {
         }
     }
     assert!(edges.get("driver").is_some_and(|d| d.contains("agents")), "the walk sees imports: {edges:?}");
+}
+
+#[test]
+fn every_test_file_is_part_of_the_test_binary() {
+    // A file under tests/cli that no `mod` names is never compiled, so its tests never run.
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli");
+    let mut forgotten = Vec::new();
+    for (dir, root) in [(tests.clone(), "main.rs"), (tests.join("support"), "mod.rs")] {
+        let declared = std::fs::read_to_string(dir.join(root)).expect("read the module root");
+        for entry in std::fs::read_dir(&dir).expect("read tests").flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(stem) = name.strip_suffix(".rs") else { continue };
+            if name == root {
+                continue;
+            }
+            let named = declared.lines().any(|l| {
+                let l = l.trim();
+                l == format!("mod {stem};") || l == format!("pub mod {stem};")
+            });
+            if !named {
+                forgotten.push(entry.path().display().to_string());
+            }
+        }
+    }
+    assert!(forgotten.is_empty(), "test files no `mod` declares (never compiled): {forgotten:?}");
 }

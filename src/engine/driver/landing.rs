@@ -57,7 +57,7 @@ impl Driver<'_> {
     }
 
     /// After a tool step: starts a compaction when the config's trigger is due, none is
-    /// in flight and this agent is not itself a compactor (§10.1). A compaction that
+    /// in flight and this agent is not itself a compactor. A compaction that
     /// cannot start is reported, never fatal to the agent.
     pub(super) fn maybe_compact(&mut self, tip: CommitId, observer: &mut dyn Observer) -> Result<()> {
         if self.facts.role == compaction::ROLE {
@@ -113,7 +113,7 @@ impl Driver<'_> {
         Ok(())
     }
 
-    /// Lands compactor `compactor`'s result `text` on `tip` as one commit (§10.4):
+    /// Lands compactor `compactor`'s result `text` on `tip` as one commit:
     /// the span's entries and the nominated paths leave (but what this agent changed
     /// since the fork), the summary comes in. A result other than a final response, or
     /// one without a summary, lands nothing. Either way the compaction is over.

@@ -78,7 +78,7 @@ impl Driver<'_> {
             plan.model = String::from_utf8_lossy(&chosen).trim().to_owned();
         }
         let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
-        // A summary left with merge-conflict markers is never sent (§6.1).
+        // A summary left with merge-conflict markers is never sent.
         let summaries = format!("{}/", agent::SUMMARIES);
         for (path, text) in snapshot.composed.iter().filter(|(p, _)| p.starts_with(&summaries)) {
             if let Some(line) = compaction::conflict_marker(text) {
@@ -93,7 +93,7 @@ impl Driver<'_> {
         request.reasoning = crate::engine::model::reasoning_at(&self.ws.repo, tip, role)?;
         let bytes = request_json(&request);
         let measured = context::measured_bytes(&request, bytes.len() as u64);
-        // A request past the role's window is never sent (§10).
+        // A request past the role's window is never sent.
         if let Some(window) = role.context_window {
             let last = match self.last_call {
                 Some(known) => known,

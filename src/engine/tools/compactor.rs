@@ -1,4 +1,4 @@
-//! The compactor's two tools (§10.2): `write_summary` and `mark_for_deletion`. Both
+//! The compactor's two tools: `write_summary` and `mark_for_deletion`. Both
 //! write only the compactor's own `.offshoot/` (through the driver, like every harness
 //! file): the summary, and the list of nominated paths. Nothing is removed until the
 //! parent lands the compaction.

@@ -1,5 +1,5 @@
 //! `offshoot worker`: drives agents of a remote from this workspace (one made by `new
-//! --from`), with as many other workers on other machines as there are (issue 24).
+//! --from`), with as many other workers on other machines as there are.
 //!
 //! Each round it fetches; renews its claims (one lost is let go at once: its driver
 //! killed, nothing of it sent again); sends, in one push, the agents its drivers made,
