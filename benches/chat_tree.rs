@@ -28,12 +28,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use offshoot::domain::id::AgentId;
-use offshoot::engine::Env;
-use offshoot::engine::agents::{self, Child, Start};
-use offshoot::engine::workspace::{Workspace, template_files};
-use offshoot::infra::lock::LockGuard;
-use offshoot::infra::time::Timestamp;
+use domain::id::AgentId;
+use engine::Env;
+use engine::agents::{self, Child, Start};
+use engine::store::workspace::{Workspace, template_files};
+use infra::lock::LockGuard;
+use infra::time::Timestamp;
 
 const CHILDREN: usize = 999;
 const WORKING: usize = 100;

@@ -16,14 +16,14 @@ mod server;
 
 use std::time::Instant;
 
-use offshoot::domain::id::AgentId;
-use offshoot::engine::Env;
-use offshoot::engine::agents::{self, Start};
-use offshoot::engine::driver;
-use offshoot::engine::events::{Event, Observer};
-use offshoot::engine::runtime::Runtime;
-use offshoot::engine::workspace::{Workspace, set_key, template_files};
-use offshoot::infra::time::Timestamp;
+use domain::id::AgentId;
+use engine::Env;
+use engine::agents::runtime::Runtime;
+use engine::agents::{self, Start};
+use engine::step::driver;
+use engine::step::events::{Event, Observer};
+use engine::store::workspace::{Workspace, set_key, template_files};
+use infra::time::Timestamp;
 use serde_json::json;
 use server::{Server, Turn};
 

@@ -18,11 +18,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use offshoot::engine::Env;
-use offshoot::engine::agents::{self, Start};
-use offshoot::engine::runtime::Runtime;
-use offshoot::engine::workspace::{Workspace, set_key, template_files};
-use offshoot::infra::time::Timestamp;
+use engine::Env;
+use engine::agents::runtime::Runtime;
+use engine::agents::{self, Start};
+use engine::store::workspace::{Workspace, set_key, template_files};
+use infra::time::Timestamp;
 use serde_json::json;
 use server::{Server, Turn};
 

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use offshoot::infra::tools::{self, ToolEnv};
+use infra::tools::{self, ToolEnv};
 use serde_json::json;
 
 fn main() {

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use offshoot::engine::Env;
-use offshoot::engine::agents::{self, Child, Start};
-use offshoot::engine::workspace::{Workspace, template_files};
-use offshoot::infra::time::Timestamp;
+use engine::Env;
+use engine::agents::{self, Child, Start};
+use engine::store::workspace::{Workspace, template_files};
+use infra::time::Timestamp;
 
 fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();

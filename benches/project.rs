@@ -24,15 +24,15 @@ use std::time::{Duration, Instant};
 
 use clock::Clock;
 use disk::file_creation_micros;
+use engine::Env;
+use engine::agents::runtime::Runtime;
+use engine::agents::{self, Start};
+use engine::ops::project;
+use engine::step::driver;
+use engine::store::workspace::{Workspace, set_key, template_files};
+use infra::git::UserRepo;
+use infra::time::Timestamp;
 use median::median_ms;
-use offshoot::engine::Env;
-use offshoot::engine::agents::{self, Start};
-use offshoot::engine::driver;
-use offshoot::engine::project;
-use offshoot::engine::runtime::Runtime;
-use offshoot::engine::workspace::{Workspace, set_key, template_files};
-use offshoot::infra::git::UserRepo;
-use offshoot::infra::time::Timestamp;
 use server::{Server, Turn};
 
 const STEPS: usize = 20;

@@ -12,8 +12,8 @@ mod median;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use infra::git::{Repo, Scan, Tracked, TreeEdit};
 use median::median_ms;
-use offshoot::infra::git::{Repo, Scan, Tracked, TreeEdit};
 
 fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(15);

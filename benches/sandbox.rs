@@ -15,9 +15,9 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use infra::process::{self, Group, Io, Limits, Spec};
+use infra::sandbox::{self, Confinement, Jail};
 use median::median_ms;
-use offshoot::infra::process::{self, Group, Io, Limits, Spec};
-use offshoot::infra::sandbox::{self, Confinement, Jail};
 
 fn main() {
     let n: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(500);
@@ -67,7 +67,7 @@ fn main() {
                 env: &env,
                 group: Group::Own,
                 stdin: None,
-                sandbox: jail.as_ref(),
+                sandbox: jail.as_ref().map(infra::sandbox::Jail::helper),
                 pgid_record: None,
             };
             let started = Instant::now();

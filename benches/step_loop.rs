@@ -35,19 +35,19 @@ use std::time::{Duration, Instant};
 
 use clock::Clock;
 use disk::file_creation_micros;
+use domain::id::AgentId;
+use engine::Env;
+use engine::agents::containment::{self, Site};
+use engine::agents::runtime::Runtime;
+use engine::agents::{self, Start};
+use engine::step::driver;
+use engine::step::events::{Event, Observer};
+use engine::store::workspace::{Workspace, set_key, template_files};
+use infra::process::{self, Group, Io, Limits, Spec};
+use infra::provider::{Request, anthropic};
+use infra::sandbox::{self, Jail};
+use infra::time::Timestamp;
 use median::median_ms;
-use offshoot::domain::id::AgentId;
-use offshoot::engine::Env;
-use offshoot::engine::agents::{self, Start};
-use offshoot::engine::containment::{self, Site};
-use offshoot::engine::driver;
-use offshoot::engine::events::{Event, Observer};
-use offshoot::engine::runtime::Runtime;
-use offshoot::engine::workspace::{Workspace, set_key, template_files};
-use offshoot::infra::process::{self, Group, Io, Limits, Spec};
-use offshoot::infra::provider::{Request, anthropic};
-use offshoot::infra::sandbox::{self, Jail};
-use offshoot::infra::time::Timestamp;
 use server::{Server, Turn};
 
 fn mean_ms(d: &[Duration]) -> f64 {
@@ -128,7 +128,7 @@ fn main() {
     // What was sent, as the step's record keeps it (its size and digest; the request
     // itself is assembled again from the commit and the config).
     let size = |n: usize| {
-        offshoot::engine::inspect::step_meta(&ws, &id, n as u32).ok().and_then(|m| m.sent).map(|s| s.bytes).unwrap_or(0)
+        engine::ops::inspect::step_meta(&ws, &id, n as u32).ok().and_then(|m| m.sent).map(|s| s.bytes).unwrap_or(0)
     };
 
     println!(
@@ -159,7 +159,7 @@ fn main() {
     // `show --step N --request` for the first and the last: the body assembled again
     // from the (folded) record must be the one whose digest the call kept.
     for n in [1, steps] {
-        let resent = offshoot::engine::inspect::resend(&ws, &id, n as u32).expect("resend");
+        let resent = engine::ops::inspect::resend(&ws, &id, n as u32).expect("resend");
         assert_eq!(resent.matches, Some(true), "step {n}: the request assembled again differs from what was sent");
     }
     println!("show --step 1 and --step {steps} --request: the bodies sent, byte for byte (their SHA-256 as recorded)");
@@ -219,7 +219,7 @@ struct Interleaved<'a> {
     paused: Vec<Instant>,
     floor: Vec<Duration>,
     /// Reads the transcript for the requests the floor sends again, each entry once.
-    loader: offshoot::engine::snapshot::Loader,
+    loader: engine::store::snapshot::Loader,
 }
 
 impl<'a> Interleaved<'a> {
@@ -255,7 +255,7 @@ impl<'a> Interleaved<'a> {
     fn floor_step(&mut self, n: usize) -> Duration {
         // The floor still writes the request as a step record once held it whole.
         let request =
-            offshoot::engine::inspect::reassemble_with(self.ws, self.id, n as u32, &mut self.loader).expect("request");
+            engine::ops::inspect::reassemble_with(self.ws, self.id, n as u32, &mut self.loader).expect("request");
         let recorded = serde_json::to_vec(&request).expect("json");
         let wire = anthropic::encode(&request, Some("bench"));
         self.server.push(server::Reply::Turn(Turn::bash("call_floor", "echo step")));
@@ -299,7 +299,7 @@ impl Interleaved<'_> {
             env: &env,
             group: Group::Own,
             stdin: None,
-            sandbox: Some(jail),
+            sandbox: Some(jail.helper()),
             pgid_record: None,
         };
         let limits = Limits { head: 2048, tail: 2048, record_max: 0, timeout: None, idle: None };
@@ -355,7 +355,7 @@ impl Observer for Interleaved<'_> {
 /// prompt cache needs). Returns (extending, pairs).
 fn prefix_stability(ws: &Workspace, id: &AgentId, steps: usize) -> (usize, usize) {
     let wire = |n: usize| -> Option<serde_json::Value> {
-        let request: Request = offshoot::engine::inspect::reassemble(ws, id, n as u32).ok()?;
+        let request: Request = engine::ops::inspect::reassemble(ws, id, n as u32).ok()?;
         let mut body: serde_json::Value =
             serde_json::from_slice(&anthropic::encode(&request, Some("bench")).body).ok()?;
         // The cache key excludes `cache_control`, which moves to the newest blocks.

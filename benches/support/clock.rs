@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use offshoot::engine::events::{Event, Observer};
+use engine::step::events::{Event, Observer};
 
 /// Records when each step starts.
 pub struct Clock {

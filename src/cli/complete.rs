@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use clap_complete::engine::{ArgValueCandidates, CompletionCandidate};
 
-use crate::engine::agents;
-use crate::engine::workspace::Workspace;
+use engine::agents;
+use engine::store::workspace::Workspace;
 
 use super::Ctx;
 

@@ -5,12 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::domain::id::AgentId;
-use crate::engine::Env;
-use crate::engine::interrupt::Interrupt;
-use crate::engine::runtime::Runtime;
-use crate::engine::workspace::{self, ConfigFiles, Workspace};
-use crate::infra::git::{Discovered, UserRepo};
+use domain::id::AgentId;
+use engine::Env;
+use engine::agents::interrupt::Interrupt;
+use engine::agents::runtime::Runtime;
+use engine::store::workspace::{self, ConfigFiles, Workspace};
+use infra::git::{Discovered, UserRepo};
 
 use super::error::CliError;
 use super::out::Out;
@@ -36,7 +36,7 @@ pub struct Ctx {
 /// real paths an agent's file tools resolve (a link or `..` in `-w` would miss).
 pub fn real(path: PathBuf) -> PathBuf {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    crate::infra::tools::resolve(&cwd, path)
+    infra::tools::resolve(&cwd, path)
 }
 
 impl Ctx {
@@ -44,7 +44,7 @@ impl Ctx {
         let env = Env::new(std::env::vars());
         // The user's own programs a remote is reached through (ssh, credential helpers),
         // without the model providers' keys, which none of them needs.
-        crate::infra::git::transport::set_environment(
+        infra::git::transport::set_environment(
             env.vars().filter(|(k, _)| !k.ends_with("_API_KEY")).map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
         );
         let home = env.get("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
@@ -90,7 +90,7 @@ impl Ctx {
     /// directory is in.
     pub fn agent_named(&self, ws: &Workspace, named: Option<&str>) -> Result<AgentId, CliError> {
         if let Some(named) = named {
-            return Ok(crate::engine::agents::resolve(ws, named)?);
+            return Ok(engine::agents::resolve(ws, named)?);
         }
         self.agent_here(ws).ok_or_else(|| {
             CliError::usage("name an agent (its id or name)")
@@ -158,7 +158,7 @@ impl Ctx {
         let template = self.template()?;
         Ok(template
             .iter()
-            .find(|(p, _)| p == crate::domain::config::FILE)
+            .find(|(p, _)| p == domain::config::FILE)
             .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
             .unwrap_or_default())
     }
@@ -269,7 +269,7 @@ impl Ctx {
             name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
         self.data_root
             .join("workspaces")
-            .join(format!("{name}-{:08x}", crate::domain::id::fnv1a(root.as_os_str().as_encoded_bytes()) as u32))
+            .join(format!("{name}-{:08x}", domain::id::fnv1a(root.as_os_str().as_encoded_bytes()) as u32))
     }
 
     /// Where a git identity may be set for the user (`~/.gitconfig`, then the XDG one).
@@ -290,7 +290,7 @@ impl Ctx {
 
 /// The repository whose working tree holds `dir`, if any; a bare one is refused.
 pub fn project_at(dir: &Path, ceilings: &[PathBuf]) -> Result<Option<UserRepo>, CliError> {
-    match crate::infra::git::discover(dir, ceilings).map_err(|e| CliError::runtime(e.to_string()))? {
+    match infra::git::discover(dir, ceilings).map_err(|e| CliError::runtime(e.to_string()))? {
         Discovered::Repo(user) => Ok(Some(user)),
         Discovered::Bare(path) => Err(CliError::usage(format!(
             "{} is a bare repository: agents need a working tree to start from and to give their work back to",

@@ -1,17 +1,17 @@
 //! `CliError`: what the user reads when a verb fails, with its exit code and hints.
 //! Every library error is turned into words here, once.
 
-use crate::domain::id::IdError;
-use crate::engine::agents::AgentError;
-use crate::engine::driver::DriverError;
-use crate::engine::inspect::InspectError;
-use crate::engine::lifecycle::LifecycleError;
-use crate::engine::model::ModelError;
-use crate::engine::project::ProjectError;
-use crate::engine::runtime::RuntimeError;
-use crate::engine::workspace::WorkspaceError;
-use crate::infra::provider::StreamError;
-use crate::infra::provider::transport::CallError;
+use domain::id::IdError;
+use engine::agents::AgentError;
+use engine::agents::lifecycle::LifecycleError;
+use engine::agents::runtime::RuntimeError;
+use engine::ops::inspect::InspectError;
+use engine::ops::project::ProjectError;
+use engine::step::driver::DriverError;
+use engine::step::model::ModelError;
+use engine::store::workspace::WorkspaceError;
+use infra::provider::StreamError;
+use infra::provider::transport::CallError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -190,7 +190,7 @@ impl From<DriverError> for CliError {
                 )],
             },
             DriverError::Exhausted { ref id, ref spend } => {
-                let raise: Vec<String> = crate::domain::budget::raised(spend)
+                let raise: Vec<String> = domain::budget::raised(spend)
                     .into_iter()
                     .map(|(key, value)| format!("budgets.{key} {value}"))
                     .collect();

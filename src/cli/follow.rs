@@ -14,13 +14,13 @@ use std::time::Duration;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::Value;
 
-use crate::domain::id::AgentId;
-use crate::engine::agents;
-use crate::engine::events;
-use crate::engine::events::{End, Line, Record};
-use crate::engine::workspace::Workspace;
+use domain::id::AgentId;
+use engine::agents;
+use engine::step::events;
+use engine::step::events::{End, Line, Record};
+use engine::store::workspace::Workspace;
 
-use super::progress::call_gist;
+use super::out::call_gist;
 
 /// How often the events files are looked at.
 const POLL: Duration = Duration::from_millis(100);
@@ -125,7 +125,7 @@ struct Watch {
 impl Watch {
     fn new(root: &Path, id: &AgentId, view: View, itself: bool) -> Watch {
         Watch {
-            steps: crate::domain::layout::Layout::new(root).steps(id).parent().map(Path::to_owned).unwrap_or_default(),
+            steps: domain::layout::Layout::new(root).steps(id).parent().map(Path::to_owned).unwrap_or_default(),
             below: format!("{id}."),
             itself: itself.then(|| id.to_string()),
             view,
@@ -262,17 +262,15 @@ fn describe(record: &Record) -> Option<Described> {
         Record::Text { text } => line(first_line(text), false),
         Record::ToolCall { name, input, .. } => line(format!("→ {name} {}", first_line(&call_gist(input))), true),
         Record::ToolResult { summary, .. } => line(format!("← {}", first_line(summary)), false),
-        Record::Waiting { children } => line(
-            format!("waiting for {} below it", crate::infra::words::count(*children as u64, "agent", "agents")),
-            false,
-        ),
-        Record::Transfer { child, files } => {
-            line(format!("merged {} from `{child}`", crate::infra::words::count(*files as u64, "file", "files")), true)
+        Record::Waiting { children } => {
+            line(format!("waiting for {} below it", infra::words::count(*children as u64, "agent", "agents")), false)
         }
-        Record::Conflict { child, files } => line(
-            format!("`{child}`'s work conflicts in {}", crate::infra::words::count(*files as u64, "file", "files")),
-            true,
-        ),
+        Record::Transfer { child, files } => {
+            line(format!("merged {} from `{child}`", infra::words::count(*files as u64, "file", "files")), true)
+        }
+        Record::Conflict { child, files } => {
+            line(format!("`{child}`'s work conflicts in {}", infra::words::count(*files as u64, "file", "files")), true)
+        }
         Record::AttemptFailed { error, .. } => line(format!("attempt failed: {}", first_line(error)), true),
         Record::Repaired { what } => line(what.clone(), true),
         Record::Compaction { note, .. } => line(note.clone(), true),

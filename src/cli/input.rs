@@ -57,10 +57,10 @@ impl Choice {
     /// provider (the rule of the role settings, `Config::check_reasoning`).
     pub fn reasoning(
         &self,
-        config: &crate::domain::config::Config,
+        config: &domain::config::Config,
         role: &str,
-    ) -> Result<Option<crate::infra::provider::Reasoning>, CliError> {
-        use crate::infra::provider::Reasoning;
+    ) -> Result<Option<infra::provider::Reasoning>, CliError> {
+        use infra::provider::Reasoning;
         let (flag, asked) = match (self.thinking, &self.effort) {
             (Some(n), _) => ("--thinking", Reasoning::ThinkingBudget(n)),
             (None, Some(e)) => ("--effort", Reasoning::Effort(e.clone())),
@@ -91,7 +91,7 @@ pub fn parse_age(text: &str) -> Option<std::time::Duration> {
 }
 
 pub fn model_name(value: &str) -> Result<String, String> {
-    crate::domain::agent::check_model(value).map(|()| value.to_owned())
+    domain::agent::check_model(value).map(|()| value.to_owned())
 }
 
 #[cfg(test)]

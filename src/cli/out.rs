@@ -282,3 +282,13 @@ pub fn above(multi: &MultiProgress, line: &str) {
         let _ = writeln!(std::io::stderr(), "{line}");
     });
 }
+
+/// The argument that says most about a call (its command, pattern, path or name),
+/// else the whole input.
+pub fn call_gist(input: &serde_json::Value) -> String {
+    ["command", "pattern", "path", "name"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(|v| v.as_str()))
+        .map(str::to_owned)
+        .unwrap_or_else(|| input.to_string())
+}

@@ -6,18 +6,18 @@ use std::collections::HashMap;
 
 use serde_json::json;
 
-use crate::domain::id::AgentId;
-use crate::engine::budget::Records;
-use crate::engine::driver::{self, RunEnd};
-use crate::engine::events::{self, Event, Observer};
-use crate::engine::interrupt::{Disposition, Reason};
-use crate::engine::workspace::Workspace;
-use crate::infra::provider::Delta;
-use crate::infra::signals;
+use domain::id::AgentId;
+use engine::agents::budget::Records;
+use engine::agents::interrupt::{Disposition, Reason};
+use engine::step::driver::{self, RunEnd};
+use engine::step::events::{self, Event, Observer};
+use engine::store::workspace::Workspace;
+use infra::provider::Delta;
+use infra::signals;
 
 use super::error::Kind;
 use super::follow::{Follower, View};
-use super::out::Out;
+use super::out::{Out, call_gist};
 use super::{CliError, Ctx};
 
 struct Live<'a> {
@@ -53,7 +53,7 @@ impl Spent {
     /// calls this run made and those of the agents below it meanwhile, from their step
     /// records.
     fn of_tree(ws: &Workspace, id: &AgentId, (records, before): &mut (Records, HashMap<String, usize>)) -> Spent {
-        let facts = crate::engine::agents::facts_of(ws, &id.branch()).ok();
+        let facts = engine::agents::facts_of(ws, &id.branch()).ok();
         let config = facts.and_then(|f| ws.config(&f.lineage).ok()).map(|(_, c)| c);
         let mut spent = Spent::default();
         // (The records read at the start hold every step finished then: only the run's
@@ -70,7 +70,7 @@ impl Spent {
             spent.tool_calls += new.iter().map(|s| s.tool_calls).sum::<u32>();
             for step in answered {
                 let price = config.as_ref().and_then(|c| c.prices.get(&step.model));
-                spent.add(&step.usage, price.map(|p| crate::domain::budget::cost(&step.usage, p)));
+                spent.add(&step.usage, price.map(|p| domain::budget::cost(&step.usage, p)));
             }
         }
         spent
@@ -86,12 +86,12 @@ impl Spent {
     /// The totals as fields of a run's `end` event.
     fn fields(&self) -> serde_json::Value {
         // (No call at all cost nothing; a call without a price makes the sum unknown.)
-        let cost = if self.unpriced { None } else { Some(crate::domain::budget::usd(self.cost_usd.unwrap_or(0.0))) };
+        let cost = if self.unpriced { None } else { Some(domain::budget::usd(self.cost_usd.unwrap_or(0.0))) };
         json!({"agents": self.agents, "steps": self.calls, "tool_calls": self.tool_calls, "input_tokens": self.input,
             "cached_tokens": self.cached, "output_tokens": self.output, "cost_usd": cost})
     }
 
-    fn add(&mut self, usage: &crate::infra::provider::Usage, cost_usd: Option<f64>) {
+    fn add(&mut self, usage: &infra::provider::Usage, cost_usd: Option<f64>) {
         self.calls += 1;
         self.input += usage.input.unwrap_or(0);
         self.cached += usage.cache_read.unwrap_or(0);
@@ -144,11 +144,11 @@ impl Live<'_> {
             return;
         }
         let cost = if s.unpriced { None } else { s.cost_usd };
-        let calls = crate::infra::words::count(s.calls, "model call", "model calls");
+        let calls = infra::words::count(s.calls, "model call", "model calls");
         let by = if s.agents > 1 { format!(" by {} agents", s.agents) } else { String::new() };
         let tools = match s.tool_calls {
             0 => String::new(),
-            n => format!(" and {}", crate::infra::words::count(n, "tool call", "tool calls")),
+            n => format!(" and {}", infra::words::count(n, "tool call", "tool calls")),
         };
         let unpriced = if s.unpriced && s.cost_usd.is_some() { " (some calls unpriced)" } else { "" };
         self.ctx.out.progress(&format!(
@@ -223,11 +223,11 @@ impl Observer for Live<'_> {
             }
             Event::Conflicted { child, files } => out.progress(&format!(
                 "· `{child}`'s work conflicts in {}; not merged (marked refs/offshoot/conflicted/{child})",
-                crate::infra::words::count(files as u64, "file", "files")
+                infra::words::count(files as u64, "file", "files")
             )),
             Event::Waiting { children } => out.progress(&format!(
                 "· waiting for {} below this one",
-                crate::infra::words::count(children as u64, "agent", "agents")
+                infra::words::count(children as u64, "agent", "agents")
             )),
             Event::Compaction { outcome: "started", compactor, note } => {
                 out.progress(&format!("· compacting: `{compactor}` started ({note})"))
@@ -235,16 +235,6 @@ impl Observer for Live<'_> {
             Event::Compaction { compactor, note, .. } => out.progress(&format!("· `{compactor}`: {note}")),
         }
     }
-}
-
-/// The argument that says most about a call (its command, pattern, path or name),
-/// else the whole input.
-pub fn call_gist(input: &serde_json::Value) -> String {
-    ["command", "pattern", "path", "name"]
-        .iter()
-        .find_map(|k| input.get(*k).and_then(|v| v.as_str()))
-        .map(str::to_owned)
-        .unwrap_or_else(|| input.to_string())
 }
 
 /// Runs the driver in this process with live output. `fresh` marks an agent this
@@ -408,7 +398,7 @@ pub fn watch_signals(ctx: &Ctx) {
 /// Follows up the creation of `id`: names it (the first JSON event, or a progress
 /// line), then either starts a detached driver and prints the id, or attaches.
 pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool) -> Result<(), CliError> {
-    let name = crate::engine::agents::list(ws)
+    let name = engine::agents::list(ws)
         .ok()
         .and_then(|l| l.into_iter().find(|l| l.id == *id))
         .and_then(|l| l.facts)

@@ -1,8 +1,28 @@
-//! The layers point down: cli → engine → domain → infra, never upward; only cli
-//! reads the environment; every child process starts in one place, with the
-//! environment it is handed.
+//! The architecture as a test. The layers are crates (cli → engine → domain → infra),
+//! so the compiler refuses an upward import; here: each crate's manifest names only
+//! the layers below it, the engine's wings stand in their order, no module imports in a
+//! circle anywhere, only the cli reads the environment, and every child process starts
+//! in one place with the environment it is handed.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Each crate's source root, from the top layer down.
+fn crates() -> [(&'static str, PathBuf); 4] {
+    [
+        ("cli", root().join("src")),
+        ("engine", root().join("crates/engine/src")),
+        ("domain", root().join("crates/domain/src")),
+        ("infra", root().join("crates/infra/src")),
+    ]
+}
+
+/// The engine's wings, from the bottom up: a wing uses only those before it.
+const WINGS: [&str; 5] = ["store", "agents", "step", "fleet", "ops"];
 
 /// The non-test code of every source file under `dir`: (path, text).
 fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
@@ -20,63 +40,235 @@ fn sources(dir: &Path) -> Vec<(PathBuf, String)> {
             }
         }
     }
+    out.sort();
     out
 }
 
-/// The layers a piece of code names through `crate::`: plain paths
-/// (`crate::engine::x`) and grouped imports (`use crate::{engine, domain::y}`).
-fn layers_named(code: &str) -> Vec<String> {
-    let mut named = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
+#[test]
+fn each_layer_depends_only_on_the_layers_below_it() {
+    let layers = ["infra", "domain", "engine"];
+    for (at, layer) in layers.iter().enumerate() {
+        let manifest = std::fs::read_to_string(root().join("crates").join(layer).join("Cargo.toml")).expect("manifest");
+        let named: Vec<&str> = manifest
+            .lines()
+            .filter_map(|l| l.split_once(".workspace = true").map(|(name, _)| name.trim()))
+            .filter(|name| layers.contains(name))
+            .collect();
+        let below = &layers[..at];
+        assert!(named.iter().all(|n| below.contains(n)), "crate `{layer}` depends on {named:?}; only {below:?} may be");
+    }
+}
+
+/// The module paths a piece of code names from `crate::`, `super::` or `self::`, with
+/// grouped imports (`use crate::{a::b, c::{d, e}}`) spread out: each as the prefix word
+/// and the segments after it.
+fn paths_named(code: &str) -> Vec<(String, Vec<String>)> {
+    fn spread(prefix: &[String], rest: &str, out: &mut Vec<Vec<String>>) {
+        let rest = rest.trim_start();
         if let Some(group) = rest.strip_prefix('{') {
-            let body = &group[..group.find('}').unwrap_or(group.len())];
-            for item in body.split(',') {
-                let first = item.trim().split("::").next().unwrap_or("").trim();
-                if !first.is_empty() {
-                    named.push(first.to_owned());
+            let (mut depth, mut start) = (0, 0);
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        spread(prefix, &group[start..i], out);
+                        return;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        spread(prefix, &group[start..i], out);
+                        start = i + 1;
+                    }
+                    _ => {}
                 }
             }
-        } else {
+            return;
+        }
+        let mut segments = prefix.to_vec();
+        let mut rest = rest;
+        loop {
             let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
-            named.push(rest[..end].to_owned());
+            if end == 0 {
+                break;
+            }
+            segments.push(rest[..end].to_owned());
+            rest = &rest[end..];
+            match rest.strip_prefix("::") {
+                Some(next) if next.starts_with('{') => return spread(&segments, next, out),
+                Some(next) => rest = next,
+                None => break,
+            }
+        }
+        out.push(segments);
+    }
+    let mut named = Vec::new();
+    for word in ["crate::", "super::", "self::"] {
+        let mut at = 0;
+        while let Some(found) = code[at..].find(word) {
+            let start = at + found;
+            at = start + word.len();
+            // Only where a path starts: not `super::` inside `super::super::`, nor `x::self`.
+            let before = code[..start].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            let mut paths = Vec::new();
+            spread(&[word.trim_end_matches(':').to_owned()], &code[at..], &mut paths);
+            named.extend(paths.into_iter().map(|mut p| (p.remove(0), p)));
         }
     }
     named
 }
 
-#[test]
-fn no_layer_reaches_upward() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let rules =
-        [("infra", &["domain", "engine", "cli"][..]), ("domain", &["engine", "cli"][..]), ("engine", &["cli"][..])];
-    let mut violations = Vec::new();
-    for (layer, forbidden) in rules {
-        for (file, code) in sources(&src.join(layer)) {
-            for named in layers_named(&code) {
-                if forbidden.contains(&named.as_str()) {
-                    violations.push(format!("{}: crate::{named}", file.display()));
-                }
+/// A module's path in its crate (`step/driver/record.rs` → `[step, driver, record]`),
+/// and whether the file is a folder's own (`mod.rs`, `lib.rs`, `main.rs`).
+fn module_of(src: &Path, file: &Path) -> (Vec<String>, bool) {
+    let rel = file.strip_prefix(src).expect("under src");
+    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let last = parts.pop().unwrap_or_default();
+    let own = ["mod.rs", "lib.rs", "main.rs"].contains(&last.as_str());
+    if !own {
+        parts.push(last.trim_end_matches(".rs").to_owned());
+    }
+    (parts, own)
+}
+
+/// The crate path a named path leads to, seen from module `module`.
+fn absolute(module: &[String], word: &str, segments: &[String]) -> Vec<String> {
+    let mut at: Vec<String> = match word {
+        "crate" => Vec::new(),
+        "self" => module.to_vec(),
+        _ => module[..module.len().saturating_sub(1)].to_vec(),
+    };
+    let mut segments = segments.iter().peekable();
+    while segments.peek().is_some_and(|s| *s == "super") {
+        segments.next();
+        at.pop();
+    }
+    at.extend(segments.cloned());
+    at
+}
+
+/// Every import between two modules of one folder, for each folder of `src`: folder →
+/// (from → to). A module's own folder file using its children is no such import.
+fn sibling_imports(src: &Path) -> BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> {
+    let files = sources(src);
+    let units: BTreeSet<Vec<String>> = files.iter().map(|(f, _)| module_of(src, f).0).collect();
+    let mut folders: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (file, code) in &files {
+        let (module, _) = module_of(src, file);
+        for (word, segments) in paths_named(code) {
+            let target = absolute(&module, &word, &segments);
+            let common = module.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            let (Some(from), Some(to)) = (module.get(common), target.get(common)) else { continue };
+            // Only modules count (an item of the folder's own file is not a sibling).
+            let unit = &target[..=common];
+            if !units.iter().any(|u| u.starts_with(unit)) {
+                continue;
             }
+            folders.entry(module[..common].to_vec()).or_default().entry(from.clone()).or_default().insert(to.clone());
         }
     }
-    assert!(violations.is_empty(), "upward uses:\n{}", violations.join("\n"));
+    folders
+}
+
+/// A circle among `edges`, if there is one: the modules on it, back to the first.
+fn circle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn walk(
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        at: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == at) {
+            let mut found = path[i..].to_vec();
+            found.push(at.to_owned());
+            return Some(found);
+        }
+        if !done.insert(at.to_owned()) {
+            return None;
+        }
+        path.push(at.to_owned());
+        for next in edges.get(at).into_iter().flatten() {
+            if let Some(found) = walk(edges, next, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    edges.keys().find_map(|start| walk(edges, start, &mut Vec::new(), &mut done))
 }
 
 #[test]
-fn grouped_imports_are_seen() {
-    assert_eq!(layers_named("use crate::{engine, domain::x};\nlet y = crate::cli::run;"), ["engine", "domain", "cli"]);
+fn no_modules_import_each_other_in_a_circle() {
+    let mut circles = Vec::new();
+    for (layer, src) in crates() {
+        for (folder, edges) in sibling_imports(&src) {
+            if let Some(found) = circle(&edges) {
+                circles.push(format!("{layer} {}: {}", folder.join("/"), found.join(" → ")));
+            }
+        }
+    }
+    assert!(circles.is_empty(), "modules importing each other in a circle:\n{}", circles.join("\n"));
+    // The walk sees imports at every depth.
+    let engine = sibling_imports(&root().join("crates/engine/src"));
+    assert!(engine[&Vec::new()]["step"].contains("store"), "{engine:?}");
+    assert!(engine[&vec!["step".to_owned()]]["driver"].contains("toolcall"), "{engine:?}");
+}
+
+#[test]
+fn the_engine_wings_point_down_in_their_order() {
+    let engine = sibling_imports(&root().join("crates/engine/src"));
+    let top = engine.get(&Vec::new()).cloned().unwrap_or_default();
+    let mut wrong = Vec::new();
+    for (from, to) in &top {
+        let Some(at) = WINGS.iter().position(|w| w == from) else {
+            wrong.push(format!("`{from}` is no wing of the engine ({WINGS:?})"));
+            continue;
+        };
+        for target in to {
+            if !WINGS[..at].contains(&target.as_str()) {
+                wrong.push(format!("{from} → {target}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "engine wings reaching up or sideways:\n{}", wrong.join("\n"));
+    let folders: BTreeSet<String> = std::fs::read_dir(root().join("crates/engine/src"))
+        .expect("engine")
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(folders, WINGS.iter().map(|w| (*w).to_owned()).collect(), "the engine is its wings");
+}
+
+#[test]
+fn paths_are_read_as_the_compiler_reads_them() {
+    let named = paths_named("use crate::{a::b, c::{d, e}};\nlet x = super::super::f::g();\nuse self::h;");
+    let want: Vec<(String, Vec<String>)> = [
+        ("crate", &["a", "b"][..]),
+        ("crate", &["c", "d"]),
+        ("crate", &["c", "e"]),
+        ("super", &["super", "f", "g"]),
+        ("self", &["h"]),
+    ]
+    .iter()
+    .map(|(w, s)| ((*w).to_owned(), s.iter().map(|s| (*s).to_owned()).collect()))
+    .collect();
+    assert_eq!(named, want);
+    let module: Vec<String> = ["step", "driver", "record"].iter().map(|s| (*s).to_owned()).collect();
+    assert_eq!(absolute(&module, "super", &["super".into(), "toolcall".into()]), ["step", "toolcall"]);
 }
 
 #[test]
 fn only_cli_reads_the_environment() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut offenders = Vec::new();
-    for layer in ["engine", "domain", "infra"] {
-        for (file, code) in sources(&src.join(layer)) {
+    for (layer, src) in crates().into_iter().skip(1) {
+        for (file, code) in sources(&src) {
             if code.contains("std::env") || code.contains("env::var") {
-                offenders.push(file.display().to_string());
+                offenders.push(format!("{layer}: {}", file.display()));
             }
         }
     }
@@ -85,32 +277,35 @@ fn only_cli_reads_the_environment() {
 
 #[test]
 fn children_start_in_one_place_with_the_environment_they_are_handed() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let process = src.join("infra/process/mod.rs");
+    let process = root().join("crates/infra/src/process/mod.rs");
     let mut offenders = Vec::new();
-    for (file, code) in sources(&src) {
-        let spawns = code.contains("Command::new") || code.contains("process::Command");
-        if spawns && file != process {
-            offenders.push(file.display().to_string());
+    for (_, src) in crates() {
+        for (file, code) in sources(&src) {
+            let spawns = code.contains("Command::new") || code.contains("process::Command");
+            if spawns && file != process {
+                offenders.push(file.display().to_string());
+            }
         }
     }
     assert!(offenders.is_empty(), "child processes started outside infra::process: {offenders:?}");
     // A child that inherited our environment would read it behind the cli's back.
-    let code = std::fs::read_to_string(&process).expect("process.rs");
+    let code = std::fs::read_to_string(&process).expect("process/mod.rs");
     assert!(code.contains(".env_clear()"), "infra::process must clear the inherited environment");
 }
 
 #[test]
 fn the_async_runtime_stays_inside_the_mcp_client() {
     // rmcp needs tokio; everything else stays blocking, so neither is named elsewhere.
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let client = src.join("infra/mcp.rs");
+    let client = root().join("crates/infra/src/mcp.rs");
     let mut offenders = Vec::new();
-    for (file, code) in sources(&src) {
-        let named =
-            ["tokio::", "rmcp::", "reqwest::", "async fn", "async move", ".await;"].iter().any(|n| code.contains(n));
-        if named && file != client {
-            offenders.push(file.display().to_string());
+    for (_, src) in crates() {
+        for (file, code) in sources(&src) {
+            let named = ["tokio::", "rmcp::", "reqwest::", "async fn", "async move", ".await;"]
+                .iter()
+                .any(|n| code.contains(n));
+            if named && file != client {
+                offenders.push(file.display().to_string());
+            }
         }
     }
     assert!(offenders.is_empty(), "tokio, rmcp or async code outside infra::mcp: {offenders:?}");
@@ -121,7 +316,7 @@ fn file_tools_touch_files_only_through_the_door() {
     // Every file a tool reads or writes for an agent goes through `infra::door`
     // (beneath a directory handle, no link followed, no FIFO opened). `bash` keeps its
     // output records in the harness's step directory, which is not the agent's.
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/infra/tools");
+    let tools = root().join("crates/infra/src/tools");
     let forbidden = [
         "std::fs::read",
         "fs::read_to_string",
@@ -150,96 +345,49 @@ fn file_tools_touch_files_only_through_the_door() {
     assert!(offenders.is_empty(), "file tools reaching files around the door:\n{}", offenders.join("\n"));
 }
 
-/// The engine modules `code` names through `prefix` (`crate::engine::`, or the
-/// `super::` that reaches the engine from where the file is): plain and grouped.
-fn engine_modules_named(code: &str, prefix: &str) -> Vec<String> {
-    let mut named = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find(prefix) {
-        // `super::` inside `super::super::` is not the engine seen from here.
-        let before = &rest[..at];
-        rest = &rest[at + prefix.len()..];
-        if prefix == "super::"
-            && (before.ends_with("super::") || before.ends_with(|c: char| c.is_alphanumeric() || c == '_'))
-        {
-            continue;
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            let body = &group[..group.find('}').unwrap_or(group.len())];
-            named.extend(body.split(',').map(|i| i.trim().split("::").next().unwrap_or("").trim().to_owned()));
-        } else {
-            let end = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
-            named.push(rest[..end].to_owned());
-        }
-    }
-    named.retain(|n| !n.is_empty());
-    named
-}
-
 #[test]
-fn no_engine_module_imports_in_a_circle() {
-    let engine = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/engine");
-    let module_of = |file: &Path| -> (String, bool) {
-        let rel = file.strip_prefix(&engine).expect("under engine");
-        let parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
-        let top = parts[0].trim_end_matches(".rs").to_owned();
-        // A file one level down (`driver/record.rs`) reaches the engine with `super::super::`.
-        let nested = parts.len() > 1 && parts[1] != "mod.rs";
-        (top, nested)
-    };
-    let mut edges: std::collections::BTreeMap<String, std::collections::BTreeSet<String>> = Default::default();
-    let files = sources(&engine);
-    let modules: std::collections::BTreeSet<String> = files.iter().map(|(f, _)| module_of(f).0).collect();
-    for (file, code) in &files {
-        let (from, nested) = module_of(file);
-        let mut named = engine_modules_named(code, "crate::engine::");
-        named.extend(engine_modules_named(code, if nested { "super::super::" } else { "super::" }));
-        let to = edges.entry(from.clone()).or_default();
-        to.extend(named.into_iter().filter(|n| *n != from && modules.contains(n)));
-    }
-    // A depth-first walk that finds a way back to where it started.
-    fn back_to<'a>(
-        edges: &'a std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
-        start: &str,
-        at: &'a str,
-        path: &mut Vec<&'a str>,
-        seen: &mut std::collections::BTreeSet<&'a str>,
-    ) -> bool {
-        for next in edges.get(at).into_iter().flatten() {
-            if next == start {
-                path.push(next);
-                return true;
+fn no_file_or_function_outgrows_its_idea() {
+    // A file past 700 lines holds more than one idea; a function past 120 lines, more
+    // than one step of one.
+    let mut over = Vec::new();
+    for (_, src) in crates() {
+        for (file, _) in sources(&src) {
+            let text = std::fs::read_to_string(&file).expect("read");
+            let lines: Vec<&str> = text.lines().collect();
+            if lines.len() > 700 {
+                over.push(format!("{}: {} lines", file.display(), lines.len()));
             }
-            if seen.insert(next) {
-                path.push(next);
-                if back_to(edges, start, next, path, seen) {
-                    return true;
+            for (i, line) in lines.iter().enumerate() {
+                let body = line.trim_start();
+                let indent = line.len() - body.len();
+                let is_fn = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn ", "const fn ", "pub const fn "]
+                    .iter()
+                    .any(|p| body.starts_with(p));
+                if !is_fn || line.trim_end().ends_with(';') {
+                    continue;
                 }
-                path.pop();
+                let close = format!("{}}}", " ".repeat(indent));
+                let end = lines[i..].iter().position(|l| l.trim_end() == close).map_or(0, |n| n + 1);
+                if end > 120 {
+                    over.push(format!("{}:{}: a function of {end} lines", file.display(), i + 1));
+                }
             }
         }
-        false
     }
-    for start in edges.keys() {
-        let mut path = vec![start.as_str()];
-        if back_to(&edges, start, start, &mut path, &mut Default::default()) {
-            panic!("engine modules import in a circle: {}", path.join(" → "));
-        }
-    }
-    assert!(edges.get("driver").is_some_and(|d| d.contains("agents")), "the walk sees imports: {edges:?}");
+    assert!(over.is_empty(), "too long:\n{}", over.join("\n"));
 }
 
 #[test]
 fn every_test_file_is_part_of_the_test_binary() {
     // A file under tests/cli that no `mod` names is never compiled, so its tests never run.
-    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cli");
+    let tests = root().join("tests/cli");
     let mut forgotten = Vec::new();
-    for (dir, root) in [(tests.clone(), "main.rs"), (tests.join("support"), "mod.rs")] {
-        let declared = std::fs::read_to_string(dir.join(root)).expect("read the module root");
+    for (dir, module_root) in [(tests.clone(), "main.rs"), (tests.join("support"), "mod.rs")] {
+        let declared = std::fs::read_to_string(dir.join(module_root)).expect("read the module root");
         for entry in std::fs::read_dir(&dir).expect("read tests").flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             let Some(stem) = name.strip_suffix(".rs") else { continue };
-            if name == root {
+            if name == module_root {
                 continue;
             }
             let named = declared.lines().any(|l| {

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 
-use offshoot::infra::git::remote::{Swap, compare_and_swap};
+use infra::git::remote::{Swap, compare_and_swap};
 
 use crate::support::daemon::Daemon;
 use crate::support::server::Turn;
@@ -273,7 +273,7 @@ fn a_workspace_is_not_made_from_a_remote_that_cannot_be_read_or_holds_nothing_to
 
 #[test]
 fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_and_let_go() {
-    use offshoot::engine::claims::{Claimed, Claims, claim_ref};
+    use engine::fleet::claims::{Claimed, Claims, claim_ref};
     use std::time::{Duration, Instant};
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("remote-claims-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
@@ -287,12 +287,9 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
     let lease = Duration::from_millis(600);
     let (mut a, mut b) = (Claims::new(&a_git, &url, "A", lease), Claims::new(&b_git, &url, "B", lease));
     let look = |git_dir: &Path, claims: &mut Claims| {
-        let listed = offshoot::infra::git::remote::fetch(
-            git_dir,
-            &url,
-            &["+refs/offshoot/*:refs/mirrors/origin/offshoot/*".to_owned()],
-        )
-        .expect("fetch");
+        let listed =
+            infra::git::remote::fetch(git_dir, &url, &["+refs/offshoot/*:refs/mirrors/origin/offshoot/*".to_owned()])
+                .expect("fetch");
         claims.observe(&listed, Instant::now());
     };
 

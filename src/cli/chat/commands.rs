@@ -169,7 +169,7 @@ impl Chat<'_> {
             self.pending.push(line);
             return Ok(());
         }
-        crate::domain::agent::check_model(name).map_err(CliError::usage)?;
+        domain::agent::check_model(name).map_err(CliError::usage)?;
         self.pending.push(format!("· your next message chooses `{name}`; the agent keeps it from then on"));
         self.model = Some(name.to_owned());
         Ok(())
@@ -185,7 +185,7 @@ impl Chat<'_> {
         let cost = cost.map_or_else(|| "$?".to_owned(), |c| format!("${c:.4}"));
         self.pending.push(format!(
             "· {}, {}, {cost}",
-            crate::infra::words::count(tree.len() as u64, "agent", "agents"),
+            infra::words::count(tree.len() as u64, "agent", "agents"),
             view::tokens(tokens)
         ));
     }

@@ -27,7 +27,7 @@ pub(super) fn entry_lines(entry: &Entry) -> Vec<String> {
                 Block::ToolUse { name, input, .. } => vec![format!(
                     "→ {} {}",
                     one_line(name),
-                    one_line(crate::cli::progress::call_gist(input).lines().next().unwrap_or_default())
+                    one_line(crate::cli::out::call_gist(input).lines().next().unwrap_or_default())
                 )],
                 _ => Vec::new(),
             })
@@ -112,7 +112,7 @@ impl Chat<'_> {
                 self.activity.clear();
             }
             Record::ToolCall { tool_use_id, name, input } => {
-                let gist = one_line(crate::cli::progress::call_gist(input).lines().next().unwrap_or_default());
+                let gist = one_line(crate::cli::out::call_gist(input).lines().next().unwrap_or_default());
                 self.activity = format!("→ {} {gist}", one_line(name));
                 self.calls.push((tool_use_id.clone(), self.activity.clone()));
             }
@@ -131,7 +131,7 @@ impl Chat<'_> {
             }
             Record::Waiting { children } => {
                 self.activity =
-                    format!("· waiting for {} below", crate::infra::words::count(*children as u64, "agent", "agents"))
+                    format!("· waiting for {} below", infra::words::count(*children as u64, "agent", "agents"))
             }
             Record::End(end) => {
                 self.activity.clear();

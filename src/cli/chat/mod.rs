@@ -29,15 +29,15 @@ use ratatui::text::Line as TextLine;
 use ratatui::widgets::{Paragraph, Widget};
 use ratatui::{Terminal, TerminalOptions, Viewport};
 
-use crate::domain::id::AgentId;
-use crate::domain::transcript::Entry;
-use crate::engine::agents::{self, Start};
-use crate::engine::events::{End, Record};
-use crate::engine::runtime::Runtime;
-use crate::engine::workspace::Workspace;
-use crate::engine::{compaction, inspect, lifecycle, model, project, random_u32};
-use crate::infra::provider::Block;
-use crate::infra::time::Timestamp;
+use domain::id::AgentId;
+use domain::transcript::Entry;
+use engine::agents::runtime::Runtime;
+use engine::agents::{self, Start};
+use engine::step::events::{End, Record};
+use engine::store::workspace::Workspace;
+use engine::{agents::lifecycle, ops::inspect, ops::project, random_u32, step::compaction, step::model};
+use infra::provider::Block;
+use infra::time::Timestamp;
 
 use super::follow::{Follower, View};
 use super::{CliError, Ctx};
@@ -95,7 +95,7 @@ pub fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Result<(), 
     if let Some(agent) = agent {
         let ws = ctx.workspace()?;
         let id = agents::resolve(&ws, agent)?;
-        if crate::engine::remote::handed(&ws, &id) {
+        if engine::fleet::remote::handed(&ws, &id) {
             return Err(CliError::usage(format!("agent `{id}` is driven by the workers of a remote, not here"))
                 .hint("`offshoot send --on <remote>` writes to it there; `offshoot pull --follow` and `offshoot log` follow it"));
         }
@@ -116,7 +116,7 @@ pub fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Result<(), 
     // Signals leave as Ctrl-D does (what works stopped, the terminal put back); taken
     // before any thread starts, so every thread has them blocked.
     let signals = tx.clone();
-    crate::infra::signals::watch(move |signal| {
+    infra::signals::watch(move |signal| {
         let _ = signals.send(Input::Signal(signal));
     });
     let mut chat = Chat::new(ctx, &ws, &rt, tx.clone());

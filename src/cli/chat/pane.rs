@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::engine::events::{End, Record};
-use crate::engine::inspect::AgentState;
+use engine::ops::inspect::AgentState;
+use engine::step::events::{End, Record};
 
 /// What an agent is doing, as the pane says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +216,7 @@ impl Tree {
                 agent.doing = format!("step {step}");
             }
             Record::ToolCall { name, input, .. } => {
-                let gist = crate::cli::progress::call_gist(input);
+                let gist = crate::cli::out::call_gist(input);
                 let gist = gist.split_whitespace().collect::<Vec<_>>().join(" ");
                 agent.doing = format!("→ {} {gist}", name.split_whitespace().collect::<Vec<_>>().join(" "));
             }
@@ -274,7 +274,7 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::infra::provider::Usage;
+    use infra::provider::Usage;
 
     fn state(id: &str, state: &'static str) -> AgentState {
         AgentState {

@@ -16,8 +16,7 @@ impl Chat<'_> {
             .tree
             .working()
             .filter(|a| {
-                AgentId::parse(a)
-                    .is_ok_and(|id| !crate::infra::lock::LockGuard::is_held(&layout.lock(&id)).unwrap_or(true))
+                AgentId::parse(a).is_ok_and(|id| !infra::lock::LockGuard::is_held(&layout.lock(&id)).unwrap_or(true))
             })
             .map(str::to_owned)
             .collect();
@@ -51,8 +50,8 @@ impl Chat<'_> {
         let mut tree = lifecycle::descendants(self.ws, root).unwrap_or_default();
         tree.push(root.clone());
         tree.iter().any(|id| {
-            crate::infra::lock::LockGuard::is_held(&self.ws.layout.lock(id)).unwrap_or(true)
-                || (crate::engine::inbox::has_pending(&self.ws.layout, id)
+            infra::lock::LockGuard::is_held(&self.ws.layout.lock(id)).unwrap_or(true)
+                || (engine::store::inbox::has_pending(&self.ws.layout, id)
                     && self.ws.repo.mark(lifecycle::STOPPED, id.as_str()).map_or(true, |m| m.is_none()))
         })
     }

@@ -160,7 +160,7 @@ pub fn tokens(n: u64) -> String {
 mod tests {
     use super::*;
     use crate::cli::chat::pane::{Agent, Tree};
-    use crate::engine::events::{End, Record};
+    use engine::step::events::{End, Record};
     use ratatui::Terminal;
     use ratatui::backend::{Backend, TestBackend};
 

@@ -1,5 +1,5 @@
 use crate::cli::{CliError, Ctx};
-use crate::engine::project;
+use engine::ops::project;
 
 /// Write an agent's change into your working tree as uncommitted changes (merged with
 /// yours line by line); when it does not apply cleanly nothing changes

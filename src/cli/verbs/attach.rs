@@ -2,7 +2,7 @@ use std::io::BufRead;
 
 use crate::cli::follow::{Follower, View};
 use crate::cli::{CliError, Ctx};
-use crate::engine::agents;
+use engine::agents;
 
 /// Watch an agent and the agents below it live, whoever drives them: each step, call,
 /// result and end as it happens; a line typed is sent to the agent as your message.

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::bundle::{self, BundleError};
+use engine::fleet::bundle::{self, BundleError};
 
 /// Write an agent, the agents below it and the config it ran on to one file (no
 /// secret goes in); `offshoot replay <file>` makes a workspace of it anywhere

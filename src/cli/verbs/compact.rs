@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::compaction::{self, CompactionError};
+use engine::step::compaction::{self, CompactionError};
 
 /// Start a compaction of an agent now: a compactor forks its history (less the last
 /// `keep_recent_steps` steps), writes a summary and nominates files; the agent lands
@@ -24,7 +24,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     // (Where the agent's events file ends now: its landing or declining comes after.)
-    let events = ws.layout.steps(&id).join(crate::engine::events::FILE);
+    let events = ws.layout.steps(&id).join(engine::step::events::FILE);
     let from = std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0);
     let started = compaction::start(&ws, &ctx.runtime(&ws), &id, args.focus.as_deref(), &ctx.env)?;
     if args.wait {
@@ -48,13 +48,13 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 /// compactor ended, and says it: a landing, or a decline with why.
 fn wait(
     ctx: &Ctx,
-    ws: &crate::engine::workspace::Workspace,
+    ws: &engine::store::workspace::Workspace,
     events: &std::path::Path,
     from: u64,
-    id: &crate::domain::id::AgentId,
+    id: &domain::id::AgentId,
     started: &compaction::Started,
 ) -> Result<(), CliError> {
-    use crate::engine::events::{Line, Record};
+    use engine::step::events::{Line, Record};
     let compactor = started.compactor.to_string();
     if !ctx.out.json {
         ctx.out
@@ -83,9 +83,8 @@ fn wait(
         }
         // Nothing at work any more (no compaction in flight, neither driver running) and
         // no word of it: it ended some other way (stopped, failed), which `tree` shows.
-        let held = |agent: &crate::domain::id::AgentId| {
-            crate::infra::lock::LockGuard::is_held(&ws.layout.lock(agent)).unwrap_or(true)
-        };
+        let held =
+            |agent: &domain::id::AgentId| infra::lock::LockGuard::is_held(&ws.layout.lock(agent)).unwrap_or(true);
         let idle = compaction::in_flight(ws, id).ok().flatten().is_none() && !held(id) && !held(&started.compactor);
         quiet = if idle { quiet + 1 } else { 0 };
         if quiet >= 5 {

@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::domain::config::{Config, FILE};
-use crate::engine::workspace::{Workspace, WorkspaceError};
-use crate::infra::process::{self, Group, Spec};
+use domain::config::{Config, FILE};
+use engine::store::workspace::{Workspace, WorkspaceError};
+use infra::process::{self, Group, Spec};
 
 /// Show, edit, set or validate the config (each change is a commit on its lineage)
 #[derive(Debug, clap::Subcommand)]
@@ -144,7 +144,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 
 /// Prints the commit (or that nothing changed); with `--json`, one object saying so and
 /// which soul files were added.
-fn said_committed(ctx: &Ctx, lineage: &str, commit: Option<crate::infra::git::CommitId>, added: &[String]) {
+fn said_committed(ctx: &Ctx, lineage: &str, commit: Option<infra::git::CommitId>, added: &[String]) {
     if ctx.out.json {
         let commit = commit.map(|c| c.to_string());
         ctx.out.event(&json!({"lineage": lineage, "commit": commit, "changed": commit.is_some(), "added": added}));

@@ -1,10 +1,10 @@
 use crate::cli::progress;
 use crate::cli::{CliError, Ctx};
-use crate::domain::config::FILE;
-use crate::engine::agents::{self, Start};
-use crate::engine::random_u32;
-use crate::engine::workspace::{Workspace, set_key, validate_files};
-use crate::infra::time::Timestamp;
+use domain::config::FILE;
+use engine::agents::{self, Start};
+use engine::random_u32;
+use engine::store::workspace::{Workspace, set_key, validate_files};
+use infra::time::Timestamp;
 
 const GOAL: &str = include_str!("../../../templates/demo/goal.md");
 
@@ -67,7 +67,7 @@ pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         files.push((path, recording.as_bytes().to_vec()));
     }
     files.push((FILE.to_owned(), text.into_bytes()));
-    validate_files(&files).map_err(crate::engine::workspace::WorkspaceError::from)?;
+    validate_files(&files).map_err(engine::store::workspace::WorkspaceError::from)?;
     let ws = Workspace::create(&root, &files)?;
     ctx.out.progress(&format!(
         "· demo workspace {} (model outputs are replayed from a recording; the tools really run)",

@@ -1,7 +1,7 @@
 use std::io::IsTerminal;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::project;
+use engine::ops::project;
 
 /// Show an agent's change to the project against where it started, committed with its
 /// git or not, as a unified diff

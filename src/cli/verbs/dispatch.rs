@@ -1,9 +1,9 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx, input};
-use crate::engine::agents::{self, Child};
-use crate::engine::random_u32;
-use crate::infra::time::Timestamp;
+use engine::agents::{self, Child};
+use engine::random_u32;
+use infra::time::Timestamp;
 
 /// Start a child of an agent on a goal, as its `dispatch` tool would; prints the
 /// child's id (its result goes to the parent as a message)

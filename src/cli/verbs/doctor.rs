@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::doctor::{self, Finding, Fix};
+use engine::ops::doctor::{self, Finding, Fix};
 
 /// Check every invariant of the workspace: transcripts valid on the wire, inboxes,
 /// marks, stray and lock files, every object reachable; exit 0 only when all hold

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::eval::{self, Comparison, Outcome, Rates, Report, ReportHead};
+use engine::ops::eval::{self, Comparison, Outcome, Rates, Report, ReportHead};
 
 /// Measure a configuration on a suite of tasks, and compare two such measurements
 #[derive(Debug, clap::Subcommand)]
@@ -62,7 +62,7 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
     let tasks = eval::load_suite(&args.suite).map_err(usage)?;
     let files = eval::run_config(&ctx.template()?, &args.config).map_err(usage)?;
     let out = args.out.clone().unwrap_or_else(|| {
-        PathBuf::from(format!("eval-{}.json", crate::infra::time::Timestamp::now().to_string().replace(':', "")))
+        PathBuf::from(format!("eval-{}.json", infra::time::Timestamp::now().to_string().replace(':', "")))
     });
     if std::fs::symlink_metadata(&out).is_ok() {
         return Err(CliError::usage(format!("{}: exists already; give --out a new path", out.display())));
@@ -77,16 +77,12 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
         })?;
     }
     // What evals killed mid-way left (their scratch and workspaces) goes first.
-    crate::engine::sweep_left_by_dead(&std::env::temp_dir(), |n| {
-        crate::engine::pid_after(n, "offshoot-eval-", "offshoot-eval-")
-    });
-    crate::engine::sweep_left_by_dead(&ctx.data_root.join("workspaces"), |n| {
-        crate::engine::pid_after(n, ".eval-", ".eval-")
-    });
+    engine::sweep_left_by_dead(&std::env::temp_dir(), |n| engine::pid_after(n, "offshoot-eval-", "offshoot-eval-"));
+    engine::sweep_left_by_dead(&ctx.data_root.join("workspaces"), |n| engine::pid_after(n, ".eval-", ".eval-"));
     // The runs' scratch directories: in a directory only this user can enter, made new
     // (never one someone else made ready, nor through a link).
     let scratch =
-        std::env::temp_dir().join(format!("offshoot-eval-{}-{:08x}", std::process::id(), crate::engine::random_u32()));
+        std::env::temp_dir().join(format!("offshoot-eval-{}-{:08x}", std::process::id(), engine::random_u32()));
     {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
@@ -96,7 +92,7 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
     }
     // Their workspaces: beside the user's, where every agent's sandbox hides the others.
     let hidden = ctx.data_root.join("workspaces");
-    let workspaces = hidden.join(format!(".eval-{}-{:08x}", std::process::id(), crate::engine::random_u32()));
+    let workspaces = hidden.join(format!(".eval-{}-{:08x}", std::process::id(), engine::random_u32()));
     {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
@@ -111,10 +107,10 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
     let live = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u32>::new()));
     {
         let (stopping, live) = (stopping.clone(), live.clone());
-        crate::infra::signals::watch(move |_| {
+        infra::signals::watch(move |_| {
             stopping.store(true, std::sync::atomic::Ordering::SeqCst);
             for pid in live.lock().map(|l| l.clone()).unwrap_or_default() {
-                let _ = crate::infra::process::terminate(pid);
+                let _ = infra::process::terminate(pid);
             }
         });
     }

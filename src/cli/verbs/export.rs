@@ -1,5 +1,5 @@
 use crate::cli::{CliError, Ctx};
-use crate::engine::project;
+use engine::ops::project;
 
 /// Put an agent's work on a branch of your repository (its commits plus one of its
 /// uncommitted work); your HEAD, index, working tree and other branches stay as they are

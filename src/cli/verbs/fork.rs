@@ -1,8 +1,8 @@
 use crate::cli::{CliError, Ctx};
 use crate::cli::{input, progress};
-use crate::engine::agents::{self, Start};
-use crate::engine::random_u32;
-use crate::infra::time::Timestamp;
+use engine::agents::{self, Start};
+use engine::random_u32;
+use infra::time::Timestamp;
 
 /// Start a new agent that continues any commit of any agent, with a new message
 #[derive(Debug, clap::Args)]
@@ -37,7 +37,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         None => agents::revision(&ws, &args.from)?,
         Some(step) => {
             let id = agents::resolve(&ws, &args.from)?;
-            let meta = crate::engine::inspect::step_meta(&ws, &id, step)?;
+            let meta = engine::ops::inspect::step_meta(&ws, &id, step)?;
             if meta.commit.is_empty() {
                 return Err(CliError::usage(format!("step {step} of `{id}` does not record where it began")));
             }

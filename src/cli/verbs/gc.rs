@@ -1,8 +1,8 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::gc;
-use crate::infra::git::pack::Packing;
+use engine::ops::gc;
+use infra::git::pack::Packing;
 
 /// Give back disk: remove the directories of agents with nothing to do (each is made
 /// again from its branch when it next runs), fold finished step records, make the

@@ -1,11 +1,11 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::domain::agent;
-use crate::domain::id::AgentId;
-use crate::domain::transcript::{self, Entry};
-use crate::engine::{compaction, inspect};
-use crate::infra::provider::Block;
+use domain::agent;
+use domain::id::AgentId;
+use domain::transcript::{self, Entry};
+use engine::{ops::inspect, step::compaction};
+use infra::provider::Block;
 
 /// Show an agent's conversation, tool calls summarised, with each landed compaction
 /// where its span ended
@@ -71,18 +71,18 @@ fn show_entry(ctx: &Ctx, entry: &Entry, full: bool) {
 /// driver on another terminal). Ends when the agent is removed.
 fn follow(
     ctx: &Ctx,
-    ws: &crate::engine::workspace::Workspace,
+    ws: &engine::store::workspace::Workspace,
     id: &AgentId,
-    from: crate::infra::git::CommitId,
+    from: infra::git::CommitId,
     mut shown: u32,
     mut landed: usize,
     full: bool,
 ) -> Result<(), CliError> {
-    let mut loader = crate::engine::snapshot::Loader::default();
+    let mut loader = engine::store::snapshot::Loader::default();
     let mut seen = Some(from);
     loop {
         std::thread::sleep(FOLLOW_EVERY);
-        let tip = ws.repo.branch_tip(&id.branch()).map_err(crate::engine::agents::AgentError::from)?;
+        let tip = ws.repo.branch_tip(&id.branch()).map_err(engine::agents::AgentError::from)?;
         let Some(tip) = tip else {
             ctx.out.progress(&format!("· `{id}` was removed"));
             return Ok(());
@@ -91,18 +91,15 @@ fn follow(
             continue;
         }
         seen = Some(tip);
-        let ledger = ws
-            .repo
-            .read_file(tip, crate::domain::compaction::LEDGER)
-            .map_err(crate::engine::agents::AgentError::from)?;
-        let landings = crate::domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger.unwrap_or_default()));
+        let ledger = ws.repo.read_file(tip, domain::compaction::LEDGER).map_err(engine::agents::AgentError::from)?;
+        let landings = domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger.unwrap_or_default()));
         if landings.len() > landed {
             for l in compaction::landed(ws, id)?.iter().skip(landed) {
                 show_landing(ctx, id, l, full);
             }
             landed = landings.len();
         }
-        let entries = loader.entries(&ws.repo, tip).map_err(crate::engine::agents::AgentError::from)?;
+        let entries = loader.entries(&ws.repo, tip).map_err(engine::agents::AgentError::from)?;
         for entry in entries.iter().filter(|e| e.number() > shown) {
             show_entry(ctx, entry, full);
         }
@@ -172,10 +169,7 @@ fn render(entry: &Entry, full: bool) -> String {
                 match b {
                     Block::Text { text, .. } => body.push_str(&format!("{}\n", text.trim_end())),
                     Block::ToolUse { name, input, .. } => {
-                        body.push_str(&format!(
-                            "→ {name} {}\n",
-                            clip(&crate::cli::progress::call_gist(input), most(3))
-                        ));
+                        body.push_str(&format!("→ {name} {}\n", clip(&crate::cli::out::call_gist(input), most(3))));
                     }
                     Block::Thinking { thinking, .. } => {
                         body.push_str(&format!("(thinking: {} chars)\n", thinking.len()))

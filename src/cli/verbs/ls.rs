@@ -1,5 +1,5 @@
 use crate::cli::{CliError, Ctx};
-use crate::engine::inspect;
+use engine::ops::inspect;
 
 /// List the agents of the workspace with their state, their own steps, tokens and cost
 /// (a fork's inherited history counts for the agent it came from) and how full their
@@ -26,7 +26,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
                 line.extend(fields);
             }
             if args.disk
-                && let Ok(id) = crate::domain::id::AgentId::parse(&s.id)
+                && let Ok(id) = domain::id::AgentId::parse(&s.id)
             {
                 line.insert("disk_bytes".into(), inspect::disk_of(&ws, &id).into());
             }
@@ -61,7 +61,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     ));
     // Counted now, when asked: a walk of each agent's files.
     let disk = |id: &str| -> String {
-        match crate::domain::id::AgentId::parse(id) {
+        match domain::id::AgentId::parse(id) {
             Ok(id) if args.disk => format!("{:>7}  ", megabytes(inspect::disk_of(&ws, &id))),
             _ => String::new(),
         }

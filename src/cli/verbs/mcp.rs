@@ -2,8 +2,8 @@ use serde_json::json;
 
 use super::config::Lineage;
 use crate::cli::{CliError, Ctx};
-use crate::domain::config::{McpServer, STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS};
-use crate::engine::mcp::{self as servers, NewServer};
+use domain::config::{McpServer, STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS};
+use engine::step::mcp::{self as servers, NewServer};
 
 /// Add, list, remove and look into the MCP servers whose tools agents use (each
 /// change is a commit on the config lineage)
@@ -119,7 +119,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 
 /// The server `mcp add` describes, checked for what the flags alone can tell.
 fn server_of(add: &AddArgs) -> Result<McpServer, CliError> {
-    crate::domain::mcp::check_server_name(&add.name)
+    domain::config::check_server_name(&add.name)
         .map_err(|rule| CliError::usage(format!("`{}` cannot name an MCP server: {rule}", add.name)))?;
     let pairs = |flag: &str, values: &[String]| {
         values
@@ -185,13 +185,13 @@ fn list(ctx: &Ctx, lineage: &str) -> Result<(), CliError> {
     Ok(())
 }
 
-fn not_configured(name: &str, config: &crate::domain::config::Config) -> CliError {
+fn not_configured(name: &str, config: &domain::config::Config) -> CliError {
     let known: Vec<&str> = config.mcp_servers.keys().map(String::as_str).collect();
     let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
     CliError::usage(format!("MCP server `{name}` is not configured")).hint(format!("configured: {known}"))
 }
 
-fn said(ctx: &Ctx, lineage: &str, commit: Option<crate::infra::git::CommitId>, what: &str) {
+fn said(ctx: &Ctx, lineage: &str, commit: Option<infra::git::CommitId>, what: &str) {
     if ctx.out.json {
         let commit = commit.map(|c| c.to_string());
         ctx.out.event(&json!({"lineage": lineage, "commit": commit, "changed": commit.is_some()}));

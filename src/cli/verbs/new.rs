@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::workspace::Workspace;
+use engine::store::workspace::Workspace;
 
 /// Create a workspace (a bare repository with the default config)
 #[derive(Debug, clap::Args)]
@@ -52,21 +52,21 @@ fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliEr
     if std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_some()) {
         return Err(CliError::usage(format!("{} exists and is not empty", path.display())));
     }
-    if let Some(what) = crate::infra::git::remote::unsupported(url) {
-        let url = crate::infra::git::remote::shown_url(url);
-        return Err(super::sync::error(crate::engine::remote::RemoteError::Unsupported {
+    if let Some(what) = infra::git::remote::unsupported(url) {
+        let url = infra::git::remote::shown_url(url);
+        return Err(super::sync::error(engine::fleet::remote::RemoteError::Unsupported {
             name: "origin".into(),
             url,
             what,
         }));
     }
     let existed = path.exists();
-    let made = (|| -> Result<(Workspace, crate::engine::remote::Pulled), CliError> {
+    let made = (|| -> Result<(Workspace, engine::fleet::remote::Pulled), CliError> {
         let ws = Workspace::create_bare(path)?;
-        let git = |e: crate::infra::git::GitError| CliError::runtime(e.to_string());
+        let git = |e: infra::git::GitError| CliError::runtime(e.to_string());
         ws.repo.add_remote("origin", url).map_err(git)?;
-        let remote = crate::engine::remote::Remote { name: "origin".into(), url: url.to_owned() };
-        let pulled = crate::engine::remote::pull(&ws, &remote, true).map_err(super::sync::error)?;
+        let remote = engine::fleet::remote::Remote { name: "origin".into(), url: url.to_owned() };
+        let pulled = engine::fleet::remote::pull(&ws, &remote, true).map_err(super::sync::error)?;
         if ws.repo.branches("config/").map_err(git)?.is_empty() {
             return Err(CliError::runtime(format!("`{url}` holds no config lineage: nothing could run here"))
                 .hint("`offshoot push` from a workspace sends its config lineages with its agents"));
@@ -76,7 +76,7 @@ fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliEr
     let (ws, pulled) = match made {
         Ok(made) => made,
         Err(e) => {
-            crate::engine::workspace::unmake(path, existed);
+            engine::store::workspace::unmake(path, existed);
             return Err(e);
         }
     };

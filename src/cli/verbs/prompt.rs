@@ -1,9 +1,9 @@
 use crate::cli::{CliError, Ctx};
 use crate::cli::{input, progress};
-use crate::engine::agents::ProjectStart;
-use crate::engine::agents::{self, Start};
-use crate::engine::{model, project, random_u32};
-use crate::infra::time::Timestamp;
+use engine::agents::ProjectStart;
+use engine::agents::{self, Start};
+use engine::{ops::project, random_u32, step::model};
+use infra::time::Timestamp;
 
 /// Start a new agent on a goal and watch it work
 #[derive(Debug, clap::Args)]
@@ -45,7 +45,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let message = input::text(&args.message, "the goal")?;
     let ws = ctx.workspace_making()?;
     let fleet = match &args.on {
-        Some(name) => Some(crate::engine::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?),
+        Some(name) => Some(engine::fleet::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?),
         None => None,
     };
     let (_, config) = ws.config(&args.lineage)?;
@@ -82,11 +82,11 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 /// is removed here.
 fn hand_over(
     ctx: &Ctx,
-    ws: &crate::engine::workspace::Workspace,
-    remote: &crate::engine::remote::Remote,
-    id: &crate::domain::id::AgentId,
+    ws: &engine::store::workspace::Workspace,
+    remote: &engine::fleet::remote::Remote,
+    id: &domain::id::AgentId,
 ) -> Result<(), CliError> {
-    if let Err(e) = crate::engine::remote::hand_over(ws, remote, id) {
+    if let Err(e) = engine::fleet::remote::hand_over(ws, remote, id) {
         agents::discard(ws, id);
         return Err(super::sync::error(e));
     }
@@ -107,14 +107,14 @@ fn hand_over(
 /// copied.
 fn check_copy_ignored(
     ctx: &Ctx,
-    ws: &crate::engine::workspace::Workspace,
+    ws: &engine::store::workspace::Workspace,
     patterns: &[String],
 ) -> Result<(), CliError> {
     if patterns.is_empty() {
         return Ok(());
     }
     for pattern in patterns {
-        if let Some(problem) = crate::domain::agent::copy_ignored_problem(pattern) {
+        if let Some(problem) = domain::agent::copy_ignored_problem(pattern) {
             return Err(CliError::usage(format!("--copy-ignored `{pattern}` {problem}")));
         }
     }
@@ -123,7 +123,7 @@ fn check_copy_ignored(
             "--copy-ignored copies from your checkout: it is for a project (run offshoot in a git checkout)",
         )
     })?;
-    let (chosen, refused) = crate::engine::warm::select(&user, patterns)
+    let (chosen, refused) = engine::store::warm::select(&user, patterns)
         .map_err(|e| CliError::runtime(format!("cannot read the ignored files of your checkout: {e}")))?;
     if let Some((path, why)) = refused.first() {
         let listed = user.ignored_paths().unwrap_or_default();

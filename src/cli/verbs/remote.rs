@@ -24,7 +24,7 @@ pub enum Args {
 
 /// What is wrong with `url` as a remote's URL, if anything.
 pub fn url_problem(url: &str) -> Option<String> {
-    if let Some(problem) = crate::infra::git::transport::problem(url) {
+    if let Some(problem) = infra::git::transport::problem(url) {
         return Some(format!("cannot be reached: {problem}"));
     }
     url_form(url).map(str::to_owned)
@@ -52,10 +52,10 @@ fn url_form(url: &str) -> Option<&'static str> {
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let git = |e: crate::infra::git::GitError| CliError::runtime(e.to_string());
+    let git = |e: infra::git::GitError| CliError::runtime(e.to_string());
     match args {
         Args::Add { name, url } => {
-            if !crate::infra::git::valid_remote_name(name) {
+            if !infra::git::valid_remote_name(name) {
                 return Err(CliError::usage(format!(
                     "remote name `{name}` is not one git takes (e.g. `origin`, `fleet`)"
                 )));
@@ -72,7 +72,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
         Args::List => {
             for (name, url) in ws.repo.remotes().map_err(git)? {
-                let url = crate::infra::git::remote::shown_url(&url);
+                let url = infra::git::remote::shown_url(&url);
                 if ctx.out.json {
                     ctx.out.event(&json!({"name": name, "url": url}));
                 } else {

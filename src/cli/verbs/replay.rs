@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::bundle;
+use engine::fleet::bundle;
 
 /// Make a workspace from a bundle (`offshoot bundle`): its agents can be inspected
 /// (`log`, `show --request`, `tree`) and driven further (`send`, `run`) with your keys

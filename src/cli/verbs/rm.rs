@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::removal::{self, RemovalError};
+use engine::ops::removal::{self, RemovalError};
 
 /// Remove an agent for good: its branch, directory, its git, step records and name
 /// (export or apply its work first to keep it); `--tree` removes the agents below it too
@@ -21,7 +21,7 @@ pub struct Args {
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, Some(&args.agent))?;
-    if crate::engine::remote::handed(&ws, &id) {
+    if engine::fleet::remote::handed(&ws, &id) {
         return Err(CliError::usage(format!(
             "agent `{id}` is driven by the workers of a remote: removed here, the next `pull` would bring it back; nothing was removed"
         ))

@@ -17,7 +17,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
-    if !args.launched && crate::engine::remote::handed(&ws, &id) {
+    if !args.launched && engine::fleet::remote::handed(&ws, &id) {
         return Err(CliError::usage(format!("agent `{id}` is driven by the workers of a remote, not here"))
             .hint("`offshoot pull` brings its progress; `offshoot send --on <remote>` sends it a message"));
     }

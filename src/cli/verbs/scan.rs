@@ -1,5 +1,5 @@
 use crate::cli::{CliError, Ctx};
-use crate::engine::scan::{self, Finding, ScanError};
+use engine::ops::scan::{self, Finding, ScanError};
 
 /// Find agents whose driver died with work left (mail undelivered, a call due or cut
 /// short, an answer never delivered): relaunch each once; one still dead at the same

@@ -1,7 +1,7 @@
 use crate::cli::{CliError, Ctx};
 use crate::cli::{input, progress};
-use crate::engine::agents;
-use crate::engine::runtime::Woken;
+use engine::agents;
+use engine::agents::runtime::Woken;
 
 /// Send a message to an agent and wake it (a finished agent continues its branch)
 #[derive(Debug, clap::Args)]
@@ -31,14 +31,14 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
     if let Some(name) = &args.on {
-        let remote = crate::engine::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?;
-        let deposit = crate::domain::inbox::Deposit {
+        let remote = engine::fleet::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?;
+        let deposit = domain::inbox::Deposit {
             model: args.choice.model.clone(),
             // Its identity wherever it travels: the same words sent twice are two messages.
-            key: Some(format!("user:{:08x}{:08x}", crate::engine::random_u32(), crate::engine::random_u32())),
-            ..crate::domain::inbox::Deposit::new("user", crate::infra::time::Timestamp::now(), &message)
+            key: Some(format!("user:{:08x}{:08x}", engine::random_u32(), engine::random_u32())),
+            ..domain::inbox::Deposit::new("user", infra::time::Timestamp::now(), &message)
         };
-        crate::engine::remote::send_to(&ws, &remote, &id, &deposit.render()).map_err(super::sync::error)?;
+        engine::fleet::remote::send_to(&ws, &remote, &id, &deposit.render()).map_err(super::sync::error)?;
         if ctx.out.json {
             ctx.out.event(&serde_json::json!({"type": "sent", "agent": id.as_str(), "driver": "remote"}));
         } else {
@@ -46,7 +46,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    if crate::engine::remote::handed(&ws, &id) {
+    if engine::fleet::remote::handed(&ws, &id) {
         return Err(CliError::usage(format!("agent `{id}` is driven by the workers of a remote, not here"))
             .hint("`offshoot send --on <remote>` sends it the message there"));
     }

@@ -1,8 +1,8 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::compaction::{self, CompactionError};
-use crate::engine::{driver, inspect};
+use engine::step::compaction::{self, CompactionError};
+use engine::{ops::inspect, step::driver};
 
 /// Show one step's record (the latest unless `--step` says which), or the request
 /// re-assembled from its commit, or what a compaction removed and the summary it left

@@ -3,8 +3,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::lifecycle;
-use crate::engine::runtime::Stopped;
+use engine::agents::lifecycle;
+use engine::agents::runtime::Stopped;
 
 /// How long `stop` waits for the driver to settle and let go.
 const PATIENCE: Duration = Duration::from_secs(10);
@@ -26,8 +26,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     if let Some(name) = &args.on {
-        let remote = crate::engine::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?;
-        let asked = crate::engine::remote::stop_on(&ws, &remote, &id).map_err(super::sync::error)?;
+        let remote = engine::fleet::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?;
+        let asked = engine::fleet::remote::stop_on(&ws, &remote, &id).map_err(super::sync::error)?;
         if ctx.out.json {
             let agents: Vec<&str> = asked.iter().map(|a| a.as_str()).collect();
             ctx.out.event(&json!({"type": "stop_asked", "remote": remote.name, "agents": agents}));
@@ -45,7 +45,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    if crate::engine::remote::handed(&ws, &id) {
+    if engine::fleet::remote::handed(&ws, &id) {
         return Err(CliError::usage(format!("agent `{id}` is driven by the workers of a remote, not here"))
             .hint("`offshoot stop --on <remote>` asks them to stop it"));
     }

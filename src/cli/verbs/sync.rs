@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::remote::{self, RemoteError};
+use engine::fleet::remote::{self, RemoteError};
 
 /// Send every agent, config lineage and step record to a remote, each only forward
 #[derive(Debug, clap::Args)]
@@ -78,7 +78,7 @@ pub fn pull(ctx: &Ctx, args: &PullArgs) -> Result<(), CliError> {
     let stopping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
         let stopping = stopping.clone();
-        crate::infra::signals::watch(move |_| stopping.store(true, std::sync::atomic::Ordering::SeqCst));
+        infra::signals::watch(move |_| stopping.store(true, std::sync::atomic::Ordering::SeqCst));
     }
     let every = std::time::Duration::from_millis(args.every_ms);
     let mut trouble: Option<String> = None;

@@ -3,9 +3,9 @@ use std::io::Read;
 use serde_json::Value;
 
 use crate::cli::{CliError, Ctx};
-use crate::domain::grant;
-use crate::engine::tools::{self, ToolContext};
-use crate::infra::tools::{ToolEnv, ToolError};
+use domain::grant;
+use engine::step::tools::{self, ToolContext};
+use infra::tools::{ToolEnv, ToolError};
 
 /// Run a built-in tool with its JSON input on stdin, in the current directory
 #[derive(Debug, clap::Args)]
@@ -37,7 +37,8 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     let name = args.name.as_deref().unwrap_or("");
     let handler = tools::handler(name).ok_or_else(|| {
-        CliError::usage(format!("tool `{name}` does not exist")).hint(format!("tools: {}", grant::TOOLS.join(", ")))
+        CliError::usage(format!("tool `{name}` does not exist"))
+            .hint(format!("tools: {}", grant::names(grant::Holder::Role)))
     })?;
     let mut text = String::new();
     std::io::stdin().read_to_string(&mut text).map_err(|e| CliError::usage(format!("cannot read stdin: {e}")))?;

@@ -3,10 +3,10 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::domain::budget::usd;
-use crate::domain::id::AgentId;
-use crate::engine::agents;
-use crate::engine::inspect::{self, AgentState};
+use domain::budget::usd;
+use domain::id::AgentId;
+use engine::agents;
+use engine::ops::inspect::{self, AgentState};
 
 /// Draw the agent tree: each agent's state, role, name, its own steps, tokens and cost,
 /// and the totals of every agent below it
@@ -165,7 +165,7 @@ fn draw(
             format!(
                 "  · with {} below: {}, {} tokens, {}",
                 count(forest, id) - 1,
-                crate::infra::words::count(all.steps, "step", "steps"),
+                infra::words::count(all.steps, "step", "steps"),
                 all.tokens,
                 all.cost()
             )
@@ -186,7 +186,7 @@ fn draw(
             s.id,
             s.role,
             s.state,
-            crate::infra::words::count(own.steps, "step", "steps"),
+            infra::words::count(own.steps, "step", "steps"),
             own.tokens,
             own.cost()
         ));

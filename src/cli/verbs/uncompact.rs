@@ -1,8 +1,8 @@
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::agents;
-use crate::engine::compaction;
+use engine::agents;
+use engine::step::compaction;
 
 /// Undo a landed compaction: what it removed comes back as a new commit (the summary
 /// stays)

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::cli::{CliError, Ctx};
-use crate::engine::remote;
-use crate::engine::worker::{Event, Options, Worker};
+use engine::fleet::remote;
+use engine::fleet::worker::{Event, Options, Worker};
 
 /// Drive agents of a remote: claim those with work, drive them here, send each step
 /// there; many workers on many machines share one remote (Ctrl-C lets go of them)
@@ -35,12 +35,7 @@ pub struct Args {
 fn default_name() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let host: String = host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
-    format!(
-        "{}-{}-{:08x}",
-        if host.is_empty() { "host" } else { &host },
-        std::process::id(),
-        crate::engine::random_u32()
-    )
+    format!("{}-{}-{:08x}", if host.is_empty() { "host" } else { &host }, std::process::id(), engine::random_u32())
 }
 
 pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -53,11 +48,11 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // Before any thread starts: no network call of a round outlives a quarter lease.
     let lease = Duration::from_millis(args.lease_ms);
     let bound = (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));
-    crate::infra::git::remote::set_timeouts(bound, bound);
+    infra::git::remote::set_timeouts(bound, bound);
     let stopping = Arc::new(AtomicBool::new(false));
     {
         let stopping = stopping.clone();
-        crate::infra::signals::watch(move |_| stopping.store(true, Ordering::SeqCst));
+        infra::signals::watch(move |_| stopping.store(true, Ordering::SeqCst));
     }
     let rt = ctx.runtime(&ws);
     let mine = ctx.template_config()?;
@@ -66,7 +61,7 @@ pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     ctx.out.progress(&format!(
         "· worker `{name}` of `{}` ({}): up to {} agents, lease {} ms; Ctrl-C lets go of them",
         remote.name,
-        crate::infra::git::remote::shown_url(&remote.url),
+        infra::git::remote::shown_url(&remote.url),
         args.max_agents,
         args.lease_ms
     ));

@@ -1,0 +1,760 @@
+//! The typed `offshoot.toml`, its validation (errors name file, line and key) and
+//! its JSON Schema. A config is one commit of a `config/<lineage>` branch: this
+//! file plus `souls/<role>.md` and `skills/<name>/`.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::grant::{self, Holder};
+use infra::provider::Protocol;
+
+mod mcp;
+
+pub use mcp::{McpServer, STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS, check_server_name};
+
+pub const FILE: &str = "offshoot.toml";
+
+/// The embedded default config tree: (path, contents).
+pub const DEFAULT_FILES: &[(&str, &str)] = &[
+    (FILE, include_str!("../../../../templates/default/offshoot.toml")),
+    ("souls/worker.md", include_str!("../../../../templates/default/souls/worker.md")),
+    ("souls/openai.md", include_str!("../../../../templates/default/souls/openai.md")),
+    ("souls/compactor.md", include_str!("../../../../templates/default/souls/compactor.md")),
+    ("skills/offshoot/SKILL.md", include_str!("../../../../templates/default/skills/offshoot/SKILL.md")),
+];
+
+/// The whole of `offshoot.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Format version; must be 1.
+    pub version: u32,
+    /// Model endpoints by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// What agents can be configured as, by name.
+    #[serde(default)]
+    pub roles: BTreeMap<String, RoleConfig>,
+    #[serde(default)]
+    pub compaction: CompactionConfig,
+    #[serde(default)]
+    pub budgets: BudgetConfig,
+    /// List prices by model name, for `budgets.max_cost_usd` and the costs `tree`
+    /// shows.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
+    #[serde(default)]
+    pub retry: RetryConfig,
+    #[serde(default)]
+    pub tool_output: ToolOutputConfig,
+    #[serde(default)]
+    pub tool_env: ToolEnvConfig,
+    #[serde(default)]
+    pub git: GitConfig,
+    /// MCP servers whose tools agents may use, by name (the tools are offered as
+    /// `mcp__<server>__<tool>`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, McpServer>,
+}
+
+/// Adjustments to the environment tool commands run with.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolEnvConfig {
+    /// Variables whose names look secret (`*KEY*`, `*TOKEN*`, …) that tools may
+    /// still see; a provider's `api_key_env` can never be kept.
+    #[serde(default)]
+    pub keep: Vec<String>,
+    /// Variables set for every tool command (last, over everything else).
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+}
+
+/// The identity agents commit under in their own repository.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GitConfig {
+    /// Default: the agent's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Default: `<name>@offshoot.invalid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub protocol: Protocol,
+    /// Where the API lives (HTTP protocols).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// An environment variable that, when set, overrides `base_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url_env: Option<String>,
+    /// The environment variable holding the API key; keys are never written in config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// `replay`: the recording's path inside the config tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recording: Option<String>,
+    /// `command`: the program and its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// Seconds a stream may stay silent before the attempt counts as failed.
+    #[serde(default = "default_idle_timeout")]
+    pub idle_timeout_secs: u64,
+    /// `openai-chat`: the request field carrying the output limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens_field: Option<String>,
+}
+
+fn default_idle_timeout() -> u64 {
+    120
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RoleConfig {
+    pub provider: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
+    #[serde(default = "default_max_output")]
+    pub max_output_tokens: u32,
+    /// The tools this role may run (its grant).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    #[serde(default)]
+    pub context: ContextRules,
+    /// How this role's tool commands are confined.
+    #[serde(default)]
+    pub sandbox: Sandbox,
+    /// With `sandbox = "workspace-write"`: whether tool commands may reach the
+    /// network (`false`: no socket of theirs leaves the sandbox).
+    #[serde(default = "yes")]
+    pub network: bool,
+    /// Absolute paths outside the agent's directory its tools may also write.
+    #[serde(default)]
+    pub write_paths: Vec<String>,
+    /// At most this many processes at once in one command's tree.
+    #[serde(default = "default_max_processes")]
+    pub max_processes: u64,
+    /// No file a command writes may grow past this many bytes.
+    #[serde(default = "default_max_file_bytes")]
+    pub max_file_bytes: u64,
+    /// Work products larger than this many bytes stay on disk but out of the agent's
+    /// history.
+    #[serde(default = "default_max_commit_file_bytes")]
+    pub max_commit_file_bytes: u64,
+    /// Anthropic's extended thinking: at most this many tokens of it before each answer
+    /// (1,024 or more, and under `max_output_tokens`, which counts it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking_budget: Option<u32>,
+    /// OpenAI's reasoning effort (Chat Completions and Responses): `minimal`, `low`,
+    /// `medium` or `high`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// The MCP servers whose tools this role gets (default: every server; the
+    /// compactor never gets any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<String>>,
+    /// In a project: ignored paths of the user's checkout (plain relative paths, such
+    /// as `target` or `web/node_modules`) copied into a new agent's directory, so its
+    /// first build is warm. Never in its history.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copy_ignored: Vec<String>,
+}
+
+impl Config {
+    /// Whether role `role` can ask its model for `reasoning`: a thinking budget of
+    /// Anthropic's (1,024 or more, under the role's output limit) or an effort of
+    /// OpenAI's (`minimal`, `low`, `medium`, `high`), each only of a provider that speaks it.
+    pub fn check_reasoning(&self, role: &str, reasoning: &infra::provider::Reasoning) -> Result<(), String> {
+        use infra::provider::Protocol::{Anthropic, OpenaiChat, OpenaiResponses};
+        use infra::provider::Reasoning;
+        let Some(r) = self.role(role) else { return Err(format!("role `{role}` does not exist")) };
+        let protocol = self.providers.get(&r.provider).map(|p| p.protocol);
+        match reasoning {
+            Reasoning::ThinkingBudget(budget) => {
+                if protocol != Some(Anthropic) {
+                    return Err(format!(
+                        "is Anthropic's extended thinking; provider `{}` does not speak it (OpenAI's is `reasoning_effort`)",
+                        r.provider
+                    ));
+                }
+                if *budget < 1024 || *budget >= r.max_output_tokens {
+                    return Err(format!(
+                        "must be 1024 or more and under `max_output_tokens` ({})",
+                        r.max_output_tokens
+                    ));
+                }
+            }
+            Reasoning::Effort(effort) => {
+                if !matches!(protocol, Some(OpenaiChat | OpenaiResponses)) {
+                    return Err(format!(
+                        "is OpenAI's reasoning effort; provider `{}` does not speak it (Anthropic's is `thinking_budget`)",
+                        r.provider
+                    ));
+                }
+                if !["minimal", "low", "medium", "high"].contains(&effort.as_str()) {
+                    return Err(format!("`{effort}` is not one of minimal, low, medium, high"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RoleConfig {
+    /// What the role asks of the model's thinking, as a request carries it.
+    pub fn reasoning(&self) -> Option<infra::provider::Reasoning> {
+        use infra::provider::Reasoning;
+        self.thinking_budget
+            .map(Reasoning::ThinkingBudget)
+            .or_else(|| self.reasoning_effort.clone().map(Reasoning::Effort))
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_processes() -> u64 {
+    1024
+}
+
+fn default_max_file_bytes() -> u64 {
+    1 << 30
+}
+
+fn default_max_commit_file_bytes() -> u64 {
+    100 << 20
+}
+
+/// How tool commands are confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sandbox {
+    /// Full access: commands run unconfined, as you, and may read and write
+    /// whatever you can (your keys and other agents included). Said at every start.
+    None,
+    /// The default: commands run in namespaces of their own under Landlock; writes
+    /// only in the agent's directory, its git, its temporary directory and
+    /// `write_paths`; no reads of the workspace's internals, other agents or other
+    /// workspaces; no access to the driver.
+    #[default]
+    WorkspaceWrite,
+}
+
+fn default_max_output() -> u32 {
+    16_000
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContextRules {
+    /// Globs over the agent tree, always composed at the head of the conversation.
+    #[serde(default)]
+    pub pinned: Vec<String>,
+    /// Globs composed after the pinned files, in this order, within the budget.
+    #[serde(default)]
+    pub order: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<u64>,
+    #[serde(default)]
+    pub overflow: Overflow,
+    /// File names looked for in each directory from the top of the repository holding
+    /// the working directory down to it; each found file is added once to the next
+    /// tool result.
+    #[serde(default = "default_context_files")]
+    pub context_files: Vec<String>,
+}
+
+fn default_context_files() -> Vec<String> {
+    vec!["AGENTS.md".to_owned(), "CLAUDE.md".to_owned()]
+}
+
+impl Default for ContextRules {
+    fn default() -> Self {
+        ContextRules {
+            pinned: Vec::new(),
+            order: Vec::new(),
+            budget_tokens: None,
+            overflow: Overflow::default(),
+            context_files: default_context_files(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Overflow {
+    /// Drop the earliest composed files of the `order` categories first.
+    #[default]
+    DropOldestSummaries,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    #[default]
+    ContextPercent,
+    EveryNSteps,
+    Never,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionConfig {
+    #[serde(default)]
+    pub trigger: Trigger,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub percent: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<u32>,
+    #[serde(default = "default_keep_recent")]
+    pub keep_recent_steps: u32,
+    /// Whether a landing also removes the user's own messages of the compacted span
+    /// (by default they stay word for word).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drop_user_messages: bool,
+}
+
+fn default_keep_recent() -> u32 {
+    2
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            trigger: Trigger::ContextPercent,
+            percent: Some(70),
+            steps: None,
+            keep_recent_steps: 2,
+            drop_user_messages: false,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BudgetConfig {
+    #[serde(default = "default_max_depth")]
+    pub max_depth: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wall_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u64>,
+}
+
+/// One model's list prices, in US dollars per million tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Prompt tokens neither read from nor written to the cache.
+    pub input: f64,
+    pub output: f64,
+    /// Prompt tokens served from the cache.
+    pub cache_read: f64,
+    /// Prompt tokens written to the cache.
+    pub cache_write: f64,
+}
+
+fn default_max_depth() -> u32 {
+    5
+}
+
+impl Default for BudgetConfig {
+    fn default() -> Self {
+        BudgetConfig { max_depth: 5, max_tokens: None, max_cost_usd: None, max_wall_seconds: None, max_steps: None }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetryConfig {
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    #[serde(default = "default_initial_backoff")]
+    pub initial_backoff_ms: u64,
+    #[serde(default = "default_max_backoff")]
+    pub max_backoff_ms: u64,
+}
+
+fn default_max_attempts() -> u32 {
+    4
+}
+fn default_initial_backoff() -> u64 {
+    500
+}
+fn default_max_backoff() -> u64 {
+    30_000
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        RetryConfig { max_attempts: 4, initial_backoff_ms: 500, max_backoff_ms: 30_000 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOutputConfig {
+    #[serde(default = "default_bytes")]
+    pub head_bytes: usize,
+    #[serde(default = "default_bytes")]
+    pub tail_bytes: usize,
+}
+
+fn default_bytes() -> usize {
+    2048
+}
+
+impl Default for ToolOutputConfig {
+    fn default() -> Self {
+        ToolOutputConfig { head_bytes: 2048, tail_bytes: 2048 }
+    }
+}
+
+/// A config that breaks a rule: where, which key, and the rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[error("{file}{}: `{key}`: {rule}", line.map(|l| format!(":{l}")).unwrap_or_default())]
+pub struct ConfigError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub key: String,
+    pub rule: String,
+}
+
+impl Config {
+    /// Parses and validates `text`; `has_file` answers whether a path exists in the
+    /// same config tree (souls, recordings).
+    pub fn parse(text: &str, has_file: &dyn Fn(&str) -> bool) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_at(text, s.start));
+            let key = line.map(|l| key_on_line(text, l)).unwrap_or_default();
+            ConfigError { file: FILE.into(), line, key, rule: e.message().trim().to_owned() }
+        })?;
+        config.validate(text, has_file)?;
+        Ok(config)
+    }
+
+    fn validate(&self, text: &str, has_file: &dyn Fn(&str) -> bool) -> Result<(), ConfigError> {
+        let fail = |key: String, rule: String| ConfigError { file: FILE.into(), line: line_of(text, &key), key, rule };
+        if self.version != 1 {
+            return Err(fail("version".into(), format!("version {} is not supported; use 1", self.version)));
+        }
+        for (name, p) in &self.providers {
+            let key = |k: &str| format!("providers.{name}.{k}");
+            match p.protocol {
+                Protocol::Replay if p.recording.is_none() => {
+                    return Err(fail(key("recording"), "a `replay` provider needs `recording`".into()));
+                }
+                Protocol::Replay => {
+                    let path = p.recording.as_deref().unwrap_or("");
+                    if !has_file(path) {
+                        return Err(fail(key("recording"), format!("`{path}` is not in the config tree")));
+                    }
+                }
+                Protocol::Command if p.command.as_ref().is_none_or(|c| c.is_empty()) => {
+                    return Err(fail(key("command"), "a `command` provider needs a non-empty `command`".into()));
+                }
+                Protocol::Anthropic | Protocol::OpenaiChat | Protocol::OpenaiResponses
+                    if p.base_url.is_none() && p.base_url_env.is_none() =>
+                {
+                    return Err(fail(key("base_url"), format!("a `{}` provider needs `base_url`", p.protocol.name())));
+                }
+                _ => {}
+            }
+            for (field, value) in [("api_key_env", &p.api_key_env), ("base_url_env", &p.base_url_env)] {
+                if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                    return Err(fail(key(field), "must name an environment variable (leave it out for none)".into()));
+                }
+            }
+            if p.idle_timeout_secs == 0 {
+                return Err(fail(key("idle_timeout_secs"), "must be at least 1".into()));
+            }
+            if let Some(url) = &p.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                return Err(fail(key("base_url"), format!("`{url}` must start with http:// or https://")));
+            }
+        }
+        for (name, role) in &self.roles {
+            let key = |k: &str| format!("roles.{name}.{k}");
+            if !self.providers.contains_key(&role.provider) {
+                let known: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+                return Err(fail(
+                    key("provider"),
+                    format!("provider `{}` is not defined; defined: {}", role.provider, known.join(", ")),
+                ));
+            }
+            if role.model.trim().is_empty() {
+                return Err(fail(key("model"), "must name a model".into()));
+            }
+            if role.max_output_tokens == 0 {
+                return Err(fail(key("max_output_tokens"), "must be at least 1".into()));
+            }
+            // Thinking settings are the provider's: each is checked against its protocol.
+            {
+                use infra::provider::Reasoning;
+                let asked = [
+                    role.thinking_budget.map(|b| ("thinking_budget", Reasoning::ThinkingBudget(b))),
+                    role.reasoning_effort.clone().map(|e| ("reasoning_effort", Reasoning::Effort(e))),
+                ];
+                for (field, reasoning) in asked.into_iter().flatten() {
+                    self.check_reasoning(name, &reasoning).map_err(|rule| fail(key(field), rule))?;
+                }
+            }
+            match role.context_window {
+                Some(0) => return Err(fail(key("context_window"), "must be at least 1".into())),
+                Some(window) if u64::from(role.max_output_tokens) > window => {
+                    return Err(fail(
+                        key("max_output_tokens"),
+                        format!(
+                            "{} is more than the context window ({window}), which holds the answer too",
+                            role.max_output_tokens
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+            if role.context.budget_tokens == Some(0) {
+                return Err(fail(
+                    key("context.budget_tokens"),
+                    "must be at least 1 (leave it out for no limit)".into(),
+                ));
+            }
+            if name == grant::COMPACTOR && !role.tools.is_empty() {
+                return Err(fail(
+                    key("tools"),
+                    format!("the compactor's tools are fixed ({}); leave `tools` out", grant::names(Holder::Compactor)),
+                ));
+            }
+            for tool in &role.tools {
+                if grant::tool(tool).is_some_and(|t| t.holder == Holder::Compactor) {
+                    return Err(fail(
+                        key("tools"),
+                        format!("`{tool}` is the compactor's alone; no role is granted it"),
+                    ));
+                }
+                if !grant::tool(tool).is_some_and(|t| t.holder == Holder::Role) {
+                    return Err(fail(
+                        key("tools"),
+                        format!("tool `{tool}` does not exist; tools: {}", grant::names(Holder::Role)),
+                    ));
+                }
+            }
+            if let Some(path) = role.write_paths.iter().find(|p| !p.starts_with('/')) {
+                return Err(fail(key("write_paths"), format!("`{path}` must be an absolute path")));
+            }
+            for pattern in &role.copy_ignored {
+                if let Some(problem) = crate::agent::copy_ignored_problem(pattern) {
+                    return Err(fail(key("copy_ignored"), format!("`{pattern}` {problem}")));
+                }
+            }
+            for (field, value) in [
+                ("max_processes", role.max_processes),
+                ("max_file_bytes", role.max_file_bytes),
+                ("max_commit_file_bytes", role.max_commit_file_bytes),
+            ] {
+                if value == 0 {
+                    return Err(fail(key(field), format!("`{field}` must be at least 1")));
+                }
+            }
+            if !role.network && role.sandbox != Sandbox::WorkspaceWrite {
+                return Err(fail(
+                    key("network"),
+                    "`network = false` is enforced by the sandbox: set `sandbox = \"workspace-write\"` too".into(),
+                ));
+            }
+            let soul = format!("souls/{name}.md");
+            if !has_file(&soul) {
+                return Err(fail(format!("roles.{name}"), format!("role `{name}` has no soul: add `{soul}`")));
+            }
+        }
+        match self.compaction.trigger {
+            Trigger::ContextPercent if !matches!(self.compaction.percent, Some(1..=100)) => {
+                return Err(fail(
+                    "compaction.percent".into(),
+                    "`context_percent` needs `percent` from 1 to 100".into(),
+                ));
+            }
+            Trigger::EveryNSteps if !matches!(self.compaction.steps, Some(1..)) => {
+                return Err(fail("compaction.steps".into(), "`every_n_steps` needs `steps` of at least 1".into()));
+            }
+            _ => {}
+        }
+        let keys = self.api_key_variables();
+        if let Some(key) = self.tool_env.keep.iter().find(|k| keys.contains(&k.as_str())) {
+            return Err(fail(
+                "tool_env.keep".into(),
+                format!("`{key}` holds a provider's API key or an MCP server's token, which never reaches tools"),
+            ));
+        }
+        if self.git.name.is_some() != self.git.email.is_some() {
+            return Err(fail("git".into(), "set both `name` and `email`, or neither".into()));
+        }
+        self.validate_budgets(&fail)?;
+        self.validate_mcp(&fail)?;
+        if self.retry.max_attempts == 0 {
+            return Err(fail("retry.max_attempts".into(), "must be at least 1".into()));
+        }
+        if self.retry.initial_backoff_ms > self.retry.max_backoff_ms {
+            return Err(fail(
+                "retry.initial_backoff_ms".into(),
+                format!(
+                    "{} is more than `max_backoff_ms` ({}); the first wait cannot be longer than the longest",
+                    self.retry.initial_backoff_ms, self.retry.max_backoff_ms
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Budgets that are set must be enforceable: positive limits, and a price for
+    /// every role's model when spend is capped.
+    fn validate_budgets(&self, fail: &dyn Fn(String, String) -> ConfigError) -> Result<(), ConfigError> {
+        let b = &self.budgets;
+        for (key, value) in
+            [("max_tokens", b.max_tokens), ("max_wall_seconds", b.max_wall_seconds), ("max_steps", b.max_steps)]
+        {
+            if value == Some(0) {
+                return Err(fail(format!("budgets.{key}"), "must be at least 1 (leave it out for no limit)".into()));
+            }
+        }
+        if let Some(usd) = b.max_cost_usd
+            && !(usd.is_finite() && usd > 0.0)
+        {
+            return Err(fail("budgets.max_cost_usd".into(), "must be more than 0 (leave it out for no limit)".into()));
+        }
+        for (model, price) in &self.prices {
+            let fields = [
+                ("input", price.input),
+                ("output", price.output),
+                ("cache_read", price.cache_read),
+                ("cache_write", price.cache_write),
+            ];
+            if let Some((field, _)) = fields.iter().find(|(_, v)| !(v.is_finite() && *v >= 0.0)) {
+                return Err(fail(
+                    format!("prices.{model}.{field}"),
+                    "must be a price of 0 or more (US dollars per million tokens)".into(),
+                ));
+            }
+        }
+        if b.max_cost_usd.is_some()
+            && let Some((name, role)) = self.roles.iter().find(|(_, r)| !self.prices.contains_key(&r.model))
+        {
+            return Err(fail(
+                format!("roles.{name}.model"),
+                format!(
+                    "`budgets.max_cost_usd` is set, so model `{}` needs a price: add [prices.\"{}\"] with input, output, cache_read and cache_write (US dollars per million tokens)",
+                    role.model, role.model
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn role(&self, name: &str) -> Option<&RoleConfig> {
+        self.roles.get(name)
+    }
+
+    /// The tools role `name` may run: the compactor's fixed two, else the role's grant.
+    pub fn grant(&self, name: &str) -> Vec<String> {
+        if name == grant::COMPACTOR {
+            return grant::held_by(Holder::Compactor).map(|t| t.name.to_owned()).collect();
+        }
+        self.role(name).map(|r| r.tools.clone()).unwrap_or_default()
+    }
+
+    /// The variables the config reads keys from: its providers' API keys and its MCP
+    /// servers' bearer tokens. Tools never see them.
+    pub fn api_key_variables(&self) -> Vec<&str> {
+        let providers = self.providers.values().filter_map(|p| p.api_key_env.as_deref());
+        providers.chain(self.mcp_servers.values().filter_map(|s| s.bearer_token_env_var.as_deref())).collect()
+    }
+}
+
+/// The JSON Schema of `offshoot.toml`, as checked in at `docs/offshoot.schema.json`.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(Config);
+    serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
+}
+
+fn line_at(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+}
+
+/// The dotted key a line sets: its table header above plus the key before `=`.
+fn key_on_line(text: &str, line: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let Some(here) = lines.get(line.saturating_sub(1)) else {
+        return String::new();
+    };
+    let here = here.trim();
+    if let Some(header) = header_name(here) {
+        return header.to_owned();
+    }
+    let key = here.split('=').next().unwrap_or("").trim().trim_matches('"');
+    let table = lines[..line.saturating_sub(1)].iter().rev().find_map(|l| header_name(l.trim()));
+    match table {
+        Some(t) => format!("{t}.{key}"),
+        None => key.to_owned(),
+    }
+}
+
+fn header_name(line: &str) -> Option<&str> {
+    line.strip_prefix('[')?.split(']').next().map(str::trim)
+}
+
+/// The line that sets a dotted key (or opens its table), if the text has one.
+fn line_of(text: &str, key: &str) -> Option<usize> {
+    let mut table = String::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(h) = header_name(line) {
+            // `[prices."gpt-4.1-mini"]` names the key `prices.gpt-4.1-mini`.
+            table = h.replace('"', "");
+            if h == key {
+                return Some(i + 1);
+            }
+            continue;
+        }
+        let k = line.split('=').next().unwrap_or("").trim().trim_matches('"');
+        if !k.is_empty() && line.contains('=') {
+            let full = if table.is_empty() { k.to_owned() } else { format!("{table}.{k}") };
+            let full = full.replace('"', "");
+            if full == key {
+                return Some(i + 1);
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(test)]
+mod schema_tests {
+    /// The checked-in schema must match the types; `OFFSHOOT_BLESS=1 cargo test`
+    /// rewrites it.
+    #[test]
+    fn checked_in_schema_matches_the_types() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/offshoot.schema.json");
+        let fresh = super::json_schema();
+        if std::env::var_os("OFFSHOOT_BLESS").is_some() {
+            std::fs::write(path, &fresh).expect("write schema");
+        }
+        let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(checked_in == fresh, "docs/offshoot.schema.json is stale: run `OFFSHOOT_BLESS=1 cargo test schema`");
+    }
+}

@@ -1,0 +1,110 @@
+//! Where everything of one workspace lives on disk.
+
+use std::path::{Path, PathBuf};
+
+use super::id::AgentId;
+
+/// The paths of one workspace directory.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    pub fn new(root: impl Into<PathBuf>) -> Layout {
+        Layout { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn repo(&self) -> PathBuf {
+        self.root.join("repo.git")
+    }
+
+    /// The agents' shared repository: every agent's published branch and objects,
+    /// written only by the harness.
+    pub fn project(&self) -> PathBuf {
+        self.root.join("project.git")
+    }
+
+    /// Where each agent's own git directory is (`gits/<id>`).
+    pub fn gits(&self) -> PathBuf {
+        self.root.join("gits")
+    }
+
+    /// Agent `id`'s own git directory: what its directory's `.git` points at.
+    pub fn git_dir(&self, id: &AgentId) -> PathBuf {
+        self.gits().join(id.as_str())
+    }
+
+    /// The harness's index of an agent's directory (its stat cache).
+    pub fn index(&self, id: &AgentId) -> PathBuf {
+        self.root.join("index").join(id.as_str())
+    }
+
+    pub fn worktree(&self, id: &AgentId) -> PathBuf {
+        self.root.join("agents").join(id.as_str())
+    }
+
+    pub fn steps(&self, id: &AgentId) -> PathBuf {
+        self.root.join("steps").join(id.as_str())
+    }
+
+    pub fn step(&self, id: &AgentId, number: u32) -> PathBuf {
+        self.steps(id).join(format!("{number:04}"))
+    }
+
+    pub fn inbox(&self, id: &AgentId) -> PathBuf {
+        self.root.join("inbox").join(id.as_str())
+    }
+
+    pub fn lock(&self, id: &AgentId) -> PathBuf {
+        self.root.join("locks").join(id.as_str())
+    }
+
+    /// The agent's private temporary directory (its commands' `TMPDIR`).
+    pub fn tmp(&self, id: &AgentId) -> PathBuf {
+        self.root.join("tmp").join(id.as_str())
+    }
+
+    /// Present when `offshoot worker` drives this workspace's agents: only those it
+    /// claimed (`worker/claims/<id>`) get a driver here.
+    pub fn worker(&self) -> PathBuf {
+        self.root.join("worker")
+    }
+
+    /// Where a worker's workspace keeps what its agents send `id` until the worker has
+    /// put it on the remote (every message travels through the remote there).
+    pub fn outbox(&self, id: &AgentId) -> PathBuf {
+        self.worker().join("outbox").join(id.as_str())
+    }
+
+    /// Present when `id` was handed to a remote's workers (`prompt --on`): no driver
+    /// starts for it here.
+    pub fn handed(&self, id: &AgentId) -> PathBuf {
+        self.root.join("handed").join(id.as_str())
+    }
+
+    /// The file saying this workspace's worker holds the claim of `id`.
+    pub fn worker_claim(&self, id: &AgentId) -> PathBuf {
+        self.worker().join("claims").join(id.as_str())
+    }
+
+    /// Where the stderr of the MCP servers of agent `agent` (or of `mcp tools`) goes:
+    /// inside the workspace's internals, which no agent reads (a server's stderr may carry
+    /// what its `env` holds).
+    pub fn mcp_logs(&self, agent: &str) -> PathBuf {
+        self.root.join("mcp").join("logs").join(agent)
+    }
+
+    pub fn driver_log(&self, id: &AgentId) -> PathBuf {
+        self.steps(id).join("driver.log")
+    }
+
+    /// Every directory a workspace has from birth.
+    pub fn skeleton(&self) -> [PathBuf; 7] {
+        ["agents", "gits", "steps", "inbox", "locks", "index", "tmp"].map(|d| self.root.join(d))
+    }
+}

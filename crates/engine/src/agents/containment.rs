@@ -1,0 +1,257 @@
+//! What an agent's tools may touch: the path rules of its file tools and, with
+//! `sandbox = "workspace-write"` (the default), the confinement of its commands,
+//! both derived from the workspace's layout and the agent's role met with its
+//! ancestors' (a child is never less confined than its parent).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use domain::agent::{self, AgentFacts};
+use domain::config::{Config, RoleConfig, Sandbox};
+use domain::confinement;
+use domain::id::AgentId;
+use domain::layout::Layout;
+use infra::git::Repo;
+use infra::sandbox::{self, Confinement, Jail, SandboxError, Support};
+use infra::tools::{PathPolicy, Place};
+
+use crate::Env;
+use crate::store::snapshot;
+
+/// Lowers the Landlock ABI offshoot believes the kernel has (to test an older or a
+/// missing Landlock; it never raises it).
+pub const ABI_CAP_VARIABLE: &str = "OFFSHOOT_LANDLOCK_ABI";
+
+/// Set to `1`, offshoot behaves as on a machine without user namespaces (to test the
+/// fallback; it never adds support).
+pub const NO_NAMESPACES_VARIABLE: &str = "OFFSHOOT_NO_NAMESPACES";
+
+/// The workspace, the agent's directory and its paths, all resolved.
+pub struct Site<'a> {
+    pub layout: &'a Layout,
+    /// The workspace root with symlinks resolved.
+    pub workspace: &'a Path,
+    pub id: &'a AgentId,
+    /// The agent's directory with symlinks resolved.
+    pub own: &'a Path,
+    /// Where other workspaces live (the data root's `workspaces/`), resolved: hidden
+    /// from sandboxed commands like this workspace's internals.
+    pub others: Option<&'a Path>,
+}
+
+impl Site<'_> {
+    fn inside(&self, path: PathBuf) -> PathBuf {
+        // The layout's paths start at the root as given; rebase them on the resolved one.
+        match path.strip_prefix(self.layout.root()) {
+            Ok(rel) => self.workspace.join(rel),
+            Err(_) => path,
+        }
+    }
+
+    fn write_paths(&self, role: &RoleConfig) -> Vec<PathBuf> {
+        role.write_paths.iter().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p))).collect()
+    }
+
+    fn own_tmp(&self) -> PathBuf {
+        self.inside(self.layout.tmp(self.id))
+    }
+
+    fn own_steps(&self) -> PathBuf {
+        self.inside(self.layout.steps(self.id))
+    }
+}
+
+/// What an agent's tools run with, but the jail (built by the caller, who may keep it):
+/// how commands start (the tool environment, output limits, the secrets hidden from
+/// their output), the file tools' rules, the role met with its ancestors', and the
+/// confinement its commands need (none for `sandbox = "none"`).
+pub struct AgentTools {
+    pub commands: infra::tools::Commands,
+    pub paths: PathPolicy,
+    pub role: RoleConfig,
+    pub confinement: Option<Confinement>,
+}
+
+/// [`AgentTools`] of the agent at `at` (`facts` its facts) under `config`, with the
+/// user's environment `vars`; `None` when its role cannot be read.
+pub fn agent_tools(at: &Site, repo: &Repo, facts: &AgentFacts, config: &Config, vars: &Env) -> Option<AgentTools> {
+    let tmpdir = at.own_tmp();
+    let name = facts.name.clone().unwrap_or_else(|| facts.id.clone());
+    let identity = domain::tool_env::Identity::for_agent(config, &name);
+    let placement = domain::tool_env::Placement {
+        workspace: at.workspace,
+        agent: at.id.as_str(),
+        identity: &identity,
+        tmpdir: &tmpdir,
+    };
+    let redactor = infra::redact::Redactor::new(domain::tool_env::secret_values(vars.vars(), config));
+    let role = effective_role(repo, facts, config)?;
+    let commands = infra::tools::Commands {
+        env: domain::tool_env::environment(vars.vars(), config, &placement),
+        head_bytes: config.tool_output.head_bytes,
+        tail_bytes: config.tool_output.tail_bytes,
+        redactor: Some(std::sync::Arc::new(redactor)),
+        ..Default::default()
+    };
+    Some(AgentTools { commands, paths: path_policy(at, &role), confinement: confinement(at, &role), role })
+}
+
+/// How agent `id` of `ws` runs commands, its jail built (`helper`, this binary, is the
+/// sandbox helper; `others`, where other workspaces are, hidden): for running something
+/// as its bash would, outside its driver (an eval's check).
+pub fn commands_for(
+    ws: &crate::store::workspace::Workspace,
+    id: &AgentId,
+    helper: &std::path::Path,
+    vars: &Env,
+    others: Option<&std::path::Path>,
+) -> Result<infra::tools::Commands, String> {
+    let tip = ws.repo.branch_tip(&id.branch()).map_err(|e| e.to_string())?.ok_or("the agent has no branch")?;
+    let facts = snapshot::read_facts(&ws.repo, tip).map_err(|e| e.to_string())?;
+    let (_, config) = ws.config(&facts.lineage).map_err(|e| e.to_string())?;
+    let workspace = std::fs::canonicalize(ws.layout.root()).map_err(|e| e.to_string())?;
+    let own = std::fs::canonicalize(ws.layout.worktree(id)).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(ws.layout.tmp(id)).map_err(|e| e.to_string())?;
+    let others = others.and_then(|o| std::fs::canonicalize(o).ok());
+    let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: others.as_deref() };
+    let tools = agent_tools(&site, &ws.repo, &facts, &config, vars).ok_or("its role cannot be read")?;
+    let sandbox = match tools.confinement {
+        Some(c) => Some(std::sync::Arc::new(jail(&c, helper, vars).map_err(|e| e.to_string())?)),
+        None => None,
+    };
+    Ok(infra::tools::Commands { sandbox, ..tools.commands })
+}
+
+/// The file tools' rules: read anywhere but the workspace's internals, other
+/// agents' directories and other workspaces (the agent's own records excepted), as
+/// its commands may; write only in the
+/// agent's directory, its temporary directory and the role's `write_paths`, never
+/// into `.offshoot/` or `.git`.
+pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
+    let internals = "the workspace's internals";
+    let ws = at.workspace;
+    let mut writable = vec![at.own.to_owned(), at.own_tmp()];
+    // (The file tools never write the agent's git directory: only its git does.)
+    writable.extend(at.write_paths(role));
+    let mut policy = PathPolicy {
+        writable,
+        reserved: vec![
+            Place::new(at.own.join(agent::DIR), "the harness's directory `.offshoot/`"),
+            Place::new(at.own.join(".git"), "`.git`, the harness's pointer to your repository"),
+        ],
+        unreadable: vec![
+            Place::new(ws.join("repo.git"), internals),
+            Place::new(ws.join("index"), internals),
+            Place::new(ws.join("inbox"), internals),
+            Place::new(ws.join("steps"), internals),
+            Place::new(ws.join("locks"), internals),
+            Place::new(ws.join("tmp"), internals),
+            // (MCP servers' stderr and last starts.)
+            Place::new(ws.join("mcp"), internals),
+            Place::new(ws.join("gits"), "another agent's git"),
+            Place::new(ws.join("agents"), "another agent's directory"),
+        ],
+        readable: vec![at.own.to_owned(), at.own_steps(), at.own_tmp(), at.inside(at.layout.git_dir(at.id))],
+    };
+    if let Some(others) = at.others {
+        policy.unreadable.push(Place::new(others, "another workspace"));
+        policy.readable.push(ws.to_owned());
+    }
+    policy
+}
+
+/// The confinement of the role's commands, if it has one.
+pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
+    if role.sandbox != Sandbox::WorkspaceWrite {
+        return None;
+    }
+    let ws = at.workspace;
+    // Its own git directory; the shared one (every agent's published branch) only
+    // read.
+    let own_git = at.inside(at.layout.git_dir(at.id));
+    let mut read_write = vec![at.own.to_owned(), own_git, at.own_tmp()];
+    read_write.extend(at.write_paths(role));
+    // Every other workspace is hidden too (those made elsewhere with `new PATH`
+    // cannot be known, and are not).
+    let mut hidden = vec![ws.to_owned()];
+    hidden.extend(at.others.map(Path::to_owned));
+    Some(Confinement {
+        read_write,
+        // (The agents' git reads the shared one; nothing of the harness's `repo.git`.)
+        read: vec![at.own_steps(), ws.join("project.git")],
+        hidden,
+        network: role.network,
+        processes: role.max_processes,
+        file_bytes: role.max_file_bytes,
+    })
+}
+
+/// The jail that enforces `confinement` on commands started through the sandbox
+/// helper `helper` (this binary), as this machine can.
+pub fn jail(confinement: &Confinement, helper: &Path, env: &Env) -> Result<Jail, SandboxError> {
+    let support = support(helper, env);
+    let landlock = sandbox::ruleset(confinement, abi(env), support.namespaces.is_ok())?;
+    Ok(Jail {
+        helper: helper.to_owned(),
+        landlock,
+        namespaces: support.namespaces.is_ok(),
+        network: confinement.network,
+        processes: confinement.processes,
+        file_bytes: confinement.file_bytes,
+        read_only_but: (support.namespaces.is_ok() && support.read_only).then(|| confinement.read_write.clone()),
+    })
+}
+
+/// The role `facts`' agent runs with: its own met with every ancestor's (a role an
+/// ancestor no longer has, or an ancestor removed, confines nothing more; an ancestor
+/// whose facts cannot be read confines everything: the agent runs nothing). Write
+/// paths are compared as the sandbox will see them, resolved.
+pub fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -> Option<RoleConfig> {
+    let mut role = resolved(config.role(&facts.role)?);
+    let mut parent = facts.parent.clone();
+    while let Some(id) = parent {
+        let id = AgentId::parse(&id).ok()?;
+        let Some(tip) = repo.branch_tip(&id.branch()).ok()? else { break };
+        let above = snapshot::read_facts(repo, tip).ok()?;
+        if let Some(theirs) = config.role(&above.role) {
+            role = confinement::meet(&role, &resolved(theirs));
+        }
+        parent = above.parent;
+    }
+    Some(role)
+}
+
+/// `role` with its write paths resolved through the filesystem (`..` and links).
+pub fn resolved(role: &RoleConfig) -> RoleConfig {
+    let mut role = role.clone();
+    for path in &mut role.write_paths {
+        if let Ok(real) = std::fs::canonicalize(&*path) {
+            *path = real.display().to_string();
+        }
+    }
+    role
+}
+
+/// What this machine lets the sandbox helper do, found once per process by running
+/// it (`helper` is this binary); [`NO_NAMESPACES_VARIABLE`] pretends there are no
+/// user namespaces.
+pub fn support(helper: &Path, env: &Env) -> Support {
+    static FOUND: OnceLock<Support> = OnceLock::new();
+    if env.get(NO_NAMESPACES_VARIABLE) == Some("1") {
+        return Support::without_namespaces(&format!("{NO_NAMESPACES_VARIABLE}=1"));
+    }
+    FOUND.get_or_init(|| sandbox::probe(helper)).clone()
+}
+
+/// The Landlock ABI to plan with: the kernel's, lowered by [`ABI_CAP_VARIABLE`].
+pub fn abi(env: &Env) -> i32 {
+    sandbox::abi(env.get(ABI_CAP_VARIABLE).and_then(|v| v.parse().ok()))
+}
+
+/// Refuses a role whose sandbox this kernel cannot enforce, before anything runs.
+pub fn check(role: &RoleConfig, env: &Env) -> Result<(), SandboxError> {
+    if role.sandbox == Sandbox::WorkspaceWrite && abi(env) < 1 {
+        return Err(SandboxError::Unsupported);
+    }
+    Ok(())
+}

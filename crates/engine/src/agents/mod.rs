@@ -1,0 +1,163 @@
+//! Agents: making them (`create`), what wakes, stops and ends them (`lifecycle`,
+//! `runtime`, `interrupt`), what a tree may spend (`budget`) and how its commands are
+//! confined (`containment`); here, resolving an id or name and listing them.
+
+pub mod budget;
+pub mod containment;
+pub mod create;
+pub mod interrupt;
+pub mod lifecycle;
+pub mod runtime;
+
+pub use create::{Child, ProjectStart, Start, create_child, create_root, discard, fork};
+
+use domain::agent::AgentFacts;
+use domain::id::{self, AgentId, IdError};
+use domain::marks::Mark;
+use infra::git::{CommitId, GitError};
+use infra::sandbox::SandboxError;
+
+use crate::store::inbox::InboxError;
+use crate::store::snapshot::{self, SnapshotError};
+use crate::store::workspace::{Workspace, WorkspaceError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("agent `{0}` does not exist")]
+    Unknown(String),
+    #[error("name `{0}` is already taken by agent `{1}`")]
+    NameTaken(String, String),
+    #[error("name `{0}` is taken: the agents' repository has a branch of that name")]
+    BranchTaken(String),
+    #[error("cannot stop `{id}`: {reason}")]
+    Stop { id: String, reason: String },
+    #[error("name `{0}` is an agent's id; names and ids must not be confused")]
+    NameIsId(String),
+    #[error("name `{name}` is held by several agents: {}", candidates.join(", "))]
+    Ambiguous { name: String, candidates: Vec<String> },
+    #[error("agent `{parent}` is at depth {depth}; a child would be at {}, over `budgets.max_depth` = {max}", depth + 1)]
+    TooDeep { parent: String, depth: u32, max: u32 },
+    #[error("no child is dispatched: the budget is exhausted ({0})")]
+    Exhausted(String),
+    #[error("role `compactor` is started by the harness only (`offshoot compact <agent>`), never dispatched")]
+    CompactorRole,
+    #[error("role `{role}` does not exist in config lineage `{lineage}`; its roles: {}", known.join(", "))]
+    UnknownRole { role: String, lineage: String, known: Vec<String> },
+    #[error("the message is empty")]
+    EmptyMessage,
+    #[error("{0}")]
+    BadModel(String),
+    #[error("role `{role}` cannot run its tools: {source}; nothing was created")]
+    Sandbox { role: String, source: SandboxError },
+    #[error("{0}")]
+    Looser(String),
+    #[error("`{0}` names no commit")]
+    UnknownRef(String),
+    #[error("cannot make agent `{id}`: {reason}")]
+    Making { id: String, reason: String },
+    #[error(transparent)]
+    Id(#[from] IdError),
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Inbox(#[from] InboxError),
+}
+
+type Result<T> = std::result::Result<T, AgentError>;
+
+/// An agent as `ls` shows it.
+#[derive(Debug, Clone)]
+pub struct Listing {
+    pub id: AgentId,
+    /// `None` when the branch's tip is not a valid agent commit (see `damage`).
+    pub facts: Option<AgentFacts>,
+    pub tip: CommitId,
+    /// Why the tip is not a valid agent commit.
+    pub damage: Option<String>,
+}
+
+/// The marks that reserve child ids: `refs/offshoot/ids/<id>` → the parent's id.
+/// Set before a child's commit is built, removed with the agent.
+pub const IDS: &str = Mark::Ids.kind();
+
+/// The marks that hold names: `refs/offshoot/names/<name>` → the agent's id.
+pub const NAMES: &str = Mark::Names.kind();
+
+/// Finds an agent by id or name.
+pub fn resolve(ws: &Workspace, handle: &str) -> Result<AgentId> {
+    if handle.contains('/') || handle.contains("..") {
+        return Err(IdError::PathLike(handle.to_owned()).into());
+    }
+    if let Ok(id) = AgentId::parse(handle)
+        && ws.repo.branch_tip(&id.branch())?.is_some()
+    {
+        return Ok(id);
+    }
+    if id::validate_name(handle).is_ok()
+        && let Some(owner) = ws.repo.mark(NAMES, handle)?
+        && let Ok(id) = AgentId::parse(&String::from_utf8_lossy(&owner))
+        && ws.repo.branch_tip(&id.branch())?.is_some()
+    {
+        return Ok(id);
+    }
+    // Agents made before names were claimed are found by their facts.
+    let holders: Vec<AgentId> = list(ws)?
+        .into_iter()
+        .filter(|l| l.facts.as_ref().and_then(|f| f.name.as_deref()) == Some(handle))
+        .map(|l| l.id)
+        .collect();
+    match holders.as_slice() {
+        [] => Err(AgentError::Unknown(handle.to_owned())),
+        [one] => Ok(one.clone()),
+        many => Err(AgentError::Ambiguous {
+            name: handle.to_owned(),
+            candidates: many.iter().map(ToString::to_string).collect(),
+        }),
+    }
+}
+
+/// The display name of agent `id`, if it has one.
+pub fn name_of(ws: &Workspace, id: &AgentId) -> Option<String> {
+    facts_of(ws, &id.branch()).ok()?.name
+}
+
+/// The facts of the agent whose commit `rev` names (its branch, a sha).
+pub fn facts_of(ws: &Workspace, rev: &str) -> Result<AgentFacts> {
+    let commit = ws.repo.resolve_commit(rev).ok_or_else(|| AgentError::UnknownRef(rev.to_owned()))?;
+    Ok(snapshot::read_facts(&ws.repo, commit)?)
+}
+
+/// A revision with its leading agent id or name (`PeachHollow~2`, `k7q2mx^`) turned
+/// into the agent's branch; anything else as given.
+pub fn revision(ws: &Workspace, spec: &str) -> Result<String> {
+    let cut = spec.find(['~', '^']).unwrap_or(spec.len());
+    let (head, rest) = spec.split_at(cut);
+    match resolve(ws, head) {
+        Ok(id) => Ok(format!("{}{rest}", id.branch())),
+        Err(AgentError::Ambiguous { name, candidates }) => Err(AgentError::Ambiguous { name, candidates }),
+        Err(_) => Ok(spec.to_owned()),
+    }
+}
+
+/// Every agent of the workspace, by id.
+pub fn list(ws: &Workspace) -> Result<Vec<Listing>> {
+    let mut out = Vec::new();
+    for (branch, tip) in ws.repo.branches("agents/")? {
+        let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else {
+            continue;
+        };
+        let (facts, damage) = match snapshot::read_facts(&ws.repo, tip) {
+            Ok(facts) => (Some(facts), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        out.push(Listing { id, facts, tip, damage });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

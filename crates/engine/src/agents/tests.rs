@@ -1,0 +1,130 @@
+use super::*;
+use crate::Env;
+use infra::time::Timestamp;
+use crate::agents::lifecycle;
+use crate::store::workspace::template_files;
+
+/// A fresh workspace under the system's temporary directory, and where it is.
+fn workspace(name: &str) -> (std::path::PathBuf, Workspace) {
+    let dir = std::env::temp_dir().join(format!("offshoot-agents-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ws = Workspace::create(&dir.join("ws"), &template_files(None).expect("template")).expect("workspace");
+    (dir, ws)
+}
+
+fn root(ws: &Workspace, env: &Env) -> AgentId {
+    let start = Start {
+        message: "lead",
+        name: Some("Lead"),
+        now: Timestamp::now(),
+        random: 7,
+        env,
+        project: None,
+        model: None,
+        reasoning: None,
+        copy_ignored: &[],
+    };
+    create_root(ws, "worker", "default", &start).expect("root")
+}
+
+/// A runtime that can start nothing (its binary does not exist): what it would start
+/// says so instead.
+fn runtime(ws: &Workspace, env: &Env) -> crate::agents::runtime::Runtime {
+    crate::agents::runtime::Runtime::new(
+        ws.layout.clone(),
+        std::path::PathBuf::from("/nonexistent"),
+        env.clone(),
+        Default::default(),
+    )
+}
+
+fn child<'a>(env: &'a Env, name: Option<&'a str>, key: Option<&'a str>) -> Child<'a> {
+    Child {
+        role: "worker",
+        goal: "work",
+        name,
+        from: None,
+        now: Timestamp::now(),
+        random: 3,
+        env,
+        compactor: false,
+        key,
+    }
+}
+
+#[test]
+fn a_dispatch_run_again_by_its_key_finds_its_child_or_lets_its_claim_go() {
+    let (dir, ws) = workspace("key");
+    let env = Env::default();
+    let lead = root(&ws, &env);
+    // The same call twice (a recovery runs it again): one child.
+    let first = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d1"))).expect("first");
+    let again = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d1"))).expect("again");
+    assert_eq!(first, again);
+    assert_eq!(lifecycle::descendants(&ws, &lead).expect("tree"), std::slice::from_ref(&first));
+    // Another call is another child (its name, taken, refused as ever).
+    let taken = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d2"))).expect_err("taken");
+    assert!(matches!(taken, AgentError::NameTaken(..)), "{taken}");
+    // What a kill left between claiming an id and a name and making the child: the call
+    // run again lets both go and makes the child.
+    let stale = lead.child(9);
+    assert!(ws.repo.claim_mark(IDS, stale.as_str(), format!("{lead}\n2:d3").as_bytes()).expect("claim"));
+    assert!(ws.repo.claim_mark(NAMES, "Late", stale.as_str().as_bytes()).expect("claim"));
+    let made = create_child(&ws, &lead, &child(&env, Some("Late"), Some("2:d3"))).expect("made");
+    assert_ne!(made, stale);
+    assert!(ws.repo.branch_tip(&made.branch()).expect("tip").is_some());
+    assert_eq!(ws.repo.mark(NAMES, "Late").expect("name"), Some(made.as_str().as_bytes().to_vec()));
+    assert_eq!(ws.repo.mark(IDS, stale.as_str()).expect("claim"), None);
+    // Without a key (a person's `dispatch`), nothing is looked up: a new child each time.
+    let one = create_child(&ws, &lead, &child(&env, None, None)).expect("one");
+    let two = create_child(&ws, &lead, &child(&env, None, None)).expect("two");
+    assert_ne!(one, two);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stop_marks_an_agent_with_work_left_and_no_driver() {
+    let (dir, ws) = workspace("stop");
+    let env = Env::default();
+    let lead = root(&ws, &env);
+    let rt = runtime(&ws, &env);
+    // Made, its goal waiting in its inbox, no driver: work left, so a stop marks it.
+    assert!(!infra::lock::LockGuard::is_held(&ws.layout.lock(&lead)).expect("probe"));
+    let stopped = lifecycle::stop_all(&ws, &rt, vec![lead.clone()], std::time::Duration::ZERO).expect("stop");
+    assert_eq!(stopped, [(lead.clone(), crate::agents::runtime::Stopped::NotRunning)]);
+    assert!(ws.repo.mark(lifecycle::STOPPED, lead.as_str()).expect("mark").is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_agent_being_made_is_not_its_makers_to_stop_and_a_stopped_child_is_not_started_again() {
+    let (dir, ws) = workspace("making");
+    let env = Env::default();
+    let lead = root(&ws, &env);
+    let rt = runtime(&ws, &env);
+    // While this process makes `lead.5`, a stop of it must not signal this process (a
+    // SIGTERM here would end the test run).
+    let being_made = lead.child(5);
+    let making = infra::lock::LockGuard::try_acquire_making(&ws.layout.lock(&being_made)).expect("lock").expect("free");
+    let stopped = rt.stop(&being_made, std::time::Duration::ZERO).expect("stop");
+    assert_eq!(stopped, crate::agents::runtime::Stopped::NotRunning);
+    drop(making);
+    // A child the user stopped, found again by the dispatch that made it (run again
+    // after a crash): answered with its id, and not started (a start would revive it;
+    // this runtime cannot start anything, and would say so).
+    let kid = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d1"))).expect("kid");
+    lifecycle::mark_stopped(&ws, &kid).expect("stop");
+    let tip = ws.repo.branch_tip(&lead.branch()).expect("tip").expect("lead");
+    let facts = snapshot::read_facts(&ws.repo, tip).expect("facts");
+    let (config_commit, config) = ws.config("default").expect("config");
+    let agent =
+        crate::step::tools::AgentContext { runtime: &rt, facts: &facts, config: &config, config_commit, mcp: None };
+    let cx = crate::step::tools::ToolContext { env: Default::default(), agent: Some(agent), key: Some("2:d1".into()) };
+    let input = serde_json::json!({"role": "worker", "goal": "work", "name": "Kid"});
+    let dispatch = crate::step::tools::handler("dispatch").expect("dispatch");
+    let said = dispatch.run(&cx, &input).map(|o| o.summary).map_err(|e| format!("{e:?}"));
+    let said = said.expect("answered");
+    assert!(said.starts_with(&format!("started `{kid}` (Kid)")) && said.contains("the user stopped it"), "{said}");
+    assert!(ws.repo.mark(lifecycle::STOPPED, kid.as_str()).expect("mark").is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,239 @@
+//! Claims: which worker drives an agent, decided on the remote. A claim is one
+//! ref, `refs/offshoot/claims/<id>`, holding a lease blob (`worker <name>\nserial <n>\n`);
+//! every change is a compare-and-swap of that ref over the smart protocol: made
+//! create-only, renewed from the holder's own last value, taken over from a value that
+//! has not changed for a whole lease, let go (deleted) from the holder's value.
+//!
+//! No clock is compared between machines. A lease expires in the eyes of whoever watches
+//! it: a value one watcher has seen unchanged for `lease` (its own monotonic clock) is
+//! taken for abandoned. The holder stops writing the agent's branch once `lease / 2` has
+//! passed since its last renewal the remote took (`Held::fresh`), so by the time any
+//! watcher can take over it has stopped: this holds as long as clocks *run* at about the
+//! same rate, whatever they read. A partitioned holder therefore fences itself, and its
+//! branch pushes (each a compare-and-swap from the tip it last pushed) would fail anyway
+//! once the new holder has moved the branch.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use infra::git::CommitId as Oid;
+use infra::git::GitError;
+use infra::git::remote::{self, Expect, Outcome, Swap, Update};
+
+/// The ref of `id`'s claim.
+pub fn claim_ref(id: &str) -> String {
+    format!("refs/offshoot/claims/{id}")
+}
+
+/// A lease as its blob says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub worker: String,
+    pub serial: u64,
+    /// Random: no two leases are the same blob, so a watcher's compare-and-swap from a
+    /// value it saw long ago never matches a newer lease that happens to read alike.
+    pub nonce: u32,
+}
+
+impl Lease {
+    pub fn render(&self) -> String {
+        format!("worker {}\nserial {}\nnonce {:08x}\n", self.worker, self.serial, self.nonce)
+    }
+
+    pub fn parse(text: &str) -> Option<Lease> {
+        let (mut worker, mut serial, mut nonce) = (None, None, 0);
+        for line in text.lines() {
+            match line.split_once(' ') {
+                Some(("worker", w)) if !w.is_empty() => worker = Some(w.to_owned()),
+                Some(("serial", n)) => serial = n.parse().ok(),
+                Some(("nonce", n)) => nonce = u32::from_str_radix(n, 16).unwrap_or(0),
+                _ => {}
+            }
+        }
+        Some(Lease { worker: worker?, serial: serial?, nonce })
+    }
+}
+
+/// A claim this worker holds.
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// The value of the claim ref, as this worker last wrote it.
+    pub value: Oid,
+    pub serial: u64,
+    /// When the remote last took a write of it.
+    pub renewed: Instant,
+}
+
+/// What trying to claim an agent came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claimed {
+    /// This worker holds it now (`took_over`: from a lease left to expire).
+    Mine { took_over: bool },
+    /// Another worker's lease, still live as far as this worker has seen.
+    Busy { holder: String },
+    /// Another worker moved the claim first.
+    Lost,
+}
+
+/// A worker's view of the claims on one remote.
+pub struct Claims {
+    git_dir: std::path::PathBuf,
+    url: String,
+    worker: String,
+    lease: Duration,
+    /// Each other claim's value, and since when this worker has seen it unchanged.
+    watched: HashMap<String, (Oid, Instant)>,
+    held: HashMap<String, Held>,
+}
+
+impl Claims {
+    /// Claims on the remote at `url` by `worker`, objects written in `git_dir`.
+    pub fn new(git_dir: &Path, url: &str, worker: &str, lease: Duration) -> Claims {
+        Claims {
+            git_dir: git_dir.to_owned(),
+            url: url.to_owned(),
+            worker: worker.to_owned(),
+            lease,
+            watched: HashMap::new(),
+            held: HashMap::new(),
+        }
+    }
+
+    pub fn held(&self) -> impl Iterator<Item = (&String, &Held)> {
+        self.held.iter()
+    }
+
+    pub fn holds(&self, id: &str) -> bool {
+        self.held.contains_key(id)
+    }
+
+    /// Whether this worker's claim of `id` was renewed recently enough that no other
+    /// worker can have taken it over: only then may it write the agent's branch.
+    pub fn fresh(&self, id: &str, now: Instant) -> bool {
+        self.held.get(id).is_some_and(|h| now.duration_since(h.renewed) < self.lease / 2)
+    }
+
+    /// Whether another worker holds `id`'s claim, as far as this one has seen: a lease
+    /// it watched change within the last lease.
+    pub fn busy(&self, id: &str, now: Instant) -> bool {
+        !self.held.contains_key(id)
+            && self.watched.get(id).is_some_and(|(_, since)| now.duration_since(*since) < self.lease)
+    }
+
+    /// Notes the claims the remote holds now (`id` → value), from a fetch's listing.
+    pub fn observe(&mut self, listed: &[(String, Oid)], now: Instant) {
+        let prefix = claim_ref("");
+        let current: HashMap<&str, Oid> =
+            listed.iter().filter_map(|(n, o)| n.strip_prefix(&prefix).map(|id| (id, *o))).collect();
+        self.watched.retain(|id, _| current.contains_key(id.as_str()));
+        for (id, value) in current {
+            match self.watched.get(id) {
+                Some((seen, _)) if *seen == value => {}
+                _ => {
+                    self.watched.insert(id.to_owned(), (value, now));
+                }
+            }
+        }
+    }
+
+    fn blob(&self, lease: &Lease) -> Result<Oid, GitError> {
+        remote::write_blob(&self.git_dir, lease.render().as_bytes())
+    }
+
+    /// Tries to claim `id`: create-only when nobody holds it, a takeover when the lease
+    /// seen has not changed for a whole lease.
+    pub fn claim(&mut self, id: &str, now: Instant) -> Result<Claimed, GitError> {
+        if self.held.contains_key(id) {
+            return Ok(Claimed::Mine { took_over: false });
+        }
+        let expected = match self.watched.get(id) {
+            None => None,
+            Some((value, since)) => {
+                if now.duration_since(*since) < self.lease {
+                    let holder = infra::git::bundle::blob(&self.git_dir, *value)
+                        .and_then(|b| Lease::parse(&String::from_utf8_lossy(&b)))
+                        .map(|l| l.worker)
+                        .unwrap_or_else(|| "another worker".into());
+                    return Ok(Claimed::Busy { holder });
+                }
+                Some(*value)
+            }
+        };
+        let serial = expected
+            .and_then(|v| infra::git::bundle::blob(&self.git_dir, v))
+            .and_then(|b| Lease::parse(&String::from_utf8_lossy(&b)))
+            .map_or(0, |l| l.serial + 1);
+        let lease = Lease { worker: self.worker.clone(), serial, nonce: crate::random_u32() };
+        let value = self.blob(&lease)?;
+        match remote::compare_and_swap(&self.git_dir, &self.url, &claim_ref(id), expected, value)? {
+            Swap::Done => {
+                self.held.insert(id.to_owned(), Held { value, serial, renewed: now });
+                self.watched.remove(id);
+                Ok(Claimed::Mine { took_over: expected.is_some() })
+            }
+            Swap::Moved { found } => {
+                if let Some(found) = found {
+                    self.watched.insert(id.to_owned(), (found, now));
+                }
+                Ok(Claimed::Lost)
+            }
+            Swap::Refused(_) => Ok(Claimed::Lost),
+        }
+    }
+
+    /// Renews every claim held whose last renewal is older than `every`; returns those
+    /// lost (another worker took them over: stop driving them).
+    pub fn renew(&mut self, every: Duration, now: Instant) -> Result<Vec<String>, GitError> {
+        let due: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, h)| now.duration_since(h.renewed) >= every)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut lost = Vec::new();
+        for id in due {
+            let held = self.held[&id].clone();
+            let lease = Lease { worker: self.worker.clone(), serial: held.serial + 1, nonce: crate::random_u32() };
+            let value = self.blob(&lease)?;
+            match remote::compare_and_swap(&self.git_dir, &self.url, &claim_ref(&id), Some(held.value), value)? {
+                Swap::Done => {
+                    self.held.insert(id, Held { value, serial: lease.serial, renewed: now });
+                }
+                Swap::Moved { .. } | Swap::Refused(_) => {
+                    self.held.remove(&id);
+                    lost.push(id);
+                }
+            }
+        }
+        Ok(lost)
+    }
+
+    /// Stops counting `id` as held (another worker moved its branch: the claim is
+    /// theirs whatever the ref says), without touching the remote.
+    pub fn forget(&mut self, id: &str) {
+        self.held.remove(id);
+    }
+
+    /// Lets `id` go: its claim is deleted if it is still this worker's.
+    pub fn release(&mut self, id: &str) -> Result<(), GitError> {
+        let Some(held) = self.held.remove(id) else { return Ok(()) };
+        let update = Update { local: None, remote: claim_ref(id), expect: Expect::Exactly(Some(held.value)) };
+        match remote::push(&self.git_dir, &self.url, &[update])?.pop() {
+            Some(Outcome::Done(_) | Outcome::Moved { .. } | Outcome::Refused(_) | Outcome::Withheld) | None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lease;
+
+    #[test]
+    fn a_lease_reads_back_as_written_and_nonsense_is_no_lease() {
+        let lease = Lease { worker: "w1-host".into(), serial: 7, nonce: 0xdead };
+        assert_eq!(Lease::parse(&lease.render()), Some(lease));
+        assert_eq!(Lease::parse("worker \nserial 1\n"), None);
+        assert_eq!(Lease::parse("worker a\nserial x\n"), None);
+    }
+}

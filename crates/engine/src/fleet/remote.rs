@@ -1,0 +1,733 @@
+//! Workspaces sharing one git remote: `push` sends what this workspace holds
+//! of its agents — branches, config lineages, the marks that say how they live, their
+//! step records — and `pull` takes what the remote holds, each ref moving only forward.
+//!
+//! On the remote, `repo.git`'s refs keep their names (`refs/heads/agents/<id>`,
+//! `refs/heads/config/<lineage>`, `refs/offshoot/<kind>/<key>`), step records are a
+//! commit per agent on `refs/offshoot/records/<id>`, and `project.git`'s branches are
+//! `refs/project/heads/<branch>`. What was last seen there is kept under
+//! `refs/mirrors/<remote>/` of each repository: the expected values of the next push.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use domain::id::AgentId;
+use domain::marks::Mark;
+use infra::door::Beneath;
+use infra::git::remote::{self, Expect, Outcome, Update};
+use infra::git::{CommitId as Oid, GitError, TreeEdit, bundle};
+use infra::lock::LockGuard;
+
+use crate::store::workspace::Workspace;
+
+/// The marks that travel with their agents ([`Mark::travels`]).
+pub(super) fn travelling() -> impl Iterator<Item = Mark> {
+    Mark::ALL.into_iter().filter(|m| m.travels())
+}
+
+/// The kind under `refs/offshoot/` of an agent's step records on a remote.
+pub const RECORDS: &str = "records";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error(
+        "there is no remote `{0}` (`offshoot remote list` shows them; `offshoot remote add <name> <url>` adds one)"
+    )]
+    Unknown(String),
+    #[error("which remote? this workspace has {0}; name one")]
+    Which(String),
+    #[error("this workspace has no remote; `offshoot remote add <name> <url>` adds one")]
+    None,
+    #[error(
+        "remote `{name}` ({url}) cannot share agents: this offshoot reaches remotes over ssh, https, git:// and http://, not {what}, whose transport cannot compare-and-swap a ref; reach the repository over ssh (`host:path`), https or `git daemon --enable=receive-pack`"
+    )]
+    Unsupported { name: String, url: String, what: &'static str },
+    #[error("`{remote}` has no agent `{id}` (`offshoot pull {remote}` shows what it has)")]
+    NotThere { remote: String, id: String },
+    #[error(
+        "agent `{id}` is not driven by the workers of `{remote}` (it was pushed, not handed over with `prompt --on`): `offshoot stop` stops it where it runs"
+    )]
+    NotHanded { remote: String, id: String },
+    #[error("cannot reach remote `{name}` ({url}): {reason}")]
+    Unreachable { name: String, url: String, reason: String },
+    #[error("the remote's `{name}` reaches object {missing}, which it did not send")]
+    Missing { name: String, missing: Oid },
+    #[error("`{name}` was not sent: {why}; nothing was sent")]
+    Refused { name: String, why: String },
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("cannot write {path}: {reason}")]
+    Write { path: String, reason: String },
+}
+
+type Result<T> = std::result::Result<T, RemoteError>;
+
+/// A remote of the workspace.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub name: String,
+    pub url: String,
+}
+
+/// The remote called `name`; without a name, the only one (or `origin` among several).
+pub fn resolve(ws: &Workspace, name: Option<&str>) -> Result<Remote> {
+    let remotes = ws.repo.remotes()?;
+    let found = match name {
+        Some(name) => remotes.into_iter().find(|(n, _)| n == name).ok_or_else(|| RemoteError::Unknown(name.into()))?,
+        None => match remotes.len() {
+            0 => return Err(RemoteError::None),
+            1 => remotes.into_iter().next().expect("one"),
+            _ => match remotes.iter().position(|(n, _)| n == "origin") {
+                Some(i) => remotes.into_iter().nth(i).expect("origin"),
+                None => {
+                    let names: Vec<String> = remotes.iter().map(|(n, _)| format!("`{n}`")).collect();
+                    return Err(RemoteError::Which(names.join(", ")));
+                }
+            },
+        },
+    };
+    if let Some(what) = remote::unsupported(&found.1) {
+        return Err(RemoteError::Unsupported { name: found.0, url: remote::shown_url(&found.1), what });
+    }
+    Ok(Remote { name: found.0, url: found.1 })
+}
+
+/// Where a ref of the remote is mirrored in `repo.git` (`refs/X` → `refs/mirrors/<r>/X`).
+pub(super) fn repo_mirror(remote: &str, name: &str) -> String {
+    format!("refs/mirrors/{remote}/{}", name.trim_start_matches("refs/"))
+}
+
+/// The remote's name of `project.git`'s branch ref `refs/heads/<b>`.
+pub(super) fn project_remote(local: &str) -> String {
+    format!("refs/project/{}", local.trim_start_matches("refs/"))
+}
+
+/// Where `project.git` mirrors the remote's `refs/project/heads/<b>`.
+fn project_mirror(remote: &str, local: &str) -> String {
+    format!("refs/mirrors/{remote}/{}", local.trim_start_matches("refs/"))
+}
+
+/// Whether `name` (a full ref of `repo.git`) is one that travels.
+pub(super) fn travels(name: &str) -> bool {
+    if name.starts_with("refs/heads/agents/") || name.starts_with("refs/heads/config/") {
+        return true;
+    }
+    let Some((kind, _)) = name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')) else { return false };
+    kind == RECORDS || travelling().any(|m| m.kind() == kind)
+}
+
+/// The remote's refs and what this workspace mirrors of them, after a fetch.
+pub(super) struct Seen {
+    /// `repo.git`'s refs on the remote, by their name there.
+    pub(super) repo: BTreeMap<String, Oid>,
+    /// `project.git`'s branches on the remote, by their local name (`refs/heads/<b>`).
+    pub(super) project: BTreeMap<String, Oid>,
+}
+
+impl Seen {
+    /// `repo.git`'s refs there whose names start with `prefix`: a range of the sorted
+    /// names, not a walk over all of them (a worker asks this per agent, every round).
+    pub(super) fn under<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, Oid)> + 'a {
+        self.repo
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(move |(n, _)| n.starts_with(prefix))
+            .map(|(n, o)| (n.as_str(), *o))
+    }
+}
+
+/// Fetches everything of the remote into the mirrors, dropping mirrored refs it no
+/// longer has.
+pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
+    let unreachable = |e: GitError| unreachable(remote, e);
+    let r = &remote.name;
+    let repo_specs = vec![
+        format!("+refs/heads/*:refs/mirrors/{r}/heads/*"),
+        format!("+refs/offshoot/*:refs/mirrors/{r}/offshoot/*"),
+    ];
+    let listed = remote::fetch(&ws.layout.repo(), &remote.url, &repo_specs).map_err(unreachable)?;
+    let repo: BTreeMap<String, Oid> = listed
+        .iter()
+        .filter(|(n, _)| n.starts_with("refs/heads/") || n.starts_with("refs/offshoot/"))
+        .cloned()
+        .collect();
+    let project_specs = vec![format!("+refs/project/heads/*:refs/mirrors/{r}/heads/*")];
+    let listed = remote::fetch(&ws.layout.project(), &remote.url, &project_specs).map_err(unreachable)?;
+    let project: BTreeMap<String, Oid> =
+        listed.iter().filter_map(|(n, o)| n.strip_prefix("refs/project/").map(|l| (format!("refs/{l}"), *o))).collect();
+    Ok(Seen { repo, project })
+}
+
+/// What a push did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Pushed {
+    /// Refs moved on the remote (by their name there).
+    pub sent: Vec<String>,
+    /// Refs the remote has moved on (or past) since this workspace last pulled: not
+    /// sent; `pull` first.
+    pub behind: Vec<String>,
+    /// Refs the server refused, with its words.
+    pub refused: Vec<(String, String)>,
+}
+
+/// Sends every agent, config lineage, travelling mark and step record of the workspace
+/// to `remote`: branches and records only forward, a mark only from the value last seen
+/// there (a mark this workspace removed since is removed there).
+pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
+    // What was last seen there, before this fetch: a mark is this workspace's to send
+    // only when it changed here since.
+    let mirrors = format!("refs/mirrors/{}/", remote.name);
+    let before: BTreeMap<String, Oid> = bundle::refs(&ws.layout.repo(), &[format!("{mirrors}*")])?
+        .into_iter()
+        .map(|(n, o)| (format!("refs/{}", &n[mirrors.len()..]), o))
+        .collect();
+    let seen = fetch(ws, remote)?;
+    // Trees handed to the fleet are its workers' to write: this workspace only reads them.
+    let names = format!("refs/offshoot/{}/", Mark::Names.kind());
+    let ours = |name: &str| -> bool {
+        // A name's claim is its agent's (the id it holds, here or as last seen there).
+        if name.starts_with(&names) {
+            let holder = |oid: Option<&Oid>| {
+                oid.and_then(|o| ws.repo.read_blob(*o).ok())
+                    .and_then(|b| AgentId::parse(String::from_utf8_lossy(&b).trim()).ok())
+            };
+            let here =
+                bundle::refs(&ws.layout.repo(), &[name.to_owned()]).ok().and_then(|r| r.first().map(|(_, o)| *o));
+            let owner = holder(here.as_ref()).or_else(|| holder(before.get(name)));
+            return !owner.is_some_and(|id| handed(ws, &id));
+        }
+        let key = name
+            .strip_prefix("refs/heads/agents/")
+            .or_else(|| name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')).map(|(_, k)| k));
+        !key.and_then(|k| AgentId::parse(k).ok()).is_some_and(|id| handed(ws, &id))
+    };
+    let agents: Vec<AgentId> = ws
+        .repo
+        .branches("agents/")?
+        .into_iter()
+        .filter_map(|(b, _)| AgentId::parse(b.trim_start_matches("agents/")).ok())
+        .filter(|id| !handed(ws, id))
+        .collect();
+    for id in &agents {
+        let driven = LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true);
+        let base = seen.repo.get(&format!("refs/offshoot/{RECORDS}/{id}")).copied();
+        commit_records(ws, id, base, !driven)?;
+    }
+    let mine: BTreeMap<String, Oid> = ws.repo.all_refs()?.into_iter().filter(|(n, _)| travels(n) && ours(n)).collect();
+    let is_mark =
+        |name: &str| name.starts_with("refs/offshoot/") && !name.starts_with(&format!("refs/offshoot/{RECORDS}/"));
+    let mut updates = Vec::new();
+    for (name, oid) in &mine {
+        if seen.repo.get(name) == Some(oid) {
+            continue;
+        }
+        let expect = match is_mark(name) {
+            // Changed here since it was last seen there, from what was seen.
+            true if before.get(name) != Some(oid) => Expect::Exactly(before.get(name).copied()),
+            true => continue,
+            false => Expect::FastForward,
+        };
+        updates.push(Update { local: Some(name.clone()), remote: name.clone(), expect });
+    }
+    // A mark last seen there that this workspace has removed since is removed there.
+    for (name, oid) in &before {
+        if is_mark(name) && travels(name) && ours(name) && !mine.contains_key(name) && seen.repo.contains_key(name) {
+            updates.push(Update { local: None, remote: name.clone(), expect: Expect::Exactly(Some(*oid)) });
+        }
+    }
+    let mut pushed = Pushed::default();
+    let outcomes = remote::push(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
+    settle(&mut pushed, &updates, outcomes, |name, value| {
+        let mirror = repo_mirror(&remote.name, name);
+        match value {
+            Some(oid) => bundle::set_refs(&ws.layout.repo(), &[(mirror, oid)]),
+            None => ws.repo.delete_ref(&mirror),
+        }
+    })?;
+
+    let updates = project_updates(ws, &seen, false)?;
+    let outcomes = remote::push(&ws.layout.project(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
+    settle(&mut pushed, &updates, outcomes, |name, value| {
+        let local = format!("refs/{}", name.trim_start_matches("refs/project/"));
+        let mirror = project_mirror(&remote.name, &local);
+        match value {
+            Some(oid) => bundle::set_refs(&ws.layout.project(), &[(mirror, oid)]),
+            None => remote::delete_ref(&ws.layout.project(), &mirror),
+        }
+    })?;
+    Ok(pushed)
+}
+
+/// `project.git`'s branches that differ from the remote's, each to be sent forward only
+/// (`only_ahead`: only those whose remote value is behind them here).
+pub(super) fn project_updates(ws: &Workspace, seen: &Seen, only_ahead: bool) -> Result<Vec<Update>> {
+    let project = ws.layout.project();
+    let mut updates = Vec::new();
+    for (name, oid) in bundle::refs(&project, &["refs/heads/*".to_owned()])? {
+        let theirs = seen.project.get(&name).copied();
+        if theirs == Some(oid)
+            || (only_ahead && theirs.is_some_and(|t| !remote::descends(&project, oid, t).unwrap_or(false)))
+        {
+            continue;
+        }
+        updates.push(Update { local: Some(name.clone()), remote: project_remote(&name), expect: Expect::FastForward });
+    }
+    Ok(updates)
+}
+
+/// `e` met on the way to `remote` (every remote here passed [`resolve`]'s or `new --from`'s
+/// check of its URL).
+pub(super) fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
+    RemoteError::Unreachable { name: remote.name.clone(), url: remote::shown_url(&remote.url), reason: e.to_string() }
+}
+
+/// Files each outcome of `updates` in `pushed`, and mirrors what was sent.
+fn settle(
+    pushed: &mut Pushed,
+    updates: &[Update],
+    outcomes: Vec<Outcome>,
+    mut mirror: impl FnMut(&str, Option<Oid>) -> std::result::Result<(), GitError>,
+) -> Result<()> {
+    for (update, outcome) in updates.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Done(value) => {
+                mirror(&update.remote, value)?;
+                pushed.sent.push(update.remote.clone());
+            }
+            Outcome::Moved { .. } => pushed.behind.push(update.remote.clone()),
+            Outcome::Refused(words) => pushed.refused.push((update.remote.clone(), words)),
+            Outcome::Withheld => pushed.behind.push(update.remote.clone()),
+        }
+    }
+    Ok(())
+}
+
+/// Points `refs/offshoot/records/<id>` at a commit of `id`'s step records (`base`'s,
+/// the remote's, with this workspace's on top), unless it holds them already; returns
+/// where it points. A record
+/// still being written (the newest of an agent a driver holds) waits for the next push.
+pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<Option<Oid>> {
+    let name = format!("refs/offshoot/{RECORDS}/{id}");
+    let mut files = crate::fleet::bundle::step_files(ws, id)
+        .map_err(|e| RemoteError::Write { path: ws.layout.steps(id).display().to_string(), reason: e.to_string() })?;
+    if !newest_too {
+        let newest = files.iter().filter_map(|(p, _)| crate::store::step_record::number_of(top(p))).max();
+        files.retain(|(p, _)| crate::store::step_record::number_of(top(p)) != newest);
+    }
+    let mine = bundle::refs(&ws.layout.repo(), std::slice::from_ref(&name))?.first().map(|(_, o)| *o);
+    // Forward from what the remote has, else from what was made here before.
+    let parent = base.or(mine);
+    let known = match parent {
+        Some(p) => ws.repo.list_files(p, "")?,
+        None => Vec::new(),
+    };
+    let edits: Vec<TreeEdit> = files
+        .into_iter()
+        .filter(|(path, bytes)| !known.iter().any(|(k, oid)| k == path && infra::git::blob_id(bytes) == Some(*oid)))
+        .map(|(path, bytes)| TreeEdit::Write { path, bytes })
+        .collect();
+    if edits.is_empty() {
+        if let (Some(parent), true) = (parent, mine != parent) {
+            bundle::set_refs(&ws.layout.repo(), &[(name, parent)])?;
+        }
+        return Ok(parent);
+    }
+    let parents: Vec<Oid> = parent.into_iter().collect();
+    let commit = ws.repo.commit_edits(&parents, parent, &edits, &format!("records of {id}"))?;
+    bundle::set_refs(&ws.layout.repo(), &[(name, commit)])?;
+    Ok(Some(commit))
+}
+
+/// The first component of a record's path (`0003.json`, `0004`).
+fn top(path: &str) -> &str {
+    path.split('/').next().unwrap_or(path)
+}
+
+/// What a pull did.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Pulled {
+    /// Agents made or moved forward here.
+    pub agents: Vec<String>,
+    /// Config lineages made or moved forward here.
+    pub lineages: Vec<String>,
+    /// Refs kept as they are here, and why (ahead of the remote, gone another way, an
+    /// agent being driven here).
+    pub kept: Vec<(String, String)>,
+    /// Step records written here.
+    pub records: usize,
+}
+
+/// Takes what `remote` holds: agents and config lineages made or moved forward (never
+/// back, never one a driver here holds), their travelling marks, their step records, and
+/// `project.git`'s branches. `fresh`: the workspace was just made to be the remote's
+/// (`new --from`), so its own beginnings (`project.git`'s `main`) give way.
+pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
+    let seen = fetch(ws, remote)?;
+    let mut pulled = Pulled::default();
+    let door = Beneath::open(ws.layout.root())
+        .map_err(|e| RemoteError::Write { path: ws.layout.root().display().to_string(), reason: e.to_string() })?;
+    let mut settled: Vec<AgentId> = Vec::new();
+    for (name, theirs) in &seen.repo {
+        let (agent, lineage) = (name.strip_prefix("refs/heads/agents/"), name.strip_prefix("refs/heads/config/"));
+        let id = match agent.map(AgentId::parse) {
+            Some(Ok(id)) => Some(id),
+            Some(Err(_)) => {
+                pulled.kept.push((name.clone(), "not an agent id".into()));
+                continue;
+            }
+            None if lineage.is_some() => None,
+            None => continue,
+        };
+        if id.as_ref().is_some_and(|id| LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true)) {
+            pulled.kept.push((name.clone(), "its driver runs here".into()));
+            continue;
+        }
+        match forward(&ws.layout.repo(), name, *theirs, false)? {
+            Forward::Moved => match (&id, lineage) {
+                (Some(id), _) => pulled.agents.push(id.to_string()),
+                (None, Some(l)) => pulled.lineages.push(l.to_owned()),
+                _ => {}
+            },
+            Forward::Same => {}
+            Forward::Kept(why) => {
+                pulled.kept.push((name.clone(), why.into()));
+                continue;
+            }
+        }
+        if let Some(id) = id {
+            settled.push(id);
+        }
+    }
+    // The marks of every agent here as it is there are the remote's.
+    for (name, theirs) in &seen.repo {
+        let Some((kind, key)) = name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')) else { continue };
+        let Some(mark) = travelling().find(|m| m.kind() == kind) else { continue };
+        let owner = match mark {
+            Mark::Names => String::from_utf8_lossy(&ws.repo.read_blob(*theirs)?).trim().to_owned(),
+            _ => key.to_owned(),
+        };
+        let claim = matches!(mark, Mark::Names | Mark::Ids);
+        let ours = ws.repo.mark(kind, key)?;
+        if claim && ours.is_some() {
+            // A claim here is never replaced: it names what this workspace made.
+            if ours.as_deref() != Some(&ws.repo.read_blob(*theirs)?[..]) {
+                pulled.kept.push((name.clone(), "claimed here for another agent".into()));
+            }
+            continue;
+        }
+        let exists = AgentId::parse(&owner).is_ok_and(|o| ws.repo.branch_tip(&o.branch()).ok().flatten().is_some());
+        if (claim && exists && !key.contains('/')) || settled.iter().any(|s| s.as_str() == owner) {
+            bundle::set_refs(&ws.layout.repo(), &[(name.clone(), *theirs)])?;
+        }
+    }
+    // Trees the remote's workers drive are never driven here.
+    for id in &settled {
+        if seen.repo.contains_key(&format!("refs/offshoot/{}/{id}", Mark::Fleet.kind())) {
+            mark_handed(ws, id)?;
+        }
+    }
+    for id in &settled {
+        for mark in travelling().filter(|m| !matches!(m, Mark::Names | Mark::Ids)) {
+            let name = format!("refs/offshoot/{}/{id}", mark.kind());
+            if !seen.repo.contains_key(&name) {
+                ws.repo.delete_ref(&name)?;
+            }
+        }
+        let records = format!("refs/offshoot/{RECORDS}/{id}");
+        if let Some(commit) = seen.repo.get(&records) {
+            pulled.records += write_records(ws, &door, id, *commit)?;
+            bundle::set_refs(&ws.layout.repo(), &[(records, *commit)])?;
+        }
+    }
+    for (name, theirs) in &seen.project {
+        if let Forward::Kept(why) = forward(&ws.layout.project(), name, *theirs, fresh)? {
+            pulled.kept.push((project_remote(name), why.into()));
+        }
+    }
+    Ok(pulled)
+}
+
+enum Forward {
+    Moved,
+    Same,
+    Kept(&'static str),
+}
+
+/// Moves `name` of the repository at `git_dir` to `theirs` if that only adds history
+/// (or whatever it does, when `anyway`).
+fn forward(git_dir: &Path, name: &str, theirs: Oid, anyway: bool) -> Result<Forward> {
+    let ours = bundle::refs(git_dir, &[name.to_owned()])?.first().map(|(_, o)| *o);
+    let step = match ours {
+        Some(ours) if ours == theirs => return Ok(Forward::Same),
+        Some(_) if anyway => Forward::Moved,
+        Some(ours) if remote::descends(git_dir, ours, theirs)? => Forward::Kept("ahead of the remote: push it"),
+        Some(ours) if !remote::descends(git_dir, theirs, ours)? => {
+            Forward::Kept("gone another way here than there: neither is behind the other")
+        }
+        _ => Forward::Moved,
+    };
+    if let Forward::Moved = step {
+        if !remote::is_commit(git_dir, theirs) {
+            return Ok(Forward::Kept("not a commit there"));
+        }
+        if let Some(missing) = bundle::missing_below(git_dir, theirs)? {
+            return Err(RemoteError::Missing { name: name.to_owned(), missing });
+        }
+        bundle::set_refs(git_dir, &[(name.to_owned(), theirs)])?;
+    }
+    Ok(step)
+}
+
+/// Writes the step records of `commit` that `id` has no record of here; how many.
+/// Only records of steps the agent's branch can have made are written: no more than
+/// its first-parent history has commits (each step makes at least one); a records ref
+/// that is not a commit is passed over.
+pub(super) fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit: Oid) -> Result<usize> {
+    let repo = ws.layout.repo();
+    let Some(tip) = ws.repo.branch_tip(&id.branch())? else { return Ok(0) };
+    if !remote::is_commit(&repo, commit) {
+        return Ok(0);
+    }
+    let bound = remote::first_parent_len(&repo, tip, 1 << 20)? as u32 + 1;
+    let have = crate::store::step_record::numbers(&ws.layout.steps(id));
+    let mut written = std::collections::BTreeSet::new();
+    for (path, blob) in ws.repo.list_files(commit, "")? {
+        let Some(number) = crate::store::step_record::number_of(top(&path)) else { continue };
+        let plain = path.split('/').all(|p| !p.is_empty() && p != "." && p != "..");
+        if have.contains(&number) || !plain || number > bound {
+            continue;
+        }
+        let rel = format!("steps/{id}/{path}");
+        let bytes = ws.repo.read_blob(blob)?;
+        // One that cannot be written here (a name too long, a place taken) is passed over.
+        if door.write(Path::new(&rel), &bytes, None, false).is_ok() {
+            written.insert(number);
+        }
+    }
+    Ok(written.len())
+}
+
+/// Where messages to agent `to` wait on a remote (`refs/offshoot/inbox/<to>/<name>`).
+pub fn inbox_ref(to: &AgentId, name: &str) -> String {
+    format!("{}{name}", inbox_prefix(to.as_str()))
+}
+
+/// Where messages to agent `to` wait on a remote: the prefix of their refs.
+pub(super) fn inbox_prefix(to: &str) -> String {
+    format!("refs/offshoot/inbox/{to}/")
+}
+
+/// A name for message `text` on a remote: its time (for the order of delivery), `n`,
+/// and its content's id (so sending it again after a crash names the same ref).
+pub fn message_name(text: &str, n: u32, blob: Oid) -> String {
+    let at: String =
+        text.lines().find_map(|l| l.strip_prefix("at: ")).unwrap_or("").chars().filter(char::is_ascii_digit).collect();
+    format!("{at:0>14}-{n:06}-{}", &blob.to_string()[..16])
+}
+
+/// Hands agent `id`, just made here and never driven, to the workers of `remote`: its
+/// branch, name and config lineage go there with its first messages (as inbox refs),
+/// in one push, the agent's refs create-only; from then on this workspace never starts
+/// a driver for it (`handed/<id>`), and `pull` brings its progress. Nothing is sent if
+/// anything is out of place there (a name taken meanwhile); the caller then removes
+/// the agent here.
+pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize> {
+    let seen = fetch(ws, remote)?;
+    let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| RemoteError::Unknown(id.to_string()))?;
+    let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
+        .map_err(|e| RemoteError::Write { path: format!("agents/{id}"), reason: e.to_string() })?;
+    let mut updates = Vec::new();
+    let branch = format!("refs/heads/{}", id.branch());
+    updates.push(Update { local: Some(branch.clone()), remote: branch, expect: Expect::Exactly(None) });
+    let lineage = format!("refs/heads/config/{}", facts.lineage);
+    updates.push(Update { local: Some(lineage.clone()), remote: lineage, expect: Expect::FastForward });
+    ws.repo.set_mark(Mark::Fleet.kind(), id.as_str(), remote.name.as_bytes())?;
+    for mark in [Mark::Ids, Mark::Names, Mark::Fleet] {
+        let key = match mark {
+            Mark::Names => match &facts.name {
+                Some(name) => name.clone(),
+                None => continue,
+            },
+            _ => id.to_string(),
+        };
+        let name = format!("refs/offshoot/{}/{key}", mark.kind());
+        if ws.repo.mark(mark.kind(), &key)?.is_some() {
+            updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(None) });
+        }
+    }
+    let pending = crate::store::inbox::pending(&ws.layout, id)
+        .map_err(|e| RemoteError::Write { path: ws.layout.inbox(id).display().to_string(), reason: e.to_string() })?;
+    let mut outgoing = Vec::new();
+    for p in &pending {
+        let blob = remote::write_blob(&ws.layout.repo(), p.text.as_bytes())?;
+        let name = message_name(&p.text, p.number, blob);
+        let local = format!("refs/outgoing/{id}/{name}");
+        bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+        updates.push(Update {
+            local: Some(local.clone()),
+            remote: inbox_ref(id, &name),
+            expect: Expect::Exactly(None),
+        });
+        outgoing.push(local);
+    }
+    let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
+    for local in &outgoing {
+        let _ = ws.repo.delete_ref(local);
+    }
+    if let Some(refused) = refusal(&updates, &outcomes) {
+        return Err(refused);
+    }
+    mark_handed(ws, id)?;
+    for p in &pending {
+        let _ = std::fs::remove_file(&p.path);
+    }
+    // The project branches it starts from, so a worker can make its directory.
+    // (Not fatal: the agent is there; a worker without its branch starts it from `main`.)
+    let project = project_updates(ws, &seen, false)?;
+    let _ = remote::push(&ws.layout.project(), &remote.url, &project);
+    Ok(pending.len())
+}
+
+/// Whether `id`'s tree is driven by a remote's workers (handed over here, or pulled as
+/// such): no driver of this workspace may drive it.
+pub fn handed(ws: &Workspace, id: &AgentId) -> bool {
+    ws.layout.handed(&crate::agents::budget::root_of(id)).exists()
+}
+
+/// Notes that `id` is driven by a remote's workers: no driver starts for it here.
+fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
+    let path = ws.layout.handed(id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| RemoteError::Write { path: dir.display().to_string(), reason: e.to_string() })?;
+    }
+    std::fs::write(&path, b"")
+        .map_err(|e| RemoteError::Write { path: path.display().to_string(), reason: e.to_string() })
+}
+
+/// Sends message `text` (a rendered deposit) to agent `to` through `remote`, for
+/// whichever worker drives it: a create-only inbox ref there.
+pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Result<()> {
+    let seen = fetch(ws, remote)?;
+    if !seen.repo.contains_key(&format!("refs/heads/{}", to.branch())) {
+        return Err(RemoteError::Refused {
+            name: format!("refs/heads/{}", to.branch()),
+            why: format!("`{}` has no agent `{to}` (`offshoot pull` shows what it has)", remote.name),
+        });
+    }
+    let blob = remote::write_blob(&ws.layout.repo(), text.as_bytes())?;
+    // Two sends of one text within a second are two messages.
+    let name = message_name(text, crate::random_u32() % 1_000_000, blob);
+    let local = format!("refs/outgoing/{to}/{name}");
+    bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+    let mut updates =
+        vec![Update { local: Some(local.clone()), remote: inbox_ref(to, &name), expect: Expect::Exactly(None) }];
+    // A message revives a stopped agent: a stop still asked of it is withdrawn (whoever
+    // drives it would stop it again).
+    let request = stop_request(to);
+    if let Some(asked) = seen.repo.get(&request) {
+        updates.push(Update { local: None, remote: request, expect: Expect::Exactly(Some(*asked)) });
+    }
+    // Together or not at all; a request withdrawn meanwhile (by the worker that carried
+    // it out) leaves the message to go alone.
+    let mut outcome = remote::push_whole(&ws.layout.repo(), &remote.url, &updates);
+    if updates.len() > 1 && matches!(outcome.as_deref(), Ok([_, Outcome::Moved { .. }])) {
+        outcome = remote::push(&ws.layout.repo(), &remote.url, &updates[..1]);
+    }
+    let outcome = outcome.map_err(|e| unreachable(remote, e));
+    let _ = ws.repo.delete_ref(&local);
+    // The message is what was asked for: the withdrawal beside it may have gone or not.
+    match refusal(&updates[..1], &outcome?[..1]) {
+        Some(refused) => Err(refused),
+        None => Ok(()),
+    }
+}
+
+/// Why a push of `updates` did not go through, if one of them did not: the first out of
+/// place (moved there, or refused by the server) before one only withheld because of it.
+fn refusal(updates: &[Update], outcomes: &[Outcome]) -> Option<RemoteError> {
+    let pairs = || updates.iter().zip(outcomes);
+    let (update, outcome) = pairs()
+        .find(|(_, o)| matches!(o, Outcome::Moved { .. } | Outcome::Refused(_)))
+        .or_else(|| pairs().find(|(_, o)| !matches!(o, Outcome::Done(_))))?;
+    let why = match outcome {
+        Outcome::Moved { found: Some(_) } if update.expect == Expect::Exactly(None) => "it exists there already".into(),
+        Outcome::Moved { found: Some(_) } => "it moved there meanwhile; try again".into(),
+        Outcome::Moved { found: None } => "it is not there".into(),
+        Outcome::Refused(words) => words.clone(),
+        Outcome::Done(_) | Outcome::Withheld => "another ref was out of place".into(),
+    };
+    Some(RemoteError::Refused { name: update.remote.clone(), why })
+}
+
+/// The kind under `refs/offshoot/` of a stop asked of an agent through a remote: a blob
+/// (when and who asked), withdrawn by the worker that stopped the agent or by a message
+/// that revives it.
+pub const STOP_REQUESTS: &str = "stop-requests";
+
+/// The ref that asks whoever drives `id` to stop it.
+pub fn stop_request(id: &AgentId) -> String {
+    format!("refs/offshoot/{STOP_REQUESTS}/{id}")
+}
+
+/// Asks the workers of `remote` to stop `id` and every agent below it the remote has
+/// (as `stop` does here): a stop request for each, in one push. Returns the agents asked.
+pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<AgentId>> {
+    let seen = fetch(ws, remote)?;
+    let below = format!("{}.", id.branch());
+    let tree: Vec<AgentId> = seen
+        .repo
+        .keys()
+        .filter_map(|n| n.strip_prefix("refs/heads/"))
+        .filter(|b| *b == id.branch() || b.starts_with(&below))
+        .filter_map(|b| AgentId::parse(b.trim_start_matches("agents/")).ok())
+        .collect();
+    if tree.is_empty() {
+        return Err(RemoteError::NotThere { remote: remote.name.clone(), id: id.to_string() });
+    }
+    // Only a tree handed to the workers is theirs to stop (one pushed for inspection is
+    // driven where it was made).
+    let root = crate::agents::budget::root_of(id);
+    if !seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind())) {
+        return Err(RemoteError::NotHanded { remote: remote.name.clone(), id: id.to_string() });
+    }
+    let asked = format!("stop asked at {} ({:08x})\n", infra::time::Timestamp::now(), crate::random_u32());
+    let blob = remote::write_blob(&ws.layout.repo(), asked.as_bytes())?;
+    let local = format!("refs/outgoing/stop-{:08x}", crate::random_u32());
+    bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+    let updates: Vec<Update> = tree
+        .iter()
+        .map(|agent| {
+            let name = stop_request(agent);
+            let expect = Expect::Exactly(seen.repo.get(&name).copied());
+            Update { local: Some(local.clone()), remote: name, expect }
+        })
+        .collect();
+    let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e));
+    let _ = ws.repo.delete_ref(&local);
+    match refusal(&updates, &outcomes?) {
+        Some(refused) => Err(refused),
+        None => Ok(tree),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refs_under_a_prefix_are_those_and_only_those() {
+        let oid = |n: u8| Oid::from_bytes(&[n; 20]).expect("oid");
+        let names = [
+            "refs/offshoot/inbox/a.1/m",
+            "refs/offshoot/inbox/a/m1",
+            "refs/offshoot/inbox/a/m2",
+            "refs/offshoot/inbox/ab/m",
+        ];
+        let repo = names.iter().enumerate().map(|(i, n)| ((*n).to_owned(), oid(i as u8))).collect();
+        let seen = Seen { repo, project: BTreeMap::new() };
+        let prefix = inbox_prefix("a");
+        let under: Vec<(&str, Oid)> = seen.under(&prefix).collect();
+        assert_eq!(under, [("refs/offshoot/inbox/a/m1", oid(1)), ("refs/offshoot/inbox/a/m2", oid(2))]);
+        assert_eq!(seen.under("refs/heads/").count(), 0);
+    }
+}

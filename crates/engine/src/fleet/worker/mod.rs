@@ -1,0 +1,545 @@
+//! `offshoot worker`: drives agents of a remote from this workspace (one made by `new
+//! --from`), with as many other workers on other machines as there are.
+//!
+//! Each round it fetches; renews its claims (one lost is let go at once: its driver
+//! killed, nothing of it sent again); sends, in one push, the agents its drivers made,
+//! the messages its agents sent whose cause is in that push, and each of its agents'
+//! records, marks and branch — the branch only from the tip it last pushed, so a worker
+//! that lost the agent writes nothing; takes every other agent as the remote has it;
+//! delivers the messages the remote holds for its agents; starts drivers; claims agents
+//! with work; lets go of its agents that have none.
+//!
+//! Every message between agents travels through the remote here (the workspace's
+//! `worker/` directory turns deposits into outbox files): a message is put on the
+//! remote only with the step that sent it (a result with its terminal commit), so a
+//! worker's death never leaves a message whose cause is lost; on the remote it is a
+//! create-only ref `refs/offshoot/inbox/<to>/<at>-<n>-<hash>`, named by its content, which
+//! the recipient's worker delivers unless the recipient holds a message of the same
+//! identity (`inbox::identity`: a result made again after a crash is the same result),
+//! and deletes once the recipient's pushed transcript holds it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use domain::id::AgentId;
+use domain::marks::{Epitaph, Mark};
+use infra::git::{CommitId as Oid, GitError, bundle};
+
+use crate::agents::runtime::Runtime;
+use crate::fleet::claims::{Claimed, Claims};
+use crate::fleet::remote::{self, Remote, RemoteError, Seen, inbox_prefix};
+use crate::store::snapshot::Loader;
+use crate::store::workspace::Workspace;
+use crate::{agents::lifecycle, store::inbox};
+
+mod inbound;
+mod leases;
+mod publish;
+mod stops;
+
+use leases::{Leases, driven_here, drop_inbox, kill_driver, lease_keeper};
+
+/// Where outgoing messages are named here before they go (never under `refs/offshoot/`).
+const OUTGOING: &str = "refs/outgoing/";
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("{0}")]
+    Local(String),
+}
+
+type Result<T> = std::result::Result<T, WorkerError>;
+
+fn local(e: impl std::fmt::Display) -> WorkerError {
+    WorkerError::Local(e.to_string())
+}
+
+/// How a worker works.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Its name in its leases (unique among the workers of a remote).
+    pub name: String,
+    /// How many agents it drives at once.
+    pub max_agents: usize,
+    /// How long a lease lives unrenewed in the eyes of other workers.
+    pub lease: Duration,
+    /// This worker's own `offshoot.toml` (its template's): the providers, MCP servers,
+    /// tool environment, budgets, prices, retry and sandbox every config lineage from
+    /// the remote runs with here.
+    pub mine: String,
+}
+
+/// What a worker did, for its log.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Event {
+    Claimed {
+        agent: String,
+        took_over: bool,
+    },
+    Lost {
+        agent: String,
+    },
+    Released {
+        agent: String,
+    },
+    Pushed {
+        agent: String,
+        tip: String,
+    },
+    Forwarded {
+        to: String,
+        from: String,
+    },
+    Delivered {
+        agent: String,
+        from: String,
+    },
+    Started {
+        agent: String,
+    },
+    Died {
+        agent: String,
+    },
+    /// Stopped as asked through the remote (`stop --on`).
+    Stopped {
+        agent: String,
+    },
+}
+
+/// What a worker did, counted.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Tally {
+    pub rounds: u64,
+    pub claimed: u64,
+    pub took_over: u64,
+    pub lost: u64,
+    pub released: u64,
+    pub steps_pushed: u64,
+    /// Claims another worker moved first, and pushes refused because a ref had moved.
+    pub conflicts: u64,
+    pub delivered: u64,
+    pub sent: u64,
+    pub stopped: u64,
+}
+
+/// An agent's tip and `replied` mark, as last looked at.
+type LookedAt = (Oid, Option<Oid>);
+
+/// A message on its way to the remote.
+struct Outgoing {
+    /// Its name here (under `refs/outgoing/`), holding its blob.
+    local_ref: String,
+    /// Its name there (`refs/offshoot/inbox/<to>/…`).
+    remote_ref: String,
+    /// Its outbox file.
+    file: PathBuf,
+    to: String,
+    from: String,
+}
+
+/// The drivers started for an agent at one tip.
+#[derive(Debug, Clone, Copy)]
+struct Launched {
+    tip: Oid,
+    /// How many were started there.
+    times: u32,
+    /// The last one (pid, start time).
+    driver: Option<(u32, u64)>,
+}
+
+impl Launched {
+    /// Whether its last driver is still alive (perhaps still starting: no lock yet).
+    fn alive(&self) -> bool {
+        self.driver.is_some_and(|(pid, started)| {
+            infra::process::running(pid) && infra::process::start_time(pid) == Some(started)
+        })
+    }
+}
+
+/// How many drivers started at one tip must end without moving it before the agent is
+/// reported dead (the first may meet a driver still letting go, or be killed).
+const LAUNCHES_BEFORE_DEATH: u32 = 3;
+
+/// An agent this worker drives.
+struct Owned {
+    /// The branch tip the remote has (as claimed, or as last pushed).
+    pushed: Oid,
+    /// The drivers started at its current tip.
+    launched: Option<Launched>,
+    /// The tip its records were last gathered at, and whether the newest was in.
+    records_at: Option<(Oid, bool)>,
+}
+
+pub struct Worker<'w> {
+    ws: &'w Workspace,
+    rt: &'w Runtime,
+    remote: Remote,
+    options: Options,
+    owned: HashMap<AgentId, Owned>,
+    /// Agents with an empty transcript and no mail: when this worker first saw each so.
+    /// Its maker's worker sends its first message with, or just after, the agent; only
+    /// one still without it a whole lease later has lost it with a dead worker, and gets
+    /// it from its dispatch commit.
+    unstarted: HashMap<AgentId, Instant>,
+    /// What `work_left` said of agents it does not drive, by tip and `replied` mark.
+    work_seen: HashMap<AgentId, (LookedAt, Option<&'static str>)>,
+    /// Config lineages as taken in: the remote's commit, and the commit made of it here.
+    rebased: HashMap<String, (Oid, Oid)>,
+    /// Its claims, renewed by a thread of their own (see [`lease_keeper`]).
+    leases: Arc<Leases>,
+    /// Agents it stopped as asked, with the request carried out (withdrawn once what the
+    /// stop wrote is on the remote).
+    stopping: HashMap<AgentId, stops::Stopping>,
+    pub tally: Tally,
+}
+
+impl<'w> Worker<'w> {
+    /// A worker of `remote` in `ws`, which from now on starts drivers only for the
+    /// agents it claims. Claims a previous worker here held are not its own.
+    pub fn new(ws: &'w Workspace, rt: &'w Runtime, remote: Remote, options: Options) -> Result<Worker<'w>> {
+        let claims_dir = ws.layout.worker().join("claims");
+        let _ = std::fs::remove_dir_all(&claims_dir);
+        std::fs::create_dir_all(&claims_dir).map_err(local)?;
+        // Messages a worker killed here had taken in for agents it drove: they are still
+        // on the remote, for whoever drives those agents now.
+        // Drivers a worker killed here left running drive what it no longer holds.
+        for (branch, _) in ws.repo.branches("agents/")? {
+            if let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) {
+                kill_driver(ws, &id);
+                drop_inbox(ws, &id);
+            }
+        }
+        for (name, _) in bundle::refs(&ws.layout.repo(), &[format!("{OUTGOING}*")])? {
+            ws.repo.delete_ref(&name)?;
+        }
+        let claims = Claims::new(&ws.layout.repo(), &remote.url, &options.name, options.lease);
+
+        let leases = Arc::new(Leases { claims: Mutex::new(claims), lost: Mutex::new(Vec::new()) });
+        lease_keeper(ws.layout.clone(), Arc::downgrade(&leases), options.lease);
+        Ok(Worker {
+            ws,
+            rt,
+            remote,
+            options,
+            owned: HashMap::new(),
+            unstarted: HashMap::new(),
+            rebased: HashMap::new(),
+            work_seen: HashMap::new(),
+            leases,
+            stopping: HashMap::new(),
+            tally: Tally::default(),
+        })
+    }
+
+    /// One round (see the module's words). An error (the remote out of reach) leaves
+    /// every claim as it was; the next round tries again, and a claim not renewed for
+    /// half a lease has its driver killed first.
+    pub fn round(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
+        self.tally.rounds += 1;
+        let lost: Vec<String> = std::mem::take(&mut *self.leases.lost.lock().map_err(local)?);
+        for id in lost {
+            if let Ok(id) = AgentId::parse(&id) {
+                self.lose(&id, on);
+            }
+        }
+        let seen = remote::fetch(self.ws, &self.remote)?;
+        let listed: Vec<(String, Oid)> = seen.repo.iter().map(|(n, o)| (n.clone(), *o)).collect();
+        // Seen now, after the fetch (which may have taken long): a value is only as old
+        // as this worker knows it to be.
+        self.claims()?.observe(&listed, Instant::now());
+        let dirty = self.publish(&seen, on)?;
+        self.take_in(&seen)?;
+        self.stop_asked(&seen, on)?;
+        self.deliver(&seen, on)?;
+        self.drive(&seen, on)?;
+        self.claim_work(&seen, on)?;
+        self.let_go_of_idle(&seen, &dirty, on)?;
+        Ok(())
+    }
+
+    /// Its claims (the lease keeper renews them meanwhile, between these uses).
+    fn claims(&self) -> Result<std::sync::MutexGuard<'_, Claims>> {
+        self.leases.claims.lock().map_err(local)
+    }
+
+    /// Whether it holds `id` and may write it now.
+    fn fresh(&self, id: &AgentId) -> bool {
+        self.claims().is_ok_and(|c| c.fresh(id.as_str(), Instant::now()))
+    }
+
+    /// Kills every driver, sends what they committed, lets go of every claim, and leaves
+    /// the workspace as it was before it was a worker's.
+    pub fn shut_down(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
+        for id in self.owned.keys() {
+            kill_driver(self.ws, id);
+        }
+        let settled = Instant::now() + Duration::from_secs(5);
+        while self.owned.keys().any(|id| driven_here(self.ws, id)) && Instant::now() < settled {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let seen = remote::fetch(self.ws, &self.remote)?;
+        self.publish(&seen, on)?;
+        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+            self.claims()?.release(id.as_str())?;
+            let _ = std::fs::remove_file(self.ws.layout.worker_claim(&id));
+            drop_inbox(self.ws, &id);
+            on(Event::Released { agent: id.to_string() });
+        }
+        self.owned.clear();
+        // An ordinary workspace again: its agents' drivers may start here (a tree handed
+        // to the fleet still never does).
+        let _ = std::fs::remove_dir_all(self.ws.layout.worker());
+        Ok(())
+    }
+
+    fn lose(&mut self, id: &AgentId, on: &mut dyn FnMut(Event)) {
+        kill_driver(self.ws, id);
+        if let Ok(mut claims) = self.claims() {
+            claims.forget(id.as_str());
+        }
+        drop_inbox(self.ws, id);
+        let _ = std::fs::remove_file(self.ws.layout.worker_claim(id));
+        self.owned.remove(id);
+        self.stopping.remove(id);
+        self.tally.lost += 1;
+        on(Event::Lost { agent: id.to_string() });
+    }
+
+    /// Starts a driver for `id` (unless one runs), counting those started at its tip.
+    fn start(&mut self, id: &AgentId, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let tip = self.ws.repo.branch_tip(&id.branch())?;
+        // A driver that holds it drains its inbox before it lets go: nothing started.
+        let crate::agents::runtime::Woken::Launched(pid) = self.rt.wake(id).map_err(local)? else { return Ok(()) };
+        on(Event::Started { agent: id.to_string() });
+        let driver = infra::process::start_time(pid).map(|s| (pid, s));
+        if let (Some(owned), Some(tip)) = (self.owned.get_mut(id), tip) {
+            let times = match owned.launched {
+                Some(l) if l.tip == tip => l.times + 1,
+                _ => 1,
+            };
+            owned.launched = Some(Launched { tip, times, driver });
+        }
+        Ok(())
+    }
+
+    /// Its agents with work and no driver get one; one whose drivers all ended at the tip
+    /// they were started at, three times, is reported to its parent as dead (once for the fleet:
+    /// the `died` mark travels) and left alone.
+    fn drive(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        let mut loader = Loader::default();
+        let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
+        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+            // One being stopped is not started (its stop is carried out first).
+            if !self.fresh(&id) || driven_here(ws, &id) || asked.contains(&id) || self.stopping.contains_key(&id) {
+                continue;
+            }
+            let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
+            if ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes()) {
+                continue;
+            }
+            // A stopped one starts again for a message of the user's sent after its stop
+            // (its driver clears the mark): tried each round until one has it.
+            if ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() {
+                if stops::user_mail(ws, seen, &id) && inbox::has_pending(&ws.layout, &id) {
+                    self.start_counted(&id, tip, on)?;
+                }
+                continue;
+            }
+            let parent = id.parent().map(|p| p.to_string());
+            // An agent whose branch does not read has nothing a driver could do.
+            if lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten().is_none() {
+                continue;
+            }
+            self.start_counted(&id, tip, on)?;
+        }
+        Ok(())
+    }
+
+    /// Starts a driver for `id` at `tip` unless its last one still runs there; one whose
+    /// drivers all ended at `tip`, three times, is reported to its parent as dead (once
+    /// for the fleet: the `died` mark travels) instead.
+    fn start_counted(&mut self, id: &AgentId, tip: Oid, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        match self.owned[id].launched {
+            Some(l) if l.tip == tip && l.alive() => {}
+            Some(l) if l.tip == tip && l.times >= LAUNCHES_BEFORE_DEATH => {
+                // Started at this tip time and again, and gone without moving it.
+                ws.repo.set_mark(Mark::Died.kind(), id.as_str(), tip.to_string().as_bytes())?;
+                if let Some(parent) = id.parent() {
+                    let body = format!(
+                        "`{id}` stopped working and a new driver did not get it further; everything it did is on its branch (commit {tip}). `offshoot log {id}` shows its last step; a message to it tries again."
+                    );
+                    lifecycle::deposit_result(ws, self.rt, id, &parent, Epitaph::Died.as_str(), tip, body)
+                        .map_err(local)?;
+                }
+                on(Event::Died { agent: id.to_string() });
+            }
+            _ => self.start(id, on)?,
+        }
+        Ok(())
+    }
+
+    /// Claims agents with work nobody drives, up to `max_agents`.
+    fn claim_work(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        if self.owned.len() >= self.options.max_agents {
+            return Ok(());
+        }
+        let mut loader = Loader::default();
+        let mut candidates: Vec<(AgentId, Oid)> = seen
+            .repo
+            .iter()
+            .filter_map(|(n, o)| Some((AgentId::parse(n.strip_prefix("refs/heads/agents/")?).ok()?, *o)))
+            .filter(|(id, _)| !self.owned.contains_key(id))
+            .collect();
+        // Workers start at different places, so they do not all reach for the same one.
+        if !candidates.is_empty() {
+            let offset = crate::random_u32() as usize % candidates.len();
+            candidates.rotate_left(offset);
+        }
+        let with_mail: HashSet<&str> = seen
+            .under("refs/offshoot/inbox/")
+            .filter_map(|(n, _)| n.strip_prefix("refs/offshoot/inbox/")?.split('/').next())
+            .collect();
+        let replied = |id: &AgentId| seen.repo.get(&format!("refs/offshoot/{}/{id}", Mark::Replied.kind())).copied();
+        let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
+        // A few at a time: the next round sees what other workers claimed meanwhile, so
+        // workers starting together do not all reach for the same agents.
+        let mut budget = (self.options.max_agents / 8).max(2);
+        for (id, tip) in candidates {
+            if self.owned.len() >= self.options.max_agents || budget == 0 {
+                break;
+            }
+            // Held by another worker, as far as this one has seen: not even looked at.
+            if self.claims()?.busy(id.as_str(), Instant::now()) {
+                continue;
+            }
+            let root = crate::agents::budget::root_of(&id);
+            let fleet = seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind()));
+            if !fleet || driven_here(ws, &id) || ws.repo.branch_tip(&id.branch())? != Some(tip) {
+                continue;
+            }
+            // A stopped agent waits (a child's result with it) until the user writes to it.
+            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() && !stops::user_mail(ws, seen, &id);
+            // (While a stop is asked of it, only carrying it out is work.)
+            let revived = stopped && !asked.contains(&id) && stops::user_mail(ws, seen, &id);
+            if (stopped && !revived)
+                || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes())
+            {
+                continue;
+            }
+            let mail = with_mail.contains(id.as_str());
+            let parent = id.parent().map(|p| p.to_string());
+            // What its transcript says is known for this tip (and answer paid) already.
+            let key = (tip, replied(&id));
+            let left = match self.work_seen.get(&id) {
+                Some((at, left)) if *at == key => *left,
+                _ => {
+                    // One that does not read is passed over, not the round's failure.
+                    let left = lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten();
+                    self.work_seen.insert(id.clone(), (key, left));
+                    left
+                }
+            };
+            // A stop asked of it is carried out by whoever holds it.
+            let work = revived
+                || asked.contains(&id)
+                || match (mail, left) {
+                    (true, _) => true,
+                    (false, Some(lifecycle::GOAL_UNDELIVERED)) => {
+                        let since = *self.unstarted.entry(id.clone()).or_insert_with(Instant::now);
+                        since.elapsed() >= self.options.lease
+                    }
+                    (false, left) => left.is_some(),
+                };
+            if !work {
+                continue;
+            }
+            self.unstarted.remove(&id);
+            // Not on a lineage this worker could not make its own (its drivers would only
+            // fail, and report the agent dead for the whole fleet).
+            let lineage = crate::store::snapshot::read_facts(&ws.repo, tip).map(|f| f.lineage).unwrap_or_default();
+            if !self.rebased.contains_key(&lineage) {
+                continue;
+            }
+            let claimed = self.claims()?.claim(id.as_str(), Instant::now())?;
+            match claimed {
+                Claimed::Mine { took_over } => {
+                    budget -= 1;
+                    std::fs::write(ws.layout.worker_claim(&id), self.options.name.as_bytes()).map_err(local)?;
+                    self.owned.insert(id.clone(), Owned { pushed: tip, launched: None, records_at: None });
+                    self.tally.claimed += 1;
+                    if took_over {
+                        self.tally.took_over += 1;
+                    }
+                    on(Event::Claimed { agent: id.to_string(), took_over });
+                }
+                Claimed::Lost => {
+                    budget = budget.saturating_sub(1);
+                    self.tally.conflicts += 1;
+                }
+                Claimed::Busy { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets go of its agents with nothing left to do and nothing left to send.
+    fn let_go_of_idle(&mut self, seen: &Seen, dirty: &HashSet<AgentId>, on: &mut dyn FnMut(Event)) -> Result<()> {
+        let ws = self.ws;
+        let mut loader = Loader::default();
+        // What is here, read once.
+        let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
+        // A stop asked of it is carried out, and withdrawn, by it first.
+        let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
+        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+            if dirty.contains(&id) || driven_here(ws, &id) || self.stopping.contains_key(&id) || asked.contains(&id) {
+                continue;
+            }
+            let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
+            let owned = &self.owned[&id];
+            let starting = owned.launched.is_some_and(|l| l.alive());
+            // A stopped agent's mail waits for it on the remote, not held here (a message of
+            // the user's that revives it has it claimed again).
+            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() && !stops::user_mail(ws, seen, &id);
+            if tip != owned.pushed || starting || (!stopped && inbox::has_pending(&ws.layout, &id)) {
+                continue;
+            }
+            if !stopped && seen.under(&inbox_prefix(id.as_str())).next().is_some() {
+                continue;
+            }
+            // A mark not yet there (`died`, `replied` set this round) goes first.
+            let unsent = remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)).any(|m| {
+                let name = format!("refs/offshoot/{}/{id}", m.kind());
+                here.get(&name) != seen.repo.get(&name)
+            });
+            if unsent {
+                continue;
+            }
+            if self.sending(&id) {
+                continue;
+            }
+            let parent = id.parent().map(|p| p.to_string());
+            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
+                || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes());
+            if !stopped && lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten().is_some() {
+                continue;
+            }
+            self.claims()?.release(id.as_str())?;
+            let _ = std::fs::remove_file(ws.layout.worker_claim(&id));
+            drop_inbox(ws, &id);
+            self.owned.remove(&id);
+            self.tally.released += 1;
+            on(Event::Released { agent: id.to_string() });
+        }
+        Ok(())
+    }
+}

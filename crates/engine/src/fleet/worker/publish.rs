@@ -1,0 +1,308 @@
+//! What a worker sends (`publish`): in one push, the agents its drivers made, the
+//! messages whose cause goes with it, and its agents' records, marks and branches; then
+//! the project branches of the agents it holds.
+
+use std::collections::{HashMap, HashSet};
+
+use domain::id::AgentId;
+use domain::inbox::Header;
+use domain::marks::Mark;
+use domain::transcript::Entry;
+use infra::git::remote::{self as wire, Expect, Outcome, Update};
+use infra::git::{CommitId as Oid, bundle};
+
+use super::{Event, OUTGOING, Outgoing, Result, Worker, driven_here, inbox_prefix, local};
+use crate::fleet::remote::{self, Seen};
+use crate::store::inbox;
+use crate::store::snapshot::Loader;
+use crate::store::workspace::Workspace;
+
+impl Worker<'_> {
+    /// Sends, in one push: agents made here by agents it drives (create-only), the
+    /// messages whose cause goes with it, and its agents' records, marks and branches
+    /// (each branch from the tip last pushed). Returns the agents something was sent
+    /// for, or was to be.
+    pub(super) fn publish(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<HashSet<AgentId>> {
+        let ws = self.ws;
+        let mut updates: Vec<Update> = Vec::new();
+        let mut dirty = HashSet::new();
+        let mine: Vec<AgentId> = self.owned.keys().filter(|id| self.fresh(id)).cloned().collect();
+        let mut tips: HashMap<AgentId, Oid> = HashMap::new();
+        for id in &mine {
+            if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
+                tips.insert(id.clone(), tip);
+            }
+        }
+        let mut names = Vec::new();
+        // What is here, read once.
+        let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
+        let name_claims: Vec<(&String, &Oid)> =
+            here.iter().filter(|(n, _)| n.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))).collect();
+        // Agents its drivers made: they exist there before the step that made them.
+        for (branch, _) in ws.repo.branches("agents/")? {
+            let name = format!("refs/heads/{branch}");
+            let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+            let made_by_mine = id.parent().is_some_and(|p| mine.contains(&p));
+            if seen.repo.contains_key(&name) || !made_by_mine {
+                continue;
+            }
+            updates.push(Update {
+                local: Some(name),
+                remote: format!("refs/heads/{branch}"),
+                expect: Expect::Exactly(None),
+            });
+            let ids = format!("refs/offshoot/{}/{id}", Mark::Ids.kind());
+            if here.contains_key(&ids) && !seen.repo.contains_key(&ids) {
+                updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
+            }
+            // Its name goes on its own (below): a name taken there meanwhile must not
+            // hold back the rest.
+            for (mark, value) in &name_claims {
+                if !seen.repo.contains_key(*mark)
+                    && ws.repo.read_blob(**value).is_ok_and(|b| b == id.as_str().as_bytes())
+                {
+                    names.push((
+                        id.clone(),
+                        Update { local: Some((*mark).clone()), remote: (*mark).clone(), expect: Expect::Exactly(None) },
+                    ));
+                }
+            }
+        }
+        // Messages: each with the step that sent it.
+        let outgoing = self.outgoing(seen, &tips)?;
+        for message in &outgoing {
+            updates.push(Update {
+                local: Some(message.local_ref.clone()),
+                remote: message.remote_ref.clone(),
+                expect: Expect::Exactly(None),
+            });
+        }
+        // Its agents: records, marks, branch.
+        for id in &mine {
+            let Some(tip) = tips.get(id).copied() else { continue };
+            let records = format!("refs/offshoot/{}/{id}", remote::RECORDS);
+            let before = updates.len();
+            // Records are gathered again only when the agent moved on, or its newest one
+            // was held back (still being written) the last time.
+            let driven = driven_here(ws, id);
+            let owned = &self.owned[id];
+            let gathered = match owned.records_at {
+                Some((at, newest)) if at == tip => newest || driven,
+                _ => false,
+            };
+            if !gathered {
+                let base = seen.repo.get(&records).copied();
+                let value = remote::commit_records(ws, id, base, !driven)?;
+                if let Some(owned) = self.owned.get_mut(id) {
+                    owned.records_at = Some((tip, !driven));
+                }
+                if value.is_some() && value != base {
+                    updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
+                }
+            } else if let Some(value) = here.get(&records)
+                && seen.repo.get(&records) != Some(value)
+            {
+                updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
+            }
+            for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
+                let name = format!("refs/offshoot/{}/{id}", mark.kind());
+                let (ours, there) = (here.get(&name).copied(), seen.repo.get(&name).copied());
+                if ours != there {
+                    let local = ours.map(|_| name.clone());
+                    updates.push(Update { local, remote: name, expect: Expect::Exactly(there) });
+                }
+            }
+            let pushed = self.owned[id].pushed;
+            if tip != pushed {
+                let name = format!("refs/heads/{}", id.branch());
+                updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(Some(pushed)) });
+            }
+            if updates.len() > before {
+                dirty.insert(id.clone());
+            }
+        }
+        if updates.is_empty() {
+            self.push_project(seen)?;
+            return Ok(dirty);
+        }
+        let outcomes = wire::push_whole(&ws.layout.repo(), &self.remote.url, &updates)
+            .map_err(|e| remote::unreachable(&self.remote, e))?;
+        let mut moved = false;
+        for (update, outcome) in updates.iter().zip(&outcomes) {
+            let branch_of_mine = update
+                .remote
+                .strip_prefix("refs/heads/agents/")
+                .and_then(|a| AgentId::parse(a).ok())
+                .filter(|a| self.owned.contains_key(a));
+            match (outcome, branch_of_mine) {
+                (Outcome::Done(Some(value)), Some(id)) => {
+                    if let Some(owned) = self.owned.get_mut(&id) {
+                        owned.pushed = *value;
+                    }
+                    self.tally.steps_pushed += 1;
+                    on(Event::Pushed { agent: id.to_string(), tip: value.to_string() });
+                }
+                (Outcome::Moved { .. } | Outcome::Refused(_), Some(id)) => {
+                    moved = true;
+                    self.lose(&id, on);
+                }
+                (Outcome::Moved { .. }, None) => {
+                    moved = true;
+                    // Records moved there: gathered again on the new base next round.
+                    let records = format!("refs/offshoot/{}/", remote::RECORDS);
+                    if let Some(owned) = update
+                        .remote
+                        .strip_prefix(&records)
+                        .and_then(|a| AgentId::parse(a).ok())
+                        .and_then(|a| self.owned.get_mut(&a))
+                    {
+                        owned.records_at = None;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if moved {
+            self.tally.conflicts += 1;
+        }
+        // The names of the agents made there now.
+        let made: Vec<Update> = names
+            .into_iter()
+            .filter(|(id, _)| {
+                let branch = format!("refs/heads/{}", id.branch());
+                updates.iter().zip(&outcomes).any(|(u, o)| u.remote == branch && matches!(o, Outcome::Done(_)))
+            })
+            .map(|(_, update)| update)
+            .collect();
+        if !made.is_empty() {
+            wire::push(&ws.layout.repo(), &self.remote.url, &made).map_err(|e| remote::unreachable(&self.remote, e))?;
+        }
+        for message in &outgoing {
+            let Some(i) = updates.iter().position(|u| u.remote == message.remote_ref) else { continue };
+            let ours =
+                bundle::refs(&ws.layout.repo(), std::slice::from_ref(&message.local_ref))?.first().map(|(_, o)| *o);
+            let sent = match &outcomes[i] {
+                Outcome::Done(_) => true,
+                // The same message (its name is its content), sent before a crash cut a
+                // worker here short.
+                Outcome::Moved { found } => *found == ours,
+                _ => false,
+            };
+            if sent {
+                let _ = std::fs::remove_file(&message.file);
+                let _ = ws.repo.delete_ref(&message.local_ref);
+                self.tally.sent += 1;
+                on(Event::Forwarded { to: message.to.clone(), from: message.from.clone() });
+            }
+        }
+        self.push_project(seen)?;
+        Ok(dirty)
+    }
+
+    /// The project branches of the agents it holds and may write, moved on here: forward
+    /// only. (Any other's is its holder's to send.)
+    fn push_project(&self, seen: &Seen) -> Result<()> {
+        let mut own = HashSet::new();
+        for id in self.owned.keys().filter(|id| self.fresh(id)) {
+            if let Some(tip) = self.ws.repo.branch_tip(&id.branch())?
+                && let Ok(facts) = crate::store::snapshot::read_facts(&self.ws.repo, tip)
+            {
+                own.insert(format!("refs/heads/{}", facts.project_branch()));
+            }
+        }
+        let mut updates = remote::project_updates(self.ws, seen, true)?;
+        updates.retain(|u| u.local.as_ref().is_some_and(|l| own.contains(l)));
+        if !updates.is_empty() {
+            wire::push(&self.ws.layout.project(), &self.remote.url, &updates)
+                .map_err(|e| remote::unreachable(&self.remote, e))?;
+        }
+        Ok(())
+    }
+
+    /// The outbox messages that may go now, each named here and there. A message goes
+    /// with its cause: a result once the sender's branch sent reaches its terminal
+    /// commit; a call's message (and a child's first message, whose call its `ids`
+    /// claim names) once that branch holds the call's result. For an agent it drives,
+    /// the branch is the one being sent now (`tips`); for any other (one it lost, or one
+    /// a worker killed here drove), the remote's: a message whose cause is there goes,
+    /// one whose cause is not is dropped with the steps that made it.
+    fn outgoing(&mut self, seen: &Seen, tips: &HashMap<AgentId, Oid>) -> Result<Vec<Outgoing>> {
+        let ws = self.ws;
+        let mut out = Vec::new();
+        let outbox = ws.layout.worker().join("outbox");
+        for dir in std::fs::read_dir(&outbox).into_iter().flatten().flatten() {
+            let to = dir.file_name().to_string_lossy().into_owned();
+            let Ok(recipient) = AgentId::parse(&to) else { continue };
+            for p in inbox::pending_in(&dir.path()).map_err(local)? {
+                let ready = match AgentId::parse(&p.sender) {
+                    // The user's (a `send` in this workspace): nothing to wait for.
+                    Err(_) => true,
+                    Ok(sender) => {
+                        let mine = self.owned.contains_key(&sender);
+                        let tip = match mine {
+                            true => tips.get(&sender).copied(),
+                            false => seen.repo.get(&format!("refs/heads/{}", sender.branch())).copied(),
+                        };
+                        let caused = match tip {
+                            // A branch that does not read holds no cause.
+                            Some(tip) => caused(ws, &p.text, &sender, &recipient, tip).unwrap_or(false),
+                            None => false,
+                        };
+                        if !caused && !mine {
+                            let _ = std::fs::remove_file(&p.path);
+                        }
+                        caused
+                    }
+                };
+                if !ready {
+                    continue;
+                }
+                let blob = wire::write_blob(&ws.layout.repo(), p.text.as_bytes())?;
+                let name = remote::message_name(&p.text, p.number, blob);
+                let local_ref = format!("{OUTGOING}{to}/{name}");
+                bundle::set_refs(&ws.layout.repo(), &[(local_ref.clone(), blob)])?;
+                out.push(Outgoing {
+                    local_ref,
+                    remote_ref: format!("{}{name}", inbox_prefix(&to)),
+                    file: p.path.clone(),
+                    to: to.clone(),
+                    from: p.sender.clone(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Whether the cause of message `text` from `sender` to `to` is in `sender`'s branch at
+/// `tip` (see [`Worker::outgoing`]); a message of no known cause has none to wait for.
+fn caused(ws: &Workspace, text: &str, sender: &AgentId, to: &AgentId, tip: Oid) -> Result<bool> {
+    let header = Header::parse(text);
+    if let Some(terminal) = header.as_ref().and_then(|h| h.terminal.as_deref()).and_then(|t| t.parse::<Oid>().ok()) {
+        return Ok(tip == terminal || wire::descends(&ws.layout.repo(), tip, terminal)?);
+    }
+    let key = match header.and_then(|h| h.key) {
+        Some(key) => key.strip_prefix(&format!("{sender}:")).map(str::to_owned),
+        // A child's first message: the dispatch call its id claim names.
+        None if to.parent().as_ref() == Some(sender) => ws
+            .repo
+            .mark(Mark::Ids.kind(), to.as_str())?
+            .and_then(|m| String::from_utf8_lossy(&m).lines().nth(1).map(str::to_owned)),
+        None => return Ok(true),
+    };
+    let Some(key) = key else { return Ok(true) };
+    let entries = Loader::default().entries(&ws.repo, tip).map_err(local)?.to_vec();
+    let mut output = 0;
+    for entry in &entries {
+        match entry {
+            Entry::Output { number, .. } => output = *number,
+            Entry::ToolResult { block: infra::provider::Block::ToolResult { tool_use_id, .. }, .. }
+                if crate::step::toolcall::key(output, tool_use_id) == key =>
+            {
+                return Ok(true);
+            }
+            _ => {}
+        }
+    }
+    Ok(false)
+}

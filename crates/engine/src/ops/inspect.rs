@@ -1,0 +1,347 @@
+//! Inspection: the state of agents for `ls`, the conversation for `log`, and a
+//! step's request re-assembled from its recorded commit for `show`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+use crate::step::events::{End, Record};
+use domain::agent::AgentFacts;
+use domain::config::Config;
+use domain::context;
+use domain::id::AgentId;
+use domain::step::StepMeta;
+use domain::transcript::{self, Entry};
+use infra::git::{CommitId, GitError};
+use infra::lock::LockGuard;
+use infra::provider::{Request, Usage};
+
+use crate::agents::budget::Records;
+use crate::agents::{self, AgentError};
+use crate::store::inbox;
+use crate::store::snapshot::{Loader, SnapshotError};
+use crate::store::workspace::{Workspace, WorkspaceError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("agent `{id}` has no step {step} (it has {have})")]
+    NoStep { id: String, step: u32, have: u32 },
+    #[error("the record of step {step} is unreadable ({path}): {reason}")]
+    BadRecord { step: u32, path: PathBuf, reason: String },
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+}
+
+type Result<T> = std::result::Result<T, InspectError>;
+
+/// One agent's state for `ls`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AgentState {
+    pub id: String,
+    pub name: Option<String>,
+    pub role: String,
+    /// `running` (a driver holds it), `stopped` (by `offshoot stop`, Ctrl-C or its
+    /// tree's budget, until the user's message or a run revives it), `waiting` (messages
+    /// undelivered and no driver yet), `failed` (a call is due and no driver holds
+    /// it: its last call failed or its driver died; `offshoot run` goes on), `done`
+    /// (nothing is due), or `damaged` (its branch's tip is not a valid agent commit;
+    /// only possible by hand).
+    pub state: &'static str,
+    /// Model calls made, as `show --step N` numbers them.
+    pub steps: u32,
+    /// Of its own calls (a fork's inherited history is its origin's).
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Of its own calls at the configured prices; absent when a model has no price.
+    pub cost_usd: Option<f64>,
+    /// The prompt tokens its last model call reported, and its role's window.
+    pub context_tokens: Option<u64>,
+    pub context_window: Option<u64>,
+    pub goal: String,
+    /// When it was made (RFC 3339, UTC; empty for a damaged agent).
+    pub created: String,
+    /// The agent above it, for children.
+    pub parent: Option<String>,
+    /// For a fork, the agent it was forked from (read from the commit it continued).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// For a `failed` or `stopped` agent, why, in one line: how its last run ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// Its landed compactions, oldest first: how many passes (compactors started) each took.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub compactions: Vec<u32>,
+}
+
+pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
+    let mut loader = Loader::default();
+    let mut records = Records::default();
+    let mut configs: HashMap<String, Option<Rc<Config>>> = HashMap::new();
+    let mut out = Vec::new();
+    for l in agents::list(ws)? {
+        let (Some(facts), Ok(entries)) = (&l.facts, loader.entries(&ws.repo, l.tip)) else {
+            // A branch that is not a valid agent (only possible by hand) is shown, not fatal.
+            out.push(AgentState {
+                id: l.id.to_string(),
+                name: None,
+                role: String::new(),
+                state: "damaged",
+                steps: step_count(ws, &l.id),
+                input_tokens: 0,
+                output_tokens: 0,
+                cost_usd: None,
+                context_tokens: None,
+                context_window: None,
+                parent: l.id.parent().map(|p| p.to_string()),
+                origin: None,
+                goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
+                created: String::new(),
+                why: None,
+                compactions: Vec::new(),
+            });
+            continue;
+        };
+        let running = LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(false);
+        let state = if running {
+            "running"
+        } else if ws.repo.mark(crate::agents::lifecycle::STOPPED, l.id.as_str())?.is_some() {
+            "stopped"
+        } else if inbox::has_pending(&ws.layout, &l.id) || entries.is_empty() {
+            // (An empty transcript: its goal is not delivered yet.)
+            "waiting"
+        } else if transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty() {
+            "failed"
+        } else {
+            "done"
+        };
+        let own = records.agent(&ws.layout, &l.id);
+        let config = configs
+            .entry(facts.lineage.clone())
+            .or_insert_with(|| ws.config(&facts.lineage).ok().map(|(_, c)| Rc::new(c)))
+            .clone();
+        let cost_usd = config.as_ref().and_then(|c| own.spend(c).cost_usd).map(domain::budget::usd);
+        // How full its context was at its last call: the prompt tokens it reported.
+        let context_tokens = entries.iter().rev().find_map(|e| match e {
+            Entry::Output { output, .. } => output.usage.input,
+            _ => None,
+        });
+        let context_window = config.as_ref().and_then(|c| c.role(&facts.role)).and_then(|r| r.context_window);
+        let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
+        // A fork keeps its origin's goal: what it was asked is its own first message.
+        let origin = match (&facts.parent, &facts.forked_from) {
+            (None, Some(from)) => CommitId::from_str(from)
+                .ok()
+                .and_then(|c| crate::store::snapshot::read_facts(&ws.repo, c).ok())
+                .map(|f| f.id)
+                .filter(|o| *o != facts.id),
+            _ => None,
+        };
+        let goal = match origin.as_ref().and_then(|_| fork_message(ws, facts, entries)) {
+            Some(message) => message.into_bytes(),
+            None => ws.repo.read_file(l.tip, domain::agent::GOAL)?.unwrap_or_default(),
+        };
+        let ledger = ws.repo.read_file(l.tip, domain::compaction::LEDGER)?.unwrap_or_default();
+        let compactions =
+            domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).iter().map(|l| l.passes).collect();
+        out.push(AgentState {
+            id: l.id.to_string(),
+            name: facts.name.clone(),
+            role: facts.role.clone(),
+            state,
+            steps: own.steps.len() as u32,
+            input_tokens: sum(|u| u.input),
+            output_tokens: sum(|u| u.output),
+            cost_usd,
+            context_tokens,
+            context_window,
+            goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
+            created: facts.created.clone(),
+            parent: facts.parent.clone(),
+            origin,
+            why: matches!(state, "failed" | "stopped").then(|| last_run_end(ws, &l.id)).flatten(),
+            compactions,
+        });
+    }
+    Ok(out)
+}
+
+/// A fork's own first message: the first user message after what it inherited (the
+/// transcript at the commit it continued).
+fn fork_message(ws: &Workspace, facts: &AgentFacts, entries: &[Entry]) -> Option<String> {
+    let from = CommitId::from_str(facts.forked_from.as_deref()?).ok()?;
+    // (What it kept of its origin's: the fork drops calls left unanswered at its start.)
+    let mut loader = Loader::default();
+    let source = loader.entries(&ws.repo, from).ok()?;
+    let inherited = source[..transcript::paired_len(source)].iter().map(Entry::number).max().unwrap_or(0);
+    entries.iter().find_map(|e| match e {
+        Entry::Message { number, sender, text } if *number > inherited && sender == "user" => {
+            Some(domain::inbox::body(text).to_owned())
+        }
+        _ => None,
+    })
+}
+
+/// How the agent's last run ended, from the end of its events file: the error of an
+/// `end` that was not an answer, or a step that began and never ended (its driver was
+/// killed or crashed).
+fn last_run_end(ws: &Workspace, id: &AgentId) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(ws.layout.steps(id).join(crate::step::events::FILE)).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(64 * 1024))).ok()?;
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).ok()?;
+    let last = tail
+        .split(|&b| b == b'\n')
+        .rev()
+        .filter_map(|l| crate::step::events::Line::parse(l).map(|l| l.record))
+        .find(|r| matches!(r, Record::End(_) | Record::Step { .. }))?;
+    match last {
+        Record::Step { step, .. } => Some(format!("its driver ended during step {step} (killed or crashed)")),
+        Record::End(End::Interrupted { reason }) => Some(format!("it was {reason}")),
+        Record::End(End::BudgetExhausted { error }) => Some(format!("budget exhausted: {error}")),
+        Record::End(End::Error { error }) => Some(error),
+        _ => None,
+    }
+    .map(|why| why.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+impl AgentState {
+    /// How full its context was at its last call, as a whole percentage of the window.
+    pub fn context_percent(&self) -> Option<u64> {
+        match (self.context_tokens, self.context_window) {
+            (Some(tokens), Some(window)) if window > 0 => Some(tokens * 100 / window),
+            _ => None,
+        }
+    }
+}
+
+/// The transcript of an agent at its tip, and that tip (read once: what follows the
+/// agent goes on from it).
+pub fn transcript(ws: &Workspace, id: &AgentId) -> Result<(CommitId, Vec<Entry>)> {
+    let tip = tip(ws, id)?;
+    Ok((tip, Loader::default().entries(&ws.repo, tip)?.to_vec()))
+}
+
+fn tip(ws: &Workspace, id: &AgentId) -> Result<CommitId> {
+    ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()).into())
+}
+
+/// How many step records an agent has (every model call it made, failed and
+/// interrupted ones included).
+/// The disk agent `id` takes, as `du` counts it: its directory, its git directory, its
+/// step records, index and temporary files (not what it shares in `repo.git`).
+pub fn disk_of(ws: &Workspace, id: &AgentId) -> u64 {
+    [ws.layout.worktree(id), ws.layout.git_dir(id), ws.layout.steps(id), ws.layout.index(id), ws.layout.tmp(id)]
+        .iter()
+        .map(|p| du(p))
+        .sum()
+}
+
+/// The disk below `path` as `du` counts it (blocks; links not followed).
+pub fn du(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
+    let mut total = meta.blocks() * 512;
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).into_iter().flatten().flatten() {
+            total += du(&entry.path());
+        }
+    }
+    total
+}
+
+pub fn step_count(ws: &Workspace, id: &AgentId) -> u32 {
+    crate::store::step_record::numbers(&ws.layout.steps(id)).len() as u32
+}
+
+/// A step's record: its meta.json. A step whose driver died during the call shows
+/// as `interrupted`.
+pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
+    let Some(record) = crate::store::step_record::StepRecord::open(&ws.layout, id, step) else {
+        return Err(InspectError::NoStep { id: id.to_string(), step, have: step_count(ws, id) });
+    };
+    let path = record.path("meta.json");
+    let bytes = match record.read("meta.json") {
+        Some(bytes) => bytes,
+        // Written before the call since the records became atomic; older crashes
+        // can leave a directory without one.
+        None => {
+            let old = serde_json::json!({"step": step, "agent": id.as_str(), "outcome": "interrupted"});
+            return serde_json::from_value(old).map_err(|e| InspectError::BadRecord {
+                step,
+                path,
+                reason: e.to_string(),
+            });
+        }
+    };
+    let meta: StepMeta =
+        serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord { step, path, reason: e.to_string() })?;
+    Ok(meta.shown(LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(false)))
+}
+
+/// Step `step`'s request, re-assembled from the commit and config its record names.
+/// What step `step` of `id` sent, assembled again: the body its provider was sent
+/// (none for a replay), and whether that body is the one the record's digest names
+/// (none when the record kept no digest: written before digests were kept).
+pub struct Resent {
+    pub request: Request,
+    pub body: Option<Vec<u8>>,
+    pub matches: Option<bool>,
+    /// The offshoot that made the record, when it said.
+    pub version: Option<String>,
+}
+
+pub fn resend(ws: &Workspace, id: &AgentId, step: u32) -> Result<Resent> {
+    let meta = step_meta(ws, id, step)?;
+    let request = reassemble(ws, id, step)?;
+    let config_commit = infra::git::ObjectId::from_str(&meta.config).ok();
+    let provider = match config_commit {
+        Some(at) => ws.config_at(at)?.providers.get(&meta.provider).cloned(),
+        None => None,
+    };
+    let body = provider.and_then(|p| crate::step::model::sent_body(&p, &request));
+    let matches = match (&body, &meta.sent) {
+        (Some(body), Some(sent)) => Some(infra::provider::digest(body) == sent.sha256),
+        _ => None,
+    };
+    Ok(Resent { request, body, matches, version: meta.version })
+}
+
+pub fn reassemble(ws: &Workspace, id: &AgentId, step: u32) -> Result<Request> {
+    reassemble_with(ws, id, step, &mut Loader::default())
+}
+
+/// [`reassemble`] reading the transcript through `loader` (which keeps what it read:
+/// assembling step after step reads each entry once).
+pub fn reassemble_with(ws: &Workspace, id: &AgentId, step: u32, loader: &mut Loader) -> Result<Request> {
+    let meta = step_meta(ws, id, step)?;
+    let path = crate::store::step_record::StepRecord::open(&ws.layout, id, step)
+        .map_or_else(|| ws.layout.step(id, step).join("meta.json"), |r| r.path("meta.json"));
+    let commit_of = |key: &str, text: &str| {
+        infra::git::ObjectId::from_str(text).map_err(|_| InspectError::BadRecord {
+            step,
+            path: path.clone(),
+            reason: format!("no `{key}` commit"),
+        })
+    };
+    let (commit, config_commit) = (commit_of("commit", &meta.commit)?, commit_of("config", &meta.config)?);
+    let config = ws.config_at(config_commit)?;
+    let facts = crate::store::snapshot::read_facts(&ws.repo, commit)?;
+    let role = config.role(&facts.role).ok_or_else(|| InspectError::BadRecord {
+        step,
+        path: path.clone(),
+        reason: format!("role `{}` is not in config {config_commit}", facts.role),
+    })?;
+    let (_, snapshot) = loader.snapshot(&ws.repo, commit, &role.context)?;
+    let model = if meta.model.is_empty() { &role.model } else { &meta.model };
+    let mut request = context::assemble(&snapshot, model, role.max_output_tokens, &role.context);
+    request.reasoning = crate::step::model::reasoning_at(&ws.repo, commit, role)?;
+    Ok(request)
+}

@@ -1,0 +1,10 @@
+//! One command's work each, used only by the cli: inspection, scan, removal, gc,
+//! doctor, project mode, evaluations.
+
+pub mod doctor;
+pub mod eval;
+pub mod gc;
+pub mod inspect;
+pub mod project;
+pub mod removal;
+pub mod scan;

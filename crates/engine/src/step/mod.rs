@@ -1,0 +1,10 @@
+//! The step loop: the driver, model calls, tool calls and the tools that move agents,
+//! MCP servers, compaction, and the events a driver reports.
+
+pub mod compaction;
+pub mod driver;
+pub mod events;
+pub mod mcp;
+pub mod model;
+pub mod toolcall;
+pub mod tools;

@@ -1,0 +1,747 @@
+//! The one door to the repositories: libgit2 for reads at a commit, tree edits,
+//! compare-and-swap ref updates (`Repo`, the harness's `repo.git`), per-step commits
+//! of an agent's directory (`Tracked`), and the agents' own `project.git` and its
+//! worktrees (`Project`). Callers speak of branches, paths and commits, never of argv.
+
+use std::path::{Path, PathBuf};
+
+use git2::{
+    FileMode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature, TreeWalkMode, TreeWalkResult,
+    build::TreeUpdateBuilder,
+};
+
+pub mod bundle;
+mod health;
+mod loose;
+mod marks;
+pub mod pack;
+mod project;
+pub mod publish;
+pub mod remote;
+mod tracked;
+pub mod transport;
+mod user;
+
+pub use health::{Connectivity, file_age, lock_files, temp_objects};
+pub use project::{Attachment, MAIN, Position, Project};
+pub use user::{Change, Discovered, UserRepo, WorkFile, discover};
+
+pub use tracked::{Additions, Difference, Restored, Scan, Skipped, Staged, Tracked, Why};
+
+/// A commit id, printed as 40 hex digits.
+pub type CommitId = Oid;
+
+/// Any object's id (a blob's, a tree's), printed as 40 hex digits.
+pub type ObjectId = Oid;
+
+/// The id a blob of `bytes` has (whether or not it is stored anywhere).
+pub fn blob_id(bytes: &[u8]) -> Option<ObjectId> {
+    Oid::hash_object(git2::ObjectType::Blob, bytes).ok()
+}
+
+/// The identity every harness commit is made with (never the user's git config).
+const AUTHOR_NAME: &str = "offshoot";
+const AUTHOR_EMAIL: &str = "offshoot@localhost";
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("git: {what}: {source}")]
+    Lib { what: String, source: git2::Error },
+    #[error("branch `{branch}` moved while we wrote (expected {expected}, found {found})")]
+    Raced { branch: String, expected: String, found: String },
+    #[error("branch `{branch}` already exists")]
+    BranchExists { branch: String },
+    #[error("cannot write {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("`{path}` is not in {dir}")]
+    Outside { path: String, dir: String },
+    #[error(transparent)]
+    Door(#[from] crate::door::DoorError),
+}
+
+type Result<T> = std::result::Result<T, GitError>;
+
+fn lib(what: impl Into<String>) -> impl FnOnce(git2::Error) -> GitError {
+    let what = what.into();
+    move |source| GitError::Lib { what, source }
+}
+
+/// One change to a tree: write a file's bytes, or remove a path (file or directory).
+#[derive(Debug, Clone)]
+pub enum TreeEdit {
+    Write {
+        path: String,
+        bytes: Vec<u8>,
+    },
+    /// Write an executable file.
+    Executable {
+        path: String,
+        bytes: Vec<u8>,
+    },
+    Remove {
+        path: String,
+    },
+}
+
+/// One entry of a directory in a commit's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub oid: Oid,
+    pub is_dir: bool,
+}
+
+/// The workspace's bare repository.
+pub struct Repo {
+    repo: Repository,
+}
+
+fn branch_ref(branch: &str) -> String {
+    format!("refs/heads/{branch}")
+}
+
+/// Sets libgit2's process-wide options once, before any repository is opened:
+/// - strict object creation off: it re-reads every entry of each tree being written
+///   to check it exists; our trees only name objects we just wrote or read, and the
+///   check made each commit's cost grow with the transcript's length;
+/// - no system, global or XDG git config: the harness never depends on the user's git
+///   settings (identity, filters, autocrlf), and libgit2 stops re-checking those files
+///   on every operation.
+#[expect(unsafe_code, reason = "git2 marks search-path changes unsafe: they race other libgit2 calls")]
+fn configure_libgit2() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        git2::opts::strict_object_creation(false);
+        for level in [git2::ConfigLevel::System, git2::ConfigLevel::Global, git2::ConfigLevel::XDG] {
+            // SAFETY: runs once, inside call_once, before this process opens any
+            // repository, so no other libgit2 call can race it.
+            let _ = unsafe { git2::opts::set_search_path(level, "") };
+        }
+    });
+}
+
+/// Every file path of `tree` at or below `prefix` ("" for all), with its blob id, in
+/// tree order.
+fn files_under(repo: &Repository, tree: &git2::Tree<'_>, prefix: &str) -> Result<Vec<(String, Oid)>> {
+    let prefix = prefix.trim_end_matches('/');
+    let (tree, root) = if prefix.is_empty() {
+        (tree.clone(), String::new())
+    } else {
+        match tree.get_path(Path::new(prefix)) {
+            Ok(e) if e.kind() == Some(ObjectType::Tree) => {
+                (repo.find_tree(e.id()).map_err(lib(format!("read {prefix}")))?, format!("{prefix}/"))
+            }
+            Ok(e) if e.kind() == Some(ObjectType::Blob) => return Ok(vec![(prefix.to_owned(), e.id())]),
+            _ => return Ok(Vec::new()),
+        }
+    };
+    let mut out = Vec::new();
+    tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+        if entry.kind() == Some(ObjectType::Blob) {
+            out.push((format!("{root}{dir}{}", entry.name().unwrap_or_default()), entry.id()));
+        }
+        TreeWalkResult::Ok
+    })
+    .map_err(lib("walk tree"))?;
+    Ok(out)
+}
+
+/// Creates `refname` at `target` unless it exists; `false` if it does (or another
+/// process is creating it this instant). libgit2's own create-only mode checks for
+/// the ref before it takes the ref's lock, so two creators can both "succeed"; an
+/// expected old value of zero is checked under the lock instead.
+fn create_only(repo: &Repository, refname: &str, target: Oid, msg: &str) -> Result<bool> {
+    // Taken already: no need to touch its lock (its owner may be updating it).
+    if repo.refname_to_id(refname).is_ok() {
+        return Ok(false);
+    }
+    // A lock held for a moment is waited for (then the ref exists, or not); one a killed
+    // claimer left is removed (else the name or id would stay unclaimable for good).
+    match with_lock_retries(repo, refname, || repo.reference_matching(refname, target, true, Oid::ZERO_SHA1, msg)) {
+        Ok(_) => Ok(true),
+        Err(e) if matches!(e.code(), git2::ErrorCode::Modified | git2::ErrorCode::Exists | git2::ErrorCode::Locked) => {
+            Ok(false)
+        }
+        Err(source) => Err(GitError::Lib { what: format!("create {refname}"), source }),
+    }
+}
+
+/// What [`Repo::merge_into`] came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merged {
+    /// The other side changed nothing.
+    Nothing,
+    /// The merged tree and the paths it changes against ours.
+    Clean { tree: Oid, paths: Vec<String> },
+    /// These paths changed on both sides in ways that do not merge.
+    Conflicts(Vec<String>),
+}
+
+/// `tree`'s id with the top-level entry `name` left out.
+fn without(repo: &Repository, tree: &git2::Tree<'_>, name: &str) -> Result<Oid> {
+    let mut update = TreeUpdateBuilder::new();
+    update.remove(name);
+    update.create_updated(repo, tree).map_err(lib("edit tree"))
+}
+
+/// The file paths that differ between two trees.
+fn changed_paths(repo: &Repository, from: &git2::Tree<'_>, to: &git2::Tree<'_>) -> Result<Vec<String>> {
+    let diff = repo.diff_tree_to_tree(Some(from), Some(to), None).map_err(lib("diff trees"))?;
+    Ok(diff
+        .deltas()
+        .filter_map(|d| d.new_file().path().or(d.old_file().path()).map(|p| p.to_string_lossy().into_owned()))
+        .collect())
+}
+
+/// The harness's signature at the current time, in UTC (no time-zone lookups).
+fn signature() -> Result<Signature<'static>> {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let when = git2::Time::new(i64::try_from(secs).unwrap_or(i64::MAX), 0);
+    Signature::new(AUTHOR_NAME, AUTHOR_EMAIL, &when).map_err(lib("make signature"))
+}
+
+fn cas_update(repo: &Repository, refname: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
+    let result =
+        with_lock_retries(repo, refname, || repo.reference_matching(refname, new, true, expected, msg).map(|_| ()));
+    result.map_err(|source| {
+        let found = repo.refname_to_id(refname).map(|id| id.to_string()).unwrap_or_else(|_| "nothing".into());
+        if found != expected.to_string() {
+            GitError::Raced { branch: refname.to_owned(), expected: expected.to_string(), found }
+        } else {
+            GitError::Lib { what: format!("update {refname}"), source }
+        }
+    })
+}
+
+/// Runs a ref update again while another process holds the ref's lock file for a
+/// moment (a creator checking a name, a person's `git` command): up to ~3 s. A lock
+/// file older than `STALE_LOCK` is a dead process's (a live update holds one for
+/// microseconds; a driver killed in the middle of one leaves it for good): it is
+/// removed and the update tried again.
+pub(super) fn with_lock_retries<T>(
+    repo: &Repository,
+    refname: &str,
+    mut update: impl FnMut() -> std::result::Result<T, git2::Error>,
+) -> std::result::Result<T, git2::Error> {
+    const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(2);
+    let lock = repo.path().join(format!("{refname}.lock"));
+    let mut tries = 0;
+    loop {
+        match update() {
+            Err(e) if e.code() == git2::ErrorCode::Locked && tries < 300 => {
+                tries += 1;
+                if file_age(&lock).is_some_and(|a| a >= STALE_LOCK) {
+                    let _ = std::fs::remove_file(&lock);
+                    continue;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn commit_tree(repo: &Repository, tree: Oid, parents: &[Oid], message: &str) -> Result<Oid> {
+    commit_tree_by(repo, tree, parents, None, message)
+}
+
+/// A commit of `tree` on `parents`, committed by the harness and authored by `author`
+/// (the harness when `None`).
+fn commit_tree_by(
+    repo: &Repository,
+    tree: Oid,
+    parents: &[Oid],
+    author: Option<&(String, String)>,
+    message: &str,
+) -> Result<Oid> {
+    let sig = signature()?;
+    let author = match author {
+        Some((name, email)) => Signature::new(name, email, &sig.when()).map_err(lib("make the author"))?,
+        None => sig.clone(),
+    };
+    let tree = repo.find_tree(tree).map_err(lib("find tree"))?;
+    let parents = parents
+        .iter()
+        .map(|p| repo.find_commit(*p).map_err(lib(format!("find commit {p}"))))
+        .collect::<Result<Vec<_>>>()?;
+    let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+    repo.commit(None, &author, &sig, message, &tree, &refs).map_err(lib("write commit"))
+}
+
+impl Repo {
+    /// Creates a new bare repository at `path`.
+    pub fn init(path: &Path) -> Result<Repo> {
+        configure_libgit2();
+        let mut opts = RepositoryInitOptions::new();
+        opts.bare(true).mkpath(true).initial_head("config/default");
+        let repo = Repository::init_opts(path, &opts).map_err(lib(format!("init {}", path.display())))?;
+        // History is the commits themselves (append-only, moved by compare-and-swap);
+        // reflogs in every worktree would double each ref update's writes.
+        let mut config = repo.config().map_err(lib("open repository config"))?;
+        config.set_bool("core.logAllRefUpdates", false).map_err(lib("configure reflogs"))?;
+        Ok(Repo { repo })
+    }
+
+    pub fn open(path: &Path) -> Result<Repo> {
+        configure_libgit2();
+        let repo = Repository::open_bare(path).map_err(lib(format!("open {}", path.display())))?;
+        Ok(Repo { repo })
+    }
+
+    /// The commit a revision names (`agents/x`, a sha, `agents/x~3`), if any.
+    pub fn resolve_commit(&self, spec: &str) -> Option<Oid> {
+        let object = self.repo.revparse_single(spec).ok()?;
+        object.peel_to_commit().ok().map(|c| c.id())
+    }
+
+    /// The tip of `refs/heads/<branch>`, if the branch exists.
+    pub fn branch_tip(&self, branch: &str) -> Result<Option<Oid>> {
+        match self.repo.refname_to_id(&branch_ref(branch)) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read branch {branch}"), source }),
+        }
+    }
+
+    /// Branches under `prefix` (e.g. `agents/`), with their tips.
+    pub fn branches(&self, prefix: &str) -> Result<Vec<(String, Oid)>> {
+        let glob = format!("refs/heads/{prefix}*");
+        let refs = self.repo.references_glob(&glob).map_err(lib("list branches"))?;
+        let mut out = Vec::new();
+        for r in refs {
+            let r = r.map_err(lib("read branch"))?;
+            if let (Ok(name), Some(id)) = (r.name(), r.target()) {
+                out.push((name.trim_start_matches("refs/heads/").to_owned(), id));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Creates `refs/heads/<branch>` at `commit`; refuses if it exists.
+    pub fn create_branch(&self, branch: &str, commit: Oid, msg: &str) -> Result<()> {
+        if create_only(&self.repo, &branch_ref(branch), commit, msg)? {
+            Ok(())
+        } else {
+            Err(GitError::BranchExists { branch: branch.to_owned() })
+        }
+    }
+
+    /// Moves a branch from `expected` to `new`, failing if it is elsewhere.
+    pub fn move_branch(&self, branch: &str, new: Oid, expected: Oid, msg: &str) -> Result<()> {
+        cas_update(&self.repo, &branch_ref(branch), new, expected, msg)
+    }
+
+    pub fn delete_branch(&self, branch: &str) -> Result<()> {
+        delete_ref(&self.repo, &branch_ref(branch))
+    }
+
+    /// The size in bytes of blob `oid` (read from its header, not its content).
+    pub fn blob_len(&self, oid: Oid) -> Result<u64> {
+        let odb = self.repo.odb().map_err(lib("open the object database"))?;
+        let (len, _) = odb.read_header(oid).map_err(lib(format!("read the header of {oid}")))?;
+        Ok(len as u64)
+    }
+
+    /// The first parent of `commit`, if it has one.
+    pub fn first_parent(&self, commit: Oid) -> Result<Option<Oid>> {
+        let c = self.repo.find_commit(commit).map_err(lib(format!("read commit {commit}")))?;
+        Ok(c.parent_id(0).ok())
+    }
+
+    /// The id of what is at `path` in `commit` (a blob or a tree), if anything is.
+    pub fn entry_id(&self, commit: Oid, path: &str) -> Result<Option<Oid>> {
+        let tree = self.tree_of(commit)?;
+        match tree.get_path(Path::new(path)) {
+            Ok(e) => Ok(Some(e.id())),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read {path}"), source }),
+        }
+    }
+
+    /// The id of `commit`'s tree.
+    pub fn tree_id(&self, commit: Oid) -> Result<Oid> {
+        Ok(self.tree_of(commit)?.id())
+    }
+
+    /// Whether `path` in `commit` is a symbolic link.
+    pub fn is_symlink(&self, commit: Oid, path: &str) -> Result<bool> {
+        let tree = self.tree_of(commit)?;
+        match tree.get_path(Path::new(path)) {
+            Ok(e) => Ok(e.filemode() == i32::from(FileMode::Link)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(false),
+            Err(source) => Err(GitError::Lib { what: format!("read {path}"), source }),
+        }
+    }
+
+    /// The bytes of the file at `path` in `commit`, or `None` if there is no such file.
+    pub fn read_file(&self, commit: Oid, path: &str) -> Result<Option<Vec<u8>>> {
+        let tree = self.tree_of(commit)?;
+        let entry = match tree.get_path(Path::new(path)) {
+            Ok(e) => e,
+            Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+            Err(source) => {
+                return Err(GitError::Lib { what: format!("read {path}"), source });
+            }
+        };
+        if entry.kind() != Some(ObjectType::Blob) {
+            return Ok(None);
+        }
+        self.read_blob(entry.id()).map(Some)
+    }
+
+    pub fn read_blob(&self, oid: Oid) -> Result<Vec<u8>> {
+        let blob = self.repo.find_blob(oid).map_err(lib(format!("read blob {oid}")))?;
+        Ok(blob.content().to_vec())
+    }
+
+    /// The entries of directory `dir` in `commit` (empty if it does not exist).
+    pub fn list_dir(&self, commit: Oid, dir: &str) -> Result<Vec<DirEntry>> {
+        let tree = self.tree_of(commit)?;
+        let sub = if dir.is_empty() {
+            tree
+        } else {
+            match tree.get_path(Path::new(dir)) {
+                Ok(e) if e.kind() == Some(ObjectType::Tree) => {
+                    self.repo.find_tree(e.id()).map_err(lib(format!("read {dir}")))?
+                }
+                _ => return Ok(Vec::new()),
+            }
+        };
+        Ok(sub
+            .iter()
+            .map(|e| DirEntry {
+                name: e.name().unwrap_or_default().to_owned(),
+                oid: e.id(),
+                is_dir: e.kind() == Some(ObjectType::Tree),
+            })
+            .collect())
+    }
+
+    /// Every file path in `commit` at or below `prefix` ("" for all), with its blob
+    /// id, in tree order.
+    pub fn list_files(&self, commit: Oid, prefix: &str) -> Result<Vec<(String, Oid)>> {
+        files_under(&self.repo, &self.tree_of(commit)?, prefix)
+    }
+
+    /// Writes a commit whose tree is `base`'s tree (or empty) with `edits` applied.
+    /// Moves no ref.
+    pub fn commit_edits(&self, parents: &[Oid], base: Option<Oid>, edits: &[TreeEdit], message: &str) -> Result<Oid> {
+        self.commit_edits_by(parents, base, edits, None, message)
+    }
+
+    /// [`Repo::commit_edits`] authored by `author` (name, email) instead of the harness
+    /// (which commits it).
+    pub fn commit_edits_by(
+        &self,
+        parents: &[Oid],
+        base: Option<Oid>,
+        edits: &[TreeEdit],
+        author: Option<&(String, String)>,
+        message: &str,
+    ) -> Result<Oid> {
+        let Some(base) = base else {
+            let tree = self.build_tree(edits)?;
+            return commit_tree_by(&self.repo, tree, parents, author, message);
+        };
+        // Removals first, in a pass of their own: a directory removed and then written
+        // into must lose everything it had (one pass would write into the old one).
+        let mut tree = self.tree_of(base)?;
+        let removals: Vec<&str> = edits
+            .iter()
+            .filter_map(|e| match e {
+                TreeEdit::Remove { path } => Some(path.as_str()),
+                TreeEdit::Write { .. } | TreeEdit::Executable { .. } => None,
+            })
+            .collect();
+        if !removals.is_empty() {
+            let mut update = TreeUpdateBuilder::new();
+            for path in removals {
+                update.remove(path);
+            }
+            let id = update.create_updated(&self.repo, &tree).map_err(lib("edit tree"))?;
+            tree = self.repo.find_tree(id).map_err(lib("find tree"))?;
+        }
+        let mut update = TreeUpdateBuilder::new();
+        for edit in edits {
+            let (path, bytes, mode) = match edit {
+                TreeEdit::Write { path, bytes } => (path, bytes, FileMode::Blob),
+                TreeEdit::Executable { path, bytes } => (path, bytes, FileMode::BlobExecutable),
+                TreeEdit::Remove { .. } => continue,
+            };
+            let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+            update.upsert(path.as_str(), blob, mode);
+        }
+        let tree = update.create_updated(&self.repo, &tree).map_err(lib("edit tree"))?;
+        commit_tree_by(&self.repo, tree, parents, author, message)
+    }
+
+    /// Writes a tree holding exactly the files `edits` write (removals are moot).
+    fn build_tree(&self, edits: &[TreeEdit]) -> Result<Oid> {
+        #[derive(Default)]
+        struct Dir {
+            files: std::collections::BTreeMap<String, Oid>,
+            dirs: std::collections::BTreeMap<String, Dir>,
+        }
+        fn write(repo: &Repository, dir: &Dir) -> Result<Oid> {
+            let mut builder = repo.treebuilder(None).map_err(lib("tree builder"))?;
+            for (name, sub) in &dir.dirs {
+                let id = write(repo, sub)?;
+                builder.insert(name, id, FileMode::Tree.into()).map_err(lib(format!("add {name}")))?;
+            }
+            for (name, blob) in &dir.files {
+                builder.insert(name, *blob, FileMode::Blob.into()).map_err(lib(format!("add {name}")))?;
+            }
+            builder.write().map_err(lib("write tree"))
+        }
+        let mut root = Dir::default();
+        for edit in edits {
+            if let TreeEdit::Write { path, bytes } | TreeEdit::Executable { path, bytes } = edit {
+                let blob = self.repo.blob(bytes).map_err(lib(format!("write blob {path}")))?;
+                let mut parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+                let Some(file) = parts.pop() else { continue };
+                let dir = parts.into_iter().fold(&mut root, |d, p| d.dirs.entry(p.to_owned()).or_default());
+                dir.files.insert(file.to_owned(), blob);
+            }
+        }
+        write(&self.repo, &root)
+    }
+
+    /// Merges what changed from `base` to `theirs` into `ours`, all of it but the
+    /// directory `keep` (always taken from `ours`): the merged tree, or the paths
+    /// that conflict. Writes no commit and moves no ref.
+    pub fn merge_into(&self, ours: Oid, base: Oid, theirs: Oid, keep: &str) -> Result<Merged> {
+        let (ours_tree, base_tree, theirs_tree) = (self.tree_of(ours)?, self.tree_of(base)?, self.tree_of(theirs)?);
+        // The three trees without `keep`, which is never merged.
+        let bare = |t: &git2::Tree<'_>| -> Result<git2::Tree<'_>> {
+            let id = without(&self.repo, t, keep)?;
+            self.repo.find_tree(id).map_err(lib("find tree"))
+        };
+        let (ours_bare, base_bare, theirs_bare) = (bare(&ours_tree)?, bare(&base_tree)?, bare(&theirs_tree)?);
+        if base_bare.id() == theirs_bare.id() {
+            return Ok(Merged::Nothing);
+        }
+        let mut index =
+            self.repo.merge_trees(&base_bare, &ours_bare, &theirs_bare, None).map_err(lib("merge trees"))?;
+        if index.has_conflicts() {
+            let mut paths: Vec<String> = index
+                .conflicts()
+                .map_err(lib("read conflicts"))?
+                .flatten()
+                .filter_map(|c| c.our.or(c.their).or(c.ancestor))
+                .map(|e| String::from_utf8_lossy(&e.path).into_owned())
+                .collect();
+            paths.sort();
+            paths.dedup();
+            return Ok(Merged::Conflicts(paths));
+        }
+        let merged = index.write_tree_to(&self.repo).map_err(lib("write merged tree"))?;
+        let merged = self.repo.find_tree(merged).map_err(lib("find merged tree"))?;
+        let paths = changed_paths(&self.repo, &ours_bare, &merged)?;
+        // The harness's directory stays exactly ours.
+        let mut update = TreeUpdateBuilder::new();
+        if let Ok(entry) = ours_tree.get_path(Path::new(keep)) {
+            update.upsert(keep, entry.id(), FileMode::Tree);
+        }
+        let tree = update.create_updated(&self.repo, &merged).map_err(lib("keep our harness tree"))?;
+        Ok(Merged::Clean { tree, paths })
+    }
+
+    /// Commits `tree` on top of `parent` and moves `branch` there (compare-and-swap).
+    pub fn commit_tree_on(&self, branch: &str, parent: Oid, tree: Oid, message: &str) -> Result<Oid> {
+        let commit = commit_tree(&self.repo, tree, &[parent], message)?;
+        cas_update(&self.repo, &branch_ref(branch), commit, parent, message)?;
+        Ok(commit)
+    }
+
+    fn tree_of(&self, commit: Oid) -> Result<git2::Tree<'_>> {
+        let c = self.repo.find_commit(commit).map_err(lib(format!("find commit {commit}")))?;
+        c.tree().map_err(lib(format!("tree of {commit}")))
+    }
+
+    /// The remotes of this repository: name and URL, by name.
+    pub fn remotes(&self) -> Result<Vec<(String, String)>> {
+        let names = self.repo.remotes().map_err(lib("list remotes"))?;
+        let mut out = Vec::new();
+        for name in (0..names.len()).filter_map(|i| names.get(i).ok().flatten()) {
+            let remote = self.repo.find_remote(name).map_err(lib(format!("read remote {name}")))?;
+            out.push((name.to_owned(), remote.url().unwrap_or_default().to_owned()));
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Adds remote `name` at `url` (refused by libgit2 when the name is taken).
+    pub fn add_remote(&self, name: &str, url: &str) -> Result<()> {
+        self.repo.remote(name, url).map(drop).map_err(lib(format!("add remote {name}")))
+    }
+
+    /// Removes remote `name`.
+    pub fn remove_remote(&self, name: &str) -> Result<()> {
+        self.repo.remote_delete(name).map_err(lib(format!("remove remote {name}")))
+    }
+
+    /// Reads objects from `objects` (another repository's store) too.
+    pub fn add_alternate(&self, objects: &Path) -> Result<()> {
+        add_alternate(self.repo.path(), objects)
+    }
+
+    /// The tree of `commit` without the directory `harness`: the agent's work.
+    pub fn work_tree(&self, commit: Oid, harness: &str) -> Result<Oid> {
+        without(&self.repo, &self.tree_of(commit)?, harness)
+    }
+
+    /// The change from `base`'s tree to `tree` as a unified diff, or with `stat` as a
+    /// summary of files and lines.
+    pub fn diff_text(&self, base: Oid, tree: Oid, stat: bool) -> Result<String> {
+        let from = self.tree_of(base)?;
+        let to = self.repo.find_tree(tree).map_err(lib(format!("find tree {tree}")))?;
+        let mut opts = git2::DiffOptions::new();
+        opts.id_abbrev(12);
+        let mut diff =
+            self.repo.diff_tree_to_tree(Some(&from), Some(&to), Some(&mut opts)).map_err(lib("diff trees"))?;
+        diff.find_similar(None).map_err(lib("find renames"))?;
+        if stat {
+            let stats = diff.stats().map_err(lib("diff stats"))?;
+            let buf = stats.to_buf(git2::DiffStatsFormat::FULL, 80).map_err(lib("diff stats"))?;
+            return Ok(String::from_utf8_lossy(&buf).into_owned());
+        }
+        let mut text = Vec::new();
+        diff.print(git2::DiffFormat::Patch, |_, _, line| {
+            if matches!(line.origin(), '+' | '-' | ' ') {
+                text.push(line.origin() as u8);
+            }
+            text.extend_from_slice(line.content());
+            true
+        })
+        .map_err(lib("print diff"))?;
+        Ok(String::from_utf8_lossy(&text).into_owned())
+    }
+
+    /// The files that differ from `base`'s tree to `tree`: (path, before, after), each
+    /// side a blob and whether it is executable, `None` where the file is absent.
+    pub fn file_changes(&self, base: Oid, tree: Oid) -> Result<Vec<FileChange>> {
+        let from = self.tree_of(base)?;
+        let to = self.repo.find_tree(tree).map_err(lib(format!("find tree {tree}")))?;
+        let diff = self.repo.diff_tree_to_tree(Some(&from), Some(&to), None).map_err(lib("diff trees"))?;
+        let side = |f: git2::DiffFile<'_>| {
+            let mode = f.mode();
+            (!f.id().is_zero() && matches!(mode, FileMode::Blob | FileMode::BlobExecutable))
+                .then(|| (f.id(), mode == FileMode::BlobExecutable))
+        };
+        Ok(diff
+            .deltas()
+            .filter_map(|d| {
+                let path = d.new_file().path().or(d.old_file().path())?.to_string_lossy().into_owned();
+                Some(FileChange { path, before: side(d.old_file()), after: side(d.new_file()) })
+            })
+            .collect())
+    }
+
+    /// A line-level three-way merge of one file's texts: the result, or `None` when
+    /// the two changes conflict.
+    pub fn merge_texts(&self, base: &[u8], ours: &[u8], theirs: &[u8]) -> Result<Option<Vec<u8>>> {
+        let entry = |bytes: &[u8]| -> Result<git2::IndexEntry> {
+            let id = self.repo.blob(bytes).map_err(lib("write blob"))?;
+            Ok(git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode: 0o100644,
+                uid: 0,
+                gid: 0,
+                file_size: bytes.len() as u32,
+                id,
+                flags: 0,
+                flags_extended: 0,
+                path: b"file".to_vec(),
+            })
+        };
+        let (b, o, t) = (entry(base)?, entry(ours)?, entry(theirs)?);
+        let merged = self.repo.merge_file_from_index(&b, &o, &t, None).map_err(lib("merge file"))?;
+        Ok(merged.is_automergeable().then(|| merged.content().to_vec()))
+    }
+}
+
+/// Whether git takes `name` as a remote's name.
+pub fn valid_remote_name(name: &str) -> bool {
+    git2::Remote::is_valid_name(name) && !name.starts_with('-')
+}
+
+/// Whether `name` can be a branch (`refs/heads/<name>` is a valid reference name).
+/// Whether `name` can be a branch as git's own commands take it: a valid ref name
+/// under `refs/heads/` that is not `HEAD`, does not start with `-` (it would be read as
+/// an option) and does not itself start with `refs/` (it would shadow another ref).
+pub fn valid_branch_name(name: &str) -> bool {
+    git2::Reference::is_valid_name(&format!("refs/heads/{name}"))
+        && name != "HEAD"
+        && !name.starts_with('-')
+        && !name.starts_with("refs/")
+}
+
+/// A file that differs between two trees.
+#[derive(Debug, Clone)]
+pub struct FileChange {
+    pub path: String,
+    pub before: Option<(Oid, bool)>,
+    pub after: Option<(Oid, bool)>,
+}
+
+/// The objects `oid` (of `kind`) names: a commit its tree and parents, a tree its
+/// entries (a submodule's commit aside: it is another repository's), a tag its target.
+fn named_by(repo: &Repository, oid: Oid, kind: ObjectType) -> Result<Vec<Oid>> {
+    Ok(match kind {
+        ObjectType::Commit => {
+            let c = repo.find_commit(oid).map_err(lib(format!("read commit {oid}")))?;
+            std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
+        }
+        ObjectType::Tree => {
+            let t = repo.find_tree(oid).map_err(lib(format!("read tree {oid}")))?;
+            t.iter().filter(|e| e.kind() != Some(ObjectType::Commit)).map(|e| e.id()).collect()
+        }
+        ObjectType::Tag => vec![repo.find_tag(oid).map_err(lib(format!("read tag {oid}")))?.target_id()],
+        _ => Vec::new(),
+    })
+}
+
+/// Copies into `to` every object `root` reaches that `to` lacks, read from `from`
+/// (what `to` has, it has all below: those are not walked); how many were copied.
+fn copy_missing(from: &Repository, to: &Repository, root: Oid) -> Result<usize> {
+    let ours = to.odb().map_err(lib("open the receiving objects"))?;
+    let theirs = from.odb().map_err(lib("open the giving objects"))?;
+    let mut stack = vec![root];
+    let mut copied = 0;
+    while let Some(oid) = stack.pop() {
+        if ours.exists(oid) {
+            continue;
+        }
+        let object = theirs.read(oid).map_err(lib(format!("read object {oid}")))?;
+        stack.extend(named_by(from, oid, object.kind())?);
+        ours.write(object.kind(), object.data()).map_err(lib(format!("write object {oid}")))?;
+        copied += 1;
+    }
+    Ok(copied)
+}
+
+/// Deletes the ref `name` (one that is gone is fine), past a lock file a killed
+/// process left on it.
+fn delete_ref(repo: &Repository, name: &str) -> Result<()> {
+    with_lock_retries(repo, name, || match repo.find_reference(name) {
+        Ok(mut r) => r.delete(),
+        Err(_) => Ok(()),
+    })
+    .map_err(lib(format!("delete {name}")))
+}
+
+/// Adds `objects` to the alternates of the repository at `git_dir` (once).
+fn add_alternate(git_dir: &Path, objects: &Path) -> Result<()> {
+    let path = git_dir.join("objects/info/alternates");
+    let existing = std::fs::read_to_string(&path).unwrap_or_default();
+    let line = objects.display().to_string();
+    if existing.lines().any(|l| l == line) {
+        return Ok(());
+    }
+    let text = format!("{existing}{}{line}\n", if existing.is_empty() || existing.ends_with('\n') { "" } else { "\n" });
+    tracked::write_file(git_dir, "objects/info/alternates", text.as_bytes())
+}

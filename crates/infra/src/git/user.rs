@@ -1,0 +1,221 @@
+//! The user's repository in project mode. Read for where agents start (HEAD, a
+//! revision, uncommitted changes); written only by `export` (objects and one branch
+//! that is not checked out) — never its HEAD, index, working tree or other refs.
+
+use std::path::{Path, PathBuf};
+
+use git2::{Oid, Repository, Status, StatusOptions};
+
+use super::{GitError, Result, configure_libgit2, lib};
+use crate::door::Beneath;
+
+/// What a directory is, as a project.
+pub enum Discovered {
+    /// A repository with a working tree (a linked worktree or submodule included).
+    Repo(UserRepo),
+    /// A bare repository: there is no working tree to start from or apply to.
+    Bare(PathBuf),
+    /// No repository holds the directory.
+    None,
+}
+
+/// The user's repository.
+pub struct UserRepo {
+    repo: Repository,
+    root: PathBuf,
+}
+
+/// One uncommitted change of the user's working tree: the file's bytes and whether it
+/// is executable, or `None` when it was deleted.
+pub type Change = (String, Option<(Vec<u8>, bool)>);
+
+/// Finds the repository holding `dir` (itself or a parent), never looking in or above
+/// a directory of `ceilings` (as git's `GIT_CEILING_DIRECTORIES`).
+pub fn discover(dir: &Path, ceilings: &[PathBuf]) -> Result<Discovered> {
+    configure_libgit2();
+    let repo = match Repository::open_ext(dir, git2::RepositoryOpenFlags::empty(), ceilings) {
+        Ok(r) => r,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(Discovered::None),
+        Err(source) => {
+            return Err(GitError::Lib { what: format!("look for a repository at {}", dir.display()), source });
+        }
+    };
+    match repo.workdir() {
+        Some(root) => {
+            let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+            Ok(Discovered::Repo(UserRepo { repo, root }))
+        }
+        None => Ok(Discovered::Bare(repo.path().to_owned())),
+    }
+}
+
+impl UserRepo {
+    /// Opens the repository whose working tree is `root`.
+    pub fn open(root: &Path) -> Result<UserRepo> {
+        configure_libgit2();
+        let repo = Repository::open(root).map_err(lib(format!("open the project repository {}", root.display())))?;
+        let root = repo.workdir().map(Path::to_owned).unwrap_or_else(|| root.to_owned());
+        Ok(UserRepo { repo, root })
+    }
+
+    /// The top of its working tree.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Its object store (the common one, for a linked worktree).
+    pub fn objects(&self) -> PathBuf {
+        self.repo.commondir().join("objects")
+    }
+
+    /// The commit HEAD is at; `None` before the first commit.
+    pub fn head(&self) -> Result<Option<Oid>> {
+        match self.repo.head() {
+            Ok(h) => Ok(h.target()),
+            Err(e) if matches!(e.code(), git2::ErrorCode::UnbornBranch | git2::ErrorCode::NotFound) => Ok(None),
+            Err(source) => Err(GitError::Lib { what: "read the project's HEAD".into(), source }),
+        }
+    }
+
+    /// The commit `rev` names, if any.
+    pub fn resolve(&self, rev: &str) -> Option<Oid> {
+        self.repo.revparse_single(rev).and_then(|o| o.peel_to_commit()).map(|c| c.id()).ok()
+    }
+
+    /// Uncommitted changes of the working tree against HEAD: tracked files changed or
+    /// deleted, and untracked files that are not ignored (submodules left out).
+    pub fn changes(&self) -> Result<Vec<Change>> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false).exclude_submodules(true);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(lib("read the project's status"))?;
+        let mut out = Vec::new();
+        for entry in statuses.iter() {
+            let Ok(path) = entry.path() else { continue };
+            let status = entry.status();
+            if status.is_empty() || status.contains(Status::IGNORED) {
+                continue;
+            }
+            let full = self.root.join(path);
+            let meta = std::fs::symlink_metadata(&full).ok();
+            let content = match meta {
+                Some(m) if m.is_file() => {
+                    use std::os::unix::fs::PermissionsExt;
+                    let bytes = std::fs::read(&full).map_err(|source| GitError::Io { path: full.clone(), source })?;
+                    Some((bytes, m.permissions().mode() & 0o111 != 0))
+                }
+                // A symlink or anything else is left out, like a deletion would not be.
+                Some(_) => continue,
+                None => None,
+            };
+            out.push((path.to_owned(), content));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// The ignored paths of the working tree as `git status --ignored` shows them: a
+    /// directory that is ignored whole is one path (`target`), not its files.
+    pub fn ignored_paths(&self) -> Result<Vec<String>> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(false).include_ignored(true).recurse_ignored_dirs(false).exclude_submodules(true);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(lib("read the project's ignored files"))?;
+        let mut out: Vec<String> = statuses
+            .iter()
+            .filter(|e| e.status().contains(Status::IGNORED))
+            .filter_map(|e| e.path().ok().map(|p| p.trim_end_matches('/').to_owned()))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// The branch its HEAD is on, if any.
+    pub fn current_branch(&self) -> Option<String> {
+        let head = self.repo.find_reference("HEAD").ok()?;
+        head.symbolic_target().ok().flatten().and_then(|t| t.strip_prefix("refs/heads/")).map(str::to_owned)
+    }
+
+    /// Whether `branch` is the branch HEAD is on here or in any linked worktree.
+    pub fn checked_out(&self, branch: &str) -> bool {
+        if self.current_branch().as_deref() == Some(branch) {
+            return true;
+        }
+        let worktrees = self.repo.worktrees().ok();
+        worktrees.iter().flat_map(|w| w.iter().flatten().flatten()).any(|name| {
+            let head = self.repo.commondir().join("worktrees").join(name).join("HEAD");
+            std::fs::read_to_string(head).is_ok_and(|h| h.trim() == format!("ref: refs/heads/{branch}"))
+        })
+    }
+
+    pub fn branch_tip(&self, branch: &str) -> Option<Oid> {
+        self.repo.refname_to_id(&format!("refs/heads/{branch}")).ok()
+    }
+
+    /// Copies into this repository every object of `commit`'s history that it lacks,
+    /// read from `from` (unchanged subtrees are not walked: an object here has all its
+    /// own below it).
+    pub fn receive(&self, from: &Repository, commit: Oid) -> Result<usize> {
+        super::copy_missing(from, &self.repo, commit)
+    }
+
+    /// Points `branch` at `commit` (which must be here), if it is still at `expected`.
+    pub fn set_branch(&self, branch: &str, commit: Oid, expected: Option<Oid>, message: &str) -> Result<()> {
+        let name = format!("refs/heads/{branch}");
+        let done = match expected {
+            Some(old) => self.repo.reference_matching(&name, commit, true, old, message).map(|_| ()),
+            None => self.repo.reference(&name, commit, false, message).map(|_| ()),
+        };
+        done.map_err(lib(format!("set {branch} in the project")))
+    }
+
+    /// The identity the user commits with (`user.name`/`user.email` of the
+    /// repository's config, else of `global` files), if one is set.
+    pub fn identity(&self, global: &[PathBuf]) -> Option<(String, String)> {
+        let mut config = git2::Config::new().ok()?;
+        for (level, path) in global.iter().enumerate().filter(|(_, p)| p.is_file()) {
+            let level = if level == 0 { git2::ConfigLevel::Global } else { git2::ConfigLevel::XDG };
+            config.add_file(path, level, false).ok()?;
+        }
+        let local = self.repo.commondir().join("config");
+        if local.is_file() {
+            config.add_file(&local, git2::ConfigLevel::Local, false).ok()?;
+        }
+        let name = config.get_string("user.name").ok()?;
+        let email = config.get_string("user.email").ok()?;
+        Some((name, email))
+    }
+
+    /// What stands at `path` in the working tree, looked at through the door: a
+    /// symbolic link anywhere on the way (an untracked `data -> /elsewhere`, say), a
+    /// directory, FIFO or device is in the way of a file.
+    pub fn work_file(&self, path: &str) -> WorkFile {
+        let Ok(door) = Beneath::open(&self.root) else { return WorkFile::InTheWay };
+        match door.read(Path::new(path), WORK_FILE_MAX) {
+            Ok(bytes) => WorkFile::File(bytes),
+            Err(e) if e.is_not_found() => WorkFile::Missing,
+            Err(_) => WorkFile::InTheWay,
+        }
+    }
+
+    /// Writes (or with `None` removes) `path` in the working tree, through the door:
+    /// a link on the way is refused, never followed.
+    pub fn write_work_file(&self, path: &str, bytes: Option<&[u8]>, executable: bool) -> Result<()> {
+        let door = Beneath::open(&self.root)?;
+        let rel = Path::new(path);
+        match bytes {
+            Some(bytes) => Ok(door.write(rel, bytes, Some(if executable { 0o755 } else { 0o644 }), false)?),
+            None => Ok(door.remove(rel)?),
+        }
+    }
+}
+
+/// The largest file of the user's working tree `apply` reads to merge.
+const WORK_FILE_MAX: u64 = 1 << 30;
+
+/// What stands at a path of the user's working tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkFile {
+    Missing,
+    File(Vec<u8>),
+    /// A link on the way, or something other than a regular file.
+    InTheWay,
+}

@@ -1,0 +1,194 @@
+//! Confinement for tool commands. A confined command is started through the sandbox
+//! helper — this same binary, run as `offshoot __sandbox …` — which puts it in a
+//! user and PID namespace of its own (and a network namespace without network),
+//! limits its processes and file sizes, enforces the Landlock ruleset the driver
+//! built and, without network, a seccomp filter, and then execs it. The command is
+//! PID 1 of its namespace: when it ends, or when the driver dies, everything it
+//! started dies with it. Where the kernel refuses user namespaces the helper runs
+//! the command with what still holds (no capabilities, Landlock, seccomp), and the
+//! driver says so once.
+
+pub mod helper;
+mod landlock;
+pub mod seccomp;
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use super::process::Helper;
+
+pub use landlock::ruleset;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("this kernel does not support Landlock, which `sandbox = \"workspace-write\"` needs")]
+    Unsupported,
+    #[error("cannot build the Landlock ruleset: {0}")]
+    Ruleset(#[from] ::landlock::RulesetError),
+}
+
+/// What a confined command may touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confinement {
+    /// Read, write, create and remove below these.
+    pub read_write: Vec<PathBuf>,
+    /// Read below these.
+    pub read: Vec<PathBuf>,
+    /// Nothing inside these directories is readable but what the lists above allow;
+    /// everything outside them is.
+    pub hidden: Vec<PathBuf>,
+    /// Whether the command may reach the network.
+    pub network: bool,
+    /// At most this many processes at once in the command's tree.
+    pub processes: u64,
+    /// No file the command writes may grow past this many bytes.
+    pub file_bytes: u64,
+}
+
+/// The Landlock ABI of this kernel (0 without Landlock). `cap` lowers it (to test
+/// older or missing support); it never raises it.
+pub fn abi(cap: Option<i32>) -> i32 {
+    let found = kernel_abi();
+    cap.map_or(found, |c| found.min(c))
+}
+
+#[expect(unsafe_code, reason = "landlock_create_ruleset(2) asked only for its version: no pointer is read")]
+fn kernel_abi() -> i32 {
+    // SAFETY: with a null attribute, size 0 and LANDLOCK_CREATE_RULESET_VERSION the
+    // call reads no memory and returns the ABI version (or an error).
+    let version = unsafe { libc::syscall(libc::SYS_landlock_create_ruleset, std::ptr::null::<u8>(), 0usize, 1u32) };
+    i32::try_from(version).unwrap_or(0).max(0)
+}
+
+/// What this machine lets the helper do, found by running it once ([`probe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Support {
+    /// User, PID, IPC, mount and network namespaces; else why not.
+    pub namespaces: Result<(), String>,
+    /// A process limit inside a PID namespace (`pid_max` per namespace, Linux 6.14).
+    pub process_limit: bool,
+    /// Every mount made read-only but the writable places (`mount_setattr`, 5.12).
+    pub read_only: bool,
+}
+
+impl Support {
+    /// As on a machine without user namespaces (for tests).
+    pub fn without_namespaces(why: &str) -> Support {
+        Support { namespaces: Err(why.to_owned()), process_limit: false, read_only: false }
+    }
+
+    /// What the command loses here, in words, if anything (`abi`: Landlock's).
+    pub fn losses(&self, running_as_root: bool, abi: i32) -> Option<String> {
+        let mut lost: Vec<String> = Vec::new();
+        if let Err(why) = &self.namespaces {
+            lost.push(format!("user namespaces are unavailable ({why}): commands run without namespaces of their own (with all capabilities dropped), so a process a command leaves behind can outlive a killed driver, commands share System V IPC with your processes, no process limit holds, and `network = false` refuses every socket but socket pairs"));
+            if abi < 6 {
+                lost.push(format!(
+                    "with Landlock ABI {abi} (6 scopes signals) commands can signal your processes, the driver included"
+                ));
+            }
+        } else if !self.process_limit && running_as_root {
+            lost.push(
+                "this kernel cannot limit processes per PID namespace (Linux 6.14): as root, a command's processes are not limited".into(),
+            );
+        }
+        if !self.read_only {
+            lost.push("the filesystem cannot be made read-only around commands (it needs a mount namespace and Linux 5.12): they can change the modes and owners of files they can reach, yours included".into());
+        }
+        (!lost.is_empty()).then(|| lost.join("; "))
+    }
+}
+
+/// A confinement ready to be applied to every command: the Landlock ruleset, built
+/// once, and how the helper is to be run.
+#[derive(Debug)]
+pub struct Jail {
+    /// This binary, which runs as the helper.
+    pub helper: PathBuf,
+    pub landlock: OwnedFd,
+    pub namespaces: bool,
+    pub network: bool,
+    pub processes: u64,
+    pub file_bytes: u64,
+    /// With a read-only filesystem around the command: the places it may write.
+    pub read_only_but: Option<Vec<PathBuf>>,
+}
+
+impl Jail {
+    /// How the helper starts a command in this jail: its arguments up to the
+    /// ruleset's descriptor, which it is handed.
+    pub fn helper(&self) -> Helper<'_> {
+        let mut args: Vec<OsString> = vec![helper::ARG.into()];
+        if self.namespaces {
+            args.push("--namespaces".into());
+        }
+        if !self.network {
+            args.push("--no-network".into());
+        }
+        args.extend(["--processes".into(), self.processes.to_string().into()]);
+        args.extend(["--file-bytes".into(), self.file_bytes.to_string().into()]);
+        args.extend(["--parent".into(), std::process::id().to_string().into()]);
+        if let Some(writable) = &self.read_only_but {
+            args.push("--read-only".into());
+            for path in writable {
+                args.extend(["--writable".into(), path.as_os_str().to_owned()]);
+            }
+        }
+        args.push("--landlock".into());
+        Helper { program: &self.helper, args, handed: self.landlock.as_fd() }
+    }
+}
+
+/// Whether this process runs as root (then a command's process limit needs the
+/// PID namespace's own limit, and without user namespaces its capabilities go).
+pub fn running_as_root() -> bool {
+    helper::effective_uid() == 0
+}
+
+/// The arguments that make the helper report what this machine supports.
+fn probe_args() -> Vec<OsString> {
+    vec![helper::ARG.into(), helper::PROBE.into()]
+}
+
+/// Reads what the helper's probe printed.
+fn parse_probe(output: &str) -> Support {
+    let mut support = Support::without_namespaces("the sandbox helper did not answer");
+    for line in output.lines() {
+        match line.split_once(' ') {
+            Some(("namespaces", "yes")) => support.namespaces = Ok(()),
+            Some(("namespaces", why)) => support.namespaces = Err(why.trim_start_matches("no ").to_owned()),
+            Some(("pid_max", answer)) => support.process_limit = answer == "yes",
+            Some(("read_only", answer)) => support.read_only = answer == "yes",
+            _ => {}
+        }
+    }
+    support
+}
+
+/// Runs the helper's probe (`helper` is this binary) and reads its answer.
+pub fn probe(helper: &Path) -> Support {
+    let args = probe_args();
+    let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    let spec = super::process::Spec {
+        program: helper,
+        args: &args,
+        cwd: Path::new("/"),
+        env: &[],
+        group: super::process::Group::Own,
+        stdin: None,
+        sandbox: None,
+        pgid_record: None,
+    };
+    let limits = super::process::Limits {
+        head: 4096,
+        tail: 0,
+        record_max: 0,
+        timeout: Some(std::time::Duration::from_secs(10)),
+        idle: None,
+    };
+    match super::process::run(&spec, &limits, super::process::Io::default()) {
+        Ok(done) => parse_probe(&String::from_utf8_lossy(&done.stdout.head)),
+        Err(e) => Support::without_namespaces(&format!("the sandbox helper did not start: {e}")),
+    }
+}
