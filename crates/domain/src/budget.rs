@@ -24,17 +24,17 @@ pub struct StepSpend {
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Spend {
     /// Model calls made, failed ones included.
-    pub steps: u64,
+    pub(crate) steps: u64,
     /// Prompt plus output tokens; cached prompt tokens are counted once.
     pub tokens: u64,
     /// At the configured prices; `None` when a call's model has no price.
     pub cost_usd: Option<f64>,
     /// Seconds during which at least one agent was in a model call or its tools.
-    pub wall_seconds: u64,
+    pub(crate) wall_seconds: u64,
 }
 
 /// Prompt plus output tokens of one call (`input` already holds the cached ones).
-pub fn tokens(usage: &Usage) -> u64 {
+pub(crate) fn tokens(usage: &Usage) -> u64 {
     usage.input.unwrap_or(0) + usage.output.unwrap_or(0)
 }
 

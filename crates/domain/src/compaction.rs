@@ -115,7 +115,7 @@ pub fn append_ledger(text: &str, landing: &Landing) -> String {
 
 /// How many of its own steps an agent under a `context_percent` trigger goes on after a
 /// pass that landed nothing before another is started.
-pub const RETRY_AFTER_STEPS: u32 = 10;
+pub(crate) const RETRY_AFTER_STEPS: u32 = 10;
 
 /// Whether a compaction is due by `config`'s trigger, for an agent that has made
 /// `steps` model calls of its own (`since` of them before its last landing; `tried` of

@@ -88,7 +88,7 @@ pub fn shown_context_files(entries: &[Entry]) -> BTreeSet<String> {
     shown
 }
 
-pub fn system_prompt(s: &Snapshot) -> String {
+pub(crate) fn system_prompt(s: &Snapshot) -> String {
     let mut system = format!("<goal>\n{}\n</goal>\n\n", s.goal.trim_end());
     if let Some(name) = &s.name {
         system.push_str(&format!("Your name is {name}.\n\n"));

@@ -32,10 +32,10 @@ pub enum Runs {
 #[derive(Debug)]
 pub struct Tool {
     pub name: &'static str,
-    pub description: &'static str,
+    pub(crate) description: &'static str,
     /// Its input's JSON Schema (the text of `templates/tools/<name>.json`).
-    pub schema: &'static str,
-    pub holder: Holder,
+    pub(crate) schema: &'static str,
+    pub(crate) holder: Holder,
     pub runs: Runs,
     /// Whether it only reads (several such calls of one step may run together).
     pub read_only: bool,

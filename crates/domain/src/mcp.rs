@@ -13,10 +13,10 @@ use infra::provider::ToolSpec;
 pub const DIR: &str = ".offshoot/mcp";
 
 /// What every MCP tool's name starts with.
-pub const PREFIX: &str = "mcp__";
+pub(crate) const PREFIX: &str = "mcp__";
 
 /// The longest tool name every provider takes (OpenAI's and Anthropic's rule).
-pub const MAX_NAME: usize = 64;
+pub(crate) const MAX_NAME: usize = 64;
 
 /// The path of server `server`'s record in an agent's tree.
 pub fn record_path(server: &str) -> String {
@@ -28,11 +28,11 @@ pub fn record_path(server: &str) -> String {
 pub struct Listed {
     pub name: String,
     #[serde(default)]
-    pub description: String,
-    pub input_schema: Value,
+    pub(crate) description: String,
+    pub(crate) input_schema: Value,
     /// The server's `readOnlyHint`: calls of it may run beside other read-only calls.
     #[serde(default)]
-    pub read_only: bool,
+    pub(crate) read_only: bool,
 }
 
 /// One tool of a server as the agent was given it.
@@ -62,7 +62,7 @@ impl Offered {
 /// the agent's driver last started it, filtered and named.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    pub server: String,
+    pub(crate) server: String,
     pub tools: Vec<Offered>,
     /// The fingerprint of the server's settings when it gave this list
     /// (`McpServer::fingerprint`); none when the record was only narrowed from an earlier
@@ -126,10 +126,6 @@ impl Record {
     pub fn parse(bytes: &[u8]) -> Result<Record, String> {
         serde_json::from_slice(bytes).map_err(|e| e.to_string())
     }
-
-    pub fn find(&self, name: &str) -> Option<&Offered> {
-        self.tools.iter().find(|t| t.name == name)
-    }
 }
 
 /// Which server a model-facing tool name belongs to: the part between `mcp__` and
@@ -145,7 +141,7 @@ pub fn server_of(name: &str) -> Option<&str> {
 /// over 64 characters, or one an earlier tool already took, is cut and ends in `_` and
 /// eight hex digits of a hash of the tool's own name, so it stays the same from one
 /// listing to the next.
-pub fn model_names<'a>(server: &str, tools: impl Iterator<Item = &'a str>) -> Vec<String> {
+pub(crate) fn model_names<'a>(server: &str, tools: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut taken: Vec<String> = Vec::new();
     for tool in tools {
         let plain = sanitize(&format!("{PREFIX}{server}__{tool}"));

@@ -35,7 +35,7 @@ const AGENT_SOCKETS: &[&str] = &["SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_IN
 
 /// Whether a variable names a socket of the user's (an agent, a bus, a daemon),
 /// which commands do not get unless `[tool_env] keep` names it.
-pub fn is_socket_name(name: &str) -> bool {
+pub(crate) fn is_socket_name(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     AGENT_SOCKETS.contains(&upper.as_str())
         || upper.ends_with("_SOCK")
@@ -55,8 +55,8 @@ pub fn is_secret_name(name: &str) -> bool {
 /// Who an agent commits as in its own repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    pub name: String,
-    pub email: String,
+    pub(crate) name: String,
+    pub(crate) email: String,
 }
 
 impl Identity {

@@ -120,7 +120,7 @@ pub fn next_number(numbers: impl IntoIterator<Item = u32>) -> u32 {
 }
 
 /// Entries (in numeric order) as wire messages, same-role neighbours merged.
-pub fn to_messages(entries: &[Entry]) -> Vec<Message> {
+pub(crate) fn to_messages(entries: &[Entry]) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::new();
     for e in entries {
         let role = if e.side() == Side::Assistant { Role::Assistant } else { Role::User };

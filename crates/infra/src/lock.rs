@@ -39,7 +39,7 @@ pub enum Probe {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Holder {
     pub pid: u32,
-    pub started: u64,
+    pub(crate) started: u64,
     /// Held by the process making the agent (not a driver of it: signalling it would
     /// stop whoever is making it).
     pub making: bool,

@@ -42,7 +42,7 @@ impl Redactor {
         Redactor { secrets }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.secrets.is_empty()
     }
 
@@ -97,7 +97,7 @@ impl Redactor {
 /// A writer that redacts what passes through it. It holds back the last few bytes
 /// of each write (fewer than the longest secret) until more arrive or it is
 /// finished, so a value split across writes is caught.
-pub struct Redacting<'r, W: Write> {
+pub(crate) struct Redacting<'r, W: Write> {
     inner: W,
     redactor: &'r Redactor,
     held: Vec<u8>,

@@ -9,7 +9,7 @@ use std::sync::Once;
 pub const INTERRUPT: i32 = libc::SIGINT;
 pub const TERMINATE: i32 = libc::SIGTERM;
 /// The terminal went away (its window closed, the connection dropped).
-pub const HANGUP: i32 = libc::SIGHUP;
+pub(crate) const HANGUP: i32 = libc::SIGHUP;
 
 /// Blocks SIGINT, SIGTERM and SIGHUP and hands each to `on_signal` on a thread of its own.
 /// Call before starting other threads; only the first call in a process counts.

@@ -29,7 +29,8 @@ pub struct Touched {
 }
 
 impl Touched {
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.paths.is_empty() && !self.everything
     }
 }

@@ -30,7 +30,7 @@ pub const DEFAULT_FILES: &[(&str, &str)] = &[
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Format version; must be 1.
-    pub version: u32,
+    pub(crate) version: u32,
     /// Model endpoints by name.
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
@@ -50,9 +50,9 @@ pub struct Config {
     #[serde(default)]
     pub tool_output: ToolOutputConfig,
     #[serde(default)]
-    pub tool_env: ToolEnvConfig,
+    pub(crate) tool_env: ToolEnvConfig,
     #[serde(default)]
-    pub git: GitConfig,
+    pub(crate) git: GitConfig,
     /// MCP servers whose tools agents may use, by name (the tools are offered as
     /// `mcp__<server>__<tool>`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -62,26 +62,26 @@ pub struct Config {
 /// Adjustments to the environment tool commands run with.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct ToolEnvConfig {
+pub(crate) struct ToolEnvConfig {
     /// Variables whose names look secret (`*KEY*`, `*TOKEN*`, …) that tools may
     /// still see; a provider's `api_key_env` can never be kept.
     #[serde(default)]
-    pub keep: Vec<String>,
+    pub(crate) keep: Vec<String>,
     /// Variables set for every tool command (last, over everything else).
     #[serde(default)]
-    pub set: BTreeMap<String, String>,
+    pub(crate) set: BTreeMap<String, String>,
 }
 
 /// The identity agents commit under in their own repository.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct GitConfig {
+pub(crate) struct GitConfig {
     /// Default: the agent's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Default: `<name>@offshoot.invalid`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub email: Option<String>,
+    pub(crate) email: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -152,15 +152,15 @@ pub struct RoleConfig {
     /// Anthropic's extended thinking: at most this many tokens of it before each answer
     /// (1,024 or more, and under `max_output_tokens`, which counts it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub thinking_budget: Option<u32>,
+    pub(crate) thinking_budget: Option<u32>,
     /// OpenAI's reasoning effort (Chat Completions and Responses): `minimal`, `low`,
     /// `medium` or `high`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reasoning_effort: Option<String>,
+    pub(crate) reasoning_effort: Option<String>,
     /// The MCP servers whose tools this role gets (default: every server; the
     /// compactor never gets any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mcp_servers: Option<Vec<String>>,
+    pub(crate) mcp_servers: Option<Vec<String>>,
     /// In a project: ignored paths of the user's checkout (plain relative paths, such
     /// as `target` or `web/node_modules`) copied into a new agent's directory, so its
     /// first build is warm. Never in its history.
@@ -263,9 +263,9 @@ pub struct ContextRules {
     #[serde(default)]
     pub order: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub budget_tokens: Option<u64>,
+    pub(crate) budget_tokens: Option<u64>,
     #[serde(default)]
-    pub overflow: Overflow,
+    pub(crate) overflow: Overflow,
     /// File names looked for in each directory from the top of the repository holding
     /// the working directory down to it; each found file is added once to the next
     /// tool result.
@@ -291,7 +291,7 @@ impl Default for ContextRules {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Overflow {
+pub(crate) enum Overflow {
     /// Drop the earliest composed files of the `order` categories first.
     #[default]
     DropOldestSummaries,
@@ -312,9 +312,9 @@ pub struct CompactionConfig {
     #[serde(default)]
     pub trigger: Trigger,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub percent: Option<u32>,
+    pub(crate) percent: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub steps: Option<u32>,
+    pub(crate) steps: Option<u32>,
     #[serde(default = "default_keep_recent")]
     pub keep_recent_steps: u32,
     /// Whether a landing also removes the user's own messages of the compacted span
@@ -345,13 +345,13 @@ pub struct BudgetConfig {
     #[serde(default = "default_max_depth")]
     pub max_depth: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens: Option<u64>,
+    pub(crate) max_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_cost_usd: Option<f64>,
+    pub(crate) max_cost_usd: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_wall_seconds: Option<u64>,
+    pub(crate) max_wall_seconds: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_steps: Option<u64>,
+    pub(crate) max_steps: Option<u64>,
 }
 
 /// One model's list prices, in US dollars per million tokens.
@@ -359,12 +359,12 @@ pub struct BudgetConfig {
 #[serde(deny_unknown_fields)]
 pub struct Price {
     /// Prompt tokens neither read from nor written to the cache.
-    pub input: f64,
-    pub output: f64,
+    pub(crate) input: f64,
+    pub(crate) output: f64,
     /// Prompt tokens served from the cache.
-    pub cache_read: f64,
+    pub(crate) cache_read: f64,
     /// Prompt tokens written to the cache.
-    pub cache_write: f64,
+    pub(crate) cache_write: f64,
 }
 
 fn default_max_depth() -> u32 {
@@ -427,10 +427,10 @@ impl Default for ToolOutputConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
 #[error("{file}{}: `{key}`: {rule}", line.map(|l| format!(":{l}")).unwrap_or_default())]
 pub struct ConfigError {
-    pub file: String,
-    pub line: Option<usize>,
-    pub key: String,
-    pub rule: String,
+    pub(crate) file: String,
+    pub(crate) line: Option<usize>,
+    pub(crate) key: String,
+    pub(crate) rule: String,
 }
 
 impl Config {
@@ -684,7 +684,8 @@ impl Config {
 }
 
 /// The JSON Schema of `offshoot.toml`, as checked in at `docs/offshoot.schema.json`.
-pub fn json_schema() -> String {
+#[cfg(test)]
+pub(crate) fn json_schema() -> String {
     let schema = schemars::schema_for!(Config);
     serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
 }

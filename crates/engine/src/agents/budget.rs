@@ -97,7 +97,7 @@ pub fn check(records: &mut Records, layout: &Layout, root: &AgentId, config: &Co
 }
 
 /// The root of the tree `id` belongs to (its id's first part).
-pub fn root_of(id: &AgentId) -> AgentId {
+pub(crate) fn root_of(id: &AgentId) -> AgentId {
     let first = id.as_str().split('.').next().unwrap_or(id.as_str());
     AgentId::parse(first).unwrap_or_else(|_| id.clone())
 }

@@ -20,11 +20,11 @@ use crate::store::snapshot;
 
 /// Lowers the Landlock ABI offshoot believes the kernel has (to test an older or a
 /// missing Landlock; it never raises it).
-pub const ABI_CAP_VARIABLE: &str = "OFFSHOOT_LANDLOCK_ABI";
+pub(crate) const ABI_CAP_VARIABLE: &str = "OFFSHOOT_LANDLOCK_ABI";
 
 /// Set to `1`, offshoot behaves as on a machine without user namespaces (to test the
 /// fallback; it never adds support).
-pub const NO_NAMESPACES_VARIABLE: &str = "OFFSHOOT_NO_NAMESPACES";
+pub(crate) const NO_NAMESPACES_VARIABLE: &str = "OFFSHOOT_NO_NAMESPACES";
 
 /// The workspace, the agent's directory and its paths, all resolved.
 pub struct Site<'a> {
@@ -65,16 +65,22 @@ impl Site<'_> {
 /// how commands start (the tool environment, output limits, the secrets hidden from
 /// their output), the file tools' rules, the role met with its ancestors', and the
 /// confinement its commands need (none for `sandbox = "none"`).
-pub struct AgentTools {
-    pub commands: infra::tools::Commands,
-    pub paths: PathPolicy,
-    pub role: RoleConfig,
-    pub confinement: Option<Confinement>,
+pub(crate) struct AgentTools {
+    pub(crate) commands: infra::tools::Commands,
+    pub(crate) paths: PathPolicy,
+    pub(crate) role: RoleConfig,
+    pub(crate) confinement: Option<Confinement>,
 }
 
 /// [`AgentTools`] of the agent at `at` (`facts` its facts) under `config`, with the
 /// user's environment `vars`; `None` when its role cannot be read.
-pub fn agent_tools(at: &Site, repo: &Repo, facts: &AgentFacts, config: &Config, vars: &Env) -> Option<AgentTools> {
+pub(crate) fn agent_tools(
+    at: &Site,
+    repo: &Repo,
+    facts: &AgentFacts,
+    config: &Config,
+    vars: &Env,
+) -> Option<AgentTools> {
     let tmpdir = at.own_tmp();
     let name = facts.name.clone().unwrap_or_else(|| facts.id.clone());
     let identity = domain::tool_env::Identity::for_agent(config, &name);
@@ -99,7 +105,7 @@ pub fn agent_tools(at: &Site, repo: &Repo, facts: &AgentFacts, config: &Config, 
 /// How agent `id` of `ws` runs commands, its jail built (`helper`, this binary, is the
 /// sandbox helper; `others`, where other workspaces are, hidden): for running something
 /// as its bash would, outside its driver (an eval's check).
-pub fn commands_for(
+pub(crate) fn commands_for(
     ws: &crate::store::workspace::Workspace,
     id: &AgentId,
     helper: &std::path::Path,
@@ -127,7 +133,7 @@ pub fn commands_for(
 /// its commands may; write only in the
 /// agent's directory, its temporary directory and the role's `write_paths`, never
 /// into `.offshoot/` or `.git`.
-pub fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
+pub(crate) fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
     let internals = "the workspace's internals";
     let ws = at.workspace;
     let mut writable = vec![at.own.to_owned(), at.own_tmp()];
@@ -188,7 +194,7 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
 
 /// The jail that enforces `confinement` on commands started through the sandbox
 /// helper `helper` (this binary), as this machine can.
-pub fn jail(confinement: &Confinement, helper: &Path, env: &Env) -> Result<Jail, SandboxError> {
+pub(crate) fn jail(confinement: &Confinement, helper: &Path, env: &Env) -> Result<Jail, SandboxError> {
     let support = support(helper, env);
     let landlock = sandbox::ruleset(confinement, abi(env), support.namespaces.is_ok())?;
     Ok(Jail {
@@ -206,7 +212,7 @@ pub fn jail(confinement: &Confinement, helper: &Path, env: &Env) -> Result<Jail,
 /// ancestor no longer has, or an ancestor removed, confines nothing more; an ancestor
 /// whose facts cannot be read confines everything: the agent runs nothing). Write
 /// paths are compared as the sandbox will see them, resolved.
-pub fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -> Option<RoleConfig> {
+pub(crate) fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -> Option<RoleConfig> {
     let mut role = resolved(config.role(&facts.role)?);
     let mut parent = facts.parent.clone();
     while let Some(id) = parent {
@@ -222,7 +228,7 @@ pub fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -> Optio
 }
 
 /// `role` with its write paths resolved through the filesystem (`..` and links).
-pub fn resolved(role: &RoleConfig) -> RoleConfig {
+pub(crate) fn resolved(role: &RoleConfig) -> RoleConfig {
     let mut role = role.clone();
     for path in &mut role.write_paths {
         if let Ok(real) = std::fs::canonicalize(&*path) {
@@ -235,7 +241,7 @@ pub fn resolved(role: &RoleConfig) -> RoleConfig {
 /// What this machine lets the sandbox helper do, found once per process by running
 /// it (`helper` is this binary); [`NO_NAMESPACES_VARIABLE`] pretends there are no
 /// user namespaces.
-pub fn support(helper: &Path, env: &Env) -> Support {
+pub(crate) fn support(helper: &Path, env: &Env) -> Support {
     static FOUND: OnceLock<Support> = OnceLock::new();
     if env.get(NO_NAMESPACES_VARIABLE) == Some("1") {
         return Support::without_namespaces(&format!("{NO_NAMESPACES_VARIABLE}=1"));

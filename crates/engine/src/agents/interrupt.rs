@@ -64,7 +64,7 @@ const EXITING: u8 = 2;
 /// Its second argument says whether the driver may be at work meanwhile (a second
 /// request, which came while the driver settled the first): then only the mark is set,
 /// and telling the parent is left to the driver or a later `stop` (two would race).
-pub type ExitHook = Box<dyn Fn(Reason, bool) + Send + Sync>;
+pub(crate) type ExitHook = Box<dyn Fn(Reason, bool) + Send + Sync>;
 
 #[derive(Default)]
 struct Shared {
@@ -102,7 +102,7 @@ impl Interrupt {
         }
     }
 
-    pub fn reason(&self) -> Option<Reason> {
+    pub(crate) fn reason(&self) -> Option<Reason> {
         match self.shared.reason.load(Ordering::SeqCst) {
             USER => Some(Reason::User),
             STOPPED => Some(Reason::Stopped),
@@ -111,19 +111,19 @@ impl Interrupt {
     }
 
     /// A command's process group now exists; killed at once if a request came first.
-    pub fn command_started(&self, group: u32) {
+    pub(crate) fn command_started(&self, group: u32) {
         self.shared.group.store(group, Ordering::SeqCst);
         if self.reason().is_some() {
             process::kill_group(group);
         }
     }
 
-    pub fn command_ended(&self) {
+    pub(crate) fn command_ended(&self) {
         self.shared.group.store(0, Ordering::SeqCst);
     }
 
     /// Enters a model call; `false` if a request already came (do not call).
-    pub fn enter_call(&self) -> bool {
+    pub(crate) fn enter_call(&self) -> bool {
         self.shared.phase.store(CALLING, Ordering::SeqCst);
         if self.reason().is_some() {
             self.shared.phase.store(IDLE, Ordering::SeqCst);
@@ -134,7 +134,7 @@ impl Interrupt {
 
     /// Sets what [`Interrupt::exiting`] runs (a driver's run sets it, and clears it with
     /// `None` when it ends).
-    pub fn on_exit(&self, hook: Option<ExitHook>) {
+    pub(crate) fn on_exit(&self, hook: Option<ExitHook>) {
         *self.shared.on_exit.lock().unwrap_or_else(|p| p.into_inner()) = hook;
     }
 
@@ -149,7 +149,7 @@ impl Interrupt {
 
     /// Leaves a model call. If the receiver already chose to end the process, this
     /// thread waits for that instead of going on.
-    pub fn leave_call(&self) {
+    pub(crate) fn leave_call(&self) {
         if self.shared.phase.compare_exchange(CALLING, IDLE, Ordering::SeqCst, Ordering::SeqCst).is_err() {
             loop {
                 std::thread::park();

@@ -18,23 +18,23 @@ use crate::store::snapshot::{self, Loader, SnapshotError};
 use crate::store::workspace::Workspace;
 
 /// The mark holding the terminal commit whose answer was deposited.
-pub const REPLIED: &str = Mark::Replied.kind();
+pub(crate) const REPLIED: &str = Mark::Replied.kind();
 /// The mark of an agent stopped because its tree's budget ran out
 /// (`refs/offshoot/exhausted/<id>`, what was spent); cleared when it is revived.
-pub const EXHAUSTED: &str = Mark::Exhausted.kind();
+pub(crate) const EXHAUSTED: &str = Mark::Exhausted.kind();
 /// The mark of the tip whose stop an agent's parent was told of (`refs/offshoot/told/<id>`).
-pub const TOLD: &str = Mark::Told.kind();
+pub(crate) const TOLD: &str = Mark::Told.kind();
 /// The mark of a stopped agent (`refs/offshoot/stopped/<id>`, the tip it stopped at):
 /// results and other agents' messages wait for it instead of waking it, until the
 /// user's message or a run revives it.
 pub const STOPPED: &str = Mark::Stopped.kind();
 
 /// The epitaph of a result that is an agent's final response.
-pub const FINAL_RESPONSE: &str = Epitaph::FinalResponse.as_str();
+pub(crate) const FINAL_RESPONSE: &str = Epitaph::FinalResponse.as_str();
 /// The epitaph of an agent that was stopped.
-pub const EPITAPH_STOPPED: &str = Epitaph::Stopped.as_str();
+pub(crate) const EPITAPH_STOPPED: &str = Epitaph::Stopped.as_str();
 /// The epitaph of an agent stopped because its tree's budget ran out.
-pub const EPITAPH_EXHAUSTED: &str = Epitaph::BudgetExhausted.as_str();
+pub(crate) const EPITAPH_EXHAUSTED: &str = Epitaph::BudgetExhausted.as_str();
 
 #[derive(Debug, thiserror::Error)]
 pub enum LifecycleError {
@@ -95,7 +95,7 @@ pub fn stop_tree(
 /// below it is left as it is: stopping it changes nothing. Then stops each running
 /// driver, deepest first, waiting up to `patience` for each to settle (zero: asked,
 /// not waited for).
-pub fn stop_all(
+pub(crate) fn stop_all(
     ws: &Workspace,
     rt: &Runtime,
     mut agents: Vec<AgentId>,
@@ -131,7 +131,12 @@ pub fn stop_all(
 
 /// Stops `agent`'s running driver, waiting up to `patience` for it to settle, and tells
 /// its parent if the driver did not (its stop mark, if it needs one, set before).
-pub fn stop_driver(ws: &Workspace, rt: &Runtime, agent: &AgentId, patience: std::time::Duration) -> Result<Stopped> {
+pub(crate) fn stop_driver(
+    ws: &Workspace,
+    rt: &Runtime,
+    agent: &AgentId,
+    patience: std::time::Duration,
+) -> Result<Stopped> {
     let stopped =
         rt.stop(agent, patience).map_err(|e| LifecycleError::Stop { id: agent.to_string(), reason: e.to_string() })?;
     if let Stopped::Stopped(_) = stopped {
@@ -143,7 +148,13 @@ pub fn stop_driver(ws: &Workspace, rt: &Runtime, agent: &AgentId, patience: std:
 /// After a stop (by `offshoot stop`, or because the tree's budget ran out): marks the
 /// agent stopped at `tip` (results of its children then wait in its inbox instead of
 /// waking it; the user's message revives it), tells its parent, and says how it ended.
-pub fn stopped(ws: &Workspace, rt: &Runtime, id: &AgentId, parent: Option<&str>, tip: CommitId) -> Result<Ended> {
+pub(crate) fn stopped(
+    ws: &Workspace,
+    rt: &Runtime,
+    id: &AgentId,
+    parent: Option<&str>,
+    tip: CommitId,
+) -> Result<Ended> {
     ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
     let exhausted = ws.repo.mark(EXHAUSTED, id.as_str())?.map(|b| String::from_utf8_lossy(&b).into_owned());
     if let Some(parent) = parent.and_then(|p| AgentId::parse(p).ok()) {
@@ -164,7 +175,7 @@ pub fn stopped(ws: &Workspace, rt: &Runtime, id: &AgentId, parent: Option<&str>,
 }
 
 /// [`stopped`] for an agent no driver has open (or one whose process is ending).
-pub fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<Ended> {
+pub(crate) fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<Ended> {
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| LifecycleError::Unknown(id.to_string()))?;
     let facts = snapshot::read_facts(&ws.repo, tip)
         .map_err(|e| LifecycleError::Damaged { id: id.to_string(), reason: e.to_string() })?;
@@ -174,7 +185,7 @@ pub fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<Ende
 /// After `id`'s driver let go because it was stopped: if it ended without telling its
 /// parent, tells it now, as the driver would have. `told` marks what was told, so it
 /// is never told twice.
-pub fn tell_parent_if_untold(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<()> {
+pub(crate) fn tell_parent_if_untold(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<()> {
     let Some(tip) = ws.repo.branch_tip(&id.branch())? else { return Ok(()) };
     if ws.repo.mark(TOLD, id.as_str())?.as_deref() == Some(tip.to_string().as_bytes()) {
         return Ok(());
@@ -188,7 +199,7 @@ pub fn tell_parent_if_untold(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Resu
 }
 
 /// Marks `id` stopped at its tip, and nothing more.
-pub fn mark_stopped(ws: &Workspace, id: &AgentId) -> Result<()> {
+pub(crate) fn mark_stopped(ws: &Workspace, id: &AgentId) -> Result<()> {
     if let Some(tip) = ws.repo.branch_tip(&id.branch())? {
         ws.repo.set_mark(STOPPED, id.as_str(), tip.to_string().as_bytes())?;
     }
@@ -199,7 +210,7 @@ pub fn mark_stopped(ws: &Workspace, id: &AgentId) -> Result<()> {
 /// marked stopped (their results wait instead of starting anything behind the user's
 /// back) and the drivers below are asked to stop; no obituary goes up, the user is
 /// here.
-pub fn interrupted_by_user(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<()> {
+pub(crate) fn interrupted_by_user(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<()> {
     mark_stopped(ws, id)?;
     let below = descendants(ws, id)?;
     stop_all(ws, rt, below, std::time::Duration::ZERO)?;
@@ -208,7 +219,7 @@ pub fn interrupted_by_user(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result
 
 /// Deposits a result (`epitaph`, `terminal`) from `from` with `to` and wakes it,
 /// unless it was stopped (then the result waits for it).
-pub fn deposit_result(
+pub(crate) fn deposit_result(
     ws: &Workspace,
     rt: &Runtime,
     from: &AgentId,
@@ -246,7 +257,7 @@ fn already_received(ws: &Workspace, from: &AgentId, to: &AgentId, epitaph: &str,
 }
 
 /// Whether `to` already holds the message a call with `key` sent, pending or delivered.
-pub fn received_key(ws: &Workspace, to: &AgentId, key: &str) -> Result<bool> {
+pub(crate) fn received_key(ws: &Workspace, to: &AgentId, key: &str) -> Result<bool> {
     holds(ws, to, |h| h.key.as_deref() == Some(key))
 }
 
@@ -263,12 +274,12 @@ fn holds(ws: &Workspace, to: &AgentId, ours: impl Fn(&Header) -> bool) -> Result
 }
 
 /// What [`work_left`] says of an agent made whose first message was never deposited.
-pub const GOAL_UNDELIVERED: &str = "its goal never delivered";
+pub(crate) const GOAL_UNDELIVERED: &str = "its goal never delivered";
 
 /// What agent `id` (at `tip`) still has to do when no driver runs it, if anything: mail
 /// to deliver, a goal never delivered, calls cut short, a model call due, or an answer
 /// never deposited with whoever is owed it.
-pub fn work_left(
+pub(crate) fn work_left(
     ws: &Workspace,
     loader: &mut Loader,
     id: &AgentId,

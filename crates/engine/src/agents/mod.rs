@@ -75,17 +75,17 @@ pub struct Listing {
     pub id: AgentId,
     /// `None` when the branch's tip is not a valid agent commit (see `damage`).
     pub facts: Option<AgentFacts>,
-    pub tip: CommitId,
+    pub(crate) tip: CommitId,
     /// Why the tip is not a valid agent commit.
-    pub damage: Option<String>,
+    pub(crate) damage: Option<String>,
 }
 
 /// The marks that reserve child ids: `refs/offshoot/ids/<id>` → the parent's id.
 /// Set before a child's commit is built, removed with the agent.
-pub const IDS: &str = Mark::Ids.kind();
+pub(crate) const IDS: &str = Mark::Ids.kind();
 
 /// The marks that hold names: `refs/offshoot/names/<name>` → the agent's id.
-pub const NAMES: &str = Mark::Names.kind();
+pub(crate) const NAMES: &str = Mark::Names.kind();
 
 /// Finds an agent by id or name.
 pub fn resolve(ws: &Workspace, handle: &str) -> Result<AgentId> {

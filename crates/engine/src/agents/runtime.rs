@@ -90,7 +90,7 @@ impl Runtime {
 
     /// The same runtime for another thread, with a stop request of its own (what a
     /// signal's receiver does before the process ends).
-    pub fn sibling(&self) -> Runtime {
+    pub(crate) fn sibling(&self) -> Runtime {
         Runtime {
             layout: self.layout.clone(),
             exe: self.exe.clone(),
@@ -102,12 +102,12 @@ impl Runtime {
     }
 
     /// Where workspaces live, if known: hidden from sandboxed commands.
-    pub fn workspaces(&self) -> Option<&std::path::Path> {
+    pub(crate) fn workspaces(&self) -> Option<&std::path::Path> {
         self.workspaces.as_deref()
     }
 
     /// The offshoot binary: what detached drivers run, and the sandbox helper.
-    pub fn exe(&self) -> &std::path::Path {
+    pub(crate) fn exe(&self) -> &std::path::Path {
         &self.exe
     }
 
@@ -117,7 +117,7 @@ impl Runtime {
     }
 
     /// The pids of the drivers this process launched.
-    pub fn launched(&self) -> Vec<u32> {
+    pub(crate) fn launched(&self) -> Vec<u32> {
         self.launched.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
@@ -126,7 +126,7 @@ impl Runtime {
     }
 
     /// The environment the cli read (keys and base URLs for model calls).
-    pub fn env(&self) -> &Env {
+    pub(crate) fn env(&self) -> &Env {
         &self.env
     }
 
@@ -208,7 +208,7 @@ impl Runtime {
     /// Asks `id`'s driver to stop (SIGTERM, after checking that the pid the lock
     /// file names is still the process that wrote it) and waits up to `patience` for
     /// it to settle its calls and let go.
-    pub fn stop(&self, id: &AgentId, patience: Duration) -> Result<Stopped> {
+    pub(crate) fn stop(&self, id: &AgentId, patience: Duration) -> Result<Stopped> {
         let lock = self.layout.lock(id);
         let Probe::Held(Some(holder)) = LockGuard::probe(&lock)? else {
             return Ok(Stopped::NotRunning);

@@ -72,8 +72,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BundleError + '_ {
 /// What a bundle says of itself.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
-    pub format: String,
-    pub version: u32,
+    pub(crate) format: String,
+    pub(crate) version: u32,
     /// The agent bundled, and every agent in the bundle (it first).
     pub agent: String,
     pub agents: Vec<String>,
@@ -293,7 +293,7 @@ pub struct Replayed {
 /// have takes the provider and model of `mine`'s role of that name, else of its worker
 /// (and without either, the replay is refused); a role's `mcp_servers` keeps only
 /// servers `mine` has. The rest — roles, models, souls, skills — is the bundle's.
-pub fn rebase_config(theirs: &str, mine: &str) -> std::result::Result<String, String> {
+pub(crate) fn rebase_config(theirs: &str, mine: &str) -> std::result::Result<String, String> {
     let mut doc: toml_edit::DocumentMut = theirs.parse().map_err(|e| format!("the bundled config: {e}"))?;
     let mine: toml_edit::DocumentMut = mine.parse().map_err(|e| format!("your config template: {e}"))?;
     for key in ["providers", "mcp_servers", "tool_env", "budgets", "prices", "retry"] {

@@ -28,12 +28,12 @@ pub fn claim_ref(id: &str) -> String {
 
 /// A lease as its blob says it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    pub worker: String,
-    pub serial: u64,
+pub(crate) struct Lease {
+    pub(crate) worker: String,
+    pub(crate) serial: u64,
     /// Random: no two leases are the same blob, so a watcher's compare-and-swap from a
     /// value it saw long ago never matches a newer lease that happens to read alike.
-    pub nonce: u32,
+    pub(crate) nonce: u32,
 }
 
 impl Lease {
@@ -57,12 +57,12 @@ impl Lease {
 
 /// A claim this worker holds.
 #[derive(Debug, Clone)]
-pub struct Held {
+pub(crate) struct Held {
     /// The value of the claim ref, as this worker last wrote it.
-    pub value: Oid,
-    pub serial: u64,
+    pub(crate) value: Oid,
+    pub(crate) serial: u64,
     /// When the remote last took a write of it.
-    pub renewed: Instant,
+    pub(crate) renewed: Instant,
 }
 
 /// What trying to claim an agent came to.
@@ -100,7 +100,7 @@ impl Claims {
         }
     }
 
-    pub fn held(&self) -> impl Iterator<Item = (&String, &Held)> {
+    pub(crate) fn held(&self) -> impl Iterator<Item = (&String, &Held)> {
         self.held.iter()
     }
 
@@ -116,7 +116,7 @@ impl Claims {
 
     /// Whether another worker holds `id`'s claim, as far as this one has seen: a lease
     /// it watched change within the last lease.
-    pub fn busy(&self, id: &str, now: Instant) -> bool {
+    pub(crate) fn busy(&self, id: &str, now: Instant) -> bool {
         !self.held.contains_key(id)
             && self.watched.get(id).is_some_and(|(_, since)| now.duration_since(*since) < self.lease)
     }
@@ -211,7 +211,7 @@ impl Claims {
 
     /// Stops counting `id` as held (another worker moved its branch: the claim is
     /// theirs whatever the ref says), without touching the remote.
-    pub fn forget(&mut self, id: &str) {
+    pub(crate) fn forget(&mut self, id: &str) {
         self.held.remove(id);
     }
 

@@ -26,7 +26,7 @@ pub(super) fn travelling() -> impl Iterator<Item = Mark> {
 }
 
 /// The kind under `refs/offshoot/` of an agent's step records on a remote.
-pub const RECORDS: &str = "records";
+pub(crate) const RECORDS: &str = "records";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
@@ -507,7 +507,7 @@ pub(super) fn write_records(ws: &Workspace, door: &Beneath, id: &AgentId, commit
 }
 
 /// Where messages to agent `to` wait on a remote (`refs/offshoot/inbox/<to>/<name>`).
-pub fn inbox_ref(to: &AgentId, name: &str) -> String {
+pub(crate) fn inbox_ref(to: &AgentId, name: &str) -> String {
     format!("{}{name}", inbox_prefix(to.as_str()))
 }
 
@@ -518,7 +518,7 @@ pub(super) fn inbox_prefix(to: &str) -> String {
 
 /// A name for message `text` on a remote: its time (for the order of delivery), `n`,
 /// and its content's id (so sending it again after a crash names the same ref).
-pub fn message_name(text: &str, n: u32, blob: Oid) -> String {
+pub(crate) fn message_name(text: &str, n: u32, blob: Oid) -> String {
     let at: String =
         text.lines().find_map(|l| l.strip_prefix("at: ")).unwrap_or("").chars().filter(char::is_ascii_digit).collect();
     format!("{at:0>14}-{n:06}-{}", &blob.to_string()[..16])
@@ -662,10 +662,10 @@ fn refusal(updates: &[Update], outcomes: &[Outcome]) -> Option<RemoteError> {
 /// The kind under `refs/offshoot/` of a stop asked of an agent through a remote: a blob
 /// (when and who asked), withdrawn by the worker that stopped the agent or by a message
 /// that revives it.
-pub const STOP_REQUESTS: &str = "stop-requests";
+pub(crate) const STOP_REQUESTS: &str = "stop-requests";
 
 /// The ref that asks whoever drives `id` to stop it.
-pub fn stop_request(id: &AgentId) -> String {
+pub(crate) fn stop_request(id: &AgentId) -> String {
     format!("refs/offshoot/{STOP_REQUESTS}/{id}")
 }
 

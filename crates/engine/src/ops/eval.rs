@@ -45,13 +45,13 @@ type Result<T> = std::result::Result<T, EvalError>;
 /// One task of a suite.
 #[derive(Debug, Clone)]
 pub struct Task {
-    pub id: String,
-    pub dir: PathBuf,
-    pub prompt: String,
-    pub categories: Vec<String>,
-    pub timeout: Duration,
-    pub setup: Option<PathBuf>,
-    pub check: PathBuf,
+    pub(crate) id: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) prompt: String,
+    pub(crate) categories: Vec<String>,
+    pub(crate) timeout: Duration,
+    pub(crate) setup: Option<PathBuf>,
+    pub(crate) check: PathBuf,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -134,7 +134,7 @@ fn agent_name(id: &str, run: u32) -> String {
 
 /// `top` laid over `base` (TOML documents): tables merge key by key, anything else in
 /// `top` replaces what `base` has.
-pub fn overlay(base: &str, top: &str) -> std::result::Result<String, String> {
+pub(crate) fn overlay(base: &str, top: &str) -> std::result::Result<String, String> {
     let mut doc: toml_edit::DocumentMut = base.parse().map_err(|e| format!("the template: {e}"))?;
     let top: toml_edit::DocumentMut = top.parse().map_err(|e| format!("does not read as TOML: {e}"))?;
     fn merge(into: &mut dyn toml_edit::TableLike, from: &dyn toml_edit::TableLike) {
@@ -199,12 +199,12 @@ pub struct RunReport {
     /// Why it failed or erred, in words.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
-    pub agent: String,
+    pub(crate) agent: String,
     pub wall_secs: f64,
-    pub tokens: u64,
-    pub cost_usd: Option<f64>,
+    pub(crate) tokens: u64,
+    pub(crate) cost_usd: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub bundle: Option<PathBuf>,
+    pub(crate) bundle: Option<PathBuf>,
 }
 
 /// Pass rates of a set of runs.
@@ -228,12 +228,12 @@ pub struct Rates {
 /// What `eval run` writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
-    pub format: String,
-    pub suite: PathBuf,
-    pub configs: Vec<PathBuf>,
-    pub runs_per_task: u32,
-    pub jobs: u32,
-    pub wall_secs: f64,
+    pub(crate) format: String,
+    pub(crate) suite: PathBuf,
+    pub(crate) configs: Vec<PathBuf>,
+    pub(crate) runs_per_task: u32,
+    pub(crate) jobs: u32,
+    pub(crate) wall_secs: f64,
     pub tasks: BTreeMap<String, TaskRates>,
     pub categories: BTreeMap<String, Rates>,
     pub total: Rates,
@@ -242,7 +242,7 @@ pub struct Report {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskRates {
-    pub categories: Vec<String>,
+    pub(crate) categories: Vec<String>,
     #[serde(flatten)]
     pub rates: Rates,
 }

@@ -245,7 +245,7 @@ pub fn disk_of(ws: &Workspace, id: &AgentId) -> u64 {
 }
 
 /// The disk below `path` as `du` counts it (blocks; links not followed).
-pub fn du(path: &std::path::Path) -> u64 {
+pub(crate) fn du(path: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
     let mut total = meta.blocks() * 512;

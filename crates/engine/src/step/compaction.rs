@@ -23,16 +23,16 @@ use crate::store::workspace::{Workspace, WorkspaceError};
 
 /// The mark of an agent with a compaction in flight (`refs/offshoot/compacting/<id>`,
 /// the compactor's id); removed when its result is landed or let go.
-pub const COMPACTING: &str = Mark::Compacting.kind();
+pub(crate) const COMPACTING: &str = Mark::Compacting.kind();
 
 /// The mark of the passes started since an agent's last landing
 /// (`refs/offshoot/compaction-passes/<id>`: `<its own steps when the last started>
 /// <how many>`); a landing records the count in the ledger and removes the mark.
-pub const PASSES: &str = Mark::CompactionPasses.kind();
+pub(crate) const PASSES: &str = Mark::CompactionPasses.kind();
 
 /// The passes started for `id` since its last landing: its own steps when the last one
 /// started, and how many there were.
-pub fn passes(ws: &Workspace, id: &AgentId) -> Result<Option<(u32, u32)>> {
+pub(crate) fn passes(ws: &Workspace, id: &AgentId) -> Result<Option<(u32, u32)>> {
     let Some(mark) = ws.repo.mark(PASSES, id.as_str())? else { return Ok(None) };
     let text = String::from_utf8_lossy(&mark).into_owned();
     let mut parts = text.split_whitespace().map(str::parse::<u32>);
@@ -202,23 +202,23 @@ fn fork_point(ws: &Workspace, id: &AgentId, tip: CommitId, keep: u32, fits: &dyn
 
 /// What landing a compactor's result changes on the agent's branch.
 #[derive(Debug, Clone, Default)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// The tree edits, applied in one commit on the tip.
-    pub edits: Vec<TreeEdit>,
+    pub(crate) edits: Vec<TreeEdit>,
     /// Files under `.offshoot/` that leave, and that are written.
-    pub harness_removed: Vec<String>,
-    pub harness_written: Files,
+    pub(crate) harness_removed: Vec<String>,
+    pub(crate) harness_written: Files,
     /// Work products that leave (checked out from the landing commit).
-    pub work_removed: Vec<String>,
+    pub(crate) work_removed: Vec<String>,
     /// Nominated paths kept because the agent changed them after the fork.
-    pub kept: Vec<String>,
-    pub landing: Option<Landing>,
-    pub entries_removed: usize,
+    pub(crate) kept: Vec<String>,
+    pub(crate) landing: Option<Landing>,
+    pub(crate) entries_removed: usize,
 }
 
 /// Plans landing the result of `compactor` (ended at `terminal`) on `tip`: `None`
 /// when it lands nothing (it wrote no summary, or this compactor already landed).
-pub fn plan_landing(
+pub(crate) fn plan_landing(
     ws: &Workspace,
     tip: CommitId,
     compactor: &str,
@@ -310,7 +310,7 @@ pub struct Landed {
     pub landing: Landing,
     /// Its commit, and the commit before it.
     pub commit: CommitId,
-    pub before: CommitId,
+    pub(crate) before: CommitId,
     /// The paths it removed (transcript entries first, by number), and the summary's text.
     pub removed: Vec<String>,
     pub summary: String,
@@ -357,7 +357,7 @@ fn landing_commit(ws: &Workspace, tip: CommitId, number: u32) -> Result<Option<(
 
 /// What undoing landing `number` (the last when `None`) of `id` restores: the files it
 /// removed, as the commit before it had them (those present again since are left).
-pub fn plan_uncompact(ws: &Workspace, id: &AgentId, number: Option<u32>) -> Result<(Landing, Files)> {
+pub(crate) fn plan_uncompact(ws: &Workspace, id: &AgentId, number: Option<u32>) -> Result<(Landing, Files)> {
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| CompactionError::Unknown(id.to_string()))?;
     let all = landed(ws, id)?;
     let wanted = number.unwrap_or(all.len() as u32);

@@ -200,7 +200,7 @@ impl Line {
 }
 
 /// `event` as a record; `None` for deltas other than text.
-pub fn record(event: &Event<'_>) -> Option<Record> {
+pub(crate) fn record(event: &Event<'_>) -> Option<Record> {
     let owned = |s: &str| s.to_owned();
     Some(match event {
         Event::Delta(Delta::Text(text)) if text.is_empty() => return None,
@@ -264,13 +264,13 @@ pub fn repaired(repair: Repair) -> String {
 }
 
 /// How often, at most, text still streaming is written to the events file.
-pub const DELTA_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+pub(crate) const DELTA_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Passes every event on to `inner` and appends it to the agent's events file; the
 /// text of a model output is written as it streams, in `text_delta` lines at most every
 /// [`DELTA_EVERY`] (one write per line, however many deltas the provider sent), and
 /// whole as one `text` event when the output ends.
-pub struct Logged<'a> {
+pub(crate) struct Logged<'a> {
     agent: String,
     path: PathBuf,
     /// The file, opened for appending at the first event.
@@ -311,7 +311,7 @@ impl<'a> Logged<'a> {
 
     /// Appends one event (and any text gathered before it). A write that fails costs
     /// only the followers a line; the driver goes on.
-    pub fn append(&mut self, value: &Value) {
+    pub(crate) fn append(&mut self, value: &Value) {
         let mut lines = String::new();
         if !self.text.is_empty() {
             let text =
@@ -337,7 +337,7 @@ impl<'a> Logged<'a> {
     }
 
     /// Ends the log of this run with `end`.
-    pub fn end(&mut self, end: End) {
+    pub(crate) fn end(&mut self, end: End) {
         let line = Line { record: Record::End(end), agent: self.agent.clone() };
         self.append(&line.to_value());
     }
@@ -345,7 +345,7 @@ impl<'a> Logged<'a> {
 
 /// Ends the events file of `agent` (in `steps_dir`) with `end`, from outside its driver's
 /// run (a process about to end at once records how its run ended).
-pub fn log_end(steps_dir: &Path, agent: &str, end: End) {
+pub(crate) fn log_end(steps_dir: &Path, agent: &str, end: End) {
     struct Nobody;
     impl Observer for Nobody {
         fn event(&mut self, _: Event<'_>) {}

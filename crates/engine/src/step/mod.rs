@@ -6,5 +6,5 @@ pub mod driver;
 pub mod events;
 pub mod mcp;
 pub mod model;
-pub mod toolcall;
+pub(crate) mod toolcall;
 pub mod tools;

@@ -29,7 +29,7 @@ pub enum ModelError {
 
 impl ModelError {
     /// Whether the answer was cut off at the output limit.
-    pub fn is_truncated(&self) -> bool {
+    pub(crate) fn is_truncated(&self) -> bool {
         matches!(self, ModelError::Call(CallError::Truncated { .. }))
     }
 }
@@ -37,12 +37,12 @@ impl ModelError {
 /// Everything needed to call one role's model, resolved and checked.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub provider: String,
-    pub config: ProviderConfig,
-    pub base_url: Option<String>,
+    pub(crate) provider: String,
+    pub(crate) config: ProviderConfig,
+    pub(crate) base_url: Option<String>,
     api_key: Option<String>,
-    pub model: String,
-    pub retry: RetryPolicy,
+    pub(crate) model: String,
+    pub(crate) retry: RetryPolicy,
     /// The environment of a `command` adapter (the user's own; it may need keys).
     command_env: Vec<(String, String)>,
 }
@@ -94,7 +94,7 @@ pub struct Client {
 /// The body a provider of `config` is sent for `request`: the wire body over HTTP, the
 /// canonical JSON a `command` adapter reads; none for a replay. What `show --request`
 /// prints and a step record keeps the digest of.
-pub fn sent_body(config: &domain::config::ProviderConfig, request: &Request) -> Option<Vec<u8>> {
+pub(crate) fn sent_body(config: &domain::config::ProviderConfig, request: &Request) -> Option<Vec<u8>> {
     match config.protocol {
         Protocol::Anthropic => Some(anthropic::encode(request, None).body),
         Protocol::OpenaiChat => {
@@ -178,7 +178,7 @@ impl Client {
 
 /// What the agent at `tip` asks of its model's thinking: what the user asked for it
 /// (`.offshoot/reasoning`), else its role's.
-pub fn reasoning_at(
+pub(crate) fn reasoning_at(
     repo: &infra::git::Repo,
     tip: infra::git::CommitId,
     role: &domain::config::RoleConfig,

@@ -11,16 +11,16 @@ use infra::tools::{RecordDir, ToolError, ToolOutput};
 use crate::step::tools::{self, ToolContext};
 
 /// What a call came to.
-pub struct CallResult {
-    pub block: Block,
+pub(crate) struct CallResult {
+    pub(crate) block: Block,
     /// Whether the call may have changed files (so its commit scans the worktree).
-    pub writes: bool,
-    pub is_error: bool,
-    pub summary: String,
+    pub(crate) writes: bool,
+    pub(crate) is_error: bool,
+    pub(crate) summary: String,
     /// A new working directory for later calls (`cd`).
-    pub cwd: Option<std::path::PathBuf>,
+    pub(crate) cwd: Option<std::path::PathBuf>,
     /// Files for the harness's directory, committed with the result.
-    pub harness_files: Vec<(String, Vec<u8>)>,
+    pub(crate) harness_files: Vec<(String, Vec<u8>)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,7 +34,7 @@ pub enum ToolCallError {
 }
 
 /// A tool-use id made safe as a directory name.
-pub fn record_name(tool_use_id: &str) -> String {
+pub(crate) fn record_name(tool_use_id: &str) -> String {
     tool_use_id.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
@@ -42,7 +42,7 @@ pub fn record_name(tool_use_id: &str) -> String {
 /// for good (see `ToolContext::key`): the id as the provider sent it, every byte but
 /// letters, digits, `-` and `_` written `%XX`, so it fits on one header line and in a
 /// ref's blob, and two ids never share a key.
-pub fn key(output: u32, tool_use_id: &str) -> String {
+pub(crate) fn key(output: u32, tool_use_id: &str) -> String {
     let mut key = format!("{output}:");
     for b in tool_use_id.bytes() {
         if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
@@ -55,10 +55,10 @@ pub fn key(output: u32, tool_use_id: &str) -> String {
 }
 
 /// One tool call as the model made it.
-pub struct Call<'a> {
-    pub id: &'a str,
-    pub name: &'a str,
-    pub input: &'a Value,
+pub(crate) struct Call<'a> {
+    pub(crate) id: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) input: &'a Value,
 }
 
 /// Runs one call. `grant` is the role's grant read from config at this step; the
@@ -187,7 +187,7 @@ impl Omitted {
 
 /// The first `head` and last `tail` bytes of `text`, with a marker saying what was
 /// left out and where the whole is kept.
-pub fn bound(text: &str, head: usize, tail: usize, record: &str) -> String {
+pub(crate) fn bound(text: &str, head: usize, tail: usize, record: &str) -> String {
     if text.len() <= head + tail {
         return text.to_owned();
     }

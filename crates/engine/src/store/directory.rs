@@ -110,7 +110,7 @@ const TRASH: &str = "trash-";
 /// Removes agent `id`'s directory: renamed out of `agents/` at once, then deleted
 /// through the door (which gives access back along the way: a `chmod 000` the agent
 /// made does not keep it). A directory that is not there is fine.
-pub fn drop_directory(ws: &Workspace, id: &AgentId) -> std::io::Result<()> {
+pub(crate) fn drop_directory(ws: &Workspace, id: &AgentId) -> std::io::Result<()> {
     use std::sync::atomic::{AtomicU32, Ordering};
     static SERIAL: AtomicU32 = AtomicU32::new(0);
     let tmp = ws.layout.root().join("tmp");
@@ -127,7 +127,7 @@ pub fn drop_directory(ws: &Workspace, id: &AgentId) -> std::io::Result<()> {
 
 /// Deletes what removals cut short left in the trash (each named after the process
 /// that made it: only those whose process is gone).
-pub fn sweep_trash(ws: &Workspace) {
+pub(crate) fn sweep_trash(ws: &Workspace) {
     let tmp = ws.layout.root().join("tmp");
     let Ok(door) = infra::door::Beneath::open_kept(&tmp) else { return };
     for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
@@ -149,7 +149,7 @@ pub fn planted(ws: &Workspace, id: &AgentId) -> Vec<&'static str> {
 }
 
 /// Puts back what [`planted`] finds; what it put back.
-pub fn put_back(ws: &Workspace, id: &AgentId) -> Result<Vec<&'static str>, GitError> {
+pub(crate) fn put_back(ws: &Workspace, id: &AgentId) -> Result<Vec<&'static str>, GitError> {
     tend(ws, id, true)
 }
 
@@ -176,7 +176,7 @@ fn tend(ws: &Workspace, id: &AgentId, mend: bool) -> Result<Vec<&'static str>, G
 /// Where the agent's git stood at `tip`, with its project branch made to exist:
 /// recreated at the recorded head if it is gone. An agent from before positions were
 /// recorded works on a branch named after it, from `main`.
-pub fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> Result<Position, GitError> {
+pub(crate) fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> Result<Position, GitError> {
     let recorded =
         ws.repo.read_file(tip, agent::GIT)?.and_then(|b| agent::parse_position(&String::from_utf8_lossy(&b)));
     let main = ws.project.branch_tip(MAIN)?;
@@ -202,7 +202,7 @@ pub fn recorded_position(ws: &Workspace, facts: &AgentFacts, tip: CommitId) -> R
 /// data, and the shared branch named `own` (the agent's name) follows the head when
 /// the agent is on it. Another branch of the agent's is not published (only its own
 /// name is a shared branch). Says why when it could not be done.
-pub fn publish(
+pub(crate) fn publish(
     ws: &Workspace,
     exe: &std::path::Path,
     jail: Option<&Jail>,

@@ -11,17 +11,17 @@ use domain::layout::Layout;
 #[derive(Debug, thiserror::Error)]
 #[error("cannot deposit into {path}: {source}")]
 pub struct InboxError {
-    pub path: PathBuf,
-    pub source: std::io::Error,
+    pub(crate) path: PathBuf,
+    pub(crate) source: std::io::Error,
 }
 
 /// One undelivered message.
 #[derive(Debug, Clone)]
-pub struct Pending {
-    pub path: PathBuf,
-    pub number: u32,
-    pub sender: String,
-    pub text: String,
+pub(crate) struct Pending {
+    pub(crate) path: PathBuf,
+    pub(crate) number: u32,
+    pub(crate) sender: String,
+    pub(crate) text: String,
 }
 
 /// In a worker's workspace the deposit goes to `id`'s outbox instead: the worker puts it
@@ -34,7 +34,7 @@ pub fn deposit(layout: &Layout, id: &AgentId, deposit: &Deposit) -> Result<PathB
 
 /// Deposits `text` (a rendered [`Deposit`], as another workspace wrote it) from `from`
 /// into `id`'s inbox.
-pub fn deposit_text(layout: &Layout, id: &AgentId, from: &str, text: &str) -> Result<PathBuf, InboxError> {
+pub(crate) fn deposit_text(layout: &Layout, id: &AgentId, from: &str, text: &str) -> Result<PathBuf, InboxError> {
     deposit_into(&layout.inbox(id), from, text)
 }
 
@@ -73,12 +73,12 @@ fn next_number(dir: &Path) -> u32 {
 }
 
 /// The undelivered messages, oldest first.
-pub fn pending(layout: &Layout, id: &AgentId) -> Result<Vec<Pending>, InboxError> {
+pub(crate) fn pending(layout: &Layout, id: &AgentId) -> Result<Vec<Pending>, InboxError> {
     pending_in(&layout.inbox(id))
 }
 
 /// The messages in inbox (or outbox) directory `dir`, oldest first.
-pub fn pending_in(dir: &Path) -> Result<Vec<Pending>, InboxError> {
+pub(crate) fn pending_in(dir: &Path) -> Result<Vec<Pending>, InboxError> {
     let dir = dir.to_owned();
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(Vec::new());

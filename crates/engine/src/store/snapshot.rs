@@ -65,7 +65,7 @@ impl Loader {
     /// Notes that `commit` is `parent` plus the transcript entries `files` (name,
     /// bytes), so reading `commit` next costs no tree listing. If the last read was not
     /// `parent`, the next read lists the tree as usual.
-    pub fn record(&mut self, parent: CommitId, commit: CommitId, files: &[(&str, &[u8])]) -> Result<()> {
+    pub(crate) fn record(&mut self, parent: CommitId, commit: CommitId, files: &[(&str, &[u8])]) -> Result<()> {
         if self.commit != Some(parent) {
             self.commit = None;
             return Ok(());
@@ -81,7 +81,7 @@ impl Loader {
     }
 
     /// Everything assembly reads at `commit`, under `rules`.
-    pub fn snapshot(
+    pub(crate) fn snapshot(
         &mut self,
         repo: &Repo,
         commit: CommitId,
@@ -152,7 +152,7 @@ impl Loader {
     }
 }
 
-pub fn read_facts(repo: &Repo, commit: CommitId) -> Result<AgentFacts> {
+pub(crate) fn read_facts(repo: &Repo, commit: CommitId) -> Result<AgentFacts> {
     let bytes = repo
         .read_file(commit, agent::FACTS)?
         .ok_or(SnapshotError::NotAgent { commit: commit.to_string(), path: agent::FACTS })?;
@@ -175,7 +175,7 @@ fn static_prefix(pattern: &str) -> &str {
 
 /// The number the next step record of an agent whose records are in `dir` gets (one
 /// past the highest; 1 when there are none).
-pub fn next_step(dir: &std::path::Path) -> u32 {
+pub(crate) fn next_step(dir: &std::path::Path) -> u32 {
     let names = std::fs::read_dir(dir).into_iter().flatten().flatten();
     names
         .filter_map(|e| crate::store::step_record::number_of(&e.file_name().to_string_lossy()))

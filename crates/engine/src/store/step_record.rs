@@ -22,7 +22,7 @@ use domain::id::AgentId;
 use domain::layout::Layout;
 
 /// The file a tool call's record gets when its result pointed the model into the record.
-pub const REFERENCED: &str = "referenced";
+pub(crate) const REFERENCED: &str = "referenced";
 
 /// Records larger than this stay directories.
 const FOLD_AT_MOST: u64 = 1 << 20;
@@ -31,7 +31,7 @@ const FOLD_AT_MOST: u64 = 1 << 20;
 const READ_AT_MOST: u64 = 1 << 30;
 
 /// The step number a name in `steps/<id>/` stands for: `0012` or `0012.json`.
-pub fn number_of(name: &str) -> Option<u32> {
+pub(crate) fn number_of(name: &str) -> Option<u32> {
     let digits = name.strip_suffix(".json").unwrap_or(name);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -40,7 +40,7 @@ pub fn number_of(name: &str) -> Option<u32> {
 }
 
 /// The numbers of the steps on record in `steps_dir`, in order, each once.
-pub fn numbers(steps_dir: &Path) -> Vec<u32> {
+pub(crate) fn numbers(steps_dir: &Path) -> Vec<u32> {
     let mut numbers: Vec<u32> = std::fs::read_dir(steps_dir)
         .into_iter()
         .flatten()
@@ -57,7 +57,7 @@ fn folded_path(dir: &Path) -> PathBuf {
 }
 
 /// One step's record, in either form.
-pub struct StepRecord {
+pub(crate) struct StepRecord {
     dir: PathBuf,
     folded: OnceLock<Option<Folded>>,
 }
@@ -89,7 +89,7 @@ impl StepRecord {
     }
 
     /// The record whose directory form is `dir`, if either form exists.
-    pub fn at(dir: &Path) -> Option<StepRecord> {
+    pub(crate) fn at(dir: &Path) -> Option<StepRecord> {
         let record = StepRecord { dir: dir.to_owned(), folded: OnceLock::new() };
         (record.folded().is_some() || dir.is_dir()).then_some(record)
     }
@@ -114,7 +114,8 @@ impl StepRecord {
     }
 
     /// Whether the record is one file now.
-    pub fn is_folded(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_folded(&self) -> bool {
         self.folded().is_some()
     }
 
@@ -151,7 +152,7 @@ impl StepRecord {
     }
 
     /// Where file `name` of the record is, for messages.
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         match self.folded() {
             Some(_) => folded_path(&self.dir).join(name),
             None => self.dir.join(name),
@@ -161,7 +162,7 @@ impl StepRecord {
 
 /// What folding did with a record.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Folding {
+pub(crate) enum Folding {
     Folded,
     /// Left a directory, and why.
     Kept(&'static str),
@@ -262,7 +263,7 @@ fn collect(
 /// removes. A record that cannot be folded now is left for the next time.
 /// The directories go only once the files holding them are on disk (one `syncfs` for
 /// them all), so a power cut cannot leave a step with neither.
-pub fn fold_finished(steps_dir: &Path, before: u32) -> usize {
+pub(crate) fn fold_finished(steps_dir: &Path, before: u32) -> usize {
     let written: Vec<PathBuf> = numbers(steps_dir)
         .into_iter()
         .filter(|&n| n < before)

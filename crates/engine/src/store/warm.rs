@@ -19,14 +19,14 @@ use crate::store::workspace::Workspace;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Warmed {
     /// Ignored paths copied (each a file or a whole directory).
-    pub paths: usize,
-    pub copied: Copied,
+    pub(crate) paths: usize,
+    pub(crate) copied: Copied,
     /// Files of the directory that took the user's times.
-    pub timed: usize,
+    pub(crate) timed: usize,
 }
 
 /// The paths to copy, and those refused with the reason.
-pub type Selection = (Vec<String>, Vec<(String, &'static str)>);
+pub(crate) type Selection = (Vec<String>, Vec<(String, &'static str)>);
 
 /// Which of `paths` (plain relative paths, [`domain::agent::copy_ignored_problem`])
 /// can be copied from the user's checkout: each must be there, be ignored (listed by
@@ -85,7 +85,7 @@ fn holds_workspace(dir: &std::path::Path) -> bool {
 
 /// The patterns agent `facts` is warmed by: its own, then its role's (read from its
 /// lineage's config now).
-pub fn patterns(ws: &Workspace, facts: &AgentFacts) -> Vec<String> {
+pub(crate) fn patterns(ws: &Workspace, facts: &AgentFacts) -> Vec<String> {
     let mut all = facts.copy_ignored.clone();
     if let Ok((_, config)) = ws.config(&facts.lineage)
         && let Some(role) = config.role(&facts.role)
@@ -98,7 +98,7 @@ pub fn patterns(ws: &Workspace, facts: &AgentFacts) -> Vec<String> {
 /// Makes the scan of `tracked` leave the copied paths out, whatever the directory's
 /// `.gitignore` files say: each path (plain, so it reads as itself) anchored at the
 /// root. Only in a project: elsewhere nothing is copied.
-pub fn keep_out(ws: &Workspace, tracked: &Tracked, paths: &[String]) {
+pub(crate) fn keep_out(ws: &Workspace, tracked: &Tracked, paths: &[String]) {
     if ws.source.is_none() {
         return;
     }
@@ -110,7 +110,7 @@ pub fn keep_out(ws: &Workspace, tracked: &Tracked, paths: &[String]) {
 /// Warms the directory `tracked` (just made, nothing of the agent's run in it yet) from
 /// the user's checkout: `None` when there is nothing to do (not a project, no
 /// patterns).
-pub fn warm(ws: &Workspace, tracked: &Tracked, patterns: &[String]) -> Result<Option<Warmed>, String> {
+pub(crate) fn warm(ws: &Workspace, tracked: &Tracked, patterns: &[String]) -> Result<Option<Warmed>, String> {
     if patterns.is_empty() {
         return Ok(None);
     }

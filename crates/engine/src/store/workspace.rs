@@ -49,17 +49,17 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> WorkspaceError + '_ {
 pub struct Workspace {
     pub layout: Layout,
     pub repo: Repo,
-    pub project: Project,
+    pub(crate) project: Project,
     /// In project mode, the working tree of the user's repository the agents start
     /// from (recorded in `<workspace>/project-source`).
-    pub source: Option<PathBuf>,
+    pub(crate) source: Option<PathBuf>,
 }
 
 /// The file of a project workspace naming the user's repository.
 const SOURCE: &str = "project-source";
 
 /// A config's skills: name → files (path inside the skill, bytes).
-pub type Skills = std::collections::BTreeMap<String, Vec<(String, Vec<u8>)>>;
+pub(crate) type Skills = std::collections::BTreeMap<String, Vec<(String, Vec<u8>)>>;
 
 /// The files of a config tree: (path, bytes).
 pub type ConfigFiles = Vec<(String, Vec<u8>)>;
@@ -227,7 +227,7 @@ impl Workspace {
     }
 
     /// The skills of the config at `at`: name → files (path inside the skill, bytes).
-    pub fn skills(&self, at: CommitId) -> Result<Skills> {
+    pub(crate) fn skills(&self, at: CommitId) -> Result<Skills> {
         let mut skills = Skills::new();
         for (path, oid) in self.repo.list_files(at, "skills")? {
             let Some((name, rel)) = path.strip_prefix("skills/").and_then(|p| p.split_once('/')) else { continue };
@@ -290,7 +290,7 @@ impl Workspace {
 
     /// `edit` applied to `offshoot.toml` at `lineage`'s tip and committed, again on the
     /// new tip if the lineage moved meanwhile.
-    pub fn edit_config_keys(
+    pub(crate) fn edit_config_keys(
         &self,
         lineage: &str,
         message: &str,
@@ -450,7 +450,7 @@ fn roles_from_worker(before: &str, after: &str) -> String {
 }
 
 /// `text` without `key` (dotted); refused when it is not set.
-pub fn unset_key(text: &str, key: &str) -> std::result::Result<String, String> {
+pub(crate) fn unset_key(text: &str, key: &str) -> std::result::Result<String, String> {
     let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| format!("it does not parse as TOML: {e}"))?;
     let path = toml_edit::Key::parse(key).map_err(|e| format!("`{key}` is not a dotted key: {e}"))?;
     let Some((leaf, tables)) = path.split_last() else { return Err("the key is empty".into()) };

@@ -49,7 +49,7 @@ pub enum DoorError {
 
 impl DoorError {
     /// Whether nothing stands at the path.
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         matches!(self, DoorError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
     }
 
@@ -124,7 +124,7 @@ impl Beneath {
 
     /// Opens the regular file at `rel` for reading (non-blocking, so a FIFO swapped
     /// in cannot hold the caller; refused anyway by the check that follows).
-    pub fn open_file(&self, rel: &Path) -> Result<File> {
+    pub(crate) fn open_file(&self, rel: &Path) -> Result<File> {
         self.again(rel, || {
             let fd = self.resolve(rel, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)?;
             let file = File::from(fd);
@@ -215,7 +215,7 @@ impl Beneath {
 
     /// Makes the symbolic link `rel` → `target` (a link the agent's tree holds); what
     /// stands there is replaced unless it is a directory.
-    pub fn symlink(&self, rel: &Path, target: &OsStr) -> Result<()> {
+    pub(crate) fn symlink(&self, rel: &Path, target: &OsStr) -> Result<()> {
         self.again(rel, || {
             let (parent, name) = self.parent_of(rel, Make::Replacing)?;
             let target = CString::new(target.as_bytes()).map_err(|_| DoorError::Escapes(rel.to_owned()))?;
@@ -230,7 +230,7 @@ impl Beneath {
 
     /// Makes a new regular file at `rel` (its directories made; a link on the way, or
     /// anything standing at `rel`, refused) and opens it for writing.
-    pub fn create_new(&self, rel: &Path, mode: u32) -> Result<File> {
+    pub(crate) fn create_new(&self, rel: &Path, mode: u32) -> Result<File> {
         self.again(rel, || {
             let (parent, name) = self.parent_of(rel, Make::Missing)?;
             let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NOCTTY;
@@ -241,7 +241,7 @@ impl Beneath {
     }
 
     /// Makes the directory `rel` and those above it; a link in the way is refused.
-    pub fn create_dir_all(&self, rel: &Path) -> Result<()> {
+    pub(crate) fn create_dir_all(&self, rel: &Path) -> Result<()> {
         self.again(rel, || self.walk_dirs(rel, Make::Missing).map(drop))
     }
 
@@ -532,7 +532,7 @@ mod sys {
     }
 
     #[expect(unsafe_code, reason = "openat2(2) with a C string and an open_how on our stack")]
-    pub fn openat2(
+    pub(crate) fn openat2(
         dir: RawFd,
         path: &CString,
         flags: libc::c_int,
@@ -547,13 +547,13 @@ mod sys {
     }
 
     #[expect(unsafe_code, reason = "openat(2) with a C string")]
-    pub fn open_at(dir: RawFd, path: &CString, flags: libc::c_int, mode: u32) -> std::io::Result<OwnedFd> {
+    pub(crate) fn open_at(dir: RawFd, path: &CString, flags: libc::c_int, mode: u32) -> std::io::Result<OwnedFd> {
         // SAFETY: `path` outlives the call.
         fd_or_error(unsafe { libc::openat(dir, path.as_ptr(), flags | libc::O_CLOEXEC, mode) }.into())
     }
 
     #[expect(unsafe_code, reason = "fstatat(2) into a stat on our stack")]
-    pub fn stat_at(dir: RawFd, name: &CString) -> std::io::Result<libc::stat> {
+    pub(crate) fn stat_at(dir: RawFd, name: &CString) -> std::io::Result<libc::stat> {
         // SAFETY: an all-zero stat is valid; `name` and `st` outlive the call.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         ok(unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) })?;
@@ -561,31 +561,31 @@ mod sys {
     }
 
     #[expect(unsafe_code, reason = "mkdirat(2) with a C string")]
-    pub fn mkdir_at(dir: RawFd, name: &CString, mode: u32) -> std::io::Result<()> {
+    pub(crate) fn mkdir_at(dir: RawFd, name: &CString, mode: u32) -> std::io::Result<()> {
         // SAFETY: `name` outlives the call.
         ok(unsafe { libc::mkdirat(dir, name.as_ptr(), mode) })
     }
 
     #[expect(unsafe_code, reason = "unlinkat(2) with a C string")]
-    pub fn unlink_at(dir: RawFd, name: &CString, flags: libc::c_int) -> std::io::Result<()> {
+    pub(crate) fn unlink_at(dir: RawFd, name: &CString, flags: libc::c_int) -> std::io::Result<()> {
         // SAFETY: `name` outlives the call.
         ok(unsafe { libc::unlinkat(dir, name.as_ptr(), flags) })
     }
 
     #[expect(unsafe_code, reason = "symlinkat(2) with two C strings")]
-    pub fn symlink_at(target: &CString, dir: RawFd, name: &CString) -> std::io::Result<()> {
+    pub(crate) fn symlink_at(target: &CString, dir: RawFd, name: &CString) -> std::io::Result<()> {
         // SAFETY: both strings outlive the call.
         ok(unsafe { libc::symlinkat(target.as_ptr(), dir, name.as_ptr()) })
     }
 
     #[expect(unsafe_code, reason = "syncfs(2) on a descriptor we own")]
-    pub fn syncfs(fd: RawFd) -> std::io::Result<()> {
+    pub(crate) fn syncfs(fd: RawFd) -> std::io::Result<()> {
         // SAFETY: an integer only.
         ok(unsafe { libc::syncfs(fd) })
     }
 
     #[expect(unsafe_code, reason = "fcntl(F_DUPFD_CLOEXEC) on a descriptor we own")]
-    pub fn dup(fd: RawFd) -> std::io::Result<OwnedFd> {
+    pub(crate) fn dup(fd: RawFd) -> std::io::Result<OwnedFd> {
         // SAFETY: integers only.
         fd_or_error(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) }.into())
     }

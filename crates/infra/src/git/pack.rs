@@ -43,7 +43,7 @@ pub struct Packed {
 }
 
 /// The loose objects of the object store `objects`: their ids and file sizes.
-pub fn loose_objects(objects: &Path) -> Vec<(Oid, PathBuf, u64)> {
+pub(crate) fn loose_objects(objects: &Path) -> Vec<(Oid, PathBuf, u64)> {
     let mut found = Vec::new();
     for dir in std::fs::read_dir(objects).into_iter().flatten().flatten() {
         let name = dir.file_name();

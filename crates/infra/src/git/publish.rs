@@ -19,7 +19,7 @@ use git2::{ObjectType, Odb, Oid, Repository};
 pub const ARG: &str = "__git-export";
 
 /// The most an import may bring (beyond it the agent's commit is not published).
-pub const MAX_BYTES: u64 = 2 << 30;
+pub(crate) const MAX_BYTES: u64 = 2 << 30;
 
 fn letter(kind: ObjectType) -> Option<char> {
     match kind {

@@ -55,7 +55,7 @@ static IO_MS: AtomicU64 = AtomicU64::new(0);
 
 /// Bounds how long ssh and https wait to connect and for each read or write (none
 /// until set).
-pub fn set_timeouts(connect: Duration, io: Duration) {
+pub(crate) fn set_timeouts(connect: Duration, io: Duration) {
     CONNECT_MS.store(connect.as_millis().max(1) as u64, Ordering::Relaxed);
     IO_MS.store(io.as_millis().max(1) as u64, Ordering::Relaxed);
 }
@@ -70,7 +70,7 @@ fn bound(ms: &AtomicU64) -> Option<Duration> {
 /// Makes ssh and https reachable: called before every connection (registers once);
 /// why they cannot be, if libgit2 refused them.
 #[expect(unsafe_code, reason = "libgit2's transport registry is a C global without a lock")]
-pub fn register() -> Result<(), String> {
+pub(crate) fn register() -> Result<(), String> {
     static REGISTERED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     REGISTERED
         .get_or_init(|| {
@@ -107,12 +107,12 @@ fn scp_parts(url: &str) -> Option<(&str, &str)> {
 }
 
 /// Whether `url` is scp-like (`[user@]host:path`).
-pub fn is_scp_like(url: &str) -> bool {
+pub(crate) fn is_scp_like(url: &str) -> bool {
     scp_parts(url).is_some()
 }
 
 /// The URL libgit2 is handed for `url`: an scp-like one in a form it finds our ssh by.
-pub fn wire_url(url: &str) -> String {
+pub(crate) fn wire_url(url: &str) -> String {
     match scp_parts(url) {
         Some((host, path)) => format!("{SCP}{host}/{path}"),
         None => url.to_owned(),

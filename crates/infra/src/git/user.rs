@@ -129,7 +129,7 @@ impl UserRepo {
     }
 
     /// The branch its HEAD is on, if any.
-    pub fn current_branch(&self) -> Option<String> {
+    pub(crate) fn current_branch(&self) -> Option<String> {
         let head = self.repo.find_reference("HEAD").ok()?;
         head.symbolic_target().ok().flatten().and_then(|t| t.strip_prefix("refs/heads/")).map(str::to_owned)
     }
@@ -153,7 +153,7 @@ impl UserRepo {
     /// Copies into this repository every object of `commit`'s history that it lacks,
     /// read from `from` (unchanged subtrees are not walked: an object here has all its
     /// own below it).
-    pub fn receive(&self, from: &Repository, commit: Oid) -> Result<usize> {
+    pub(crate) fn receive(&self, from: &Repository, commit: Oid) -> Result<usize> {
         super::copy_missing(from, &self.repo, commit)
     }
 

@@ -61,9 +61,9 @@ pub struct Spec<'a> {
 /// with `args`, then the number of a descriptor it inherits (a copy of `handed`, for
 /// the spawn's length), then `--` and the command.
 pub struct Helper<'a> {
-    pub program: &'a Path,
-    pub args: Vec<OsString>,
-    pub handed: BorrowedFd<'a>,
+    pub(crate) program: &'a Path,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) handed: BorrowedFd<'a>,
 }
 
 /// How much of the output to keep and how long to wait.
@@ -81,7 +81,7 @@ pub struct Limits {
 }
 
 /// Sees a chunk of output; returns whether the child may go on.
-pub type OnOutput<'a> = dyn FnMut(&[u8]) -> bool + 'a;
+pub(crate) type OnOutput<'a> = dyn FnMut(&[u8]) -> bool + 'a;
 
 /// What the running child's output is given to, besides memory.
 #[derive(Default)]
@@ -139,10 +139,10 @@ pub struct Kept {
     pub head: Vec<u8>,
     pub tail: Vec<u8>,
     /// Every byte the stream carried.
-    pub total: u64,
-    pub line_breaks: u64,
+    pub(crate) total: u64,
+    pub(crate) line_breaks: u64,
     /// Bytes written to the record file.
-    pub recorded: u64,
+    pub(crate) recorded: u64,
     head_cap: usize,
     tail_cap: usize,
 }
@@ -170,7 +170,7 @@ impl Kept {
     }
 
     /// Whether head and tail together are the whole stream.
-    pub fn is_whole(&self) -> bool {
+    pub(crate) fn is_whole(&self) -> bool {
         (self.head.len() + self.tail.len()) as u64 == self.total
     }
 }
@@ -183,7 +183,7 @@ pub struct Finished {
     pub stdout: Kept,
     pub stderr: Kept,
     /// A process outside the child's group still held its output open at the end.
-    pub lingering: bool,
+    pub(crate) lingering: bool,
 }
 
 /// Starts `spec` and waits for it, feeding stdin and gathering output as it goes.
@@ -215,7 +215,7 @@ pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessErro
 
 /// A child that serves over its stdin and stdout for as long as it is kept (an MCP
 /// server); dropping it kills its group and reaps it.
-pub struct Served {
+pub(crate) struct Served {
     child: Child,
 }
 
@@ -225,14 +225,14 @@ impl Served {
     }
 
     /// The child's stdin and stdout, once.
-    pub fn pipes(&mut self) -> Option<(OwnedFd, OwnedFd)> {
+    pub(crate) fn pipes(&mut self) -> Option<(OwnedFd, OwnedFd)> {
         let stdin = self.child.stdin.take()?;
         let stdout = self.child.stdout.take()?;
         Some((OwnedFd::from(stdin), OwnedFd::from(stdout)))
     }
 
     /// How the child ended, if it has.
-    pub fn exited(&mut self) -> Option<Exit> {
+    pub(crate) fn exited(&mut self) -> Option<Exit> {
         self.child.try_wait().ok().flatten().map(Exit::of)
     }
 }
@@ -265,13 +265,13 @@ fn dies_with_parent(command: &mut Command) {
 
 /// The most of a served child's stderr its log keeps (the rest is read and dropped, so
 /// a server that never stops writing neither blocks nor fills the disk).
-pub const SERVED_LOG_MAX: u64 = 8 * 1024 * 1024;
+pub(crate) const SERVED_LOG_MAX: u64 = 8 * 1024 * 1024;
 
 /// Starts `spec` with pipes for its stdin and stdout and its stderr appended to `log`
 /// (at most [`SERVED_LOG_MAX`] bytes of it, by a thread that ends with the pipe) or, with
 /// no log, shown on ours (a user's own program speaking to the user: ssh), and leaves it
 /// running.
-pub fn serve(spec: &Spec, log: Option<&Path>) -> Result<Served, ProcessError> {
+pub(crate) fn serve(spec: &Spec, log: Option<&Path>) -> Result<Served, ProcessError> {
     let program = spec.program.display().to_string();
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
     let inherited = spec.sandbox.as_ref().map(|h| inheritable(h.handed)).transpose().map_err(spawn_err)?;
@@ -781,7 +781,7 @@ pub fn await_group(pgid: u32, patience: Duration) {
 
 /// The processes of group `pgid` that are still running (zombies, which only wait
 /// to be reaped, are not counted), read from /proc.
-pub fn group_members(pgid: u32) -> Vec<u32> {
+pub(crate) fn group_members(pgid: u32) -> Vec<u32> {
     let mut members = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };

@@ -81,7 +81,7 @@ pub struct Picture {
 
 impl Picture {
     /// As a `data:` URL (OpenAI's form).
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("data:{};base64,{}", self.media_type, self.data)
     }
 }
@@ -226,7 +226,7 @@ pub enum StreamError {
 }
 
 impl StreamError {
-    pub fn retryable(&self) -> bool {
+    pub(crate) fn retryable(&self) -> bool {
         match self {
             StreamError::Reported { retryable, .. } => *retryable,
             StreamError::Malformed(_) => false,
@@ -261,7 +261,7 @@ impl Protocol {
 /// An encoded HTTP request body plus the protocol-specific path and headers.
 pub struct WireRequest {
     pub path: &'static str,
-    pub headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
@@ -271,7 +271,7 @@ pub fn digest(body: &[u8]) -> String {
 }
 
 /// Parses a tool call's argument text, keeping non-JSON text as a JSON string.
-pub fn parse_arguments(raw: &str) -> Value {
+pub(crate) fn parse_arguments(raw: &str) -> Value {
     if raw.trim().is_empty() {
         return Value::Object(Default::default());
     }
@@ -279,7 +279,7 @@ pub fn parse_arguments(raw: &str) -> Value {
 }
 
 /// The argument text to send back for a tool call's input.
-pub fn arguments_text(input: &Value) -> String {
+pub(crate) fn arguments_text(input: &Value) -> String {
     match input {
         Value::String(raw) => raw.clone(),
         other => other.to_string(),

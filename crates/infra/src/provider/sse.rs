@@ -9,7 +9,7 @@ pub struct Event {
 
 /// Incremental parser; feed it bytes as they arrive.
 #[derive(Debug, Default)]
-pub struct Parser {
+pub(crate) struct Parser {
     line: Vec<u8>,
     current: Event,
     has_data: bool,

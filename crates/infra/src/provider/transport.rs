@@ -28,12 +28,12 @@ pub struct HttpSettings {
 pub struct AttemptRecord {
     pub attempt: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<u16>,
+    pub(crate) status: Option<u16>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
-    pub millis: u64,
+    pub(crate) millis: u64,
 }
 
 /// Receives everything a call produces as it happens.

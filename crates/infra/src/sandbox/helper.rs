@@ -22,7 +22,7 @@ use super::seccomp;
 /// The first argument that makes `offshoot` the sandbox helper.
 pub const ARG: &str = "__sandbox";
 /// The helper's argument that asks what this machine supports.
-pub const PROBE: &str = "--probe";
+pub(crate) const PROBE: &str = "--probe";
 
 /// What the helper was asked to do.
 #[derive(Debug, Default, PartialEq)]

@@ -10,7 +10,7 @@
 
 pub mod helper;
 mod landlock;
-pub mod seccomp;
+pub(crate) mod seccomp;
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, OwnedFd};
@@ -67,7 +67,7 @@ pub struct Support {
     /// User, PID, IPC, mount and network namespaces; else why not.
     pub namespaces: Result<(), String>,
     /// A process limit inside a PID namespace (`pid_max` per namespace, Linux 6.14).
-    pub process_limit: bool,
+    pub(crate) process_limit: bool,
     /// Every mount made read-only but the writable places (`mount_setattr`, 5.12).
     pub read_only: bool,
 }

@@ -11,7 +11,7 @@
 /// `struct sock_filter`: one classic BPF instruction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
-pub struct Instruction {
+pub(crate) struct Instruction {
     code: u16,
     jt: u8,
     jf: u8,
@@ -54,7 +54,7 @@ fn nr(call: libc::c_long) -> u32 {
 
 /// The filter for a command with `network` or without it; `own_network`: it runs in
 /// a network namespace of its own (then IP and netlink sockets stay inside it).
-pub fn filter(network: bool, own_network: bool) -> Vec<Instruction> {
+pub(crate) fn filter(network: bool, own_network: bool) -> Vec<Instruction> {
     let denied = RET_ERRNO | libc::EACCES as u32;
     let mut p = vec![op(LD_W_ABS, ARCH), jump_if(NATIVE, 1, 0), op(RET_K, RET_KILL_PROCESS), op(LD_W_ABS, NR)];
     if cfg!(target_arch = "x86_64") {
@@ -84,7 +84,7 @@ pub fn filter(network: bool, own_network: bool) -> Vec<Instruction> {
 /// Installs `program` on the calling thread (after `PR_SET_NO_NEW_PRIVS`); for the
 /// sandbox helper, just before it execs the command.
 #[expect(unsafe_code, reason = "seccomp(2) reads the program through a pointer valid for the call")]
-pub fn install(program: &[Instruction]) -> std::io::Result<()> {
+pub(crate) fn install(program: &[Instruction]) -> std::io::Result<()> {
     #[repr(C)]
     struct Fprog {
         len: u16,

@@ -70,7 +70,7 @@ pub(super) const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 
 /// Bytes of each output stream a command's record keeps (64 MiB): enough for any
 /// log worth reading, and a bound on what `yes` can do to the disk.
-pub const RECORD_MAX_BYTES: u64 = 64 << 20;
+pub(crate) const RECORD_MAX_BYTES: u64 = 64 << 20;
 
 /// A call's record directory, and the same path as the model is told it.
 #[derive(Debug, Clone)]

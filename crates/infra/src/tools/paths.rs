@@ -9,8 +9,8 @@ use std::path::{Component, Path, PathBuf};
 /// A place and what it is called when a refusal names it.
 #[derive(Debug, Clone)]
 pub struct Place {
-    pub path: PathBuf,
-    pub what: String,
+    pub(crate) path: PathBuf,
+    pub(crate) what: String,
 }
 
 impl Place {
@@ -57,7 +57,7 @@ impl PathPolicy {
 
     /// Whether an already resolved path may be read (for walks that do not follow
     /// symlinks).
-    pub fn may_read(&self, resolved: &Path) -> bool {
+    pub(crate) fn may_read(&self, resolved: &Path) -> bool {
         if is_process_files(resolved) {
             return false;
         }

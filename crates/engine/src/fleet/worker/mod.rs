@@ -116,17 +116,17 @@ pub enum Event {
 /// What a worker did, counted.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Tally {
-    pub rounds: u64,
+    pub(crate) rounds: u64,
     pub claimed: u64,
     pub took_over: u64,
     pub lost: u64,
-    pub released: u64,
+    pub(crate) released: u64,
     pub steps_pushed: u64,
     /// Claims another worker moved first, and pushes refused because a ref had moved.
     pub conflicts: u64,
     pub delivered: u64,
     pub sent: u64,
-    pub stopped: u64,
+    pub(crate) stopped: u64,
 }
 
 /// An agent's tip and `replied` mark, as last looked at.

@@ -17,7 +17,7 @@ use crate::store::workspace::Workspace;
 const DOT_GIT: &str = ".git";
 
 /// Watches one agent's directory for changes to what belongs to the harness.
-pub struct Guard {
+pub(crate) struct Guard {
     watch: Option<Watch>,
     /// Paths touched and not yet checked.
     pending: BTreeSet<String>,
@@ -35,7 +35,7 @@ impl Guard {
 
     /// Notes files the driver writes itself (and their directories), whose events
     /// are not the agent's doing.
-    pub fn expect<'p>(&mut self, paths: impl IntoIterator<Item = &'p str>) {
+    pub(crate) fn expect<'p>(&mut self, paths: impl IntoIterator<Item = &'p str>) {
         for path in paths {
             let mut at = path;
             self.expected.insert(at.to_owned());
@@ -55,14 +55,14 @@ impl Guard {
 
     /// Before a call runs: the driver's own writes since the last check are seen
     /// and set aside (anything else stays pending).
-    pub fn before_call(&mut self) {
+    pub(crate) fn before_call(&mut self) {
         self.absorb();
         self.expected.clear();
     }
 
     /// After a call: puts back, as `tip` has them, the harness's files the call
     /// changed, and the directory's `.git`. Returns what was put back.
-    pub fn after_call(
+    pub(crate) fn after_call(
         &mut self,
         ws: &Workspace,
         id: &AgentId,
@@ -111,7 +111,7 @@ impl Guard {
 }
 
 /// What the model is told when the guard put something back.
-pub fn note(restored: &[Restored]) -> String {
+pub(crate) fn note(restored: &[Restored]) -> String {
     const SHOWN: usize = 10;
     let mut parts: Vec<String> = restored
         .iter()
@@ -139,7 +139,7 @@ pub fn note(restored: &[Restored]) -> String {
 /// those: inotify on the whole tree but `.offshoot/` and `.git`. The first scan of a
 /// driver, one after lost events or a directory moved, and every scan where inotify
 /// cannot watch the tree (the user's watch limit, no inotify) look at everything.
-pub struct WorkWatch {
+pub(crate) struct WorkWatch {
     watch: Option<Watch>,
     pending: BTreeSet<String>,
     /// The next scan must look at everything.
@@ -150,7 +150,7 @@ pub struct WorkWatch {
 }
 
 /// What the next scan must look at.
-pub enum Due {
+pub(crate) enum Due {
     Everything,
     Paths(Vec<String>),
 }
@@ -179,7 +179,7 @@ impl WorkWatch {
     /// The scan `due` asked for was committed: nothing is pending. After a whole scan
     /// that was due to lost track, the tree is watched afresh (not after the first one:
     /// the watch made at start has not lost anything).
-    pub fn scanned(&mut self) {
+    pub(crate) fn scanned(&mut self) {
         if std::mem::take(&mut self.lost)
             && let Some(watch) = self.watch.as_mut()
             && watch.rewatch().is_err()

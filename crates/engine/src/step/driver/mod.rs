@@ -40,7 +40,7 @@ use crate::store::workspace::Workspace;
 mod delivery;
 mod ending;
 mod error;
-pub mod guard;
+pub(crate) mod guard;
 mod landing;
 mod mcp;
 mod model_call;

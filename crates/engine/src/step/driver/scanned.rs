@@ -5,28 +5,28 @@
 use infra::git::{Skipped, Staged, Why};
 
 /// What a scan of the directory found and did, for the commit after a call.
-pub struct Scanned {
+pub(crate) struct Scanned {
     /// `None` when the directory could not be scanned (said in `unchecked`).
-    pub staged: Option<Staged>,
+    pub(crate) staged: Option<Staged>,
     /// Rule files removed: not regular files.
-    pub cleared: Vec<String>,
+    pub(crate) cleared: Vec<String>,
     /// `max_commit_file_bytes`.
-    pub limit: u64,
+    pub(crate) limit: u64,
     /// What of the agent's git directory was put back (its config, its hooks).
-    pub put_back: Vec<&'static str>,
+    pub(crate) put_back: Vec<&'static str>,
     /// `.offshoot/git` for where the agent's git stands now, if that moved.
-    pub moved: Option<String>,
+    pub(crate) moved: Option<String>,
     /// Why its git could not be published, if it could not.
-    pub unpublished: Option<String>,
+    pub(crate) unpublished: Option<String>,
     /// What could not be checked, and why.
-    pub unchecked: Vec<String>,
+    pub(crate) unchecked: Vec<String>,
 }
 
 impl Scanned {
     /// What the model is told of it: work that stayed out of its history (rule files
     /// that were not files, removed; files over the size limit, left on disk), its
     /// git's config or hooks put back, and its git left unpublished.
-    pub fn note(&self) -> String {
+    pub(crate) fn note(&self) -> String {
         let mut note = left_out_note(&self.cleared, self.staged.as_ref().map_or(&[], |s| &s.skipped), self.limit);
         if !self.put_back.is_empty() {
             note.push_str(&format!(

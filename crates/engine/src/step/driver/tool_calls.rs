@@ -130,8 +130,7 @@ impl Driver<'_> {
         let (commands, paths) = self.commands(config_commit, &config)?;
         let facts = self.facts.clone();
         let mcp = self.mcp.clone();
-        let agent =
-            AgentContext { runtime: self.runtime, facts: &facts, config: &config, config_commit, mcp: Some(&mcp) };
+        let agent = AgentContext { runtime: self.runtime, facts: &facts, config_commit, mcp: Some(&mcp) };
         let read_only = |c: &toolcall::Call<'_>| {
             (grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only()))
                 || mcp.read_only(c.name)

@@ -37,31 +37,31 @@ use crate::Env;
 #[derive(Clone)]
 pub struct Place {
     /// The tool environment (keys withheld).
-    pub env: Vec<(String, String)>,
-    pub sandbox: Option<Arc<Jail>>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) sandbox: Option<Arc<Jail>>,
     /// The agent's directory: where a server runs unless its `cwd` says otherwise.
-    pub root: PathBuf,
+    pub(crate) root: PathBuf,
     /// Where the servers' stderr goes (see [`logs`]).
-    pub logs: PathBuf,
+    pub(crate) logs: PathBuf,
     /// Where each server's last start is noted (`<workspace>/mcp/`, for `mcp list`).
-    pub states: PathBuf,
+    pub(crate) states: PathBuf,
     /// The agent, as the notes name it.
-    pub agent: String,
+    pub(crate) agent: String,
     /// The variables the cli read: bearer tokens come from here.
-    pub vars: Env,
-    pub redactor: Option<Arc<Redactor>>,
+    pub(crate) vars: Env,
+    pub(crate) redactor: Option<Arc<Redactor>>,
 }
 
 /// What the tree's records should become: files to write and to remove, and what to
 /// tell the user.
 #[derive(Debug, Default)]
-pub struct Refresh {
-    pub write: Vec<(String, Vec<u8>)>,
-    pub remove: Vec<String>,
+pub(crate) struct Refresh {
+    pub(crate) write: Vec<(String, Vec<u8>)>,
+    pub(crate) remove: Vec<String>,
     /// What changed, for the commit's message.
-    pub said: Vec<String>,
+    pub(crate) said: Vec<String>,
     /// Servers that could not be started, in words.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl Refresh {
@@ -80,7 +80,7 @@ struct Listing {
 
 /// One driver's servers.
 #[derive(Default)]
-pub struct Servers {
+pub(crate) struct Servers {
     client: OnceLock<Result<Client, String>>,
     /// The servers the role uses, under the config last configured.
     chosen: BTreeMap<String, McpServer>,
@@ -107,13 +107,13 @@ pub struct Servers {
 
 impl Servers {
     /// Whether nothing of MCP concerns this driver: no server chosen, none recorded.
-    pub fn idle(&self) -> bool {
+    pub(crate) fn idle(&self) -> bool {
         self.chosen.is_empty() && self.offered.is_empty()
     }
 
     /// Takes the role's servers under a config (those whose settings changed are
     /// stopped, to start again as they now say).
-    pub fn configure(&mut self, chosen: BTreeMap<String, McpServer>, place: Place) {
+    pub(crate) fn configure(&mut self, chosen: BTreeMap<String, McpServer>, place: Place) {
         let changed: Vec<String> = self
             .chosen
             .iter()
@@ -140,7 +140,7 @@ impl Servers {
     /// started to list its tools; a list a server gave since the last record replaces
     /// it when it differs; the record of a server no longer chosen goes. `go_on` says
     /// whether to keep waiting for a server (false once the user interrupts).
-    pub fn refresh(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, String> {
+    pub(crate) fn refresh(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, String> {
         let trees = (
             repo.entry_id(tip, mcp::DIR).map_err(|e| e.to_string())?,
             repo.entry_id(tip, domain::agent::TOOLS).map_err(|e| e.to_string())?,
@@ -264,25 +264,25 @@ impl Servers {
     }
 
     /// The tool the model calls `name`, if one of the servers offers it.
-    pub fn offers(&self, name: &str) -> Option<&Offered> {
+    pub(crate) fn offers(&self, name: &str) -> Option<&Offered> {
         self.offered.get(name).map(|(_, t)| t)
     }
 
     /// Whether a call of `name` only reads (the server says so).
-    pub fn read_only(&self, name: &str) -> bool {
+    pub(crate) fn read_only(&self, name: &str) -> bool {
         self.offers(name).is_some_and(|t| t.read_only)
     }
 
     /// Whether a call of `name` may change the agent's directory: a stdio server runs
     /// in it, unless the tool says it only reads.
-    pub fn writes(&self, name: &str) -> bool {
+    pub(crate) fn writes(&self, name: &str) -> bool {
         self.offered
             .get(name)
             .is_some_and(|(server, t)| !t.read_only && self.chosen.get(server).is_some_and(|s| s.url.is_none()))
     }
 
     /// The processes of the servers running now (the driver's children to keep).
-    pub fn pids(&self) -> Vec<u32> {
+    pub(crate) fn pids(&self) -> Vec<u32> {
         self.live.lock().map(|l| l.values().filter_map(|s| s.pid()).collect()).unwrap_or_default()
     }
 
@@ -376,7 +376,7 @@ impl Servers {
     }
 
     /// `value` with the secret values the tool environment hides hidden (for records).
-    pub fn redacted(&self, value: &Value) -> Value {
+    pub(crate) fn redacted(&self, value: &Value) -> Value {
         let Some(redactor) = self.place.as_ref().and_then(|p| p.redactor.as_ref()) else { return value.clone() };
         let text = redactor.redact(&value.to_string());
         serde_json::from_str(&text).unwrap_or(Value::String(text))
@@ -506,7 +506,7 @@ impl Servers {
     }
 
     /// Stops every server.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Ok(mut live) = self.live.lock() {
             live.clear();
         }

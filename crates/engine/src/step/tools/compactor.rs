@@ -15,8 +15,8 @@ use infra::tools::{self, ToolError, ToolOutput, str_arg};
 use super::{AgentContext, Handler, ToolContext};
 use crate::store::workspace::Workspace;
 
-pub struct WriteSummary;
-pub struct MarkForDeletion;
+pub(crate) struct WriteSummary;
+pub(crate) struct MarkForDeletion;
 
 /// The compactor's fork point (what it inherited), and its workspace.
 fn inherited(cx: &ToolContext, tool: &str) -> Result<(Workspace, CommitId), ToolError> {
@@ -25,7 +25,7 @@ fn inherited(cx: &ToolContext, tool: &str) -> Result<(Workspace, CommitId), Tool
             ToolError::ToModel(format!("`{tool}` is a compactor's tool; it runs only in a compaction"))
         })?;
     let fatal = |e: &dyn std::fmt::Display| ToolError::Fatal(format!("cannot read what the compactor inherited: {e}"));
-    let ws = Workspace::open(agent.runtime.layout().root()).map_err(|e| fatal(&e))?;
+    let ws = agent.workspace().map_err(|e| fatal(&e))?;
     let fork = agent.facts.forked_from.as_deref().and_then(|f| CommitId::from_str(f).ok());
     let fork = fork.ok_or_else(|| fatal(&"it has no fork point"))?;
     Ok((ws, fork))

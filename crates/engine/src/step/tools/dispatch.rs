@@ -10,9 +10,8 @@ use super::{Handler, ToolContext};
 use crate::agents::lifecycle;
 use crate::agents::{self, Child};
 use crate::random_u32;
-use crate::store::workspace::Workspace;
 
-pub struct Dispatch;
+pub(crate) struct Dispatch;
 
 impl Handler for Dispatch {
     fn name(&self) -> &'static str {
@@ -30,7 +29,7 @@ impl Handler for Dispatch {
             ));
         };
         let refused = |e: &dyn std::fmt::Display| ToolError::ToModel(format!("no child was started: {e}"));
-        let ws = Workspace::open(agent.runtime.layout().root()).map_err(|e| refused(&e))?;
+        let ws = agent.workspace().map_err(|e| refused(&e))?;
         let parent = AgentId::parse(&agent.facts.id).map_err(|e| refused(&e))?;
         let child = Child {
             role,

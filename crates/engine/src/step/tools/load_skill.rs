@@ -7,9 +7,8 @@ use domain::agent;
 use infra::tools::{self, ToolError, ToolOutput, str_arg};
 
 use super::{Handler, ToolContext};
-use crate::store::workspace::Workspace;
 
-pub struct LoadSkill;
+pub(crate) struct LoadSkill;
 
 impl Handler for LoadSkill {
     fn name(&self) -> &'static str {
@@ -25,7 +24,7 @@ impl Handler for LoadSkill {
             ));
         };
         let fatal = |e: &dyn std::fmt::Display| ToolError::Fatal(format!("cannot read the config's skills: {e}"));
-        let ws = Workspace::open(agent.runtime.layout().root()).map_err(|e| fatal(&e))?;
+        let ws = agent.workspace().map_err(|e| fatal(&e))?;
         let skills = ws.skills(agent.config_commit).map_err(|e| fatal(&e))?;
         let known: Vec<&str> = skills.keys().map(String::as_str).collect();
         let Some(files) = skills.get(name).filter(|_| !name.contains('/') && !name.contains("..")) else {

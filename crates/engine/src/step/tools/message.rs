@@ -12,7 +12,6 @@ use crate::agents::budget;
 use crate::agents::lifecycle::{self, STOPPED};
 use crate::agents::runtime::Woken;
 use crate::store::inbox;
-use crate::store::workspace::Workspace;
 use domain::inbox::Deposit;
 use infra::time::Timestamp;
 
@@ -34,7 +33,7 @@ impl Handler for Message {
             return Err(ToolError::ToModel("`content` is empty; nothing was sent".into()));
         }
         let not_sent = |e: &dyn std::fmt::Display| ToolError::ToModel(format!("nothing was sent: {e}"));
-        let ws = Workspace::open(agent.runtime.layout().root()).map_err(|e| not_sent(&e))?;
+        let ws = agent.workspace().map_err(|e| not_sent(&e))?;
         let recipient = agents::resolve(&ws, to).map_err(|e| not_sent(&e))?;
         let sender = AgentId::parse(&agent.facts.id).map_err(|e| not_sent(&e))?;
         // Agents talk within the tree of one prompt, never to another's.

@@ -12,13 +12,13 @@ mod message;
 use serde_json::Value;
 
 use domain::agent::AgentFacts;
-use domain::config::Config;
 use domain::grant::{self, Holder, Runs, Tool};
 use infra::git::CommitId;
 use infra::provider::ToolSpec;
 use infra::tools::{self, Builtin, ToolEnv, ToolError, ToolOutput};
 
 use crate::agents::runtime::Runtime;
+use crate::store::workspace::{Workspace, WorkspaceError};
 
 /// Everything a call may use.
 pub struct ToolContext<'a> {
@@ -32,15 +32,22 @@ pub struct ToolContext<'a> {
     pub key: Option<String>,
 }
 
-/// The agent a call belongs to, and the config of its step.
+/// The agent a call belongs to, and the config commit of its step.
 #[derive(Clone, Copy)]
 pub struct AgentContext<'a> {
-    pub runtime: &'a Runtime,
-    pub facts: &'a AgentFacts,
-    pub config: &'a Config,
-    pub config_commit: CommitId,
+    pub(crate) runtime: &'a Runtime,
+    pub(crate) facts: &'a AgentFacts,
+    pub(crate) config_commit: CommitId,
     /// The agent's MCP servers (its driver's), whose tools are called through them.
-    pub mcp: Option<&'a crate::step::mcp::Servers>,
+    pub(crate) mcp: Option<&'a crate::step::mcp::Servers>,
+}
+
+impl AgentContext<'_> {
+    /// The agent's workspace, opened for this call (a repository handle is not shared
+    /// between threads, and calls that only read run side by side).
+    pub(crate) fn workspace(&self) -> Result<Workspace, WorkspaceError> {
+        Workspace::open(self.runtime.layout().root())
+    }
 }
 
 /// One tool's implementation; what it is (spec, how its calls may run) comes from its
