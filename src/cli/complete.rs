@@ -12,7 +12,7 @@ use engine::store::workspace::Workspace;
 use super::Ctx;
 
 /// The completer of every argument that names an agent (id or name).
-pub fn agents_completer() -> ArgValueCandidates {
+pub(crate) fn agents_completer() -> ArgValueCandidates {
     ArgValueCandidates::new(agent_candidates)
 }
 
@@ -51,7 +51,7 @@ fn workspace_in_words() -> Option<PathBuf> {
 
 /// The script that registers dynamic completion for `shell` (what `COMPLETE=<shell>
 /// offshoot` prints).
-pub fn registration(shell: &str, buf: &mut dyn std::io::Write) -> std::io::Result<()> {
+pub(crate) fn registration(shell: &str, buf: &mut dyn std::io::Write) -> std::io::Result<()> {
     let shells = clap_complete::env::Shells::builtins();
     let Some(completer) = shells.completer(shell) else {
         return Err(std::io::Error::other(format!("no dynamic completion for `{shell}`")));
@@ -63,6 +63,6 @@ pub fn registration(shell: &str, buf: &mut dyn std::io::Write) -> std::io::Resul
 
 /// Answers a completion request when the shell made this call (`COMPLETE` is set), and
 /// exits; returns at once otherwise.
-pub fn answer_if_asked() {
+pub(crate) fn answer_if_asked() {
     clap_complete::CompleteEnv::with_factory(<super::Cli as clap::CommandFactory>::command).complete();
 }

@@ -15,32 +15,32 @@ use infra::git::{Discovered, UserRepo};
 use super::error::CliError;
 use super::out::Out;
 
-pub struct Ctx {
-    pub env: Env,
-    pub out: Out,
+pub(crate) struct Ctx {
+    pub(crate) env: Env,
+    pub(crate) out: Out,
     /// Where workspaces live (`OFFSHOOT_HOME`, else `$XDG_DATA_HOME/offshoot`).
-    pub data_root: PathBuf,
+    pub(crate) data_root: PathBuf,
     /// Where user config and templates live (`OFFSHOOT_HOME`, else `$XDG_CONFIG_HOME/offshoot`).
-    pub config_root: PathBuf,
+    pub(crate) config_root: PathBuf,
     workspace: Option<PathBuf>,
     /// This binary, for the drivers the runtime launches.
-    pub exe: PathBuf,
+    pub(crate) exe: PathBuf,
     /// Stop requests (Ctrl-C, SIGTERM) for a driver this command runs.
-    pub interrupt: Interrupt,
+    pub(crate) interrupt: Interrupt,
     /// The agent this command drives, once known (for what a signal prints).
-    pub driving: Arc<OnceLock<String>>,
+    pub(crate) driving: Arc<OnceLock<String>>,
 }
 
 /// `path` made absolute and real, once, as the CLI takes it: a workspace's paths reach
 /// agents (`.git`'s `gitdir:`, `TMPDIR`), who run elsewhere, and are compared with the
 /// real paths an agent's file tools resolve (a link or `..` in `-w` would miss).
-pub fn real(path: PathBuf) -> PathBuf {
+pub(crate) fn real(path: PathBuf) -> PathBuf {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     infra::tools::resolve(&cwd, path)
 }
 
 impl Ctx {
-    pub fn from_env(workspace: Option<PathBuf>, json: bool) -> Ctx {
+    pub(crate) fn from_env(workspace: Option<PathBuf>, json: bool) -> Ctx {
         let env = Env::new(std::env::vars());
         // The user's own programs a remote is reached through (ssh, credential helpers),
         // without the model providers' keys, which none of them needs.
@@ -74,21 +74,21 @@ impl Ctx {
         }
     }
 
-    pub fn default_workspace(&self) -> PathBuf {
+    pub(crate) fn default_workspace(&self) -> PathBuf {
         self.data_root.join("workspaces").join("default")
     }
 
-    pub fn workspace_path(&self) -> PathBuf {
+    pub(crate) fn workspace_path(&self) -> PathBuf {
         self.workspace.clone().unwrap_or_else(|| self.default_workspace())
     }
 
-    pub fn explicit_workspace(&self) -> Option<&PathBuf> {
+    pub(crate) fn explicit_workspace(&self) -> Option<&PathBuf> {
         self.workspace.as_ref()
     }
 
     /// The agent `named` (an id or a name), or else the one whose directory the current
     /// directory is in.
-    pub fn agent_named(&self, ws: &Workspace, named: Option<&str>) -> Result<AgentId, CliError> {
+    pub(crate) fn agent_named(&self, ws: &Workspace, named: Option<&str>) -> Result<AgentId, CliError> {
         if let Some(named) = named {
             return Ok(engine::agents::resolve(ws, named)?);
         }
@@ -109,7 +109,7 @@ impl Ctx {
 
     /// Says there is no workspace here yet (for `ls` and `tree`, which make nothing), and
     /// where the demo's agents are if one ran.
-    pub fn no_workspace(&self) {
+    pub(crate) fn no_workspace(&self) {
         let at = self.unmade_workspace().unwrap_or_else(|_| self.default_workspace());
         self.out.progress(&format!("· no workspace at {} yet: no agents", at.display()));
         if let Some(demo) = self.latest_demo(&at) {
@@ -134,7 +134,7 @@ impl Ctx {
 
     /// Says there are no agents in `ws`, and where the demo's are when one ran (its
     /// workspace is its own, made under the data root).
-    pub fn no_agents(&self, ws: &Workspace) {
+    pub(crate) fn no_agents(&self, ws: &Workspace) {
         let line = match self.latest_demo(ws.layout.root()) {
             Some(demo) => format!(
                 "· no agents yet in {}; the demo's are in its own workspace: `export OFFSHOOT_WORKSPACE={}`",
@@ -148,13 +148,13 @@ impl Ctx {
 
     /// The config a new workspace starts with: embedded defaults, overridden by
     /// files in `<config-root>/template/`.
-    pub fn template(&self) -> Result<ConfigFiles, CliError> {
+    pub(crate) fn template(&self) -> Result<ConfigFiles, CliError> {
         Ok(workspace::template_files(Some(&self.config_root.join("template")))?)
     }
 
     /// The template's `offshoot.toml`: this user's providers, MCP servers and sandbox,
     /// which a replayed bundle's configs and a worker's remote configs run with.
-    pub fn template_config(&self) -> Result<String, CliError> {
+    pub(crate) fn template_config(&self) -> Result<String, CliError> {
         let template = self.template()?;
         Ok(template
             .iter()
@@ -164,7 +164,7 @@ impl Ctx {
     }
 
     /// The agent runtime of `ws`: deposits, wake-ups, launches and stops.
-    pub fn runtime(&self, ws: &Workspace) -> Runtime {
+    pub(crate) fn runtime(&self, ws: &Workspace) -> Runtime {
         Runtime::new(ws.layout.clone(), self.exe.clone(), self.env.clone(), self.interrupt.clone())
             .hiding_workspaces(self.data_root.join("workspaces"))
     }
@@ -173,7 +173,7 @@ impl Ctx {
     /// `config set`): `-w`'s, the one the current directory is in (an agent's directory
     /// included), the project's inside a repository, else the default one — the last two
     /// made on first use.
-    pub fn workspace_making(&self) -> Result<Workspace, CliError> {
+    pub(crate) fn workspace_making(&self) -> Result<Workspace, CliError> {
         if let Some(ws) = self.selected()? {
             return Ok(ws);
         }
@@ -189,7 +189,7 @@ impl Ctx {
 
     /// Opens the workspace as [`Ctx::workspace_making`] selects it, for every other verb:
     /// one that does not exist yet is said, never made.
-    pub fn workspace(&self) -> Result<Workspace, CliError> {
+    pub(crate) fn workspace(&self) -> Result<Workspace, CliError> {
         match self.existing_workspace()? {
             Some(ws) => Ok(ws),
             None => {
@@ -200,7 +200,7 @@ impl Ctx {
     }
 
     /// The workspace as [`Ctx::workspace_making`] selects it, if it exists.
-    pub fn existing_workspace(&self) -> Result<Option<Workspace>, CliError> {
+    pub(crate) fn existing_workspace(&self) -> Result<Option<Workspace>, CliError> {
         if let Some(ws) = self.selected()? {
             return Ok(Some(ws));
         }
@@ -212,7 +212,7 @@ impl Ctx {
     }
 
     /// Where the workspace would be when neither `-w` nor the current directory names one.
-    pub fn unmade_workspace(&self) -> Result<PathBuf, CliError> {
+    pub(crate) fn unmade_workspace(&self) -> Result<PathBuf, CliError> {
         Ok(match self.project_here()? {
             Some(user) => self.project_workspace(user.root()),
             None => self.default_workspace(),
@@ -249,21 +249,21 @@ impl Ctx {
     }
 
     /// The repository holding the current directory, if any; a bare one is refused.
-    pub fn project_here(&self) -> Result<Option<UserRepo>, CliError> {
+    pub(crate) fn project_here(&self) -> Result<Option<UserRepo>, CliError> {
         let cwd = std::env::current_dir()
             .map_err(|e| CliError::runtime(format!("cannot read the current directory: {e}")))?;
         project_at(&cwd, &self.git_ceilings())
     }
 
     /// `GIT_CEILING_DIRECTORIES`, honoured as git does when looking for the project.
-    pub fn git_ceilings(&self) -> Vec<PathBuf> {
+    pub(crate) fn git_ceilings(&self) -> Vec<PathBuf> {
         let list = self.env.get("GIT_CEILING_DIRECTORIES").unwrap_or_default();
         list.split(':').filter(|p| !p.is_empty()).map(PathBuf::from).collect()
     }
 
     /// `<data-root>/workspaces/<dir name>-<hash of the path>`: the workspace of the
     /// project whose working tree is `root`.
-    pub fn project_workspace(&self, root: &Path) -> PathBuf {
+    pub(crate) fn project_workspace(&self, root: &Path) -> PathBuf {
         let name = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "project".into());
         let name: String =
             name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
@@ -273,7 +273,7 @@ impl Ctx {
     }
 
     /// Where a git identity may be set for the user (`~/.gitconfig`, then the XDG one).
-    pub fn git_config_files(&self) -> Vec<PathBuf> {
+    pub(crate) fn git_config_files(&self) -> Vec<PathBuf> {
         let home = self.env.get("HOME").map(PathBuf::from);
         let xdg =
             self.env.get("XDG_CONFIG_HOME").map(PathBuf::from).or_else(|| home.as_ref().map(|h| h.join(".config")));
@@ -289,7 +289,7 @@ impl Ctx {
 }
 
 /// The repository whose working tree holds `dir`, if any; a bare one is refused.
-pub fn project_at(dir: &Path, ceilings: &[PathBuf]) -> Result<Option<UserRepo>, CliError> {
+pub(crate) fn project_at(dir: &Path, ceilings: &[PathBuf]) -> Result<Option<UserRepo>, CliError> {
     match infra::git::discover(dir, ceilings).map_err(|e| CliError::runtime(e.to_string()))? {
         Discovered::Repo(user) => Ok(Some(user)),
         Discovered::Bare(path) => Err(CliError::usage(format!(

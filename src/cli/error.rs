@@ -14,7 +14,7 @@ use infra::provider::StreamError;
 use infra::provider::transport::CallError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Bad input: usage or validation (exit 2).
     Usage,
     /// The world failed us (exit 1).
@@ -24,27 +24,27 @@ pub enum Kind {
 }
 
 #[derive(Debug)]
-pub struct CliError {
-    pub kind: Kind,
-    pub message: String,
-    pub hints: Vec<String>,
+pub(crate) struct CliError {
+    pub(crate) kind: Kind,
+    pub(crate) message: String,
+    pub(crate) hints: Vec<String>,
 }
 
 impl CliError {
-    pub fn usage(message: impl Into<String>) -> CliError {
+    pub(crate) fn usage(message: impl Into<String>) -> CliError {
         CliError { kind: Kind::Usage, message: message.into(), hints: Vec::new() }
     }
 
-    pub fn runtime(message: impl Into<String>) -> CliError {
+    pub(crate) fn runtime(message: impl Into<String>) -> CliError {
         CliError { kind: Kind::Runtime, message: message.into(), hints: Vec::new() }
     }
 
-    pub fn hint(mut self, hint: impl Into<String>) -> CliError {
+    pub(crate) fn hint(mut self, hint: impl Into<String>) -> CliError {
         self.hints.push(hint.into());
         self
     }
 
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         match self.kind {
             Kind::Usage => 2,
             Kind::Runtime => 1,
@@ -246,7 +246,7 @@ impl From<ProjectError> for CliError {
 }
 
 /// What to do when a role's sandbox cannot be enforced here.
-pub fn sandbox_hint(role: &str) -> String {
+pub(crate) fn sandbox_hint(role: &str) -> String {
     format!(
         "`offshoot config set roles.{role}.sandbox none` runs its tools without Landlock (the file tools' path rules still apply)"
     )

@@ -27,7 +27,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 /// How descendants' events are shown.
 #[derive(Clone)]
-pub enum View {
+pub(crate) enum View {
     /// JSON lines on stdout, as the drivers wrote them.
     Json,
     /// One line per agent on the terminal, under whatever else is printed.
@@ -41,10 +41,10 @@ pub enum View {
 }
 
 /// Where [`View::Each`] hands records: the agent, and the record.
-pub type Sink = dyn Fn(&str, &Record) + Send + Sync;
+pub(crate) type Sink = dyn Fn(&str, &Record) + Send + Sync;
 
 /// A thread tailing the events of every agent below one.
-pub struct Follower {
+pub(crate) struct Follower {
     done: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -52,18 +52,18 @@ pub struct Follower {
 impl Follower {
     /// Starts following the agents below `id` in the workspace at `root`; what they
     /// logged before this is not shown again.
-    pub fn start(root: &Path, id: &AgentId, view: View) -> Follower {
+    pub(crate) fn start(root: &Path, id: &AgentId, view: View) -> Follower {
         Self::spawn(root, id, view, false, false)
     }
 
     /// [`Follower::start`] for `id` itself as well as the agents below it.
-    pub fn start_with_itself(root: &Path, id: &AgentId, view: View) -> Follower {
+    pub(crate) fn start_with_itself(root: &Path, id: &AgentId, view: View) -> Follower {
         Self::spawn(root, id, view, true, false)
     }
 
     /// [`Follower::start_with_itself`] for an agent just made: everything it logs is
     /// shown, however soon its driver writes.
-    pub fn start_from_the_beginning(root: &Path, id: &AgentId, view: View) -> Follower {
+    pub(crate) fn start_from_the_beginning(root: &Path, id: &AgentId, view: View) -> Follower {
         Self::spawn(root, id, view, true, true)
     }
 
@@ -85,7 +85,7 @@ impl Follower {
     }
 
     /// Shows what is left to show and stops.
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         self.stop();
     }
 

@@ -9,7 +9,7 @@ use super::CliError;
 
 /// The text `arg` stands for: itself, or all of standard input when it is `-`. `what`
 /// names it in errors ("the message", "the goal").
-pub fn text(arg: &OsStr, what: &str) -> Result<String, CliError> {
+pub(crate) fn text(arg: &OsStr, what: &str) -> Result<String, CliError> {
     if arg == "-" {
         let mut bytes = Vec::new();
         std::io::stdin()
@@ -32,30 +32,30 @@ pub fn text(arg: &OsStr, what: &str) -> Result<String, CliError> {
 /// `--effort` (on `prompt`, `send` and `fork`; recorded in the agent's tree from the
 /// message they come with on).
 #[derive(Debug, clap::Args)]
-pub struct Choice {
+pub(crate) struct Choice {
     /// The model to use in place of the role's (recorded in the agent's tree as
     /// `.offshoot/model`; a fork without one keeps its origin's)
     #[arg(long, value_parser = model_name)]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
     /// Anthropic's extended thinking for this agent: at most N tokens of it before each
     /// answer (in place of its role's `thinking_budget`)
     #[arg(long, value_name = "N", conflicts_with = "effort")]
-    pub thinking: Option<u32>,
+    pub(crate) thinking: Option<u32>,
     /// OpenAI's reasoning effort for this agent: minimal, low, medium or high (in place of
     /// its role's `reasoning_effort`)
     #[arg(long, value_name = "EFFORT")]
-    pub effort: Option<String>,
+    pub(crate) effort: Option<String>,
 }
 
 impl Choice {
     /// Whether thinking was asked for (and the role must be read to check it).
-    pub fn asks_thinking(&self) -> bool {
+    pub(crate) fn asks_thinking(&self) -> bool {
         self.thinking.is_some() || self.effort.is_some()
     }
 
     /// The thinking asked for, checked against what role `role` of `config` can ask its
     /// provider (the rule of the role settings, `Config::check_reasoning`).
-    pub fn reasoning(
+    pub(crate) fn reasoning(
         &self,
         config: &domain::config::Config,
         role: &str,
@@ -75,7 +75,7 @@ impl Choice {
 
 /// `--model`'s value, if it is a model's name (clap's value parser: refused with the rule).
 /// An age such as `90s`, `30m`, `12h`, `14d` or `2w`.
-pub fn parse_age(text: &str) -> Option<std::time::Duration> {
+pub(crate) fn parse_age(text: &str) -> Option<std::time::Duration> {
     let split = text.find(|c: char| !c.is_ascii_digit())?;
     let (number, unit) = text.split_at(split);
     let number: u64 = number.parse().ok()?;
@@ -90,7 +90,7 @@ pub fn parse_age(text: &str) -> Option<std::time::Duration> {
     number.checked_mul(seconds).map(std::time::Duration::from_secs)
 }
 
-pub fn model_name(value: &str) -> Result<String, String> {
+pub(crate) fn model_name(value: &str) -> Result<String, String> {
     domain::agent::check_model(value).map(|()| value.to_owned())
 }
 

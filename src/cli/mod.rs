@@ -2,45 +2,45 @@
 //! (one file each under `verbs/`), and maps errors to words and exit codes. The
 //! only layer that reads environment variables.
 
-pub mod chat;
-pub mod complete;
-pub mod ctx;
-pub mod error;
-pub mod follow;
-pub mod input;
-pub mod out;
-pub mod progress;
-pub mod verbs;
+pub(crate) mod chat;
+pub(crate) mod complete;
+pub(crate) mod ctx;
+pub(crate) mod error;
+pub(crate) mod follow;
+pub(crate) mod input;
+pub(crate) mod out;
+pub(crate) mod progress;
+pub(crate) mod verbs;
 
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub use ctx::Ctx;
-pub use error::CliError;
+pub(crate) use ctx::Ctx;
+pub(crate) use error::CliError;
 
 /// offshoot: a git-backed harness for LLM agents.
 ///
 /// Every agent is a git branch with its own worktree, every model step a commit.
 #[derive(Debug, Parser)]
 #[command(name = "offshoot", version, propagate_version = true)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The workspace directory (default: `OFFSHOOT_WORKSPACE`, else the default
     /// workspace under the data root, created on first use)
     #[arg(short = 'w', long, global = true, env = "OFFSHOOT_WORKSPACE")]
-    pub workspace: Option<PathBuf>,
+    pub(crate) workspace: Option<PathBuf>,
     /// Print one JSON event or object per line on stdout
     #[arg(long, global = true)]
-    pub json: bool,
+    pub(crate) json: bool,
     /// With no verb: chat with the most recent root agent instead of starting a new one
     #[arg(short = 'c', long = "continue")]
-    pub resume: bool,
+    pub(crate) resume: bool,
     #[command(subcommand)]
-    pub verb: Option<Verb>,
+    pub(crate) verb: Option<Verb>,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Verb {
+pub(crate) enum Verb {
     Chat(ChatArgs),
     New(verbs::new::Args),
     Prompt(verbs::prompt::Args),
@@ -85,18 +85,18 @@ pub enum Verb {
 /// project's workspace inside a repository); with an agent, continue it. `offshoot` with
 /// no verb on a terminal does the same
 #[derive(Debug, clap::Args)]
-pub struct ChatArgs {
+pub(crate) struct ChatArgs {
     /// The agent to chat with (id or name); a new one at your first message if left out
     #[arg(add = complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// The model to use in place of the role's, from your next message on (`/model`
     /// in the chat)
     #[arg(long, value_parser = crate::cli::input::model_name)]
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
 }
 
 /// Runs the parsed command line; returns the exit code.
-pub fn run(cli: Cli) -> i32 {
+pub(crate) fn run(cli: Cli) -> i32 {
     let ctx = Ctx::from_env(cli.workspace, cli.json);
     let Some(verb) = &cli.verb else {
         // No verb: the chat on a terminal, else the help (as for a script).

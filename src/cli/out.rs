@@ -13,7 +13,7 @@ use super::error::CliError;
 
 /// `text` safe to show on a terminal: control characters other than newline and tab
 /// (an ANSI escape in a goal, say) are written out as `\x1b`, never sent as they are.
-pub fn printable(text: &str) -> Cow<'_, str> {
+pub(crate) fn printable(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
         return Cow::Borrowed(text);
     }
@@ -28,8 +28,8 @@ pub fn printable(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-pub struct Out {
-    pub json: bool,
+pub(crate) struct Out {
+    pub(crate) json: bool,
     color: bool,
     /// Whether stdout is in the middle of a streamed line.
     open_line: Cell<bool>,
@@ -45,7 +45,7 @@ pub struct Out {
 }
 
 impl Out {
-    pub fn new(json: bool, no_color: bool) -> Out {
+    pub(crate) fn new(json: bool, no_color: bool) -> Out {
         Out {
             json,
             color: !no_color && std::io::stderr().is_terminal(),
@@ -58,7 +58,7 @@ impl Out {
     }
 
     /// Starts a live display on stderr, when stderr is a terminal and output is not JSON.
-    pub fn start_live(&self) -> Option<MultiProgress> {
+    pub(crate) fn start_live(&self) -> Option<MultiProgress> {
         if self.json || !std::io::stderr().is_terminal() {
             return None;
         }
@@ -69,7 +69,7 @@ impl Out {
 
     /// Ends the live display (its finished lines stay on the screen), after any
     /// streamed text it held back.
-    pub fn end_live(&self) {
+    pub(crate) fn end_live(&self) {
         self.end_stream();
         self.live.borrow_mut().take();
     }
@@ -84,7 +84,7 @@ impl Out {
 
     /// Part of the answer, as it streams. Under a live display on the same terminal
     /// it goes out a whole line at a time (a partial line would carry the display).
-    pub fn stream(&self, text: &str) {
+    pub(crate) fn stream(&self, text: &str) {
         if text.is_empty() {
             return;
         }
@@ -113,7 +113,7 @@ impl Out {
     /// A model's text as it streams. On a terminal it is the answer, streamed on
     /// stdout; otherwise stdout is kept for the final answer alone ([`Out::answer`]) and
     /// the text is narration, a whole line at a time on stderr.
-    pub fn narrate(&self, text: &str) {
+    pub(crate) fn narrate(&self, text: &str) {
         if std::io::stdout().is_terminal() {
             return self.stream(text);
         }
@@ -142,7 +142,7 @@ impl Out {
 
     /// A run's final answer: on stdout when it was not streamed there (stdout is not a
     /// terminal), so `offshoot prompt … > answer.txt` captures it and nothing else.
-    pub fn answer(&self, text: &str) {
+    pub(crate) fn answer(&self, text: &str) {
         self.end_narration();
         if self.json || std::io::stdout().is_terminal() || text.trim().is_empty() {
             return;
@@ -163,7 +163,7 @@ impl Out {
     /// One line of product on stdout in the terminal's style `code` (an SGR parameter:
     /// `1` bold, `31` red…): the style is the verb's own, the line's text is shown as
     /// text (an escape sequence in it is written out, never sent).
-    pub fn styled_line(&self, code: &str, line: &str) {
+    pub(crate) fn styled_line(&self, code: &str, line: &str) {
         let text = printable(line);
         self.end_stream();
         self.around_live(|| {
@@ -172,7 +172,7 @@ impl Out {
     }
 
     /// Ends a streamed answer with a newline if it lacks one.
-    pub fn end_stream(&self) {
+    pub(crate) fn end_stream(&self) {
         self.end_narration();
         let held = std::mem::take(&mut *self.held.borrow_mut());
         if self.open_line.replace(false) {
@@ -188,7 +188,7 @@ impl Out {
     }
 
     /// One line of product on stdout.
-    pub fn line(&self, text: &str) {
+    pub(crate) fn line(&self, text: &str) {
         let text = printable(text);
         self.end_stream();
         self.around_live(|| {
@@ -197,19 +197,19 @@ impl Out {
     }
 
     /// One JSON event on stdout.
-    pub fn event(&self, value: &Value) {
+    pub(crate) fn event(&self, value: &Value) {
         let _ = writeln!(std::io::stdout().lock(), "{value}");
     }
 
     /// Marks that the command's closing JSON (its `end` event) is out: an error after
     /// it adds no `error` object.
-    pub fn ended(&self) {
+    pub(crate) fn ended(&self) {
         self.ended.set(true);
     }
 
     /// How many columns a line of progress may take: the terminal's width when stderr is
     /// one (a line cut to it never wraps), else 100.
-    pub fn width(&self) -> usize {
+    pub(crate) fn width(&self) -> usize {
         match ratatui::crossterm::terminal::size() {
             Ok((cols, _)) if std::io::stderr().is_terminal() => usize::from(cols).max(20),
             _ => 100,
@@ -217,7 +217,7 @@ impl Out {
     }
 
     /// One line of progress on stderr.
-    pub fn progress(&self, text: &str) {
+    pub(crate) fn progress(&self, text: &str) {
         self.end_stream();
         let text = printable(text);
         let text = if self.color { format!("\x1b[2m{text}\x1b[0m") } else { text.into_owned() };
@@ -232,7 +232,7 @@ impl Out {
     /// A note about a run for the user (what was left out of it, why nothing happened):
     /// a progress line, or with `--json` a `note` event, so a script sees every note a
     /// person would.
-    pub fn note(&self, agent: Option<&str>, text: &str) {
+    pub(crate) fn note(&self, agent: Option<&str>, text: &str) {
         if self.json {
             self.event(&serde_json::json!({"type": "note", "agent": agent, "text": text}));
         } else {
@@ -242,7 +242,7 @@ impl Out {
 
     /// One line for the user from any thread (a signal's watcher), on stderr; with
     /// `--json`, `event` on stdout instead.
-    pub fn from_any_thread(json: bool, line: &str, event: &Value) {
+    pub(crate) fn from_any_thread(json: bool, line: &str, event: &Value) {
         if json {
             let _ = writeln!(std::io::stdout().lock(), "{event}");
         } else {
@@ -252,7 +252,7 @@ impl Out {
 
     /// Says what failed on stderr; with `--json` also as the last object on stdout: an
     /// `end` event for a command that runs an agent (`runs`), else an `error` object.
-    pub fn error(&self, e: &CliError, runs: bool) {
+    pub(crate) fn error(&self, e: &CliError, runs: bool) {
         self.end_live();
         self.end_stream();
         if self.json && !self.ended.get() {
@@ -277,7 +277,7 @@ impl Out {
 /// with its line break, the display drawn again. (indicatif's own `println` pads a line
 /// to the terminal's width and ends it with no line break, leaning on the terminal's
 /// wrapping: a log of the terminal, or a copy of its text, glued the lines together.)
-pub fn above(multi: &MultiProgress, line: &str) {
+pub(crate) fn above(multi: &MultiProgress, line: &str) {
     multi.suspend(|| {
         let _ = writeln!(std::io::stderr(), "{line}");
     });
@@ -285,7 +285,7 @@ pub fn above(multi: &MultiProgress, line: &str) {
 
 /// The argument that says most about a call (its command, pattern, path or name),
 /// else the whole input.
-pub fn call_gist(input: &serde_json::Value) -> String {
+pub(crate) fn call_gist(input: &serde_json::Value) -> String {
     ["command", "pattern", "path", "name"]
         .iter()
         .find_map(|k| input.get(*k).and_then(|v| v.as_str()))

@@ -239,7 +239,7 @@ impl Observer for Live<'_> {
 
 /// Runs the driver in this process with live output. `fresh` marks an agent this
 /// command just created (removed again if its first call fails).
-pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
+pub(crate) fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<(), CliError> {
     attach_holding(ctx, ws, id, fresh, None, true)
 }
 
@@ -248,7 +248,7 @@ pub fn attach(ctx: &Ctx, ws: &Workspace, id: &AgentId, fresh: bool) -> Result<()
 /// thousand agents, a thousand drivers listing `steps/` ten times a second took 30%
 /// of the machine's CPU in the fleet bench, most of it spinning on that directory's
 /// lock).
-pub fn attach_launched(ctx: &Ctx, ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
+pub(crate) fn attach_launched(ctx: &Ctx, ws: &Workspace, id: &AgentId) -> Result<(), CliError> {
     attach_holding(ctx, ws, id, false, None, false)
 }
 
@@ -359,7 +359,7 @@ fn finish_error(mut err: CliError, id: &AgentId, fresh_removed: bool) -> CliErro
 /// finish, then stops the driver before its first step): the running command is
 /// killed and the driver stops at its next safe point; during a model call, or on a
 /// second signal, the process ends at once.
-pub fn watch_signals(ctx: &Ctx) {
+pub(crate) fn watch_signals(ctx: &Ctx) {
     let interrupt = ctx.interrupt.clone();
     let driving = ctx.driving.clone();
     let json = ctx.out.json;
@@ -397,7 +397,7 @@ pub fn watch_signals(ctx: &Ctx) {
 
 /// Follows up the creation of `id`: names it (the first JSON event, or a progress
 /// line), then either starts a detached driver and prints the id, or attaches.
-pub fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool) -> Result<(), CliError> {
+pub(crate) fn launch(ctx: &Ctx, ws: &Workspace, id: &AgentId, detach: bool, fresh: bool) -> Result<(), CliError> {
     let name = engine::agents::list(ws)
         .ok()
         .and_then(|l| l.into_iter().find(|l| l.id == *id))

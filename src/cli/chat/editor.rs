@@ -2,33 +2,33 @@
 //! a character's boundary).
 
 #[derive(Debug, Default)]
-pub struct Editor {
+pub(crate) struct Editor {
     text: String,
     cursor: usize,
 }
 
 impl Editor {
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
     /// The text before the cursor, and from it on.
-    pub fn split(&self) -> (&str, &str) {
+    pub(crate) fn split(&self) -> (&str, &str) {
         self.text.split_at(self.cursor)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.text.is_empty()
     }
 
     /// Puts `text` in at the cursor, which goes after it.
-    pub fn insert(&mut self, text: &str) {
+    pub(crate) fn insert(&mut self, text: &str) {
         self.text.insert_str(self.cursor, text);
         self.cursor += text.len();
     }
 
     /// The character before the cursor goes.
-    pub fn backspace(&mut self) {
+    pub(crate) fn backspace(&mut self) {
         if let Some(c) = self.text[..self.cursor].chars().next_back() {
             self.cursor -= c.len_utf8();
             self.text.remove(self.cursor);
@@ -36,42 +36,42 @@ impl Editor {
     }
 
     /// The character at the cursor goes.
-    pub fn delete(&mut self) {
+    pub(crate) fn delete(&mut self) {
         if self.cursor < self.text.len() {
             self.text.remove(self.cursor);
         }
     }
 
-    pub fn left(&mut self) {
+    pub(crate) fn left(&mut self) {
         if let Some(c) = self.text[..self.cursor].chars().next_back() {
             self.cursor -= c.len_utf8();
         }
     }
 
-    pub fn right(&mut self) {
+    pub(crate) fn right(&mut self) {
         if let Some(c) = self.text[self.cursor..].chars().next() {
             self.cursor += c.len_utf8();
         }
     }
 
     /// To the start of the line the cursor is on.
-    pub fn home(&mut self) {
+    pub(crate) fn home(&mut self) {
         self.cursor = self.text[..self.cursor].rfind('\n').map_or(0, |at| at + 1);
     }
 
     /// To the end of the line the cursor is on.
-    pub fn end(&mut self) {
+    pub(crate) fn end(&mut self) {
         self.cursor = self.text[self.cursor..].find('\n').map_or(self.text.len(), |at| self.cursor + at);
     }
 
     /// Replaces the text; the cursor goes to its end.
-    pub fn set(&mut self, text: String) {
+    pub(crate) fn set(&mut self, text: String) {
         self.cursor = text.len();
         self.text = text;
     }
 
     /// The text, leaving the editor empty.
-    pub fn take(&mut self) -> String {
+    pub(crate) fn take(&mut self) -> String {
         self.cursor = 0;
         std::mem::take(&mut self.text)
     }

@@ -71,12 +71,12 @@ enum Input {
 }
 
 /// Whether the chat can run here: both standard input and output are terminals.
-pub fn possible() -> bool {
+pub(crate) fn possible() -> bool {
     std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
 }
 
 /// The most recent root agent of the workspace (`offshoot -c`), by when it was made.
-pub fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
+pub(crate) fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
     let ws = ctx.workspace()?;
     let roots = agents::list(&ws)?.into_iter().filter_map(|l| l.facts).filter(|f| f.parent.is_none());
     let latest = roots.max_by(|a, b| a.created.cmp(&b.created)).map(|f| f.id);
@@ -89,7 +89,7 @@ pub fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
 
 /// Opens the chat, with `agent` (an id or name) if given, else a new one at the first
 /// message.
-pub fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Result<(), CliError> {
     // An agent the workers of a remote drive takes no message here (it would wait in an
     // inbox no driver here reads).
     if let Some(agent) = agent {

@@ -10,7 +10,7 @@ use engine::step::events::{End, Record};
 
 /// What an agent is doing, as the pane says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// A driver runs it.
     Working,
     /// Nothing is due.
@@ -24,7 +24,7 @@ pub enum State {
 }
 
 impl State {
-    pub fn word(self) -> &'static str {
+    pub(crate) fn word(self) -> &'static str {
         match self {
             State::Working => "working",
             State::Done => "done",
@@ -37,25 +37,25 @@ impl State {
 
 /// One agent's row.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Agent {
-    pub id: String,
-    pub name: Option<String>,
-    pub state: State,
+pub(crate) struct Agent {
+    pub(crate) id: String,
+    pub(crate) name: Option<String>,
+    pub(crate) state: State,
     /// Its current step, call or wait; why it needs the user when it does.
-    pub doing: String,
-    pub step: u32,
-    pub model: String,
+    pub(crate) doing: String,
+    pub(crate) step: u32,
+    pub(crate) model: String,
     /// Tokens in and out of its own calls, and their cost (`None`: a model without a price).
-    pub tokens: u64,
-    pub cost: Option<f64>,
+    pub(crate) tokens: u64,
+    pub(crate) cost: Option<f64>,
     /// The prompt tokens of its last call, and its role's context window.
-    pub context: Option<u64>,
-    pub window: Option<u64>,
+    pub(crate) context: Option<u64>,
+    pub(crate) window: Option<u64>,
 }
 
 impl Agent {
     /// A row for an agent the tree has not seen yet (just dispatched).
-    pub fn new(id: &str, name: Option<String>) -> Agent {
+    pub(crate) fn new(id: &str, name: Option<String>) -> Agent {
         Agent {
             id: id.to_owned(),
             name,
@@ -71,7 +71,7 @@ impl Agent {
     }
 
     /// How full its context was at its last call, in whole percent.
-    pub fn context_percent(&self) -> Option<u64> {
+    pub(crate) fn context_percent(&self) -> Option<u64> {
         match (self.context, self.window) {
             (Some(tokens), Some(window)) if window > 0 => Some(tokens * 100 / window),
             _ => None,
@@ -79,24 +79,24 @@ impl Agent {
     }
 
     /// Its depth below the tree's root.
-    pub fn depth(&self) -> usize {
+    pub(crate) fn depth(&self) -> usize {
         self.id.matches('.').count()
     }
 }
 
 /// The agents of one tree, in tree order (a parent, then its children by number).
 #[derive(Debug, Default)]
-pub struct Tree {
+pub(crate) struct Tree {
     root: String,
     agents: BTreeMap<Vec<u32>, Agent>,
     keys: HashMap<String, Vec<u32>>,
     /// The row selected in the pane.
-    pub selected: usize,
+    pub(crate) selected: usize,
 }
 
 impl Tree {
     /// The tree under `root`, from `states` (what `ls` reads; other agents are left out).
-    pub fn load(root: &str, states: Vec<AgentState>) -> Tree {
+    pub(crate) fn load(root: &str, states: Vec<AgentState>) -> Tree {
         let mut tree = Tree { root: root.to_owned(), ..Tree::default() };
         for s in states {
             let Some(key) = tree.key(&s.id) else { continue };
@@ -139,40 +139,40 @@ impl Tree {
         below.split('.').map(|n| n.parse().ok()).collect()
     }
 
-    pub fn root(&self) -> &str {
+    pub(crate) fn root(&self) -> &str {
         &self.root
     }
 
-    pub fn contains(&self, id: &str) -> bool {
+    pub(crate) fn contains(&self, id: &str) -> bool {
         self.keys.contains_key(id)
     }
 
     /// Whether `id` belongs in this tree (it may not be known yet).
-    pub fn holds(&self, id: &str) -> bool {
+    pub(crate) fn holds(&self, id: &str) -> bool {
         self.key(id).is_some()
     }
 
-    pub fn get(&self, id: &str) -> Option<&Agent> {
+    pub(crate) fn get(&self, id: &str) -> Option<&Agent> {
         self.keys.get(id).and_then(|k| self.agents.get(k))
     }
 
     /// Adds an agent the tree did not know (one just dispatched, or the root just made).
-    pub fn add(&mut self, agent: Agent) {
+    pub(crate) fn add(&mut self, agent: Agent) {
         let Some(key) = self.key(&agent.id) else { return };
         self.keys.insert(agent.id.clone(), key.clone());
         self.agents.insert(key, agent);
     }
 
-    pub fn rows(&self) -> impl Iterator<Item = &Agent> {
+    pub(crate) fn rows(&self) -> impl Iterator<Item = &Agent> {
         self.agents.values()
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.agents.len()
     }
 
     /// The agents at work, and those needing the user, below `id` (itself left out).
-    pub fn below(&self, id: &str) -> (usize, usize) {
+    pub(crate) fn below(&self, id: &str) -> (usize, usize) {
         let prefix = format!("{id}.");
         let below = self.agents.values().filter(|a| a.id.starts_with(&prefix));
         below.fold((0, 0), |(w, n), a| {
@@ -181,16 +181,16 @@ impl Tree {
     }
 
     /// The agents at work.
-    pub fn working(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn working(&self) -> impl Iterator<Item = &str> {
         self.agents.values().filter(|a| a.state == State::Working).map(|a| a.id.as_str())
     }
 
-    pub fn any_working(&self) -> bool {
+    pub(crate) fn any_working(&self) -> bool {
         self.agents.values().any(|a| a.state == State::Working)
     }
 
     /// Sets `id`'s state (known or not; nothing outside the tree).
-    pub fn set(&mut self, id: &str, state: State, doing: &str) {
+    pub(crate) fn set(&mut self, id: &str, state: State, doing: &str) {
         if let Some(agent) = self.agent_mut(id) {
             agent.state = state;
             agent.doing = doing.to_owned();
@@ -204,7 +204,7 @@ impl Tree {
 
     /// What one line of `id`'s events file changes; `true` when it newly needs the user.
     /// An agent not in the tree yet must be [`Tree::add`]ed first.
-    pub fn apply(&mut self, id: &str, record: &Record) -> bool {
+    pub(crate) fn apply(&mut self, id: &str, record: &Record) -> bool {
         let Some(agent) = self.agent_mut(id) else { return false };
         let before = agent.state;
         match record {
@@ -254,17 +254,17 @@ impl Tree {
     }
 
     /// Moves the selection by `by` rows, within the tree.
-    pub fn select(&mut self, by: isize) {
+    pub(crate) fn select(&mut self, by: isize) {
         let last = self.agents.len().saturating_sub(1);
         self.selected = self.selected.saturating_add_signed(by).min(last);
     }
 
-    pub fn selected(&self) -> Option<&Agent> {
+    pub(crate) fn selected(&self) -> Option<&Agent> {
         self.agents.values().nth(self.selected)
     }
 
     /// Selects `id`'s row.
-    pub fn select_id(&mut self, id: &str) {
+    pub(crate) fn select_id(&mut self, id: &str) {
         if let Some(at) = self.agents.values().position(|a| a.id == id) {
             self.selected = at;
         }

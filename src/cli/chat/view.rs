@@ -11,34 +11,34 @@ use ratatui::widgets::{Paragraph, Widget};
 use super::pane::{State, Tree};
 
 /// Rows of the live area without the pane: what happens, the status line, two of input.
-pub const BASE_ROWS: u16 = 4;
+pub(crate) const BASE_ROWS: u16 = 4;
 /// Rows of the pane at most, its heading included.
-pub const PANE_ROWS: u16 = 12;
+pub(crate) const PANE_ROWS: u16 = 12;
 
 /// What the live area shows.
-pub struct Live<'a> {
+pub(crate) struct Live<'a> {
     /// What is happening now: the line of the answer streaming, or the call running.
-    pub activity: &'a str,
+    pub(crate) activity: &'a str,
     /// The activity is a line being streamed: its end is shown, where the words arrive.
-    pub streaming: bool,
-    pub status: &'a str,
+    pub(crate) streaming: bool,
+    pub(crate) status: &'a str,
     /// What is typed: before the cursor, and from it on.
-    pub input: (&'a str, &'a str),
+    pub(crate) input: (&'a str, &'a str),
     /// The tree, when its pane is shown, and the agent the chat is attached to.
-    pub pane: Option<&'a Tree>,
-    pub attached: Option<&'a str>,
+    pub(crate) pane: Option<&'a Tree>,
+    pub(crate) attached: Option<&'a str>,
 }
 
 /// The rows the live area needs on a terminal of `rows`: the pane takes what it has
 /// rows for, and never the whole screen.
-pub fn height(live: &Live<'_>, rows: u16) -> u16 {
+pub(crate) fn height(live: &Live<'_>, rows: u16) -> u16 {
     let pane = live.pane.map_or(0, |t| u16::try_from(t.len() + 1).unwrap_or(u16::MAX).min(PANE_ROWS));
     let room = rows.saturating_sub(BASE_ROWS + 2);
     BASE_ROWS + pane.min(room)
 }
 
 /// `line` cut into rows of at most `width` columns, by display width.
-pub fn rows_of(line: &str, width: u16) -> Vec<String> {
+pub(crate) fn rows_of(line: &str, width: u16) -> Vec<String> {
     cut_rows(line, None, width).0
 }
 
@@ -79,7 +79,7 @@ fn cut(line: &str, width: u16) -> String {
 }
 
 /// Draws `live` into `area` of `buf`; where the cursor goes.
-pub fn draw(live: &Live<'_>, area: Rect, buf: &mut Buffer) -> Position {
+pub(crate) fn draw(live: &Live<'_>, area: Rect, buf: &mut Buffer) -> Position {
     let width = area.width;
     let printable = |s: &str| crate::cli::out::printable(s).into_owned();
     let mut lines: Vec<Line> = Vec::new();
@@ -148,7 +148,7 @@ fn pane<'a>(tree: &'a Tree, attached: Option<&str>, rows: u16, width: u16) -> Ve
 }
 
 /// A token count in a few characters: `950`, `12.3k`, `4.1M`.
-pub fn tokens(n: u64) -> String {
+pub(crate) fn tokens(n: u64) -> String {
     match n {
         0..1_000 => format!("{n} tok"),
         1_000..1_000_000 => format!("{:.1}k tok", n as f64 / 1_000.0),

@@ -4,13 +4,13 @@ use engine::ops::project;
 /// Write an agent's change into your working tree as uncommitted changes (merged with
 /// yours line by line); when it does not apply cleanly nothing changes
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let written = project::apply(&ws, &id)?;

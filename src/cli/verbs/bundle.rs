@@ -8,18 +8,18 @@ use engine::fleet::bundle::{self, BundleError};
 /// Write an agent, the agents below it and the config it ran on to one file (no
 /// secret goes in); `offshoot replay <file>` makes a workspace of it anywhere
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub(crate) agent: String,
     /// The file to write (it must not exist)
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Also bundle the agent it was forked from
     #[arg(long)]
-    pub with_origin: bool,
+    pub(crate) with_origin: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, Some(&args.agent))?;
     let made = bundle::make(&ws, &id, args.with_origin, &ctx.env, &args.file).map_err(error)?;

@@ -7,20 +7,20 @@ use engine::step::compaction::{self, CompactionError};
 /// `keep_recent_steps` steps), writes a summary and nominates files; the agent lands
 /// it at its next step boundary
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// What the summary should keep above all (added to the compactor's goal)
     #[arg(long)]
-    pub focus: Option<String>,
+    pub(crate) focus: Option<String>,
     /// Wait until the agent lands the summary or declines it, and say which (Ctrl-C stops
     /// waiting; the compaction goes on)
     #[arg(long)]
-    pub wait: bool,
+    pub(crate) wait: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     // (Where the agent's events file ends now: its landing or declining comes after.)

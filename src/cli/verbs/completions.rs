@@ -2,11 +2,11 @@ use crate::cli::{CliError, Ctx};
 
 /// Print a shell completion script (verbs, flags, and the agents of the workspace)
 #[derive(Debug, clap::Args)]
-pub struct Args {
-    pub shell: clap_complete::Shell,
+pub(crate) struct Args {
+    pub(crate) shell: clap_complete::Shell,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if ctx.out.json {
         return Err(CliError::usage("`completions` prints a shell script; `--json` does not apply to it"));
     }

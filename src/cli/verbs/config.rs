@@ -10,7 +10,7 @@ use infra::process::{self, Group, Spec};
 
 /// Show, edit, set or validate the config (each change is a commit on its lineage)
 #[derive(Debug, clap::Subcommand)]
-pub enum Args {
+pub(crate) enum Args {
     /// Print offshoot.toml at the lineage tip
     Show(Lineage),
     /// Edit a file of the config tree in $EDITOR (offshoot.toml unless a path is given,
@@ -49,13 +49,13 @@ pub enum Args {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct Lineage {
+pub(crate) struct Lineage {
     /// The config lineage
     #[arg(long, default_value = "default")]
-    pub lineage: String,
+    pub(crate) lineage: String,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // Changing the config makes the workspace if need be; reading it never does.
     let ws = match args {
         Args::Show(_) | Args::Validate { .. } => ctx.workspace()?,

@@ -30,9 +30,9 @@ const PARTS: &[(&str, &str, &str, Option<&str>)] = &[
 
 /// Run a recorded session in a fresh workspace, then show where to look
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub(crate) struct Args {}
 
-pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let root = match ctx.explicit_workspace() {
         Some(path) => path.clone(),

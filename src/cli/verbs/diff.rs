@@ -6,16 +6,16 @@ use engine::ops::project;
 /// Show an agent's change to the project against where it started, committed with its
 /// git or not, as a unified diff
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// Only the files changed and the lines added and removed
     #[arg(long)]
-    pub stat: bool,
+    pub(crate) stat: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let text = project::diff(&ws, &id, args.stat)?;

@@ -8,25 +8,25 @@ use infra::time::Timestamp;
 /// Start a child of an agent on a goal, as its `dispatch` tool would; prints the
 /// child's id (its result goes to the parent as a message)
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The parent's id or name
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub parent: String,
+    pub(crate) parent: String,
     /// The child's role
     #[arg(long, default_value = "worker")]
-    pub role: String,
+    pub(crate) role: String,
     /// The child's goal (`-` reads it from stdin)
     #[arg(long)]
-    pub goal: std::ffi::OsString,
+    pub(crate) goal: std::ffi::OsString,
     /// A unique display name (default: a minted two-word name)
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Fork from this revision instead of the parent's tip (`PeachHollow~2`, a sha, …)
     #[arg(long)]
-    pub from: Option<String>,
+    pub(crate) from: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let goal = input::text(&args.goal, "the goal")?;
     let ws = ctx.workspace()?;
     let parent = agents::resolve(&ws, &args.parent)?;

@@ -6,14 +6,14 @@ use engine::ops::doctor::{self, Finding, Fix};
 /// Check every invariant of the workspace: transcripts valid on the wire, inboxes,
 /// marks, stray and lock files, every object reachable; exit 0 only when all hold
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Make the safe repairs (stray temporary and lock files, marks of missing agents)
     /// and check again
     #[arg(long)]
-    pub repair: bool,
+    pub(crate) repair: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let (mut findings, mut checked) = doctor::check(&ws)?;
     if args.repair && !findings.is_empty() {

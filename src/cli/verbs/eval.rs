@@ -5,7 +5,7 @@ use engine::ops::eval::{self, Comparison, Outcome, Rates, Report, ReportHead};
 
 /// Measure a configuration on a suite of tasks, and compare two such measurements
 #[derive(Debug, clap::Subcommand)]
-pub enum Args {
+pub(crate) enum Args {
     /// Run every task of a suite N times (each in a fresh workspace) and report pass@1
     /// with its Wilson 95% interval, pass@k, tokens, cost and time, per task, per
     /// category and in total
@@ -21,30 +21,30 @@ pub enum Args {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The suite: a directory with one directory per task (`prompt.md`, an executable
     /// `check`, optionally an executable `setup` and `task.toml`)
     #[arg(long)]
-    pub suite: PathBuf,
+    pub(crate) suite: PathBuf,
     /// A config file laid over the default (`offshoot.toml` keys: model, budgets,
     /// tools; `souls/*.md` beside it replace the souls); repeatable, in order
     #[arg(long)]
-    pub config: Vec<PathBuf>,
+    pub(crate) config: Vec<PathBuf>,
     /// Runs of each task
     #[arg(long, default_value_t = 1)]
-    pub runs: u32,
+    pub(crate) runs: u32,
     /// Runs at once
     #[arg(long, default_value_t = 1)]
-    pub jobs: u32,
+    pub(crate) jobs: u32,
     /// Where the report goes (default: `eval-<time>.json` here)
     #[arg(long)]
-    pub out: Option<PathBuf>,
+    pub(crate) out: Option<PathBuf>,
     /// Where failing runs are bundled (`<task>-<run>.offshoot`)
     #[arg(long)]
-    pub bundle_dir: Option<PathBuf>,
+    pub(crate) bundle_dir: Option<PathBuf>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     match args {
         Args::Run(run) => run_suite(ctx, run),
         Args::Compare { a, b } => compare(ctx, a, b),

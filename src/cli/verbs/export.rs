@@ -4,19 +4,19 @@ use engine::ops::project;
 /// Put an agent's work on a branch of your repository (its commits plus one of its
 /// uncommitted work); your HEAD, index, working tree and other branches stay as they are
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// The branch to create or fast-forward (default: offshoot/<name>)
     #[arg(long)]
-    pub branch: Option<String>,
+    pub(crate) branch: Option<String>,
     /// Move the branch even when the work does not build on it
     #[arg(long)]
-    pub force: bool,
+    pub(crate) force: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     let author = ws.user_repo()?.and_then(|u| u.identity(&ctx.git_config_files()));

@@ -6,28 +6,28 @@ use infra::time::Timestamp;
 
 /// Start a new agent that continues any commit of any agent, with a new message
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The commit to continue from: an agent id or name, `agents/<id>`, a sha, or git's
     /// `PeachHollow~2` (two commits back: commits, not steps; `--step` counts steps)
     #[arg(long)]
-    pub from: String,
+    pub(crate) from: String,
     /// Continue from before this step of the agent `--from` names (the commit its request
     /// was made from; steps as `show --step N` numbers them)
     #[arg(long)]
-    pub step: Option<u32>,
+    pub(crate) step: Option<u32>,
     /// The new message (`-` reads it from stdin)
-    pub message: std::ffi::OsString,
+    pub(crate) message: std::ffi::OsString,
     /// A unique display name for the new agent
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// Start the agent and return at once
     #[arg(long)]
-    pub detach: bool,
+    pub(crate) detach: bool,
     #[command(flatten)]
-    pub choice: crate::cli::input::Choice,
+    pub(crate) choice: crate::cli::input::Choice,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let message = input::text(&args.message, "the message")?;
     let ws = ctx.workspace()?;

@@ -8,7 +8,7 @@ use infra::git::pack::Packing;
 /// again from its branch when it next runs), fold finished step records, make the
 /// harness's repositories one pack each and let go of old objects nothing reaches
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// How old an object nothing reaches (a removed agent's history, a crashed step's
     /// commit) must be before it goes: a number and s, m, h, d or w; at least 1h
     #[arg(long, value_name = "AGE", default_value = "14d")]
@@ -18,7 +18,7 @@ pub struct Args {
 /// The least grace: a driver at work writes objects before its branch names them.
 const LEAST_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let grace = crate::cli::input::parse_age(&args.prune_after)
         .filter(|d| *d >= LEAST_GRACE)
         .ok_or_else(|| {

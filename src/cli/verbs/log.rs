@@ -10,24 +10,24 @@ use infra::provider::Block;
 /// Show an agent's conversation, tool calls summarised, with each landed compaction
 /// where its span ended
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// Keep going: show each entry as it is committed, whoever drives the agent, until
     /// interrupted (Ctrl-C)
     #[arg(long, short = 'f')]
-    pub follow: bool,
+    pub(crate) follow: bool,
     /// Every line of tool calls and results, not their first few
     #[arg(long)]
-    pub full: bool,
+    pub(crate) full: bool,
 }
 
 /// How often `--follow` looks at the agent's branch (a ref read): well within the
 /// 200 ms a committed step may take to show.
 const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(40);
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     // Each landed compaction shows where its span ended: before the first entry after

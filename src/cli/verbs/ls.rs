@@ -5,13 +5,13 @@ use engine::ops::inspect;
 /// (a fork's inherited history counts for the agent it came from) and how full their
 /// context was at their last call (CTX, of the role's window)
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Also the disk each agent takes (its directory, git, records), counted now
     #[arg(long)]
-    pub disk: bool,
+    pub(crate) disk: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let Some(ws) = ctx.existing_workspace()? else {
         ctx.no_workspace();
         return Ok(());

@@ -8,7 +8,7 @@ use engine::step::mcp::{self as servers, NewServer};
 /// Add, list, remove and look into the MCP servers whose tools agents use (each
 /// change is a commit on the config lineage)
 #[derive(Debug, clap::Subcommand)]
-pub enum Args {
+pub(crate) enum Args {
     /// Add a server: `mcp add NAME -- COMMAND [ARGS…]` (stdio, run in the agent's
     /// sandbox) or `mcp add NAME --url URL` (streamable HTTP)
     Add(AddArgs),
@@ -32,39 +32,39 @@ pub enum Args {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct AddArgs {
+pub(crate) struct AddArgs {
     /// The server's name: tools appear as `mcp__<name>__<tool>`
-    pub name: String,
+    pub(crate) name: String,
     /// A streamable-HTTP endpoint instead of a command
     #[arg(long, conflicts_with_all = ["command", "env", "cwd"])]
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// HTTP: a header sent with every request, `NAME=VALUE` (repeatable)
     #[arg(long = "header", value_name = "NAME=VALUE", requires = "url")]
-    pub headers: Vec<String>,
+    pub(crate) headers: Vec<String>,
     /// HTTP: the environment variable holding a bearer token (read when the server is
     /// reached, never stored)
     #[arg(long, value_name = "VAR", requires = "url")]
-    pub bearer_token_env_var: Option<String>,
+    pub(crate) bearer_token_env_var: Option<String>,
     /// stdio: a variable for the server, `NAME=VALUE` (repeatable)
     #[arg(long, value_name = "NAME=VALUE")]
-    pub env: Vec<String>,
+    pub(crate) env: Vec<String>,
     /// stdio: where the server runs (relative to the agent's directory, or absolute)
     #[arg(long)]
-    pub cwd: Option<String>,
+    pub(crate) cwd: Option<String>,
     /// Seconds the server may take to start and list its tools
     #[arg(long, value_name = "SECS", default_value_t = STARTUP_TIMEOUT_SECS)]
-    pub startup_timeout: u64,
+    pub(crate) startup_timeout: u64,
     /// Seconds one call may take
     #[arg(long, value_name = "SECS", default_value_t = TOOL_TIMEOUT_SECS)]
-    pub tool_timeout: u64,
+    pub(crate) tool_timeout: u64,
     #[command(flatten)]
-    pub lineage: Lineage,
+    pub(crate) lineage: Lineage,
     /// stdio: the program and its arguments, after `--`
     #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     match args {
         Args::Add(add) => {
             let server = server_of(add)?;

@@ -5,21 +5,21 @@ use engine::store::workspace::Workspace;
 
 /// Create a workspace (a bare repository with the default config)
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Where to create it (must not exist or be empty; default: the default workspace)
-    pub path: Option<PathBuf>,
+    pub(crate) path: Option<PathBuf>,
     /// Make it a project workspace: agents start from this git repository's HEAD and
     /// give their work back to it (`diff`, `export`, `apply`)
     #[arg(long, value_name = "DIR")]
-    pub project: Option<PathBuf>,
+    pub(crate) project: Option<PathBuf>,
     /// Make it a copy of what a remote holds (its agents, config lineages and step
     /// records), with the remote as `origin`: a workspace for `offshoot worker`, or to
     /// inspect a fleet's agents from
     #[arg(long, value_name = "URL", conflicts_with = "project")]
-    pub from: Option<String>,
+    pub(crate) from: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let path =
         args.path.clone().or_else(|| ctx.explicit_workspace().cloned()).unwrap_or_else(|| ctx.default_workspace());
     let path = crate::cli::ctx::real(path);

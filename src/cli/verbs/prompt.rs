@@ -7,40 +7,40 @@ use infra::time::Timestamp;
 
 /// Start a new agent on a goal and watch it work
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The goal, as the agent's first message (`-` reads it from stdin)
-    pub message: std::ffi::OsString,
+    pub(crate) message: std::ffi::OsString,
     /// A unique display name (default: a minted two-word name)
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// The role to run as
     #[arg(long, default_value = "worker")]
-    pub role: String,
+    pub(crate) role: String,
     /// The config lineage to follow
     #[arg(long, default_value = "default")]
-    pub lineage: String,
+    pub(crate) lineage: String,
     /// Start the agent and return at once (its driver logs to steps/<id>/driver.log)
     #[arg(long)]
-    pub detach: bool,
+    pub(crate) detach: bool,
     /// In a project: the commit to start from (default: HEAD)
     #[arg(long, value_name = "REV")]
-    pub base: Option<String>,
+    pub(crate) base: Option<String>,
     /// In a project: take the uncommitted changes of your working tree along
     #[arg(long)]
-    pub with_changes: bool,
+    pub(crate) with_changes: bool,
     /// In a project: copy this ignored path of your checkout (`target`, `node_modules`)
     /// into the agent's directory, never into its history (repeatable)
     #[arg(long, value_name = "PATH")]
-    pub copy_ignored: Vec<String>,
+    pub(crate) copy_ignored: Vec<String>,
     /// Hand the agent to the workers of this remote (`offshoot worker`) instead of
     /// driving it here; `offshoot pull` brings its progress
     #[arg(long, value_name = "REMOTE", conflicts_with_all = ["detach", "copy_ignored"])]
-    pub on: Option<String>,
+    pub(crate) on: Option<String>,
     #[command(flatten)]
-    pub choice: crate::cli::input::Choice,
+    pub(crate) choice: crate::cli::input::Choice,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let message = input::text(&args.message, "the goal")?;
     let ws = ctx.workspace_making()?;

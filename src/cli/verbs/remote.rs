@@ -5,7 +5,7 @@ use crate::cli::{CliError, Ctx};
 /// The git remotes this workspace shares agents through (scale-out: a remote is any git
 /// server speaking the smart protocol — `git://`, `ssh://`, `https://` — or a path)
 #[derive(Debug, clap::Subcommand)]
-pub enum Args {
+pub(crate) enum Args {
     /// Add a remote
     Add {
         /// Its name (as git's remote names go)
@@ -23,7 +23,7 @@ pub enum Args {
 }
 
 /// What is wrong with `url` as a remote's URL, if anything.
-pub fn url_problem(url: &str) -> Option<String> {
+pub(crate) fn url_problem(url: &str) -> Option<String> {
     if let Some(problem) = infra::git::transport::problem(url) {
         return Some(format!("cannot be reached: {problem}"));
     }
@@ -50,7 +50,7 @@ fn url_form(url: &str) -> Option<&'static str> {
     None
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let git = |e: infra::git::GitError| CliError::runtime(e.to_string());
     match args {

@@ -8,16 +8,16 @@ use engine::fleet::bundle;
 /// Make a workspace from a bundle (`offshoot bundle`): its agents can be inspected
 /// (`log`, `show --request`, `tree`) and driven further (`send`, `run`) with your keys
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The bundle file
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Where to make the workspace (default: a new one under the data root's
     /// `workspaces/`, named after the bundle)
     #[arg(long, value_name = "DIR")]
-    pub into: Option<PathBuf>,
+    pub(crate) into: Option<PathBuf>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if !args.file.is_file() {
         return Err(CliError::usage(format!("{}: there is no such file", args.file.display())));
     }

@@ -6,19 +6,19 @@ use engine::ops::removal::{self, RemovalError};
 /// Remove an agent for good: its branch, directory, its git, step records and name
 /// (export or apply its work first to keep it); `--tree` removes the agents below it too
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub(crate) agent: String,
     /// Also remove every agent below it (required when it has any)
     #[arg(long)]
-    pub tree: bool,
+    pub(crate) tree: bool,
     /// Stop it (and those below) first, if running; without it a running agent is refused
     #[arg(long)]
-    pub stop: bool,
+    pub(crate) stop: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, Some(&args.agent))?;
     if engine::fleet::remote::handed(&ws, &id) {

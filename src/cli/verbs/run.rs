@@ -3,17 +3,17 @@ use crate::cli::{CliError, Ctx};
 
 /// Drive an agent until nothing is due (settles interrupted calls, delivers its inbox)
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// Started by another offshoot process (the agent runtime): output goes to the
     /// agent's driver.log, so the agents below it are not followed (each has its own)
     #[arg(long, hide = true)]
-    pub launched: bool,
+    pub(crate) launched: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;

@@ -5,9 +5,9 @@ use engine::ops::scan::{self, Finding, ScanError};
 /// short, an answer never delivered): relaunch each once; one still dead at the same
 /// commit afterwards is reported to its parent with a `died` obituary, once
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub(crate) struct Args {}
 
-pub fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let found = scan::scan(&ws, &ctx.runtime(&ws))?;
     if found.is_empty() && !ctx.out.json {

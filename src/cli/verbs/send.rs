@@ -5,24 +5,24 @@ use engine::agents::runtime::Woken;
 
 /// Send a message to an agent and wake it (a finished agent continues its branch)
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub(crate) agent: String,
     /// The message (`-` reads it from stdin)
-    pub message: std::ffi::OsString,
+    pub(crate) message: std::ffi::OsString,
     /// Deposit and wake the agent, then return at once
     #[arg(long)]
-    pub detach: bool,
+    pub(crate) detach: bool,
     /// Send it through this remote to whichever worker drives the agent (one handed
     /// over with `prompt --on`)
     #[arg(long, value_name = "REMOTE", conflicts_with = "detach")]
-    pub on: Option<String>,
+    pub(crate) on: Option<String>,
     #[command(flatten)]
-    pub choice: crate::cli::input::Choice,
+    pub(crate) choice: crate::cli::input::Choice,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let message = input::text(&args.message, "the message")?;
     if message.trim().is_empty() {

@@ -7,26 +7,26 @@ use engine::{ops::inspect, step::driver};
 /// Show one step's record (the latest unless `--step` says which), or the request
 /// re-assembled from its commit, or what a compaction removed and the summary it left
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// The step number (1 is the agent's first model call; default: its latest)
     #[arg(long, conflicts_with = "compaction")]
-    pub step: Option<u32>,
+    pub(crate) step: Option<u32>,
     /// Print the request body the provider received, assembled again from the step's
     /// recorded commit and config and checked against the digest the step kept
     #[arg(long, conflicts_with = "compaction")]
-    pub request: bool,
+    pub(crate) request: bool,
     /// With `--request`: offshoot's canonical form of the request instead of the body
     #[arg(long, requires = "request")]
-    pub canonical: bool,
+    pub(crate) canonical: bool,
     /// The landed compaction to show (1 is the first)
     #[arg(long)]
-    pub compaction: Option<u32>,
+    pub(crate) compaction: Option<u32>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     if let Some(number) = args.compaction {

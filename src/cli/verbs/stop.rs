@@ -12,17 +12,17 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// Stop an agent and every agent below it: running commands are killed, the calls they
 /// cut short are answered, parents are told, and each waits for a message to revive it
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name (default: the agent whose directory you are in)
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// Ask the workers of this remote to stop it (one handed over with `prompt --on`);
     /// `offshoot pull` then shows it stopped, and `send --on` revives it
     #[arg(long, value_name = "REMOTE")]
-    pub on: Option<String>,
+    pub(crate) on: Option<String>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = ctx.agent_named(&ws, args.agent.as_deref())?;
     if let Some(name) = &args.on {

@@ -8,25 +8,25 @@ use engine::fleet::remote::{self, RemoteError};
 
 /// Send every agent, config lineage and step record to a remote, each only forward
 #[derive(Debug, clap::Args)]
-pub struct PushArgs {
+pub(crate) struct PushArgs {
     /// The remote (default: the only one, or `origin`)
-    pub remote: Option<String>,
+    pub(crate) remote: Option<String>,
 }
 
 /// Take every agent, config lineage and step record a remote has, each only forward
 #[derive(Debug, clap::Args)]
-pub struct PullArgs {
+pub(crate) struct PullArgs {
     /// The remote (default: the only one, or `origin`)
-    pub remote: Option<String>,
+    pub(crate) remote: Option<String>,
     /// Keep pulling (every `--every-ms`) until Ctrl-C, saying what came
     #[arg(long, short = 'f')]
-    pub follow: bool,
+    pub(crate) follow: bool,
     /// How long `--follow` waits between pulls, in milliseconds
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000), requires = "follow")]
-    pub every_ms: u64,
+    pub(crate) every_ms: u64,
 }
 
-pub fn error(e: RemoteError) -> CliError {
+pub(crate) fn error(e: RemoteError) -> CliError {
     match e {
         RemoteError::Unknown(_)
         | RemoteError::Which(_)
@@ -38,7 +38,7 @@ pub fn error(e: RemoteError) -> CliError {
     }
 }
 
-pub fn push(ctx: &Ctx, args: &PushArgs) -> Result<(), CliError> {
+pub(crate) fn push(ctx: &Ctx, args: &PushArgs) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let remote = remote::resolve(&ws, args.remote.as_deref()).map_err(error)?;
     let pushed = remote::push(&ws, &remote).map_err(error)?;
@@ -67,7 +67,7 @@ pub fn push(ctx: &Ctx, args: &PushArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-pub fn pull(ctx: &Ctx, args: &PullArgs) -> Result<(), CliError> {
+pub(crate) fn pull(ctx: &Ctx, args: &PullArgs) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let remote = remote::resolve(&ws, args.remote.as_deref()).map_err(error)?;
     if !args.follow {
@@ -108,7 +108,7 @@ pub fn pull(ctx: &Ctx, args: &PullArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-pub fn report_pulled(ctx: &Ctx, remote: &str, pulled: &remote::Pulled) {
+pub(crate) fn report_pulled(ctx: &Ctx, remote: &str, pulled: &remote::Pulled) {
     if ctx.out.json {
         ctx.out.event(&json!({"type": "pulled", "remote": remote, "agents": pulled.agents,
             "lineages": pulled.lineages, "records": pulled.records,

@@ -9,16 +9,16 @@ use infra::tools::{ToolEnv, ToolError};
 
 /// Run a built-in tool with its JSON input on stdin, in the current directory
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The tool to run
     #[arg(required_unless_present = "list")]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     /// List the built-in tools with their input schemas
     #[arg(long)]
-    pub list: bool,
+    pub(crate) list: bool,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if args.list {
         for handler in tools::handlers() {
             let spec = handler.spec();

@@ -11,12 +11,12 @@ use engine::ops::inspect::{self, AgentState};
 /// Draw the agent tree: each agent's state, role, name, its own steps, tokens and cost,
 /// and the totals of every agent below it
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Only this agent (id or name) and the agents below it; all trees when left out
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// Also the disk each agent takes (its directory, git, records), counted now
     #[arg(long)]
-    pub disk: bool,
+    pub(crate) disk: bool,
 }
 
 /// Steps, tokens and cost, of one agent or summed over a subtree.
@@ -102,7 +102,7 @@ impl<'a> Forest<'a> {
     }
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let Some(ws) = ctx.existing_workspace()? else {
         ctx.no_workspace();
         return Ok(());

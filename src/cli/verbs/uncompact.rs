@@ -7,15 +7,15 @@ use engine::step::compaction;
 /// Undo a landed compaction: what it removed comes back as a new commit (the summary
 /// stays)
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The agent's id or name
     #[arg(add = crate::cli::complete::agents_completer())]
-    pub agent: String,
+    pub(crate) agent: String,
     /// Which compaction (1 is the first); the last when left out
-    pub number: Option<u32>,
+    pub(crate) number: Option<u32>,
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let id = agents::resolve(&ws, &args.agent)?;
     let (landing, restored) = compaction::uncompact(&ws, &id, args.number)?;

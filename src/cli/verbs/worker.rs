@@ -14,22 +14,22 @@ use engine::fleet::worker::{Event, Options, Worker};
 /// Drive agents of a remote: claim those with work, drive them here, send each step
 /// there; many workers on many machines share one remote (Ctrl-C lets go of them)
 #[derive(Debug, clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The remote (default: the only one, or `origin`)
-    pub remote: Option<String>,
+    pub(crate) remote: Option<String>,
     /// How many agents it drives at once
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub max_agents: u32,
+    pub(crate) max_agents: u32,
     /// How long its claim of an agent lives without renewal before another worker may
     /// take the agent over, in milliseconds (it renews every quarter of that)
     #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(200..=3_600_000))]
-    pub lease_ms: u64,
+    pub(crate) lease_ms: u64,
     /// How long it waits between rounds (fetch, send, claim), in milliseconds
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=60_000))]
-    pub interval_ms: u64,
+    pub(crate) interval_ms: u64,
     /// Its name in its claims (default: the host's name, the pid and a random number)
     #[arg(long)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 fn default_name() -> String {
@@ -38,7 +38,7 @@ fn default_name() -> String {
     format!("{}-{}-{:08x}", if host.is_empty() { "host" } else { &host }, std::process::id(), engine::random_u32())
 }
 
-pub fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let remote = remote::resolve(&ws, args.remote.as_deref()).map_err(super::sync::error)?;
     let name = args.name.clone().unwrap_or_else(default_name);
