@@ -23,25 +23,119 @@ pub(crate) enum Kind {
     Signal(i32),
 }
 
+/// What failed, with the errors that caused it: `Display` is the message a user reads
+/// first, `source()` leads down the chain.
+type Cause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 #[derive(Debug)]
 pub(crate) struct CliError {
     pub(crate) kind: Kind,
-    pub(crate) message: String,
+    error: Cause,
     pub(crate) hints: Vec<String>,
 }
 
+/// A message of the cli's own, with no cause.
+#[derive(Debug)]
+struct Said(String);
+
+impl std::fmt::Display for Said {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Said {}
+
+/// A message of the cli's own over the error it says it of.
+#[derive(Debug)]
+struct Context {
+    message: String,
+    source: Cause,
+}
+
+impl std::fmt::Display for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Context {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(self.source.as_ref())
+    }
+}
+
 impl CliError {
-    pub(crate) fn usage(message: impl Into<String>) -> CliError {
-        CliError { kind: Kind::Usage, message: message.into(), hints: Vec::new() }
+    fn of(kind: Kind, error: Cause) -> CliError {
+        CliError { kind, error, hints: Vec::new() }
     }
 
+    /// Bad input, said in the cli's words.
+    pub(crate) fn usage(message: impl Into<String>) -> CliError {
+        CliError::of(Kind::Usage, Box::new(Said(message.into())))
+    }
+
+    /// The world failed us, said in the cli's words.
     pub(crate) fn runtime(message: impl Into<String>) -> CliError {
-        CliError { kind: Kind::Runtime, message: message.into(), hints: Vec::new() }
+        CliError::of(Kind::Runtime, Box::new(Said(message.into())))
+    }
+
+    /// Bad input: `error` says what, and keeps its causes.
+    pub(crate) fn usage_from(error: impl std::error::Error + Send + Sync + 'static) -> CliError {
+        CliError::of(Kind::Usage, Box::new(error))
+    }
+
+    /// The world failed us: `error` says how, and keeps its causes.
+    pub(crate) fn runtime_from(error: impl std::error::Error + Send + Sync + 'static) -> CliError {
+        CliError::of(Kind::Runtime, Box::new(error))
+    }
+
+    /// Bad input said as `message`, caused by `error`.
+    pub(crate) fn usage_error(
+        message: impl Into<String>,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> CliError {
+        CliError::of(Kind::Usage, Box::new(Context { message: message.into(), source: Box::new(error) }))
+    }
+
+    /// A failure said as `message`, caused by `error`.
+    pub(crate) fn runtime_error(
+        message: impl Into<String>,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> CliError {
+        CliError::of(Kind::Runtime, Box::new(Context { message: message.into(), source: Box::new(error) }))
+    }
+
+    /// The same error said as `message` (which says what it came of).
+    pub(crate) fn reworded(self, message: impl Into<String>) -> CliError {
+        CliError { error: Box::new(Context { message: message.into(), source: self.error }), ..self }
     }
 
     pub(crate) fn hint(mut self, hint: impl Into<String>) -> CliError {
         self.hints.push(hint.into());
         self
+    }
+
+    /// The message a user reads first.
+    pub(crate) fn message(&self) -> String {
+        self.error.to_string()
+    }
+
+    /// What caused it, outermost first, each said once: a cause whose words the message
+    /// (or a cause above it) already holds is not said again.
+    pub(crate) fn causes(&self) -> Vec<String> {
+        let mut said = vec![self.message()];
+        let mut out = Vec::new();
+        let mut at = self.error.source();
+        while let Some(cause) = at {
+            let text = cause.to_string();
+            if !text.is_empty() && !said.iter().any(|s| s.contains(&text)) {
+                out.push(text.clone());
+            }
+            said.push(text);
+            at = cause.source();
+        }
+        out
     }
 
     pub(crate) fn exit_code(&self) -> i32 {
@@ -53,9 +147,20 @@ impl CliError {
     }
 }
 
+/// `e`, as `shell` says it (its kind and hints): the error itself when the words are
+/// its own, else the words over it; either way its causes are kept.
+pub(crate) fn keeping(e: impl std::error::Error + Send + Sync + 'static, shell: CliError) -> CliError {
+    let message = shell.message();
+    let error: Cause = match message == e.to_string() {
+        true => Box::new(e),
+        false => Box::new(Context { message, source: Box::new(e) }),
+    };
+    CliError { error, ..shell }
+}
+
 impl From<WorkspaceError> for CliError {
     fn from(e: WorkspaceError) -> Self {
-        match &e {
+        let shell = match &e {
             WorkspaceError::NotEmpty(_) => {
                 CliError::usage(e.to_string()).hint("give a new or empty directory (or leave `-w` out)")
             }
@@ -70,24 +175,28 @@ impl From<WorkspaceError> for CliError {
                 .hint("`offshoot config edit` opens the config to fix it; `offshoot config validate` checks it"),
             WorkspaceError::ConfigKey { .. } => CliError::usage(e.to_string()),
             _ => CliError::runtime(e.to_string()),
-        }
+        };
+        keeping(e, shell)
     }
 }
 
 impl From<IdError> for CliError {
     fn from(e: IdError) -> Self {
-        CliError::usage(e.to_string())
+        CliError::usage_from(e)
     }
 }
 
 impl From<AgentError> for CliError {
     fn from(e: AgentError) -> Self {
-        match e {
-            AgentError::Workspace(w) => w.into(),
+        let e = match e {
+            AgentError::Workspace(w) => return w.into(),
+            e => e,
+        };
+        let shell = match &e {
             AgentError::Unknown(_) => {
                 CliError::usage(e.to_string()).hint("`offshoot ls` lists the agents of this workspace")
             }
-            AgentError::Sandbox { ref role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
+            AgentError::Sandbox { role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
             AgentError::NameTaken(..)
             | AgentError::BranchTaken(..)
             | AgentError::NameIsId(..)
@@ -102,19 +211,21 @@ impl From<AgentError> for CliError {
             | AgentError::Id(_)
             | AgentError::Snapshot(_) => CliError::usage(e.to_string()),
             _ => CliError::runtime(e.to_string()),
-        }
+        };
+        keeping(e, shell)
     }
 }
 
 impl From<ModelError> for CliError {
     fn from(e: ModelError) -> Self {
-        match &e {
+        let shell = match &e {
             ModelError::MissingKey { var, .. } => CliError::usage(e.to_string())
                 .hint(format!("export {var}=… and try again; keys are read only from the environment")),
             ModelError::UnknownRole { .. } => CliError::usage(e.to_string()),
             ModelError::Call(call) => call_error(call, e.to_string(), None),
             ModelError::Recording { .. } => CliError::runtime(e.to_string()),
-        }
+        };
+        keeping(e, shell)
     }
 }
 
@@ -173,23 +284,33 @@ impl From<DriverError> for CliError {
             }
             DriverError::Model { id, step, source: ModelError::Call(call), .. } => {
                 let message = format!("step {step} of agent `{id}` failed: {call}");
-                call_error(&call, message, Some((&id, step)))
+                let hinted = call_error(&call, message.clone(), Some((&id, step)));
+                CliError { error: Box::new(Context { message, source: Box::new(call) }), ..hinted }
             }
             DriverError::Model { id, step, source, .. } => {
                 let base: CliError = source.into();
-                CliError { message: format!("step {step} of agent `{id}` failed: {}", base.message), ..base }
+                let message = format!("step {step} of agent `{id}` failed: {}", base.message());
+                base.reworded(message)
             }
             DriverError::Workspace(w) => w.into(),
+            e => driver_error(e),
+        }
+    }
+}
+
+/// A driver's error that is not a failed model call.
+fn driver_error(e: DriverError) -> CliError {
+    let shell = match &e {
             DriverError::Unknown(_) => CliError::usage(e.to_string()),
-            DriverError::Interrupted { ref id, reason } => CliError {
+            DriverError::Interrupted { id, reason } => CliError {
                 kind: Kind::Signal(reason.signal()),
-                message: e.to_string(),
+                error: Box::new(Said(e.to_string())),
                 hints: vec![format!(
                     "everything up to the cut is committed (the call it cut short is answered as {}); `offshoot run {id}` continues it",
                     reason.words()
                 )],
             },
-            DriverError::Exhausted { ref id, ref spend } => {
+            DriverError::Exhausted { id, spend } => {
                 let raise: Vec<String> = domain::budget::raised(spend)
                     .into_iter()
                     .map(|(key, value)| format!("budgets.{key} {value}"))
@@ -206,31 +327,34 @@ impl From<DriverError> for CliError {
                     ))
                 }
             }
-            DriverError::ContextFull { ref id, ref role, .. } => CliError::runtime(e.to_string()).hint(format!(
+            DriverError::ContextFull { id, role, .. } => CliError::runtime(e.to_string()).hint(format!(
                 "`offshoot compact {id}` replaces its older steps with a summary, then `offshoot run {id}` goes on; if the model takes more, raise `roles.{role}.context_window`"
             )),
-            DriverError::Conflicted { ref id, ref path, .. } => CliError::runtime(e.to_string()).hint(format!(
+            DriverError::Conflicted { id, path, .. } => CliError::runtime(e.to_string()).hint(format!(
                 "no compactor writes one (`write_summary` refuses markers): `{path}` was changed on the branch `agents/{id}` by hand; fix it there with a commit, then `offshoot run {id}`"
             )),
-            DriverError::Damaged { ref id, .. } => {
+            DriverError::Damaged { id, .. } => {
                 let hint = format!("its branch `agents/{id}` was changed by hand; other agents are not affected");
                 CliError::runtime(e.to_string()).hint(hint)
             }
             DriverError::RoleGone { .. } => CliError::usage(e.to_string()),
-            DriverError::Sandbox { ref role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
+            DriverError::Sandbox { role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
             _ => CliError::runtime(e.to_string()),
-        }
-    }
+    };
+    keeping(e, shell)
 }
 
 impl From<ProjectError> for CliError {
     fn from(e: ProjectError) -> Self {
-        match e {
-            ProjectError::Agent(a) => a.into(),
-            ProjectError::Workspace(w) => w.into(),
+        let e = match e {
+            ProjectError::Agent(a) => return a.into(),
+            ProjectError::Workspace(w) => return w.into(),
+            e => e,
+        };
+        let shell = match &e {
             ProjectError::NoCommits(_) => CliError::usage(e.to_string())
                 .hint("commit once in it (`git commit --allow-empty -m start` will do), or give `-w` for a workspace of its own"),
-            ProjectError::NotFastForward { ref branch, .. } => CliError::usage(e.to_string()).hint(format!(
+            ProjectError::NotFastForward { branch, .. } => CliError::usage(e.to_string()).hint(format!(
                 "`--force` moves `{branch}` anyway (its commits stay in the project's reflog), or `--branch` names another"
             )),
             ProjectError::Conflicts { .. } => CliError::usage(e.to_string())
@@ -241,7 +365,8 @@ impl From<ProjectError> for CliError {
             | ProjectError::BadBranch(_)
             | ProjectError::CheckedOut(_) => CliError::usage(e.to_string()),
             _ => CliError::runtime(e.to_string()),
-        }
+        };
+        keeping(e, shell)
     }
 }
 
@@ -254,13 +379,13 @@ pub(crate) fn sandbox_hint(role: &str) -> String {
 
 impl From<LifecycleError> for CliError {
     fn from(e: LifecycleError) -> Self {
-        CliError::runtime(e.to_string())
+        CliError::runtime_from(e)
     }
 }
 
 impl From<RuntimeError> for CliError {
     fn from(e: RuntimeError) -> Self {
-        CliError::runtime(e.to_string())
+        CliError::runtime_from(e)
     }
 }
 
@@ -269,8 +394,8 @@ impl From<InspectError> for CliError {
         match e {
             InspectError::Agent(a) => a.into(),
             InspectError::Workspace(w) => w.into(),
-            InspectError::NoStep { .. } => CliError::usage(e.to_string()),
-            _ => CliError::runtime(e.to_string()),
+            e @ InspectError::NoStep { .. } => CliError::usage_from(e),
+            e => CliError::runtime_from(e),
         }
     }
 }

@@ -255,9 +255,13 @@ impl Out {
     pub(crate) fn error(&self, e: &CliError, runs: bool) {
         self.end_live();
         self.end_stream();
+        let causes = e.causes();
         if self.json && !self.ended.get() {
-            let mut v = serde_json::json!({"type": "error", "error": e.message, "hints": e.hints,
+            let mut v = serde_json::json!({"type": "error", "error": e.message(), "hints": e.hints,
                 "exit_code": e.exit_code()});
+            if !causes.is_empty() {
+                v["causes"] = causes.clone().into();
+            }
             if runs {
                 v["type"] = "end".into();
                 v["outcome"] = "error".into();
@@ -266,7 +270,10 @@ impl Out {
             self.event(&v);
         }
         let mut err = std::io::stderr().lock();
-        let _ = writeln!(err, "error: {}", printable(&e.message));
+        let _ = writeln!(err, "error: {}", printable(&e.message()));
+        for cause in &causes {
+            let _ = writeln!(err, "caused by: {}", printable(cause));
+        }
         for hint in &e.hints {
             let _ = writeln!(err, "hint: {}", printable(hint));
         }

@@ -335,7 +335,8 @@ impl<'a> Chat<'a> {
                 let quit = match input {
                     // What a key could not do is said; the chat and what was typed stay.
                     Input::Key(key) => self.key(key).unwrap_or_else(|e| {
-                        self.pending.push(format!("· {}", e.message));
+                        self.pending.push(format!("· {}", e.message()));
+                        self.pending.extend(e.causes().iter().map(|c| format!("  caused by: {c}")));
                         self.pending.extend(e.hints.iter().map(|h| format!("  hint: {h}")));
                         false
                     }),

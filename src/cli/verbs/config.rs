@@ -130,7 +130,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
                 Err((Some(broken), err)) => {
                     if ctx.out.json {
                         ctx.out.event(&json!({"valid": false, "checked": subject, "error": broken,
-                            "message": err.message}));
+                            "message": err.message()}));
                         ctx.out.ended();
                     }
                     return Err(err);

@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 
 use crate::cli::{CliError, Ctx};
-use engine::ops::eval::{self, Comparison, Outcome, Rates, Report, ReportHead};
+use engine::ops::eval::{self, Comparison, Outcome, Rates, Report};
 
 /// Measure a configuration on a suite of tasks, and compare two such measurements
 #[derive(Debug, clap::Subcommand)]
@@ -51,70 +51,53 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
 }
 
-fn usage(e: eval::EvalError) -> CliError {
-    CliError::usage(e.to_string())
+/// What the user reads when a suite cannot be run or read.
+fn error(e: eval::EvalError) -> CliError {
+    use eval::EvalError as E;
+    match e {
+        E::NoRuns => CliError::usage("--runs and --jobs must be at least 1"),
+        E::ReportExists(ref path) => {
+            CliError::usage_error(format!("{}: exists already; give --out a new path", path.display()), e)
+        }
+        E::ReportDir { ref report, ref dir } => {
+            CliError::usage_error(format!("--out {}: {} is not a directory", report.display(), dir.display()), e)
+        }
+        E::BundleDir { ref path, ref source } => CliError::usage_error(
+            format!("--bundle-dir {}: cannot be a directory of bundles ({source})", path.display()),
+            e,
+        ),
+        E::Make { .. } | E::Write { .. } => CliError::runtime_from(e),
+        _ => CliError::usage_error(e.to_string(), e),
+    }
 }
 
 fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
-    if args.runs == 0 || args.jobs == 0 {
-        return Err(CliError::usage("--runs and --jobs must be at least 1"));
-    }
-    let tasks = eval::load_suite(&args.suite).map_err(usage)?;
-    let files = eval::run_config(&ctx.template()?, &args.config).map_err(usage)?;
-    let out = args.out.clone().unwrap_or_else(|| {
+    let report = args.out.clone().unwrap_or_else(|| {
         PathBuf::from(format!("eval-{}.json", infra::time::Timestamp::now().to_string().replace(':', "")))
     });
-    if std::fs::symlink_metadata(&out).is_ok() {
-        return Err(CliError::usage(format!("{}: exists already; give --out a new path", out.display())));
-    }
-    let out_dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if !out_dir.is_dir() {
-        return Err(CliError::usage(format!("--out {}: {} is not a directory", out.display(), out_dir.display())));
-    }
-    if let Some(dir) = &args.bundle_dir {
-        std::fs::create_dir_all(dir).map_err(|e| {
-            CliError::usage(format!("--bundle-dir {}: cannot be a directory of bundles ({e})", dir.display()))
-        })?;
-    }
-    // What evals killed mid-way left (their scratch and workspaces) goes first.
-    engine::sweep_left_by_dead(&std::env::temp_dir(), |n| engine::pid_after(n, "offshoot-eval-", "offshoot-eval-"));
-    engine::sweep_left_by_dead(&ctx.data_root.join("workspaces"), |n| engine::pid_after(n, ".eval-", ".eval-"));
-    // The runs' scratch directories: in a directory only this user can enter, made new
-    // (never one someone else made ready, nor through a link).
-    let scratch =
-        std::env::temp_dir().join(format!("offshoot-eval-{}-{:08x}", std::process::id(), engine::random_u32()));
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&scratch)
-            .map_err(|e| CliError::runtime(format!("cannot make {}: {e}", scratch.display())))?;
-    }
-    // Their workspaces: beside the user's, where every agent's sandbox hides the others.
-    let hidden = ctx.data_root.join("workspaces");
-    let workspaces = hidden.join(format!(".eval-{}-{:08x}", std::process::id(), engine::random_u32()));
-    {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .recursive(true)
-            .create(&workspaces)
-            .map_err(|e| CliError::runtime(format!("cannot make {}: {e}", workspaces.display())))?;
-    }
+    let template = ctx.template()?;
+    let temp = std::env::temp_dir();
+    let workspaces = ctx.data_root.join("workspaces");
+    let suite = eval::Suite {
+        suite: &args.suite,
+        configs: &args.config,
+        template: &template,
+        runs: args.runs,
+        jobs: args.jobs,
+        report: &report,
+        bundle_dir: args.bundle_dir.as_deref(),
+        exe: &ctx.exe,
+        env: &ctx.env,
+        temp: &temp,
+        workspaces: &workspaces,
+    };
     // Ctrl-C (or SIGTERM, SIGHUP): no run starts after it, the agents at work stop, and
     // the report holds the runs that ended.
-    let stopping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let live = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u32>::new()));
+    let stopper = eval::Stopper::default();
     {
-        let (stopping, live) = (stopping.clone(), live.clone());
-        infra::signals::watch(move |_| {
-            stopping.store(true, std::sync::atomic::Ordering::SeqCst);
-            for pid in live.lock().map(|l| l.clone()).unwrap_or_default() {
-                let _ = infra::process::terminate(pid);
-            }
-        });
+        let stopper = stopper.clone();
+        infra::signals::watch(move |_| stopper.stop());
     }
-    let started = std::time::Instant::now();
     // Each run is said as it ends, from this thread (the output is not shared).
     let (sender, ended) = std::sync::mpsc::channel::<eval::RunReport>();
     let sender = std::sync::Mutex::new(sender);
@@ -123,68 +106,44 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
             let _ = s.send(r.clone());
         }
     };
-    let plan = eval::Plan {
-        tasks: &tasks,
-        files: &files,
-        runs: args.runs,
-        jobs: args.jobs,
-        exe: &ctx.exe,
-        env: &ctx.env,
-        scratch: &scratch,
-        bundle_dir: args.bundle_dir.as_deref(),
-        on_run: &on_run,
-        workspaces: &workspaces,
-        hidden: &hidden,
-        stopping: &stopping,
-        live: &live,
-    };
-    let say = |r: eval::RunReport| {
-        let verdict = match r.outcome {
-            Outcome::Pass => "pass",
-            Outcome::Fail => "FAIL",
-            Outcome::Error => "error",
-        };
-        let detail = if r.detail.is_empty() { String::new() } else { format!(" — {}", r.detail) };
-        ctx.out.progress(&format!("· {} run {}: {verdict} in {:.1} s{detail}", r.task, r.run, r.wall_secs));
-    };
-    let runs = std::thread::scope(|scope| {
-        let running = scope.spawn(|| eval::run(&plan));
+    let result = std::thread::scope(|scope| {
+        let running = scope.spawn(|| eval::run_suite(&suite, &stopper, &on_run));
         while !running.is_finished() {
             if let Ok(r) = ended.recv_timeout(std::time::Duration::from_millis(100)) {
-                say(r);
+                say(ctx, &r);
             }
         }
         while let Ok(r) = ended.try_recv() {
-            say(r);
+            say(ctx, &r);
         }
-        running.join().unwrap_or_default()
+        running.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     });
-    let _ = std::fs::remove_dir_all(&scratch);
-    let _ = std::fs::remove_dir_all(&workspaces);
-    let head = ReportHead {
-        suite: args.suite.clone(),
-        configs: args.config.clone(),
-        runs_per_task: args.runs,
-        jobs: args.jobs,
-        wall_secs: started.elapsed().as_secs_f64(),
-    };
-    let report = eval::report(&tasks, runs, head);
-    let text = serde_json::to_vec_pretty(&report).unwrap_or_default();
-    std::fs::write(&out, &text).map_err(|e| CliError::runtime(format!("cannot write {}: {e}", out.display())))?;
+    let report_json = result.map_err(error)?;
     if ctx.out.json {
-        ctx.out.event(&serde_json::to_value(&report).unwrap_or_default());
+        ctx.out.event(&serde_json::to_value(&report_json).unwrap_or_default());
     } else {
-        print_report(ctx, &report);
+        print_report(ctx, &report_json);
     }
-    ctx.out.progress(&format!("· report: {}", out.display()));
-    if stopping.load(std::sync::atomic::Ordering::SeqCst) {
+    ctx.out.progress(&format!("· report: {}", report.display()));
+    if stopper.stopped() {
         return Err(CliError::runtime(format!(
             "stopped: {} of {} runs ended; the report holds those",
-            report.runs.len(),
-            tasks.len() as u64 * u64::from(args.runs)
+            report_json.runs.len(),
+            report_json.tasks.len() as u64 * u64::from(args.runs)
         )));
     }
     Ok(())
+}
+
+/// One run, said as it ends.
+fn say(ctx: &Ctx, r: &eval::RunReport) {
+    let verdict = match r.outcome {
+        Outcome::Pass => "pass",
+        Outcome::Fail => "FAIL",
+        Outcome::Error => "error",
+    };
+    let detail = if r.detail.is_empty() { String::new() } else { format!(" — {}", r.detail) };
+    ctx.out.progress(&format!("· {} run {}: {verdict} in {:.1} s{detail}", r.task, r.run, r.wall_secs));
 }
 
 fn rate_line(name: &str, r: &Rates) -> String {
@@ -217,8 +176,8 @@ fn print_report(ctx: &Ctx, report: &Report) {
 }
 
 fn compare(ctx: &Ctx, a: &std::path::Path, b: &std::path::Path) -> Result<(), CliError> {
-    let ra = eval::read_report(a).map_err(usage)?;
-    let rb = eval::read_report(b).map_err(usage)?;
+    let ra = eval::read_report(a).map_err(error)?;
+    let rb = eval::read_report(b).map_err(error)?;
     let c = eval::compare(&ra, &rb);
     if ctx.out.json {
         ctx.out.event(&serde_json::to_value(&c).unwrap_or_default());
