@@ -98,14 +98,6 @@ impl CliError {
         CliError::of(Kind::Usage, Box::new(Context { message: message.into(), source: Box::new(error) }))
     }
 
-    /// A failure said as `message`, caused by `error`.
-    pub(crate) fn runtime_error(
-        message: impl Into<String>,
-        error: impl std::error::Error + Send + Sync + 'static,
-    ) -> CliError {
-        CliError::of(Kind::Runtime, Box::new(Context { message: message.into(), source: Box::new(error) }))
-    }
-
     /// The same error said as `message` (which says what it came of).
     pub(crate) fn reworded(self, message: impl Into<String>) -> CliError {
         CliError { error: Box::new(Context { message: message.into(), source: self.error }), ..self }

@@ -222,8 +222,9 @@ impl Observer for Live<'_> {
                 out.progress(&format!("· merged {files} changed file{s} from `{child}`"))
             }
             Event::Conflicted { child, files } => out.progress(&format!(
-                "· `{child}`'s work conflicts in {}; not merged (marked refs/offshoot/conflicted/{child})",
-                infra::words::count(files as u64, "file", "files")
+                "· `{child}`'s work conflicts in {}; not merged (marked {})",
+                infra::words::count(files as u64, "file", "files"),
+                domain::marks::Mark::Conflicted.ref_name(&child)
             )),
             Event::Waiting { children } => out.progress(&format!(
                 "· waiting for {} below this one",

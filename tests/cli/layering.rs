@@ -360,9 +360,10 @@ fn no_file_or_function_outgrows_its_idea() {
             for (i, line) in lines.iter().enumerate() {
                 let body = line.trim_start();
                 let indent = line.len() - body.len();
-                let is_fn = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn ", "const fn ", "pub const fn "]
+                let unqualified = ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "]
                     .iter()
-                    .any(|p| body.starts_with(p));
+                    .fold(body, |b, q| b.strip_prefix(q).unwrap_or(b));
+                let is_fn = unqualified.starts_with("fn ");
                 if !is_fn || line.trim_end().ends_with(';') {
                     continue;
                 }
@@ -375,6 +376,23 @@ fn no_file_or_function_outgrows_its_idea() {
         }
     }
     assert!(over.is_empty(), "too long:\n{}", over.join("\n"));
+}
+
+#[test]
+fn the_harness_refs_are_named_in_one_place() {
+    // `refs/offshoot/<kind>/<key>` is made by `infra::git::harness_ref` alone; everyone
+    // else names a ref by its mark or shelf (`Mark::Stopped.ref_name(id)`).
+    let home = root().join("crates/infra/src/git/marks.rs");
+    let mut offenders = Vec::new();
+    for (_, src) in crates() {
+        for (file, code) in sources(&src) {
+            let named = code.lines().any(|l| !l.trim_start().starts_with("//") && l.contains("refs/offshoot"));
+            if named && file != home {
+                offenders.push(file.display().to_string());
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "refs/offshoot/… written by hand: {offenders:?}");
 }
 
 #[test]

@@ -68,6 +68,14 @@ impl AgentId {
         self.0.rsplit_once('.').map(|(p, _)| AgentId(p.to_owned()))
     }
 
+    /// The root of its tree (itself, for a root).
+    pub fn root(&self) -> AgentId {
+        match self.0.split_once('.') {
+            Some((root, _)) => AgentId(root.to_owned()),
+            None => self.clone(),
+        }
+    }
+
     /// The number of this child under its parent.
     pub fn child_number(&self) -> Option<u32> {
         self.0.rsplit_once('.').and_then(|(_, n)| n.parse().ok())

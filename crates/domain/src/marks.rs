@@ -81,6 +81,66 @@ impl Mark {
     }
 }
 
+impl Mark {
+    /// The ref holding this mark of `key` (an agent's id, or a name).
+    pub fn ref_name(self, key: impl std::fmt::Display) -> String {
+        Shelf::Mark(self).ref_name(key)
+    }
+
+    /// What the refs of every mark of this kind start with.
+    pub fn prefix(self) -> String {
+        Shelf::Mark(self).prefix()
+    }
+
+    /// The key of ref `name` when it is a mark of this kind.
+    pub fn key_of(self, name: &str) -> Option<&str> {
+        Shelf::Mark(self).key_of(name)
+    }
+}
+
+/// A directory of the harness's refs (`refs/offshoot/<dir>/<key>`): an agent's marks,
+/// or what the fleet shares through a remote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shelf {
+    Mark(Mark),
+    /// `claims/<id>` → the worker driving the agent, and its lease.
+    Claims,
+    /// `records/<id>` → a commit of the agent's step records, as its workers sent them.
+    Records,
+    /// `stop-requests/<id>` → when a stop of the agent was asked, and what waited then.
+    StopRequests,
+    /// `inbox/<id>/<message>` → a message on its way to the agent.
+    Inbox,
+}
+
+impl Shelf {
+    /// Its directory under `refs/offshoot/`.
+    pub const fn dir(self) -> &'static str {
+        match self {
+            Shelf::Mark(mark) => mark.kind(),
+            Shelf::Claims => "claims",
+            Shelf::Records => "records",
+            Shelf::StopRequests => "stop-requests",
+            Shelf::Inbox => "inbox",
+        }
+    }
+
+    /// The ref of `key` on this shelf.
+    pub fn ref_name(self, key: impl std::fmt::Display) -> String {
+        infra::git::harness_ref(self.dir(), &key.to_string())
+    }
+
+    /// What every ref on this shelf starts with.
+    pub fn prefix(self) -> String {
+        infra::git::harness_ref(self.dir(), "")
+    }
+
+    /// The key of ref `name` when it is on this shelf.
+    pub fn key_of(self, name: &str) -> Option<&str> {
+        infra::git::harness_ref_parts(name).filter(|(dir, _)| *dir == self.dir()).map(|(_, key)| key)
+    }
+}
+
 /// What a result deposited with a parent (or prompter) says of how its sender ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Epitaph {
@@ -116,5 +176,17 @@ mod tests {
         kinds.dedup();
         assert_eq!(kinds.len(), Mark::ALL.len());
         assert!(kinds.iter().all(|k| !k.is_empty() && !k.contains('/')));
+        for shelf in [Shelf::Claims, Shelf::Records, Shelf::StopRequests, Shelf::Inbox] {
+            assert!(!kinds.contains(&shelf.dir()), "{} is a mark's too", shelf.dir());
+        }
+    }
+
+    #[test]
+    fn a_ref_is_named_and_read_back_in_one_place() {
+        assert_eq!(Mark::Stopped.ref_name("k7q2mx.3"), "refs/offshoot/stopped/k7q2mx.3");
+        assert_eq!(Shelf::Inbox.prefix(), "refs/offshoot/inbox/");
+        assert_eq!(Shelf::Records.key_of("refs/offshoot/records/a.1"), Some("a.1"));
+        assert_eq!(Shelf::Records.key_of("refs/offshoot/recordsx/a.1"), None);
+        assert_eq!(Shelf::Claims.key_of("refs/heads/agents/a"), None);
     }
 }

@@ -96,12 +96,6 @@ pub fn check(records: &mut Records, layout: &Layout, root: &AgentId, config: &Co
     (spend, reached)
 }
 
-/// The root of the tree `id` belongs to (its id's first part).
-pub(crate) fn root_of(id: &AgentId) -> AgentId {
-    let first = id.as_str().split('.').next().unwrap_or(id.as_str());
-    AgentId::parse(first).unwrap_or_else(|_| id.clone())
-}
-
 /// A step's record; `true` when it is final (the call ended, or no driver is left to
 /// end it).
 /// How many tool calls of a step began is the number of call records under `tools/`.

@@ -308,7 +308,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
         });
     }
     if domain::budget::any_set(&config.budgets) {
-        let root = crate::agents::budget::root_of(parent);
+        let root = parent.root();
         let (_, reached) = crate::agents::budget::check(&mut Default::default(), &ws.layout, &root, &config);
         if let Some(reached) = reached {
             return Err(AgentError::Exhausted(format!("the tree of `{root}` {reached}")));

@@ -171,7 +171,7 @@ impl Runtime {
         // remote's workers.
         let elsewhere = match self.layout.worker().exists() {
             true => !self.layout.worker_claim(id).exists(),
-            false => self.layout.handed(&crate::agents::budget::root_of(id)).exists(),
+            false => self.layout.handed(&id.root()).exists(),
         };
         if elsewhere {
             return Ok(None);

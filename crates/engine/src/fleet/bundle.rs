@@ -156,11 +156,11 @@ pub fn make(ws: &Workspace, id: &AgentId, with_origin: bool, env: &crate::Env, o
         repo_globs.push(format!("refs/heads/{}", member.id.branch()));
         // Not the working directory: a path of this machine.
         for mark in Mark::ALL.iter().filter(|m| !matches!(m, Mark::Names | Mark::Cwd)) {
-            repo_globs.push(format!("refs/offshoot/{}/{}", mark.kind(), member.id));
+            repo_globs.push(mark.ref_name(&member.id));
         }
         if let Some(facts) = &member.facts {
             if let Some(name) = &facts.name {
-                repo_globs.push(format!("refs/offshoot/{}/{name}", Mark::Names.kind()));
+                repo_globs.push(Mark::Names.ref_name(&name));
             }
             project_globs.push(format!("refs/heads/{}", facts.project_branch()));
         }
@@ -368,6 +368,76 @@ pub fn replay(file: &Path, dest: &Path, mine: &str) -> Result<Replayed> {
 /// Reads the bundle `file` into a workspace made at `root`; its manifest.
 fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
     let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason };
+    let (manifest, bundles, files) = read_archive(file)?;
+    let agents: Vec<AgentId> = manifest
+        .agents
+        .iter()
+        .map(|a| AgentId::parse(a).map_err(|_| corrupt(format!("its manifest names `{a}`, which is not an agent id"))))
+        .collect::<Result<_>>()?;
+    if manifest.agents.first() != Some(&manifest.agent) {
+        return Err(corrupt("its manifest's agent is not the first of its agents".into()));
+    }
+    // Every file must be a record or message of an agent the manifest names.
+    for (path, _) in &files {
+        let mut parts = path.split('/');
+        let (kind, id) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+        let rest: Vec<&str> = parts.collect();
+        let plain = !rest.is_empty() && rest.iter().all(|p| !p.is_empty() && *p != "." && *p != "..");
+        if !matches!(kind, "steps" | "inbox") || !agents.iter().any(|a| a.as_str() == id) || !plain {
+            return Err(corrupt(format!("it holds `{path}`, which is no agent's record or message")));
+        }
+    }
+    let [(_, repo_bytes), (_, project_bytes)] = ["repo.bundle", "project.bundle"]
+        .map(|name| bundles.iter().find(|(n, _)| *n == name).cloned().unwrap_or((name, Vec::new())));
+    let repo_read = bundle::read(&repo_bytes).map_err(|e| corrupt(format!("its repo.bundle: {e}")))?;
+    let project_read = bundle::read(&project_bytes).map_err(|e| corrupt(format!("its project.bundle: {e}")))?;
+    for id in &agents {
+        let branch = format!("refs/heads/{}", id.branch());
+        if !repo_read.refs.iter().any(|(name, _)| *name == branch) {
+            return Err(corrupt(format!("its repo.bundle has no branch for agent `{id}`")));
+        }
+    }
+    let ws = Workspace::create_bare(root)?;
+    let (repo_dir, project_dir) = (ws.layout.repo(), ws.layout.project());
+    bundle::unpack(&repo_dir, repo_read.pack).map_err(|e| corrupt(format!("its repo.bundle: {e}")))?;
+    bundle::unpack(&project_dir, project_read.pack).map_err(|e| corrupt(format!("its project.bundle: {e}")))?;
+    check_repo_refs(&repo_dir, &repo_read.refs, &agents, &manifest, &corrupt)?;
+    if let Some((name, _)) = project_read.refs.iter().find(|(n, _)| !n.starts_with("refs/heads/")) {
+        return Err(corrupt(format!("its project.bundle holds `{name}`, which is not a branch")));
+    }
+    for (dir, refs) in [(&repo_dir, &repo_read.refs), (&project_dir, &project_read.refs)] {
+        for (name, oid) in refs.iter() {
+            if let Some(missing) = bundle::missing_below(dir, *oid)? {
+                return Err(corrupt(format!("`{name}` reaches object {missing}, which it does not hold")));
+            }
+        }
+        bundle::set_refs(dir, refs)?;
+    }
+    for id in &agents {
+        let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| corrupt(format!("no branch for `{id}`")))?;
+        let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
+            .map_err(|e| corrupt(format!("agent `{id}` does not read ({e})")))?;
+        if !manifest.lineages.contains(&facts.lineage) {
+            return Err(corrupt(format!(
+                "agent `{id}` runs on lineage `{}`, which its manifest does not name",
+                facts.lineage
+            )));
+        }
+    }
+    let door = Beneath::open(root).map_err(|e| corrupt(e.to_string()))?;
+    for (path, bytes) in &files {
+        door.write(Path::new(path), bytes, None, false).map_err(|e| corrupt(format!("`{path}`: {e}")))?;
+    }
+    rebase_lineages(&ws, &manifest.lineages, mine, &corrupt)?;
+    Ok(manifest)
+}
+
+/// The parts of the bundle `file`, each checked as it is read: its manifest, its two
+/// git bundles, and the other files (records and messages) by path.
+type Parts = (Manifest, Vec<(&'static str, Vec<u8>)>, Vec<(String, Vec<u8>)>);
+
+fn read_archive(file: &Path) -> Result<Parts> {
+    let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason };
     let opened = std::fs::File::open(file).map_err(io(file))?;
     let mut archive = tar::Archive::new(std::io::BufReader::new(opened));
     let mut manifest: Option<Manifest> = None;
@@ -407,51 +477,29 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
         }
     }
     let manifest = manifest.ok_or_else(|| corrupt("it has no manifest.json".into()))?;
-    let agents: Vec<AgentId> = manifest
-        .agents
-        .iter()
-        .map(|a| AgentId::parse(a).map_err(|_| corrupt(format!("its manifest names `{a}`, which is not an agent id"))))
-        .collect::<Result<_>>()?;
-    if manifest.agents.first() != Some(&manifest.agent) {
-        return Err(corrupt("its manifest's agent is not the first of its agents".into()));
-    }
-    // Every file must be a record or message of an agent the manifest names.
-    for (path, _) in &files {
-        let mut parts = path.split('/');
-        let (kind, id) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let rest: Vec<&str> = parts.collect();
-        let plain = !rest.is_empty() && rest.iter().all(|p| !p.is_empty() && *p != "." && *p != "..");
-        if !matches!(kind, "steps" | "inbox") || !agents.iter().any(|a| a.as_str() == id) || !plain {
-            return Err(corrupt(format!("it holds `{path}`, which is no agent's record or message")));
-        }
-    }
-    let [(_, repo_bytes), (_, project_bytes)] = ["repo.bundle", "project.bundle"]
-        .map(|name| bundles.iter().find(|(n, _)| *n == name).cloned().unwrap_or((name, Vec::new())));
-    let repo_read = bundle::read(&repo_bytes).map_err(|e| corrupt(format!("its repo.bundle: {e}")))?;
-    let project_read = bundle::read(&project_bytes).map_err(|e| corrupt(format!("its project.bundle: {e}")))?;
-    for id in &agents {
-        let branch = format!("refs/heads/{}", id.branch());
-        if !repo_read.refs.iter().any(|(name, _)| *name == branch) {
-            return Err(corrupt(format!("its repo.bundle has no branch for agent `{id}`")));
-        }
-    }
-    let ws = Workspace::create_bare(root)?;
-    let (repo_dir, project_dir) = (ws.layout.repo(), ws.layout.project());
-    bundle::unpack(&repo_dir, repo_read.pack).map_err(|e| corrupt(format!("its repo.bundle: {e}")))?;
-    bundle::unpack(&project_dir, project_read.pack).map_err(|e| corrupt(format!("its project.bundle: {e}")))?;
-    // Only refs of the agents and lineages the manifest names: a ref it does not name
-    // (another agent, another lineage) would run on a config nobody rebased.
+    Ok((manifest, bundles, files))
+}
+
+/// Whether every ref of a bundle's `repo.bundle` is of an agent or lineage its manifest
+/// names (another's would run on a config nobody rebased); the first that is not, said.
+fn check_repo_refs(
+    repo_dir: &Path,
+    refs: &[(String, infra::git::ObjectId)],
+    agents: &[AgentId],
+    manifest: &Manifest,
+    corrupt: &dyn Fn(String) -> BundleError,
+) -> Result<()> {
     let ids: Vec<&str> = agents.iter().map(AgentId::as_str).collect();
-    let names_kind = format!("refs/offshoot/{}/", Mark::Names.kind());
-    for (name, oid) in &repo_read.refs {
+    let names_kind = Mark::Names.prefix();
+    for (name, oid) in refs {
         let allowed = if let Some(agent) = name.strip_prefix("refs/heads/agents/") {
             ids.contains(&agent)
         } else if let Some(lineage) = name.strip_prefix("refs/heads/config/") {
             manifest.lineages.iter().any(|l| l == lineage)
         } else if name.starts_with(&names_kind) {
             // A name claim holds the id it names.
-            bundle::blob(&repo_dir, *oid).is_some_and(|b| ids.contains(&String::from_utf8_lossy(&b).trim()))
-        } else if let Some((kind, key)) = name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')) {
+            bundle::blob(repo_dir, *oid).is_some_and(|b| ids.contains(&String::from_utf8_lossy(&b).trim()))
+        } else if let Some((kind, key)) = infra::git::harness_ref_parts(name) {
             // A working directory is a path of the machine that made the bundle: not carried.
             kind != Mark::Cwd.kind() && Mark::ALL.iter().any(|m| m.kind() == kind) && ids.contains(&key)
         } else {
@@ -463,35 +511,18 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
             )));
         }
     }
-    if let Some((name, _)) = project_read.refs.iter().find(|(n, _)| !n.starts_with("refs/heads/")) {
-        return Err(corrupt(format!("its project.bundle holds `{name}`, which is not a branch")));
-    }
-    for (dir, refs) in [(&repo_dir, &repo_read.refs), (&project_dir, &project_read.refs)] {
-        for (name, oid) in refs.iter() {
-            if let Some(missing) = bundle::missing_below(dir, *oid)? {
-                return Err(corrupt(format!("`{name}` reaches object {missing}, which it does not hold")));
-            }
-        }
-        bundle::set_refs(dir, refs)?;
-    }
-    for id in &agents {
-        let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| corrupt(format!("no branch for `{id}`")))?;
-        let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
-            .map_err(|e| corrupt(format!("agent `{id}` does not read ({e})")))?;
-        if !manifest.lineages.contains(&facts.lineage) {
-            return Err(corrupt(format!(
-                "agent `{id}` runs on lineage `{}`, which its manifest does not name",
-                facts.lineage
-            )));
-        }
-    }
-    let door = Beneath::open(root).map_err(|e| corrupt(e.to_string()))?;
-    for (path, bytes) in &files {
-        door.write(Path::new(path), bytes, None, false).map_err(|e| corrupt(format!("`{path}`: {e}")))?;
-    }
-    // The configs must read, or nothing could run there; each then takes this user's
-    // providers and sandbox.
-    for lineage in &manifest.lineages {
+    Ok(())
+}
+
+/// Each of `lineages` read, then rebased onto this user's providers, MCP servers and
+/// sandbox (`mine`); the first that does not, said.
+fn rebase_lineages(
+    ws: &Workspace,
+    lineages: &[String],
+    mine: &str,
+    corrupt: &dyn Fn(String) -> BundleError,
+) -> Result<()> {
+    for lineage in lineages {
         let tip = ws.config_tip(lineage).map_err(|e| corrupt(format!("config lineage `{lineage}`: {e}")))?;
         ws.config_at(tip).map_err(|e| corrupt(format!("config lineage `{lineage}`: {e}")))?;
         let theirs = ws.repo.read_file(tip, domain::config::FILE)?.unwrap_or_default();
@@ -505,7 +536,7 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
         )
         .map_err(|e| corrupt(format!("config lineage `{lineage}` with your providers and sandbox: {e}")))?;
     }
-    Ok(manifest)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -188,7 +188,7 @@ fn check_inboxes(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>, c
 fn check_marks(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>) -> Result<(), GitError> {
     let exists = |id: &str| ids.iter().any(|i| i.as_str() == id);
     for (name, _) in ws.repo.all_refs()? {
-        let Some(rest) = name.strip_prefix("refs/offshoot/") else { continue };
+        let Some(rest) = name.strip_prefix(infra::git::HARNESS_REFS) else { continue };
         let Some((kind, key)) = rest.split_once('/') else { continue };
         let owner = if kind == domain::marks::Mark::Names.kind() {
             let content = ws.repo.mark(kind, key)?.unwrap_or_default();

@@ -4,10 +4,24 @@
 
 use super::{GitError, Repo, Result, create_only, file_age, lib, with_lock_retries};
 
+/// Where every ref of the harness's own lives (marks, and the fleet's claims, records,
+/// requests and mail): `refs/offshoot/<kind>/<key>`.
+pub const HARNESS_REFS: &str = "refs/offshoot/";
+
+/// The ref `refs/offshoot/<kind>/<key>`: the one place its name is made.
+pub fn harness_ref(kind: &str, key: &str) -> String {
+    format!("{HARNESS_REFS}{kind}/{key}")
+}
+
+/// The kind and key of a ref under `refs/offshoot/`, if `name` is one.
+pub fn harness_ref_parts(name: &str) -> Option<(&str, &str)> {
+    name.strip_prefix(HARNESS_REFS)?.split_once('/')
+}
+
 impl Repo {
     /// The content of the mark `refs/offshoot/<kind>/<id>`, if it is set.
     pub fn mark(&self, kind: &str, id: &str) -> Result<Option<Vec<u8>>> {
-        let name = format!("refs/offshoot/{kind}/{id}");
+        let name = harness_ref(kind, id);
         match self.repo.refname_to_id(&name) {
             Ok(oid) => Ok(Some(self.read_blob(oid)?)),
             Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
@@ -17,7 +31,7 @@ impl Repo {
 
     /// Sets the mark `refs/offshoot/<kind>/<id>` to a blob of `content`.
     pub fn set_mark(&self, kind: &str, id: &str, content: &[u8]) -> Result<()> {
-        let name = format!("refs/offshoot/{kind}/{id}");
+        let name = harness_ref(kind, id);
         let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
         with_lock_retries(&self.repo, &name, || self.repo.reference(&name, blob, true, "mark").map(|_| ()))
             .map_err(lib(format!("set {name}")))
@@ -26,7 +40,7 @@ impl Repo {
     /// Sets the mark `refs/offshoot/<kind>/<key>` to a blob of `content` unless it is
     /// already set (create-only, atomic); `false` when it was taken.
     pub fn claim_mark(&self, kind: &str, key: &str, content: &[u8]) -> Result<bool> {
-        let name = format!("refs/offshoot/{kind}/{key}");
+        let name = harness_ref(kind, key);
         let blob = self.repo.blob(content).map_err(lib(format!("write {name}")))?;
         create_only(&self.repo, &name, blob, "claim")
     }
@@ -34,12 +48,12 @@ impl Repo {
     /// How long ago the mark `refs/offshoot/<kind>/<key>` was set (its file's age; `None`
     /// when it is packed or gone).
     pub fn mark_age(&self, kind: &str, key: &str) -> Option<std::time::Duration> {
-        file_age(&self.repo.path().join(format!("refs/offshoot/{kind}/{key}")))
+        file_age(&self.repo.path().join(harness_ref(kind, key)))
     }
 
     /// The keys of the marks `refs/offshoot/<kind>/<prefix>*`.
     pub fn marks(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
-        let base = format!("refs/offshoot/{kind}/");
+        let base = harness_ref(kind, "");
         let refs = self.repo.references_glob(&format!("{base}{prefix}*")).map_err(lib("list marks"))?;
         Ok(refs
             .flatten()
@@ -49,12 +63,12 @@ impl Repo {
 
     /// Removes the mark `refs/offshoot/<kind>/<key>` (one that is gone is fine).
     pub fn delete_mark(&self, kind: &str, key: &str) -> Result<()> {
-        self.delete_ref(&format!("refs/offshoot/{kind}/{key}"))
+        self.delete_ref(&harness_ref(kind, key))
     }
 
     /// Removes every mark of `id` (`refs/offshoot/*/<id>`).
     pub fn delete_marks(&self, id: &str) -> Result<()> {
-        let refs = self.repo.references_glob(&format!("refs/offshoot/*/{id}")).map_err(lib("list marks"))?;
+        let refs = self.repo.references_glob(&harness_ref("*", id)).map_err(lib("list marks"))?;
         let names: Vec<String> = refs.flatten().filter_map(|r| r.name().ok().map(str::to_owned)).collect();
         names.iter().try_for_each(|name| self.delete_ref(name))
     }

@@ -2,6 +2,7 @@
 //! lineages rebased onto its own template, and the messages the remote holds for the
 //! agents it drives.
 
+use domain::marks::Shelf;
 use std::collections::{HashMap, HashSet};
 
 use domain::id::AgentId;
@@ -47,14 +48,14 @@ impl Worker<'_> {
                 sets.push((name.clone(), *theirs));
             }
             for mark in remote::travelling().filter(|m| !matches!(m, Mark::Names)) {
-                let name = format!("refs/offshoot/{}/{id}", mark.kind());
+                let name = mark.ref_name(&id);
                 match (seen.repo.get(&name), here.get(&name)) {
                     (Some(theirs), ours) if ours != Some(theirs) => sets.push((name, *theirs)),
                     (None, Some(_)) => deletes.push(name),
                     _ => {}
                 }
             }
-            let records = format!("refs/offshoot/{}/{id}", remote::RECORDS);
+            let records = Shelf::Records.ref_name(&id);
             if let Some(theirs) = seen.repo.get(&records)
                 && here.get(&records) != Some(theirs)
             {
@@ -67,7 +68,7 @@ impl Worker<'_> {
         }
         // Names: the remote's claims stand (a child made here whose name was taken there
         // keeps it in its facts, without the fleet's claim of it).
-        let names = format!("refs/offshoot/{}/", Mark::Names.kind());
+        let names = Mark::Names.prefix();
         for (name, theirs) in &seen.repo {
             if name.strip_prefix(&names).is_some_and(|k| !k.contains('/')) && here.get(name) != Some(theirs) {
                 sets.push((name.clone(), *theirs));

@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use domain::id::AgentId;
+use domain::marks::Shelf;
 use domain::marks::{Epitaph, Mark};
 use infra::git::{CommitId as Oid, GitError, bundle};
 
@@ -405,11 +406,10 @@ impl<'w> Worker<'w> {
             let offset = crate::random_u32() as usize % candidates.len();
             candidates.rotate_left(offset);
         }
-        let with_mail: HashSet<&str> = seen
-            .under("refs/offshoot/inbox/")
-            .filter_map(|(n, _)| n.strip_prefix("refs/offshoot/inbox/")?.split('/').next())
-            .collect();
-        let replied = |id: &AgentId| seen.repo.get(&format!("refs/offshoot/{}/{id}", Mark::Replied.kind())).copied();
+        let inbox = Shelf::Inbox.prefix();
+        let with_mail: HashSet<&str> =
+            seen.under(&inbox).filter_map(|(n, _)| n.strip_prefix(&inbox)?.split('/').next()).collect();
+        let replied = |id: &AgentId| seen.repo.get(&Mark::Replied.ref_name(&id)).copied();
         let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         // A few at a time: the next round sees what other workers claimed meanwhile, so
         // workers starting together do not all reach for the same agents.
@@ -422,8 +422,8 @@ impl<'w> Worker<'w> {
             if self.claims()?.busy(id.as_str(), Instant::now()) {
                 continue;
             }
-            let root = crate::agents::budget::root_of(&id);
-            let fleet = seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind()));
+            let root = id.root();
+            let fleet = seen.repo.contains_key(&Mark::Fleet.ref_name(&root));
             if !fleet || driven_here(ws, &id) || ws.repo.branch_tip(&id.branch())? != Some(tip) {
                 continue;
             }
@@ -518,7 +518,7 @@ impl<'w> Worker<'w> {
             }
             // A mark not yet there (`died`, `replied` set this round) goes first.
             let unsent = remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)).any(|m| {
-                let name = format!("refs/offshoot/{}/{id}", m.kind());
+                let name = m.ref_name(&id);
                 here.get(&name) != seen.repo.get(&name)
             });
             if unsent {

@@ -2,6 +2,7 @@
 //! messages whose cause goes with it, and its agents' records, marks and branches; then
 //! the project branches of the agents it holds.
 
+use domain::marks::Shelf;
 use std::collections::{HashMap, HashSet};
 
 use domain::id::AgentId;
@@ -24,8 +25,6 @@ impl Worker<'_> {
     /// for, or was to be.
     pub(super) fn publish(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<HashSet<AgentId>> {
         let ws = self.ws;
-        let mut updates: Vec<Update> = Vec::new();
-        let mut dirty = HashSet::new();
         let mine: Vec<AgentId> = self.owned.keys().filter(|id| self.fresh(id)).cloned().collect();
         let mut tips: HashMap<AgentId, Oid> = HashMap::new();
         for id in &mine {
@@ -33,41 +32,9 @@ impl Worker<'_> {
                 tips.insert(id.clone(), tip);
             }
         }
-        let mut names = Vec::new();
         // What is here, read once.
         let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
-        let name_claims: Vec<(&String, &Oid)> =
-            here.iter().filter(|(n, _)| n.starts_with(&format!("refs/offshoot/{}/", Mark::Names.kind()))).collect();
-        // Agents its drivers made: they exist there before the step that made them.
-        for (branch, _) in ws.repo.branches("agents/")? {
-            let name = format!("refs/heads/{branch}");
-            let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
-            let made_by_mine = id.parent().is_some_and(|p| mine.contains(&p));
-            if seen.repo.contains_key(&name) || !made_by_mine {
-                continue;
-            }
-            updates.push(Update {
-                local: Some(name),
-                remote: format!("refs/heads/{branch}"),
-                expect: Expect::Exactly(None),
-            });
-            let ids = format!("refs/offshoot/{}/{id}", Mark::Ids.kind());
-            if here.contains_key(&ids) && !seen.repo.contains_key(&ids) {
-                updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
-            }
-            // Its name goes on its own (below): a name taken there meanwhile must not
-            // hold back the rest.
-            for (mark, value) in &name_claims {
-                if !seen.repo.contains_key(*mark)
-                    && ws.repo.read_blob(**value).is_ok_and(|b| b == id.as_str().as_bytes())
-                {
-                    names.push((
-                        id.clone(),
-                        Update { local: Some((*mark).clone()), remote: (*mark).clone(), expect: Expect::Exactly(None) },
-                    ));
-                }
-            }
-        }
+        let (mut updates, names) = made_here(ws, seen, &here, &mine)?;
         // Messages: each with the step that sent it.
         let outgoing = self.outgoing(seen, &tips)?;
         for message in &outgoing {
@@ -77,46 +44,11 @@ impl Worker<'_> {
                 expect: Expect::Exactly(None),
             });
         }
-        // Its agents: records, marks, branch.
+        let mut dirty = HashSet::new();
         for id in &mine {
             let Some(tip) = tips.get(id).copied() else { continue };
-            let records = format!("refs/offshoot/{}/{id}", remote::RECORDS);
             let before = updates.len();
-            // Records are gathered again only when the agent moved on, or its newest one
-            // was held back (still being written) the last time.
-            let driven = driven_here(ws, id);
-            let owned = &self.owned[id];
-            let gathered = match owned.records_at {
-                Some((at, newest)) if at == tip => newest || driven,
-                _ => false,
-            };
-            if !gathered {
-                let base = seen.repo.get(&records).copied();
-                let value = remote::commit_records(ws, id, base, !driven)?;
-                if let Some(owned) = self.owned.get_mut(id) {
-                    owned.records_at = Some((tip, !driven));
-                }
-                if value.is_some() && value != base {
-                    updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
-                }
-            } else if let Some(value) = here.get(&records)
-                && seen.repo.get(&records) != Some(value)
-            {
-                updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
-            }
-            for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
-                let name = format!("refs/offshoot/{}/{id}", mark.kind());
-                let (ours, there) = (here.get(&name).copied(), seen.repo.get(&name).copied());
-                if ours != there {
-                    let local = ours.map(|_| name.clone());
-                    updates.push(Update { local, remote: name, expect: Expect::Exactly(there) });
-                }
-            }
-            let pushed = self.owned[id].pushed;
-            if tip != pushed {
-                let name = format!("refs/heads/{}", id.branch());
-                updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(Some(pushed)) });
-            }
+            self.own_updates(id, tip, seen, &here, &mut updates)?;
             if updates.len() > before {
                 dirty.insert(id.clone());
             }
@@ -127,8 +59,79 @@ impl Worker<'_> {
         }
         let outcomes = wire::push_whole(&ws.layout.repo(), &self.remote.url, &updates)
             .map_err(|e| remote::unreachable(&self.remote, e))?;
+        self.settle(&updates, &outcomes, on);
+        // The names of the agents made there now.
+        let made: Vec<Update> = names
+            .into_iter()
+            .filter(|(id, _)| {
+                let branch = format!("refs/heads/{}", id.branch());
+                updates.iter().zip(&outcomes).any(|(u, o)| u.remote == branch && matches!(o, Outcome::Done(_)))
+            })
+            .map(|(_, update)| update)
+            .collect();
+        if !made.is_empty() {
+            wire::push(&ws.layout.repo(), &self.remote.url, &made).map_err(|e| remote::unreachable(&self.remote, e))?;
+        }
+        self.settle_messages(&outgoing, &updates, &outcomes, on)?;
+        self.push_project(seen)?;
+        Ok(dirty)
+    }
+
+    /// What agent `id` of its own (at `tip`) has to send: its records, its marks, its
+    /// branch.
+    fn own_updates(
+        &mut self,
+        id: &AgentId,
+        tip: Oid,
+        seen: &Seen,
+        here: &HashMap<String, Oid>,
+        updates: &mut Vec<Update>,
+    ) -> Result<()> {
+        let ws = self.ws;
+        let records = Shelf::Records.ref_name(id);
+        // Records are gathered again only when the agent moved on, or its newest one
+        // was held back (still being written) the last time.
+        let driven = driven_here(ws, id);
+        let owned = &self.owned[id];
+        let gathered = match owned.records_at {
+            Some((at, newest)) if at == tip => newest || driven,
+            _ => false,
+        };
+        if !gathered {
+            let base = seen.repo.get(&records).copied();
+            let value = remote::commit_records(ws, id, base, !driven)?;
+            if let Some(owned) = self.owned.get_mut(id) {
+                owned.records_at = Some((tip, !driven));
+            }
+            if value.is_some() && value != base {
+                updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
+            }
+        } else if let Some(value) = here.get(&records)
+            && seen.repo.get(&records) != Some(value)
+        {
+            updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
+        }
+        for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
+            let name = mark.ref_name(id);
+            let (ours, there) = (here.get(&name).copied(), seen.repo.get(&name).copied());
+            if ours != there {
+                let local = ours.map(|_| name.clone());
+                updates.push(Update { local, remote: name, expect: Expect::Exactly(there) });
+            }
+        }
+        let pushed = self.owned[id].pushed;
+        if tip != pushed {
+            let name = format!("refs/heads/{}", id.branch());
+            updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(Some(pushed)) });
+        }
+        Ok(())
+    }
+
+    /// What the push came to for its own agents: a branch that went is pushed, one
+    /// refused or moved there is lost to whoever moved it.
+    fn settle(&mut self, updates: &[Update], outcomes: &[Outcome], on: &mut dyn FnMut(Event)) {
         let mut moved = false;
-        for (update, outcome) in updates.iter().zip(&outcomes) {
+        for (update, outcome) in updates.iter().zip(outcomes) {
             let branch_of_mine = update
                 .remote
                 .strip_prefix("refs/heads/agents/")
@@ -149,10 +152,8 @@ impl Worker<'_> {
                 (Outcome::Moved { .. }, None) => {
                     moved = true;
                     // Records moved there: gathered again on the new base next round.
-                    let records = format!("refs/offshoot/{}/", remote::RECORDS);
-                    if let Some(owned) = update
-                        .remote
-                        .strip_prefix(&records)
+                    if let Some(owned) = Shelf::Records
+                        .key_of(&update.remote)
                         .and_then(|a| AgentId::parse(a).ok())
                         .and_then(|a| self.owned.get_mut(&a))
                     {
@@ -165,19 +166,18 @@ impl Worker<'_> {
         if moved {
             self.tally.conflicts += 1;
         }
-        // The names of the agents made there now.
-        let made: Vec<Update> = names
-            .into_iter()
-            .filter(|(id, _)| {
-                let branch = format!("refs/heads/{}", id.branch());
-                updates.iter().zip(&outcomes).any(|(u, o)| u.remote == branch && matches!(o, Outcome::Done(_)))
-            })
-            .map(|(_, update)| update)
-            .collect();
-        if !made.is_empty() {
-            wire::push(&ws.layout.repo(), &self.remote.url, &made).map_err(|e| remote::unreachable(&self.remote, e))?;
-        }
-        for message in &outgoing {
+    }
+
+    /// The messages that went (or had gone before a crash): forgotten here.
+    fn settle_messages(
+        &mut self,
+        outgoing: &[Outgoing],
+        updates: &[Update],
+        outcomes: &[Outcome],
+        on: &mut dyn FnMut(Event),
+    ) -> Result<()> {
+        let ws = self.ws;
+        for message in outgoing {
             let Some(i) = updates.iter().position(|u| u.remote == message.remote_ref) else { continue };
             let ours =
                 bundle::refs(&ws.layout.repo(), std::slice::from_ref(&message.local_ref))?.first().map(|(_, o)| *o);
@@ -195,8 +195,7 @@ impl Worker<'_> {
                 on(Event::Forwarded { to: message.to.clone(), from: message.from.clone() });
             }
         }
-        self.push_project(seen)?;
-        Ok(dirty)
+        Ok(())
     }
 
     /// The project branches of the agents it holds and may write, moved on here: forward
@@ -305,4 +304,44 @@ fn caused(ws: &Workspace, text: &str, sender: &AgentId, to: &AgentId, tip: Oid) 
         }
     }
     Ok(false)
+}
+
+/// The agents its drivers made that the remote does not have yet (they exist there
+/// before the step that made them), with their id claims; and their names, which go on
+/// their own after (a name taken there meanwhile must not hold back the rest).
+fn made_here(
+    ws: &Workspace,
+    seen: &Seen,
+    here: &HashMap<String, Oid>,
+    mine: &[AgentId],
+) -> Result<(Vec<Update>, Vec<(AgentId, Update)>)> {
+    let mut updates = Vec::new();
+    let mut names = Vec::new();
+    let name_claims: Vec<(&String, &Oid)> = here.iter().filter(|(n, _)| Mark::Names.key_of(n).is_some()).collect();
+    for (branch, _) in ws.repo.branches("agents/")? {
+        let name = format!("refs/heads/{branch}");
+        let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+        let made_by_mine = id.parent().is_some_and(|p| mine.contains(&p));
+        if seen.repo.contains_key(&name) || !made_by_mine {
+            continue;
+        }
+        updates.push(Update {
+            local: Some(name),
+            remote: format!("refs/heads/{branch}"),
+            expect: Expect::Exactly(None),
+        });
+        let ids = Mark::Ids.ref_name(&id);
+        if here.contains_key(&ids) && !seen.repo.contains_key(&ids) {
+            updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
+        }
+        for (mark, value) in &name_claims {
+            if !seen.repo.contains_key(*mark) && ws.repo.read_blob(**value).is_ok_and(|b| b == id.as_str().as_bytes()) {
+                names.push((
+                    id.clone(),
+                    Update { local: Some((*mark).clone()), remote: (*mark).clone(), expect: Expect::Exactly(None) },
+                ));
+            }
+        }
+    }
+    Ok((updates, names))
 }

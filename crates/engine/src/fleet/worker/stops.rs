@@ -8,6 +8,7 @@
 //! the stop: one sent before waits, as it would in a stopped agent's inbox on one machine.
 //! (Times are to the second: a message of the same second that arrived later revives.)
 
+use domain::marks::Shelf;
 use std::time::{Duration, Instant};
 
 use domain::id::AgentId;
@@ -27,7 +28,7 @@ const PATIENCE: Duration = Duration::from_secs(10);
 
 /// The agents a stop was asked of on the remote, with the request's value.
 pub(super) fn asked(seen: &Seen) -> Vec<(AgentId, Oid)> {
-    let prefix = format!("refs/offshoot/{}/", remote::STOP_REQUESTS);
+    let prefix = Shelf::StopRequests.prefix();
     seen.under(&prefix).filter_map(|(n, o)| Some((AgentId::parse(n.strip_prefix(&prefix)?).ok()?, o))).collect()
 }
 
@@ -128,7 +129,7 @@ impl Worker<'_> {
             }
             let outcomes = outcomes.map_err(|e| remote::unreachable(&self.remote, e))?;
             // Withdrawn, or asked again meanwhile (that one is carried out next round).
-            let prefix = format!("refs/offshoot/{}/", remote::STOP_REQUESTS);
+            let prefix = Shelf::StopRequests.prefix();
             for (update, _) in updates.iter().zip(outcomes) {
                 if update.local.is_none()
                     && let Some(id) = update.remote.strip_prefix(&prefix).and_then(|k| AgentId::parse(k).ok())
@@ -151,13 +152,13 @@ impl Worker<'_> {
         on: &mut dyn FnMut(Event),
     ) -> Result<Option<Vec<Update>>> {
         let ws = self.ws;
-        let stopped_ref = format!("refs/offshoot/{}/{id}", Mark::Stopped.kind());
+        let stopped_ref = Mark::Stopped.ref_name(&id);
         let withdraw = Update { local: None, remote: remote::stop_request(id), expect: Expect::Exactly(Some(asked)) };
         let Some(tip) = ws.repo.branch_tip(&id.branch())? else { return Ok(None) };
         if !self.owned.contains_key(id) {
             let died = seen
                 .repo
-                .get(&format!("refs/offshoot/{}/{id}", Mark::Died.kind()))
+                .get(&Mark::Died.ref_name(&id))
                 .is_some_and(|d| bundle::blob(&ws.layout.repo(), *d).is_some_and(|b| b == tip.to_string().as_bytes()));
             let settled = (seen.repo.contains_key(&stopped_ref) && !user_mail(ws, seen, id)) || died;
             let held = self.claims()?.busy(id.as_str(), Instant::now());

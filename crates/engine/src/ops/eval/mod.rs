@@ -59,7 +59,6 @@ type Result<T> = std::result::Result<T, EvalError>;
 #[derive(Debug, Clone)]
 pub struct Task {
     pub(crate) id: String,
-    pub(crate) dir: PathBuf,
     pub(crate) prompt: String,
     pub(crate) categories: Vec<String>,
     pub(crate) timeout: Duration,
@@ -129,7 +128,6 @@ pub fn load_suite(dir: &Path) -> Result<Vec<Task>> {
         }
         tasks.push(Task {
             id: name,
-            dir: task,
             prompt,
             categories: parsed.categories,
             timeout: Duration::from_secs(parsed.timeout_secs.unwrap_or(DEFAULT_TIMEOUT_SECS)),

@@ -1,7 +1,6 @@
 //! How a driver's run ends when its agent is stopped: the lifecycle's stop, said as
 //! the driver's error; the tree stopped when the budget is out.
 
-use crate::agents::budget;
 use crate::agents::interrupt::Reason;
 use crate::agents::lifecycle::{self, EXHAUSTED, Ended};
 use crate::agents::runtime::Runtime;
@@ -17,7 +16,7 @@ impl Driver<'_> {
     /// every other running driver of the tree is asked to stop (each tells its own
     /// parent as it settles).
     pub(super) fn exhaust(&mut self, spend: &str) -> Result<DriverError> {
-        let root = budget::root_of(&self.id);
+        let root = self.id.root();
         let mut tree: Vec<AgentId> = lifecycle::descendants(self.ws, &root)?;
         tree.push(root);
         for agent in &tree {

@@ -13,6 +13,7 @@ use crate::step::model::{self, ModelError};
 use crate::store::step_record::StepRecord;
 use domain::agent;
 use domain::compaction;
+use domain::config::RoleConfig;
 use domain::context;
 use domain::step::{StepMeta, StepOutcome};
 use domain::transcript::{self, Side};
@@ -48,9 +49,55 @@ impl Driver<'_> {
         if !domain::budget::any_set(&config.budgets) {
             return Ok(None);
         }
-        let root = budget::root_of(&self.id);
+        let root = self.id.root();
         let (_, reached) = budget::check(&mut self.records, &self.ws.layout, &root, &config);
         Ok(reached.map(|r| format!("the tree of `{root}` {r}")))
+    }
+
+    /// The request of step `step` from `tip`, and its measured size: refused when a
+    /// summary holds conflict markers or the request would not fit the role's window.
+    fn request(
+        &mut self,
+        tip: CommitId,
+        step: u32,
+        role_name: &str,
+        role: &RoleConfig,
+        model: &str,
+    ) -> Result<(infra::provider::Request, u64)> {
+        let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
+        // A summary left with merge-conflict markers is never sent.
+        let summaries = format!("{}/", agent::SUMMARIES);
+        for (path, text) in snapshot.composed.iter().filter(|(p, _)| p.starts_with(&summaries)) {
+            if let Some(line) = compaction::conflict_marker(text) {
+                return Err(DriverError::Conflicted {
+                    id: self.id.to_string(),
+                    path: path.clone(),
+                    line: line.to_owned(),
+                });
+            }
+        }
+        let mut request = context::assemble(&snapshot, model, role.max_output_tokens, &role.context);
+        request.reasoning = crate::step::model::reasoning_at(&self.ws.repo, tip, role)?;
+        let bytes = request_json(&request);
+        let measured = context::measured_bytes(&request, bytes.len() as u64);
+        // A request past the role's window is never sent.
+        if let Some(window) = role.context_window {
+            let last = match self.last_call {
+                Some(known) => known,
+                None => self.last_reported(step),
+            };
+            let estimate = context::request_tokens(measured, last);
+            if estimate + u64::from(role.max_output_tokens) > window {
+                return Err(DriverError::ContextFull {
+                    id: self.id.to_string(),
+                    role: role_name.to_owned(),
+                    estimate,
+                    output: role.max_output_tokens,
+                    window,
+                });
+            }
+        }
+        Ok((request, measured))
     }
 
     /// One model call: assemble from `tip`, record, call. Commits nothing; returns
@@ -69,46 +116,14 @@ impl Driver<'_> {
             lineage: facts.lineage.clone(),
         })?;
         let step = self.next_step.unwrap_or_else(|| crate::store::snapshot::next_step(&self.ws.layout.steps(&self.id)));
-        let fail =
-            |source: ModelError| DriverError::Model { id: self.id.to_string(), role: facts.role.clone(), step, source };
+        let id = self.id.to_string();
+        let fail = |source: ModelError| DriverError::Model { id: id.clone(), role: facts.role.clone(), step, source };
         let mut plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
         // The model the user chose for this agent, if one was (`--model`, `/model`).
         if let Some(chosen) = self.ws.repo.read_file(tip, agent::MODEL)? {
             plan.model = String::from_utf8_lossy(&chosen).trim().to_owned();
         }
-        let (_, snapshot) = self.loader.snapshot(&self.ws.repo, tip, &role.context)?;
-        // A summary left with merge-conflict markers is never sent.
-        let summaries = format!("{}/", agent::SUMMARIES);
-        for (path, text) in snapshot.composed.iter().filter(|(p, _)| p.starts_with(&summaries)) {
-            if let Some(line) = compaction::conflict_marker(text) {
-                return Err(DriverError::Conflicted {
-                    id: self.id.to_string(),
-                    path: path.clone(),
-                    line: line.to_owned(),
-                });
-            }
-        }
-        let mut request = context::assemble(&snapshot, &plan.model, role.max_output_tokens, &role.context);
-        request.reasoning = crate::step::model::reasoning_at(&self.ws.repo, tip, role)?;
-        let bytes = request_json(&request);
-        let measured = context::measured_bytes(&request, bytes.len() as u64);
-        // A request past the role's window is never sent.
-        if let Some(window) = role.context_window {
-            let last = match self.last_call {
-                Some(known) => known,
-                None => self.last_reported(step),
-            };
-            let estimate = context::request_tokens(measured, last);
-            if estimate + u64::from(role.max_output_tokens) > window {
-                return Err(DriverError::ContextFull {
-                    id: self.id.to_string(),
-                    role: facts.role.clone(),
-                    estimate,
-                    output: role.max_output_tokens,
-                    window,
-                });
-            }
-        }
+        let (request, measured) = self.request(tip, step, &facts.role, role, &plan.model)?;
         self.next_step = Some(step + 1);
         let dir = self.ws.layout.step(&self.id, step);
         let io = |path: &Path| {

@@ -8,7 +8,6 @@ use domain::id::AgentId;
 
 use super::{Handler, ToolContext};
 use crate::agents;
-use crate::agents::budget;
 use crate::agents::lifecycle::{self, STOPPED};
 use crate::agents::runtime::Woken;
 use crate::store::inbox;
@@ -37,8 +36,8 @@ impl Handler for Message {
         let recipient = agents::resolve(&ws, to).map_err(|e| not_sent(&e))?;
         let sender = AgentId::parse(&agent.facts.id).map_err(|e| not_sent(&e))?;
         // Agents talk within the tree of one prompt, never to another's.
-        let root = budget::root_of(&sender);
-        if budget::root_of(&recipient) != root {
+        let root = sender.root();
+        if recipient.root() != root {
             return Err(not_sent(&format_args!(
                 "`{to}` is not in your tree; agents message only the agents started from `{root}` (it and those below it)"
             )));

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use git2::build::{CheckoutBuilder, TreeUpdateBuilder};
-use git2::{FileMode, Index, ObjectType, Oid, Repository};
+use git2::{FileMode, Index, Oid, Repository};
 
 use std::os::unix::ffi::OsStrExt;
 
@@ -14,6 +14,10 @@ use super::{GitError, Result, branch_ref, cas_update, commit_tree, configure_lib
 use crate::door::Beneath;
 
 /// The name a directory's pointer to its own repository has; never captured.
+mod restore;
+
+pub use restore::{Difference, Restored};
+
 const DOT_GIT: &str = ".git";
 /// The files libgit2 reads rules from in each directory it walks.
 const RULE_FILES: [&str; 2] = [".gitignore", ".gitattributes"];
@@ -476,43 +480,6 @@ impl Tracked {
         Ok(id)
     }
 
-    /// Makes `prefix` (a file or directory below the root) on disk exactly what
-    /// `commit` has there, never following a symlink, and says what differed.
-    pub fn restore(&self, commit: Oid, prefix: &str) -> Result<Vec<Restored>> {
-        let tree = self.repo.find_commit(commit).and_then(|c| c.tree()).map_err(lib(format!("tree of {commit}")))?;
-        let committed: std::collections::BTreeMap<String, Oid> =
-            super::files_under(&self.repo, &tree, prefix)?.into_iter().collect();
-        let on_disk = disk_entries(&self.root, prefix);
-        let mut restored = Vec::new();
-        // Entries the commit does not have, deepest first (a directory after its contents).
-        for (path, kind) in on_disk.iter().rev() {
-            let keep = match kind {
-                Kind::Dir => committed.keys().any(|c| c.starts_with(&format!("{path}/"))),
-                _ => committed.contains_key(path),
-            };
-            if !keep {
-                remove_entry(&self.root, path)?;
-                if *kind != Kind::Dir || !restored.iter().any(|r: &Restored| r.path.starts_with(&format!("{path}/"))) {
-                    restored.push(Restored { path: path.clone(), difference: Difference::Extra });
-                }
-            }
-        }
-        for (path, oid) in &committed {
-            let difference = match on_disk.get(path) {
-                Some(Kind::File) if Oid::hash_file(ObjectType::Blob, self.root.join(path)).ok() == Some(*oid) => {
-                    continue;
-                }
-                Some(_) => Difference::Changed,
-                None => Difference::Missing,
-            };
-            let blob = self.repo.find_blob(*oid).map_err(lib(format!("read {path}")))?;
-            write_file(&self.root, path, blob.content())?;
-            restored.push(Restored { path: path.clone(), difference });
-        }
-        restored.sort_by(|a, b| a.path.cmp(&b.path));
-        Ok(restored)
-    }
-
     /// Stages every addition, change and deletion below `roots` (taken as literal
     /// paths, so libgit2 walks only those subtrees).
     fn stage_changes(
@@ -594,56 +561,6 @@ fn stat_entry(path: &str, oid: Oid, meta: &std::fs::Metadata) -> git2::IndexEntr
         flags_extended: 0,
         path: path.as_bytes().to_vec(),
     }
-}
-
-/// How a file on disk differed from the commit it was restored to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Difference {
-    /// It had other content, or was not a plain file.
-    Changed,
-    /// It was gone.
-    Missing,
-    /// The commit has no such path; it was removed.
-    Extra,
-}
-
-/// One path put back by [`Tracked::restore`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Restored {
-    pub path: String,
-    pub difference: Difference,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    File,
-    Dir,
-    /// A symlink, pipe, socket or device: never a harness file.
-    Other,
-}
-
-/// Every entry at or below `root/prefix`, by path relative to `root`, without
-/// following symlinks.
-fn disk_entries(root: &Path, prefix: &str) -> std::collections::BTreeMap<String, Kind> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![prefix.trim_end_matches('/').to_owned()];
-    while let Some(rel) = stack.pop() {
-        let Ok(meta) = std::fs::symlink_metadata(root.join(&rel)) else { continue };
-        let kind = if meta.is_dir() {
-            Kind::Dir
-        } else if meta.is_file() {
-            Kind::File
-        } else {
-            Kind::Other
-        };
-        if kind == Kind::Dir {
-            for entry in std::fs::read_dir(root.join(&rel)).into_iter().flatten().flatten() {
-                stack.push(format!("{rel}/{}", entry.file_name().to_string_lossy()));
-            }
-        }
-        out.insert(rel, kind);
-    }
-    out
 }
 
 /// A raw tree (git's binary format) with blob entries `added` inserted in git's

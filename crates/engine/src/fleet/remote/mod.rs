@@ -8,6 +8,8 @@
 //! `refs/project/heads/<branch>`. What was last seen there is kept under
 //! `refs/mirrors/<remote>/` of each repository: the expected values of the next push.
 
+mod handover;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -19,14 +21,16 @@ use infra::git::{CommitId as Oid, GitError, TreeEdit, bundle};
 use infra::lock::LockGuard;
 
 use crate::store::workspace::Workspace;
+use domain::marks::Shelf;
+
+use handover::mark_handed;
+pub(crate) use handover::stop_request;
+pub use handover::{hand_over, handed, send_to, stop_on};
 
 /// The marks that travel with their agents ([`Mark::travels`]).
 pub(super) fn travelling() -> impl Iterator<Item = Mark> {
     Mark::ALL.into_iter().filter(|m| m.travels())
 }
-
-/// The kind under `refs/offshoot/` of an agent's step records on a remote.
-pub(crate) const RECORDS: &str = "records";
 
 #[derive(Debug, thiserror::Error)]
 pub enum RemoteError {
@@ -112,8 +116,8 @@ pub(super) fn travels(name: &str) -> bool {
     if name.starts_with("refs/heads/agents/") || name.starts_with("refs/heads/config/") {
         return true;
     }
-    let Some((kind, _)) = name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')) else { return false };
-    kind == RECORDS || travelling().any(|m| m.kind() == kind)
+    let Some((kind, _)) = infra::git::harness_ref_parts(name) else { return false };
+    kind == Shelf::Records.dir() || travelling().any(|m| m.kind() == kind)
 }
 
 /// The remote's refs and what this workspace mirrors of them, after a fetch.
@@ -142,12 +146,12 @@ pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
     let r = &remote.name;
     let repo_specs = vec![
         format!("+refs/heads/*:refs/mirrors/{r}/heads/*"),
-        format!("+refs/offshoot/*:refs/mirrors/{r}/offshoot/*"),
+        format!("+{}*:refs/mirrors/{r}/offshoot/*", infra::git::HARNESS_REFS),
     ];
     let listed = remote::fetch(&ws.layout.repo(), &remote.url, &repo_specs).map_err(unreachable)?;
     let repo: BTreeMap<String, Oid> = listed
         .iter()
-        .filter(|(n, _)| n.starts_with("refs/heads/") || n.starts_with("refs/offshoot/"))
+        .filter(|(n, _)| n.starts_with("refs/heads/") || n.starts_with(infra::git::HARNESS_REFS))
         .cloned()
         .collect();
     let project_specs = vec![format!("+refs/project/heads/*:refs/mirrors/{r}/heads/*")];
@@ -182,7 +186,7 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
         .collect();
     let seen = fetch(ws, remote)?;
     // Trees handed to the fleet are its workers' to write: this workspace only reads them.
-    let names = format!("refs/offshoot/{}/", Mark::Names.kind());
+    let names = Mark::Names.prefix();
     let ours = |name: &str| -> bool {
         // A name's claim is its agent's (the id it holds, here or as last seen there).
         if name.starts_with(&names) {
@@ -195,9 +199,8 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
             let owner = holder(here.as_ref()).or_else(|| holder(before.get(name)));
             return !owner.is_some_and(|id| handed(ws, &id));
         }
-        let key = name
-            .strip_prefix("refs/heads/agents/")
-            .or_else(|| name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')).map(|(_, k)| k));
+        let key =
+            name.strip_prefix("refs/heads/agents/").or_else(|| infra::git::harness_ref_parts(name).map(|(_, k)| k));
         !key.and_then(|k| AgentId::parse(k).ok()).is_some_and(|id| handed(ws, &id))
     };
     let agents: Vec<AgentId> = ws
@@ -209,12 +212,12 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
         .collect();
     for id in &agents {
         let driven = LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true);
-        let base = seen.repo.get(&format!("refs/offshoot/{RECORDS}/{id}")).copied();
+        let base = seen.repo.get(&Shelf::Records.ref_name(&id)).copied();
         commit_records(ws, id, base, !driven)?;
     }
     let mine: BTreeMap<String, Oid> = ws.repo.all_refs()?.into_iter().filter(|(n, _)| travels(n) && ours(n)).collect();
     let is_mark =
-        |name: &str| name.starts_with("refs/offshoot/") && !name.starts_with(&format!("refs/offshoot/{RECORDS}/"));
+        |name: &str| name.starts_with(infra::git::HARNESS_REFS) && !name.starts_with(&Shelf::Records.prefix());
     let mut updates = Vec::new();
     for (name, oid) in &mine {
         if seen.repo.get(name) == Some(oid) {
@@ -306,7 +309,7 @@ fn settle(
 /// where it points. A record
 /// still being written (the newest of an agent a driver holds) waits for the next push.
 pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<Option<Oid>> {
-    let name = format!("refs/offshoot/{RECORDS}/{id}");
+    let name = Shelf::Records.ref_name(&id);
     let mut files = crate::fleet::bundle::step_files(ws, id)
         .map_err(|e| RemoteError::Write { path: ws.layout.steps(id).display().to_string(), reason: e.to_string() })?;
     if !newest_too {
@@ -399,7 +402,7 @@ pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
     }
     // The marks of every agent here as it is there are the remote's.
     for (name, theirs) in &seen.repo {
-        let Some((kind, key)) = name.strip_prefix("refs/offshoot/").and_then(|r| r.split_once('/')) else { continue };
+        let Some((kind, key)) = infra::git::harness_ref_parts(name) else { continue };
         let Some(mark) = travelling().find(|m| m.kind() == kind) else { continue };
         let owner = match mark {
             Mark::Names => String::from_utf8_lossy(&ws.repo.read_blob(*theirs)?).trim().to_owned(),
@@ -421,18 +424,18 @@ pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
     }
     // Trees the remote's workers drive are never driven here.
     for id in &settled {
-        if seen.repo.contains_key(&format!("refs/offshoot/{}/{id}", Mark::Fleet.kind())) {
+        if seen.repo.contains_key(&Mark::Fleet.ref_name(&id)) {
             mark_handed(ws, id)?;
         }
     }
     for id in &settled {
         for mark in travelling().filter(|m| !matches!(m, Mark::Names | Mark::Ids)) {
-            let name = format!("refs/offshoot/{}/{id}", mark.kind());
+            let name = mark.ref_name(&id);
             if !seen.repo.contains_key(&name) {
                 ws.repo.delete_ref(&name)?;
             }
         }
-        let records = format!("refs/offshoot/{RECORDS}/{id}");
+        let records = Shelf::Records.ref_name(&id);
         if let Some(commit) = seen.repo.get(&records) {
             pulled.records += write_records(ws, &door, id, *commit)?;
             bundle::set_refs(&ws.layout.repo(), &[(records, *commit)])?;
@@ -513,7 +516,7 @@ pub(crate) fn inbox_ref(to: &AgentId, name: &str) -> String {
 
 /// Where messages to agent `to` wait on a remote: the prefix of their refs.
 pub(super) fn inbox_prefix(to: &str) -> String {
-    format!("refs/offshoot/inbox/{to}/")
+    format!("{}/", Shelf::Inbox.ref_name(&to))
 }
 
 /// A name for message `text` on a remote: its time (for the order of delivery), `n`,
@@ -522,192 +525,6 @@ pub(crate) fn message_name(text: &str, n: u32, blob: Oid) -> String {
     let at: String =
         text.lines().find_map(|l| l.strip_prefix("at: ")).unwrap_or("").chars().filter(char::is_ascii_digit).collect();
     format!("{at:0>14}-{n:06}-{}", &blob.to_string()[..16])
-}
-
-/// Hands agent `id`, just made here and never driven, to the workers of `remote`: its
-/// branch, name and config lineage go there with its first messages (as inbox refs),
-/// in one push, the agent's refs create-only; from then on this workspace never starts
-/// a driver for it (`handed/<id>`), and `pull` brings its progress. Nothing is sent if
-/// anything is out of place there (a name taken meanwhile); the caller then removes
-/// the agent here.
-pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize> {
-    let seen = fetch(ws, remote)?;
-    let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| RemoteError::Unknown(id.to_string()))?;
-    let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
-        .map_err(|e| RemoteError::Write { path: format!("agents/{id}"), reason: e.to_string() })?;
-    let mut updates = Vec::new();
-    let branch = format!("refs/heads/{}", id.branch());
-    updates.push(Update { local: Some(branch.clone()), remote: branch, expect: Expect::Exactly(None) });
-    let lineage = format!("refs/heads/config/{}", facts.lineage);
-    updates.push(Update { local: Some(lineage.clone()), remote: lineage, expect: Expect::FastForward });
-    ws.repo.set_mark(Mark::Fleet.kind(), id.as_str(), remote.name.as_bytes())?;
-    for mark in [Mark::Ids, Mark::Names, Mark::Fleet] {
-        let key = match mark {
-            Mark::Names => match &facts.name {
-                Some(name) => name.clone(),
-                None => continue,
-            },
-            _ => id.to_string(),
-        };
-        let name = format!("refs/offshoot/{}/{key}", mark.kind());
-        if ws.repo.mark(mark.kind(), &key)?.is_some() {
-            updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(None) });
-        }
-    }
-    let pending = crate::store::inbox::pending(&ws.layout, id)
-        .map_err(|e| RemoteError::Write { path: ws.layout.inbox(id).display().to_string(), reason: e.to_string() })?;
-    let mut outgoing = Vec::new();
-    for p in &pending {
-        let blob = remote::write_blob(&ws.layout.repo(), p.text.as_bytes())?;
-        let name = message_name(&p.text, p.number, blob);
-        let local = format!("refs/outgoing/{id}/{name}");
-        bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
-        updates.push(Update {
-            local: Some(local.clone()),
-            remote: inbox_ref(id, &name),
-            expect: Expect::Exactly(None),
-        });
-        outgoing.push(local);
-    }
-    let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
-    for local in &outgoing {
-        let _ = ws.repo.delete_ref(local);
-    }
-    if let Some(refused) = refusal(&updates, &outcomes) {
-        return Err(refused);
-    }
-    mark_handed(ws, id)?;
-    for p in &pending {
-        let _ = std::fs::remove_file(&p.path);
-    }
-    // The project branches it starts from, so a worker can make its directory.
-    // (Not fatal: the agent is there; a worker without its branch starts it from `main`.)
-    let project = project_updates(ws, &seen, false)?;
-    let _ = remote::push(&ws.layout.project(), &remote.url, &project);
-    Ok(pending.len())
-}
-
-/// Whether `id`'s tree is driven by a remote's workers (handed over here, or pulled as
-/// such): no driver of this workspace may drive it.
-pub fn handed(ws: &Workspace, id: &AgentId) -> bool {
-    ws.layout.handed(&crate::agents::budget::root_of(id)).exists()
-}
-
-/// Notes that `id` is driven by a remote's workers: no driver starts for it here.
-fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
-    let path = ws.layout.handed(id);
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| RemoteError::Write { path: dir.display().to_string(), reason: e.to_string() })?;
-    }
-    std::fs::write(&path, b"")
-        .map_err(|e| RemoteError::Write { path: path.display().to_string(), reason: e.to_string() })
-}
-
-/// Sends message `text` (a rendered deposit) to agent `to` through `remote`, for
-/// whichever worker drives it: a create-only inbox ref there.
-pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Result<()> {
-    let seen = fetch(ws, remote)?;
-    if !seen.repo.contains_key(&format!("refs/heads/{}", to.branch())) {
-        return Err(RemoteError::Refused {
-            name: format!("refs/heads/{}", to.branch()),
-            why: format!("`{}` has no agent `{to}` (`offshoot pull` shows what it has)", remote.name),
-        });
-    }
-    let blob = remote::write_blob(&ws.layout.repo(), text.as_bytes())?;
-    // Two sends of one text within a second are two messages.
-    let name = message_name(text, crate::random_u32() % 1_000_000, blob);
-    let local = format!("refs/outgoing/{to}/{name}");
-    bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
-    let mut updates =
-        vec![Update { local: Some(local.clone()), remote: inbox_ref(to, &name), expect: Expect::Exactly(None) }];
-    // A message revives a stopped agent: a stop still asked of it is withdrawn (whoever
-    // drives it would stop it again).
-    let request = stop_request(to);
-    if let Some(asked) = seen.repo.get(&request) {
-        updates.push(Update { local: None, remote: request, expect: Expect::Exactly(Some(*asked)) });
-    }
-    // Together or not at all; a request withdrawn meanwhile (by the worker that carried
-    // it out) leaves the message to go alone.
-    let mut outcome = remote::push_whole(&ws.layout.repo(), &remote.url, &updates);
-    if updates.len() > 1 && matches!(outcome.as_deref(), Ok([_, Outcome::Moved { .. }])) {
-        outcome = remote::push(&ws.layout.repo(), &remote.url, &updates[..1]);
-    }
-    let outcome = outcome.map_err(|e| unreachable(remote, e));
-    let _ = ws.repo.delete_ref(&local);
-    // The message is what was asked for: the withdrawal beside it may have gone or not.
-    match refusal(&updates[..1], &outcome?[..1]) {
-        Some(refused) => Err(refused),
-        None => Ok(()),
-    }
-}
-
-/// Why a push of `updates` did not go through, if one of them did not: the first out of
-/// place (moved there, or refused by the server) before one only withheld because of it.
-fn refusal(updates: &[Update], outcomes: &[Outcome]) -> Option<RemoteError> {
-    let pairs = || updates.iter().zip(outcomes);
-    let (update, outcome) = pairs()
-        .find(|(_, o)| matches!(o, Outcome::Moved { .. } | Outcome::Refused(_)))
-        .or_else(|| pairs().find(|(_, o)| !matches!(o, Outcome::Done(_))))?;
-    let why = match outcome {
-        Outcome::Moved { found: Some(_) } if update.expect == Expect::Exactly(None) => "it exists there already".into(),
-        Outcome::Moved { found: Some(_) } => "it moved there meanwhile; try again".into(),
-        Outcome::Moved { found: None } => "it is not there".into(),
-        Outcome::Refused(words) => words.clone(),
-        Outcome::Done(_) | Outcome::Withheld => "another ref was out of place".into(),
-    };
-    Some(RemoteError::Refused { name: update.remote.clone(), why })
-}
-
-/// The kind under `refs/offshoot/` of a stop asked of an agent through a remote: a blob
-/// (when and who asked), withdrawn by the worker that stopped the agent or by a message
-/// that revives it.
-pub(crate) const STOP_REQUESTS: &str = "stop-requests";
-
-/// The ref that asks whoever drives `id` to stop it.
-pub(crate) fn stop_request(id: &AgentId) -> String {
-    format!("refs/offshoot/{STOP_REQUESTS}/{id}")
-}
-
-/// Asks the workers of `remote` to stop `id` and every agent below it the remote has
-/// (as `stop` does here): a stop request for each, in one push. Returns the agents asked.
-pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<AgentId>> {
-    let seen = fetch(ws, remote)?;
-    let below = format!("{}.", id.branch());
-    let tree: Vec<AgentId> = seen
-        .repo
-        .keys()
-        .filter_map(|n| n.strip_prefix("refs/heads/"))
-        .filter(|b| *b == id.branch() || b.starts_with(&below))
-        .filter_map(|b| AgentId::parse(b.trim_start_matches("agents/")).ok())
-        .collect();
-    if tree.is_empty() {
-        return Err(RemoteError::NotThere { remote: remote.name.clone(), id: id.to_string() });
-    }
-    // Only a tree handed to the workers is theirs to stop (one pushed for inspection is
-    // driven where it was made).
-    let root = crate::agents::budget::root_of(id);
-    if !seen.repo.contains_key(&format!("refs/offshoot/{}/{root}", Mark::Fleet.kind())) {
-        return Err(RemoteError::NotHanded { remote: remote.name.clone(), id: id.to_string() });
-    }
-    let asked = format!("stop asked at {} ({:08x})\n", infra::time::Timestamp::now(), crate::random_u32());
-    let blob = remote::write_blob(&ws.layout.repo(), asked.as_bytes())?;
-    let local = format!("refs/outgoing/stop-{:08x}", crate::random_u32());
-    bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
-    let updates: Vec<Update> = tree
-        .iter()
-        .map(|agent| {
-            let name = stop_request(agent);
-            let expect = Expect::Exactly(seen.repo.get(&name).copied());
-            Update { local: Some(local.clone()), remote: name, expect }
-        })
-        .collect();
-    let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e));
-    let _ = ws.repo.delete_ref(&local);
-    match refusal(&updates, &outcomes?) {
-        Some(refused) => Err(refused),
-        None => Ok(tree),
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,191 @@
+//! Agents driven by a remote's workers: one handed over (`prompt --on`), a message
+//! sent to one there (`send --on`), a stop asked of a tree there (`stop --on`).
+
+use domain::id::AgentId;
+use domain::marks::{Mark, Shelf};
+use infra::git::bundle;
+use infra::git::remote::{self, Expect, Outcome, Update};
+
+use super::*;
+use crate::store::workspace::Workspace;
+
+/// Hands agent `id`, just made here and never driven, to the workers of `remote`: its
+/// branch, name and config lineage go there with its first messages (as inbox refs),
+/// in one push, the agent's refs create-only; from then on this workspace never starts
+/// a driver for it (`handed/<id>`), and `pull` brings its progress. Nothing is sent if
+/// anything is out of place there (a name taken meanwhile); the caller then removes
+/// the agent here.
+pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize> {
+    let seen = fetch(ws, remote)?;
+    let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| RemoteError::Unknown(id.to_string()))?;
+    let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
+        .map_err(|e| RemoteError::Write { path: format!("agents/{id}"), reason: e.to_string() })?;
+    let mut updates = Vec::new();
+    let branch = format!("refs/heads/{}", id.branch());
+    updates.push(Update { local: Some(branch.clone()), remote: branch, expect: Expect::Exactly(None) });
+    let lineage = format!("refs/heads/config/{}", facts.lineage);
+    updates.push(Update { local: Some(lineage.clone()), remote: lineage, expect: Expect::FastForward });
+    ws.repo.set_mark(Mark::Fleet.kind(), id.as_str(), remote.name.as_bytes())?;
+    for mark in [Mark::Ids, Mark::Names, Mark::Fleet] {
+        let key = match mark {
+            Mark::Names => match &facts.name {
+                Some(name) => name.clone(),
+                None => continue,
+            },
+            _ => id.to_string(),
+        };
+        let name = mark.ref_name(&key);
+        if ws.repo.mark(mark.kind(), &key)?.is_some() {
+            updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(None) });
+        }
+    }
+    let pending = crate::store::inbox::pending(&ws.layout, id)
+        .map_err(|e| RemoteError::Write { path: ws.layout.inbox(id).display().to_string(), reason: e.to_string() })?;
+    let mut outgoing = Vec::new();
+    for p in &pending {
+        let blob = remote::write_blob(&ws.layout.repo(), p.text.as_bytes())?;
+        let name = message_name(&p.text, p.number, blob);
+        let local = format!("refs/outgoing/{id}/{name}");
+        bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+        updates.push(Update {
+            local: Some(local.clone()),
+            remote: inbox_ref(id, &name),
+            expect: Expect::Exactly(None),
+        });
+        outgoing.push(local);
+    }
+    let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
+    for local in &outgoing {
+        let _ = ws.repo.delete_ref(local);
+    }
+    if let Some(refused) = refusal(&updates, &outcomes) {
+        return Err(refused);
+    }
+    mark_handed(ws, id)?;
+    for p in &pending {
+        let _ = std::fs::remove_file(&p.path);
+    }
+    // The project branches it starts from, so a worker can make its directory.
+    // (Not fatal: the agent is there; a worker without its branch starts it from `main`.)
+    let project = project_updates(ws, &seen, false)?;
+    let _ = remote::push(&ws.layout.project(), &remote.url, &project);
+    Ok(pending.len())
+}
+
+/// Whether `id`'s tree is driven by a remote's workers (handed over here, or pulled as
+/// such): no driver of this workspace may drive it.
+pub fn handed(ws: &Workspace, id: &AgentId) -> bool {
+    ws.layout.handed(&id.root()).exists()
+}
+
+/// Notes that `id` is driven by a remote's workers: no driver starts for it here.
+pub(super) fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
+    let path = ws.layout.handed(id);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| RemoteError::Write { path: dir.display().to_string(), reason: e.to_string() })?;
+    }
+    std::fs::write(&path, b"")
+        .map_err(|e| RemoteError::Write { path: path.display().to_string(), reason: e.to_string() })
+}
+
+/// Sends message `text` (a rendered deposit) to agent `to` through `remote`, for
+/// whichever worker drives it: a create-only inbox ref there.
+pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Result<()> {
+    let seen = fetch(ws, remote)?;
+    if !seen.repo.contains_key(&format!("refs/heads/{}", to.branch())) {
+        return Err(RemoteError::Refused {
+            name: format!("refs/heads/{}", to.branch()),
+            why: format!("`{}` has no agent `{to}` (`offshoot pull` shows what it has)", remote.name),
+        });
+    }
+    let blob = remote::write_blob(&ws.layout.repo(), text.as_bytes())?;
+    // Two sends of one text within a second are two messages.
+    let name = message_name(text, crate::random_u32() % 1_000_000, blob);
+    let local = format!("refs/outgoing/{to}/{name}");
+    bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+    let mut updates =
+        vec![Update { local: Some(local.clone()), remote: inbox_ref(to, &name), expect: Expect::Exactly(None) }];
+    // A message revives a stopped agent: a stop still asked of it is withdrawn (whoever
+    // drives it would stop it again).
+    let request = stop_request(to);
+    if let Some(asked) = seen.repo.get(&request) {
+        updates.push(Update { local: None, remote: request, expect: Expect::Exactly(Some(*asked)) });
+    }
+    // Together or not at all; a request withdrawn meanwhile (by the worker that carried
+    // it out) leaves the message to go alone.
+    let mut outcome = remote::push_whole(&ws.layout.repo(), &remote.url, &updates);
+    if updates.len() > 1 && matches!(outcome.as_deref(), Ok([_, Outcome::Moved { .. }])) {
+        outcome = remote::push(&ws.layout.repo(), &remote.url, &updates[..1]);
+    }
+    let outcome = outcome.map_err(|e| unreachable(remote, e));
+    let _ = ws.repo.delete_ref(&local);
+    // The message is what was asked for: the withdrawal beside it may have gone or not.
+    match refusal(&updates[..1], &outcome?[..1]) {
+        Some(refused) => Err(refused),
+        None => Ok(()),
+    }
+}
+
+/// Why a push of `updates` did not go through, if one of them did not: the first out of
+/// place (moved there, or refused by the server) before one only withheld because of it.
+fn refusal(updates: &[Update], outcomes: &[Outcome]) -> Option<RemoteError> {
+    let pairs = || updates.iter().zip(outcomes);
+    let (update, outcome) = pairs()
+        .find(|(_, o)| matches!(o, Outcome::Moved { .. } | Outcome::Refused(_)))
+        .or_else(|| pairs().find(|(_, o)| !matches!(o, Outcome::Done(_))))?;
+    let why = match outcome {
+        Outcome::Moved { found: Some(_) } if update.expect == Expect::Exactly(None) => "it exists there already".into(),
+        Outcome::Moved { found: Some(_) } => "it moved there meanwhile; try again".into(),
+        Outcome::Moved { found: None } => "it is not there".into(),
+        Outcome::Refused(words) => words.clone(),
+        Outcome::Done(_) | Outcome::Withheld => "another ref was out of place".into(),
+    };
+    Some(RemoteError::Refused { name: update.remote.clone(), why })
+}
+
+/// The ref that asks whoever drives `id` to stop it.
+pub(crate) fn stop_request(id: &AgentId) -> String {
+    Shelf::StopRequests.ref_name(&id)
+}
+
+/// Asks the workers of `remote` to stop `id` and every agent below it the remote has
+/// (as `stop` does here): a stop request for each, in one push. Returns the agents asked.
+pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<AgentId>> {
+    let seen = fetch(ws, remote)?;
+    let below = format!("{}.", id.branch());
+    let tree: Vec<AgentId> = seen
+        .repo
+        .keys()
+        .filter_map(|n| n.strip_prefix("refs/heads/"))
+        .filter(|b| *b == id.branch() || b.starts_with(&below))
+        .filter_map(|b| AgentId::parse(b.trim_start_matches("agents/")).ok())
+        .collect();
+    if tree.is_empty() {
+        return Err(RemoteError::NotThere { remote: remote.name.clone(), id: id.to_string() });
+    }
+    // Only a tree handed to the workers is theirs to stop (one pushed for inspection is
+    // driven where it was made).
+    let root = id.root();
+    if !seen.repo.contains_key(&Mark::Fleet.ref_name(&root)) {
+        return Err(RemoteError::NotHanded { remote: remote.name.clone(), id: id.to_string() });
+    }
+    let asked = format!("stop asked at {} ({:08x})\n", infra::time::Timestamp::now(), crate::random_u32());
+    let blob = remote::write_blob(&ws.layout.repo(), asked.as_bytes())?;
+    let local = format!("refs/outgoing/stop-{:08x}", crate::random_u32());
+    bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;
+    let updates: Vec<Update> = tree
+        .iter()
+        .map(|agent| {
+            let name = stop_request(agent);
+            let expect = Expect::Exactly(seen.repo.get(&name).copied());
+            Update { local: Some(local.clone()), remote: name, expect }
+        })
+        .collect();
+    let outcomes = remote::push_whole(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e));
+    let _ = ws.repo.delete_ref(&local);
+    match refusal(&updates, &outcomes?) {
+        Some(refused) => Err(refused),
+        None => Ok(tree),
+    }
+}
