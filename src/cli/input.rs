@@ -53,6 +53,24 @@ impl Choice {
         self.thinking.is_some() || self.effort.is_some()
     }
 
+    /// The thinking asked for, as yet unchecked.
+    pub(crate) fn asked(&self) -> Option<infra::provider::Reasoning> {
+        use infra::provider::Reasoning;
+        match (self.thinking, &self.effort) {
+            (Some(n), _) => Some(Reasoning::ThinkingBudget(n)),
+            (None, Some(e)) => Some(Reasoning::Effort(e.clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// The flag that asks for `asked`.
+    pub(crate) fn flag(asked: &infra::provider::Reasoning) -> &'static str {
+        match asked {
+            infra::provider::Reasoning::ThinkingBudget(_) => "--thinking",
+            _ => "--effort",
+        }
+    }
+
     /// The thinking asked for, checked against what role `role` of `config` can ask its
     /// provider (the rule of the role settings, `Config::check_reasoning`).
     pub(crate) fn reasoning(
@@ -60,15 +78,10 @@ impl Choice {
         config: &domain::config::Config,
         role: &str,
     ) -> Result<Option<infra::provider::Reasoning>, CliError> {
-        use infra::provider::Reasoning;
-        let (flag, asked) = match (self.thinking, &self.effort) {
-            (Some(n), _) => ("--thinking", Reasoning::ThinkingBudget(n)),
-            (None, Some(e)) => ("--effort", Reasoning::Effort(e.clone())),
-            (None, None) => return Ok(None),
-        };
+        let Some(asked) = self.asked() else { return Ok(None) };
         config
             .check_reasoning(role, &asked)
-            .map_err(|rule| CliError::usage(format!("{flag}: {rule} (role `{role}`)")))?;
+            .map_err(|rule| CliError::usage(format!("{}: {rule} (role `{role}`)", Choice::flag(&asked))))?;
         Ok(Some(asked))
     }
 }
@@ -108,5 +121,30 @@ mod tests {
         for bad in ["", "14", "d", "1.5h", "-1h", "3 days", "1y", "99999999999999999999d"] {
             assert_eq!(parse_age(bad), None, "{bad}");
         }
+    }
+}
+
+/// The agent a verb acts on, by id or name; left out, the agent whose directory you are
+/// in. One argument for every verb that takes an agent that way.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct AgentArg {
+    /// The agent's id or name (default: the agent whose directory you are in)
+    #[arg(value_name = "AGENT", add = crate::cli::complete::agents_completer())]
+    agent: Option<String>,
+}
+
+impl AgentArg {
+    /// The id or name given, if one was.
+    pub(crate) fn given(&self) -> Option<&str> {
+        self.agent.as_deref()
+    }
+
+    /// The agent meant, in `ws`.
+    pub(crate) fn resolve(
+        &self,
+        ctx: &crate::cli::Ctx,
+        ws: &engine::store::workspace::Workspace,
+    ) -> Result<domain::id::AgentId, CliError> {
+        ctx.agent_named(ws, self.given())
     }
 }

@@ -5,14 +5,13 @@ use engine::ops::project;
 /// yours line by line); when it does not apply cleanly nothing changes
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent's id or name (default: the agent whose directory you are in)
-    #[arg(add = crate::cli::complete::agents_completer())]
-    pub(crate) agent: Option<String>,
+    #[command(flatten)]
+    pub(crate) agent: crate::cli::input::AgentArg,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    let id = args.agent.resolve(ctx, &ws)?;
     let written = project::apply(&ws, &id)?;
     if ctx.out.json {
         ctx.out.event(&serde_json::json!({"agent": id.as_str(), "written": written}));

@@ -9,14 +9,13 @@ use engine::agents;
 /// Ctrl-D (or the end of input) leaves; the agents go on
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent's id or name (default: the agent whose directory you are in)
-    #[arg(add = crate::cli::complete::agents_completer())]
-    pub(crate) agent: Option<String>,
+    #[command(flatten)]
+    pub(crate) agent: crate::cli::input::AgentArg,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    let id = args.agent.resolve(ctx, &ws)?;
     let view = if ctx.out.json { View::Json } else { View::All };
     let follower = Follower::start_with_itself(ws.layout.root(), &id, view);
     let name = agents::name_of(&ws, &id).map(|n| format!(" ({n})")).unwrap_or_default();

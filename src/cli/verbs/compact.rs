@@ -8,9 +8,8 @@ use engine::step::compaction::{self, CompactionError};
 /// it at its next step boundary
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent's id or name (default: the agent whose directory you are in)
-    #[arg(add = crate::cli::complete::agents_completer())]
-    pub(crate) agent: Option<String>,
+    #[command(flatten)]
+    pub(crate) agent: crate::cli::input::AgentArg,
     /// What the summary should keep above all (added to the compactor's goal)
     #[arg(long)]
     pub(crate) focus: Option<String>,
@@ -22,7 +21,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    let id = args.agent.resolve(ctx, &ws)?;
     // (Where the agent's events file ends now: its landing or declining comes after.)
     let events = ws.layout.steps(&id).join(engine::step::events::FILE);
     let from = std::fs::metadata(&events).map(|m| m.len()).unwrap_or(0);

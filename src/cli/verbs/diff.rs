@@ -7,9 +7,8 @@ use engine::ops::project;
 /// git or not, as a unified diff
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent's id or name (default: the agent whose directory you are in)
-    #[arg(add = crate::cli::complete::agents_completer())]
-    pub(crate) agent: Option<String>,
+    #[command(flatten)]
+    pub(crate) agent: crate::cli::input::AgentArg,
     /// Only the files changed and the lines added and removed
     #[arg(long)]
     pub(crate) stat: bool,
@@ -17,7 +16,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    let id = args.agent.resolve(ctx, &ws)?;
     let text = project::diff(&ws, &id, args.stat)?;
     if ctx.out.json {
         ctx.out.event(&serde_json::json!({"agent": id.as_str(), "diff": text}));

@@ -5,9 +5,8 @@ use engine::ops::project;
 /// uncommitted work); your HEAD, index, working tree and other branches stay as they are
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent's id or name (default: the agent whose directory you are in)
-    #[arg(add = crate::cli::complete::agents_completer())]
-    pub(crate) agent: Option<String>,
+    #[command(flatten)]
+    pub(crate) agent: crate::cli::input::AgentArg,
     /// The branch to create or fast-forward (default: offshoot/<name>)
     #[arg(long)]
     pub(crate) branch: Option<String>,
@@ -18,7 +17,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    let id = args.agent.resolve(ctx, &ws)?;
     let author = ws.user_repo()?.and_then(|u| u.identity(&ctx.git_config_files()));
     let done = project::export(&ws, &id, args.branch.as_deref(), args.force, author.as_ref())?;
     let branch = &done.branch;

@@ -11,9 +11,8 @@ use infra::provider::Block;
 /// where its span ended
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent's id or name (default: the agent whose directory you are in)
-    #[arg(add = crate::cli::complete::agents_completer())]
-    pub(crate) agent: Option<String>,
+    #[command(flatten)]
+    pub(crate) agent: crate::cli::input::AgentArg,
     /// Keep going: show each entry as it is committed, whoever drives the agent, until
     /// interrupted (Ctrl-C)
     #[arg(long, short = 'f')]
@@ -29,7 +28,7 @@ const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(40);
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    let id = args.agent.resolve(ctx, &ws)?;
     // Each landed compaction shows where its span ended: before the first entry after
     // the last one it removed.
     let mut landings: Vec<(u32, compaction::Landed)> =

@@ -1,9 +1,7 @@
 use crate::cli::{CliError, Ctx};
 use crate::cli::{input, progress};
 use engine::agents::ProjectStart;
-use engine::agents::{self, Start};
-use engine::{ops::project, random_u32, step::model};
-use infra::time::Timestamp;
+use engine::ops::prompt::{self, Prompt, PromptError};
 
 /// Start a new agent on a goal and watch it work
 #[derive(Debug, clap::Args)]
@@ -44,52 +42,35 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let message = input::text(&args.message, "the goal")?;
     let ws = ctx.workspace_making()?;
-    let fleet = match &args.on {
-        Some(name) => Some(engine::fleet::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?),
-        None => None,
-    };
-    let (_, config) = ws.config(&args.lineage)?;
-    // A missing key or an unknown role is refused before anything is created (and
-    // so is a sandbox this kernel cannot enforce, by the engine).
-    model::plan(&config, &args.lineage, &args.role, &ctx.env)?;
-    let reasoning = args.choice.reasoning(&config, &args.role)?;
-    // Work taken along is the user's own commit, authored as git would author it.
-    let author = ws.user_repo()?.and_then(|u| u.identity(&ctx.git_config_files()));
-    let start = project::start_point(&ws, args.base.as_deref(), args.with_changes, author.as_ref())?;
-    check_copy_ignored(ctx, &ws, &args.copy_ignored)?;
-    if let Some((start, left)) = &start {
-        say_start(ctx, start, left, args.with_changes);
-    }
-    let spawn = Start {
+    let git_config = ctx.git_config_files();
+    let asked = Prompt {
         message: &message,
         name: args.name.as_deref(),
-        now: Timestamp::now(),
-        random: random_u32(),
-        env: &ctx.env,
-        project: start.as_ref().map(|(s, _)| s),
-        model: args.choice.model.as_deref(),
-        reasoning: reasoning.as_ref(),
+        role: &args.role,
+        lineage: &args.lineage,
+        base: args.base.as_deref(),
+        with_changes: args.with_changes,
+        git_config: &git_config,
         copy_ignored: &args.copy_ignored,
+        model: args.choice.model.as_deref(),
+        reasoning: args.choice.asked(),
+        on: args.on.as_deref(),
+        env: &ctx.env,
     };
-    let id = agents::create_root(&ws, &args.role, &args.lineage, &spawn)?;
-    if let Some(remote) = fleet {
-        return hand_over(ctx, &ws, &remote, &id);
+    let started = prompt::start(&ws, &asked).map_err(error)?;
+    if let Some((start, left)) = &started.start {
+        say_start(ctx, start, left, args.with_changes);
     }
-    progress::launch(ctx, &ws, &id, args.detach, true)
-}
-
-/// `prompt --on`: the agent just made goes to the remote's workers, or (refused there)
-/// is removed here.
-fn hand_over(
-    ctx: &Ctx,
-    ws: &engine::store::workspace::Workspace,
-    remote: &engine::fleet::remote::Remote,
-    id: &domain::id::AgentId,
-) -> Result<(), CliError> {
-    if let Err(e) = engine::fleet::remote::hand_over(ws, remote, id) {
-        agents::discard(ws, id);
-        return Err(super::sync::error(e));
+    if !started.copied.is_empty() {
+        ctx.out.progress(&format!(
+            "· copying {} from your checkout into the agent's directory (never into its history)",
+            started.copied.join(", ")
+        ));
     }
+    let id = &started.id;
+    let Some(remote) = &started.handed else {
+        return progress::launch(ctx, &ws, id, args.detach, true);
+    };
     if ctx.out.json {
         ctx.out.event(&serde_json::json!({"type": "handed", "agent": id.as_str(), "remote": remote.name}));
     } else {
@@ -102,40 +83,34 @@ fn hand_over(
     Ok(())
 }
 
-/// Refuses `--copy-ignored` paths that are not plain relative paths, outside a project,
-/// or that cannot be copied (not there, not ignored, a workspace's); says what will be
-/// copied.
-fn check_copy_ignored(
-    ctx: &Ctx,
-    ws: &engine::store::workspace::Workspace,
-    patterns: &[String],
-) -> Result<(), CliError> {
-    if patterns.is_empty() {
-        return Ok(());
-    }
-    for pattern in patterns {
-        if let Some(problem) = domain::agent::copy_ignored_problem(pattern) {
-            return Err(CliError::usage(format!("--copy-ignored `{pattern}` {problem}")));
+/// What the user reads when an agent cannot be started.
+fn error(e: PromptError) -> CliError {
+    match e {
+        PromptError::Remote(e) => super::sync::error(e),
+        PromptError::Workspace(e) => e.into(),
+        PromptError::Model(e) => e.into(),
+        PromptError::Project(e) => e.into(),
+        PromptError::Agent(e) => e.into(),
+        PromptError::Reasoning { ref role, ref asked, ref rule } => {
+            let message = format!("{}: {rule} (role `{role}`)", input::Choice::flag(asked));
+            CliError::usage_error(message, e)
+        }
+        PromptError::CopyIgnored { .. } => {
+            let message = format!("--copy-ignored {e}");
+            CliError::usage_error(message, e)
+        }
+        PromptError::CopyIgnoredOutsideProject => CliError::usage_error(
+            "--copy-ignored copies from your checkout: it is for a project (run offshoot in a git checkout)",
+            e,
+        ),
+        PromptError::CopyIgnoredUnread(_) => CliError::runtime_from(e),
+        PromptError::NotCopied { ref ignored, .. } => {
+            let shown: Vec<&str> = ignored.iter().take(8).map(String::as_str).collect();
+            let listed = if shown.is_empty() { "none".to_owned() } else { shown.join(", ") };
+            let message = format!("--copy-ignored {e}");
+            CliError::usage_error(message, e).hint(format!("ignored there: {listed}"))
         }
     }
-    let user = ws.user_repo()?.ok_or_else(|| {
-        CliError::usage(
-            "--copy-ignored copies from your checkout: it is for a project (run offshoot in a git checkout)",
-        )
-    })?;
-    let (chosen, refused) = engine::store::warm::select(&user, patterns)
-        .map_err(|e| CliError::runtime(format!("cannot read the ignored files of your checkout: {e}")))?;
-    if let Some((path, why)) = refused.first() {
-        let listed = user.ignored_paths().unwrap_or_default();
-        let shown: Vec<&str> = listed.iter().take(8).map(String::as_str).collect();
-        let ignored = if shown.is_empty() { "none".to_owned() } else { shown.join(", ") };
-        return Err(CliError::usage(format!("--copy-ignored `{path}` {why}")).hint(format!("ignored there: {ignored}")));
-    }
-    ctx.out.progress(&format!(
-        "· copying {} from your checkout into the agent's directory (never into its history)",
-        chosen.join(", ")
-    ));
-    Ok(())
 }
 
 /// Says where in the project the agent starts, and which uncommitted changes stay

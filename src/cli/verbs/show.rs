@@ -8,9 +8,8 @@ use engine::{ops::inspect, step::driver};
 /// re-assembled from its commit, or what a compaction removed and the summary it left
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent's id or name (default: the agent whose directory you are in)
-    #[arg(add = crate::cli::complete::agents_completer())]
-    pub(crate) agent: Option<String>,
+    #[command(flatten)]
+    pub(crate) agent: crate::cli::input::AgentArg,
     /// The step number (1 is the agent's first model call; default: its latest)
     #[arg(long, conflicts_with = "compaction")]
     pub(crate) step: Option<u32>,
@@ -28,7 +27,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    let id = args.agent.resolve(ctx, &ws)?;
     if let Some(number) = args.compaction {
         let all = compaction::landed(&ws, &id)?;
         let Some(landed) = all.iter().find(|l| l.landing.number == number) else {

@@ -13,9 +13,8 @@ const PATIENCE: Duration = Duration::from_secs(10);
 /// cut short are answered, parents are told, and each waits for a message to revive it
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// The agent's id or name (default: the agent whose directory you are in)
-    #[arg(add = crate::cli::complete::agents_completer())]
-    pub(crate) agent: Option<String>,
+    #[command(flatten)]
+    pub(crate) agent: crate::cli::input::AgentArg,
     /// Ask the workers of this remote to stop it (one handed over with `prompt --on`);
     /// `offshoot pull` then shows it stopped, and `send --on` revives it
     #[arg(long, value_name = "REMOTE")]
@@ -24,7 +23,7 @@ pub(crate) struct Args {
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let id = ctx.agent_named(&ws, args.agent.as_deref())?;
+    let id = args.agent.resolve(ctx, &ws)?;
     if let Some(name) = &args.on {
         let remote = engine::fleet::remote::resolve(&ws, Some(name)).map_err(super::sync::error)?;
         let asked = engine::fleet::remote::stop_on(&ws, &remote, &id).map_err(super::sync::error)?;
@@ -37,7 +36,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
                 1 => " and the agent below it".to_owned(),
                 n => format!(" and the {n} agents below it"),
             };
-            let named = args.agent.as_deref().unwrap_or(id.as_str());
+            let named = args.agent.given().unwrap_or(id.as_str());
             ctx.out.progress(&format!(
                 "· asked the workers of `{}` to stop `{named}`{below}; `offshoot pull` brings what they did, `offshoot send --on {} {named} …` revives it",
                 remote.name, remote.name

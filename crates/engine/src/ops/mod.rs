@@ -6,5 +6,6 @@ pub mod eval;
 pub mod gc;
 pub mod inspect;
 pub mod project;
+pub mod prompt;
 pub mod removal;
 pub mod scan;

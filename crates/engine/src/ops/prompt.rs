@@ -1,0 +1,140 @@
+//! Starting a root agent on a goal, as `offshoot prompt` does: everything it asks for is
+//! checked before anything is made (the role, its key, the thinking asked, where in the
+//! project it starts, the ignored paths it copies), then the agent is made and either
+//! left for the caller to drive or handed to a remote's workers.
+
+use std::path::PathBuf;
+
+use domain::id::AgentId;
+use infra::git::GitError;
+use infra::provider::Reasoning;
+use infra::time::Timestamp;
+
+use crate::Env;
+use crate::agents::{self, AgentError, ProjectStart, Start};
+use crate::fleet::remote::{self, Remote, RemoteError};
+use crate::ops::project::{self, ProjectError};
+use crate::step::model::{self, ModelError};
+use crate::store::warm;
+use crate::store::workspace::{Workspace, WorkspaceError};
+
+/// `offshoot prompt`, resolved.
+pub struct Prompt<'a> {
+    /// The goal: its first message.
+    pub message: &'a str,
+    pub name: Option<&'a str>,
+    pub role: &'a str,
+    pub lineage: &'a str,
+    /// In a project: the revision to start from (HEAD when `None`), and whether the
+    /// uncommitted changes of the user's working tree go along.
+    pub base: Option<&'a str>,
+    pub with_changes: bool,
+    /// The user's git config files: who authors the commit of work taken along.
+    pub git_config: &'a [PathBuf],
+    /// Ignored paths of the user's checkout copied into its directory.
+    pub copy_ignored: &'a [String],
+    /// A model in place of its role's, and thinking asked of it.
+    pub model: Option<&'a str>,
+    pub reasoning: Option<Reasoning>,
+    /// The remote whose workers drive it instead of this machine.
+    pub on: Option<&'a str>,
+    pub env: &'a Env,
+}
+
+/// An agent started.
+pub struct Prompted {
+    pub id: AgentId,
+    /// In a project: where it started, and the uncommitted changes left behind.
+    pub start: Option<(ProjectStart, Vec<String>)>,
+    /// The ignored paths being copied into its directory.
+    pub copied: Vec<String>,
+    /// The remote it was handed to; `None`: it is the caller's to drive.
+    pub handed: Option<Remote>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PromptError {
+    #[error("role `{role}` cannot be asked for {asked:?}: {rule}")]
+    Reasoning { role: String, asked: Reasoning, rule: String },
+    #[error("`{pattern}` {problem}")]
+    CopyIgnored { pattern: String, problem: String },
+    #[error("copying ignored paths is for a project: there is no checkout to copy from")]
+    CopyIgnoredOutsideProject,
+    #[error("cannot read the ignored files of your checkout: {0}")]
+    CopyIgnoredUnread(#[source] GitError),
+    /// The first path that cannot be copied, and the paths the checkout ignores.
+    #[error("`{path}` {why}")]
+    NotCopied { path: String, why: String, ignored: Vec<String> },
+    #[error(transparent)]
+    Remote(#[from] RemoteError),
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error(transparent)]
+    Project(#[from] ProjectError),
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+}
+
+type Result<T> = std::result::Result<T, PromptError>;
+
+/// Starts a root agent as `p` says, in `ws`.
+pub fn start(ws: &Workspace, p: &Prompt) -> Result<Prompted> {
+    let fleet = p.on.map(|name| remote::resolve(ws, Some(name))).transpose()?;
+    let (_, config) = ws.config(p.lineage)?;
+    // A missing key or an unknown role is refused before anything is created (and so
+    // is a sandbox this kernel cannot enforce, by `create_root`).
+    model::plan(&config, p.lineage, p.role, p.env)?;
+    if let Some(asked) = &p.reasoning {
+        config.check_reasoning(p.role, asked).map_err(|rule| PromptError::Reasoning {
+            role: p.role.to_owned(),
+            asked: asked.clone(),
+            rule,
+        })?;
+    }
+    // Work taken along is the user's own commit, authored as git would author it.
+    let author = ws.user_repo()?.and_then(|u| u.identity(p.git_config));
+    let start = project::start_point(ws, p.base, p.with_changes, author.as_ref())?;
+    let copied = copyable(ws, p.copy_ignored)?;
+    let spawn = Start {
+        message: p.message,
+        name: p.name,
+        now: Timestamp::now(),
+        random: crate::random_u32(),
+        env: p.env,
+        project: start.as_ref().map(|(s, _)| s),
+        model: p.model,
+        reasoning: p.reasoning.as_ref(),
+        copy_ignored: p.copy_ignored,
+    };
+    let id = agents::create_root(ws, p.role, p.lineage, &spawn)?;
+    if let Some(remote) = &fleet
+        && let Err(e) = remote::hand_over(ws, remote, &id)
+    {
+        // Refused there: nothing of it stays here.
+        agents::discard(ws, &id);
+        return Err(e.into());
+    }
+    Ok(Prompted { id, start, copied, handed: fleet })
+}
+
+/// The ignored paths of the user's checkout `patterns` names, when every one can be
+/// copied (a plain relative path, in a project, ignored there, no workspace's).
+fn copyable(ws: &Workspace, patterns: &[String]) -> Result<Vec<String>> {
+    if patterns.is_empty() {
+        return Ok(Vec::new());
+    }
+    for pattern in patterns {
+        if let Some(problem) = domain::agent::copy_ignored_problem(pattern) {
+            return Err(PromptError::CopyIgnored { pattern: pattern.clone(), problem: problem.to_string() });
+        }
+    }
+    let user = ws.user_repo()?.ok_or(PromptError::CopyIgnoredOutsideProject)?;
+    let (chosen, refused) = warm::select(&user, patterns).map_err(PromptError::CopyIgnoredUnread)?;
+    if let Some((path, why)) = refused.into_iter().next() {
+        let ignored = user.ignored_paths().unwrap_or_default();
+        return Err(PromptError::NotCopied { path, why: why.to_string(), ignored });
+    }
+    Ok(chosen)
+}
