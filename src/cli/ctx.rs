@@ -290,7 +290,7 @@ impl Ctx {
 
 /// The repository whose working tree holds `dir`, if any; a bare one is refused.
 pub(crate) fn project_at(dir: &Path, ceilings: &[PathBuf]) -> Result<Option<UserRepo>, CliError> {
-    match infra::git::discover(dir, ceilings).map_err(|e| CliError::runtime(e.to_string()))? {
+    match infra::git::discover(dir, ceilings).map_err(CliError::runtime_from)? {
         Discovered::Repo(user) => Ok(Some(user)),
         Discovered::Bare(path) => Err(CliError::usage(format!(
             "{} is a bare repository: agents need a working tree to start from and to give their work back to",

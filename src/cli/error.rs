@@ -90,6 +90,11 @@ impl CliError {
         CliError::of(Kind::Runtime, Box::new(error))
     }
 
+    /// The world failed us: `error` (a cause the engine kept whole) says how.
+    pub(crate) fn runtime_cause(error: Cause) -> CliError {
+        CliError::of(Kind::Runtime, error)
+    }
+
     /// Bad input said as `message`, caused by `error`.
     pub(crate) fn usage_error(
         message: impl Into<String>,
@@ -139,11 +144,17 @@ impl CliError {
     }
 }
 
+/// A CliError of `kind` whose words are still to come: those of the error it is kept
+/// with ([`keeping`]).
+pub(crate) fn shell(kind: Kind) -> CliError {
+    CliError::of(kind, Box::new(Said(String::new())))
+}
+
 /// `e`, as `shell` says it (its kind and hints): the error itself when the words are
 /// its own, else the words over it; either way its causes are kept.
 pub(crate) fn keeping(e: impl std::error::Error + Send + Sync + 'static, shell: CliError) -> CliError {
     let message = shell.message();
-    let error: Cause = match message == e.to_string() {
+    let error: Cause = match message.is_empty() || message == e.to_string() {
         true => Box::new(e),
         false => Box::new(Context { message, source: Box::new(e) }),
     };
@@ -154,19 +165,19 @@ impl From<WorkspaceError> for CliError {
     fn from(e: WorkspaceError) -> Self {
         let shell = match &e {
             WorkspaceError::NotEmpty(_) => {
-                CliError::usage(e.to_string()).hint("give a new or empty directory (or leave `-w` out)")
+                shell(Kind::Usage).hint("give a new or empty directory (or leave `-w` out)")
             }
             WorkspaceError::NotAWorkspace(path) => {
-                CliError::usage(e.to_string()).hint(format!("`offshoot new {}` makes one there", path.display()))
+                shell(Kind::Usage).hint(format!("`offshoot new {}` makes one there", path.display()))
             }
             WorkspaceError::NoLineage { known, .. } => {
                 let first = known.first().map(String::as_str).unwrap_or("default");
-                CliError::usage(e.to_string()).hint(format!("`--lineage {first}` uses an existing one"))
+                shell(Kind::Usage).hint(format!("`--lineage {first}` uses an existing one"))
             }
-            WorkspaceError::Config(_) => CliError::usage(e.to_string())
+            WorkspaceError::Config(_) => shell(Kind::Usage)
                 .hint("`offshoot config edit` opens the config to fix it; `offshoot config validate` checks it"),
-            WorkspaceError::ConfigKey { .. } => CliError::usage(e.to_string()),
-            _ => CliError::runtime(e.to_string()),
+            WorkspaceError::ConfigKey { .. } => shell(Kind::Usage),
+            _ => shell(Kind::Runtime),
         };
         keeping(e, shell)
     }
@@ -186,9 +197,9 @@ impl From<AgentError> for CliError {
         };
         let shell = match &e {
             AgentError::Unknown(_) => {
-                CliError::usage(e.to_string()).hint("`offshoot ls` lists the agents of this workspace")
+                shell(Kind::Usage).hint("`offshoot ls` lists the agents of this workspace")
             }
-            AgentError::Sandbox { role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
+            AgentError::Sandbox { role, .. } => shell(Kind::Usage).hint(sandbox_hint(role)),
             AgentError::NameTaken(..)
             | AgentError::BranchTaken(..)
             | AgentError::NameIsId(..)
@@ -201,8 +212,8 @@ impl From<AgentError> for CliError {
             | AgentError::BadModel(_)
             | AgentError::UnknownRef(_)
             | AgentError::Id(_)
-            | AgentError::Snapshot(_) => CliError::usage(e.to_string()),
-            _ => CliError::runtime(e.to_string()),
+            | AgentError::Snapshot(_) => shell(Kind::Usage),
+            _ => shell(Kind::Runtime),
         };
         keeping(e, shell)
     }
@@ -211,11 +222,11 @@ impl From<AgentError> for CliError {
 impl From<ModelError> for CliError {
     fn from(e: ModelError) -> Self {
         let shell = match &e {
-            ModelError::MissingKey { var, .. } => CliError::usage(e.to_string())
+            ModelError::MissingKey { var, .. } => shell(Kind::Usage)
                 .hint(format!("export {var}=… and try again; keys are read only from the environment")),
-            ModelError::UnknownRole { .. } => CliError::usage(e.to_string()),
+            ModelError::UnknownRole { .. } => shell(Kind::Usage),
             ModelError::Call(call) => call_error(call, e.to_string(), None),
-            ModelError::Recording { .. } => CliError::runtime(e.to_string()),
+            ModelError::Recording { .. } => shell(Kind::Runtime),
         };
         keeping(e, shell)
     }
@@ -293,10 +304,10 @@ impl From<DriverError> for CliError {
 /// A driver's error that is not a failed model call.
 fn driver_error(e: DriverError) -> CliError {
     let shell = match &e {
-            DriverError::Unknown(_) => CliError::usage(e.to_string()),
+            DriverError::Unknown(_) => shell(Kind::Usage),
             DriverError::Interrupted { id, reason } => CliError {
                 kind: Kind::Signal(reason.signal()),
-                error: Box::new(Said(e.to_string())),
+                error: Box::new(Said(String::new())),
                 hints: vec![format!(
                     "everything up to the cut is committed (the call it cut short is answered as {}); `offshoot run {id}` continues it",
                     reason.words()
@@ -307,7 +318,7 @@ fn driver_error(e: DriverError) -> CliError {
                     .into_iter()
                     .map(|(key, value)| format!("budgets.{key} {value}"))
                     .collect();
-                let err = CliError::runtime(e.to_string());
+                let err = shell(Kind::Runtime);
                 if raise.is_empty() {
                     err.hint(format!(
                         "`offshoot config edit` changes the budgets; then `offshoot run {id}` (or a message) goes on"
@@ -319,19 +330,19 @@ fn driver_error(e: DriverError) -> CliError {
                     ))
                 }
             }
-            DriverError::ContextFull { id, role, .. } => CliError::runtime(e.to_string()).hint(format!(
+            DriverError::ContextFull { id, role, .. } => shell(Kind::Runtime).hint(format!(
                 "`offshoot compact {id}` replaces its older steps with a summary, then `offshoot run {id}` goes on; if the model takes more, raise `roles.{role}.context_window`"
             )),
-            DriverError::Conflicted { id, path, .. } => CliError::runtime(e.to_string()).hint(format!(
+            DriverError::Conflicted { id, path, .. } => shell(Kind::Runtime).hint(format!(
                 "no compactor writes one (`write_summary` refuses markers): `{path}` was changed on the branch `agents/{id}` by hand; fix it there with a commit, then `offshoot run {id}`"
             )),
             DriverError::Damaged { id, .. } => {
                 let hint = format!("its branch `agents/{id}` was changed by hand; other agents are not affected");
-                CliError::runtime(e.to_string()).hint(hint)
+                shell(Kind::Runtime).hint(hint)
             }
-            DriverError::RoleGone { .. } => CliError::usage(e.to_string()),
-            DriverError::Sandbox { role, .. } => CliError::usage(e.to_string()).hint(sandbox_hint(role)),
-            _ => CliError::runtime(e.to_string()),
+            DriverError::RoleGone { .. } => shell(Kind::Usage),
+            DriverError::Sandbox { role, .. } => shell(Kind::Usage).hint(sandbox_hint(role)),
+            _ => shell(Kind::Runtime),
     };
     keeping(e, shell)
 }
@@ -344,19 +355,19 @@ impl From<ProjectError> for CliError {
             e => e,
         };
         let shell = match &e {
-            ProjectError::NoCommits(_) => CliError::usage(e.to_string())
+            ProjectError::NoCommits(_) => shell(Kind::Usage)
                 .hint("commit once in it (`git commit --allow-empty -m start` will do), or give `-w` for a workspace of its own"),
-            ProjectError::NotFastForward { branch, .. } => CliError::usage(e.to_string()).hint(format!(
+            ProjectError::NotFastForward { branch, .. } => shell(Kind::Usage).hint(format!(
                 "`--force` moves `{branch}` anyway (its commits stay in the project's reflog), or `--branch` names another"
             )),
-            ProjectError::Conflicts { .. } => CliError::usage(e.to_string())
+            ProjectError::Conflicts { .. } => shell(Kind::Usage)
                 .hint("nothing was changed; commit or stash your changes to those files, or take the work with `offshoot export`"),
             ProjectError::NotProject
             | ProjectError::UnknownBase(_)
             | ProjectError::NoBase(_)
             | ProjectError::BadBranch(_)
-            | ProjectError::CheckedOut(_) => CliError::usage(e.to_string()),
-            _ => CliError::runtime(e.to_string()),
+            | ProjectError::CheckedOut(_) => shell(Kind::Usage),
+            _ => shell(Kind::Runtime),
         };
         keeping(e, shell)
     }

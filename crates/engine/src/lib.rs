@@ -11,6 +11,9 @@ pub mod store;
 
 use std::collections::BTreeMap;
 
+/// An error kept as the cause of another: whatever failed, with its own causes.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// The environment variables the cli read, passed down (API keys, base URLs).
 #[derive(Debug, Clone, Default)]
 pub struct Env {

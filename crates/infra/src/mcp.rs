@@ -34,6 +34,10 @@ pub enum McpError {
     StartTimedOut { secs: u64 },
     #[error("did not start: {0}")]
     Start(String),
+    #[error("did not start: {0}")]
+    Spawn(#[source] super::process::ProcessError),
+    #[error("did not start: {0}")]
+    Handshake(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("did not answer within {secs} s")]
     TimedOut { secs: u64 },
     #[error("closed the connection (it exited or crashed)")]
@@ -171,7 +175,7 @@ impl Client {
                 sandbox: program.sandbox.as_deref().map(Jail::helper),
                 pgid_record: None,
             };
-            let mut process = process::serve(&spec, Some(&program.log)).map_err(|e| McpError::Start(e.to_string()))?;
+            let mut process = process::serve(&spec, Some(&program.log)).map_err(McpError::Spawn)?;
             let (stdin, stdout) = process.pipes().ok_or_else(|| McpError::Start("its pipes are gone".into()))?;
             let pipes = (|| -> std::io::Result<_> {
                 let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(stdout)?;
@@ -183,10 +187,10 @@ impl Client {
                 Err(_) => return Err(McpError::StartTimedOut { secs: startup.as_secs() }),
                 Ok(Err(e)) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    return Err(McpError::Start(match process.exited() {
-                        Some(exit) => format!("it ended ({exit}) before the handshake finished"),
-                        None => e.to_string(),
-                    }));
+                    return Err(match process.exited() {
+                        Some(exit) => McpError::Start(format!("it ended ({exit}) before the handshake finished")),
+                        None => McpError::Handshake(Box::new(e)),
+                    });
                 }
                 Ok(Ok(service)) => service,
             };
@@ -220,7 +224,7 @@ impl Client {
             let transport = StreamableHttpClientTransport::with_client(http, config);
             match tokio::time::timeout(startup, client_config().serve(transport)).await {
                 Err(_) => Err(McpError::StartTimedOut { secs: startup.as_secs() }),
-                Ok(Err(e)) => Err(McpError::Start(e.to_string())),
+                Ok(Err(e)) => Err(McpError::Handshake(Box::new(e))),
                 Ok(Ok(service)) => Ok(Session { handle, service: Some(service), process: None }),
             }
         };

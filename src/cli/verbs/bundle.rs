@@ -53,8 +53,8 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 pub(crate) fn error(e: BundleError) -> CliError {
     match e {
         BundleError::Unknown(_) | BundleError::Exists(_) | BundleError::Secret { .. } | BundleError::Corrupt { .. } => {
-            CliError::usage(e.to_string())
+            CliError::usage_from(e)
         }
-        other => CliError::runtime(other.to_string()),
+        other => CliError::runtime_from(other),
     }
 }

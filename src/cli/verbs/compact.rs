@@ -1,5 +1,6 @@
 use serde_json::json;
 
+use crate::cli::error::{Kind, keeping, shell};
 use crate::cli::{CliError, Ctx};
 use engine::step::compaction::{self, CompactionError};
 
@@ -96,21 +97,25 @@ fn wait(
 
 impl From<CompactionError> for CliError {
     fn from(e: CompactionError) -> Self {
-        match e {
-            CompactionError::Agent(a) => a.into(),
-            CompactionError::Workspace(w) => w.into(),
-            CompactionError::InFlight { ref compactor, .. } => CliError::usage(e.to_string()).hint(format!(
+        let e = match e {
+            CompactionError::Agent(a) => return a.into(),
+            CompactionError::Workspace(w) => return w.into(),
+            e => e,
+        };
+        let shell = match &e {
+            CompactionError::InFlight { compactor, .. } => shell(Kind::Usage).hint(format!(
                 "`offshoot tree` shows how it is doing; `offshoot stop {compactor}` ends it without landing"
             )),
-            CompactionError::Busy { ref agent, .. } => {
-                CliError::usage(e.to_string()).hint(format!("`offshoot stop {agent}` first, or wait until it is done"))
+            CompactionError::Busy { agent, .. } => {
+                shell(Kind::Usage).hint(format!("`offshoot stop {agent}` first, or wait until it is done"))
             }
             CompactionError::OfCompactor(_)
             | CompactionError::Nothing { .. }
             | CompactionError::NoLanding { .. }
             | CompactionError::Undone { .. }
-            | CompactionError::Unknown(_) => CliError::usage(e.to_string()),
-            _ => CliError::runtime(e.to_string()),
-        }
+            | CompactionError::Unknown(_) => shell(Kind::Usage),
+            _ => shell(Kind::Runtime),
+        };
+        keeping(e, shell)
     }
 }

@@ -67,7 +67,7 @@ fn error(e: eval::EvalError) -> CliError {
             e,
         ),
         E::Make { .. } | E::Write { .. } => CliError::runtime_from(e),
-        _ => CliError::usage_error(e.to_string(), e),
+        _ => CliError::usage_from(e),
     }
 }
 

@@ -93,7 +93,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             if !config.mcp_servers.contains_key(name) {
                 return Err(not_configured(name, &config));
             }
-            let record = servers::probe(&ws, &config, name, &ctx.runtime(&ws)).map_err(CliError::runtime)?;
+            let record = servers::probe(&ws, &config, name, &ctx.runtime(&ws)).map_err(CliError::runtime_cause)?;
             for tool in &record.tools {
                 if ctx.out.json {
                     ctx.out.event(&json!({"type": "mcp_tool", "name": tool.name, "tool": tool.tool, "description": tool.description,

@@ -63,7 +63,7 @@ fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliEr
     let existed = path.exists();
     let made = (|| -> Result<(Workspace, engine::fleet::remote::Pulled), CliError> {
         let ws = Workspace::create_bare(path)?;
-        let git = |e: infra::git::GitError| CliError::runtime(e.to_string());
+        let git = |e: infra::git::GitError| CliError::runtime_from(e);
         ws.repo.add_remote("origin", url).map_err(git)?;
         let remote = engine::fleet::remote::Remote { name: "origin".into(), url: url.to_owned() };
         let pulled = engine::fleet::remote::pull(&ws, &remote, true).map_err(super::sync::error)?;

@@ -52,7 +52,7 @@ fn url_form(url: &str) -> Option<&'static str> {
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let git = |e: infra::git::GitError| CliError::runtime(e.to_string());
+    let git = |e: infra::git::GitError| CliError::runtime_from(e);
     match args {
         Args::Add { name, url } => {
             if !infra::git::valid_remote_name(name) {

@@ -29,12 +29,12 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     let gone = removal::remove(&ws, &ctx.runtime(&ws), &id, args.tree, args.stop).map_err(|e| match e {
         RemovalError::Below { .. } => {
-            CliError::usage(e.to_string()).hint(format!("`offshoot rm {} --tree` removes them too", args.agent))
+            CliError::usage_from(e).hint(format!("`offshoot rm {} --tree` removes them too", args.agent))
         }
         RemovalError::Running { .. } => CliError::usage(format!("{e}; nothing was removed"))
             .hint(format!("`offshoot rm {} --stop` stops it first", args.agent)),
         RemovalError::Left { .. } => {
-            CliError::runtime(e.to_string()).hint(format!("`offshoot rm {}` again removes what is left", args.agent))
+            CliError::runtime_from(e).hint(format!("`offshoot rm {}` again removes what is left", args.agent))
         }
         RemovalError::Agent(e) => e.into(),
     })?;

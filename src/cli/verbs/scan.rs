@@ -43,7 +43,7 @@ impl From<ScanError> for CliError {
         match e {
             ScanError::Agent(a) => a.into(),
             ScanError::Driver(d) => (*d).into(),
-            _ => CliError::runtime(e.to_string()),
+            e => CliError::runtime_from(e),
         }
     }
 }

@@ -33,8 +33,8 @@ pub(crate) fn error(e: RemoteError) -> CliError {
         | RemoteError::None
         | RemoteError::Unsupported { .. }
         | RemoteError::NotThere { .. }
-        | RemoteError::NotHanded { .. } => CliError::usage(e.to_string()),
-        _ => CliError::runtime(e.to_string()),
+        | RemoteError::NotHanded { .. } => CliError::usage_from(e),
+        _ => CliError::runtime_from(e),
     }
 }
 

@@ -57,7 +57,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let rt = ctx.runtime(&ws);
     let mine = ctx.template_config()?;
     let options = Options { name: name.clone(), max_agents: args.max_agents as usize, lease, mine };
-    let mut worker = Worker::new(&ws, &rt, remote.clone(), options).map_err(|e| CliError::runtime(e.to_string()))?;
+    let mut worker = Worker::new(&ws, &rt, remote.clone(), options).map_err(CliError::runtime_from)?;
     ctx.out.progress(&format!(
         "· worker `{name}` of `{}` ({}): up to {} agents, lease {} ms; Ctrl-C lets go of them",
         remote.name,

@@ -3,6 +3,7 @@
 //! both derived from the workspace's layout and the agent's role met with its
 //! ancestors' (a child is never less confined than its parent).
 
+use crate::Cause;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -111,18 +112,18 @@ pub(crate) fn commands_for(
     helper: &std::path::Path,
     vars: &Env,
     others: Option<&std::path::Path>,
-) -> Result<infra::tools::Commands, String> {
-    let tip = ws.repo.branch_tip(&id.branch()).map_err(|e| e.to_string())?.ok_or("the agent has no branch")?;
-    let facts = snapshot::read_facts(&ws.repo, tip).map_err(|e| e.to_string())?;
-    let (_, config) = ws.config(&facts.lineage).map_err(|e| e.to_string())?;
-    let workspace = std::fs::canonicalize(ws.layout.root()).map_err(|e| e.to_string())?;
-    let own = std::fs::canonicalize(ws.layout.worktree(id)).map_err(|e| e.to_string())?;
-    std::fs::create_dir_all(ws.layout.tmp(id)).map_err(|e| e.to_string())?;
+) -> Result<infra::tools::Commands, Cause> {
+    let tip = ws.repo.branch_tip(&id.branch())?.ok_or("the agent has no branch")?;
+    let facts = snapshot::read_facts(&ws.repo, tip)?;
+    let (_, config) = ws.config(&facts.lineage)?;
+    let workspace = std::fs::canonicalize(ws.layout.root())?;
+    let own = std::fs::canonicalize(ws.layout.worktree(id))?;
+    std::fs::create_dir_all(ws.layout.tmp(id))?;
     let others = others.and_then(|o| std::fs::canonicalize(o).ok());
     let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: others.as_deref() };
     let tools = agent_tools(&site, &ws.repo, &facts, &config, vars).ok_or("its role cannot be read")?;
     let sandbox = match tools.confinement {
-        Some(c) => Some(std::sync::Arc::new(jail(&c, helper, vars).map_err(|e| e.to_string())?)),
+        Some(c) => Some(std::sync::Arc::new(jail(&c, helper, vars)?)),
         None => None,
     };
     Ok(infra::tools::Commands { sandbox, ..tools.commands })

@@ -3,6 +3,7 @@
 //! exactly once, and what an agent no driver holds still has to do. The driver, the
 //! tools, `stop` and `scan` all go through here; nothing here runs a step.
 
+use crate::Cause;
 use domain::id::AgentId;
 use domain::inbox::{Deposit, Header};
 use domain::marks::{Epitaph, Mark};
@@ -41,11 +42,11 @@ pub enum LifecycleError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
     #[error("agent `{id}` is damaged: {reason}")]
-    Damaged { id: String, reason: String },
+    Damaged { id: String, #[source] reason: Cause },
     #[error("cannot wake agent `{id}`: {reason}")]
-    Wake { id: String, reason: String },
+    Wake { id: String, #[source] reason: Cause },
     #[error("cannot stop `{id}`: {reason}")]
-    Stop { id: String, reason: String },
+    Stop { id: String, #[source] reason: Cause },
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
@@ -138,7 +139,7 @@ pub(crate) fn stop_driver(
     patience: std::time::Duration,
 ) -> Result<Stopped> {
     let stopped =
-        rt.stop(agent, patience).map_err(|e| LifecycleError::Stop { id: agent.to_string(), reason: e.to_string() })?;
+        rt.stop(agent, patience).map_err(|e| LifecycleError::Stop { id: agent.to_string(), reason: e.into() })?;
     if let Stopped::Stopped(_) = stopped {
         tell_parent_if_untold(ws, rt, agent)?;
     }
@@ -178,7 +179,7 @@ pub(crate) fn stopped(
 pub(crate) fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<Ended> {
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| LifecycleError::Unknown(id.to_string()))?;
     let facts = snapshot::read_facts(&ws.repo, tip)
-        .map_err(|e| LifecycleError::Damaged { id: id.to_string(), reason: e.to_string() })?;
+        .map_err(|e| LifecycleError::Damaged { id: id.to_string(), reason: e.into() })?;
     stopped(ws, rt, id, facts.parent.as_deref(), tip)
 }
 
@@ -191,7 +192,7 @@ pub(crate) fn tell_parent_if_untold(ws: &Workspace, rt: &Runtime, id: &AgentId) 
         return Ok(());
     }
     let facts = snapshot::read_facts(&ws.repo, tip)
-        .map_err(|e| LifecycleError::Damaged { id: id.to_string(), reason: e.to_string() })?;
+        .map_err(|e| LifecycleError::Damaged { id: id.to_string(), reason: e.into() })?;
     if facts.parent.is_some() {
         stopped(ws, rt, id, facts.parent.as_deref(), tip)?;
     }
@@ -240,7 +241,7 @@ pub(crate) fn deposit_result(
         inbox::deposit(&ws.layout, to, &deposit)?;
     }
     if ws.repo.mark(STOPPED, to.as_str())?.is_none() {
-        rt.wake(to).map_err(|e| LifecycleError::Wake { id: to.to_string(), reason: e.to_string() })?;
+        rt.wake(to).map_err(|e| LifecycleError::Wake { id: to.to_string(), reason: e.into() })?;
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod runtime;
 
 pub use create::{Child, ProjectStart, Start, create_child, create_root, discard, fork};
 
+use crate::Cause;
 use domain::agent::AgentFacts;
 use domain::id::{self, AgentId, IdError};
 use domain::marks::Mark;
@@ -30,7 +31,7 @@ pub enum AgentError {
     #[error("name `{0}` is taken: the agents' repository has a branch of that name")]
     BranchTaken(String),
     #[error("cannot stop `{id}`: {reason}")]
-    Stop { id: String, reason: String },
+    Stop { id: String, #[source] reason: Cause },
     #[error("name `{0}` is an agent's id; names and ids must not be confused")]
     NameIsId(String),
     #[error("name `{name}` is held by several agents: {}", candidates.join(", "))]
@@ -54,7 +55,7 @@ pub enum AgentError {
     #[error("`{0}` names no commit")]
     UnknownRef(String),
     #[error("cannot make agent `{id}`: {reason}")]
-    Making { id: String, reason: String },
+    Making { id: String, #[source] reason: Cause },
     #[error(transparent)]
     Id(#[from] IdError),
     #[error(transparent)]

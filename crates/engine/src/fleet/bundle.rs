@@ -16,6 +16,7 @@
 //! built under a temporary name beside its place and renamed into place whole, so a
 //! missing or corrupt file leaves nothing behind.
 
+use crate::Cause;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -52,7 +53,7 @@ pub enum BundleError {
     )]
     Secret { what: String, place: String },
     #[error("{path} is not an offshoot bundle: {reason}")]
-    Corrupt { path: PathBuf, reason: String },
+    Corrupt { path: PathBuf, #[source] reason: Cause },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
@@ -367,7 +368,7 @@ pub fn replay(file: &Path, dest: &Path, mine: &str) -> Result<Replayed> {
 
 /// Reads the bundle `file` into a workspace made at `root`; its manifest.
 fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
-    let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason };
+    let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason: reason.into() };
     let (manifest, bundles, files) = read_archive(file)?;
     let agents: Vec<AgentId> = manifest
         .agents
@@ -437,7 +438,7 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
 type Parts = (Manifest, Vec<(&'static str, Vec<u8>)>, Vec<(String, Vec<u8>)>);
 
 fn read_archive(file: &Path) -> Result<Parts> {
-    let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason };
+    let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason: reason.into() };
     let opened = std::fs::File::open(file).map_err(io(file))?;
     let mut archive = tar::Archive::new(std::io::BufReader::new(opened));
     let mut manifest: Option<Manifest> = None;

@@ -1,6 +1,7 @@
 //! Inspection: the state of agents for `ls`, the conversation for `log`, and a
 //! step's request re-assembled from its recorded commit for `show`.
 
+use crate::Cause;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -27,7 +28,7 @@ pub enum InspectError {
     #[error("agent `{id}` has no step {step} (it has {have})")]
     NoStep { id: String, step: u32, have: u32 },
     #[error("the record of step {step} is unreadable ({path}): {reason}")]
-    BadRecord { step: u32, path: PathBuf, reason: String },
+    BadRecord { step: u32, path: PathBuf, #[source] reason: Cause },
     #[error(transparent)]
     Agent(#[from] AgentError),
     #[error(transparent)]
@@ -277,12 +278,12 @@ pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
             return serde_json::from_value(old).map_err(|e| InspectError::BadRecord {
                 step,
                 path,
-                reason: e.to_string(),
+                reason: e.into(),
             });
         }
     };
     let meta: StepMeta =
-        serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord { step, path, reason: e.to_string() })?;
+        serde_json::from_slice(&bytes).map_err(|e| InspectError::BadRecord { step, path, reason: e.into() })?;
     Ok(meta.shown(LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(false)))
 }
 
@@ -328,7 +329,7 @@ pub fn reassemble_with(ws: &Workspace, id: &AgentId, step: u32, loader: &mut Loa
         infra::git::ObjectId::from_str(text).map_err(|_| InspectError::BadRecord {
             step,
             path: path.clone(),
-            reason: format!("no `{key}` commit"),
+            reason: format!("no `{key}` commit").into(),
         })
     };
     let (commit, config_commit) = (commit_of("commit", &meta.commit)?, commit_of("config", &meta.config)?);
@@ -337,7 +338,7 @@ pub fn reassemble_with(ws: &Workspace, id: &AgentId, step: u32, loader: &mut Loa
     let role = config.role(&facts.role).ok_or_else(|| InspectError::BadRecord {
         step,
         path: path.clone(),
-        reason: format!("role `{}` is not in config {config_commit}", facts.role),
+        reason: format!("role `{}` is not in config {config_commit}", facts.role).into(),
     })?;
     let (_, snapshot) = loader.snapshot(&ws.repo, commit, &role.context)?;
     let model = if meta.model.is_empty() { &role.model } else { &meta.model };

@@ -40,7 +40,7 @@ fn take_locks(ws: &Workspace, targets: &[AgentId]) -> Result<Result<Vec<LockGuar
     let mut held = Vec::new();
     for target in targets {
         let lock = LockGuard::try_acquire(&ws.layout.lock(target))
-            .map_err(|e| AgentError::Stop { id: target.to_string(), reason: e.to_string() })?;
+            .map_err(|e| AgentError::Stop { id: target.to_string(), reason: e.into() })?;
         match lock {
             Some(lock) => held.push(lock),
             None => return Ok(Err(target.clone())),
@@ -75,7 +75,7 @@ pub fn remove(ws: &Workspace, rt: &Runtime, id: &AgentId, tree: bool, stop: bool
         tries -= 1;
         if stop {
             lifecycle::stop_tree(ws, rt, id, PATIENCE)
-                .map_err(|e| AgentError::Stop { id: id.to_string(), reason: e.to_string() })?;
+                .map_err(|e| AgentError::Stop { id: id.to_string(), reason: e.into() })?;
         }
         match take_locks(ws, &targets)? {
             Ok(held) => break held,

@@ -4,6 +4,7 @@
 //! First, what an agent whose driver is gone planted in its git for a person's `git` to
 //! run is put back; last, quarantines of publications a kill cut short are removed.
 
+use crate::Cause;
 use domain::id::AgentId;
 use domain::marks::{Epitaph, Mark};
 use infra::git::{self as git, CommitId, GitError};
@@ -82,7 +83,7 @@ pub enum ScanError {
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
     #[error("cannot relaunch `{id}`: {reason}")]
-    Launch { id: String, reason: String },
+    Launch { id: String, #[source] reason: Cause },
 }
 
 type Result<T> = std::result::Result<T, ScanError>;
@@ -116,7 +117,7 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
             let pid = match rt.wake(&l.id) {
                 Ok(Woken::Launched(pid)) => Some(pid),
                 Ok(Woken::Running | Woken::Deferred) => None,
-                Err(e) => return Err(ScanError::Launch { id: l.id.to_string(), reason: e.to_string() }),
+                Err(e) => return Err(ScanError::Launch { id: l.id.to_string(), reason: e.into() }),
             };
             // With the process started, so a scan soon after does not take one that is
             // still starting (it holds no lock yet) for dead. (A scan killed before this

@@ -3,6 +3,7 @@
 //! applies a landing (it owns the branch and the directory); everything here only
 //! reads, or writes through the runtime and a child's dispatch.
 
+use crate::Cause;
 use std::collections::BTreeSet;
 
 use domain::agent;
@@ -65,9 +66,9 @@ pub enum CompactionError {
     #[error(transparent)]
     Workspace(#[from] WorkspaceError),
     #[error("agent `{agent}` cannot be changed now: {reason}")]
-    Busy { agent: String, reason: String },
+    Busy { agent: String, #[source] reason: Cause },
     #[error("cannot start compactor `{id}`: {reason}")]
-    Launch { id: String, reason: String },
+    Launch { id: String, #[source] reason: Cause },
 }
 
 type Result<T> = std::result::Result<T, CompactionError>;
@@ -125,7 +126,7 @@ pub fn start(ws: &Workspace, rt: &Runtime, id: &AgentId, focus: Option<&str>, en
     // (Stopped while it was made, it waits like any stopped agent; in_flight lets it go.)
     if ws.repo.mark(crate::agents::lifecycle::STOPPED, compactor.as_str())?.is_none() {
         rt.wake(&compactor)
-            .map_err(|e| CompactionError::Launch { id: compactor.to_string(), reason: e.to_string() })?;
+            .map_err(|e| CompactionError::Launch { id: compactor.to_string(), reason: e.into() })?;
     }
     Ok(Started { compactor, entries })
 }
@@ -380,7 +381,7 @@ pub(crate) fn plan_uncompact(ws: &Workspace, id: &AgentId, number: Option<u32>) 
 /// refused while a driver runs the agent.
 pub fn uncompact(ws: &Workspace, id: &AgentId, number: Option<u32>) -> Result<(Landing, usize)> {
     let Some(_lock) = LockGuard::try_acquire(&ws.layout.lock(id))
-        .map_err(|e| CompactionError::Busy { agent: id.to_string(), reason: e.to_string() })?
+        .map_err(|e| CompactionError::Busy { agent: id.to_string(), reason: e.into() })?
     else {
         return Err(CompactionError::Busy { agent: id.to_string(), reason: "a driver is running it".into() });
     };

@@ -1,6 +1,7 @@
 //! Model calls: which provider a role uses (with its key and base URL from the
 //! environment the cli read), and one call through the right adapter.
 
+use crate::Cause;
 use domain::step::Sent;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,7 +23,7 @@ pub enum ModelError {
     #[error("provider `{provider}` needs an API key in `{var}`, which is not set")]
     MissingKey { provider: String, var: String },
     #[error("the recording `{path}` of provider `{provider}` cannot be used: {reason}")]
-    Recording { provider: String, path: String, reason: String },
+    Recording { provider: String, path: String, #[source] reason: Cause },
     #[error(transparent)]
     Call(#[from] CallError),
 }
@@ -164,12 +165,12 @@ impl Client {
         let key = (at, path.clone());
         if !self.recordings.contains_key(&key) {
             let fail =
-                |reason: String| ModelError::Recording { provider: plan.provider.clone(), path: path.clone(), reason };
+                |reason: crate::Cause| ModelError::Recording { provider: plan.provider.clone(), path: path.clone(), reason };
             let bytes = ws
                 .config_file(at, &path)
-                .map_err(|e| fail(e.to_string()))?
+                .map_err(|e| fail(e.into()))?
                 .ok_or_else(|| fail("it is not in the config tree".into()))?;
-            let outputs = replay::parse(&String::from_utf8_lossy(&bytes)).map_err(fail)?;
+            let outputs = replay::parse(&String::from_utf8_lossy(&bytes)).map_err(|r| fail(r.into()))?;
             self.recordings.insert(key.clone(), outputs);
         }
         Ok(self.recordings.get(&key).map(Vec::as_slice).unwrap_or_default())

@@ -7,6 +7,7 @@
 //! position. What the agent commits with its git is published to the shared
 //! repository by an exporter in its sandbox.
 
+use crate::Cause;
 use domain::agent::{self, AgentFacts};
 use domain::id::AgentId;
 use infra::git::{Attachment, CommitId, GitError, MAIN, Position, Tracked};
@@ -122,7 +123,7 @@ pub(crate) fn drop_directory(ws: &Workspace, id: &AgentId) -> std::io::Result<()
     }
     infra::door::Beneath::open_kept(&tmp)
         .and_then(|door| door.remove_all(std::path::Path::new(&trash)))
-        .map_err(|e| std::io::Error::other(e.to_string()))
+        .map_err(std::io::Error::other)
 }
 
 /// Deletes what removals cut short left in the trash (each named after the process
@@ -209,7 +210,7 @@ pub(crate) fn publish(
     id: &AgentId,
     position: &Position,
     own: &str,
-) -> Result<(), String> {
+) -> Result<(), Cause> {
     let Some(head) = position.head else { return Ok(()) };
     if !ws.project.has_commit(head) {
         let args = ws.project.export_args(id.as_str(), &[head]);
@@ -228,12 +229,12 @@ pub(crate) fn publish(
         let mut importer = ws.project.importer()?;
         let mut take = |bytes: &[u8]| importer.feed(bytes);
         let done = process::run(&spec, &limits, Io { on_stdout: Some(&mut take), ..Io::default() })
-            .map_err(|e| e.to_string())?;
+            ?;
         if let Some(why) = importer.refused() {
-            return Err(why.to_owned());
+            return Err(why.to_owned().into());
         }
         if done.ended == process::Ended::TimedOut {
-            return Err(format!("reading its objects took over {} s", EXPORT_TIMEOUT.as_secs()));
+            return Err(format!("reading its objects took over {} s", EXPORT_TIMEOUT.as_secs()).into());
         }
         if !done.exit.success() {
             let said = String::from_utf8_lossy(&done.stderr.tail).trim().to_owned();
@@ -241,15 +242,15 @@ pub(crate) fn publish(
                 "its objects could not be read ({}{})",
                 done.exit,
                 if said.is_empty() { String::new() } else { format!(": {said}") }
-            ));
+            ).into());
         }
         importer.finish()?;
         if !ws.project.has_commit(head) {
-            return Err(format!("commit {head} did not come"));
+            return Err(format!("commit {head} did not come").into());
         }
     }
     if position.branch.as_deref() == Some(own) {
-        ws.project.publish_branch(own, head).map_err(|e| e.to_string())?;
+        ws.project.publish_branch(own, head)?;
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! Reads what assembly needs from an agent's tree at one commit. Transcript entries
 //! are immutable, so parsed entries are kept by blob id across steps.
 
+use crate::Cause;
 use domain::agent::{self, AgentFacts};
 use domain::config::ContextRules;
 use domain::context::{self, Snapshot};
@@ -17,7 +18,7 @@ pub enum SnapshotError {
     #[error("commit {commit} is not an agent commit: it has no `{path}`")]
     NotAgent { commit: String, path: &'static str },
     #[error("`{path}` at {commit} does not parse: {reason}")]
-    Bad { commit: String, path: String, reason: String },
+    Bad { commit: String, path: String, #[source] reason: Cause },
 }
 
 type Result<T> = std::result::Result<T, SnapshotError>;
@@ -99,7 +100,7 @@ impl Loader {
             let spec: ToolSpec = serde_json::from_slice(&bytes).map_err(|err| SnapshotError::Bad {
                 commit: commit.to_string(),
                 path: format!("{}/{}", agent::TOOLS, e.name),
-                reason: err.to_string(),
+                reason: err.into(),
             })?;
             tools.push(spec);
         }
@@ -111,7 +112,7 @@ impl Loader {
             let record = domain::mcp::Record::parse(&bytes).map_err(|reason| SnapshotError::Bad {
                 commit: commit.to_string(),
                 path: format!("{}/{}", domain::mcp::DIR, e.name),
-                reason,
+                reason: reason.into(),
             })?;
             records.push(record);
         }
@@ -159,7 +160,7 @@ pub(crate) fn read_facts(repo: &Repo, commit: CommitId) -> Result<AgentFacts> {
     AgentFacts::parse(&String::from_utf8_lossy(&bytes)).map_err(|reason| SnapshotError::Bad {
         commit: commit.to_string(),
         path: agent::FACTS.into(),
-        reason,
+        reason: reason.into(),
     })
 }
 

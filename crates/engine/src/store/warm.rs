@@ -9,6 +9,7 @@
 //! recorded: each copied path is ignored by the harness's scan of that agent whatever
 //! its `.gitignore` says.
 
+use crate::Cause;
 use domain::agent::AgentFacts;
 use infra::door::{Beneath, Copied};
 use infra::git::{GitError, Tracked, UserRepo};
@@ -110,30 +111,30 @@ pub(crate) fn keep_out(ws: &Workspace, tracked: &Tracked, paths: &[String]) {
 /// Warms the directory `tracked` (just made, nothing of the agent's run in it yet) from
 /// the user's checkout: `None` when there is nothing to do (not a project, no
 /// patterns).
-pub(crate) fn warm(ws: &Workspace, tracked: &Tracked, patterns: &[String]) -> Result<Option<Warmed>, String> {
+pub(crate) fn warm(ws: &Workspace, tracked: &Tracked, patterns: &[String]) -> Result<Option<Warmed>, Cause> {
     if patterns.is_empty() {
         return Ok(None);
     }
-    let Some(user) = ws.user_repo().map_err(|e| e.to_string())? else { return Ok(None) };
-    let (chosen, _) = select(&user, patterns).map_err(|e| e.to_string())?;
+    let Some(user) = ws.user_repo()? else { return Ok(None) };
+    let (chosen, _) = select(&user, patterns)?;
     if chosen.is_empty() {
         return Ok(None);
     }
-    let door = Beneath::open_kept(tracked.root()).map_err(|e| e.to_string())?;
+    let door = Beneath::open_kept(tracked.root())?;
     let mut warmed = Warmed::default();
     for path in &chosen {
         let rel = std::path::Path::new(path);
         // The agent's tree has a file of that name: its own, left as it is.
-        if door.kind(rel).map_err(|e| e.to_string())?.is_some() {
+        if door.kind(rel)?.is_some() {
             continue;
         }
-        let copied = door.copy_in(rel, &user.root().join(path), &is_workspace).map_err(|e| e.to_string())?;
+        let copied = door.copy_in(rel, &user.root().join(path), &is_workspace)?;
         warmed.paths += 1;
         warmed.copied.files += copied.files;
         warmed.copied.bytes += copied.bytes;
         warmed.copied.cloned += copied.cloned;
         warmed.copied.skipped += copied.skipped;
     }
-    warmed.timed = tracked.take_times(user.root()).map_err(|e| e.to_string())?;
+    warmed.timed = tracked.take_times(user.root())?;
     Ok(Some(warmed))
 }

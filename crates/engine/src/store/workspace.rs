@@ -1,6 +1,7 @@
 //! Workspaces: creating one (bare repository, skeleton, first config commit),
 //! opening one, and reading and writing its config lineages.
 
+use crate::Cause;
 use std::path::{Path, PathBuf};
 
 use domain::agent;
@@ -23,7 +24,7 @@ pub enum WorkspaceError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("cannot {verb} `{key}` in offshoot.toml: {reason}")]
-    ConfigKey { verb: &'static str, key: String, reason: String },
+    ConfigKey { verb: &'static str, key: String, #[source] reason: Cause },
     #[error("config lineage `{lineage}` kept moving while this change was made ({tries} tries); nothing was committed")]
     ConfigBusy { lineage: String, tries: u32 },
     #[error("the project of this workspace, {0}, is not a git repository with a working tree any more")]
@@ -259,7 +260,7 @@ impl Workspace {
                 text = set_key(&text, key, value).map_err(|reason| WorkspaceError::ConfigKey {
                     verb: "set",
                     key: (*key).to_owned(),
-                    reason,
+                    reason: reason.into(),
                 })?;
             }
             Ok(roles_from_worker(before, &text))
@@ -281,7 +282,7 @@ impl Workspace {
                 text = unset_key(&text, key).map_err(|reason| WorkspaceError::ConfigKey {
                     verb: "unset",
                     key: (*key).to_owned(),
-                    reason,
+                    reason: reason.into(),
                 })?;
             }
             Ok(text)

@@ -62,9 +62,10 @@ pub fn call(program: &Program, req: &Request, observer: &mut dyn Observer) -> Re
     let done = match done {
         Ok(done) => done,
         Err(e) => {
-            record.error = Some(e.to_string());
+            let said = e.to_string();
+            record.error = Some(said.clone());
             observer.attempt_ended(&record);
-            return Err(CallError::Other(e.to_string()));
+            return Err(CallError::Other(said));
         }
     };
     if lines.error.is_none() && done.ended == Ended::Exited && !lines.pending.is_empty() {

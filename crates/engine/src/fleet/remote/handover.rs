@@ -19,7 +19,7 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
     let seen = fetch(ws, remote)?;
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| RemoteError::Unknown(id.to_string()))?;
     let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
-        .map_err(|e| RemoteError::Write { path: format!("agents/{id}"), reason: e.to_string() })?;
+        .map_err(|e| RemoteError::Write { path: format!("agents/{id}"), reason: e.into() })?;
     let mut updates = Vec::new();
     let branch = format!("refs/heads/{}", id.branch());
     updates.push(Update { local: Some(branch.clone()), remote: branch, expect: Expect::Exactly(None) });
@@ -40,7 +40,7 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
         }
     }
     let pending = crate::store::inbox::pending(&ws.layout, id)
-        .map_err(|e| RemoteError::Write { path: ws.layout.inbox(id).display().to_string(), reason: e.to_string() })?;
+        .map_err(|e| RemoteError::Write { path: ws.layout.inbox(id).display().to_string(), reason: e.into() })?;
     let mut outgoing = Vec::new();
     for p in &pending {
         let blob = remote::write_blob(&ws.layout.repo(), p.text.as_bytes())?;
@@ -83,10 +83,10 @@ pub(super) fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
     let path = ws.layout.handed(id);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)
-            .map_err(|e| RemoteError::Write { path: dir.display().to_string(), reason: e.to_string() })?;
+            .map_err(|e| RemoteError::Write { path: dir.display().to_string(), reason: e.into() })?;
     }
     std::fs::write(&path, b"")
-        .map_err(|e| RemoteError::Write { path: path.display().to_string(), reason: e.to_string() })
+        .map_err(|e| RemoteError::Write { path: path.display().to_string(), reason: e.into() })
 }
 
 /// Sends message `text` (a rendered deposit) to agent `to` through `remote`, for

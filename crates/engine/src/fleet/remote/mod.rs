@@ -10,6 +10,7 @@
 
 mod handover;
 
+use crate::Cause;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -53,7 +54,7 @@ pub enum RemoteError {
     )]
     NotHanded { remote: String, id: String },
     #[error("cannot reach remote `{name}` ({url}): {reason}")]
-    Unreachable { name: String, url: String, reason: String },
+    Unreachable { name: String, url: String, #[source] reason: Cause },
     #[error("the remote's `{name}` reaches object {missing}, which it did not send")]
     Missing { name: String, missing: Oid },
     #[error("`{name}` was not sent: {why}; nothing was sent")]
@@ -61,7 +62,7 @@ pub enum RemoteError {
     #[error(transparent)]
     Git(#[from] GitError),
     #[error("cannot write {path}: {reason}")]
-    Write { path: String, reason: String },
+    Write { path: String, #[source] reason: Cause },
 }
 
 type Result<T> = std::result::Result<T, RemoteError>;
@@ -280,7 +281,7 @@ pub(super) fn project_updates(ws: &Workspace, seen: &Seen, only_ahead: bool) -> 
 /// `e` met on the way to `remote` (every remote here passed [`resolve`]'s or `new --from`'s
 /// check of its URL).
 pub(super) fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
-    RemoteError::Unreachable { name: remote.name.clone(), url: remote::shown_url(&remote.url), reason: e.to_string() }
+    RemoteError::Unreachable { name: remote.name.clone(), url: remote::shown_url(&remote.url), reason: e.into() }
 }
 
 /// Files each outcome of `updates` in `pushed`, and mirrors what was sent.
@@ -311,7 +312,7 @@ fn settle(
 pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<Option<Oid>> {
     let name = Shelf::Records.ref_name(&id);
     let mut files = crate::fleet::bundle::step_files(ws, id)
-        .map_err(|e| RemoteError::Write { path: ws.layout.steps(id).display().to_string(), reason: e.to_string() })?;
+        .map_err(|e| RemoteError::Write { path: ws.layout.steps(id).display().to_string(), reason: e.into() })?;
     if !newest_too {
         let newest = files.iter().filter_map(|(p, _)| crate::store::step_record::number_of(top(p))).max();
         files.retain(|(p, _)| crate::store::step_record::number_of(top(p)) != newest);
@@ -367,7 +368,7 @@ pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
     let seen = fetch(ws, remote)?;
     let mut pulled = Pulled::default();
     let door = Beneath::open(ws.layout.root())
-        .map_err(|e| RemoteError::Write { path: ws.layout.root().display().to_string(), reason: e.to_string() })?;
+        .map_err(|e| RemoteError::Write { path: ws.layout.root().display().to_string(), reason: e.into() })?;
     let mut settled: Vec<AgentId> = Vec::new();
     for (name, theirs) in &seen.repo {
         let (agent, lineage) = (name.strip_prefix("refs/heads/agents/"), name.strip_prefix("refs/heads/config/"));

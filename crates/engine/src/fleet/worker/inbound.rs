@@ -2,6 +2,7 @@
 //! lineages rebased onto its own template, and the messages the remote holds for the
 //! agents it drives.
 
+use crate::Cause;
 use domain::marks::Shelf;
 use std::collections::{HashMap, HashSet};
 
@@ -117,12 +118,12 @@ impl Worker<'_> {
         if self.rebased.get(lineage).is_some_and(|(t, made)| *t == theirs && Some(*made) == here) {
             return;
         }
-        let made = (|| -> std::result::Result<Oid, String> {
+        let made = (|| -> std::result::Result<Oid, Cause> {
             if !wire::is_commit(&ws.layout.repo(), theirs) {
                 return Err("not a commit".into());
             }
             let file = domain::config::FILE;
-            let text = ws.repo.read_file(theirs, file).map_err(|e| e.to_string())?.unwrap_or_default();
+            let text = ws.repo.read_file(theirs, file)?.unwrap_or_default();
             let rebased = crate::fleet::bundle::rebase_config(&String::from_utf8_lossy(&text), &self.options.mine)?;
             let edits = [infra::git::TreeEdit::Write { path: file.to_owned(), bytes: rebased.into_bytes() }];
             let commit = ws
@@ -133,10 +134,10 @@ impl Worker<'_> {
                     &edits,
                     "config: the remote's, with this worker's providers, MCP servers and sandbox",
                 )
-                .map_err(|e| e.to_string())?;
-            ws.config_at(commit).map_err(|e| e.to_string())?;
+                ?;
+            ws.config_at(commit)?;
             bundle::set_refs(&ws.layout.repo(), &[(format!("refs/heads/{branch}"), commit)])
-                .map_err(|e| e.to_string())?;
+                ?;
             Ok(commit)
         })();
         if let Ok(commit) = made {

@@ -52,13 +52,13 @@ pub enum WorkerError {
     #[error(transparent)]
     Git(#[from] GitError),
     #[error("{0}")]
-    Local(String),
+    Local(#[source] crate::Cause),
 }
 
 type Result<T> = std::result::Result<T, WorkerError>;
 
-fn local(e: impl std::fmt::Display) -> WorkerError {
-    WorkerError::Local(e.to_string())
+fn local(e: impl std::error::Error + Send + Sync + 'static) -> WorkerError {
+    WorkerError::Local(Box::new(e))
 }
 
 /// How a worker works.
@@ -244,7 +244,7 @@ impl<'w> Worker<'w> {
     /// half a lease has its driver killed first.
     pub fn round(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
         self.tally.rounds += 1;
-        let lost: Vec<String> = std::mem::take(&mut *self.leases.lost.lock().map_err(local)?);
+        let lost: Vec<String> = std::mem::take(&mut *self.leases.lost.lock().map_err(|_| WorkerError::Local("the lease keeper panicked".into()))?);
         for id in lost {
             if let Ok(id) = AgentId::parse(&id) {
                 self.lose(&id, on);
@@ -267,7 +267,7 @@ impl<'w> Worker<'w> {
 
     /// Its claims (the lease keeper renews them meanwhile, between these uses).
     fn claims(&self) -> Result<std::sync::MutexGuard<'_, Claims>> {
-        self.leases.claims.lock().map_err(local)
+        self.leases.claims.lock().map_err(|_| WorkerError::Local("the lease keeper panicked".into()))
     }
 
     /// Whether it holds `id` and may write it now.

@@ -13,6 +13,7 @@
 mod report;
 mod run;
 
+use crate::Cause;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,11 +35,11 @@ pub enum EvalError {
     #[error("{path}: {rule}")]
     Suite { path: PathBuf, rule: String },
     #[error("config {path}: {reason}")]
-    Config { path: PathBuf, reason: String },
+    Config { path: PathBuf, #[source] reason: Cause },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path} is not an eval report: {reason}")]
-    Report { path: PathBuf, reason: String },
+    Report { path: PathBuf, #[source] reason: Cause },
     #[error("a suite is run at least once, at least one run at a time")]
     NoRuns,
     #[error("{}: exists already", .0.display())]
@@ -167,7 +168,7 @@ pub(crate) fn overlay(base: &str, top: &str) -> std::result::Result<String, Stri
 pub fn run_config(template: &ConfigFiles, configs: &[PathBuf]) -> Result<ConfigFiles> {
     let mut files = template.clone();
     for path in configs {
-        let fail = |reason: String| EvalError::Config { path: path.clone(), reason };
+        let fail = |reason: String| EvalError::Config { path: path.clone(), reason: reason.into() };
         let top = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot be read: {e}")))?;
         let file = domain::config::FILE;
         let base = files.iter().find(|(p, _)| p == file).map(|(_, b)| String::from_utf8_lossy(b).into_owned());

@@ -126,9 +126,9 @@ pub struct ReportHead {
 pub fn read_report(path: &Path) -> Result<Report> {
     let bytes = std::fs::read(path).map_err(|source| EvalError::Io { path: path.to_owned(), source })?;
     let report: Report = serde_json::from_slice(&bytes)
-        .map_err(|e| EvalError::Report { path: path.to_owned(), reason: e.to_string() })?;
+        .map_err(|e| EvalError::Report { path: path.to_owned(), reason: e.into() })?;
     if report.format != "offshoot-eval-1" {
-        return Err(EvalError::Report { path: path.to_owned(), reason: format!("its format is `{}`", report.format) });
+        return Err(EvalError::Report { path: path.to_owned(), reason: format!("its format is `{}`", report.format).into() });
     }
     Ok(report)
 }

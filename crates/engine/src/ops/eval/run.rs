@@ -2,6 +2,7 @@
 //! a fresh workspace of its own, its agent a process of this binary, its check in the
 //! agent's sandbox.
 
+use crate::Cause;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Mutex;
@@ -94,7 +95,7 @@ fn run_one(plan: &Plan, task: &Task, run: u32) -> RunReport {
         Ok(()) => {}
         Err(detail) => {
             report.outcome = Outcome::Error;
-            report.detail = detail;
+            report.detail = detail.to_string();
         }
     }
     report.wall_secs = started.elapsed().as_secs_f64();
@@ -110,7 +111,7 @@ fn attempt(
     scratch: &Path,
     ws_path: &Path,
     report: &mut RunReport,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Cause> {
     let repo = scratch.join("repo");
     std::fs::create_dir_all(&repo).map_err(|e| format!("cannot make {}: {e}", repo.display()))?;
     let user_env: Vec<(String, String)> = plan.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
@@ -124,13 +125,13 @@ fn attempt(
         Some(setup) => {
             let ran = spawn(plan.live, setup, &[], &repo, &script_env, None, Some(Duration::from_secs(600)))?;
             if !ran.exit.success() || ran.ended != Ended::Exited {
-                return Err(format!("setup failed ({}): {}", ran.exit, last_line(&kept(&ran.stderr))));
+                return Err(format!("setup failed ({}): {}", ran.exit, last_line(&kept(&ran.stderr))).into());
             }
             let user = infra::git::UserRepo::open(&repo)
                 .map_err(|e| format!("setup made no git repository in its directory: {e}"))?;
-            Workspace::create_for_project(ws_path, plan.files, &user).map_err(|e| e.to_string())?
+            Workspace::create_for_project(ws_path, plan.files, &user)?
         }
-        None => Workspace::create(ws_path, plan.files).map_err(|e| e.to_string())?,
+        None => Workspace::create(ws_path, plan.files)?,
     };
     // The agent, as `offshoot prompt` runs it: a process of its own.
     let name = agent_name(&task.id, run);
@@ -161,7 +162,7 @@ fn attempt(
     let id = AgentId::parse(&agent).map_err(|_| format!("the agent did not start: {}", last_line(&errors)))?;
     if ws.repo.branch_tip(&id.branch()).ok().flatten().is_none() {
         // Its first call failed and it was removed again: nothing to check or count.
-        return Err(format!("the agent did not start: {}", last_line(&errors)));
+        return Err(format!("the agent did not start: {}", last_line(&errors)).into());
     }
     let (tokens, cost) = spend(&ws, &id);
     report.tokens = tokens;
@@ -179,7 +180,7 @@ fn attempt(
         return Err(format!(
             "the agent did not answer ({}): {said}",
             if outcome.is_empty() { "no end" } else { outcome }
-        ));
+        ).into());
     }
     let (passed, said) = check(plan, &ws, &id, task)?;
     report.outcome = if passed { Outcome::Pass } else { Outcome::Fail };
@@ -200,7 +201,7 @@ fn spawn(
     env: &[(String, String)],
     stdin: Option<&[u8]>,
     timeout: Option<Duration>,
-) -> std::result::Result<Finished, String> {
+) -> std::result::Result<Finished, Cause> {
     let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
     let spec = Spec { program, args: &args, cwd, env, group: Group::Own, stdin, sandbox: None, pgid_record: None };
     let limits = Limits { head: 64 << 20, tail: 1 << 20, record_max: 0, timeout, idle: None };
@@ -215,7 +216,7 @@ fn spawn(
     if let (Some(p), Ok(mut l)) = (pid.get(), live.lock()) {
         l.retain(|x| x != p);
     }
-    ran.map_err(|e| e.to_string())
+    Ok(ran?)
 }
 
 /// What was kept of a stream, head and tail.
@@ -246,7 +247,7 @@ fn bundle_failure(
     task: &Task,
     run: u32,
     report: &mut RunReport,
-) -> std::result::Result<(), String> {
+) -> std::result::Result<(), Cause> {
     if let Some(dir) = plan.bundle_dir {
         let _ = std::fs::create_dir_all(dir);
         let file = dir.join(format!("{}-{run}.offshoot", task.id));
@@ -261,9 +262,9 @@ fn bundle_failure(
 
 /// Runs `task`'s check in agent `id`'s directory, in the agent's sandbox, as its bash
 /// would; whether it exited 0, and what it said.
-fn check(plan: &Plan, ws: &Workspace, id: &AgentId, task: &Task) -> std::result::Result<(bool, String), String> {
+fn check(plan: &Plan, ws: &Workspace, id: &AgentId, task: &Task) -> std::result::Result<(bool, String), Cause> {
     let commands = crate::agents::containment::commands_for(ws, id, plan.exe, plan.env, Some(plan.hidden))
-        .map_err(|e| e.to_string())?;
+        ?;
     let own = std::fs::canonicalize(ws.layout.worktree(id)).map_err(|e| format!("the agent's directory: {e}"))?;
     let env = infra::tools::ToolEnv { cwd: own.clone(), root: own, commands, record: None, paths: None };
     let bash = crate::step::tools::handler("bash").ok_or("no bash tool")?;
@@ -281,7 +282,7 @@ fn check(plan: &Plan, ws: &Workspace, id: &AgentId, task: &Task) -> std::result:
         digits.parse::<i32>().ok()
     });
     if matches!(code, Some(126 | 127)) {
-        return Err(format!("the check could not be run in the agent's sandbox ({})", output.summary));
+        return Err(format!("the check could not be run in the agent's sandbox ({})", output.summary).into());
     }
     let said: String =
         output.streams.iter().map(|s| s.text.trim()).filter(|t| !t.is_empty()).collect::<Vec<_>>().join(" | ");

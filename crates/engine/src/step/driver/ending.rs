@@ -57,6 +57,6 @@ pub(super) fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Resu
 /// [`lifecycle::interrupted_by_user`], said as the driver's error.
 pub(super) fn interrupted_by_user(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<DriverError> {
     lifecycle::interrupted_by_user(ws, rt, id)
-        .map_err(|e| DriverError::StopBelow { id: id.to_string(), reason: e.to_string() })?;
+        .map_err(|e| DriverError::StopBelow { id: id.to_string(), reason: e.into() })?;
     Ok(DriverError::Interrupted { id: id.to_string(), reason: Reason::User })
 }

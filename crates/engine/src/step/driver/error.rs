@@ -1,5 +1,6 @@
 //! What stops a driver.
 
+use crate::Cause;
 use std::path::PathBuf;
 
 use crate::agents::interrupt::Reason;
@@ -18,13 +19,13 @@ pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
     #[error("cannot wake agent `{id}`: {reason}")]
-    Wake { id: String, reason: String },
+    Wake { id: String, #[source] reason: Cause },
     #[error("cannot stop the agents below `{id}`: {reason}")]
-    StopBelow { id: String, reason: String },
+    StopBelow { id: String, #[source] reason: Cause },
     #[error("cannot land the compaction of `{compactor}`: {reason}")]
-    Landing { compactor: String, reason: String },
+    Landing { compactor: String, #[source] reason: Cause },
     #[error("cannot check the compactions of `{id}`: {reason}")]
-    Compaction { id: String, reason: String },
+    Compaction { id: String, #[source] reason: Cause },
     #[error(
         "agent `{id}`'s context is full: its next request needs about {estimate} tokens plus {output} for the answer, over the {window}-token window of role `{role}`; nothing was sent"
     )]
@@ -38,7 +39,7 @@ pub enum DriverError {
     #[error("role `{role}` cannot run its tools: {source}; the agent was not started")]
     Sandbox { role: String, source: SandboxError },
     #[error("agent `{id}` is damaged: {reason}")]
-    Damaged { id: String, reason: String },
+    Damaged { id: String, #[source] reason: Cause },
     #[error("role `{role}` of agent `{id}` no longer exists in config lineage `{lineage}`")]
     RoleGone { id: String, role: String, lineage: String },
     #[error("step {step} of agent `{id}` failed: {source}")]

@@ -25,7 +25,7 @@ impl Driver<'_> {
             return Err(full);
         }
         let in_flight = compaction_engine::in_flight(self.ws, &self.id)
-            .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?;
+            .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.into() })?;
         let compactor = match in_flight {
             Some(compactor) => compactor,
             None => match compaction_engine::start(self.ws, self.runtime, &self.id, None, self.runtime.env()) {
@@ -86,11 +86,11 @@ impl Driver<'_> {
             return Ok(());
         }
         let tried = compaction_engine::passes(self.ws, &self.id)
-            .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?
+            .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.into() })?
             .map(|(at, _)| at);
         if !due(tried)
             || compaction_engine::in_flight(self.ws, &self.id)
-                .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.to_string() })?
+                .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.into() })?
                 .is_some()
         {
             return Ok(());
@@ -135,10 +135,10 @@ impl Driver<'_> {
         let plan = match terminal {
             Some(terminal) if epitaph == FINAL_RESPONSE => {
                 let passes = compaction_engine::passes(self.ws, &self.id)
-                    .map_err(|e| DriverError::Landing { compactor: compactor.to_owned(), reason: e.to_string() })?
+                    .map_err(|e| DriverError::Landing { compactor: compactor.to_owned(), reason: e.into() })?
                     .map_or(1, |(_, n)| n);
                 compaction_engine::plan_landing(self.ws, tip, compactor, terminal, &config, self.own_steps(), passes)
-                    .map_err(|e| DriverError::Landing { compactor: compactor.to_owned(), reason: e.to_string() })?
+                    .map_err(|e| DriverError::Landing { compactor: compactor.to_owned(), reason: e.into() })?
             }
             _ => None,
         };

@@ -32,7 +32,7 @@ impl Driver<'_> {
             }
         }
         let id = self.id.to_string();
-        let gone = |reason: &str| DriverError::Damaged { id: id.clone(), reason: reason.to_owned() };
+        let gone = |reason: &str| DriverError::Damaged { id: id.clone(), reason: reason.into() };
         if self.mcp_config != Some(config_commit) {
             let (commands, _) = self.commands(config_commit, &config)?;
             let place = Place {
@@ -51,7 +51,9 @@ impl Driver<'_> {
         let interrupt = self.runtime.interrupt().clone();
         let go_on = move || interrupt.reason().is_none();
         let servers = Rc::get_mut(&mut self.mcp).ok_or_else(|| gone("its MCP servers are in use"))?;
-        let refresh = servers.refresh(&self.ws.repo, tip, &go_on).map_err(|reason| gone(&reason))?;
+        let refresh = servers
+            .refresh(&self.ws.repo, tip, &go_on)
+            .map_err(|e| DriverError::Damaged { id: id.clone(), reason: e.into() })?;
         for warning in &refresh.warnings {
             observer.event(Event::Warning(warning));
         }

@@ -359,7 +359,7 @@ impl<'a> Driver<'a> {
         let branch = id.branch();
         let tip = ws.repo.branch_tip(&branch)?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
         let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
-            .map_err(|e| DriverError::Damaged { id: id.to_string(), reason: e.to_string() })?;
+            .map_err(|e| DriverError::Damaged { id: id.to_string(), reason: e.into() })?;
         // A sandbox this kernel cannot enforce stops the agent before anything runs.
         let (config_tip, config) = ws.config(&facts.lineage)?;
         if let Some(role) = config.role(&facts.role) {

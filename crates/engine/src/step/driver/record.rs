@@ -63,7 +63,7 @@ impl Driver<'_> {
             if let Err(why) =
                 directory::publish(self.ws, self.runtime.exe(), jail.as_deref(), &self.id, &position, &own)
             {
-                unpublished = Some(why);
+                unpublished = Some(why.to_string());
             }
             self.publish_due = unpublished.is_some();
         }

@@ -140,10 +140,10 @@ impl Servers {
     /// started to list its tools; a list a server gave since the last record replaces
     /// it when it differs; the record of a server no longer chosen goes. `go_on` says
     /// whether to keep waiting for a server (false once the user interrupts).
-    pub(crate) fn refresh(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, String> {
+    pub(crate) fn refresh(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, infra::git::GitError> {
         let trees = (
-            repo.entry_id(tip, mcp::DIR).map_err(|e| e.to_string())?,
-            repo.entry_id(tip, domain::agent::TOOLS).map_err(|e| e.to_string())?,
+            repo.entry_id(tip, mcp::DIR)?,
+            repo.entry_id(tip, domain::agent::TOOLS)?,
         );
         let listed_since = self.fresh.lock().map(|f| !f.is_empty()).unwrap_or(true);
         if self.settled == Some(trees) && !listed_since {
@@ -155,12 +155,12 @@ impl Servers {
         Ok(refreshed)
     }
 
-    fn refresh_records(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, String> {
+    fn refresh_records(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, infra::git::GitError> {
         let mut refresh = Refresh::default();
         let mut recorded: BTreeMap<String, Record> = BTreeMap::new();
-        for entry in repo.list_dir(tip, mcp::DIR).map_err(|e| e.to_string())? {
+        for entry in repo.list_dir(tip, mcp::DIR)? {
             let Some(server) = entry.name.strip_suffix(".json") else { continue };
-            let bytes = repo.read_blob(entry.oid).map_err(|e| e.to_string())?;
+            let bytes = repo.read_blob(entry.oid)?;
             match Record::parse(&bytes) {
                 Ok(record) => {
                     recorded.insert(server.to_owned(), record);
@@ -246,7 +246,7 @@ impl Servers {
         refresh.remove.dedup();
         recorded.retain(|server, _| self.chosen.contains_key(server));
         // What the request will offer (context assembly takes the same ones).
-        let builtins = repo.list_dir(tip, domain::agent::TOOLS).map_err(|e| e.to_string())?.len();
+        let builtins = repo.list_dir(tip, domain::agent::TOOLS)?.len();
         let all: usize = recorded.values().map(|r| r.tools.len()).sum();
         let offered = mcp::within_request(builtins, recorded.values());
         if offered.len() < all && !std::mem::replace(&mut self.said_cap, true) {

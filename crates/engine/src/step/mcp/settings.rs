@@ -2,6 +2,7 @@
 //! config commits, `mcp tools` (a server started there and then), where servers'
 //! stderr goes and how each last started (`mcp list`).
 
+use crate::Cause;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -70,7 +71,7 @@ pub fn add(ws: &Workspace, lineage: &str, new: &NewServer) -> Result<KeysSet, Wo
     let value = toml::Value::try_from(server).map_err(|e| WorkspaceError::ConfigKey {
         verb: "set",
         key: base.clone(),
-        reason: e.to_string(),
+        reason: e.into(),
     })?;
     let message = format!("config: add MCP server `{name}`");
     ws.edit_config_keys(lineage, &message, &|before: &str| {
@@ -79,7 +80,7 @@ pub fn add(ws: &Workspace, lineage: &str, new: &NewServer) -> Result<KeysSet, Wo
             return Err(WorkspaceError::ConfigKey {
                 verb: "add",
                 key: base.clone(),
-                reason: format!("MCP server `{name}` already exists; `offshoot mcp remove {name}` first"),
+                reason: format!("MCP server `{name}` already exists; `offshoot mcp remove {name}` first").into(),
             });
         }
         let mut text = before.to_owned();
@@ -90,7 +91,7 @@ pub fn add(ws: &Workspace, lineage: &str, new: &NewServer) -> Result<KeysSet, Wo
         });
         for (key, value) in settings {
             text = workspace::set_key(&text, &format!("{base}.{key}"), &value.to_string())
-                .map_err(|reason| WorkspaceError::ConfigKey { verb: "set", key: format!("{base}.{key}"), reason })?;
+                .map_err(|reason| WorkspaceError::ConfigKey { verb: "set", key: format!("{base}.{key}"), reason: reason.into() })?;
         }
         Ok(text)
     })
@@ -106,7 +107,7 @@ pub fn remove(ws: &Workspace, lineage: &str, name: &str) -> Result<(KeysSet, Vec
         let mut text = workspace::unset_key(before, &key).map_err(|reason| WorkspaceError::ConfigKey {
             verb: "remove",
             key: key.clone(),
-            reason,
+            reason: reason.into(),
         })?;
         let table: toml::Table = toml::from_str(before).unwrap_or_default();
         let mut named = Vec::new();
@@ -118,7 +119,7 @@ pub fn remove(ws: &Workspace, lineage: &str, name: &str) -> Result<(KeysSet, Vec
             let kept: Vec<toml::Value> = chosen.iter().filter(|s| s.as_str() != Some(name)).cloned().collect();
             let key = format!("roles.{role}.mcp_servers");
             text = workspace::set_key(&text, &key, &toml::Value::Array(kept).to_string())
-                .map_err(|reason| WorkspaceError::ConfigKey { verb: "set", key: key.clone(), reason })?;
+                .map_err(|reason| WorkspaceError::ConfigKey { verb: "set", key: key.clone(), reason: reason.into() })?;
             named.push(role.clone());
         }
         *roles.borrow_mut() = named;
@@ -138,7 +139,7 @@ pub fn probe(
     config: &Config,
     name: &str,
     rt: &crate::agents::runtime::Runtime,
-) -> Result<Record, String> {
+) -> Result<Record, Cause> {
     let (vars, helper) = (rt.env(), rt.exe());
     let server = config.mcp_servers.get(name).ok_or_else(|| format!("MCP server `{name}` is not configured"))?;
     let dir = ws.layout.root().join("tmp").join("mcp-tools");
@@ -152,7 +153,7 @@ pub fn probe(
     let sandbox = match role.filter(|r| r.sandbox == domain::config::Sandbox::WorkspaceWrite) {
         None => None,
         Some(role) => {
-            crate::agents::containment::check(role, vars).map_err(|e| e.to_string())?;
+            crate::agents::containment::check(role, vars)?;
             let workspace = std::fs::canonicalize(ws.layout.root()).unwrap_or_else(|_| ws.layout.root().to_owned());
             let confinement = infra::sandbox::Confinement {
                 read_write: vec![dir.clone()],
@@ -165,7 +166,7 @@ pub fn probe(
                 processes: role.max_processes,
                 file_bytes: role.max_file_bytes,
             };
-            Some(Arc::new(crate::agents::containment::jail(&confinement, helper, vars).map_err(|e| e.to_string())?))
+            Some(Arc::new(crate::agents::containment::jail(&confinement, helper, vars)?))
         }
     };
     let identity = Identity::for_agent(config, "mcp-tools");

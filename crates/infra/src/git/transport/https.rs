@@ -83,7 +83,7 @@ impl SmartSubtransport for Https {
         match service {
             Service::UploadPackLs | Service::ReceivePackLs => {
                 let mut exchange = exchange;
-                exchange.advertise().map_err(|e| net_error(e.to_string()))?;
+                exchange.advertise().map_err(net_error)?;
                 Ok(Box::new(exchange))
             }
             Service::UploadPack | Service::ReceivePack => Ok(Box::new(exchange)),
