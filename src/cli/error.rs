@@ -164,9 +164,7 @@ pub(crate) fn keeping(e: impl std::error::Error + Send + Sync + 'static, shell: 
 impl From<WorkspaceError> for CliError {
     fn from(e: WorkspaceError) -> Self {
         let shell = match &e {
-            WorkspaceError::NotEmpty(_) => {
-                shell(Kind::Usage).hint("give a new or empty directory (or leave `-w` out)")
-            }
+            WorkspaceError::NotEmpty(_) => shell(Kind::Usage).hint("give a new or empty directory (or leave `-w` out)"),
             WorkspaceError::NotAWorkspace(path) => {
                 shell(Kind::Usage).hint(format!("`offshoot new {}` makes one there", path.display()))
             }
@@ -196,9 +194,7 @@ impl From<AgentError> for CliError {
             e => e,
         };
         let shell = match &e {
-            AgentError::Unknown(_) => {
-                shell(Kind::Usage).hint("`offshoot ls` lists the agents of this workspace")
-            }
+            AgentError::Unknown(_) => shell(Kind::Usage).hint("`offshoot ls` lists the agents of this workspace"),
             AgentError::Sandbox { role, .. } => shell(Kind::Usage).hint(sandbox_hint(role)),
             AgentError::NameTaken(..)
             | AgentError::BranchTaken(..)
@@ -287,7 +283,7 @@ impl From<DriverError> for CliError {
             }
             DriverError::Model { id, step, source: ModelError::Call(call), .. } => {
                 let message = format!("step {step} of agent `{id}` failed: {call}");
-                let hinted = call_error(&call, message.clone(), Some((&id, step)));
+                let hinted = call_error(&call, message.clone(), Some((id.as_str(), step)));
                 CliError { error: Box::new(Context { message, source: Box::new(call) }), ..hinted }
             }
             DriverError::Model { id, step, source, .. } => {
@@ -400,5 +396,70 @@ impl From<InspectError> for CliError {
             e @ InspectError::NoStep { .. } => CliError::usage_from(e),
             e => CliError::runtime_from(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error whose words leave out what caused it, or (`whole`) already say it.
+    #[derive(Debug)]
+    struct Read {
+        whole: bool,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Read {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            match self.whole {
+                true => write!(f, "cannot read the config: {}", self.source),
+                false => f.write_str("cannot read the config"),
+            }
+        }
+    }
+
+    impl std::error::Error for Read {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    fn terse(source: std::io::Error) -> Read {
+        Read { whole: false, source }
+    }
+
+    fn whole(source: std::io::Error) -> Read {
+        Read { whole: true, source }
+    }
+
+    fn denied() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::PermissionDenied, "permission denied")
+    }
+
+    #[test]
+    fn a_cause_is_said_once_and_only_when_the_message_leaves_it_out() {
+        let terse = CliError::runtime_from(terse(denied()));
+        assert_eq!(
+            (terse.message(), terse.causes()),
+            ("cannot read the config".into(), vec!["permission denied".into()])
+        );
+        let whole = CliError::runtime_from(whole(denied()));
+        assert_eq!(whole.message(), "cannot read the config: permission denied");
+        assert!(whole.causes().is_empty());
+        // The cli's words over an error keep it, and its cause, below them.
+        let worded = CliError::runtime_from(terse(denied())).reworded("step 2 of agent `a` failed");
+        assert_eq!(worded.causes(), ["cannot read the config", "permission denied"]);
+        assert_eq!(worded.exit_code(), 1);
+    }
+
+    #[test]
+    fn an_error_said_in_its_own_words_keeps_its_kind_and_hints() {
+        let kept = keeping(terse(denied()), shell(Kind::Usage).hint("fix it"));
+        assert_eq!(
+            (kept.message(), kept.exit_code(), kept.hints.clone()),
+            ("cannot read the config".into(), 2, vec!["fix it".into()])
+        );
+        assert_eq!(kept.causes(), ["permission denied"]);
     }
 }

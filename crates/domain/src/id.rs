@@ -129,6 +129,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_agent_knows_the_root_of_its_tree() {
+        let id = |s: &str| AgentId::parse(s).expect("id");
+        assert_eq!(id("k7q2mx.3.1").root(), id("k7q2mx"));
+        assert_eq!(id("k7q2mx").root(), id("k7q2mx"));
+    }
+
+    #[test]
     fn ids_are_single_safe_components() {
         assert!(AgentId::parse("k7q2mx").is_ok());
         assert!(AgentId::parse("k7q2mx.3.1").is_ok());

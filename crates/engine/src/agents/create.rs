@@ -546,8 +546,8 @@ fn start(
 ) -> Result<()> {
     let lock = ws.layout.lock(id);
     let _making = infra::lock::LockGuard::try_acquire_making(&lock)
-        .map_err(|e| AgentError::Making { id: id.to_string(), reason: e.into() })?
-        .ok_or_else(|| AgentError::Making { id: id.to_string(), reason: "another process holds its lock".into() })?;
+        .map_err(|e| AgentError::Making { id: id.clone(), reason: e.into() })?
+        .ok_or_else(|| AgentError::Making { id: id.clone(), reason: "another process holds its lock".into() })?;
     ws.repo.create_branch(&id.branch(), commit, "dispatch")?;
     let made = (|| -> Result<()> {
         if let (Some(branch), Some(head)) = (&position.branch, position.head) {

@@ -42,11 +42,23 @@ pub enum LifecycleError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
     #[error("agent `{id}` is damaged: {reason}")]
-    Damaged { id: String, #[source] reason: Cause },
+    Damaged {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error("cannot wake agent `{id}`: {reason}")]
-    Wake { id: String, #[source] reason: Cause },
+    Wake {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error("cannot stop `{id}`: {reason}")]
-    Stop { id: String, #[source] reason: Cause },
+    Stop {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error(transparent)]
     Git(#[from] GitError),
     #[error(transparent)]
@@ -138,8 +150,7 @@ pub(crate) fn stop_driver(
     agent: &AgentId,
     patience: std::time::Duration,
 ) -> Result<Stopped> {
-    let stopped =
-        rt.stop(agent, patience).map_err(|e| LifecycleError::Stop { id: agent.to_string(), reason: e.into() })?;
+    let stopped = rt.stop(agent, patience).map_err(|e| LifecycleError::Stop { id: agent.clone(), reason: e.into() })?;
     if let Stopped::Stopped(_) = stopped {
         tell_parent_if_untold(ws, rt, agent)?;
     }
@@ -179,7 +190,7 @@ pub(crate) fn stopped(
 pub(crate) fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<Ended> {
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| LifecycleError::Unknown(id.to_string()))?;
     let facts = snapshot::read_facts(&ws.repo, tip)
-        .map_err(|e| LifecycleError::Damaged { id: id.to_string(), reason: e.into() })?;
+        .map_err(|e| LifecycleError::Damaged { id: id.clone(), reason: e.into() })?;
     stopped(ws, rt, id, facts.parent.as_deref(), tip)
 }
 
@@ -192,7 +203,7 @@ pub(crate) fn tell_parent_if_untold(ws: &Workspace, rt: &Runtime, id: &AgentId) 
         return Ok(());
     }
     let facts = snapshot::read_facts(&ws.repo, tip)
-        .map_err(|e| LifecycleError::Damaged { id: id.to_string(), reason: e.into() })?;
+        .map_err(|e| LifecycleError::Damaged { id: id.clone(), reason: e.into() })?;
     if facts.parent.is_some() {
         stopped(ws, rt, id, facts.parent.as_deref(), tip)?;
     }
@@ -241,7 +252,7 @@ pub(crate) fn deposit_result(
         inbox::deposit(&ws.layout, to, &deposit)?;
     }
     if ws.repo.mark(STOPPED, to.as_str())?.is_none() {
-        rt.wake(to).map_err(|e| LifecycleError::Wake { id: to.to_string(), reason: e.into() })?;
+        rt.wake(to).map_err(|e| LifecycleError::Wake { id: to.clone(), reason: e.into() })?;
     }
     Ok(())
 }

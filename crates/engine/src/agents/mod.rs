@@ -31,7 +31,11 @@ pub enum AgentError {
     #[error("name `{0}` is taken: the agents' repository has a branch of that name")]
     BranchTaken(String),
     #[error("cannot stop `{id}`: {reason}")]
-    Stop { id: String, #[source] reason: Cause },
+    Stop {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error("name `{0}` is an agent's id; names and ids must not be confused")]
     NameIsId(String),
     #[error("name `{name}` is held by several agents: {}", candidates.join(", "))]
@@ -55,7 +59,11 @@ pub enum AgentError {
     #[error("`{0}` names no commit")]
     UnknownRef(String),
     #[error("cannot make agent `{id}`: {reason}")]
-    Making { id: String, #[source] reason: Cause },
+    Making {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error(transparent)]
     Id(#[from] IdError),
     #[error(transparent)]

@@ -29,11 +29,11 @@ pub enum RuntimeError {
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error("cannot start a driver for `{id}`: {source}")]
-    Launch { id: String, source: ProcessError },
+    Launch { id: AgentId, source: ProcessError },
     #[error("cannot create {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("cannot signal the driver of `{id}` (pid {pid}): {source}")]
-    Signal { id: String, pid: u32, source: std::io::Error },
+    Signal { id: AgentId, pid: u32, source: std::io::Error },
 }
 
 type Result<T> = std::result::Result<T, RuntimeError>;
@@ -198,7 +198,7 @@ impl Runtime {
             sandbox: None,
             pgid_record: None,
         };
-        let pid = process::launch(&spec, &log).map_err(|source| RuntimeError::Launch { id: id.to_string(), source })?;
+        let pid = process::launch(&spec, &log).map_err(|source| RuntimeError::Launch { id: id.clone(), source })?;
         if let Ok(mut launched) = self.launched.lock() {
             launched.push(pid);
         }
@@ -221,7 +221,7 @@ impl Runtime {
             return Ok(Stopped::NotRunning);
         }
         let pid = holder.pid;
-        process::terminate(pid).map_err(|source| RuntimeError::Signal { id: id.to_string(), pid, source })?;
+        process::terminate(pid).map_err(|source| RuntimeError::Signal { id: id.clone(), pid, source })?;
         let until = Instant::now() + patience;
         while Instant::now() < until {
             if !matches!(LockGuard::probe(&lock)?, Probe::Held(_)) {

@@ -53,7 +53,11 @@ pub enum BundleError {
     )]
     Secret { what: String, place: String },
     #[error("{path} is not an offshoot bundle: {reason}")]
-    Corrupt { path: PathBuf, #[source] reason: Cause },
+    Corrupt {
+        path: PathBuf,
+        #[source]
+        reason: Cause,
+    },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]

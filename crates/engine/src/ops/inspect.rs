@@ -26,9 +26,14 @@ use crate::store::workspace::{Workspace, WorkspaceError};
 #[derive(Debug, thiserror::Error)]
 pub enum InspectError {
     #[error("agent `{id}` has no step {step} (it has {have})")]
-    NoStep { id: String, step: u32, have: u32 },
+    NoStep { id: AgentId, step: u32, have: u32 },
     #[error("the record of step {step} is unreadable ({path}): {reason}")]
-    BadRecord { step: u32, path: PathBuf, #[source] reason: Cause },
+    BadRecord {
+        step: u32,
+        path: PathBuf,
+        #[source]
+        reason: Cause,
+    },
     #[error(transparent)]
     Agent(#[from] AgentError),
     #[error(transparent)]
@@ -266,7 +271,7 @@ pub fn step_count(ws: &Workspace, id: &AgentId) -> u32 {
 /// as `interrupted`.
 pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
     let Some(record) = crate::store::step_record::StepRecord::open(&ws.layout, id, step) else {
-        return Err(InspectError::NoStep { id: id.to_string(), step, have: step_count(ws, id) });
+        return Err(InspectError::NoStep { id: id.clone(), step, have: step_count(ws, id) });
     };
     let path = record.path("meta.json");
     let bytes = match record.read("meta.json") {
@@ -275,11 +280,7 @@ pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
         // can leave a directory without one.
         None => {
             let old = serde_json::json!({"step": step, "agent": id.as_str(), "outcome": "interrupted"});
-            return serde_json::from_value(old).map_err(|e| InspectError::BadRecord {
-                step,
-                path,
-                reason: e.into(),
-            });
+            return serde_json::from_value(old).map_err(|e| InspectError::BadRecord { step, path, reason: e.into() });
         }
     };
     let meta: StepMeta =

@@ -20,11 +20,11 @@ const PATIENCE: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error)]
 pub enum RemovalError {
     #[error("agent `{id}` has {count} agent(s) below it (`{first}`…)")]
-    Below { id: String, count: usize, first: String },
+    Below { id: AgentId, count: usize, first: String },
     #[error("agent `{id}` is running")]
-    Running { id: String },
+    Running { id: AgentId },
     #[error("agent `{id}` is removed but these could not be: {}", left.join(", "))]
-    Left { id: String, left: Vec<String> },
+    Left { id: AgentId, left: Vec<String> },
     #[error(transparent)]
     Agent(#[from] AgentError),
 }
@@ -40,7 +40,7 @@ fn take_locks(ws: &Workspace, targets: &[AgentId]) -> Result<Result<Vec<LockGuar
     let mut held = Vec::new();
     for target in targets {
         let lock = LockGuard::try_acquire(&ws.layout.lock(target))
-            .map_err(|e| AgentError::Stop { id: target.to_string(), reason: e.into() })?;
+            .map_err(|e| AgentError::Stop { id: target.clone(), reason: e.into() })?;
         match lock {
             Some(lock) => held.push(lock),
             None => return Ok(Err(target.clone())),
@@ -63,7 +63,7 @@ pub struct Gone {
 pub fn remove(ws: &Workspace, rt: &Runtime, id: &AgentId, tree: bool, stop: bool) -> Result<Vec<Gone>, RemovalError> {
     let mut below = lifecycle::descendants(ws, id)?;
     if !below.is_empty() && !tree {
-        return Err(RemovalError::Below { id: id.to_string(), count: below.len(), first: below[0].to_string() });
+        return Err(RemovalError::Below { id: id.clone(), count: below.len(), first: below[0].to_string() });
     }
     // The deepest first: a child goes before its parent.
     below.sort_by_key(|b| std::cmp::Reverse(b.as_str().matches('.').count()));
@@ -75,11 +75,11 @@ pub fn remove(ws: &Workspace, rt: &Runtime, id: &AgentId, tree: bool, stop: bool
         tries -= 1;
         if stop {
             lifecycle::stop_tree(ws, rt, id, PATIENCE)
-                .map_err(|e| AgentError::Stop { id: id.to_string(), reason: e.into() })?;
+                .map_err(|e| AgentError::Stop { id: id.clone(), reason: e.into() })?;
         }
         match take_locks(ws, &targets)? {
             Ok(held) => break held,
-            Err(busy) if tries == 0 => return Err(RemovalError::Running { id: busy.to_string() }),
+            Err(busy) if tries == 0 => return Err(RemovalError::Running { id: busy.clone() }),
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
     };
@@ -90,7 +90,7 @@ pub fn remove(ws: &Workspace, rt: &Runtime, id: &AgentId, tree: bool, stop: bool
         // Its branch goes last: a removal cut short (or refused a part) is run again.
         let left = agents::discard(ws, target);
         if !left.is_empty() {
-            return Err(RemovalError::Left { id: target.to_string(), left });
+            return Err(RemovalError::Left { id: target.clone(), left });
         }
         gone.push(Gone { id: target.clone(), name: facts.and_then(|f| f.name), steps });
     }

@@ -83,7 +83,11 @@ pub enum ScanError {
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
     #[error("cannot relaunch `{id}`: {reason}")]
-    Launch { id: String, #[source] reason: Cause },
+    Launch {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
 }
 
 type Result<T> = std::result::Result<T, ScanError>;
@@ -117,7 +121,7 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
             let pid = match rt.wake(&l.id) {
                 Ok(Woken::Launched(pid)) => Some(pid),
                 Ok(Woken::Running | Woken::Deferred) => None,
-                Err(e) => return Err(ScanError::Launch { id: l.id.to_string(), reason: e.into() }),
+                Err(e) => return Err(ScanError::Launch { id: l.id.clone(), reason: e.into() }),
             };
             // With the process started, so a scan soon after does not take one that is
             // still starting (it holds no lock yet) for dead. (A scan killed before this

@@ -66,9 +66,17 @@ pub enum CompactionError {
     #[error(transparent)]
     Workspace(#[from] WorkspaceError),
     #[error("agent `{agent}` cannot be changed now: {reason}")]
-    Busy { agent: String, #[source] reason: Cause },
+    Busy {
+        agent: String,
+        #[source]
+        reason: Cause,
+    },
     #[error("cannot start compactor `{id}`: {reason}")]
-    Launch { id: String, #[source] reason: Cause },
+    Launch {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
 }
 
 type Result<T> = std::result::Result<T, CompactionError>;
@@ -125,8 +133,7 @@ pub fn start(ws: &Workspace, rt: &Runtime, id: &AgentId, focus: Option<&str>, en
     ws.repo.set_mark(PASSES, id.as_str(), format!("{steps} {}", before + 1).as_bytes())?;
     // (Stopped while it was made, it waits like any stopped agent; in_flight lets it go.)
     if ws.repo.mark(crate::agents::lifecycle::STOPPED, compactor.as_str())?.is_none() {
-        rt.wake(&compactor)
-            .map_err(|e| CompactionError::Launch { id: compactor.to_string(), reason: e.into() })?;
+        rt.wake(&compactor).map_err(|e| CompactionError::Launch { id: compactor.clone(), reason: e.into() })?;
     }
     Ok(Started { compactor, entries })
 }

@@ -23,7 +23,12 @@ pub enum ModelError {
     #[error("provider `{provider}` needs an API key in `{var}`, which is not set")]
     MissingKey { provider: String, var: String },
     #[error("the recording `{path}` of provider `{provider}` cannot be used: {reason}")]
-    Recording { provider: String, path: String, #[source] reason: Cause },
+    Recording {
+        provider: String,
+        path: String,
+        #[source]
+        reason: Cause,
+    },
     #[error(transparent)]
     Call(#[from] CallError),
 }
@@ -164,8 +169,11 @@ impl Client {
         let path = plan.config.recording.clone().unwrap_or_default();
         let key = (at, path.clone());
         if !self.recordings.contains_key(&key) {
-            let fail =
-                |reason: crate::Cause| ModelError::Recording { provider: plan.provider.clone(), path: path.clone(), reason };
+            let fail = |reason: crate::Cause| ModelError::Recording {
+                provider: plan.provider.clone(),
+                path: path.clone(),
+                reason,
+            };
             let bytes = ws
                 .config_file(at, &path)
                 .map_err(|e| fail(e.into()))?

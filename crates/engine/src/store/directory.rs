@@ -228,8 +228,7 @@ pub(crate) fn publish(
         let limits = Limits { head: 0, tail: 4096, record_max: 0, timeout: Some(EXPORT_TIMEOUT), idle: None };
         let mut importer = ws.project.importer()?;
         let mut take = |bytes: &[u8]| importer.feed(bytes);
-        let done = process::run(&spec, &limits, Io { on_stdout: Some(&mut take), ..Io::default() })
-            ?;
+        let done = process::run(&spec, &limits, Io { on_stdout: Some(&mut take), ..Io::default() })?;
         if let Some(why) = importer.refused() {
             return Err(why.to_owned().into());
         }
@@ -242,7 +241,8 @@ pub(crate) fn publish(
                 "its objects could not be read ({}{})",
                 done.exit,
                 if said.is_empty() { String::new() } else { format!(": {said}") }
-            ).into());
+            )
+            .into());
         }
         importer.finish()?;
         if !ws.project.has_commit(head) {

@@ -18,7 +18,12 @@ pub enum SnapshotError {
     #[error("commit {commit} is not an agent commit: it has no `{path}`")]
     NotAgent { commit: String, path: &'static str },
     #[error("`{path}` at {commit} does not parse: {reason}")]
-    Bad { commit: String, path: String, #[source] reason: Cause },
+    Bad {
+        commit: String,
+        path: String,
+        #[source]
+        reason: Cause,
+    },
 }
 
 type Result<T> = std::result::Result<T, SnapshotError>;

@@ -24,7 +24,12 @@ pub enum WorkspaceError {
     #[error(transparent)]
     Config(#[from] ConfigError),
     #[error("cannot {verb} `{key}` in offshoot.toml: {reason}")]
-    ConfigKey { verb: &'static str, key: String, #[source] reason: Cause },
+    ConfigKey {
+        verb: &'static str,
+        key: String,
+        #[source]
+        reason: Cause,
+    },
     #[error("config lineage `{lineage}` kept moving while this change was made ({tries} tries); nothing was committed")]
     ConfigBusy { lineage: String, tries: u32 },
     #[error("the project of this workspace, {0}, is not a git repository with a working tree any more")]

@@ -85,8 +85,7 @@ pub(super) fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
         std::fs::create_dir_all(dir)
             .map_err(|e| RemoteError::Write { path: dir.display().to_string(), reason: e.into() })?;
     }
-    std::fs::write(&path, b"")
-        .map_err(|e| RemoteError::Write { path: path.display().to_string(), reason: e.into() })
+    std::fs::write(&path, b"").map_err(|e| RemoteError::Write { path: path.display().to_string(), reason: e.into() })
 }
 
 /// Sends message `text` (a rendered deposit) to agent `to` through `remote`, for

@@ -54,7 +54,12 @@ pub enum RemoteError {
     )]
     NotHanded { remote: String, id: String },
     #[error("cannot reach remote `{name}` ({url}): {reason}")]
-    Unreachable { name: String, url: String, #[source] reason: Cause },
+    Unreachable {
+        name: String,
+        url: String,
+        #[source]
+        reason: Cause,
+    },
     #[error("the remote's `{name}` reaches object {missing}, which it did not send")]
     Missing { name: String, missing: Oid },
     #[error("`{name}` was not sent: {why}; nothing was sent")]
@@ -62,7 +67,11 @@ pub enum RemoteError {
     #[error(transparent)]
     Git(#[from] GitError),
     #[error("cannot write {path}: {reason}")]
-    Write { path: String, #[source] reason: Cause },
+    Write {
+        path: String,
+        #[source]
+        reason: Cause,
+    },
 }
 
 type Result<T> = std::result::Result<T, RemoteError>;

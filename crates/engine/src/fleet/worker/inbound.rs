@@ -126,18 +126,14 @@ impl Worker<'_> {
             let text = ws.repo.read_file(theirs, file)?.unwrap_or_default();
             let rebased = crate::fleet::bundle::rebase_config(&String::from_utf8_lossy(&text), &self.options.mine)?;
             let edits = [infra::git::TreeEdit::Write { path: file.to_owned(), bytes: rebased.into_bytes() }];
-            let commit = ws
-                .repo
-                .commit_edits(
-                    &[theirs],
-                    Some(theirs),
-                    &edits,
-                    "config: the remote's, with this worker's providers, MCP servers and sandbox",
-                )
-                ?;
+            let commit = ws.repo.commit_edits(
+                &[theirs],
+                Some(theirs),
+                &edits,
+                "config: the remote's, with this worker's providers, MCP servers and sandbox",
+            )?;
             ws.config_at(commit)?;
-            bundle::set_refs(&ws.layout.repo(), &[(format!("refs/heads/{branch}"), commit)])
-                ?;
+            bundle::set_refs(&ws.layout.repo(), &[(format!("refs/heads/{branch}"), commit)])?;
             Ok(commit)
         })();
         if let Ok(commit) = made {

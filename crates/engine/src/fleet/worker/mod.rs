@@ -244,7 +244,9 @@ impl<'w> Worker<'w> {
     /// half a lease has its driver killed first.
     pub fn round(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
         self.tally.rounds += 1;
-        let lost: Vec<String> = std::mem::take(&mut *self.leases.lost.lock().map_err(|_| WorkerError::Local("the lease keeper panicked".into()))?);
+        let lost: Vec<String> = std::mem::take(
+            &mut *self.leases.lost.lock().map_err(|_| WorkerError::Local("the lease keeper panicked".into()))?,
+        );
         for id in lost {
             if let Ok(id) = AgentId::parse(&id) {
                 self.lose(&id, on);

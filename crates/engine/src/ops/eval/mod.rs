@@ -35,11 +35,19 @@ pub enum EvalError {
     #[error("{path}: {rule}")]
     Suite { path: PathBuf, rule: String },
     #[error("config {path}: {reason}")]
-    Config { path: PathBuf, #[source] reason: Cause },
+    Config {
+        path: PathBuf,
+        #[source]
+        reason: Cause,
+    },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{path} is not an eval report: {reason}")]
-    Report { path: PathBuf, #[source] reason: Cause },
+    Report {
+        path: PathBuf,
+        #[source]
+        reason: Cause,
+    },
     #[error("a suite is run at least once, at least one run at a time")]
     NoRuns,
     #[error("{}: exists already", .0.display())]

@@ -125,10 +125,13 @@ pub struct ReportHead {
 /// A report read back.
 pub fn read_report(path: &Path) -> Result<Report> {
     let bytes = std::fs::read(path).map_err(|source| EvalError::Io { path: path.to_owned(), source })?;
-    let report: Report = serde_json::from_slice(&bytes)
-        .map_err(|e| EvalError::Report { path: path.to_owned(), reason: e.into() })?;
+    let report: Report =
+        serde_json::from_slice(&bytes).map_err(|e| EvalError::Report { path: path.to_owned(), reason: e.into() })?;
     if report.format != "offshoot-eval-1" {
-        return Err(EvalError::Report { path: path.to_owned(), reason: format!("its format is `{}`", report.format).into() });
+        return Err(EvalError::Report {
+            path: path.to_owned(),
+            reason: format!("its format is `{}`", report.format).into(),
+        });
     }
     Ok(report)
 }

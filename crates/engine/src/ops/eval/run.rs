@@ -180,7 +180,8 @@ fn attempt(
         return Err(format!(
             "the agent did not answer ({}): {said}",
             if outcome.is_empty() { "no end" } else { outcome }
-        ).into());
+        )
+        .into());
     }
     let (passed, said) = check(plan, &ws, &id, task)?;
     report.outcome = if passed { Outcome::Pass } else { Outcome::Fail };
@@ -263,8 +264,7 @@ fn bundle_failure(
 /// Runs `task`'s check in agent `id`'s directory, in the agent's sandbox, as its bash
 /// would; whether it exited 0, and what it said.
 fn check(plan: &Plan, ws: &Workspace, id: &AgentId, task: &Task) -> std::result::Result<(bool, String), Cause> {
-    let commands = crate::agents::containment::commands_for(ws, id, plan.exe, plan.env, Some(plan.hidden))
-        ?;
+    let commands = crate::agents::containment::commands_for(ws, id, plan.exe, plan.env, Some(plan.hidden))?;
     let own = std::fs::canonicalize(ws.layout.worktree(id)).map_err(|e| format!("the agent's directory: {e}"))?;
     let env = infra::tools::ToolEnv { cwd: own.clone(), root: own, commands, record: None, paths: None };
     let bash = crate::step::tools::handler("bash").ok_or("no bash tool")?;

@@ -33,8 +33,8 @@ impl Driver<'_> {
 /// The error a run ends with when its agent `ended` so.
 fn said(id: &AgentId, ended: Ended) -> DriverError {
     match ended {
-        Ended::Exhausted(spend) => DriverError::Exhausted { id: id.to_string(), spend },
-        Ended::Stopped => DriverError::Interrupted { id: id.to_string(), reason: Reason::Stopped },
+        Ended::Exhausted(spend) => DriverError::Exhausted { id: id.clone(), spend },
+        Ended::Stopped => DriverError::Interrupted { id: id.clone(), reason: Reason::Stopped },
     }
 }
 
@@ -57,6 +57,6 @@ pub(super) fn stopped_at_tip(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Resu
 /// [`lifecycle::interrupted_by_user`], said as the driver's error.
 pub(super) fn interrupted_by_user(ws: &Workspace, rt: &Runtime, id: &AgentId) -> Result<DriverError> {
     lifecycle::interrupted_by_user(ws, rt, id)
-        .map_err(|e| DriverError::StopBelow { id: id.to_string(), reason: e.into() })?;
-    Ok(DriverError::Interrupted { id: id.to_string(), reason: Reason::User })
+        .map_err(|e| DriverError::StopBelow { id: id.clone(), reason: e.into() })?;
+    Ok(DriverError::Interrupted { id: id.clone(), reason: Reason::User })
 }

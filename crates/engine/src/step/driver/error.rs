@@ -1,6 +1,7 @@
 //! What stops a driver.
 
 use crate::Cause;
+use domain::id::AgentId;
 use std::path::PathBuf;
 
 use crate::agents::interrupt::Reason;
@@ -19,31 +20,51 @@ pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
     #[error("cannot wake agent `{id}`: {reason}")]
-    Wake { id: String, #[source] reason: Cause },
+    Wake {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error("cannot stop the agents below `{id}`: {reason}")]
-    StopBelow { id: String, #[source] reason: Cause },
+    StopBelow {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error("cannot land the compaction of `{compactor}`: {reason}")]
-    Landing { compactor: String, #[source] reason: Cause },
+    Landing {
+        compactor: String,
+        #[source]
+        reason: Cause,
+    },
     #[error("cannot check the compactions of `{id}`: {reason}")]
-    Compaction { id: String, #[source] reason: Cause },
+    Compaction {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error(
         "agent `{id}`'s context is full: its next request needs about {estimate} tokens plus {output} for the answer, over the {window}-token window of role `{role}`; nothing was sent"
     )]
-    ContextFull { id: String, role: String, estimate: u64, output: u32, window: u64 },
+    ContextFull { id: AgentId, role: String, estimate: u64, output: u32, window: u64 },
     #[error("agent `{id}`'s summary `{path}` holds a merge-conflict marker (`{line}`); it is not sent to the model")]
-    Conflicted { id: String, path: String, line: String },
+    Conflicted { id: AgentId, path: String, line: String },
     #[error("agent `{id}` was {}", reason.words())]
-    Interrupted { id: String, reason: Reason },
+    Interrupted { id: AgentId, reason: Reason },
     #[error("agent `{id}` was stopped: its budget is exhausted ({spend})")]
-    Exhausted { id: String, spend: String },
+    Exhausted { id: AgentId, spend: String },
     #[error("role `{role}` cannot run its tools: {source}; the agent was not started")]
     Sandbox { role: String, source: SandboxError },
     #[error("agent `{id}` is damaged: {reason}")]
-    Damaged { id: String, #[source] reason: Cause },
+    Damaged {
+        id: AgentId,
+        #[source]
+        reason: Cause,
+    },
     #[error("role `{role}` of agent `{id}` no longer exists in config lineage `{lineage}`")]
-    RoleGone { id: String, role: String, lineage: String },
+    RoleGone { id: AgentId, role: String, lineage: String },
     #[error("step {step} of agent `{id}` failed: {source}")]
-    Model { id: String, role: String, step: u32, source: ModelError },
+    Model { id: AgentId, role: String, step: u32, source: ModelError },
     #[error(transparent)]
     Lock(#[from] LockError),
     #[error(transparent)]

@@ -25,7 +25,7 @@ impl Driver<'_> {
             return Err(full);
         }
         let in_flight = compaction_engine::in_flight(self.ws, &self.id)
-            .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.into() })?;
+            .map_err(|e| DriverError::Compaction { id: self.id.clone(), reason: e.into() })?;
         let compactor = match in_flight {
             Some(compactor) => compactor,
             None => match compaction_engine::start(self.ws, self.runtime, &self.id, None, self.runtime.env()) {
@@ -37,7 +37,7 @@ impl Driver<'_> {
         observer.event(Event::Compaction { compactor: compactor.as_str(), outcome: "waiting", note: &note });
         while !inbox::has_pending(&self.ws.layout, &self.id) {
             if let Some(reason) = self.runtime.interrupt().reason() {
-                return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+                return Err(DriverError::Interrupted { id: self.id.clone(), reason });
             }
             // A compactor that stopped or died without a word would keep us here.
             if compaction_engine::in_flight(self.ws, &self.id).ok().flatten().is_none()
@@ -86,11 +86,11 @@ impl Driver<'_> {
             return Ok(());
         }
         let tried = compaction_engine::passes(self.ws, &self.id)
-            .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.into() })?
+            .map_err(|e| DriverError::Compaction { id: self.id.clone(), reason: e.into() })?
             .map(|(at, _)| at);
         if !due(tried)
             || compaction_engine::in_flight(self.ws, &self.id)
-                .map_err(|e| DriverError::Compaction { id: self.id.to_string(), reason: e.into() })?
+                .map_err(|e| DriverError::Compaction { id: self.id.clone(), reason: e.into() })?
                 .is_some()
         {
             return Ok(());

@@ -31,7 +31,7 @@ impl Driver<'_> {
                 return Ok(tip);
             }
         }
-        let id = self.id.to_string();
+        let id = self.id.clone();
         let gone = |reason: &str| DriverError::Damaged { id: id.clone(), reason: reason.into() };
         if self.mcp_config != Some(config_commit) {
             let (commands, _) = self.commands(config_commit, &config)?;
@@ -58,7 +58,7 @@ impl Driver<'_> {
             observer.event(Event::Warning(warning));
         }
         if let Some(reason) = self.runtime.interrupt().reason() {
-            return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+            return Err(DriverError::Interrupted { id: self.id.clone(), reason });
         }
         if !refresh.changes() {
             return Ok(tip);

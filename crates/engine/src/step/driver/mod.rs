@@ -122,7 +122,7 @@ fn record_stop_on_exit(ws: &Workspace, rt: &Runtime, id: &AgentId) -> crate::age
             (Reason::Stopped, false) => lifecycle::stopped_at_tip(&ws, &rt, &id).map(|_| ()),
         };
         // The run ends as any stopped run does (`ls` says why, in the same words).
-        let end = end_event(Err(&DriverError::Interrupted { id: id.to_string(), reason }));
+        let end = end_event(Err(&DriverError::Interrupted { id: id.clone(), reason }));
         events::log_end(&ws.layout.steps(&id), id.as_str(), end);
     })
 }
@@ -191,7 +191,7 @@ fn wait_for_descendants(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &m
             return Ok(true);
         }
         if let Some(reason) = rt.interrupt().reason() {
-            return Err(DriverError::Interrupted { id: id.to_string(), reason });
+            return Err(DriverError::Interrupted { id: id.clone(), reason });
         }
         let active = active_descendants(ws, id)?;
         if active == 0 {
@@ -359,7 +359,7 @@ impl<'a> Driver<'a> {
         let branch = id.branch();
         let tip = ws.repo.branch_tip(&branch)?.ok_or_else(|| DriverError::Unknown(id.to_string()))?;
         let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
-            .map_err(|e| DriverError::Damaged { id: id.to_string(), reason: e.into() })?;
+            .map_err(|e| DriverError::Damaged { id: id.clone(), reason: e.into() })?;
         // A sandbox this kernel cannot enforce stops the agent before anything runs.
         let (config_tip, config) = ws.config(&facts.lineage)?;
         if let Some(role) = config.role(&facts.role) {
@@ -422,7 +422,7 @@ impl<'a> Driver<'a> {
 
     fn turn(&mut self, observer: &mut dyn Observer) -> Result<Turn> {
         if let Some(reason) = self.runtime.interrupt().reason() {
-            return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+            return Err(DriverError::Interrupted { id: self.id.clone(), reason });
         }
         self.config_due = true;
         let mut tip = self.tip()?;
@@ -443,7 +443,7 @@ impl<'a> Driver<'a> {
                 _ => None,
             });
             let (number, output) = output.ok_or_else(|| DriverError::Damaged {
-                id: self.id.to_string(),
+                id: self.id.clone(),
                 reason: "calls are open but no model output holds them".into(),
             })?;
             self.settle(tip, next, number, &output, &open, observer)?;
@@ -480,7 +480,7 @@ impl<'a> Driver<'a> {
             return Ok(Turn::Quiet(RunEnd::Answered { text: final_text }));
         }
         if let Some(spend) = self.over_budget()? {
-            return Err(DriverError::Exhausted { id: self.id.to_string(), spend });
+            return Err(DriverError::Exhausted { id: self.id.clone(), spend });
         }
         let tip = self.mcp_tools(tip, observer)?;
         let (step, output_name, output) = match self.call(tip, next, observer) {

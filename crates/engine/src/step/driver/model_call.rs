@@ -69,11 +69,7 @@ impl Driver<'_> {
         let summaries = format!("{}/", agent::SUMMARIES);
         for (path, text) in snapshot.composed.iter().filter(|(p, _)| p.starts_with(&summaries)) {
             if let Some(line) = compaction::conflict_marker(text) {
-                return Err(DriverError::Conflicted {
-                    id: self.id.to_string(),
-                    path: path.clone(),
-                    line: line.to_owned(),
-                });
+                return Err(DriverError::Conflicted { id: self.id.clone(), path: path.clone(), line: line.to_owned() });
             }
         }
         let mut request = context::assemble(&snapshot, model, role.max_output_tokens, &role.context);
@@ -89,7 +85,7 @@ impl Driver<'_> {
             let estimate = context::request_tokens(measured, last);
             if estimate + u64::from(role.max_output_tokens) > window {
                 return Err(DriverError::ContextFull {
-                    id: self.id.to_string(),
+                    id: self.id.clone(),
                     role: role_name.to_owned(),
                     estimate,
                     output: role.max_output_tokens,
@@ -111,12 +107,12 @@ impl Driver<'_> {
         let facts = self.facts.clone();
         let (config_commit, config) = self.config()?;
         let role = config.role(&facts.role).ok_or_else(|| DriverError::RoleGone {
-            id: self.id.to_string(),
+            id: self.id.clone(),
             role: facts.role.clone(),
             lineage: facts.lineage.clone(),
         })?;
         let step = self.next_step.unwrap_or_else(|| crate::store::snapshot::next_step(&self.ws.layout.steps(&self.id)));
-        let id = self.id.to_string();
+        let id = self.id.clone();
         let fail = |source: ModelError| DriverError::Model { id: id.clone(), role: facts.role.clone(), step, source };
         let mut plan = model::plan(&config, &facts.lineage, &facts.role, self.runtime.env()).map_err(fail)?;
         // The model the user chose for this agent, if one was (`--model`, `/model`).
@@ -161,7 +157,7 @@ impl Driver<'_> {
         let interrupt = self.runtime.interrupt();
         if !interrupt.enter_call() {
             let reason = interrupt.reason().unwrap_or(Reason::User);
-            return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+            return Err(DriverError::Interrupted { id: self.id.clone(), reason });
         }
         let mut sent = None;
         let result = self.client.call(self.ws, config_commit, &plan, &request, &mut recorder, &mut sent);

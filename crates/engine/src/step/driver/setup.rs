@@ -108,7 +108,7 @@ impl Driver<'_> {
 
     pub(super) fn role_gone(&self) -> DriverError {
         DriverError::RoleGone {
-            id: self.id.to_string(),
+            id: self.id.clone(),
             role: self.facts.role.clone(),
             lineage: self.facts.lineage.clone(),
         }

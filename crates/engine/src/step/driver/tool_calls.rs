@@ -160,7 +160,7 @@ impl Driver<'_> {
                     let rest: Vec<&str> = calls[i..].iter().map(|c| c.id).collect();
                     let text = format!("{} before this call ran; nothing ran", reason.words());
                     self.answer(tip, number, &rest, &text, observer)?;
-                    return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+                    return Err(DriverError::Interrupted { id: self.id.clone(), reason });
                 }
                 let p = self.prepare(step, output, c, &commands, &paths)?;
                 self.guard.before_call();
@@ -177,7 +177,7 @@ impl Driver<'_> {
             }
         }
         if let Some(reason) = interrupt.reason() {
-            return Err(DriverError::Interrupted { id: self.id.to_string(), reason });
+            return Err(DriverError::Interrupted { id: self.id.clone(), reason });
         }
         Ok(tip)
     }

@@ -140,11 +140,13 @@ impl Servers {
     /// started to list its tools; a list a server gave since the last record replaces
     /// it when it differs; the record of a server no longer chosen goes. `go_on` says
     /// whether to keep waiting for a server (false once the user interrupts).
-    pub(crate) fn refresh(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, infra::git::GitError> {
-        let trees = (
-            repo.entry_id(tip, mcp::DIR)?,
-            repo.entry_id(tip, domain::agent::TOOLS)?,
-        );
+    pub(crate) fn refresh(
+        &mut self,
+        repo: &Repo,
+        tip: CommitId,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<Refresh, infra::git::GitError> {
+        let trees = (repo.entry_id(tip, mcp::DIR)?, repo.entry_id(tip, domain::agent::TOOLS)?);
         let listed_since = self.fresh.lock().map(|f| !f.is_empty()).unwrap_or(true);
         if self.settled == Some(trees) && !listed_since {
             return Ok(Refresh::default());
@@ -155,7 +157,12 @@ impl Servers {
         Ok(refreshed)
     }
 
-    fn refresh_records(&mut self, repo: &Repo, tip: CommitId, go_on: &dyn Fn() -> bool) -> Result<Refresh, infra::git::GitError> {
+    fn refresh_records(
+        &mut self,
+        repo: &Repo,
+        tip: CommitId,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<Refresh, infra::git::GitError> {
         let mut refresh = Refresh::default();
         let mut recorded: BTreeMap<String, Record> = BTreeMap::new();
         for entry in repo.list_dir(tip, mcp::DIR)? {

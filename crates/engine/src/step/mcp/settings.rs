@@ -90,8 +90,9 @@ pub fn add(ws: &Workspace, lineage: &str, new: &NewServer) -> Result<KeysSet, Wo
             !defaults.iter().any(|(k, d)| k == key && value.as_integer() == i64::try_from(*d).ok())
         });
         for (key, value) in settings {
-            text = workspace::set_key(&text, &format!("{base}.{key}"), &value.to_string())
-                .map_err(|reason| WorkspaceError::ConfigKey { verb: "set", key: format!("{base}.{key}"), reason: reason.into() })?;
+            text = workspace::set_key(&text, &format!("{base}.{key}"), &value.to_string()).map_err(|reason| {
+                WorkspaceError::ConfigKey { verb: "set", key: format!("{base}.{key}"), reason: reason.into() }
+            })?;
         }
         Ok(text)
     })
