@@ -439,14 +439,14 @@ mod tests {
 
     #[test]
     fn a_cause_is_said_once_and_only_when_the_message_leaves_it_out() {
-        let terse = CliError::runtime_from(terse(denied()));
+        let said = CliError::runtime_from(terse(denied()));
         assert_eq!(
-            (terse.message(), terse.causes()),
+            (said.message(), said.causes()),
             ("cannot read the config".into(), vec!["permission denied".into()])
         );
-        let whole = CliError::runtime_from(whole(denied()));
-        assert_eq!(whole.message(), "cannot read the config: permission denied");
-        assert!(whole.causes().is_empty());
+        let full = CliError::runtime_from(whole(denied()));
+        assert_eq!(full.message(), "cannot read the config: permission denied");
+        assert!(full.causes().is_empty());
         // The cli's words over an error keep it, and its cause, below them.
         let worded = CliError::runtime_from(terse(denied())).reworded("step 2 of agent `a` failed");
         assert_eq!(worded.causes(), ["cannot read the config", "permission denied"]);
