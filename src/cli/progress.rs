@@ -331,6 +331,10 @@ fn attach_holding(
             if ctx.out.json {
                 end["kept"] = (!fresh_removed).into();
                 end["hints"] = err.hints.clone().into();
+                let causes = err.causes();
+                if !causes.is_empty() {
+                    end["causes"] = causes.into();
+                }
                 ctx.out.event(&end);
                 ctx.out.ended();
             }
