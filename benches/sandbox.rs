@@ -36,18 +36,18 @@ fn main() {
         file_bytes: 1 << 30,
     };
     let built = Instant::now();
-    let landlock = sandbox::ruleset(&confinement(true), abi, false).expect("ruleset");
+    let rules = sandbox::rules(&confinement(true), abi, false).expect("rules");
     let ruleset_ms = built.elapsed().as_secs_f64() * 1000.0;
     let jail = |network: bool, namespaces: bool| Jail {
         helper: helper.to_owned(),
-        landlock: sandbox::ruleset(&confinement(network), abi, namespaces).expect("ruleset"),
+        rules: sandbox::rules(&confinement(network), abi, namespaces).expect("rules"),
         namespaces,
         network,
         processes: 1024,
         file_bytes: 1 << 30,
         read_only_but: (namespaces && support.read_only).then(|| vec![own.clone()]),
     };
-    drop(landlock);
+    drop(rules);
     let kinds: Vec<(&str, Option<Jail>)> = vec![
         ("unconfined", None),
         ("sandboxed, network on", Some(jail(true, true))),
@@ -77,7 +77,7 @@ fn main() {
         }
     }
     println!("sandbox: {n} runs of `sh -c true` each way, interleaved; this machine: Landlock ABI {abi}, {support:?}");
-    println!("building the Landlock ruleset (once per driver and confinement): {ruleset_ms:.2} ms");
+    println!("opening the Landlock rules (once per driver and confinement): {ruleset_ms:.2} ms");
     let base = median_ms(&times[0]);
     println!("{:<32} {:>12} {:>12}", "", "median/cmd", "over plain");
     for ((name, _), t) in kinds.iter().zip(&times) {

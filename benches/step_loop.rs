@@ -328,7 +328,7 @@ fn jail_of(ws: &Workspace, id: &AgentId) -> Jail {
     let support = sandbox::probe(helper);
     Jail {
         helper: helper.to_owned(),
-        landlock: sandbox::ruleset(&c, sandbox::abi(None), support.namespaces.is_ok()).expect("ruleset"),
+        rules: sandbox::rules(&c, sandbox::abi(None), support.namespaces.is_ok()).expect("rules"),
         namespaces: support.namespaces.is_ok(),
         network: c.network,
         processes: c.processes,

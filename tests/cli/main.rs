@@ -18,6 +18,7 @@ mod errors;
 mod eval;
 mod faults;
 mod fuzz;
+mod hardening;
 mod headless;
 mod hints;
 mod input;

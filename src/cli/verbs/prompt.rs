@@ -61,6 +61,12 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if let Some((start, left)) = &started.start {
         say_start(ctx, start, left, args.with_changes);
     }
+    if started.left_out_harness_dir {
+        ctx.out.note(
+            None,
+            "your project's own `.offshoot/` is left out of the agent's tree: only the harness writes there, and nothing in it reaches the model as yours",
+        );
+    }
     if !started.copied.is_empty() {
         ctx.out.progress(&format!(
             "· copying {} from your checkout into the agent's directory (never into its history)",

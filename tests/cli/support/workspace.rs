@@ -173,6 +173,44 @@ impl TestWorkspace {
         self.git_in("repo.git", args)
     }
 
+    /// Plain git on the harness's repository with `input` on its stdin; its stdout.
+    pub fn git_with_input(&self, args: &[&str], input: &[u8]) -> String {
+        use std::io::Write;
+        let mut child = self
+            .git_command("repo.git", &[])
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("git");
+        child.stdin.take().expect("stdin").write_all(input).expect("write");
+        let o = child.wait_with_output().expect("git");
+        assert!(o.status.success(), "git {args:?}");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Plain git on the harness's repository with `vars` set; its stdout.
+    pub fn git_env(&self, vars: &[(&str, &str)], args: &[&str]) -> String {
+        let o = self.git_command("repo.git", vars).args(args).output().expect("git");
+        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn git_command(&self, name: &str, vars: &[(&str, &str)]) -> Command {
+        let mut c = Command::new("git");
+        c.env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "Mallory")
+            .env("GIT_AUTHOR_EMAIL", "m@example.com")
+            .env("GIT_COMMITTER_NAME", "Mallory")
+            .env("GIT_COMMITTER_EMAIL", "m@example.com")
+            .envs(vars.iter().copied())
+            .args(["-c", "safe.directory=*"])
+            .arg("--git-dir")
+            .arg(self.ws.join(name));
+        c
+    }
+
     /// Plain git on the workspace's repository `name` (`repo.git`, `project.git`).
     pub fn git_in(&self, name: &str, args: &[&str]) -> String {
         let o = Command::new("git")

@@ -197,10 +197,10 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
 /// helper `helper` (this binary), as this machine can.
 pub(crate) fn jail(confinement: &Confinement, helper: &Path, env: &Env) -> Result<Jail, SandboxError> {
     let support = support(helper, env);
-    let landlock = sandbox::ruleset(confinement, abi(env), support.namespaces.is_ok())?;
+    let rules = sandbox::rules(confinement, abi(env), support.namespaces.is_ok())?;
     Ok(Jail {
         helper: helper.to_owned(),
-        landlock,
+        rules,
         namespaces: support.namespaces.is_ok(),
         network: confinement.network,
         processes: confinement.processes,

@@ -96,7 +96,14 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
         None => ws.project.branch_tip(MAIN)?,
     };
     // (Uncommitted work taken along is in the base already: a commit of the user's.)
-    let edits = Vec::new();
+    // A project's own `.offshoot/` never becomes harness state (a transcript entry
+    // committed there would be sent as the user's words): the harness writes its own.
+    let edits = match spawn.project {
+        Some(p) if ws.repo.entry_id(p.base, agent::DIR)?.is_some() => {
+            vec![TreeEdit::Remove { path: agent::DIR.into() }]
+        }
+        _ => Vec::new(),
+    };
     make(
         ws,
         Plan {

@@ -96,11 +96,30 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
                 fix: Fix::Manual(format!("`offshoot run {id}` settles them (or `offshoot scan` for every agent)")),
             });
         }
-        if !has_dispatch(ws, id, l.tip)? {
-            findings.push(Finding {
+        match dispatch_of(ws, id, l.tip)? {
+            None => findings.push(Finding {
                 what: format!("agent `{id}`'s history has no dispatch commit"),
                 fix: Fix::Manual(format!("its branch `agents/{id}` was rewritten by hand")),
-            });
+            }),
+            // A dispatch starts with no transcript (but a compactor's, which reads the
+            // one it compacts): an entry there came with the tree it started from (a
+            // project's commit), not from the harness.
+            Some((commit, false)) if l.facts.as_ref().is_some_and(|f| f.role != domain::grant::COMPACTOR) => {
+                let planted = ws.repo.list_dir(commit, domain::agent::MESSAGES)?;
+                if !planted.is_empty() {
+                    let names: Vec<&str> = planted.iter().map(|e| e.name.as_str()).collect();
+                    findings.push(Finding {
+                        what: format!(
+                            "agent `{id}`'s transcript holds entries the harness did not write ({}): they came with the commit it started from",
+                            names.join(", ")
+                        ),
+                        fix: Fix::Manual(format!(
+                            "`offshoot rm {id}` and start it again: what those entries say was sent to the model as the user's words"
+                        )),
+                    });
+                }
+            }
+            Some(_) => {}
         }
     }
     check_inboxes(ws, &ids, &mut findings, &mut checked);
@@ -122,18 +141,19 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
     Ok((findings, checked))
 }
 
-/// Whether the first-parent history of `tip` holds the commit that made agent `id`.
-fn has_dispatch(ws: &Workspace, id: &AgentId, tip: git::CommitId) -> Result<bool, GitError> {
+/// The commit that made agent `id`, in the first-parent history of `tip`, and whether it
+/// is a fork (which carries its origin's transcript); `None` when there is none.
+fn dispatch_of(ws: &Workspace, id: &AgentId, tip: git::CommitId) -> Result<Option<(git::CommitId, bool)>, GitError> {
     let (dispatch, fork) = (format!("dispatch {id}:"), format!("fork {id} from"));
     let mut at = Some(tip);
     while let Some(commit) = at {
         let subject = ws.repo.subject(commit)?;
         if subject.starts_with(&dispatch) || subject.starts_with(&fork) {
-            return Ok(true);
+            return Ok(Some((commit, subject.starts_with(&fork))));
         }
         at = ws.repo.first_parent(commit)?;
     }
-    Ok(false)
+    Ok(None)
 }
 
 fn check_inboxes(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>, checked: &mut Checked) {

@@ -115,7 +115,7 @@ fn agent_base(ws: &Workspace, id: &AgentId) -> Result<(CommitId, AgentFacts, Com
 /// unified diff, or with `stat` as a summary.
 pub fn diff(ws: &Workspace, id: &AgentId, stat: bool) -> Result<String> {
     let (tip, _, base) = agent_base(ws, id)?;
-    let work = ws.repo.work_tree(tip, agent::DIR)?;
+    let work = ws.repo.work_tree(tip, agent::DIR, Some(base))?;
     Ok(ws.repo.diff_text(base, work, stat)?)
 }
 
@@ -159,7 +159,7 @@ pub fn export(
         .and_then(|p| p.head)
         .filter(|h| ws.project.has_commit(*h))
         .unwrap_or(base);
-    let work = ws.repo.work_tree(tip, agent::DIR)?;
+    let work = ws.repo.work_tree(tip, agent::DIR, Some(base))?;
     let previous = user.branch_tip(&branch);
     let marker = format!("Written by offshoot agent `{id}`");
     // Build on an earlier export of this agent when there is one to build on, so a
@@ -205,7 +205,7 @@ pub fn export(
 pub fn apply(ws: &Workspace, id: &AgentId) -> Result<Vec<String>> {
     let user = user(ws)?;
     let (tip, _, base) = agent_base(ws, id)?;
-    let work = ws.repo.work_tree(tip, agent::DIR)?;
+    let work = ws.repo.work_tree(tip, agent::DIR, Some(base))?;
     let blob = |side: Option<(CommitId, bool)>| -> Result<Option<(Vec<u8>, bool)>> {
         side.map(|(oid, exec)| ws.repo.read_blob(oid).map(|b| (b, exec))).transpose().map_err(Into::into)
     };

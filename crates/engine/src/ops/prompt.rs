@@ -48,6 +48,9 @@ pub struct Prompted {
     pub start: Option<(ProjectStart, Vec<String>)>,
     /// The ignored paths being copied into its directory.
     pub copied: Vec<String>,
+    /// Whether the project's commit had a `.offshoot/` of its own, left out of the
+    /// agent's tree (only the harness writes there).
+    pub left_out_harness_dir: bool,
     /// The remote it was handed to; `None`: it is the caller's to drive.
     pub handed: Option<Remote>,
 }
@@ -97,6 +100,10 @@ pub fn start(ws: &Workspace, p: &Prompt) -> Result<Prompted> {
     let author = ws.user_repo()?.and_then(|u| u.identity(p.git_config));
     let start = project::start_point(ws, p.base, p.with_changes, author.as_ref())?;
     let copied = copyable(ws, p.copy_ignored)?;
+    let left_out_harness_dir = match &start {
+        Some((s, _)) => ws.repo.entry_id(s.base, domain::agent::DIR).map_err(WorkspaceError::from)?.is_some(),
+        None => false,
+    };
     let spawn = Start {
         message: p.message,
         name: p.name,
@@ -116,7 +123,7 @@ pub fn start(ws: &Workspace, p: &Prompt) -> Result<Prompted> {
         agents::discard(ws, &id);
         return Err(e.into());
     }
-    Ok(Prompted { id, start, copied, handed: fleet })
+    Ok(Prompted { id, start, copied, left_out_harness_dir, handed: fleet })
 }
 
 /// The ignored paths of the user's checkout `patterns` names, when every one can be

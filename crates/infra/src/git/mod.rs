@@ -529,9 +529,23 @@ impl Repo {
         add_alternate(self.repo.path(), objects)
     }
 
-    /// The tree of `commit` without the directory `harness`: the agent's work.
-    pub fn work_tree(&self, commit: Oid, harness: &str) -> Result<Oid> {
-        without(&self.repo, &self.tree_of(commit)?, harness)
+    /// The tree of `commit` with the directory `harness` as `base` has it (absent when
+    /// it has none): the agent's work, over the project it started from.
+    pub fn work_tree(&self, commit: Oid, harness: &str, base: Option<Oid>) -> Result<Oid> {
+        let work = without(&self.repo, &self.tree_of(commit)?, harness)?;
+        let theirs = match base {
+            Some(base) => self.tree_of(base)?.get_path(Path::new(harness)).ok().map(|e| (e.id(), e.filemode())),
+            None => None,
+        };
+        let Some((id, mode)) = theirs else { return Ok(work) };
+        let work = self.repo.find_tree(work).map_err(lib("find tree"))?;
+        let mut update = TreeUpdateBuilder::new();
+        let mode = [FileMode::Tree, FileMode::BlobExecutable, FileMode::Link, FileMode::Commit]
+            .into_iter()
+            .find(|m| i32::from(*m) == mode)
+            .unwrap_or(FileMode::Blob);
+        update.upsert(harness, id, mode);
+        update.create_updated(&self.repo, &work).map_err(lib("keep the project's own harness directory"))
     }
 }
 

@@ -13,7 +13,7 @@ mod gather;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -69,12 +69,12 @@ pub struct Spec<'a> {
 }
 
 /// A program that starts a command confined, in its place (the sandbox helper): it runs
-/// with `args`, then the number of a descriptor it inherits (a copy of `handed`, for
-/// the spawn's length), then `--` and the command.
+/// with `args`, then the numbers of the descriptors it inherits (copies of `handed`, for
+/// the spawn's length), comma-separated in one argument, then `--` and the command.
 pub struct Helper<'a> {
     pub(crate) program: &'a Path,
     pub(crate) args: Vec<OsString>,
-    pub(crate) handed: BorrowedFd<'a>,
+    pub(crate) handed: Vec<BorrowedFd<'a>>,
 }
 
 /// How much of the output to keep and how long to wait.
@@ -201,9 +201,14 @@ pub struct Finished {
 pub fn run(spec: &Spec, limits: &Limits, io: Io) -> Result<Finished, ProcessError> {
     let program = spec.program.display().to_string();
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
-    // The jail's ruleset, as a descriptor the helper inherits for the spawn's length.
-    let inherited = spec.sandbox.as_ref().map(|h| inheritable(h.handed)).transpose().map_err(spawn_err)?;
-    let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd))?;
+    // The jail's rules, as descriptors the helper inherits for the spawn's length.
+    let inherited = spec
+        .sandbox
+        .as_ref()
+        .map(|h| h.handed.iter().map(|fd| inheritable(*fd)).collect::<std::io::Result<Vec<_>>>())
+        .transpose()
+        .map_err(spawn_err)?;
+    let mut command = command(spec, inherited.as_deref())?;
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
     command.stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() });
     let mut child = command.spawn().map_err(spawn_err)?;
@@ -285,8 +290,13 @@ pub(crate) const SERVED_LOG_MAX: u64 = 8 * 1024 * 1024;
 pub(crate) fn serve(spec: &Spec, log: Option<&Path>) -> Result<Served, ProcessError> {
     let program = spec.program.display().to_string();
     let spawn_err = |source| ProcessError::Spawn { program: program.clone(), source };
-    let inherited = spec.sandbox.as_ref().map(|h| inheritable(h.handed)).transpose().map_err(spawn_err)?;
-    let mut command = command(spec, inherited.as_ref().map(AsRawFd::as_raw_fd))?;
+    let inherited = spec
+        .sandbox
+        .as_ref()
+        .map(|h| h.handed.iter().map(|fd| inheritable(*fd)).collect::<std::io::Result<Vec<_>>>())
+        .transpose()
+        .map_err(spawn_err)?;
+    let mut command = command(spec, inherited.as_deref())?;
     let file = match log {
         Some(log) => {
             let file = std::fs::OpenOptions::new().create(true).append(true).open(log).map_err(spawn_err)?;
@@ -362,16 +372,17 @@ fn inheritable(fd: BorrowedFd) -> std::io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(copy) })
 }
 
-/// The std command for `spec`; a jailed one runs the helper with the ruleset as
-/// descriptor `ruleset`, which the helper then enforces on the real command. A
-/// jailed `spec` without its ruleset ([`run`] and [`serve`] hand the helper one) is refused:
+/// The std command for `spec`; a jailed one runs the helper with the descriptors
+/// `handed`, from which the helper builds what it enforces on the real command. A
+/// jailed `spec` without them ([`run`] and [`serve`] hand the helper its own) is refused:
 /// it would run unconfined.
 #[expect(unsafe_code, reason = "pre_exec runs in the forked child; see the SAFETY note")]
-fn command(spec: &Spec, ruleset: Option<RawFd>) -> Result<Command, ProcessError> {
-    let mut command = match (&spec.sandbox, ruleset) {
-        (Some(helper), Some(fd)) => {
+fn command(spec: &Spec, handed: Option<&[OwnedFd]>) -> Result<Command, ProcessError> {
+    let mut command = match (&spec.sandbox, handed) {
+        (Some(helper), Some(fds)) => {
+            let numbers: Vec<String> = fds.iter().map(|fd| fd.as_raw_fd().to_string()).collect();
             let mut c = Command::new(helper.program);
-            c.args(&helper.args).arg(fd.to_string()).arg("--").arg(spec.program).args(spec.args);
+            c.args(&helper.args).arg(numbers.join(",")).arg("--").arg(spec.program).args(spec.args);
             c
         }
         (None, _) => {

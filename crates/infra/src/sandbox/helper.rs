@@ -17,6 +17,7 @@ use std::io::Write;
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 
+use super::enforce::{Landlock, enforce};
 use super::seccomp;
 
 /// The first argument that makes `offshoot` the sandbox helper.
@@ -27,7 +28,7 @@ pub(crate) const PROBE: &str = "--probe";
 /// What the helper was asked to do.
 #[derive(Debug, Default, PartialEq)]
 struct Plan {
-    landlock: RawFd,
+    landlock: Landlock,
     namespaces: bool,
     network: bool,
     processes: Option<u64>,
@@ -40,14 +41,21 @@ struct Plan {
 
 fn parse(args: Vec<OsString>) -> Result<Plan, String> {
     let mut plan = Plan { network: true, ..Plan::default() };
-    let mut landlock = None;
+    let (mut landlock, mut access, mut fds) = (None, None, None);
     let mut it = args.into_iter();
     let number = |v: Option<OsString>, flag: &str| -> Result<u64, String> {
         v.and_then(|v| v.to_str().and_then(|s| s.parse().ok())).ok_or_else(|| format!("`{flag}` needs a number"))
     };
+    let numbers = |v: Option<OsString>, flag: &str| -> Result<Vec<u64>, String> {
+        let text = v.and_then(|v| v.into_string().ok()).ok_or_else(|| format!("`{flag}` needs numbers"))?;
+        let parsed: Option<Vec<u64>> = text.split(',').filter(|n| !n.is_empty()).map(|n| n.parse().ok()).collect();
+        parsed.ok_or_else(|| format!("`{flag}` needs numbers separated by commas"))
+    };
     while let Some(arg) = it.next() {
         match arg.to_str() {
-            Some("--landlock") => landlock = Some(number(it.next(), "--landlock")? as RawFd),
+            Some("--landlock") => landlock = Some(numbers(it.next(), "--landlock")?),
+            Some("--beneath") => access = Some(numbers(it.next(), "--beneath")?),
+            Some("--beneath-fds") => fds = Some(numbers(it.next(), "--beneath-fds")?),
             Some("--namespaces") => plan.namespaces = true,
             Some("--no-network") => plan.network = false,
             Some("--processes") => plan.processes = Some(number(it.next(), "--processes")?),
@@ -68,7 +76,15 @@ fn parse(args: Vec<OsString>) -> Result<Plan, String> {
     if plan.command.is_empty() {
         return Err("no command after `--`".into());
     }
-    plan.landlock = landlock.ok_or("no Landlock ruleset (`--landlock FD`)")?;
+    let Some([fs, net, scoped, read]) = landlock.map(|l| <[u64; 4]>::try_from(l).ok()).flatten() else {
+        return Err("no Landlock ruleset (`--landlock FS,NET,SCOPED,READ`)".into());
+    };
+    let (access, fds) = (access.unwrap_or_default(), fds.unwrap_or_default());
+    if access.len() != fds.len() {
+        return Err(format!("{} rules' access for {} descriptors", access.len(), fds.len()));
+    }
+    let beneath = fds.into_iter().map(|fd| fd as RawFd).zip(access).collect();
+    plan.landlock = Landlock { handled: [fs, net, scoped], read, beneath };
     Ok(plan)
 }
 
@@ -126,6 +142,9 @@ fn first_process(plan: &Plan, uid: u32, alive: RawFd) -> ! {
         }
     };
     step("lead a session of its own", new_session());
+    if plan.namespaces {
+        step("mount the sandbox's own /proc", own_proc());
+    }
     if plan.namespaces && !plan.network {
         step("bring the sandbox's loopback up", loopback_up());
     }
@@ -148,7 +167,7 @@ fn first_process(plan: &Plan, uid: u32, alive: RawFd) -> ! {
     if !plan.namespaces && uid == 0 {
         step("drop capabilities", drop_capabilities());
     }
-    step("enforce the Landlock ruleset", restrict_self(plan.landlock));
+    step("enforce the Landlock ruleset", enforce(&plan.landlock, plan.namespaces));
     close_from(3);
     step("install the seccomp filter", seccomp::install(&seccomp::filter(plan.network, plan.namespaces)));
     if !plan.namespaces {
@@ -385,6 +404,17 @@ fn mount(source: Option<&OsStr>, target: impl AsRef<OsStr>, flags: libc::c_ulong
     check(unsafe { libc::mount(source_ptr, target.as_ptr(), std::ptr::null(), flags, std::ptr::null()) }.into())
 }
 
+/// A `proc` of the sandbox's own PID namespace over `/proc`: the command sees its own
+/// processes, never the host's (their command lines and environments). The mount
+/// namespace is ours, its mounts made private first so nothing of this reaches the host.
+#[expect(unsafe_code, reason = "mount(2) with static C strings")]
+fn own_proc() -> std::io::Result<()> {
+    mount(None, "/", libc::MS_REC | libc::MS_PRIVATE)?;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: the strings are static and NUL-terminated; proc takes no data.
+    check(unsafe { libc::mount(c"proc".as_ptr(), c"/proc".as_ptr(), c"proc".as_ptr(), flags, std::ptr::null()) }.into())
+}
+
 /// Sets (or clears) read-only on the mount at `path` and every mount below it.
 #[expect(unsafe_code, reason = "mount_setattr(2) with a C string and a struct on our stack")]
 fn set_read_only(path: &OsStr, read_only: bool) -> std::io::Result<()> {
@@ -455,12 +485,6 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
 fn no_new_privs() -> std::io::Result<()> {
     // SAFETY: integers only.
     check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into())
-}
-
-#[expect(unsafe_code, reason = "landlock_restrict_self(2) takes a descriptor and flags")]
-fn restrict_self(fd: RawFd) -> std::io::Result<()> {
-    // SAFETY: integers only.
-    check(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) })
 }
 
 /// Root without a user namespace of its own: every capability goes (bounding,
@@ -566,7 +590,11 @@ mod tests {
         let args = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
         let plan = parse(args(&[
             "--landlock",
-            "7",
+            "7,3,0,12",
+            "--beneath",
+            "12,15",
+            "--beneath-fds",
+            "5,6",
             "--namespaces",
             "--no-network",
             "--processes",
@@ -588,7 +616,7 @@ mod tests {
         assert_eq!(
             plan,
             Plan {
-                landlock: 7,
+                landlock: Landlock { handled: [7, 3, 0], read: 12, beneath: vec![(5, 12), (6, 15)] },
                 namespaces: true,
                 network: false,
                 processes: Some(1024),
@@ -599,7 +627,9 @@ mod tests {
             }
         );
         assert_eq!(parse(args(&["--landlock", "3"])), Err("no command after `--`".into()));
-        assert_eq!(parse(args(&["--", "sh"])), Err("no Landlock ruleset (`--landlock FD`)".into()));
+        assert_eq!(parse(args(&["--", "sh"])), Err("no Landlock ruleset (`--landlock FS,NET,SCOPED,READ`)".into()));
+        let unpaired = parse(args(&["--landlock", "1,0,0,1", "--beneath", "1", "--beneath-fds", "3,4", "--", "sh"]));
+        assert_eq!(unpaired, Err("1 rules' access for 2 descriptors".into()));
         assert_eq!(parse(args(&["--bogus"])), Err("unknown argument `--bogus`".into()));
     }
 }

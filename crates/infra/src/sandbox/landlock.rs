@@ -1,47 +1,77 @@
-//! The Landlock ruleset of a confinement. It is built once in the driver and handed
-//! to the sandbox helper, which enforces it on the command just before it execs, so
-//! the command and everything it starts can write only where the confinement says,
-//! read nothing inside the hidden directories but what it allows, use no TCP
-//! without network, and signal or reach the abstract sockets of no process outside
-//! the sandbox.
+//! The Landlock rules of a confinement. They are opened once in the driver (a
+//! descriptor for each path the command may reach, with its access) and handed to the
+//! sandbox helper, which builds the ruleset from them in the command's own mount
+//! namespace — there it adds the command's own `/proc`, a mount no driver can open — and
+//! enforces it just before the command execs, so the command and everything it starts
+//! can write only where the confinement says, read nothing inside the hidden
+//! directories but what it allows, use no TCP without network, and signal or reach the
+//! abstract sockets of no process outside the sandbox.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use super::{Confinement, SandboxError};
 
-use landlock::{ABI, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr, Scope, path_beneath_rules};
+use landlock::{ABI, Access, AccessFs, AccessNet, Scope};
 
 /// The ABI whose rights we ask for; newer kernels enforce them all, older ones as
 /// many as they know (what an older kernel cannot enforce is said at the driver's
 /// start, or held by the namespaces and the seccomp filter instead).
 const TARGET: ABI = ABI::V6;
 
-/// Builds the ruleset for `c` on a kernel with Landlock ABI `abi`; the descriptor is
-/// what children enforce before they exec. `own_network`: the command will run in a
-/// network namespace of its own (whose loopback it may then use freely).
-pub fn ruleset(c: &Confinement, abi: i32, own_network: bool) -> Result<OwnedFd, SandboxError> {
+/// What a ruleset handles and the paths it grants, each opened (`O_PATH`) with the
+/// access it is granted; read-only rights are `read`.
+#[derive(Debug)]
+pub struct Rules {
+    /// Handled filesystem, network and scope rights (`landlock_ruleset_attr`).
+    pub handled: [u64; 3],
+    /// The rights that only read, of those handled (the command's own `/proc` gets them).
+    pub read: u64,
+    pub beneath: Vec<(OwnedFd, u64)>,
+}
+
+/// The rules for `c` on a kernel with Landlock ABI `abi` (capped, for tests of older
+/// kernels: it decides the network and scope rights; the filesystem rights are those
+/// this kernel knows, as the Landlock crate's best effort would ask). `own_network`:
+/// the command will run in a network namespace of its own (whose loopback it may then
+/// use freely).
+pub fn rules(c: &Confinement, abi: i32, own_network: bool) -> Result<Rules, SandboxError> {
     if abi < 1 {
         return Err(SandboxError::Unsupported);
     }
-    let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(TARGET))?;
-    if !c.network && !own_network && abi >= 4 {
-        // Without a network namespace, besides the seccomp filter: no TCP at all.
-        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
+    let known = AccessFs::from_all(TARGET) & AccessFs::from_all(ABI::from(super::abi(None)));
+    let handled_fs = known.bits();
+    // Without a network namespace, besides the seccomp filter: no TCP at all.
+    let handled_net = match !c.network && !own_network && abi >= 4 {
+        true => (AccessNet::BindTcp | AccessNet::ConnectTcp).bits(),
+        false => 0,
+    };
+    let scoped = if abi >= 6 { (Scope::Signal | Scope::AbstractUnixSocket).bits() } else { 0 };
+    let read = AccessFs::from_read(TARGET).bits() & handled_fs;
+    let mut beneath = Vec::new();
+    // A file (not a directory) takes only the rights a file can have.
+    let file_rights = AccessFs::from_file(TARGET).bits();
+    let mut grant = |path: &Path, access: u64| -> Result<(), SandboxError> {
+        let failed = |source| SandboxError::Path { path: path.to_owned(), source };
+        let fd = open_path(path).map_err(failed)?;
+        let is_dir = std::fs::File::from(fd.try_clone().map_err(failed)?).metadata().map_err(failed)?.is_dir();
+        beneath.push((fd, if is_dir { access } else { access & file_rights }));
+        Ok(())
+    };
+    for path in outside(&c.hidden).iter().chain(&c.read) {
+        grant(path, read)?;
     }
-    if abi >= 6 {
-        ruleset = ruleset.scope(Scope::Signal | Scope::AbstractUnixSocket)?;
+    for path in c.read_write.iter().map(PathBuf::as_path).chain([Path::new("/dev/null")]) {
+        grant(path, handled_fs)?;
     }
-    let read = AccessFs::from_read(TARGET);
-    let all = AccessFs::from_all(TARGET);
-    let created = ruleset
-        .create()?
-        .add_rules(path_beneath_rules(outside(&c.hidden), read))?
-        .add_rules(path_beneath_rules(&c.read, read))?
-        .add_rules(path_beneath_rules(&c.read_write, all))?
-        .add_rules(path_beneath_rules(["/dev/null"], all))?;
-    let fd: Option<OwnedFd> = created.into();
-    fd.ok_or(SandboxError::Unsupported)
+    Ok(Rules { handled: [handled_fs, handled_net, scoped], read, beneath })
+}
+
+/// `path`, opened to name it in a rule (no access to its content).
+fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(path)?;
+    Ok(file.into())
 }
 
 /// Every path beside the ancestors of the `hidden` directories, from the root down:

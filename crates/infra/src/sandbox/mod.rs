@@ -8,24 +8,25 @@
 //! the command with what still holds (no capabilities, Landlock, seccomp), and the
 //! driver says so once.
 
+mod enforce;
 pub mod helper;
 mod landlock;
 pub(crate) mod seccomp;
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use super::process::Helper;
 
-pub use landlock::ruleset;
+pub use landlock::{Rules, rules};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SandboxError {
     #[error("this kernel does not support Landlock, which `sandbox = \"workspace-write\"` needs")]
     Unsupported,
-    #[error("cannot build the Landlock ruleset: {0}")]
-    Ruleset(#[from] ::landlock::RulesetError),
+    #[error("cannot open {} for the Landlock ruleset: {source}", path.display())]
+    Path { path: PathBuf, source: std::io::Error },
 }
 
 /// What a confined command may touch.
@@ -100,13 +101,13 @@ impl Support {
     }
 }
 
-/// A confinement ready to be applied to every command: the Landlock ruleset, built
+/// A confinement ready to be applied to every command: its Landlock rules, opened
 /// once, and how the helper is to be run.
 #[derive(Debug)]
 pub struct Jail {
     /// This binary, which runs as the helper.
     pub helper: PathBuf,
-    pub landlock: OwnedFd,
+    pub rules: Rules,
     pub namespaces: bool,
     pub network: bool,
     pub processes: u64,
@@ -116,8 +117,8 @@ pub struct Jail {
 }
 
 impl Jail {
-    /// How the helper starts a command in this jail: its arguments up to the
-    /// ruleset's descriptor, which it is handed.
+    /// How the helper starts a command in this jail: its arguments up to the rules'
+    /// descriptors, which it is handed.
     pub fn helper(&self) -> Helper<'_> {
         let mut args: Vec<OsString> = vec![helper::ARG.into()];
         if self.namespaces {
@@ -135,8 +136,11 @@ impl Jail {
                 args.extend(["--writable".into(), path.as_os_str().to_owned()]);
             }
         }
-        args.push("--landlock".into());
-        Helper { program: &self.helper, args, handed: self.landlock.as_fd() }
+        let [fs, net, scoped] = self.rules.handled;
+        args.extend(["--landlock".into(), format!("{fs},{net},{scoped},{}", self.rules.read).into()]);
+        let access: Vec<String> = self.rules.beneath.iter().map(|(_, a)| a.to_string()).collect();
+        args.extend(["--beneath".into(), access.join(",").into(), "--beneath-fds".into()]);
+        Helper { program: &self.helper, args, handed: self.rules.beneath.iter().map(|(fd, _)| fd.as_fd()).collect() }
     }
 }
 

@@ -224,7 +224,7 @@ fn a_shared_repository_that_borrowed_the_harnesss_objects_is_given_them_and_stop
         TreeEdit::Write { path: "work.txt".into(), bytes: b"the agent's work".to_vec() },
     ];
     let scanned = repo.commit_edits(&[], None, &edits, "scan").expect("commit");
-    let work = repo.work_tree(scanned, ".offshoot").expect("tree");
+    let work = repo.work_tree(scanned, ".offshoot", None).expect("tree");
     let shared = dir.join("project.git");
     let gits = dir.join("gits");
     // A new shared repository borrows nothing of the harness's, not even through the
