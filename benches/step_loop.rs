@@ -320,7 +320,8 @@ fn jail_of(ws: &Workspace, id: &AgentId) -> Jail {
     let workspace = std::fs::canonicalize(ws.layout.root()).expect("workspace");
     let own = std::fs::canonicalize(ws.layout.worktree(id)).expect("agent directory");
     let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: None };
-    let mut c = containment::confinement(&site, role).expect("a sandboxed role");
+    let stores = containment::credential_stores(&config, role, &Default::default());
+    let mut c = containment::confinement(&site, role, &stores).expect("a sandboxed role");
     // The floor writes its records beside the workspace's.
     std::fs::create_dir_all(workspace.join("floor")).expect("floor");
     c.read_write.push(workspace.join("floor"));

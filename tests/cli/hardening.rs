@@ -145,3 +145,43 @@ fn a_sandboxed_command_sees_no_other_process() {
 fn a_sandboxed_command_sees_no_other_process_as_another_user() {
     proc_of_the_sandbox_shows_only_its_own_processes("harden-proc-other", User::Unprivileged);
 }
+
+/// Credential stores as a user's home holds them.
+fn plant_credentials(home: &std::path::Path) {
+    for (path, text) in [
+        (".ssh/id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY----- ssh-secret"),
+        (".aws/credentials", "[default]\naws_secret_access_key = aws-secret\n"),
+        (".netrc", "machine example.com login me password netrc-secret\n"),
+        (".docker/config.json", "{\"auths\": {\"x\": {\"auth\": \"docker-secret\"}}}"),
+    ] {
+        let file = home.join(path);
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("dir");
+        std::fs::write(&file, text).expect("write");
+    }
+}
+
+#[test]
+fn credential_stores_in_the_home_are_out_of_reach_unless_a_role_reads_one() {
+    let (server, t) = TestWorkspace::served("harden-credentials", Dialect::Anthropic);
+    plant_credentials(&t.home);
+    server.push_turns([
+        Turn::bash("cat", "cat ~/.ssh/id_ed25519 ~/.aws/credentials ~/.netrc ~/.docker/config.json; echo done"),
+        Turn::tool("read", "read_file", serde_json::json!({"path": t.home.join(".ssh/id_ed25519")})),
+        Turn::bash("list", "ls -a ~/.config 2>&1 | head -1; cat ~/.gitconfig 2>&1 | head -1; echo listed"),
+        Turn::text("nothing"),
+    ]);
+    t.run(&["prompt", "find keys"]).ok();
+    let said = (1..=3).map(|n| server.result_text(n)).collect::<Vec<_>>().join("\n");
+    for secret in ["ssh-secret", "aws-secret", "netrc-secret", "docker-secret"] {
+        assert!(!said.contains(secret), "{secret} was read: {said}");
+    }
+    assert!(server.result_text(1).contains("Permission denied"), "{said}");
+    assert!(server.result_text(2).contains("credential store"), "{said}");
+
+    // A role that lists one reads that one, and still no other.
+    t.set("roles.worker.read_paths", "[\"~/.aws\"]");
+    server.push_turns([Turn::bash("cat", "cat ~/.aws/credentials ~/.ssh/id_ed25519; echo done"), Turn::text("read")]);
+    t.run(&["prompt", "deploy"]).ok();
+    let deployed = server.result_text(5);
+    assert!(deployed.contains("aws-secret") && !deployed.contains("ssh-secret"), "{deployed}");
+}

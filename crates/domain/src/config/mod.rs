@@ -51,7 +51,7 @@ pub struct Config {
     #[serde(default)]
     pub tool_output: ToolOutputConfig,
     #[serde(default)]
-    pub(crate) tool_env: ToolEnvConfig,
+    pub tool_env: ToolEnvConfig,
     #[serde(default)]
     pub(crate) git: GitConfig,
     /// MCP servers whose tools agents may use, by name (the tools are offered as
@@ -61,9 +61,9 @@ pub struct Config {
 }
 
 /// Adjustments to the environment tool commands run with.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ToolEnvConfig {
+pub struct ToolEnvConfig {
     /// Variables whose names look secret (`*KEY*`, `*TOKEN*`, …) that tools may
     /// still see; a provider's `api_key_env` can never be kept.
     #[serde(default)]
@@ -71,6 +71,34 @@ pub(crate) struct ToolEnvConfig {
     /// Variables set for every tool command (last, over everything else).
     #[serde(default)]
     pub(crate) set: BTreeMap<String, String>,
+    /// Paths no sandboxed command and no file tool reads, whatever the role (credential
+    /// stores: `~` is the user's home); a role reads one it lists in its `read_paths`.
+    #[serde(default = "default_hidden_paths")]
+    pub hidden_paths: Vec<String>,
+}
+
+/// The credential stores kept from tools when the config does not list its own.
+pub const HIDDEN_PATHS: &[&str] = &[
+    "~/.ssh",
+    "~/.aws",
+    "~/.config/gcloud",
+    "~/.kube",
+    "~/.docker/config.json",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.config/gh",
+    "~/.gnupg",
+    "~/.cargo/credentials.toml",
+];
+
+fn default_hidden_paths() -> Vec<String> {
+    HIDDEN_PATHS.iter().map(|p| (*p).to_owned()).collect()
+}
+
+impl Default for ToolEnvConfig {
+    fn default() -> Self {
+        ToolEnvConfig { keep: Vec::new(), set: BTreeMap::new(), hidden_paths: default_hidden_paths() }
+    }
 }
 
 /// The identity agents commit under in their own repository.
@@ -140,6 +168,10 @@ pub struct RoleConfig {
     /// Absolute paths outside the agent's directory its tools may also write.
     #[serde(default)]
     pub write_paths: Vec<String>,
+    /// Paths of `tool_env.hidden_paths` its tools may read all the same (`~/.aws` for a
+    /// role that deploys).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_paths: Vec<String>,
     /// At most this many processes at once in one command's tree.
     #[serde(default = "default_max_processes")]
     pub max_processes: u64,

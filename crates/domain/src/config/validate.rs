@@ -43,6 +43,12 @@ impl Config {
             _ => {}
         }
         let keys = self.api_key_variables();
+        if let Some(path) = self.tool_env.hidden_paths.iter().find(|p| !p.starts_with('/') && !p.starts_with("~/")) {
+            return Err(fail(
+                "tool_env.hidden_paths".into(),
+                format!("`{path}` must be an absolute path or start with `~/`"),
+            ));
+        }
         if let Some(key) = self.tool_env.keep.iter().find(|k| keys.contains(&k.as_str())) {
             return Err(fail(
                 "tool_env.keep".into(),
@@ -178,6 +184,9 @@ impl Config {
                     format!("tool `{tool}` does not exist; tools: {}", grant::names(Holder::Role)),
                 ));
             }
+        }
+        if let Some(path) = role.read_paths.iter().find(|p| !p.starts_with('/') && !p.starts_with("~/")) {
+            return Err(fail(key("read_paths"), format!("`{path}` must be an absolute path or start with `~/`")));
         }
         if let Some(path) = role.write_paths.iter().find(|p| !p.starts_with('/')) {
             return Err(fail(key("write_paths"), format!("`{path}` must be an absolute path")));

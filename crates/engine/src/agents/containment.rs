@@ -100,7 +100,50 @@ pub(crate) fn agent_tools(
         redactor: Some(std::sync::Arc::new(redactor)),
         ..Default::default()
     };
-    Some(AgentTools { commands, paths: path_policy(at, &role), confinement: confinement(at, &role), role })
+    let stores = credential_stores(config, &role, vars);
+    Some(AgentTools {
+        commands,
+        paths: path_policy(at, &role, &stores),
+        confinement: confinement(at, &role, &stores),
+        role,
+    })
+}
+
+/// The credential stores `config` keeps from tools (`tool_env.hidden_paths`, `~` the home
+/// the user's environment names), each as given and as it resolves, but those the role
+/// reads (`read_paths`); and the paths the role reads there.
+pub struct Stores {
+    pub hidden: Vec<PathBuf>,
+    pub read: Vec<PathBuf>,
+}
+
+pub fn credential_stores(config: &Config, role: &RoleConfig, vars: &Env) -> Stores {
+    let home = vars.get("HOME").map(PathBuf::from);
+    let expand = |p: &String| -> Option<PathBuf> {
+        match p.strip_prefix("~/") {
+            Some(rest) => Some(home.as_ref()?.join(rest)),
+            None => Some(PathBuf::from(p)),
+        }
+    };
+    let with_real = |path: PathBuf| -> Vec<PathBuf> {
+        match std::fs::canonicalize(&path) {
+            Ok(real) if real != path => vec![path, real],
+            _ => vec![path],
+        }
+    };
+    let read: Vec<PathBuf> = role.read_paths.iter().filter_map(expand).flat_map(with_real).collect();
+    let hidden = config
+        .tool_env
+        .hidden_paths
+        .iter()
+        .filter_map(expand)
+        .flat_map(with_real)
+        // (One that is not there hides nothing, and would keep its directory from being
+        // listed: a rule grants a directory whole or entry by entry.)
+        .filter(|store| std::fs::symlink_metadata(store).is_ok())
+        .filter(|store| !read.iter().any(|r| store.starts_with(r)))
+        .collect();
+    Stores { hidden, read }
 }
 
 /// How agent `id` of `ws` runs commands, its jail built (`helper`, this binary, is the
@@ -134,7 +177,7 @@ pub(crate) fn commands_for(
 /// its commands may; write only in the
 /// agent's directory, its temporary directory and the role's `write_paths`, never
 /// into `.offshoot/` or `.git`.
-pub(crate) fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
+pub(crate) fn path_policy(at: &Site, role: &RoleConfig, stores: &Stores) -> PathPolicy {
     let internals = "the workspace's internals";
     let ws = at.workspace;
     let mut writable = vec![at.own.to_owned(), at.own_tmp()];
@@ -164,11 +207,14 @@ pub(crate) fn path_policy(at: &Site, role: &RoleConfig) -> PathPolicy {
         policy.unreadable.push(Place::new(others, "another workspace"));
         policy.readable.push(ws.to_owned());
     }
+    let store = "a credential store (`tool_env.hidden_paths`; a role reads one it lists in `read_paths`)";
+    policy.unreadable.extend(stores.hidden.iter().map(|p| Place::new(p, store)));
+    policy.readable.extend(stores.read.iter().cloned());
     policy
 }
 
 /// The confinement of the role's commands, if it has one.
-pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
+pub fn confinement(at: &Site, role: &RoleConfig, stores: &Stores) -> Option<Confinement> {
     if role.sandbox != Sandbox::WorkspaceWrite {
         return None;
     }
@@ -182,10 +228,14 @@ pub fn confinement(at: &Site, role: &RoleConfig) -> Option<Confinement> {
     // cannot be known, and are not).
     let mut hidden = vec![ws.to_owned()];
     hidden.extend(at.others.map(Path::to_owned));
+    // And the credential stores of the user's home, but those the role reads.
+    hidden.extend(stores.hidden.iter().cloned());
+    let mut read = vec![at.own_steps(), ws.join("project.git")];
+    read.extend(stores.read.iter().filter(|p| p.exists()).cloned());
     Some(Confinement {
         read_write,
         // (The agents' git reads the shared one; nothing of the harness's `repo.git`.)
-        read: vec![at.own_steps(), ws.join("project.git")],
+        read,
         hidden,
         network: role.network,
         processes: role.max_processes,
