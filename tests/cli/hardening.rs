@@ -185,3 +185,43 @@ fn credential_stores_in_the_home_are_out_of_reach_unless_a_role_reads_one() {
     let deployed = server.result_text(5);
     assert!(deployed.contains("aws-secret") && !deployed.contains("ssh-secret"), "{deployed}");
 }
+
+#[test]
+fn a_crafted_tree_never_leaves_for_the_users_repository_or_a_bundle() {
+    let (server, t, repo) = project("harden-crafted");
+    // Trees git's own commands refuse to make, made with its plumbing.
+    let craft = "b=$(echo pwned | git hash-object -w --stdin) && \
+        h=$(printf '100755 blob %s\\tpost-checkout\\n' $b | git mktree) && \
+        t=$(printf '040000 tree %s\\t.git\\n100644 blob %s\\tREADME\\n' $h $b | git mktree) && \
+        c=$(git commit-tree $t -p HEAD -m crafted) && git update-ref HEAD $c && echo made";
+    server.push_turns([Turn::bash("craft", craft), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Ada", "tidy up"]).ok();
+    assert!(server.result_text(1).contains("made"), "{}", server.result_text(1));
+
+    let export = t.run(&["export", "Ada"]);
+    assert_eq!(export.code, 1, "{}", export.stderr);
+    assert!(export.stderr.contains("holds `.git`, which git refuses"), "{}", export.stderr);
+    let branches = git(&repo, &["branch", "--list", "offshoot/*"]);
+    assert!(branches.trim().is_empty(), "{branches}");
+    let fsck = crate::project::person_git(&repo, &["fsck", "--strict"]);
+    assert!(fsck.status.success() && !String::from_utf8_lossy(&fsck.stderr).contains("hasDotgit"), "{fsck:?}");
+
+    let bundle = t.root.join("ada.offshoot");
+    let bundled = t.run(&["bundle", "Ada", bundle.to_str().expect("utf-8")]);
+    assert_ne!(bundled.code, 0, "{}", bundled.stderr);
+    assert!(bundled.stderr.contains("holds `.git`"), "{}", bundled.stderr);
+    assert!(!bundle.exists());
+
+    // A directory only a case-insensitive disk takes for `.git`, left uncommitted.
+    server.push_turns([
+        Turn::bash("plant", "mkdir -p .GIT/hooks && echo pwned > .GIT/hooks/post-checkout && echo planted"),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "--name", "Bo", "tidy up"]).ok();
+    // (The directory scan never records it: libgit2 refuses such a path in an index.)
+    t.run(&["apply", "Bo"]).ok();
+    assert!(!repo.join(".GIT").exists());
+    t.run(&["export", "Bo"]).ok();
+    let tree = git(&repo, &["ls-tree", "-r", "--name-only", "offshoot/Bo"]);
+    assert!(!tree.to_lowercase().contains(".git/"), "{tree}");
+}

@@ -199,6 +199,8 @@ pub fn make(ws: &Workspace, id: &AgentId, with_origin: bool, env: &crate::Env, o
         secrets_looked_for: secrets.iter().map(|(name, _)| name.clone()).collect(),
     };
     let repo_bundle = bundle::write(&ws.layout.repo(), &repo_refs)?;
+    // Nothing of an agent's making goes out with a tree git refuses.
+    ws.project.check_sent(&project_refs.iter().map(|(_, o)| *o).collect::<Vec<_>>())?;
     let project_bundle = bundle::write(&ws.layout.project(), &project_refs)?;
     let temp = out.with_file_name(format!(
         ".{}{PARTIAL}{}",

@@ -33,6 +33,8 @@ pub enum ProjectError {
     NotFastForward { branch: String, tip: String },
     #[error("the agent's change does not apply cleanly to the project's working tree: {}", files.join(", "))]
     Conflicts { files: Vec<String> },
+    #[error("the agent's change holds `{path}`, which git refuses ({why}); nothing was written")]
+    Refused { path: String, why: &'static str },
     #[error(transparent)]
     Agent(#[from] AgentError),
     #[error(transparent)]
@@ -236,6 +238,11 @@ pub fn apply(ws: &Workspace, id: &AgentId) -> Result<Vec<String>> {
     }
     if !conflicts.is_empty() {
         return Err(ProjectError::Conflicts { files: conflicts });
+    }
+    // A path git would refuse (`.GIT/hooks/…` is `.git` on a case-insensitive disk) is
+    // never written into the user's working tree.
+    if let Some((path, why)) = plan.iter().find_map(|(p, _)| infra::git::refused_path(p).map(|why| (p, why))) {
+        return Err(ProjectError::Refused { path: path.clone(), why });
     }
     for (path, content) in &plan {
         match content {

@@ -15,6 +15,7 @@ mod health;
 mod loose;
 mod marks;
 mod merge;
+mod names;
 pub mod pack;
 mod project;
 pub mod publish;
@@ -26,6 +27,7 @@ mod user;
 pub use health::{Connectivity, file_age, lock_files, temp_objects};
 pub use marks::{HARNESS_REFS, harness_ref, harness_ref_parts};
 pub use merge::{FileChange, Merged};
+pub use names::refused_path;
 pub use project::{Attachment, MAIN, Position, Project};
 pub use user::{Change, Discovered, UserRepo, WorkFile, discover};
 
@@ -60,6 +62,8 @@ pub enum GitError {
     Outside { path: String, dir: String },
     #[error(transparent)]
     Door(#[from] crate::door::DoorError),
+    #[error("commit {commit} holds `{path}`, which git refuses ({why}); nothing of it was sent")]
+    RefusedPath { commit: String, path: String, why: &'static str },
 }
 
 type Result<T> = std::result::Result<T, GitError>;

@@ -339,6 +339,15 @@ impl Project {
         user.receive(&self.repo, commit)
     }
 
+    /// Refuses a tree git would refuse among what `tips` reach of the agents' making
+    /// (the objects stored here; the user's own history, borrowed, was checked by git).
+    pub fn check_sent(&self, tips: &[Oid]) -> Result<()> {
+        let own = git2::Odb::new().map_err(lib("open the project's own objects"))?;
+        own.add_disk_alternate(&self.path.join("objects").to_string_lossy())
+            .map_err(lib("open the project's own objects"))?;
+        super::names::check(&self.repo, tips, &|oid| !own.exists(oid))
+    }
+
     /// Whether the project's objects include `commit`.
     pub fn has_commit(&self, commit: Oid) -> bool {
         self.repo.find_commit(commit).is_ok()

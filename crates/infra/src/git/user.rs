@@ -154,6 +154,10 @@ impl UserRepo {
     /// read from `from` (unchanged subtrees are not walked: an object here has all its
     /// own below it).
     pub(crate) fn receive(&self, from: &Repository, commit: Oid) -> Result<usize> {
+        // Nothing of an agent's making enters the user's repository unchecked: a tree
+        // naming `.git` or `..` would make the user's `fsck` (and a server's) refuse it.
+        let ours = self.repo.odb().map_err(lib("open the project's objects"))?;
+        super::names::check(from, &[commit], &|oid| ours.exists(oid))?;
         super::copy_missing(from, &self.repo, commit)
     }
 

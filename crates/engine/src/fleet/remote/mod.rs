@@ -195,6 +195,11 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
         .map(|(n, o)| (format!("refs/{}", &n[mirrors.len()..]), o))
         .collect();
     let seen = fetch(ws, remote)?;
+    // Nothing of an agents' making leaves with a tree git refuses (checked before any
+    // ref goes: the agents' branches are sent before their project branches).
+    let tips: Vec<Oid> =
+        bundle::refs(&ws.layout.project(), &["refs/heads/*".to_owned()])?.into_iter().map(|(_, o)| o).collect();
+    ws.project.check_sent(&tips)?;
     // Trees handed to the fleet are its workers' to write: this workspace only reads them.
     let names = Mark::Names.prefix();
     let ours = |name: &str| -> bool {

@@ -211,6 +211,11 @@ impl Worker<'_> {
         }
         let mut updates = remote::project_updates(self.ws, seen, true)?;
         updates.retain(|u| u.local.as_ref().is_some_and(|l| own.contains(l)));
+        let tips = bundle::refs(
+            &self.ws.layout.project(),
+            &updates.iter().filter_map(|u| u.local.clone()).collect::<Vec<_>>(),
+        )?;
+        self.ws.project.check_sent(&tips.into_iter().map(|(_, o)| o).collect::<Vec<_>>())?;
         if !updates.is_empty() {
             wire::push(&self.ws.layout.project(), &self.remote.url, &updates)
                 .map_err(|e| remote::unreachable(&self.remote, e))?;
