@@ -225,3 +225,59 @@ fn a_crafted_tree_never_leaves_for_the_users_repository_or_a_bundle() {
     let tree = git(&repo, &["ls-tree", "-r", "--name-only", "offshoot/Bo"]);
     assert!(!tree.to_lowercase().contains(".git/"), "{tree}");
 }
+
+/// A copy of the bundle `from` at `to` whose part `part` says it is `size` bytes (and
+/// holds a few): what a reader that trusts sizes, or reads parts whole, would choke on.
+fn oversized(from: &std::path::Path, to: &std::path::Path, part: &str, size: u64) {
+    let script = r##"
+import sys, tarfile
+src, dst, part, size = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with tarfile.open(src) as t, open(dst, "wb") as out:
+    for m in t.getmembers():
+        if m.name == part:
+            m.size = size
+            out.write(m.tobuf(tarfile.GNU_FORMAT))
+            out.write(b"# v2 git bundle\n".ljust(512, b"\0"))
+            break
+        data = t.extractfile(m).read()
+        out.write(m.tobuf(tarfile.GNU_FORMAT))
+        out.write(data + b"\0" * (-len(data) % 512))
+"##;
+    let ran = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(from)
+        .arg(to)
+        .arg(part)
+        .arg(size.to_string())
+        .output()
+        .expect("python3");
+    assert!(ran.status.success(), "{}", String::from_utf8_lossy(&ran.stderr));
+}
+
+#[test]
+fn an_oversized_bundle_is_refused_part_by_part_and_leaves_nothing() {
+    let (server, t) = TestWorkspace::served("harden-bundle-size", Dialect::Anthropic);
+    server.push_turns([Turn::text("done")]);
+    t.run(&["prompt", "--name", "Ada", "say hello"]).ok();
+    let real = t.root.join("ada.offshoot");
+    t.run(&["bundle", "Ada", real.to_str().expect("utf-8")]).ok();
+    for (part, size, said) in [
+        ("repo.bundle", 18 << 30, "its repo.bundle is 19327352832 bytes, over 17179869184"),
+        ("project.bundle", 18 << 30, "its project.bundle is 19327352832 bytes, over 17179869184"),
+        ("manifest.json", 1 << 40, "its manifest.json"),
+    ] {
+        let crafted = t.root.join(format!("{part}.offshoot"));
+        oversized(&real, &crafted, part, size);
+        let into = t.root.join(format!("replayed-{part}"));
+        let replay = t.run(&["replay", crafted.to_str().expect("utf-8"), "--into", into.to_str().expect("utf-8")]);
+        assert_eq!(replay.code, 2, "{}", replay.stderr);
+        assert!(replay.stderr.contains(said), "{part}: {}", replay.stderr);
+        assert!(!into.exists(), "a refused replay left {}", into.display());
+        let leftovers: Vec<_> = std::fs::read_dir(&t.root)
+            .expect("root")
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("partial"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}

@@ -41,6 +41,11 @@ const PARTIAL: &str = ".offshoot-partial-";
 
 /// The most a bundle's record or message file may be when replayed.
 const FILE_AT_MOST: u64 = 1 << 30;
+/// The most a bundle's manifest and each of its two git bundles may take, and how many
+/// files it may hold.
+const MANIFEST_AT_MOST: u64 = 16 << 20;
+const GIT_BUNDLE_AT_MOST: u64 = 16 << 30;
+const FILES_AT_MOST: usize = 1_000_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
@@ -372,10 +377,44 @@ pub fn replay(file: &Path, dest: &Path, mine: &str) -> Result<Replayed> {
     made
 }
 
-/// Reads the bundle `file` into a workspace made at `root`; its manifest.
+/// Reads the bundle `file` into a workspace made at `root` as it comes (one part at a
+/// time, each within its size); its manifest. The parts must come in the order
+/// `bundle` writes them: the manifest, `repo.bundle`, `project.bundle`, then records
+/// and messages.
 fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
     let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason: reason.into() };
-    let (manifest, bundles, files) = read_archive(file)?;
+    let opened = std::fs::File::open(file).map_err(io(file))?;
+    let mut archive = tar::Archive::new(std::io::BufReader::new(opened));
+    let mut entries = archive.entries().map_err(|e| corrupt(format!("not a tar archive ({e})")))?;
+    let mut names = BTreeSet::new();
+    let mut next = |want: Option<&str>| -> Result<Option<(String, tar::Entry<'_, _>)>> {
+        let Some(entry) = entries.next() else {
+            return match want {
+                Some(name) => Err(corrupt(format!("it has no {name}"))),
+                None => Ok(None),
+            };
+        };
+        let entry = entry.map_err(|e| corrupt(format!("an entry cannot be read ({e})")))?;
+        let path = entry.path().map_err(|e| corrupt(format!("an entry's name cannot be read ({e})")))?;
+        let path = path.to_string_lossy().into_owned();
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            return Err(corrupt(format!("`{path}` is not a regular file")));
+        }
+        if let Some(name) = want.filter(|name| path != *name) {
+            return Err(corrupt(format!(
+                "`{path}` comes where its {name} should (the parts come in the order `offshoot bundle` writes them)"
+            )));
+        }
+        if !names.insert(path.clone()) {
+            return Err(corrupt(format!("it holds `{path}` twice")));
+        }
+        if names.len() > FILES_AT_MOST {
+            return Err(corrupt(format!("it holds over {FILES_AT_MOST} files")));
+        }
+        Ok(Some((path, entry)))
+    };
+    let (_, mut entry) = next(Some("manifest.json"))?.ok_or_else(|| corrupt("it has no manifest.json".into()))?;
+    let manifest = read_manifest(&mut entry).map_err(corrupt)?;
     let agents: Vec<AgentId> = manifest
         .agents
         .iter()
@@ -384,35 +423,44 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
     if manifest.agents.first() != Some(&manifest.agent) {
         return Err(corrupt("its manifest's agent is not the first of its agents".into()));
     }
-    // Every file must be a record or message of an agent the manifest names.
-    for (path, _) in &files {
-        let mut parts = path.split('/');
-        let (kind, id) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-        let rest: Vec<&str> = parts.collect();
-        let plain = !rest.is_empty() && rest.iter().all(|p| !p.is_empty() && *p != "." && *p != "..");
-        if !matches!(kind, "steps" | "inbox") || !agents.iter().any(|a| a.as_str() == id) || !plain {
-            return Err(corrupt(format!("it holds `{path}`, which is no agent's record or message")));
+    let ws = Workspace::create_bare(root)?;
+    let (repo_dir, project_dir) = (ws.layout.repo(), ws.layout.project());
+    let mut unpacked = Vec::new();
+    for (name, dir) in [("repo.bundle", &repo_dir), ("project.bundle", &project_dir)] {
+        let (_, entry) = next(Some(name))?.ok_or_else(|| corrupt(format!("it has no {name}")))?;
+        if entry.size() > GIT_BUNDLE_AT_MOST {
+            return Err(corrupt(format!("its {name} is {} bytes, over {GIT_BUNDLE_AT_MOST}", entry.size())));
         }
+        let refs =
+            bundle::unpack_from(dir, entry, GIT_BUNDLE_AT_MOST).map_err(|e| corrupt(format!("its {name}: {e}")))?;
+        unpacked.push(refs);
     }
-    let [(_, repo_bytes), (_, project_bytes)] = ["repo.bundle", "project.bundle"]
-        .map(|name| bundles.iter().find(|(n, _)| *n == name).cloned().unwrap_or((name, Vec::new())));
-    let repo_read = bundle::read(&repo_bytes).map_err(|e| corrupt(format!("its repo.bundle: {e}")))?;
-    let project_read = bundle::read(&project_bytes).map_err(|e| corrupt(format!("its project.bundle: {e}")))?;
+    let [repo_refs, project_refs] = <[_; 2]>::try_from(unpacked).unwrap_or_default();
     for id in &agents {
         let branch = format!("refs/heads/{}", id.branch());
-        if !repo_read.refs.iter().any(|(name, _)| *name == branch) {
+        if !repo_refs.iter().any(|(name, _)| *name == branch) {
             return Err(corrupt(format!("its repo.bundle has no branch for agent `{id}`")));
         }
     }
-    let ws = Workspace::create_bare(root)?;
-    let (repo_dir, project_dir) = (ws.layout.repo(), ws.layout.project());
-    bundle::unpack(&repo_dir, repo_read.pack).map_err(|e| corrupt(format!("its repo.bundle: {e}")))?;
-    bundle::unpack(&project_dir, project_read.pack).map_err(|e| corrupt(format!("its project.bundle: {e}")))?;
-    check_repo_refs(&repo_dir, &repo_read.refs, &agents, &manifest, &corrupt)?;
-    if let Some((name, _)) = project_read.refs.iter().find(|(n, _)| !n.starts_with("refs/heads/")) {
+    // Every other file must be a record or message of an agent the manifest names,
+    // each within its size; written as it comes.
+    let door = Beneath::open(root).map_err(|e| corrupt(e.to_string()))?;
+    while let Some((path, mut entry)) = next(None)? {
+        if !is_record_or_message(&path, &agents) {
+            return Err(corrupt(format!("it holds `{path}`, which is no agent's record or message")));
+        }
+        if entry.size() > FILE_AT_MOST {
+            return Err(corrupt(format!("`{path}` is {} bytes", entry.size())));
+        }
+        let mut bytes = Vec::with_capacity(entry.size() as usize);
+        entry.read_to_end(&mut bytes).map_err(|e| corrupt(format!("`{path}` is cut short ({e})")))?;
+        door.write(Path::new(&path), &bytes, None, false).map_err(|e| corrupt(format!("`{path}`: {e}")))?;
+    }
+    check_repo_refs(&repo_dir, &repo_refs, &agents, &manifest, &corrupt)?;
+    if let Some((name, _)) = project_refs.iter().find(|(n, _)| !n.starts_with("refs/heads/")) {
         return Err(corrupt(format!("its project.bundle holds `{name}`, which is not a branch")));
     }
-    for (dir, refs) in [(&repo_dir, &repo_read.refs), (&project_dir, &project_read.refs)] {
+    for (dir, refs) in [(&repo_dir, &repo_refs), (&project_dir, &project_refs)] {
         for (name, oid) in refs.iter() {
             if let Some(missing) = bundle::missing_below(dir, *oid)? {
                 return Err(corrupt(format!("`{name}` reaches object {missing}, which it does not hold")));
@@ -431,60 +479,39 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
             )));
         }
     }
-    let door = Beneath::open(root).map_err(|e| corrupt(e.to_string()))?;
-    for (path, bytes) in &files {
-        door.write(Path::new(path), bytes, None, false).map_err(|e| corrupt(format!("`{path}`: {e}")))?;
-    }
     rebase_lineages(&ws, &manifest.lineages, mine, &corrupt)?;
     Ok(manifest)
 }
 
-/// The parts of the bundle `file`, each checked as it is read: its manifest, its two
-/// git bundles, and the other files (records and messages) by path.
-type Parts = (Manifest, Vec<(&'static str, Vec<u8>)>, Vec<(String, Vec<u8>)>);
-
-fn read_archive(file: &Path) -> Result<Parts> {
-    let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason: reason.into() };
-    let opened = std::fs::File::open(file).map_err(io(file))?;
-    let mut archive = tar::Archive::new(std::io::BufReader::new(opened));
-    let mut manifest: Option<Manifest> = None;
-    let mut bundles: Vec<(&'static str, Vec<u8>)> = Vec::new();
-    let mut files: Vec<(String, Vec<u8>)> = Vec::new();
-    let mut names = BTreeSet::new();
-    for entry in archive.entries().map_err(|e| corrupt(format!("not a tar archive ({e})")))? {
-        let mut entry = entry.map_err(|e| corrupt(format!("an entry cannot be read ({e})")))?;
-        let path = entry.path().map_err(|e| corrupt(format!("an entry's name cannot be read ({e})")))?;
-        let path = path.to_string_lossy().into_owned();
-        if entry.header().entry_type() != tar::EntryType::Regular {
-            return Err(corrupt(format!("`{path}` is not a regular file")));
-        }
-        if entry.size() > FILE_AT_MOST && path != "repo.bundle" && path != "project.bundle" {
-            return Err(corrupt(format!("`{path}` is {} bytes", entry.size())));
-        }
-        if !names.insert(path.clone()) {
-            return Err(corrupt(format!("it holds `{path}` twice")));
-        }
-        let mut bytes = Vec::with_capacity(entry.size().min(FILE_AT_MOST) as usize);
-        entry.read_to_end(&mut bytes).map_err(|e| corrupt(format!("`{path}` is cut short ({e})")))?;
-        match path.as_str() {
-            "manifest.json" => {
-                let read: Manifest = serde_json::from_slice(&bytes)
-                    .map_err(|e| corrupt(format!("its manifest.json does not read ({e})")))?;
-                if read.format != FORMAT || read.version != VERSION {
-                    return Err(corrupt(format!(
-                        "its manifest says {} version {}; this offshoot reads {FORMAT} version {VERSION}",
-                        read.format, read.version
-                    )));
-                }
-                manifest = Some(read);
-            }
-            "repo.bundle" => bundles.push(("repo.bundle", bytes)),
-            "project.bundle" => bundles.push(("project.bundle", bytes)),
-            _ => files.push((path, bytes)),
-        }
+/// A bundle's manifest, read from `entry` (at most [`MANIFEST_AT_MOST`] bytes) and of a
+/// format this offshoot reads; else what is wrong.
+fn read_manifest(entry: &mut impl Read) -> std::result::Result<Manifest, String> {
+    let mut bytes = Vec::new();
+    entry
+        .take(MANIFEST_AT_MOST + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("its manifest.json is cut short ({e})"))?;
+    if bytes.len() as u64 > MANIFEST_AT_MOST {
+        return Err(format!("its manifest.json is over {MANIFEST_AT_MOST} bytes"));
     }
-    let manifest = manifest.ok_or_else(|| corrupt("it has no manifest.json".into()))?;
-    Ok((manifest, bundles, files))
+    let read: Manifest =
+        serde_json::from_slice(&bytes).map_err(|e| format!("its manifest.json does not read ({e})"))?;
+    if read.format != FORMAT || read.version != VERSION {
+        return Err(format!(
+            "its manifest says {} version {}; this offshoot reads {FORMAT} version {VERSION}",
+            read.format, read.version
+        ));
+    }
+    Ok(read)
+}
+
+/// Whether `path` of a bundle is a step record or an inbox message of one of `agents`.
+fn is_record_or_message(path: &str, agents: &[AgentId]) -> bool {
+    let mut parts = path.split('/');
+    let (kind, id) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let rest: Vec<&str> = parts.collect();
+    let plain = !rest.is_empty() && rest.iter().all(|p| !p.is_empty() && *p != "." && *p != "..");
+    matches!(kind, "steps" | "inbox") && agents.iter().any(|a| a.as_str() == id) && plain
 }
 
 /// Whether every ref of a bundle's `repo.bundle` is of an agent or lineage its manifest

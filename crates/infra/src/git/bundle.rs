@@ -3,7 +3,6 @@
 //! A bundle written here has no prerequisites: it holds every object its refs reach,
 //! so `git bundle verify` and `git clone` accept it on their own.
 
-use std::io::Write;
 use std::path::Path;
 
 use git2::{ObjectType, Oid, Repository};
@@ -99,51 +98,58 @@ pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// What a bundle holds: its refs, and its pack.
-pub struct Read<'a> {
-    pub refs: Vec<(String, Oid)>,
-    pub pack: &'a [u8],
-}
+/// The most a bundle's header (its list of refs) may take.
+const HEADER_AT_MOST: u64 = 64 << 20;
 
-/// Reads the header of `bytes`, a bundle; a prerequisite (a bundle that needs objects
-/// it does not hold) or anything not in the format is refused, saying what.
-pub fn read(bytes: &[u8]) -> std::result::Result<Read<'_>, String> {
-    let rest = bytes.strip_prefix(HEADER.as_bytes()).ok_or("it does not start as a v2 git bundle")?;
+/// Reads a bundle from `reader` into the repository at `git_dir` as it comes: its header
+/// (the refs it holds, at most [`HEADER_AT_MOST`] bytes), then its pack, streamed into
+/// the object store (indexed and checked whole by libgit2's pack writer), at most `max`
+/// bytes. No ref is written. A prerequisite (a bundle that needs objects it does not
+/// hold), a part over its size or anything not in the format is refused, saying what.
+pub fn unpack_from(git_dir: &Path, reader: impl std::io::Read, max: u64) -> Result<Vec<(String, Oid)>> {
+    use std::io::{BufRead, Read};
+    let bad = |why: String| GitError::NotABundle(why);
+    let io = |source| GitError::Io { path: git_dir.join("objects/pack"), source };
+    let mut reader = std::io::BufReader::new(reader.take(HEADER_AT_MOST.saturating_add(max)));
+    let mut header = (&mut reader).take(HEADER_AT_MOST);
+    let mut line = Vec::new();
+    header.read_until(b'\n', &mut line).map_err(io)?;
+    if line != HEADER.as_bytes() {
+        return Err(bad("it does not start as a v2 git bundle".into()));
+    }
     let mut refs = Vec::new();
-    let mut at = 0;
     loop {
-        let end = rest[at..].iter().position(|b| *b == b'\n').ok_or("its list of refs does not end")? + at;
-        let line = std::str::from_utf8(&rest[at..end]).map_err(|_| "a ref line is not text")?;
-        at = end + 1;
-        if line.is_empty() {
+        line.clear();
+        header.read_until(b'\n', &mut line).map_err(io)?;
+        let Some(text) = line.strip_suffix(b"\n") else {
+            return Err(bad(format!("its list of refs does not end within {HEADER_AT_MOST} bytes")));
+        };
+        let text = std::str::from_utf8(text).map_err(|_| bad("a ref line is not text".into()))?;
+        if text.is_empty() {
             break;
         }
-        if line.starts_with('-') {
-            return Err("it needs objects it does not hold (a prerequisite)".into());
+        if text.starts_with('-') {
+            return Err(bad("it needs objects it does not hold (a prerequisite)".into()));
         }
-        let (hex, name) = line.split_once(' ').ok_or_else(|| format!("ref line `{line}` is not `<id> <name>`"))?;
-        let oid = Oid::from_str(hex).map_err(|_| format!("ref line `{line}` has no object id"))?;
+        let (hex, name) = text.split_once(' ').ok_or_else(|| bad(format!("ref line `{text}` is not `<id> <name>`")))?;
+        let oid = Oid::from_str(hex).map_err(|_| bad(format!("ref line `{text}` has no object id")))?;
         if !name.starts_with("refs/") || !git2::Reference::is_valid_name(name) {
-            return Err(format!("`{name}` is not a ref name"));
+            return Err(bad(format!("`{name}` is not a ref name")));
         }
         refs.push((name.to_owned(), oid));
     }
-    let pack = &rest[at..];
-    if !pack.starts_with(b"PACK") {
-        return Err("no pack follows its refs".into());
+    if !reader.fill_buf().map_err(io)?.starts_with(b"PACK") {
+        return Err(bad("no pack follows its refs".into()));
     }
-    Ok(Read { refs, pack })
-}
-
-/// Puts `pack`'s objects into the repository at `git_dir` (indexed, checked whole by
-/// libgit2's pack writer); no ref is written.
-pub fn unpack(git_dir: &Path, pack: &[u8]) -> Result<()> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let odb = repo.odb().map_err(lib("open the object database"))?;
     let mut writer = odb.packwriter().map_err(lib("start reading a pack"))?;
-    writer.write_all(pack).map_err(|source| GitError::Io { path: git_dir.join("objects/pack"), source })?;
+    let copied = std::io::copy(&mut (&mut reader).take(max.saturating_add(1)), &mut writer).map_err(io)?;
+    if copied > max {
+        return Err(bad(format!("its pack is over {max} bytes")));
+    }
     writer.commit().map_err(lib("index the bundled pack"))?;
-    Ok(())
+    Ok(refs)
 }
 
 /// The first object `oid` reaches (itself included) that the repository at `git_dir`
@@ -241,28 +247,32 @@ mod tests {
 
         let to = base.join("to.git");
         Repository::init_bare(&to).expect("init");
-        let read_back = read(&bytes).expect("read");
-        assert_eq!(read_back.refs, refs);
-        unpack(&to, read_back.pack).expect("unpack");
+        let read_back = unpack_from(&to, &bytes[..], bytes.len() as u64).expect("unpack");
+        assert_eq!(read_back, refs);
         assert_eq!(missing_below(&to, second).expect("walk"), None);
         assert!(
             missing_below(&to, Oid::from_str("0123456789012345678901234567890123456789").expect("id"))
                 .expect("walk")
                 .is_some()
         );
-        set_refs(&to, &read_back.refs).expect("refs");
+        set_refs(&to, &read_back).expect("refs");
         let to = Repository::open_bare(&to).expect("open");
         assert_eq!(to.refname_to_id("refs/heads/agents/a").expect("ref"), second);
         assert_eq!(to.find_commit(second).expect("commit").parent_id(0).expect("parent"), first);
         assert_eq!(to.find_blob(mark).expect("mark").content(), b"a mark");
 
-        for (bad, said) in [
-            (&b"not a bundle"[..], "v2 git bundle"),
-            (&b"# v2 git bundle\n-0123456789012345678901234567890123456789 x\n\nPACK"[..], "prerequisite"),
-            (&b"# v2 git bundle\nzz refs/heads/x\n\nPACK"[..], "no object id"),
-            (&b"# v2 git bundle\n\nnot a pack"[..], "no pack"),
+        let pack_bytes = bytes.len() as u64 - bytes.windows(4).position(|w| w == b"PACK").expect("pack") as u64;
+        let other = base.join("other.git");
+        Repository::init_bare(&other).expect("init");
+        for (bad, max, said) in [
+            (&b"not a bundle"[..], 1 << 20, "v2 git bundle"),
+            (&b"# v2 git bundle\n-0123456789012345678901234567890123456789 x\n\nPACK"[..], 1 << 20, "prerequisite"),
+            (&b"# v2 git bundle\nzz refs/heads/x\n\nPACK"[..], 1 << 20, "no object id"),
+            (&b"# v2 git bundle\n\nnot a pack"[..], 1 << 20, "no pack"),
+            (&b"# v2 git bundle\nunended"[..], 1 << 20, "does not end"),
+            (&bytes[..], pack_bytes - 1, "over"),
         ] {
-            let err = read(bad).err().unwrap_or_default();
+            let err = unpack_from(&other, bad, max).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(err.contains(said), "{err}");
         }
         let _ = std::fs::remove_dir_all(&base);

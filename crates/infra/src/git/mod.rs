@@ -62,6 +62,8 @@ pub enum GitError {
     Outside { path: String, dir: String },
     #[error(transparent)]
     Door(#[from] crate::door::DoorError),
+    #[error("{0}")]
+    NotABundle(String),
     #[error("commit {commit} holds `{path}`, which git refuses ({why}); nothing of it was sent")]
     RefusedPath { commit: String, path: String, why: &'static str },
 }
