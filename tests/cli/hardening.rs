@@ -281,3 +281,68 @@ fn an_oversized_bundle_is_refused_part_by_part_and_leaves_nothing() {
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 }
+
+#[test]
+fn an_eval_agent_cannot_read_the_suite_and_its_check_still_reads_its_task() {
+    let server = crate::support::server::Server::start();
+    let mut t = TestWorkspace::new("harden-eval");
+    t.env("ANTHROPIC_API_KEY", "test-key");
+    let suite = t.root.join("suite");
+    let task = suite.join("guess");
+    std::fs::create_dir_all(&task).expect("task");
+    std::fs::write(task.join("prompt.md"), "GUESS-TASK: write the answer into answer.txt").expect("prompt");
+    // The check keeps its answer beside it, as many checks do.
+    std::fs::write(task.join("expected.txt"), "42-THE-ANSWER\n").expect("expected");
+    let check = task.join("check");
+    std::fs::write(&check, "#!/bin/sh\ncmp -s \"$(dirname \"$0\")/expected.txt\" answer.txt\n").expect("check");
+    std::fs::set_permissions(&check, std::os::unix::fs::PermissionsExt::from_mode(0o755)).expect("chmod");
+    // The agent looks for the answer in the suite, by its path and by `..`.
+    let cheat = format!(
+        "cat '{}' > answer.txt 2>/dev/null; cat ../../../suite/guess/expected.txt >> answer.txt 2>/dev/null; \
+         find / -name expected.txt -path '*guess*' 2>/dev/null | head -1 | xargs -r cat >> answer.txt; true",
+        task.join("expected.txt").display()
+    );
+    server.respond_with(move |request| match request.contains("\"tool_result\"") {
+        true => Turn::text("done"),
+        false => Turn::bash("c1", &cheat),
+    });
+    let config = t.root.join("eval.toml");
+    std::fs::write(&config, format!("[providers.anthropic]\nbase_url = \"{}\"\n", server.url())).expect("config");
+    let out = t.root.join("report.json");
+    let run = t.run_bare(&[
+        "eval",
+        "run",
+        "--suite",
+        suite.to_str().expect("utf-8"),
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--out",
+        out.to_str().expect("utf-8"),
+    ]);
+    run.ok();
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
+    // A fail, not a pass: the agent found no answer; and not an error: the check ran and
+    // read its own task.
+    assert_eq!(report["runs"][0]["outcome"], "fail", "{}", report["runs"]);
+    assert_eq!(report["tasks"]["guess"]["passed"], 0, "{}", report["runs"]);
+
+    // A model that does the work passes: the check reads its expected answer.
+    server.respond_with(|request| match request.contains("\"tool_result\"") {
+        true => Turn::text("done"),
+        false => Turn::bash("c1", "echo 42-THE-ANSWER > answer.txt"),
+    });
+    let out = t.root.join("honest.json");
+    t.run_bare(&[
+        "eval",
+        "run",
+        "--suite",
+        suite.to_str().expect("utf-8"),
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--out",
+        out.to_str().expect("utf-8"),
+    ])
+    .ok();
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
+    assert_eq!(report["runs"][0]["outcome"], "pass", "{}", report["runs"]);
+}

@@ -155,6 +155,7 @@ pub(crate) fn commands_for(
     helper: &std::path::Path,
     vars: &Env,
     others: Option<&std::path::Path>,
+    also_read: &[PathBuf],
 ) -> Result<infra::tools::Commands, Cause> {
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or("the agent has no branch")?;
     let facts = snapshot::read_facts(&ws.repo, tip)?;
@@ -166,7 +167,10 @@ pub(crate) fn commands_for(
     let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: others.as_deref() };
     let tools = agent_tools(&site, &ws.repo, &facts, &config, vars).ok_or("its role cannot be read")?;
     let sandbox = match tools.confinement {
-        Some(c) => Some(std::sync::Arc::new(jail(&c, helper, vars)?)),
+        Some(mut c) => {
+            c.read.extend(also_read.iter().cloned());
+            Some(std::sync::Arc::new(jail(&c, helper, vars)?))
+        }
         None => None,
     };
     Ok(infra::tools::Commands { sandbox, ..tools.commands })

@@ -227,6 +227,27 @@ pub struct RunReport {
     pub(crate) bundle: Option<PathBuf>,
 }
 
+/// `files` with `path` among the paths its tools never read (`tool_env.hidden_paths`,
+/// the default stores kept when the config lists none).
+fn hide(files: &mut ConfigFiles, path: &Path) -> std::result::Result<(), String> {
+    let file = domain::config::FILE;
+    let Some((_, bytes)) = files.iter_mut().find(|(p, _)| p == file) else { return Ok(()) };
+    let mut doc: toml_edit::DocumentMut =
+        String::from_utf8_lossy(bytes).parse().map_err(|e| format!("does not read as TOML: {e}"))?;
+    let table = doc
+        .entry("tool_env")
+        .or_insert_with(toml_edit::table)
+        .as_table_like_mut()
+        .ok_or("`tool_env` is not a table")?;
+    let hidden = table.entry("hidden_paths").or_insert_with(|| {
+        toml_edit::value(domain::config::HIDDEN_PATHS.iter().copied().collect::<toml_edit::Array>())
+    });
+    let list = hidden.as_array_mut().ok_or("`tool_env.hidden_paths` is not a list")?;
+    list.push(path.display().to_string());
+    *bytes = doc.to_string().into_bytes();
+    Ok(())
+}
+
 /// `eval run`, resolved: what to run and where everything goes.
 pub struct Suite<'a> {
     pub suite: &'a Path,
@@ -288,7 +309,11 @@ pub fn run_suite(s: &Suite, stopper: &Stopper, on_run: &(dyn Fn(&RunReport) + Sy
         return Err(EvalError::NoRuns);
     }
     let tasks = load_suite(s.suite)?;
-    let files = run_config(s.template, s.configs)?;
+    let mut files = run_config(s.template, s.configs)?;
+    // No run's agent reads the suite (its checks, other tasks' answers): its commands and
+    // file tools have it hidden, as the user's credential stores are.
+    let suite = std::fs::canonicalize(s.suite).map_err(|source| EvalError::Io { path: s.suite.to_owned(), source })?;
+    hide(&mut files, &suite).map_err(|reason| EvalError::Config { path: s.suite.to_owned(), reason: reason.into() })?;
     if std::fs::symlink_metadata(s.report).is_ok() {
         return Err(EvalError::ReportExists(s.report.to_owned()));
     }

@@ -264,11 +264,49 @@ fn bundle_failure(
 /// Runs `task`'s check in agent `id`'s directory, in the agent's sandbox, as its bash
 /// would; whether it exited 0, and what it said.
 fn check(plan: &Plan, ws: &Workspace, id: &AgentId, task: &Task) -> std::result::Result<(bool, String), Cause> {
-    let commands = crate::agents::containment::commands_for(ws, id, plan.exe, plan.env, Some(plan.hidden))?;
+    // The check runs from a copy of its task, made now the agent is done, where no
+    // agent of this eval reads (beside the runs' workspaces); its jail reads the copy.
+    let task_dir = task.check.parent().ok_or("the check has no directory")?;
+    let copy = plan
+        .workspaces
+        .join(format!("{}.task", ws.layout.root().file_name().map(|n| n.to_string_lossy()).unwrap_or_default()));
+    let _ = std::fs::remove_dir_all(&copy);
+    copy_tree(task_dir, &copy).map_err(|e| format!("cannot copy the task for its check: {e}"))?;
+    let copy = std::fs::canonicalize(&copy)?;
+    let checked = check_from(plan, ws, id, task, &copy);
+    let _ = std::fs::remove_dir_all(&copy);
+    checked
+}
+
+/// `from` (a directory) copied to `to`, following links: the files the user's suite holds.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if std::fs::metadata(&source)?.is_dir() {
+            copy_tree(&source, &target)?;
+        } else {
+            std::fs::copy(&source, &target)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_from(
+    plan: &Plan,
+    ws: &Workspace,
+    id: &AgentId,
+    task: &Task,
+    copy: &Path,
+) -> std::result::Result<(bool, String), Cause> {
+    let commands =
+        crate::agents::containment::commands_for(ws, id, plan.exe, plan.env, Some(plan.hidden), &[copy.to_owned()])?;
+    let check = copy.join(task.check.file_name().ok_or("the check has no name")?);
     let own = std::fs::canonicalize(ws.layout.worktree(id)).map_err(|e| format!("the agent's directory: {e}"))?;
     let env = infra::tools::ToolEnv { cwd: own.clone(), root: own, commands, record: None, paths: None };
     let bash = crate::step::tools::handler("bash").ok_or("no bash tool")?;
-    let quoted = format!("'{}'", task.check.display().to_string().replace('\'', "'\\''"));
+    let quoted = format!("'{}'", check.display().to_string().replace('\'', "'\\''"));
     let output = bash
         .run(
             &crate::step::tools::ToolContext { env, agent: None, key: None },
