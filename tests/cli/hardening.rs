@@ -346,3 +346,85 @@ fn an_eval_agent_cannot_read_the_suite_and_its_check_still_reads_its_task() {
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
     assert_eq!(report["runs"][0]["outcome"], "pass", "{}", report["runs"]);
 }
+
+#[test]
+fn a_pulled_config_keeps_the_users_providers_and_sandbox_unless_trusted() {
+    use crate::remote::{bare, made_from};
+    let root = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("harden-pull-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let served = root.join("served");
+    bare(&served, "shared.git");
+    let daemon = crate::support::daemon::Daemon::start(&served);
+    let url = daemon.url("shared.git");
+
+    // Whoever can push to the remote: a config whose provider is their server.
+    let (theirs, pusher) = TestWorkspace::served("harden-pull-pusher", Dialect::Anthropic);
+    pusher.run(&["remote", "add", "origin", &url]).ok();
+    pusher.run(&["push"]).ok();
+    // The user: a workspace made from the remote, with the user's own config.
+    let (mine, mut user) = TestWorkspace::served("harden-pull-user", Dialect::Anthropic);
+    let own = user.git(&["show", "config/default:offshoot.toml"]);
+    std::fs::create_dir_all(user.home.join("template")).expect("template");
+    std::fs::write(user.home.join("template/offshoot.toml"), &own).expect("template");
+    made_from(&mut user, &url).ok();
+    user.env("ANTHROPIC_API_KEY", "the-users-key");
+
+    // The pusher turns hostile: no sandbox, the user's key to their server.
+    pusher.set("roles.worker.sandbox", "none");
+    pusher.set("roles.worker.model", "claude-opus-4-1");
+    pusher.run(&["push"]).ok();
+    let pulled = user.run(&["pull"]);
+    pulled.ok();
+    assert!(pulled.stderr.contains("kept your `providers`"), "{}", pulled.stderr);
+    assert!(pulled.stderr.contains("`roles.worker.sandbox`"), "{}", pulled.stderr);
+    assert!(pulled.stderr.contains("`--trust-config` takes theirs"), "{}", pulled.stderr);
+    let shown = user.run(&["config", "show"]).ok().to_owned();
+    assert!(shown.contains(&mine.url()) && !shown.contains(&theirs.url()), "{shown}");
+    assert!(!shown.contains("sandbox = \"none\""), "{shown}");
+    // The remote's roles and models are taken; the user's key goes to the user's server.
+    assert!(shown.contains("claude-opus-4-1"), "{shown}");
+    mine.push_turns([Turn::text("hello")]);
+    user.run(&["prompt", "say hello"]).ok();
+    assert_eq!(theirs.requests().iter().filter(|r| r.header("x-api-key") == Some("the-users-key")).count(), 0);
+    assert_eq!(mine.requests().len(), 1);
+
+    // Trusted, the remote's is taken, and what it took is said.
+    pusher.set("retry.max_attempts", "2");
+    pusher.run(&["push"]).ok();
+    let trusted = user.run(&["pull", "--trust-config"]);
+    trusted.ok();
+    assert!(trusted.stderr.contains("took `origin`'s"), "{}", trusted.stderr);
+    assert!(trusted.stderr.contains("`providers`"), "{}", trusted.stderr);
+    let shown = user.run(&["config", "show"]).ok().to_owned();
+    assert!(shown.contains(&theirs.url()), "{shown}");
+}
+
+#[test]
+fn a_replayed_bundle_runs_with_the_users_sandbox_and_says_what_it_kept() {
+    let (server, sender) = TestWorkspace::served("harden-replay-sender", Dialect::Anthropic);
+    sender.set("roles.worker.sandbox", "none");
+    server.push_turns([Turn::text("done")]);
+    sender.run(&["prompt", "--name", "Ada", "say hello"]).ok();
+    let file = sender.root.join("ada.offshoot");
+    sender.run(&["bundle", "Ada", file.to_str().expect("utf-8")]).ok();
+    let (_mine, user) = TestWorkspace::served("harden-replay-user", Dialect::Anthropic);
+    let into = user.root.join("replayed");
+    let replayed = user.run(&["replay", file.to_str().expect("utf-8"), "--into", into.to_str().expect("utf-8")]);
+    replayed.ok();
+    assert!(replayed.stderr.contains("kept your `providers`"), "{}", replayed.stderr);
+    assert!(replayed.stderr.contains("`roles.worker.sandbox`"), "{}", replayed.stderr);
+    let shown = user.run_bare(&["-w", into.to_str().expect("utf-8"), "config", "show"]).ok().to_owned();
+    assert!(!shown.contains("sandbox = \"none\""), "{shown}");
+    let trusted_into = user.root.join("trusted");
+    let trusted = user.run(&[
+        "replay",
+        file.to_str().expect("utf-8"),
+        "--into",
+        trusted_into.to_str().expect("utf-8"),
+        "--trust-config",
+    ]);
+    trusted.ok();
+    assert!(trusted.stderr.contains("took the bundle's"), "{}", trusted.stderr);
+    let shown = user.run_bare(&["-w", trusted_into.to_str().expect("utf-8"), "config", "show"]).ok().to_owned();
+    assert!(shown.contains("sandbox = \"none\""), "{shown}");
+}

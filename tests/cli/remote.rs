@@ -121,6 +121,15 @@ pub(crate) fn bare(served: &Path, name: &str) {
     git(&served.join(name), &["config", "core.logAllRefUpdates", "always"]);
 }
 
+/// [`made_from`] by a user whose own config (its template) is `like`'s: its providers
+/// (the scripted server) are this user's, as a pull keeps them.
+pub(crate) fn made_like(t: &mut TestWorkspace, url: &str, like: &TestWorkspace) -> crate::support::workspace::Run {
+    let template = t.home.join("template");
+    std::fs::create_dir_all(&template).expect("template");
+    std::fs::write(template.join("offshoot.toml"), like.git(&["show", "config/default:offshoot.toml"])).expect("write");
+    made_from(t, url)
+}
+
 /// A workspace made by `new --from url` in place of `t`'s own.
 pub(crate) fn made_from(t: &mut TestWorkspace, url: &str) -> crate::support::workspace::Run {
     std::fs::remove_dir_all(&t.ws).expect("remove the workspace new made");
@@ -192,7 +201,7 @@ fn agents_pushed_from_one_workspace_read_the_same_in_another_and_move_only_forwa
 
     // Another machine's workspace, made from the remote: the agent reads the same there.
     let mut other = TestWorkspace::new("remote-other");
-    made_from(&mut other, &url).ok();
+    made_like(&mut other, &url, &laptop).ok();
     other.env("ANTHROPIC_API_KEY", "test-key");
     assert_eq!(described(&other), described(&laptop));
     for args in [vec!["log", "Solo"], vec!["show", "Solo", "--step", "1", "--request"], vec!["tree"]] {
@@ -344,12 +353,8 @@ pub(crate) fn machine_with(name: &str, url: &str, laptop: &TestWorkspace, env: &
     for (k, v) in env {
         w.env(k, v);
     }
-    made_from(&mut w, url).ok();
+    made_like(&mut w, url, laptop).ok();
     w.env("ANTHROPIC_API_KEY", "test-key");
-    let template = w.home.join("template");
-    std::fs::create_dir_all(&template).expect("template");
-    std::fs::write(template.join("offshoot.toml"), laptop.git(&["show", "config/default:offshoot.toml"]))
-        .expect("write");
     w
 }
 

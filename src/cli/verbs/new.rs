@@ -17,6 +17,10 @@ pub(crate) struct Args {
     /// inspect a fleet's agents from
     #[arg(long, value_name = "URL", conflicts_with = "project")]
     pub(crate) from: Option<String>,
+    /// With `--from`: run the remote's config lineages as pushed, its providers, MCP
+    /// servers, tool environment and sandbox included (by default those are yours)
+    #[arg(long, requires = "from")]
+    pub(crate) trust_config: bool,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -24,7 +28,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         args.path.clone().or_else(|| ctx.explicit_workspace().cloned()).unwrap_or_else(|| ctx.default_workspace());
     let path = crate::cli::ctx::real(path);
     if let Some(url) = &args.from {
-        return from_remote(ctx, &path, url);
+        return from_remote(ctx, &path, url, args.trust_config);
     }
     let ws = match &args.project {
         Some(dir) => {
@@ -45,7 +49,8 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 
 /// `new --from <url>`: a workspace holding what the remote holds, refused with nothing
 /// left behind when the remote cannot be read or holds no config lineage.
-fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliError> {
+fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str, trust: bool) -> Result<(), CliError> {
+    let template = ctx.template_config()?;
     if let Some(problem) = super::remote::url_problem(url) {
         return Err(CliError::usage(format!("remote URL `{url}` {problem}")));
     }
@@ -66,7 +71,8 @@ fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliEr
         let git = |e: infra::git::GitError| CliError::runtime_from(e);
         ws.repo.add_remote("origin", url).map_err(git)?;
         let remote = engine::fleet::remote::Remote { name: "origin".into(), url: url.to_owned() };
-        let pulled = engine::fleet::remote::pull(&ws, &remote, true).map_err(super::sync::error)?;
+        let config = engine::fleet::remote::ConfigFrom { template: &template, trust };
+        let pulled = engine::fleet::remote::pull(&ws, &remote, true, config).map_err(super::sync::error)?;
         if ws.repo.branches("config/").map_err(git)?.is_empty() {
             return Err(CliError::runtime(format!("`{url}` holds no config lineage: nothing could run here"))
                 .hint("`offshoot push` from a workspace sends its config lineages with its agents"));
@@ -80,7 +86,7 @@ fn from_remote(ctx: &Ctx, path: &std::path::Path, url: &str) -> Result<(), CliEr
             return Err(e);
         }
     };
-    super::sync::report_pulled(ctx, "origin", &pulled);
+    super::sync::report_pulled(ctx, "origin", &pulled, trust);
     if ctx.out.json {
         ctx.out.event(&serde_json::json!({"workspace": ws.layout.root().display().to_string()}));
         return Ok(());

@@ -15,6 +15,11 @@ pub(crate) struct Args {
     /// `workspaces/`, named after the bundle)
     #[arg(long, value_name = "DIR")]
     pub(crate) into: Option<PathBuf>,
+    /// Run the bundle's config lineages as they were bundled, their providers, MCP
+    /// servers, tool environment and sandbox included (by default those are yours, and
+    /// what differed is said)
+    #[arg(long)]
+    pub(crate) trust_config: bool,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -26,14 +31,18 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         None => fresh_place(ctx, &args.file),
     };
     let mine = ctx.template_config()?;
-    let replayed = bundle::replay(&args.file, &dest, &mine).map_err(super::bundle::error)?;
+    let replayed = bundle::replay(&args.file, &dest, &mine, args.trust_config).map_err(super::bundle::error)?;
     let m = &replayed.manifest;
     let root = replayed.workspace.layout.root().to_owned();
     if ctx.out.json {
+        let said = if args.trust_config { "config_taken" } else { "config_kept" };
+        let config: Vec<serde_json::Value> =
+            replayed.config.iter().map(|(l, keys)| json!({"lineage": l, "settings": keys})).collect();
         ctx.out.event(&json!({"type": "replayed", "workspace": root, "agent": m.agent, "agents": m.agents,
-            "lineages": m.lineages, "made_by": m.made_by}));
+            "lineages": m.lineages, "made_by": m.made_by, said: config}));
         return Ok(());
     }
+    super::sync::say_config(ctx, "the bundle", &replayed.config, args.trust_config);
     ctx.out.line(&root.display().to_string());
     // The bundle's words are someone else's: no control characters reach the terminal.
     let made_by: String = m.made_by.chars().filter(|c| !c.is_control()).take(80).collect();

@@ -24,6 +24,11 @@ pub(crate) struct PullArgs {
     /// How long `--follow` waits between pulls, in milliseconds
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000), requires = "follow")]
     pub(crate) every_ms: u64,
+    /// Run the remote's config lineages as pushed, its providers, MCP servers, tool
+    /// environment and sandbox included (by default those stay yours, and what differed
+    /// is said)
+    #[arg(long)]
+    pub(crate) trust_config: bool,
 }
 
 pub(crate) fn error(e: RemoteError) -> CliError {
@@ -70,9 +75,11 @@ pub(crate) fn push(ctx: &Ctx, args: &PushArgs) -> Result<(), CliError> {
 pub(crate) fn pull(ctx: &Ctx, args: &PullArgs) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
     let remote = remote::resolve(&ws, args.remote.as_deref()).map_err(error)?;
+    let template = ctx.template_config()?;
+    let config = remote::ConfigFrom { template: &template, trust: args.trust_config };
     if !args.follow {
-        let pulled = remote::pull(&ws, &remote, false).map_err(error)?;
-        report_pulled(ctx, &remote.name, &pulled);
+        let pulled = remote::pull(&ws, &remote, false, config).map_err(error)?;
+        report_pulled(ctx, &remote.name, &pulled, args.trust_config);
         return Ok(());
     }
     let stopping = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -84,12 +91,12 @@ pub(crate) fn pull(ctx: &Ctx, args: &PullArgs) -> Result<(), CliError> {
     let mut trouble: Option<String> = None;
     while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
         let started = std::time::Instant::now();
-        match remote::pull(&ws, &remote, false) {
+        match remote::pull(&ws, &remote, false, config) {
             Ok(pulled) => {
                 trouble = None;
                 // Only what changed is said.
                 if !pulled.agents.is_empty() || !pulled.lineages.is_empty() || pulled.records > 0 {
-                    report_pulled(ctx, &remote.name, &pulled);
+                    report_pulled(ctx, &remote.name, &pulled, args.trust_config);
                 }
             }
             // Out of reach for a while: said once, tried again.
@@ -108,13 +115,32 @@ pub(crate) fn pull(ctx: &Ctx, args: &PullArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-pub(crate) fn report_pulled(ctx: &Ctx, remote: &str, pulled: &remote::Pulled) {
+/// Per config lineage taken from `from`, the settings where it differed from the user's:
+/// kept as the user's, or (`trusted`) taken as `from`'s.
+pub(crate) fn say_config(ctx: &Ctx, from: &str, config: &[(String, Vec<String>)], trusted: bool) {
+    for (lineage, keys) in config.iter().filter(|(_, k)| !k.is_empty()) {
+        let keys = keys.iter().map(|k| format!("`{k}`")).collect::<Vec<_>>().join(", ");
+        ctx.out.progress(&match trusted {
+            true => format!("· config lineage `{lineage}`: took {from}'s {keys} over yours (--trust-config)"),
+            false => format!(
+                "· config lineage `{lineage}`: kept your {keys}, which {from} has otherwise (`--trust-config` takes theirs)"
+            ),
+        });
+    }
+}
+
+pub(crate) fn report_pulled(ctx: &Ctx, remote: &str, pulled: &remote::Pulled, trusted: bool) {
+    let config: Vec<serde_json::Value> =
+        pulled.config.iter().map(|(l, keys)| json!({"lineage": l, "settings": keys})).collect();
     if ctx.out.json {
+        let said = if trusted { "config_taken" } else { "config_kept" };
         ctx.out.event(&json!({"type": "pulled", "remote": remote, "agents": pulled.agents,
             "lineages": pulled.lineages, "records": pulled.records,
-            "kept": pulled.kept.iter().map(|(r, w)| json!({"ref": r, "why": w})).collect::<Vec<_>>()}));
+            "kept": pulled.kept.iter().map(|(r, w)| json!({"ref": r, "why": w})).collect::<Vec<_>>(),
+            said: config}));
         return;
     }
+    say_config(ctx, &format!("`{remote}`"), &pulled.config, trusted);
     ctx.out.progress(&format!(
         "· from `{remote}`: {} agents and {} config lineages new or moved on, {} step records",
         pulled.agents.len(),

@@ -293,6 +293,9 @@ fn walk_files(path: &Path, shown: &str, files: &mut Vec<(String, Vec<u8>)>) -> R
 pub struct Replayed {
     pub manifest: Manifest,
     pub workspace: Workspace,
+    /// Per lineage, the settings where the bundle's differed from this user's: kept as
+    /// this user's, or (trusted) taken as the bundle's.
+    pub config: Vec<(String, Vec<String>)>,
 }
 
 /// The settings a replayed config takes from the config of the one who replays it
@@ -305,10 +308,38 @@ pub struct Replayed {
 /// have takes the provider and model of `mine`'s role of that name, else of its worker
 /// (and without either, the replay is refused); a role's `mcp_servers` keeps only
 /// servers `mine` has. The rest — roles, models, souls, skills — is the bundle's.
+/// The settings of a role that are its confinement: always this user's.
+const SANDBOX_KEYS: [&str; 6] = ["sandbox", "network", "write_paths", "read_paths", "max_processes", "max_file_bytes"];
+
+/// The settings this user keeps whole when a config comes from elsewhere.
+const KEPT_TABLES: [&str; 6] = ["providers", "mcp_servers", "tool_env", "budgets", "prices", "retry"];
+
+/// Where the config `theirs` and `other` differ among the settings a rebase keeps (as
+/// `providers`, `roles.worker.sandbox`): what a rebase kept of this user's, or what
+/// trusting `theirs` takes over.
+pub(crate) fn config_differences(theirs: &str, other: &str) -> Vec<String> {
+    let (Ok(theirs), Ok(other)) = (theirs.parse::<toml::Table>(), other.parse::<toml::Table>()) else {
+        return vec!["the whole config".into()];
+    };
+    let mut differ: Vec<String> =
+        KEPT_TABLES.iter().filter(|k| theirs.get(**k) != other.get(**k)).map(|k| (*k).to_owned()).collect();
+    let roles = |t: &toml::Table| t.get("roles").and_then(|r| r.as_table()).cloned().unwrap_or_default();
+    let (their_roles, other_roles) = (roles(&theirs), roles(&other));
+    for (name, role) in &their_roles {
+        for key in SANDBOX_KEYS.iter().chain(&["provider", "model", "mcp_servers"]) {
+            let other_value = other_roles.get(name).and_then(|r| r.get(*key));
+            if role.get(*key) != other_value {
+                differ.push(format!("roles.{name}.{key}"));
+            }
+        }
+    }
+    differ
+}
+
 pub(crate) fn rebase_config(theirs: &str, mine: &str) -> std::result::Result<String, String> {
     let mut doc: toml_edit::DocumentMut = theirs.parse().map_err(|e| format!("the bundled config: {e}"))?;
     let mine: toml_edit::DocumentMut = mine.parse().map_err(|e| format!("your config template: {e}"))?;
-    for key in ["providers", "mcp_servers", "tool_env", "budgets", "prices", "retry"] {
+    for key in KEPT_TABLES {
         match mine.get(key) {
             Some(item) => doc.insert(key, item.clone()),
             None => doc.remove(key),
@@ -326,7 +357,7 @@ pub(crate) fn rebase_config(theirs: &str, mine: &str) -> std::result::Result<Str
         for (name, role) in roles.iter_mut() {
             let Some(role) = role.as_table_like_mut() else { continue };
             let my_role = mine_roles.and_then(|r| r.get(&name)).and_then(|r| r.as_table_like());
-            for key in ["sandbox", "network", "write_paths", "max_processes", "max_file_bytes"] {
+            for key in SANDBOX_KEYS {
                 match my_role.and_then(|r| r.get(key)) {
                     Some(value) => role.insert(key, value.clone()),
                     None => role.remove(key),
@@ -356,7 +387,7 @@ pub(crate) fn rebase_config(theirs: &str, mine: &str) -> std::result::Result<Str
 
 /// Makes a new workspace at `dest` (which must not exist) from the bundle `file`; each
 /// bundled lineage gets a last commit with [`rebase_config`] over `mine`.
-pub fn replay(file: &Path, dest: &Path, mine: &str) -> Result<Replayed> {
+pub fn replay(file: &Path, dest: &Path, mine: &str, trust: bool) -> Result<Replayed> {
     if std::fs::symlink_metadata(dest).is_ok() {
         return Err(BundleError::Exists(dest.to_owned()));
     }
@@ -367,9 +398,9 @@ pub fn replay(file: &Path, dest: &Path, mine: &str) -> Result<Replayed> {
     crate::sweep_left_by_dead(parent, |n| crate::pid_after(n, ".", PARTIAL));
     let staging = parent.join(format!(".{name}{PARTIAL}{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&staging);
-    let made = fill(file, &staging, mine).and_then(|manifest| {
+    let made = fill(file, &staging, mine, trust).and_then(|(manifest, config)| {
         std::fs::rename(&staging, dest).map_err(io(dest))?;
-        Ok(Replayed { manifest, workspace: Workspace::open(dest)? })
+        Ok(Replayed { manifest, workspace: Workspace::open(dest)?, config })
     });
     if made.is_err() {
         let _ = std::fs::remove_dir_all(&staging);
@@ -381,7 +412,7 @@ pub fn replay(file: &Path, dest: &Path, mine: &str) -> Result<Replayed> {
 /// time, each within its size); its manifest. The parts must come in the order
 /// `bundle` writes them: the manifest, `repo.bundle`, `project.bundle`, then records
 /// and messages.
-fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
+fn fill(file: &Path, root: &Path, mine: &str, trust: bool) -> Result<(Manifest, Vec<(String, Vec<String>)>)> {
     let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason: reason.into() };
     let opened = std::fs::File::open(file).map_err(io(file))?;
     let mut archive = tar::Archive::new(std::io::BufReader::new(opened));
@@ -479,8 +510,8 @@ fn fill(file: &Path, root: &Path, mine: &str) -> Result<Manifest> {
             )));
         }
     }
-    rebase_lineages(&ws, &manifest.lineages, mine, &corrupt)?;
-    Ok(manifest)
+    let config = rebase_lineages(&ws, &manifest.lineages, mine, trust, &corrupt)?;
+    Ok((manifest, config))
 }
 
 /// A bundle's manifest, read from `entry` (at most [`MANIFEST_AT_MOST`] bytes) and of a
@@ -554,14 +585,24 @@ fn rebase_lineages(
     ws: &Workspace,
     lineages: &[String],
     mine: &str,
+    trust: bool,
     corrupt: &dyn Fn(String) -> BundleError,
-) -> Result<()> {
+) -> Result<Vec<(String, Vec<String>)>> {
+    let mut differ = Vec::new();
     for lineage in lineages {
         let tip = ws.config_tip(lineage).map_err(|e| corrupt(format!("config lineage `{lineage}`: {e}")))?;
         ws.config_at(tip).map_err(|e| corrupt(format!("config lineage `{lineage}`: {e}")))?;
-        let theirs = ws.repo.read_file(tip, domain::config::FILE)?.unwrap_or_default();
-        let rebased = rebase_config(&String::from_utf8_lossy(&theirs), mine)
-            .map_err(|e| corrupt(format!("config lineage `{lineage}`: {e}")))?;
+        let theirs =
+            String::from_utf8_lossy(&ws.repo.read_file(tip, domain::config::FILE)?.unwrap_or_default()).into_owned();
+        let rebased = rebase_config(&theirs, mine);
+        if trust {
+            // Trusted, the bundle's stays: what it takes over this user's is said.
+            let yours = rebased.unwrap_or_else(|_| mine.to_owned());
+            differ.push((lineage.clone(), config_differences(&theirs, &yours)));
+            continue;
+        }
+        let rebased = rebased.map_err(|e| corrupt(format!("config lineage `{lineage}`: {e}")))?;
+        differ.push((lineage.clone(), config_differences(&theirs, &rebased)));
         let changes = vec![(domain::config::FILE.to_owned(), rebased.into_bytes())];
         ws.commit_config(
             lineage,
@@ -570,7 +611,7 @@ fn rebase_lineages(
         )
         .map_err(|e| corrupt(format!("config lineage `{lineage}` with your providers and sandbox: {e}")))?;
     }
-    Ok(())
+    Ok(differ)
 }
 
 #[cfg(test)]

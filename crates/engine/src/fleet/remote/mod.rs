@@ -367,6 +367,9 @@ pub struct Pulled {
     pub agents: Vec<String>,
     /// Config lineages made or moved forward here.
     pub lineages: Vec<String>,
+    /// Per lineage taken, the settings that stayed this user's where the remote's
+    /// differed (or, trusted, the remote's taken over this user's).
+    pub config: Vec<(String, Vec<String>)>,
     /// Refs kept as they are here, and why (ahead of the remote, gone another way, an
     /// agent being driven here).
     pub kept: Vec<(String, String)>,
@@ -374,11 +377,25 @@ pub struct Pulled {
     pub records: usize,
 }
 
+/// Whose settings a config lineage taken from a remote runs with. Untrusted (the
+/// default), this user's: providers, MCP servers, the tool environment, budgets, prices,
+/// retries and each role's sandbox keys stay what this workspace's lineage has (a
+/// lineage new here: what `template`, the user's template config, has), so whoever can
+/// push to the remote cannot send this user's keys to a server of theirs, start a
+/// program of theirs or loosen the sandbox. Trusted (`--trust-config`), the remote's as
+/// pushed.
+#[derive(Debug, Clone, Copy)]
+pub struct ConfigFrom<'a> {
+    pub template: &'a str,
+    pub trust: bool,
+}
+
 /// Takes what `remote` holds: agents and config lineages made or moved forward (never
-/// back, never one a driver here holds), their travelling marks, their step records, and
+/// back, never one a driver here holds; a lineage with this user's settings unless
+/// `config` trusts the remote's), their travelling marks, their step records, and
 /// `project.git`'s branches. `fresh`: the workspace was just made to be the remote's
 /// (`new --from`), so its own beginnings (`project.git`'s `main`) give way.
-pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
+pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool, config: ConfigFrom) -> Result<Pulled> {
     let seen = fetch(ws, remote)?;
     let mut pulled = Pulled::default();
     let door = Beneath::open(ws.layout.root())
@@ -399,12 +416,23 @@ pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
             pulled.kept.push((name.clone(), "its driver runs here".into()));
             continue;
         }
+        if let Some(lineage) = lineage {
+            match take_lineage(ws, lineage, *theirs, config)? {
+                Taken::Same => {}
+                Taken::Kept(why) => pulled.kept.push((name.clone(), why)),
+                Taken::Moved(kept) => {
+                    pulled.lineages.push(lineage.to_owned());
+                    pulled.config.push((lineage.to_owned(), kept));
+                }
+            }
+            continue;
+        }
         match forward(&ws.layout.repo(), name, *theirs, false)? {
-            Forward::Moved => match (&id, lineage) {
-                (Some(id), _) => pulled.agents.push(id.to_string()),
-                (None, Some(l)) => pulled.lineages.push(l.to_owned()),
-                _ => {}
-            },
+            Forward::Moved => {
+                if let Some(id) = &id {
+                    pulled.agents.push(id.to_string());
+                }
+            }
             Forward::Same => {}
             Forward::Kept(why) => {
                 pulled.kept.push((name.clone(), why.into()));
@@ -462,6 +490,75 @@ pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool) -> Result<Pulled> {
         }
     }
     Ok(pulled)
+}
+
+/// What became of a config lineage taken from a remote.
+enum Taken {
+    Same,
+    /// Moved on to the remote's lineage; the settings where the remote's differed from
+    /// this user's (kept, or, trusted, taken over).
+    Moved(Vec<String>),
+    Kept(String),
+}
+
+/// Takes lineage `lineage` of the remote at `theirs`: a commit on top of both (this
+/// workspace's tip, if it has the lineage, and `theirs`) holding the remote's files with
+/// `offshoot.toml` rebased on this user's (its tip's, else the template's), or, trusted,
+/// as the remote has it (then `theirs` itself when the tip is behind it). Nothing moves
+/// when the tip already holds `theirs`.
+fn take_lineage(ws: &Workspace, lineage: &str, theirs: Oid, config: ConfigFrom) -> Result<Taken> {
+    let repo = ws.layout.repo();
+    let name = format!("refs/heads/config/{lineage}");
+    let ours = bundle::refs(&repo, std::slice::from_ref(&name))?.first().map(|(_, o)| *o);
+    let holds = |o: Oid| remote::descends(&repo, o, theirs).unwrap_or(false);
+    // (Trusted, a tip that holds theirs with this user's settings takes theirs too.)
+    let same_tree = |o: Oid| ws.repo.tree_id(o).ok() == ws.repo.tree_id(theirs).ok();
+    if ours == Some(theirs) || ours.is_some_and(|o| holds(o) && (!config.trust || same_tree(o))) {
+        return Ok(Taken::Same);
+    }
+    if !remote::is_commit(&repo, theirs) {
+        return Ok(Taken::Kept("not a commit there".into()));
+    }
+    if let Some(missing) = bundle::missing_below(&repo, theirs)? {
+        return Err(RemoteError::Missing { name, missing });
+    }
+    let file = domain::config::FILE;
+    let text = |commit: Oid| -> Result<String> {
+        Ok(String::from_utf8_lossy(&ws.repo.read_file(commit, file)?.unwrap_or_default()).into_owned())
+    };
+    let mine = match ours {
+        Some(ours) => text(ours)?,
+        None => config.template.to_owned(),
+    };
+    let theirs_text = text(theirs)?;
+    let rebased = crate::fleet::bundle::rebase_config(&theirs_text, &mine);
+    if config.trust {
+        // What trusting takes over: where the remote's differs from what would be kept.
+        let yours = rebased.unwrap_or(mine);
+        let taken = crate::fleet::bundle::config_differences(&theirs_text, &yours);
+        if ours.is_none_or(|o| remote::descends(&repo, theirs, o).unwrap_or(false)) {
+            bundle::set_refs(&repo, &[(name, theirs)])?;
+            return Ok(Taken::Moved(taken));
+        }
+        let message = "config: taken from a remote as it was pushed (--trust-config)";
+        let commit = ws.repo.commit_edits(&[ours.unwrap_or(theirs), theirs], Some(theirs), &[], message)?;
+        ws.repo.move_branch(&format!("config/{lineage}"), commit, ours.unwrap_or(theirs), message)?;
+        return Ok(Taken::Moved(taken));
+    }
+    let rebased = match rebased {
+        Ok(rebased) => rebased,
+        Err(why) => return Ok(Taken::Kept(format!("its config cannot take your settings: {why}"))),
+    };
+    let kept = crate::fleet::bundle::config_differences(&theirs_text, &rebased);
+    let parents: Vec<Oid> = ours.into_iter().chain([theirs]).collect();
+    let edits = [TreeEdit::Write { path: file.to_owned(), bytes: rebased.into_bytes() }];
+    let message = "config: taken from a remote, with this user's providers, MCP servers, tool environment and sandbox";
+    let commit = ws.repo.commit_edits(&parents, Some(theirs), &edits, message)?;
+    match ours {
+        Some(ours) => ws.repo.move_branch(&format!("config/{lineage}"), commit, ours, message)?,
+        None => ws.repo.create_branch(&format!("config/{lineage}"), commit, message)?,
+    }
+    Ok(Taken::Moved(kept))
 }
 
 enum Forward {
