@@ -176,8 +176,9 @@ mod tests {
 
     #[test]
     fn secrets_and_git_redirections_are_removed_and_the_harness_sets_its_own() {
-        let text =
-            format!("{}\n[tool_env]\nkeep = [\"GITHUB_TOKEN\"]\nset = {{ EDITOR = \"true\" }}\n", DEFAULT_FILES[0].1);
+        let text = DEFAULT_FILES[0]
+            .1
+            .replace("[tool_env]\n", "[tool_env]\nkeep = [\"GITHUB_TOKEN\"]\nset = { EDITOR = \"true\" }\n");
         let config = Config::parse(&text, &|_| true).expect("config");
         let base = [
             ("PATH", "/bin"),

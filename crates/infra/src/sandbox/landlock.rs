@@ -51,26 +51,45 @@ pub fn rules(c: &Confinement, abi: i32, own_network: bool) -> Result<Rules, Sand
     let mut beneath = Vec::new();
     // A file (not a directory) takes only the rights a file can have.
     let file_rights = AccessFs::from_file(TARGET).bits();
-    let mut grant = |path: &Path, access: u64| -> Result<(), SandboxError> {
-        let failed = |source| SandboxError::Path { path: path.to_owned(), source };
-        let fd = open_path(path).map_err(failed)?;
-        let is_dir = std::fs::File::from(fd.try_clone().map_err(failed)?).metadata().map_err(failed)?.is_dir();
-        beneath.push((fd, if is_dir { access } else { access & file_rights }));
+    // `listed`: found by walking the directories around the hidden ones, where an
+    // entry may vanish, or become a link, before it is opened: it is then left out
+    // (the rules grant less, never more, than the walk saw).
+    let mut grant = |path: &Path, access: u64, listed: bool| -> Result<(), SandboxError> {
+        let opened = named(path, listed).map_err(|source| SandboxError::Path { path: path.to_owned(), source })?;
+        if let Some((fd, is_dir)) = opened {
+            beneath.push((fd, if is_dir { access } else { access & file_rights }));
+        }
         Ok(())
     };
-    for path in outside(&c.hidden).iter().chain(&c.read) {
-        grant(path, read)?;
+    for path in outside(&c.hidden) {
+        grant(&path, read, true)?;
+    }
+    for path in &c.read {
+        grant(path, read, false)?;
     }
     for path in c.read_write.iter().map(PathBuf::as_path).chain([Path::new("/dev/null")]) {
-        grant(path, handled_fs)?;
+        grant(path, handled_fs, false)?;
     }
     Ok(Rules { handled: [handled_fs, handled_net, scoped], read, beneath })
 }
 
-/// `path`, opened to name it in a rule (no access to its content).
-fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
+/// `path`, opened to name it in a rule, and whether it is a directory; `None` for an
+/// entry the walk `listed` that is gone or is a link by now.
+fn named(path: &Path, listed: bool) -> std::io::Result<Option<(OwnedFd, bool)>> {
+    let fd = match open_path(path, !listed) {
+        Err(e) if listed && e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        opened => opened?,
+    };
+    let kind = std::fs::File::from(fd.try_clone()?).metadata()?.file_type();
+    Ok((!kind.is_symlink()).then_some((fd, kind.is_dir())))
+}
+
+/// `path`, opened to name it in a rule (no access to its content); a link at its end
+/// is followed only when `follow`.
+fn open_path(path: &Path, follow: bool) -> std::io::Result<OwnedFd> {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(path)?;
+    let flags = libc::O_PATH | libc::O_CLOEXEC | if follow { 0 } else { libc::O_NOFOLLOW };
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags).open(path)?;
     Ok(file.into())
 }
 
@@ -105,6 +124,19 @@ fn outside(hidden: &[PathBuf]) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listed_entry_gone_or_turned_link_is_left_out_and_a_configured_one_is_an_error() {
+        let root = std::env::temp_dir().join(format!("offshoot-named-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("dir")).expect("dirs");
+        let _ = std::os::unix::fs::symlink(root.join("dir"), root.join("link"));
+        assert!(named(&root.join("gone"), true).expect("gone").is_none());
+        assert!(named(&root.join("link"), true).expect("link").is_none());
+        assert!(named(&root.join("dir"), true).expect("dir").is_some_and(|(_, dir)| dir));
+        assert!(named(&root.join("gone"), false).is_err(), "a configured path that is missing is an error");
+        assert!(named(&root.join("link"), false).expect("followed").is_some_and(|(_, dir)| dir));
+        let _ = std::fs::remove_dir_all(&root);
+    }
 
     #[test]
     fn everything_outside_the_hidden_directory_is_listed_once() {
