@@ -322,6 +322,10 @@ fn jail_of(ws: &Workspace, id: &AgentId) -> Jail {
     let site = Site { layout: &ws.layout, workspace: &workspace, id, own: &own, others: None };
     let stores = containment::credential_stores(&config, role, &Default::default());
     let mut c = containment::confinement(&site, role, &stores).expect("a sandboxed role");
+    // (The agent's directories its rules name, as its driver has made them by then.)
+    for dir in c.read_write.iter().chain([&ws.layout.steps(id)]) {
+        std::fs::create_dir_all(dir).expect("a directory of the agent's");
+    }
     // The floor writes its records beside the workspace's.
     std::fs::create_dir_all(workspace.join("floor")).expect("floor");
     c.read_write.push(workspace.join("floor"));
