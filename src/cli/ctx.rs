@@ -86,6 +86,11 @@ impl Ctx {
         self.workspace.as_ref()
     }
 
+    /// Whether a workspace is at `path` (its repository is there).
+    pub(crate) fn looks_made(&self, path: &Path) -> bool {
+        path.join("repo.git").is_dir()
+    }
+
     /// The agent `named` (an id or a name), or else the one whose directory the current
     /// directory is in.
     pub(crate) fn agent_named(&self, ws: &Workspace, named: Option<&str>) -> Result<AgentId, CliError> {
@@ -148,8 +153,26 @@ impl Ctx {
 
     /// The config a new workspace starts with: embedded defaults, overridden by
     /// files in `<config-root>/template/`.
+    /// Nothing goes ahead on a broken one: the error names its file.
     pub(crate) fn template(&self) -> Result<ConfigFiles, CliError> {
-        Ok(workspace::template_files(Some(&self.config_root.join("template")))?)
+        let files = workspace::template_files(Some(&self.template_dir()))?;
+        match workspace::validate_files(&files) {
+            Ok(_) => Ok(files),
+            Err(e) => {
+                let own = self.template_dir().join(domain::config::FILE);
+                let e = e.in_file(&own);
+                Err(CliError::usage_error(
+                    format!("your template, which new workspaces start from, is not valid: {e}"),
+                    e,
+                )
+                .hint("`offshoot config edit --template` opens it to fix"))
+            }
+        }
+    }
+
+    /// The directory of files every new workspace's config starts from.
+    pub(crate) fn template_dir(&self) -> PathBuf {
+        self.config_root.join("template")
     }
 
     /// The template's `offshoot.toml`: this user's providers, MCP servers and sandbox,
@@ -177,14 +200,25 @@ impl Ctx {
         if let Some(ws) = self.selected()? {
             return Ok(ws);
         }
-        match self.project_here()? {
-            Some(user) => Ok(Workspace::open_or_create_for_project(
-                &self.project_workspace(user.root()),
-                &self.template()?,
-                &user,
-            )?),
-            None => Ok(Workspace::open_or_create(&self.default_workspace(), &self.template()?)?),
+        let (ws, made) = match self.project_here()? {
+            Some(user) => {
+                Workspace::open_or_create_for_project(&self.project_workspace(user.root()), &self.template()?, &user)?
+            }
+            None => Workspace::open_or_create(&self.default_workspace(), &self.template()?)?,
+        };
+        if made {
+            self.out.note(None, &format!("made the workspace {} (its first use)", ws.layout.root().display()));
         }
+        Ok(ws)
+    }
+
+    /// Where offshoot keeps its data and config must be directories (or not exist yet).
+    pub(crate) fn roots_problem(&self) -> Option<CliError> {
+        let named = if self.env.get("OFFSHOOT_HOME").is_some() { "OFFSHOOT_HOME" } else { "the data root" };
+        [&self.data_root, &self.config_root].into_iter().find(|p| p.exists() && !p.is_dir()).map(|p| {
+            CliError::usage(format!("{named} ({}) is not a directory", p.display()))
+                .hint("it names the directory offshoot keeps its workspaces and config in")
+        })
     }
 
     /// Opens the workspace as [`Ctx::workspace_making`] selects it, for every other verb:
@@ -205,7 +239,7 @@ impl Ctx {
             return Ok(Some(ws));
         }
         let path = self.unmade_workspace()?;
-        match path.join("repo.git").is_dir() {
+        match self.looks_made(&path) {
             true => Ok(Some(Workspace::open(&path)?)),
             false => Ok(None),
         }

@@ -164,7 +164,11 @@ pub(crate) fn keeping(e: impl std::error::Error + Send + Sync + 'static, shell: 
 impl From<WorkspaceError> for CliError {
     fn from(e: WorkspaceError) -> Self {
         let shell = match &e {
-            WorkspaceError::NotEmpty(_) => shell(Kind::Usage).hint("give a new or empty directory (or leave `-w` out)"),
+            WorkspaceError::NotEmpty(_) => shell(Kind::Usage).hint("give a new or empty directory"),
+            WorkspaceError::NotAWorkspace(path) if path.exists() && !path.is_dir() => {
+                return CliError::usage(format!("`{}` is a file, not a workspace", path.display()))
+                    .hint("`-w` (and OFFSHOOT_WORKSPACE) names a workspace's directory");
+            }
             WorkspaceError::NotAWorkspace(path) => {
                 shell(Kind::Usage).hint(format!("`offshoot new {}` makes one there", path.display()))
             }

@@ -93,23 +93,30 @@ pub(crate) struct ChatArgs {
     /// in the chat)
     #[arg(long, value_parser = crate::cli::input::model_name)]
     pub(crate) model: Option<String>,
+    /// In a project: a new agent takes the uncommitted changes of your working tree
+    /// along (`/with-changes` in the chat)
+    #[arg(long)]
+    pub(crate) with_changes: bool,
 }
 
 /// Runs the parsed command line; returns the exit code.
 pub(crate) fn run(cli: Cli) -> i32 {
     let ctx = Ctx::from_env(cli.workspace, cli.json);
+    if let Some(problem) = ctx.roots_problem() {
+        return finish(&ctx, Err(problem), false);
+    }
     let Some(verb) = &cli.verb else {
         // No verb: the chat on a terminal, else the help (as for a script).
         if chat::possible() && !ctx.out.json {
             let latest = if cli.resume { chat::latest_root(&ctx) } else { Ok(None) };
-            let result = latest.and_then(|agent| chat::run(&ctx, agent.as_deref(), None));
+            let result = latest.and_then(|agent| chat::run(&ctx, agent.as_deref(), None, false));
             return finish(&ctx, result, false);
         }
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return 2;
     };
     let result = match verb {
-        Verb::Chat(args) => chat::run(&ctx, args.agent.as_deref(), args.model.clone()),
+        Verb::Chat(args) => chat::run(&ctx, args.agent.as_deref(), args.model.clone(), args.with_changes),
         Verb::New(args) => verbs::new::run(&ctx, args),
         Verb::Prompt(args) => verbs::prompt::run(&ctx, args),
         Verb::Send(args) => verbs::send::run(&ctx, args),

@@ -105,21 +105,9 @@ impl Spent {
 
 /// `1,234 in (1,000 cached), 56 out, $0.0041` (the cost left out when unknown).
 fn usage_words(input: u64, cached: u64, output: u64, cost_usd: Option<f64>) -> String {
-    let cached = if cached > 0 { format!(" ({} cached)", thousands(cached)) } else { String::new() };
+    let cached = if cached > 0 { format!(" ({} cached)", infra::words::thousands(cached)) } else { String::new() };
     let cost = cost_usd.map(|c| format!(", ${c:.4}")).unwrap_or_default();
-    format!("{} in{cached}, {} out{cost}", thousands(input), thousands(output))
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, d) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(d);
-    }
-    out
+    format!("{} in{cached}, {} out{cost}", infra::words::thousands(input), infra::words::thousands(output))
 }
 
 impl Live<'_> {
@@ -133,6 +121,19 @@ impl Live<'_> {
     /// Sends what was held: the agent is there to stay.
     fn release(&mut self) {
         for value in self.held.take().unwrap_or_default() {
+            self.ctx.out.event(&value);
+        }
+    }
+
+    /// Sends what was held of an agent removed again (its first call failed): the
+    /// calls and their failed attempts, naming no agent — there is none, and it was
+    /// never announced.
+    fn release_unnamed(&mut self) {
+        for mut value in self.held.take().unwrap_or_default() {
+            if value["type"] == "agent" {
+                continue;
+            }
+            value["agent"] = serde_json::Value::Null;
             self.ctx.out.event(&value);
         }
     }
@@ -284,8 +285,9 @@ fn attach_holding(
     ctx.out.end_live();
     ctx.out.end_stream();
     let fresh_removed = fresh && ws.repo.branch_tip(&id.branch()).ok().flatten().is_none();
-    if !fresh_removed {
-        live.release();
+    match fresh_removed {
+        false => live.release(),
+        true => live.release_unnamed(),
     }
     // The whole tree's, for a command someone watches; a launched driver's own.
     let spent = match &mut before {
@@ -297,6 +299,9 @@ fn attach_holding(
     let mut end = end.to_value();
     if let (Some(fields), serde_json::Value::Object(end)) = (spent.fields().as_object(), &mut end) {
         end.extend(fields.clone());
+    }
+    if fresh_removed {
+        end["agent"] = serde_json::Value::Null;
     }
     match result {
         Ok(RunEnd::Answered { text }) => {
@@ -321,9 +326,9 @@ fn attach_holding(
         Ok(RunEnd::Busy) => {
             if ctx.out.json {
                 ctx.out.event(&end);
-            } else {
-                ctx.out.progress(&format!("· agent `{id}` is already being driven; it will pick this up"));
+                return Ok(());
             }
+            follow_other_driver(ctx, ws, id);
             Ok(())
         }
         Err(e) => {
@@ -340,6 +345,31 @@ fn attach_holding(
             }
             Err(err)
         }
+    }
+}
+
+/// Another process drives `id` (a message left for it is its to deliver): its work is
+/// shown as it happens until that driver lets go, or Ctrl-C leaves it working.
+fn follow_other_driver(ctx: &Ctx, ws: &Workspace, id: &AgentId) {
+    ctx.out.progress(&format!(
+        "· `{id}` is being driven by another process: following it until that one stops (Ctrl-C leaves it working)"
+    ));
+    let view = match ctx.out.start_live() {
+        Some(multi) => View::Live(multi),
+        None => View::Lines,
+    };
+    let follower = Follower::start_with_itself(ws.layout.root(), id, view);
+    let lock = ws.layout.lock(id);
+    while infra::lock::LockGuard::is_held(&lock).unwrap_or(false) && !ctx.interrupt.requested() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    follower.finish();
+    ctx.out.end_live();
+    match ctx.interrupt.requested() {
+        true => ctx.out.progress(&format!("· left `{id}` working (`offshoot attach {id}` follows it again)")),
+        false => ctx
+            .out
+            .progress(&format!("· the other process let go of `{id}` (`offshoot log {id}` shows where it got to)")),
     }
 }
 

@@ -331,8 +331,11 @@ fn costly(mut turn: Turn, output: u64) -> Turn {
 fn a_cost_budget_stops_the_whole_tree_before_the_next_call_and_names_the_spend() {
     let (server, t) = TestWorkspace::served("budget-cost", Dialect::Anthropic);
     // Default prices for claude-sonnet-4-5: $3 in, $15 out per million tokens. The
-    // parent's two calls cost $0.0006 each; each of the child's $0.0153.
-    t.set("budgets.max_cost_usd", "0.02");
+    // parent's two calls cost $0.0006 each; each of the child's $0.0153, and a call may
+    // answer 1,000 tokens ($0.015) at most: after the child's third call ($0.0471 in
+    // all), a fourth could pass $0.05, so it is not made.
+    t.set("roles.worker.max_output_tokens", "1000");
+    t.set("budgets.max_cost_usd", "0.05");
     server.push_for("Boss", [dispatch("d1", "Kid", "keep working"), costly(Turn::text("waiting for Kid"), 20)]);
     let kid: Vec<Turn> = (0..10).map(|i| costly(Turn::bash(&format!("k{i}"), "echo work"), 1_000)).collect();
     server.push_for("Kid", kid);
@@ -340,9 +343,9 @@ fn a_cost_budget_stops_the_whole_tree_before_the_next_call_and_names_the_spend()
     // The prompt ends because the tree's budget ran out, saying what was spent.
     assert_ne!(run.code, 0, "{}", run.stdout);
     assert!(run.stderr.contains("budget is exhausted"), "{}", run.stderr);
-    assert!(run.stderr.contains("spent $0.0318 of max_cost_usd $0.02"), "{}", run.stderr);
-    // The child made two calls ($0.0318 with the parent's two): its third was never made.
-    assert_eq!(server.requests_for("Kid").len(), 2);
+    assert!(run.stderr.contains("spent $0.0471 of max_cost_usd $0.05"), "{}", run.stderr);
+    // The child made three calls ($0.0471 with the parent's two): its fourth was never made.
+    assert_eq!(server.requests_for("Kid").len(), 3);
     assert_eq!(server.requests_for("Boss").len(), 2);
     // The parent holds the child's obituary, naming the spend; both are stopped.
     let (boss, kid) = (t.id_of("Boss"), t.id_of("Kid"));
@@ -358,7 +361,7 @@ fn a_cost_budget_stops_the_whole_tree_before_the_next_call_and_names_the_spend()
     assert_eq!(inbox.len(), 1, "{inbox:?}");
     assert!(inbox[0].contains("budget-exhausted") || inbox[0].contains("budget is exhausted"), "{}", inbox[0]);
     assert!(inbox[0].contains(&kid), "{}", inbox[0]);
-    assert!(inbox[0].contains("spent $0.0318 of max_cost_usd $0.02"), "{}", inbox[0]);
+    assert!(inbox[0].contains("spent $0.0471 of max_cost_usd $0.05"), "{}", inbox[0]);
     // (The child's driver, having left its obituary, may be a moment from letting go.)
     crate::support::wait::wait_for("the drivers to end", || t.agents().iter().all(|a| a["state"] != "running"));
     for agent in t.agents() {
@@ -380,15 +383,18 @@ fn a_cost_budget_stops_the_whole_tree_before_the_next_call_and_names_the_spend()
 fn step_token_and_wall_budgets_each_stop_an_agent_before_its_next_call() {
     // (limit, value, the scripted turns, calls that happen, what the error names)
     let bash = |i: usize, command: &str| Turn::bash(&format!("c{i}"), command);
+    let big = |i: usize| Turn { input_tokens: 2_000, ..bash(i, "true") };
     let cases: [(&str, &str, Vec<Turn>, usize, &str); 3] = [
         ("max_steps", "3", (0..6).map(|i| bash(i, "true")).collect(), 3, "made 3 model calls of max_steps 3"),
-        // Each call: 100 in + 20 out.
-        ("max_tokens", "250", (0..6).map(|i| bash(i, "true")).collect(), 3, "used 360 tokens of max_tokens 250"),
+        // Each call: 2,000 in + 20 out, and at most 20 out: the fourth could take the
+        // 6,060 used past 7,000, so it is not made.
+        ("max_tokens", "7000", (0..6).map(big).collect(), 3, "used 6060 tokens of max_tokens 7000, and its next call"),
         // The first call's tool sleeps past the limit; its time counts.
         ("max_wall_seconds", "2", vec![bash(0, "sleep 3"), bash(1, "true")], 1, "of max_wall_seconds 2"),
     ];
     for (limit, value, turns, calls, names) in cases {
         let (server, t) = TestWorkspace::served(&format!("budget-{limit}"), Dialect::Anthropic);
+        t.set("roles.worker.max_output_tokens", "20");
         t.set(&format!("budgets.{limit}"), value);
         server.push_for("Solo", turns);
         let run = t.run(&["prompt", "--name", "Solo", "work"]);

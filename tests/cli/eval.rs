@@ -160,7 +160,8 @@ fn runs_whose_provider_is_down_are_errors_not_fails() {
         "--out",
         out.to_str().expect("utf-8"),
     ]);
-    run.ok();
+    // Every run erred: nothing was judged, and the suite's run fails saying so.
+    assert_eq!(run.code, 1, "{}", run.stderr);
     assert!(run.stderr.contains("hello-file run 1: error"), "{}", run.stderr);
     let report: Value = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
     let total = &report["total"];
@@ -169,6 +170,14 @@ fn runs_whose_provider_is_down_are_errors_not_fails() {
         (Some(0), Some(0), Some(4))
     );
     assert!(report["runs"][0]["detail"].as_str().is_some_and(|d| d.contains("127.0.0.1:9")), "{}", report["runs"][0]);
+    assert!(run.stderr.contains("every run (4) ended in an error"), "{}", run.stderr);
+
+    // Such a report has nothing to compare: refused, not a table of zeros.
+    let r = out.to_str().expect("utf-8");
+    let compared = t.run_bare(&["eval", "compare", r, r]);
+    assert_eq!(compared.code, 2, "{}{}", compared.stdout, compared.stderr);
+    assert!(compared.stderr.contains("nothing to compare"), "{}", compared.stderr);
+    assert!(compared.stdout.is_empty(), "{}", compared.stdout);
 }
 
 #[test]

@@ -76,7 +76,8 @@ fn the_readmes_commands_work_as_printed_in_order_on_a_fresh_machine() {
     let (mut agent, mut id) = (String::new(), String::new());
     let mut walked = 0;
     for line in readme_lines() {
-        if line.starts_with("cargo ") {
+        // Building and testing offshoot itself (the tests are what runs this).
+        if line.starts_with("cargo ") || line.starts_with(".ci/") {
             continue;
         }
         if let Some(assignment) = line.strip_prefix("export ") {

@@ -834,7 +834,7 @@ fn pull_follow_brings_what_the_remote_gets_until_it_is_stopped() {
     });
     stop_worker(follow);
     let said = std::fs::read_to_string(watcher.root.join("follow.log")).expect("log");
-    assert!(said.contains("1 agents and 0 config lineages new or moved on"), "{said}");
+    assert!(said.contains("1 agent and 0 config lineages new or moved on"), "{said}");
     let _ = std::fs::remove_dir_all(&root);
 }
 

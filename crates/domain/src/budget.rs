@@ -134,12 +134,59 @@ pub fn exhausted(budgets: &BudgetConfig, spend: &Spend) -> Option<String> {
     (!reached.is_empty()).then(|| reached.join("; "))
 }
 
-/// For each limit an `exhausted` text reached, the key and a value that leaves room
+/// The next model call at its largest: the model, the prompt tokens it is estimated to
+/// send, and the most it may answer (`max_output_tokens`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NextCall<'a> {
+    pub model: &'a str,
+    pub input_tokens: u64,
+    pub max_output_tokens: u32,
+}
+
+/// The limit the call `next` could take `spend` past, said with the spend and where
+/// the call could bring it: `None` while every set limit has room for it at its
+/// largest. A cost limit on a model with no price is never passed unknowingly.
+pub fn would_pass(budgets: &BudgetConfig, spend: &Spend, next: &NextCall, price: Option<&Price>) -> Option<String> {
+    if let Some(reached) = exhausted(budgets, spend) {
+        return Some(reached);
+    }
+    let usage =
+        Usage { input: Some(next.input_tokens), output: Some(u64::from(next.max_output_tokens)), ..Usage::default() };
+    let mut reached = Vec::new();
+    if let (Some(max), Some(spent)) = (budgets.max_cost_usd, spend.cost_usd) {
+        match price {
+            None => reached.push(format!(
+                "cannot price a call to `{}` for max_cost_usd ${max} (it has no price in [prices])",
+                next.model
+            )),
+            Some(price) => {
+                let after = usd(spent + cost(&usage, price));
+                if after > max {
+                    reached.push(format!(
+                        "spent ${spent:.4} of max_cost_usd ${max}, and its next call could bring that to ${after:.4}"
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(max) = budgets.max_tokens {
+        let after = spend.tokens + tokens(&usage);
+        if after > max {
+            reached.push(format!(
+                "used {} tokens of max_tokens {max}, and its next call could bring that to {after}",
+                spend.tokens
+            ));
+        }
+    }
+    (!reached.is_empty()).then(|| reached.join("; "))
+}
+
+/// For each limit an `exhausted` or `would_pass` text reached, the key and a value that leaves room
 /// (twice the limit, or twice the spend when that is more): what `config set` needs.
 pub fn raised(reached: &str) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     const KEYS: [&str; 4] = ["max_cost_usd", "max_tokens", "max_steps", "max_wall_seconds"];
-    let number = |w: &str| w.trim_start_matches('$').parse::<f64>().ok();
+    let number = |w: &str| w.trim_start_matches('$').trim_end_matches([',', ';']).parse::<f64>().ok();
     for part in reached.split("; ") {
         let words: Vec<&str> = part.split_whitespace().collect();
         let Some(at) =
@@ -153,13 +200,20 @@ pub fn raised(reached: &str) -> Vec<(&'static str, String)> {
             continue;
         };
         let spent = words[..at].iter().find_map(|w| number(w)).unwrap_or(0.0);
-        let more = (max * 2.0).max(spent * 2.0);
+        // Where the next call could bring the spend, when the text says.
+        let after = words.iter().rposition(|w| *w == "to").and_then(|i| words.get(i + 1)).and_then(|w| number(w));
+        let more = (max * 2.0).max(spent * 2.0).max(after.unwrap_or(0.0) * 2.0);
         // (A cost to the cent, never below one: `0.00` is a limit the config refuses.)
         let cents = |usd: f64| format!("{:.2}", (usd * 100.0).ceil().max(1.0) / 100.0);
         let value = if key == "max_cost_usd" { cents(more) } else { format!("{}", more.ceil() as u64) };
         out.push((key, value));
     }
     out
+}
+
+/// Whether the tree's cost is capped (every model it calls then needs a price).
+pub fn caps_cost(budgets: &BudgetConfig) -> bool {
+    budgets.max_cost_usd.is_some()
 }
 
 /// Whether any whole-tree limit is set (otherwise nothing needs reading).
@@ -280,5 +334,24 @@ mod tests {
         assert!(raised("cannot price its calls for max_cost_usd $1 (a model has no price)").is_empty());
         // A tiny limit is raised to a cent at least, never to `0.00`.
         assert_eq!(raised("spent $0.0012 of max_cost_usd $0.001"), [("max_cost_usd", "0.01".to_owned())]);
+    }
+
+    #[test]
+    fn the_next_call_is_bounded_at_its_largest_and_an_unpriced_one_is_never_made() {
+        let s = Spend { steps: 1, tokens: 200, cost_usd: Some(0.0004), wall_seconds: 1 };
+        // 1,000 prompt tokens at $3 and 100 output at $15 per million: at most $0.0045.
+        let next = NextCall { model: "sonnet", input_tokens: 1_000, max_output_tokens: 100 };
+        let cost = |max: f64| BudgetConfig { max_cost_usd: Some(max), ..BudgetConfig::default() };
+        assert_eq!(would_pass(&cost(0.0049), &s, &next, Some(&sonnet())), None);
+        let said = would_pass(&cost(0.0048), &s, &next, Some(&sonnet())).expect("past the limit");
+        assert_eq!(said, "spent $0.0004 of max_cost_usd $0.0048, and its next call could bring that to $0.0049");
+        assert_eq!(raised(&said), [("max_cost_usd", "0.01".to_owned())]);
+        let unpriced = would_pass(&cost(5.0), &s, &next, None).expect("refused");
+        assert!(unpriced.contains("cannot price a call to `sonnet`"), "{unpriced}");
+        let tokens = |max: u64| BudgetConfig { max_tokens: Some(max), ..BudgetConfig::default() };
+        assert_eq!(would_pass(&tokens(1_300), &s, &next, None), None);
+        let said = would_pass(&tokens(1_299), &s, &next, None).expect("past the limit");
+        assert_eq!(said, "used 200 tokens of max_tokens 1299, and its next call could bring that to 1300");
+        assert_eq!(raised(&said), [("max_tokens", "2600".to_owned())]);
     }
 }

@@ -108,3 +108,13 @@ impl Layout {
         ["agents", "gits", "steps", "inbox", "locks", "index", "tmp"].map(|d| self.root.join(d))
     }
 }
+
+/// Whether `path` (relative to a workspace, `/`-separated: a bundle's) is a step record
+/// or an inbox message of one of `agents`.
+pub fn is_record_or_message(path: &str, agents: &[AgentId]) -> bool {
+    let mut parts = path.split('/');
+    let (kind, id) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let rest: Vec<&str> = parts.collect();
+    let plain = !rest.is_empty() && rest.iter().all(|p| !p.is_empty() && *p != "." && *p != "..");
+    matches!(kind, "steps" | "inbox") && agents.iter().any(|a| a.as_str() == id) && plain
+}

@@ -23,7 +23,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use super::process::{self, Group, Served, Spec};
+use super::process::{self, Exit, Group, Served, Spec};
 use super::sandbox::Jail;
 
 #[derive(Debug, thiserror::Error)]
@@ -187,8 +187,18 @@ impl Client {
                 Err(_) => return Err(McpError::StartTimedOut { secs: startup.as_secs() }),
                 Ok(Err(e)) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
+                    let log = program.log.display();
+                    let command = program.program.display();
                     return Err(match process.exited() {
-                        Some(exit) => McpError::Start(format!("it ended ({exit}) before the handshake finished")),
+                        Some(Exit::Code(127)) => McpError::Start(format!(
+                            "its command `{command}` was not found (exit code 127; its stderr is in {log})"
+                        )),
+                        Some(Exit::Code(126)) => McpError::Start(format!(
+                            "its command `{command}` cannot be run (exit code 126: not executable; its stderr is in {log})"
+                        )),
+                        Some(exit) => McpError::Start(format!(
+                            "it ended ({exit}) before the handshake finished; its stderr is in {log}"
+                        )),
                         None => McpError::Handshake(Box::new(e)),
                     });
                 }
@@ -202,6 +212,7 @@ impl Client {
     /// Speaks MCP to `target` over streamable HTTP: the handshake, within `startup`.
     pub fn http(&self, target: HttpTarget, startup: Duration, go_on: &dyn Fn() -> bool) -> Result<Session, McpError> {
         install_crypto();
+        let url = target.url.clone();
         let mut headers = HashMap::new();
         for (name, value) in &target.headers {
             let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
@@ -224,7 +235,9 @@ impl Client {
             let transport = StreamableHttpClientTransport::with_client(http, config);
             match tokio::time::timeout(startup, client_config().serve(transport)).await {
                 Err(_) => Err(McpError::StartTimedOut { secs: startup.as_secs() }),
-                Ok(Err(e)) => Err(McpError::Handshake(Box::new(e))),
+                // (The transport's own words name its Rust types: what went wrong is
+                // at the bottom of the chain.)
+                Ok(Err(e)) => Err(McpError::Start(format!("cannot reach {url}: {}", innermost(&e)))),
                 Ok(Ok(service)) => Ok(Session { handle, service: Some(service), process: None }),
             }
         };
@@ -281,6 +294,16 @@ impl Drop for Client {
             let _ = thread.join();
         }
     }
+}
+
+/// The words of the deepest cause of `e`: what actually failed (a refused connection,
+/// an HTTP status), without the layers above it.
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut deepest = e;
+    while let Some(next) = deepest.source() {
+        deepest = next;
+    }
+    deepest.to_string()
 }
 
 fn service_error(e: rmcp::ServiceError) -> McpError {

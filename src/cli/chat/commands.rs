@@ -17,6 +17,7 @@ pub(super) const COMMANDS: &[(&str, &str)] = &[
     ("cost", "tokens and cost of the agent and those below it"),
     ("stop", "stop this agent and those below it"),
     ("new", "your next message starts a new agent"),
+    ("with-changes", "in a project: a new agent takes your uncommitted changes along (again: not)"),
     ("detach", "leave, and let what works go on (`offshoot attach` comes back)"),
     ("help", "this list"),
     ("quit", "leave (what works is stopped)"),
@@ -56,6 +57,13 @@ impl Chat<'_> {
         match name {
             "help" => self.pending.extend(COMMANDS.iter().map(|(c, what)| format!("  /{c:<16} {what}"))),
             "quit" | "exit" => self.quit = true,
+            "with-changes" => {
+                self.with_changes = !self.with_changes;
+                self.pending.push(match self.with_changes {
+                    true => "· a new agent takes your uncommitted changes along".to_owned(),
+                    false => "· a new agent starts from your last commit, without your uncommitted changes".to_owned(),
+                });
+            }
             "detach" => (self.quit, self.detach) = (true, true),
             "stop" => {
                 if let Some(id) = self.attached() {

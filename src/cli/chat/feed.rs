@@ -1,14 +1,14 @@
 //! What the agents of the tree did, as the chat shows it: the attached agent's steps and
 //! streamed answer in the scrollback, the others' starts and ends; and a transcript in
-//! the chat's own forms, for the redraw after a resize.
+//! the chat's own forms, for an agent the chat opens on.
 
 use super::*;
 
 /// Characters of the line being streamed kept for the activity row (its end is shown).
 pub(super) const STREAM_TAIL: usize = 400;
 
-/// The lines a transcript entry is shown as, in the chat's own forms: what the chat
-/// redraws from the record when the terminal is resized.
+/// The lines a transcript entry is shown as, in the chat's own forms: the conversation
+/// so far of an agent the chat opens on.
 pub(super) fn entry_lines(entry: &Entry) -> Vec<String> {
     match entry {
         Entry::Message { sender, text, .. } => {
@@ -52,6 +52,44 @@ pub(super) fn end_line(end: &End) -> Option<String> {
 }
 
 impl Chat<'_> {
+    /// The first call of the agent just made failed: like `prompt`, nothing of it is
+    /// kept (once its driver let go), and the goal is back in the input to send again.
+    pub(super) fn take_back(&mut self, goal: String) {
+        let Some(id) = self.id.take() else { return };
+        let lock = self.ws.layout.lock(&id);
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while infra::lock::LockGuard::is_held(&lock).unwrap_or(false) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(follower) = self.follower.take() {
+            follower.finish();
+        }
+        let left = agents::discard(self.ws, &id);
+        self.roots.retain(|r| *r != id);
+        self.tree = Tree::default();
+        if self.input.text().is_empty() {
+            self.input.set(goal);
+        }
+        let kept =
+            if left.is_empty() { "nothing was kept" } else { "some of it is left (`offshoot doctor` says what)" };
+        self.pending.push(format!(
+            "· the new agent was removed again ({kept}); your goal is back in the input: Enter sends it again"
+        ));
+    }
+
+    /// The conversation so far of an agent the chat opens on (`offshoot -c`, `offshoot
+    /// chat X`): its latest entries in the scrollback, as the chat shows them.
+    pub(super) fn show_so_far(&mut self, id: &AgentId) {
+        const SHOWN: usize = 40;
+        let Ok((_, entries)) = inspect::transcript(self.ws, id) else { return };
+        let skip = entries.len().saturating_sub(SHOWN);
+        if skip > 0 {
+            let earlier = infra::words::count(skip as u64, "earlier entry", "earlier entries");
+            self.pending.push(format!("· {earlier}: `offshoot log {id}` shows them"));
+        }
+        self.pending.extend(entries[skip..].iter().flat_map(entry_lines));
+    }
+
     /// What an agent's events file gained: the pane's row of it, and, for the agent
     /// attached, its steps in the scrollback; of the others, when they start and end.
     pub(super) fn agent_event(&mut self, agent: &str, record: &Record) {
@@ -125,10 +163,16 @@ impl Chat<'_> {
                 self.pending.push(format!("{call}  {mark} {}", one_line(summary.lines().next().unwrap_or_default())));
                 self.activity = self.calls.last().map(|(_, line)| line.clone()).unwrap_or_default();
             }
-            Record::AttemptFailed { attempt, error, .. } => {
-                self.cut_stream("cut off: the attempt failed, and is made again");
-                self.activity = format!("· attempt {attempt} failed: {}", one_line(error));
+            Record::AttemptFailed { attempt, error, retry_in_ms } => {
+                self.cut_stream("cut off: the attempt failed");
+                let next = match retry_in_ms {
+                    Some(ms) => format!("; again in {:.1} s", *ms as f64 / 1000.0),
+                    None => "; not tried again".to_owned(),
+                };
+                self.pending.push(format!("· attempt {attempt} failed: {}{next}", one_line(error)));
+                self.activity.clear();
             }
+            Record::Usage { .. } => self.fresh_goal = None,
             Record::Waiting { children } => {
                 self.activity =
                     format!("· waiting for {} below", infra::words::count(*children as u64, "agent", "agents"))
@@ -140,6 +184,14 @@ impl Chat<'_> {
                 // (A call the run ended in without a result: the run's end says why.)
                 self.pending.extend(self.calls.drain(..).map(|(_, line)| line));
                 self.pending.extend(end_line(end));
+                match end {
+                    End::Error { .. } => {
+                        if let Some(goal) = self.fresh_goal.take() {
+                            self.take_back(goal);
+                        }
+                    }
+                    _ => self.fresh_goal = None,
+                }
             }
             Record::Transfer { child, files } => {
                 self.pending.push(format!("· merged {files} files from `{}`", one_line(child)))

@@ -41,7 +41,6 @@ use infra::time::Timestamp;
 
 use super::follow::{Follower, View};
 use super::{CliError, Ctx};
-use feed::entry_lines;
 use pane::{Agent, State, Tree};
 use stops::RECHECK;
 use view::rows_of;
@@ -89,7 +88,7 @@ pub(crate) fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
 
 /// Opens the chat, with `agent` (an id or name) if given, else a new one at the first
 /// message.
-pub(crate) fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Result<(), CliError> {
+pub(crate) fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>, with_changes: bool) -> Result<(), CliError> {
     // An agent the workers of a remote drive takes no message here (it would wait in an
     // inbox no driver here reads).
     if let Some(agent) = agent {
@@ -121,7 +120,9 @@ pub(crate) fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>) -> Resu
     });
     let mut chat = Chat::new(ctx, &ws, &rt, tx.clone());
     chat.model = model;
+    chat.with_changes = with_changes;
     if let Some(id) = id {
+        chat.show_so_far(&id);
         chat.follow(id, false);
     }
     terminal::enable_raw_mode().map_err(|e| CliError::runtime(format!("cannot use the terminal: {e}")))?;
@@ -218,8 +219,19 @@ struct Chat<'a> {
     fork_from: Option<(String, String)>,
     /// An agent newly needs the user: the terminal's bell is rung at the next frame.
     bell: bool,
-    /// Rows of the live area as drawn.
+    /// The goal of an agent this chat just made, until its first call is answered: if
+    /// that call fails, the agent is removed again (as `prompt` does) and the goal
+    /// comes back into the input.
+    fresh_goal: Option<String>,
+    /// In a project: a new agent takes the uncommitted changes along (`--with-changes`,
+    /// `/with-changes`).
+    with_changes: bool,
+    /// Rows of the live area as drawn, and the row of it the cursor was left on.
     height: u16,
+    cursor_row: u16,
+    /// The terminal's size the live area was opened at: drawn at another, it is opened
+    /// again first (ratatui's own resize would clear the whole screen on a narrowing).
+    size: (u16, u16),
 }
 
 impl<'a> Chat<'a> {
@@ -251,7 +263,11 @@ impl<'a> Chat<'a> {
             synced: false,
             model: None,
             bell: false,
+            fresh_goal: None,
+            with_changes: false,
             height: view::BASE_ROWS,
+            cursor_row: 0,
+            size: terminal::size().unwrap_or((80, 24)),
         }
     }
 
@@ -376,38 +392,41 @@ impl<'a> Chat<'a> {
         }
         self.pane = false;
         self.flush(&mut term);
+        // The live area goes, and the shell's prompt comes where it began, at the start
+        // of its line.
+        let top = term.get_frame().area().y;
         let _ = term.clear();
+        let backend = term.backend_mut();
+        let _ = backend.set_cursor_position(Position { x: 0, y: top });
+        let _ = Backend::flush(backend);
         let _ = ratatui::crossterm::execute!(std::io::stdout(), ratatui::crossterm::event::DisableBracketedPaste);
         Ok(())
     }
 
-    /// The terminal's size changed: the screen and the scrollback are cleared and the
-    /// attached agent's conversation is drawn again from its record, at the new width.
+    /// The terminal's size changed. The scrollback is the terminal's own and keeps
+    /// everything (reflowed by the terminal, if it does): only the live area is drawn
+    /// again, from where it now starts — found from the cursor, which the terminal
+    /// moved with the text around it.
     fn redraw(&mut self, term: &mut Term) {
-        let _ = ratatui::crossterm::execute!(
-            std::io::stdout(),
-            terminal::Clear(terminal::ClearType::All),
-            terminal::Clear(terminal::ClearType::Purge),
-            ratatui::crossterm::cursor::MoveTo(0, 0)
-        );
+        self.size = terminal::size().unwrap_or(self.size);
+        let backend = term.backend_mut();
+        if let Ok(at) = backend.get_cursor_position() {
+            let top = at.y.saturating_sub(self.cursor_row);
+            let _ = backend.set_cursor_position(Position { x: 0, y: top });
+            let _ = backend.clear_region(ClearType::AfterCursor);
+            let _ = Backend::flush(backend);
+        }
         if let Ok(fresh) = inline(self.height) {
             *term = fresh;
         }
-        let mut lines = Vec::new();
-        if let Some(id) = &self.id {
-            lines.push(format!("· chatting with `{id}` (drawn again from its record)"));
-            if let Ok((_, entries)) = inspect::transcript(self.ws, id) {
-                lines.extend(entries.iter().flat_map(entry_lines));
-            }
-            // What streams now, and was put in the scrollback, is not in the record yet.
-            lines.extend(self.stream[..self.printed].lines().map(|l| format!("  │ {l}")));
-        }
-        self.pending.splice(0..0, lines);
     }
 
     /// Puts pending lines into the scrollback and draws the live area.
     fn flush(&mut self, term: &mut Term) {
         let (width, rows) = terminal::size().unwrap_or((80, 24));
+        if (width, rows) != self.size {
+            self.redraw(term);
+        }
         let width = width.max(20);
         let status = self.status();
         let attached = self.id.as_ref().map(AgentId::as_str);
@@ -452,10 +471,13 @@ impl<'a> Chat<'a> {
             written =
                 written.and(term.insert_before(count, |buf| Paragraph::new(chunk.to_vec()).render(buf.area, buf)));
         }
+        let mut cursor_row = self.cursor_row;
         let drawn = term.draw(|frame| {
             let cursor = view::draw(&live, frame.area(), frame.buffer_mut());
+            cursor_row = cursor.y.saturating_sub(frame.area().y);
             frame.set_cursor_position(cursor);
         });
+        self.cursor_row = cursor_row;
         if std::mem::take(&mut self.bell) {
             let mut out = std::io::stdout();
             let _ = out.write_all(b"\x07").and_then(|()| out.flush());
@@ -585,6 +607,7 @@ impl<'a> Chat<'a> {
         match self.id.clone() {
             None => {
                 let id = self.start(&text, model)?;
+                self.fresh_goal = Some(text);
                 self.begin(id)
             }
             Some(id) => {
@@ -623,10 +646,30 @@ impl<'a> Chat<'a> {
     }
 
     /// Makes a root agent for `goal` (in project mode inside a repository, as `prompt`).
-    fn start(&self, goal: &str, model: Option<&str>) -> Result<AgentId, CliError> {
+    /// Says, as `prompt` does, which uncommitted changes stay behind (or go along).
+    fn start(&mut self, goal: &str, model: Option<&str>) -> Result<AgentId, CliError> {
         let (_, config) = self.ws.config("default")?;
         model::plan(&config, "default", "worker", &self.ctx.env)?;
-        let from = project::start_point(self.ws, None, false, None)?;
+        let author = self.ws.user_repo()?.and_then(|u| u.identity(&self.ctx.git_config_files()));
+        let from = project::start_point(self.ws, None, self.with_changes, author.as_ref())?;
+        if let Some((start, left)) = &from {
+            let short = &start.base.to_string()[..12];
+            let list = |paths: Vec<&str>| {
+                let more = paths.len().saturating_sub(5);
+                let shown = paths.into_iter().take(5).collect::<Vec<_>>().join(", ");
+                if more > 0 { format!("{shown} and {more} more") } else { shown }
+            };
+            if !start.changes.is_empty() {
+                let paths = start.changes.iter().map(|(p, _)| p.as_str()).collect();
+                self.pending.push(format!("· starting from {short} with your uncommitted changes: {}", list(paths)));
+            } else if !left.is_empty() {
+                let paths = left.iter().map(String::as_str).collect();
+                self.pending.push(format!(
+                    "· starting from {short}; your uncommitted changes are not included ({}); `/with-changes` takes them along",
+                    list(paths)
+                ));
+            }
+        }
         let spawn = Start { model, ..self.spawn(goal, from.as_ref().map(|(s, _)| s)) };
         Ok(agents::create_root(self.ws, "worker", "default", &spawn)?)
     }

@@ -30,11 +30,11 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     ctx.out.progress(&format!(
-        "· bundled {} agents ({}), config lineage {}, {} record and message files: {} ({:.1} MiB)",
-        m.agents.len(),
+        "· bundled {} ({}), config lineage {}, {}: {} ({:.1} MiB)",
+        infra::words::count(m.agents.len() as u64, "agent", "agents"),
         m.agents.join(", "),
         m.lineages.join(", "),
-        made.records,
+        infra::words::count(made.records as u64, "record or message file", "record and message files"),
         args.file.display(),
         made.bytes as f64 / 1_048_576.0
     ));

@@ -20,6 +20,10 @@ pub(crate) enum Args {
         path: Option<String>,
         #[command(flatten)]
         lineage: Lineage,
+        /// Edit your template (the files every new workspace's config starts from)
+        /// instead of a lineage
+        #[arg(long)]
+        template: bool,
     },
     /// Set dotted keys (e.g. `providers.anthropic.base_url URL`) and commit them as one change
     Set {
@@ -56,6 +60,14 @@ pub(crate) struct Lineage {
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+    if let Args::Edit { path, template, .. } = args {
+        let file = path.as_deref().unwrap_or(FILE);
+        // The template is edited when asked, and when it is what stands in the way: a
+        // broken one makes no workspace, so there is no lineage to edit yet.
+        if *template || (ctx.existing_workspace()?.is_none() && ctx.template().is_err()) {
+            return edit_template(ctx, file);
+        }
+    }
     // Changing the config makes the workspace if need be; reading it never does.
     let ws = match args {
         Args::Show(_) | Args::Validate { .. } => ctx.workspace()?,
@@ -75,7 +87,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             ctx.out.event(&json!({"lineage": l.lineage, "commit": tip.to_string(), "config": config}));
             Ok(())
         }
-        Args::Edit { path, lineage } => edit(ctx, &ws, &lineage.lineage, path.as_deref().unwrap_or(FILE)),
+        Args::Edit { path, lineage, .. } => edit(ctx, &ws, &lineage.lineage, path.as_deref().unwrap_or(FILE)),
         Args::Set { pairs, lineage } => {
             if pairs.len() % 2 != 0 {
                 return Err(CliError::usage("`config set` takes KEY VALUE pairs; the last key has no value"));
@@ -159,13 +171,68 @@ fn said_committed(ctx: &Ctx, lineage: &str, commit: Option<infra::git::CommitId>
     }
 }
 
-fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str, file: &str) -> Result<(), CliError> {
+/// Refuses a path that is not inside the config tree.
+fn inside_tree(file: &str) -> Result<(), CliError> {
     if file.is_empty() || file.starts_with('/') || file.split('/').any(|p| p == ".." || p.is_empty()) {
         return Err(CliError::usage(format!(
             "`{file}` is not a path inside the config tree (e.g. `souls/reviewer.md`)"
         )));
     }
+    Ok(())
+}
+
+/// Opens `path` in the user's editor and waits for it.
+fn run_editor(ctx: &Ctx, path: &Path) -> Result<(), CliError> {
     let editor = ctx.env.get("VISUAL").or(ctx.env.get("EDITOR")).unwrap_or("vi").to_owned();
+    let script = format!("{editor} \"$1\"");
+    let args = [OsStr::new("-c"), OsStr::new(&script), OsStr::new("sh"), path.as_os_str()];
+    let env: Vec<(String, String)> = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let spec = Spec {
+        program: Path::new("/bin/sh"),
+        args: &args,
+        cwd: &cwd,
+        env: &env,
+        group: Group::Terminal,
+        stdin: None,
+        sandbox: None,
+        pgid_record: None,
+    };
+    let status =
+        process::run_attached(&spec).map_err(|e| CliError::runtime(format!("cannot start editor `{editor}`: {e}")))?;
+    match status.success() {
+        true => Ok(()),
+        false => Err(CliError::runtime(format!("editor `{editor}` ended with {status}; nothing was committed"))),
+    }
+}
+
+/// `config edit --template`: a file of the user's template, in place (it is the user's
+/// own file, not a commit), made from the embedded default if new; checked after.
+fn edit_template(ctx: &Ctx, file: &str) -> Result<(), CliError> {
+    inside_tree(file)?;
+    let path = ctx.template_dir().join(file);
+    if !path.is_file() {
+        let default = engine::store::workspace::template_files(None)?
+            .into_iter()
+            .find(|(p, _)| p == file)
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| CliError::runtime(format!("cannot make {}: {e}", dir.display())))?;
+        }
+        std::fs::write(&path, default)
+            .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
+    }
+    ctx.out.progress(&format!("· editing your template: {}", path.display()));
+    run_editor(ctx, &path)?;
+    ctx.template()?;
+    ctx.out.progress("· your template is valid; new workspaces start from it");
+    Ok(())
+}
+
+fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str, file: &str) -> Result<(), CliError> {
+    inside_tree(file)?;
     let tip = ws.config_tip(lineage)?;
     let before = ws.config_file(tip, file)?.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
     // An edit that could not be committed waits here for the next `config edit`.
@@ -184,20 +251,6 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str, file: &str) -> Result<(), CliE
         std::fs::write(&path, &before)
             .map_err(|e| CliError::runtime(format!("cannot write {}: {e}", path.display())))?;
     }
-    let script = format!("{editor} \"$1\"");
-    let args = [OsStr::new("-c"), OsStr::new(&script), OsStr::new("sh"), path.as_os_str()];
-    let env: Vec<(String, String)> = ctx.env.vars().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-    let spec = Spec {
-        program: Path::new("/bin/sh"),
-        args: &args,
-        cwd: &cwd,
-        env: &env,
-        group: Group::Terminal,
-        stdin: None,
-        sandbox: None,
-        pgid_record: None,
-    };
     let again = if file == FILE { String::new() } else { format!(" {file}") };
     // The generic "config edit opens it" hint would point at the tip, not at the kept text.
     let keep = |mut e: CliError| {
@@ -207,11 +260,7 @@ fn edit(ctx: &Ctx, ws: &Workspace, lineage: &str, file: &str) -> Result<(), CliE
             path.display()
         ))
     };
-    let status =
-        process::run_attached(&spec).map_err(|e| CliError::runtime(format!("cannot start editor `{editor}`: {e}")))?;
-    if !status.success() {
-        return Err(keep(CliError::runtime(format!("editor `{editor}` ended with {status}; nothing was committed"))));
-    }
+    run_editor(ctx, &path).map_err(keep)?;
     let after = std::fs::read_to_string(&path)
         .map_err(|e| CliError::runtime(format!("cannot read {}: {e}", path.display())))?;
     let committed =

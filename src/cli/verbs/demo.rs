@@ -68,7 +68,15 @@ pub(crate) fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
     }
     files.push((FILE.to_owned(), text.into_bytes()));
     validate_files(&files).map_err(engine::store::workspace::WorkspaceError::from)?;
-    let ws = Workspace::create(&root, &files)?;
+    let ws = Workspace::create(&root, &files).map_err(|e| {
+        let taken = matches!(e, engine::store::workspace::WorkspaceError::NotEmpty(_));
+        let mut err = CliError::from(e);
+        if taken {
+            // (Without `-w` the demo makes a workspace of its own.)
+            err.hints = vec!["give a new or empty directory (or leave `-w` out)".into()];
+        }
+        err
+    })?;
     ctx.out.progress(&format!(
         "· demo workspace {} (model outputs are replayed from a recording; the tools really run)",
         root.display()

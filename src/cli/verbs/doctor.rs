@@ -29,10 +29,15 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     for f in &findings {
         say(ctx, f);
     }
-    let summary = format!(
-        "{} agents, {} transcript entries, {} inbox files, {} commits, {} objects",
-        checked.agents, checked.entries, checked.inbox_files, checked.commits, checked.objects
-    );
+    let count = |n: usize, one, many| infra::words::count(n as u64, one, many);
+    let summary = [
+        count(checked.agents, "agent", "agents"),
+        count(checked.entries, "transcript entry", "transcript entries"),
+        count(checked.inbox_files, "inbox file", "inbox files"),
+        count(checked.commits, "commit", "commits"),
+        count(checked.objects, "object", "objects"),
+    ]
+    .join(", ");
     if ctx.out.json {
         ctx.out.event(&json!({"type": "checked", "findings": findings.len(), "agents": checked.agents,
             "entries": checked.entries, "inbox_files": checked.inbox_files, "commits": checked.commits,

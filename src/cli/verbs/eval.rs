@@ -125,6 +125,14 @@ fn run_suite(ctx: &Ctx, args: &RunArgs) -> Result<(), CliError> {
         print_report(ctx, &report_json);
     }
     ctx.out.progress(&format!("· report: {}", report.display()));
+    let erred = report_json.runs.iter().filter(|r| r.outcome == eval::Outcome::Error).count();
+    if !stopper.stopped() && erred > 0 && erred == report_json.runs.len() {
+        let first = report_json.runs.first().map(|r| r.detail.as_str()).unwrap_or_default();
+        return Err(CliError::runtime(format!(
+            "every run ({erred}) ended in an error, so nothing was judged; the first: {first}"
+        ))
+        .hint("the report holds each run's error; fix what they name and run the suite again"));
+    }
     if stopper.stopped() {
         return Err(CliError::runtime(format!(
             "stopped: {} of {} runs ended; the report holds those",
@@ -159,7 +167,7 @@ fn rate_line(name: &str, r: &Rates) -> String {
         r.passed,
         r.runs,
         if k.is_empty() { String::new() } else { format!("  {}", k.join(" ")) },
-        r.tokens,
+        infra::words::thousands(r.tokens),
         r.wall_secs
     )
 }
@@ -179,6 +187,14 @@ fn compare(ctx: &Ctx, a: &std::path::Path, b: &std::path::Path) -> Result<(), Cl
     let ra = eval::read_report(a).map_err(error)?;
     let rb = eval::read_report(b).map_err(error)?;
     let c = eval::compare(&ra, &rb);
+    if c.tasks.is_empty() {
+        let why = match c.unjudged.is_empty() {
+            true => "the reports share no task".to_owned(),
+            false => format!("every run erred in a or b of each task they share ({})", c.unjudged.join(", ")),
+        };
+        return Err(CliError::usage(format!("nothing to compare: {why}"))
+            .hint("compare reports of suites whose runs were judged (`eval run` says how many erred)"));
+    }
     if ctx.out.json {
         ctx.out.event(&serde_json::to_value(&c).unwrap_or_default());
         return Ok(());
@@ -198,7 +214,8 @@ fn print_comparison(ctx: &Ctx, c: &Comparison) {
             if c.only_b.is_empty() { "none".into() } else { c.only_b.join(", ") }
         ));
     }
-    let cost = |x: Option<f64>| x.map_or("?".to_owned(), |v| format!("${v:.4}"));
+    // (A sum of nothing is 0, never -0.)
+    let cost = |x: Option<f64>| x.map_or("?".to_owned(), |v| format!("${:.4}", if v == 0.0 { 0.0 } else { v }));
     let line = |name: &str, d: &eval::Difference| {
         format!(
             "{name:<24} a {:.2}  b {:.2}  b-a {:+.2}   cost a {}  b {}",

@@ -67,21 +67,28 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
     };
     let unpriced = states.iter().any(|s| s.cost_usd.is_none() && s.steps > 0);
+    // On a terminal, a row is cut to its width (the goal ends in `…`); piped, kept whole.
+    let columns = std::io::IsTerminal::is_terminal(&std::io::stdout())
+        .then(|| ratatui::crossterm::terminal::size().ok())
+        .flatten()
+        .map(|(cols, _)| usize::from(cols));
     for s in states {
-        ctx.out.line(&format!(
-            "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  {}{}",
+        let row = format!(
+            "{:<wi$}  {:<wn$}  {:<wr$}  {:<8} {:>5} {:>9} {:>8} {:>9} {:>4}  {}",
             s.id,
             s.name.as_deref().unwrap_or_default(),
             s.role,
             s.state,
             s.steps,
-            s.input_tokens,
-            s.output_tokens,
+            infra::words::thousands(s.input_tokens),
+            infra::words::thousands(s.output_tokens),
             s.cost_usd.map(|c| format!("${c:.4}")).unwrap_or_else(|| "?".to_owned()),
             s.context_percent().map(|p| format!("{p}%")).unwrap_or_else(|| "-".to_owned()),
             disk(&s.id),
-            s.goal
-        ));
+        );
+        let room = columns.map_or(usize::MAX, |c| c.saturating_sub(row.chars().count() + 1).max(8));
+        let goal = crate::cli::progress::one_line(&s.goal, room);
+        ctx.out.line(&format!("{row}{goal}"));
         if let Some(why) = &s.why {
             ctx.out.line(&format!("{:<wi$}  ↳ {}", "", crate::cli::progress::one_line(why, 120)));
         }

@@ -30,6 +30,9 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if let Some(url) = &args.from {
         return from_remote(ctx, &path, url, args.trust_config);
     }
+    if let Some(refused) = taken(ctx, &path, args.path.is_none() && ctx.explicit_workspace().is_none()) {
+        return Err(refused);
+    }
     let ws = match &args.project {
         Some(dir) => {
             let user = crate::cli::ctx::project_at(dir, &[])?
@@ -45,6 +48,23 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     ctx.out.line(&ws.layout.root().display().to_string());
     ctx.out.progress(&format!("· created workspace; use it with `offshoot -w {} prompt \"…\"`", path.display()));
     Ok(())
+}
+
+/// Why `path` cannot become a new workspace (a file, a workspace already, a directory
+/// with things in it), said with what to do instead; `default`: it is the default one.
+fn taken(ctx: &Ctx, path: &std::path::Path, default: bool) -> Option<CliError> {
+    let shown = path.display();
+    if path.exists() && !path.is_dir() {
+        return Some(CliError::usage(format!("`{shown}` is a file")).hint("give a new or empty directory"));
+    }
+    if ctx.looks_made(path) {
+        let ls = if default { "`offshoot ls`".to_owned() } else { format!("`offshoot -w {shown} ls`") };
+        return Some(
+            CliError::usage(format!("there is a workspace at {shown} already"))
+                .hint(format!("{ls} lists its agents; `offshoot new DIR` makes another elsewhere")),
+        );
+    }
+    None
 }
 
 /// `new --from <url>`: a workspace holding what the remote holds, refused with nothing

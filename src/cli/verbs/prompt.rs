@@ -41,7 +41,6 @@ pub(crate) struct Args {
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     progress::watch_signals(ctx);
     let message = input::text(&args.message, "the goal")?;
-    let ws = ctx.workspace_making()?;
     let git_config = ctx.git_config_files();
     let asked = Prompt {
         message: &message,
@@ -56,6 +55,14 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         reasoning: args.choice.asked(),
         on: args.on.as_deref(),
         env: &ctx.env,
+    };
+    // A first prompt that would be refused makes no workspace.
+    let ws = match ctx.existing_workspace()? {
+        Some(ws) => ws,
+        None => {
+            prompt::check_unmade(&ctx.template()?, ctx.project_here()?.as_ref(), &asked).map_err(error)?;
+            ctx.workspace_making()?
+        }
     };
     let started = prompt::start(&ws, &asked).map_err(error)?;
     if let Some((start, left)) = &started.start {
@@ -100,6 +107,12 @@ fn error(e: PromptError) -> CliError {
         PromptError::Reasoning { ref role, ref asked, ref rule } => {
             let message = format!("{}: {rule} (role `{role}`)", input::Choice::flag(asked));
             CliError::usage_error(message, e)
+        }
+        PromptError::Unpriced { ref model } => {
+            let key = format!("prices.\"{model}\"");
+            CliError::usage_from(e).hint(format!(
+                "`offshoot config set {key}.input 3 {key}.output 15` prices it (US dollars per million tokens)"
+            ))
         }
         PromptError::CopyIgnored { .. } => {
             let message = format!("--copy-ignored {e}");

@@ -47,8 +47,8 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // The bundle's words are someone else's: no control characters reach the terminal.
     let made_by: String = m.made_by.chars().filter(|c| !c.is_control()).take(80).collect();
     ctx.out.progress(&format!(
-        "· {} agents from {} ({}); e.g. `offshoot -w {} log {}`, then `send` or `run` to go on with your keys",
-        m.agents.len(),
+        "· {} from {} ({}); e.g. `offshoot -w {} log {}`, then `send` or `run` to go on with your keys",
+        infra::words::count(m.agents.len() as u64, "agent", "agents"),
         args.file.display(),
         made_by,
         root.display(),

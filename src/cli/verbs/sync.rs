@@ -142,10 +142,10 @@ pub(crate) fn report_pulled(ctx: &Ctx, remote: &str, pulled: &remote::Pulled, tr
     }
     say_config(ctx, &format!("`{remote}`"), &pulled.config, trusted);
     ctx.out.progress(&format!(
-        "· from `{remote}`: {} agents and {} config lineages new or moved on, {} step records",
-        pulled.agents.len(),
-        pulled.lineages.len(),
-        pulled.records
+        "· from `{remote}`: {} and {} new or moved on, {}",
+        infra::words::count(pulled.agents.len() as u64, "agent", "agents"),
+        infra::words::count(pulled.lineages.len() as u64, "config lineage", "config lineages"),
+        infra::words::count(pulled.records as u64, "step record", "step records")
     ));
     for (name, why) in &pulled.kept {
         ctx.out.progress(&format!("· kept as it is here: `{name}`: {why}"));

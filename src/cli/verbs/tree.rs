@@ -166,7 +166,7 @@ fn draw(
                 "  · with {} below: {}, {} tokens, {}",
                 count(forest, id) - 1,
                 infra::words::count(all.steps, "step", "steps"),
-                all.tokens,
+                infra::words::thousands(all.tokens),
                 all.cost()
             )
         };
@@ -174,11 +174,14 @@ fn draw(
         // Each landing with the passes it took (a pass that lands nothing postpones the next).
         let compacted = match s.compactions.len() {
             0 => String::new(),
-            n => format!(
-                ", {n} compaction{} ({} passes)",
-                if n == 1 { "" } else { "s" },
-                s.compactions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
-            ),
+            n => {
+                let passes: u32 = s.compactions.iter().sum();
+                let passes = match n {
+                    1 => infra::words::count(passes, "pass", "passes"),
+                    _ => format!("{} passes", s.compactions.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")),
+                };
+                format!(", {} ({passes})", infra::words::count(n as u64, "compaction", "compactions"))
+            }
         };
         let on_disk = on_disk.map(|b| format!(", {:.1} MiB on disk", b as f64 / 1_048_576.0)).unwrap_or_default();
         ctx.out.line(&format!(
@@ -187,7 +190,7 @@ fn draw(
             s.role,
             s.state,
             infra::words::count(own.steps, "step", "steps"),
-            own.tokens,
+            infra::words::thousands(own.tokens),
             own.cost()
         ));
     }

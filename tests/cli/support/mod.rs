@@ -4,5 +4,6 @@ pub mod https;
 pub mod pty;
 pub mod server;
 pub mod ssh;
+pub mod tmux;
 pub mod wait;
 pub mod workspace;

@@ -466,6 +466,14 @@ pub struct ConfigError {
     pub(crate) rule: String,
 }
 
+impl ConfigError {
+    /// The error as it reads for the file at `path` (the user's own, not the tree's
+    /// `offshoot.toml`).
+    pub fn in_file(self, path: &std::path::Path) -> ConfigError {
+        ConfigError { file: path.display().to_string(), ..self }
+    }
+}
+
 impl Config {
     pub fn role(&self, name: &str) -> Option<&RoleConfig> {
         self.roles.get(name)

@@ -320,6 +320,11 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
         if let Some(reached) = reached {
             return Err(AgentError::Exhausted(format!("the tree of `{root}` {reached}")));
         }
+        // Stopped before a call that could have gone past a limit: nothing is added to
+        // the tree until it is revived (a message or `run` after the limit is raised).
+        if let Some(spend) = ws.repo.mark(crate::agents::lifecycle::EXHAUSTED, parent.as_str())? {
+            return Err(AgentError::Exhausted(String::from_utf8_lossy(&spend).into_owned()));
+        }
     }
     let fork_point = match child.from {
         Some(spec) => {

@@ -102,6 +102,11 @@ impl Interrupt {
         }
     }
 
+    /// Whether a stop was asked for (Ctrl-C, `offshoot stop`).
+    pub fn requested(&self) -> bool {
+        self.reason().is_some()
+    }
+
     pub(crate) fn reason(&self) -> Option<Reason> {
         match self.shared.reason.load(Ordering::SeqCst) {
             USER => Some(Reason::User),

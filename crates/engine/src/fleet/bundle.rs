@@ -10,11 +10,10 @@
 //! refused naming where it is.
 //!
 //! `offshoot replay <file>` makes a new workspace from it: the repositories' refs and
-//! objects from the git bundles, the records and messages through the door, and on each
-//! config lineage a last commit giving it the replaying user's providers, MCP servers
-//! and sandbox ([`rebase_config`]). It is
-//! built under a temporary name beside its place and renamed into place whole, so a
-//! missing or corrupt file leaves nothing behind.
+//! objects from the git bundles (a project agent's base given to the harness's too), the
+//! records and messages through the door, and on each config lineage a last commit giving
+//! it the replaying user's providers, MCP servers and sandbox ([`rebase_config`]). It is
+//! built under a temporary name beside its place and renamed into place whole.
 
 use crate::Cause;
 use std::collections::BTreeSet;
@@ -26,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use domain::id::AgentId;
 use domain::marks::Mark;
 use infra::door::Beneath;
-use infra::git::{GitError, bundle};
+use infra::git::{CommitId, GitError, bundle};
 
 use crate::agents::{self, Listing};
 use crate::store::workspace::Workspace;
@@ -477,7 +476,7 @@ fn fill(file: &Path, root: &Path, mine: &str, trust: bool) -> Result<(Manifest, 
     // each within its size; written as it comes.
     let door = Beneath::open(root).map_err(|e| corrupt(e.to_string()))?;
     while let Some((path, mut entry)) = next(None)? {
-        if !is_record_or_message(&path, &agents) {
+        if !domain::layout::is_record_or_message(&path, &agents) {
             return Err(corrupt(format!("it holds `{path}`, which is no agent's record or message")));
         }
         if entry.size() > FILE_AT_MOST {
@@ -509,6 +508,12 @@ fn fill(file: &Path, root: &Path, mine: &str, trust: bool) -> Result<(Manifest, 
                 facts.lineage
             )));
         }
+        // A project agent's base came in its git's history (`diff` and `export` read it).
+        if let Some(base) = facts.base.as_deref().and_then(|b| CommitId::from_str(b).ok())
+            && !ws.hold_base(base)?
+        {
+            return Err(corrupt(format!("agent `{id}` starts from commit {base}, which it does not hold")));
+        }
     }
     let config = rebase_lineages(&ws, &manifest.lineages, mine, trust, &corrupt)?;
     Ok((manifest, config))
@@ -534,15 +539,6 @@ fn read_manifest(entry: &mut impl Read) -> std::result::Result<Manifest, String>
         ));
     }
     Ok(read)
-}
-
-/// Whether `path` of a bundle is a step record or an inbox message of one of `agents`.
-fn is_record_or_message(path: &str, agents: &[AgentId]) -> bool {
-    let mut parts = path.split('/');
-    let (kind, id) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let rest: Vec<&str> = parts.collect();
-    let plain = !rest.is_empty() && rest.iter().all(|p| !p.is_empty() && *p != "." && *p != "..");
-    matches!(kind, "steps" | "inbox") && agents.iter().any(|a| a.as_str() == id) && plain
 }
 
 /// Whether every ref of a bundle's `repo.bundle` is of an agent or lineage its manifest

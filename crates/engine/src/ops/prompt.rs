@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use domain::id::AgentId;
-use infra::git::GitError;
+use infra::git::{GitError, UserRepo};
 use infra::provider::Reasoning;
 use infra::time::Timestamp;
 
@@ -16,7 +16,7 @@ use crate::fleet::remote::{self, Remote, RemoteError};
 use crate::ops::project::{self, ProjectError};
 use crate::step::model::{self, ModelError};
 use crate::store::warm;
-use crate::store::workspace::{Workspace, WorkspaceError};
+use crate::store::workspace::{ConfigFiles, Workspace, WorkspaceError, validate_files};
 
 /// `offshoot prompt`, resolved.
 pub struct Prompt<'a> {
@@ -59,6 +59,8 @@ pub struct Prompted {
 pub enum PromptError {
     #[error("role `{role}` cannot be asked for {asked:?}: {rule}")]
     Reasoning { role: String, asked: Reasoning, rule: String },
+    #[error("model `{model}` has no price, and budgets.max_cost_usd caps what its calls cost")]
+    Unpriced { model: String },
     #[error("`{pattern}` {problem}")]
     CopyIgnored { pattern: String, problem: String },
     #[error("copying ignored paths is for a project: there is no checkout to copy from")]
@@ -88,14 +90,7 @@ pub fn start(ws: &Workspace, p: &Prompt) -> Result<Prompted> {
     let (_, config) = ws.config(p.lineage)?;
     // A missing key or an unknown role is refused before anything is created (and so
     // is a sandbox this kernel cannot enforce, by `create_root`).
-    model::plan(&config, p.lineage, p.role, p.env)?;
-    if let Some(asked) = &p.reasoning {
-        config.check_reasoning(p.role, asked).map_err(|rule| PromptError::Reasoning {
-            role: p.role.to_owned(),
-            asked: asked.clone(),
-            rule,
-        })?;
-    }
+    runnable(&config, p)?;
     // Work taken along is the user's own commit, authored as git would author it.
     let author = ws.user_repo()?.and_then(|u| u.identity(p.git_config));
     let start = project::start_point(ws, p.base, p.with_changes, author.as_ref())?;
@@ -124,6 +119,49 @@ pub fn start(ws: &Workspace, p: &Prompt) -> Result<Prompted> {
         return Err(e.into());
     }
     Ok(Prompted { id, start, copied, left_out_harness_dir, handed: fleet })
+}
+
+/// Refuses `p` in a workspace not made yet, which would start from the config `files`
+/// in the user's repository `user` (a project) — before the workspace is made, so
+/// a refused first prompt leaves nothing behind.
+pub fn check_unmade(files: &ConfigFiles, user: Option<&UserRepo>, p: &Prompt) -> Result<()> {
+    if p.lineage != "default" {
+        let known = vec!["default".to_owned()];
+        return Err(WorkspaceError::NoLineage { lineage: p.lineage.to_owned(), known }.into());
+    }
+    let config = validate_files(files).map_err(WorkspaceError::from)?;
+    runnable(&config, p)?;
+    let Some(user) = user else {
+        return match p.base.is_some() || p.with_changes {
+            true => Err(ProjectError::NotProject.into()),
+            false => Ok(()),
+        };
+    };
+    match p.base {
+        Some(rev) if user.resolve(rev).is_none() => Err(ProjectError::UnknownBase(rev.to_owned()).into()),
+        None if user.head().map_err(ProjectError::from)?.is_none() => {
+            Err(ProjectError::NoCommits(user.root().display().to_string()).into())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Whether `config` can run `p`'s role as asked: the role, its key, the thinking.
+fn runnable(config: &domain::config::Config, p: &Prompt) -> Result<()> {
+    let plan = model::plan(config, p.lineage, p.role, p.env)?;
+    // A cost limit is never passed unknowingly: a model without a price is refused.
+    let model = p.model.unwrap_or(&plan.model);
+    if domain::budget::caps_cost(&config.budgets) && !config.prices.contains_key(model) {
+        return Err(PromptError::Unpriced { model: model.to_owned() });
+    }
+    if let Some(asked) = &p.reasoning {
+        config.check_reasoning(p.role, asked).map_err(|rule| PromptError::Reasoning {
+            role: p.role.to_owned(),
+            asked: asked.clone(),
+            rule,
+        })?;
+    }
+    Ok(())
 }
 
 /// The ignored paths of the user's checkout `patterns` names, when every one can be

@@ -98,7 +98,10 @@ pub fn run(
             (outcome, servers.writes(name))
         }
         (None, None) => {
-            let allowed = if grant.is_empty() { "none".to_owned() } else { grant.join(", ") };
+            // What the model may call: its grant, and the tools its MCP servers offer.
+            let offered = cx.agent.and_then(|a| a.mcp).into_iter().flat_map(|m| m.offered_names());
+            let allowed: Vec<&str> = grant.iter().map(String::as_str).chain(offered).collect();
+            let allowed = if allowed.is_empty() { "none".to_owned() } else { allowed.join(", ") };
             (
                 Err(ToolError::ToModel(format!(
                     "tool `{name}` is not available to you; nothing ran. Allowed tools: {allowed}"

@@ -110,16 +110,43 @@ impl Workspace {
     /// Creates a workspace at `root` (parents too) with `files` as the first commit
     /// of `config/default`. Refuses a non-empty target; validates before writing.
     pub fn create(root: &Path, files: &ConfigFiles) -> Result<Workspace> {
+        Self::make(root, files, None)?.ok_or_else(|| WorkspaceError::NotEmpty(root.to_owned()))
+    }
+
+    /// Makes a workspace at `root` unless one is there (or another caller's lands there
+    /// first: `None`). It is laid out beside `root` under a hidden name and renamed into
+    /// place, so no caller ever opens half of one and a crash leaves nothing at `root`.
+    fn make(root: &Path, files: &ConfigFiles, source: Option<&UserRepo>) -> Result<Option<Workspace>> {
         if root.exists() && std::fs::read_dir(root).map_err(io(root))?.next().is_some() {
-            return Err(WorkspaceError::NotEmpty(root.to_owned()));
+            return Ok(None);
         }
         validate_files(files)?;
-        let existed = root.exists();
-        let made = Self::lay_out(root, files);
-        if made.is_err() && !existed {
-            let _ = std::fs::remove_dir_all(root);
+        let Some(name) = root.file_name() else { return Ok(None) };
+        let parent = root.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+        let prefix = format!(".{}.making-", name.to_string_lossy());
+        sweep_abandoned(parent, &prefix);
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nth = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let making = parent.join(format!("{prefix}{}-{nth}", std::process::id()));
+        // One left by a process that had this pid before.
+        let _ = std::fs::remove_dir_all(&making);
+        let laid = Self::lay_out(&making, files).and_then(|_| match source {
+            Some(source) => link_project(&making, source),
+            None => Ok(()),
+        });
+        let placed = laid.and_then(|()| match std::fs::rename(&making, root) {
+            Ok(()) => Ok(true),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists) => {
+                Ok(false)
+            }
+            Err(e) => Err(io(root)(e)),
+        });
+        if !matches!(placed, Ok(true)) {
+            let _ = std::fs::remove_dir_all(&making);
         }
-        made
+        // Opened again: libgit2 reads a store's alternates when it opens it.
+        if placed? { Self::open(root).map(Some) } else { Ok(None) }
     }
 
     /// The skeleton of a workspace at `root` (which must not exist) with empty
@@ -150,29 +177,37 @@ impl Workspace {
 
     /// Creates a workspace at `root` whose agents work on the user's repository at
     /// `source` (its working tree): both repositories read the user's objects, which
-    /// are never copied. Refuses like `create`; removes what it made on failure.
+    /// are never copied. Refuses like `create`; leaves nothing on failure.
     pub fn create_for_project(root: &Path, files: &ConfigFiles, source: &UserRepo) -> Result<Workspace> {
-        let existed = root.exists();
-        let ws = Self::create(root, files)?;
-        let linked = (|| -> Result<()> {
-            ws.repo.add_alternate(&source.objects())?;
-            ws.project.add_alternate(&source.objects())?;
-            let path = root.join(SOURCE);
-            std::fs::write(&path, format!("{}\n", source.root().display())).map_err(io(&path))?;
-            Ok(())
-        })();
-        if let Err(e) = linked {
-            unmake(root, existed);
-            return Err(e);
-        }
-        // Opened again: libgit2 reads a store's alternates when it opens it.
-        Self::open(root)
+        Self::make(root, files, Some(source))?.ok_or_else(|| WorkspaceError::NotEmpty(root.to_owned()))
     }
 
-    /// Opens the project workspace at `root` for `source`, creating it first if needed.
-    pub fn open_or_create_for_project(root: &Path, files: &ConfigFiles, source: &UserRepo) -> Result<Workspace> {
-        let empty = !root.exists() || std::fs::read_dir(root).map_err(io(root))?.next().is_none();
-        if empty { Self::create_for_project(root, files, source) } else { Self::open(root) }
+    /// Opens the project workspace at `root` for `source`, creating it first if needed
+    /// (safe under any number of concurrent callers).
+    /// `true` with it when this call made it.
+    pub fn open_or_create_for_project(
+        root: &Path,
+        files: &ConfigFiles,
+        source: &UserRepo,
+    ) -> Result<(Workspace, bool)> {
+        match Self::make(root, files, Some(source))? {
+            Some(ws) => Ok((ws, true)),
+            None => Ok((Self::open(root)?, false)),
+        }
+    }
+
+    /// Whether the harness's repository holds commit `base` (an agent's start), taking
+    /// it from the agents' repository when only that one does (a replayed workspace
+    /// gets its agents' history there alone).
+    pub(crate) fn hold_base(&self, base: CommitId) -> Result<bool> {
+        if self.repo.resolve_commit(&base.to_string()).is_some() {
+            return Ok(true);
+        }
+        if !self.project.has_commit(base) {
+            return Ok(false);
+        }
+        self.project.give_commit(&self.repo, base)?;
+        Ok(true)
     }
 
     /// The user's repository of a project workspace (`None` outside project mode).
@@ -197,10 +232,14 @@ impl Workspace {
         Ok(Workspace { layout, repo, project, source })
     }
 
-    /// Opens `root`, creating it first if it does not exist or is empty.
-    pub fn open_or_create(root: &Path, files: &ConfigFiles) -> Result<Workspace> {
-        let empty = !root.exists() || std::fs::read_dir(root).map_err(io(root))?.next().is_none();
-        if empty { Self::create(root, files) } else { Self::open(root) }
+    /// Opens `root`, creating it first if it does not exist or is empty (safe under
+    /// any number of concurrent callers: one makes it, the others open it).
+    /// `true` with it when this call made it.
+    pub fn open_or_create(root: &Path, files: &ConfigFiles) -> Result<(Workspace, bool)> {
+        match Self::make(root, files, None)? {
+            Some(ws) => Ok((ws, true)),
+            None => Ok((Self::open(root)?, false)),
+        }
     }
 
     pub fn config_tip(&self, lineage: &str) -> Result<CommitId> {
@@ -371,6 +410,36 @@ pub fn unmake(root: &Path, existed: bool) {
         }
     } else {
         let _ = std::fs::remove_dir_all(root);
+    }
+}
+
+/// Points the repositories of the workspace at `root` at the user's objects and
+/// records where the user's repository is.
+fn link_project(root: &Path, source: &UserRepo) -> Result<()> {
+    let layout = Layout::new(root);
+    Repo::open(&layout.repo())?.add_alternate(&source.objects())?;
+    Project::open(&layout.project(), &layout.gits(), &layout.repo().join("objects"))?
+        .add_alternate(&source.objects())?;
+    let path = root.join(SOURCE);
+    std::fs::write(&path, format!("{}\n", source.root().display())).map_err(io(&path))
+}
+
+/// Removes workspaces half-made beside `parent` by callers that are gone (killed
+/// while making one): `<prefix><pid>-<n>` whose process no longer runs.
+fn sweep_abandoned(parent: &Path, prefix: &str) {
+    for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(prefix))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 

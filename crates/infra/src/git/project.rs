@@ -92,6 +92,12 @@ impl Project {
         super::copy_missing(&from.repo, &self.repo, tree)
     }
 
+    /// Gives the harness's repository `to` commit `commit` and what it reaches (what
+    /// `to` lacks of it): an agent's base, which a replayed workspace has here alone.
+    pub fn give_commit(&self, to: &super::Repo, commit: Oid) -> Result<usize> {
+        super::copy_missing(&self.repo, &to.repo, commit)
+    }
+
     pub fn branch_tip(&self, branch: &str) -> Result<Option<Oid>> {
         match self.repo.refname_to_id(&branch_ref(branch)) {
             Ok(id) => Ok(Some(id)),

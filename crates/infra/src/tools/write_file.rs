@@ -16,8 +16,9 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
     };
     target.write(content.as_bytes())?;
     let verb = if existed { "overwrote" } else { "created" };
-    let lines = content.lines().count();
-    Ok(ToolOutput::summary(format!("{verb} `{path}` ({} bytes, {lines} lines)", content.len())))
+    let lines = crate::words::count(content.lines().count() as u64, "line", "lines");
+    let bytes = crate::words::count(content.len() as u64, "byte", "bytes");
+    Ok(ToolOutput::summary(format!("{verb} `{path}` ({bytes}, {lines})")))
 }
 
 #[cfg(test)]
@@ -32,7 +33,7 @@ mod tests {
         let out = run(&env, &json!({"path": "a/b.txt", "content": "one\ntwo\n"})).expect("writes");
         assert_eq!(out.summary, "created `a/b.txt` (8 bytes, 2 lines)");
         let out = run(&env, &json!({"path": "a/b.txt", "content": "x"})).expect("writes");
-        assert_eq!(out.summary, "overwrote `a/b.txt` (1 bytes, 1 lines)");
+        assert_eq!(out.summary, "overwrote `a/b.txt` (1 byte, 1 line)");
         assert_eq!(std::fs::read_to_string(dir.join("a/b.txt")).expect("read"), "x");
         let err = run(&env, &json!({"path": "a", "content": "x"})).expect_err("a directory");
         assert_eq!(err.to_string(), "`a` is a directory; give a file path");

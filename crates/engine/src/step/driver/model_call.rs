@@ -54,6 +54,34 @@ impl Driver<'_> {
         Ok(reached.map(|r| format!("the tree of `{root}` {r}")))
     }
 
+    /// The whole-tree limit the next call (its request `measured` bytes, to `model`)
+    /// could pass at its largest, said with what was spent; `None` when there is room.
+    fn next_call_over_budget(
+        &mut self,
+        config: &domain::config::Config,
+        model: &str,
+        measured: u64,
+        step: u32,
+        max_output_tokens: u32,
+    ) -> Option<String> {
+        if !domain::budget::any_set(&config.budgets) {
+            return None;
+        }
+        let root = self.id.root();
+        let (spend, _) = budget::check(&mut self.records, &self.ws.layout, &root, config);
+        let last = match self.last_call {
+            Some(known) => known,
+            None => self.last_reported(step),
+        };
+        let next = domain::budget::NextCall {
+            model,
+            input_tokens: context::request_tokens(measured, last),
+            max_output_tokens,
+        };
+        domain::budget::would_pass(&config.budgets, &spend, &next, config.prices.get(model))
+            .map(|reached| format!("the tree of `{root}` {reached}"))
+    }
+
     /// The request of step `step` from `tip`, and its measured size: refused when a
     /// summary holds conflict markers or the request would not fit the role's window.
     fn request(
@@ -120,6 +148,10 @@ impl Driver<'_> {
             plan.model = String::from_utf8_lossy(&chosen).trim().to_owned();
         }
         let (request, measured) = self.request(tip, step, &facts.role, role, &plan.model)?;
+        // Stopped before a call that could go past a limit, not after it went.
+        if let Some(spend) = self.next_call_over_budget(&config, &plan.model, measured, step, role.max_output_tokens) {
+            return Err(DriverError::Exhausted { id: self.id.clone(), spend });
+        }
         self.next_step = Some(step + 1);
         let dir = self.ws.layout.step(&self.id, step);
         let io = |path: &Path| {

@@ -275,6 +275,11 @@ impl Servers {
         self.offered.get(name).map(|(_, t)| t)
     }
 
+    /// The names the model calls the offered tools by.
+    pub(crate) fn offered_names(&self) -> impl Iterator<Item = &str> {
+        self.offered.keys().map(String::as_str)
+    }
+
     /// Whether a call of `name` only reads (the server says so).
     pub(crate) fn read_only(&self, name: &str) -> bool {
         self.offers(name).is_some_and(|t| t.read_only)

@@ -1,0 +1,71 @@
+//! The chat in a real terminal (tmux): its scrollback, a resize, leaving it, coming
+//! back — what a person sees scrolling up through their window.
+
+use crate::support::server::{Reply, Turn};
+use crate::support::tmux::Tmux;
+use crate::support::wait::wait_for;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+/// The user's shell in a `cols` x `rows` window: `lines` lines of its own output, then
+/// `offshoot` with `args` on `t`'s workspace, then `shell again` when it has left.
+fn shell_then_chat(t: &TestWorkspace, cols: u16, rows: u16, lines: usize, args: &[&str]) -> Tmux {
+    let mut c = t.command();
+    c.args(args);
+    let env: Vec<(String, String)> =
+        c.get_envs().filter_map(|(k, v)| Some((k.to_str()?.to_owned(), v?.to_str()?.to_owned()))).collect();
+    let quoted: Vec<String> = std::iter::once(c.get_program())
+        .chain(c.get_args())
+        .map(|a| format!("'{}'", a.to_str().expect("utf-8").replace('\'', r"'\''")))
+        .collect();
+    let script = format!("seq -f 'shell line %g' 1 {lines}; {}; echo 'shell again'", quoted.join(" "));
+    Tmux::start(&t.root, &env, cols, rows, &script)
+}
+
+/// How many times `what` is in `text`.
+fn count(text: &str, what: &str) -> usize {
+    text.matches(what).count()
+}
+
+#[test]
+fn a_resize_keeps_the_whole_scrollback_and_draws_only_the_live_area_again() {
+    let (server, t) = TestWorkspace::served("term-resize", Dialect::Anthropic);
+    server.push(Reply::Turn(Turn::text("the answer, kept above")));
+    let chat = shell_then_chat(&t, 100, 20, 40, &[]);
+    chat.wait_for_screen("type a goal");
+    chat.type_in("/help", true);
+    chat.wait_for_screen("this list");
+    chat.type_in("say something", true);
+    chat.wait_for_screen("the answer, kept above");
+    wait_for("the agent to finish", || t.agents().first().is_some_and(|a| a["state"] == "done"));
+    let kept = ["shell line 1\n", "shell line 40\n", "this list", "the answer, kept above"];
+    let before = chat.history_size();
+    let held = chat.everything();
+    for line in kept {
+        assert_eq!(count(&held, line), 1, "`{line}` before the resize:\n{held}");
+    }
+
+    for (cols, rows) in [(70, 20), (120, 30)] {
+        chat.resize(cols, rows);
+        // The live area is drawn again at the new size: what is typed shows there.
+        chat.type_in("zq", false);
+        chat.wait_for_screen("zq");
+        chat.key("BSpace");
+        chat.key("BSpace");
+        let held = chat.everything();
+        assert!(
+            chat.history_size() + 20 >= before,
+            "the scrollback was cleared ({before} lines before, {} after):\n{held}",
+            chat.history_size()
+        );
+        for line in kept {
+            let n = count(&held, line);
+            assert_eq!(n, 1, "`{line}` {n} times after a resize to {cols}x{rows}:\n{held}\nthe screen:\n{}", chat.screen());
+        }
+    }
+
+    // Leaving puts the shell's prompt at the start of a line of its own.
+    chat.key("C-d");
+    wait_for("the chat to leave", || chat.screen().contains("shell again"));
+    let screen = chat.screen();
+    assert!(screen.lines().any(|l| l == "shell again"), "the shell's next line is indented:\n{screen}");
+}
