@@ -463,6 +463,19 @@ fn a_compactor_that_never_writes_a_summary_is_tried_once_per_interval() {
 }
 
 #[test]
+fn one_landing_of_one_pass_is_said_in_the_singular() {
+    let (server, t) = TestWorkspace::served("compact-one-pass", Dialect::Anthropic);
+    t.run(&["config", "set", "compaction.steps", "10", "compaction.trigger", "every_n_steps"]).ok();
+    let mut turns: Vec<Turn> = (0..14).map(|i| Turn::bash(&format!("s{i}"), "true")).collect();
+    turns.push(Turn::text("fifteen steps"));
+    server.push_for("Quick", turns);
+    server.push_matching(COMPACTOR, [summary_turn("w", "the gist"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Quick", "take fifteen steps"]).ok();
+    let tree = t.run(&["tree", "Quick"]);
+    assert!(tree.ok().contains(", 1 compaction (1 pass)"), "{}", tree.stdout);
+}
+
+#[test]
 fn a_landing_says_how_many_passes_it_took_in_its_event_and_in_tree() {
     let (server, t) = TestWorkspace::served("compact-passes", Dialect::Anthropic);
     t.run(&["config", "set", "compaction.steps", "10", "compaction.trigger", "every_n_steps"]).ok();

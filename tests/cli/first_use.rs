@@ -134,3 +134,34 @@ fn a_broken_template_is_named_by_its_path_stops_everything_and_config_edit_opens
     t.run_bare(&["prompt", "hello"]).ok();
     assert_eq!(workspaces(&t), ["default"]);
 }
+
+#[test]
+fn workspace_hints_name_what_is_there_and_first_use_says_it_made_one() {
+    let t = TestWorkspace::new("first-use-hints");
+    let file = t.root.join("a-file");
+    std::fs::write(&file, "not a workspace").expect("file");
+    let f = file.to_str().expect("utf-8");
+    let run = t.run_bare(&["-w", f, "ls"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("is a file, not a workspace"), "{}", run.stderr);
+    assert!(!run.stderr.contains("offshoot new"), "no hint to make a workspace on a file: {}", run.stderr);
+    let run = t.command_bare().env("OFFSHOOT_HOME", &file).args(["ls"]).output().expect("run");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("OFFSHOOT_HOME") && stderr.contains("is not a directory"), "{stderr}");
+
+    // First use says so, whichever verb makes the workspace.
+    let set = t.run_bare(&["config", "set", "retry.max_attempts", "2"]);
+    set.ok();
+    assert!(set.stderr.contains("made the workspace"), "{}", set.stderr);
+    assert_eq!(workspaces(&t), ["default"]);
+    // `new` where a workspace is: said, with no `-w` in the hint that was never given.
+    let again = t.run_bare(&["new"]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("there is a workspace at"), "{}", again.stderr);
+    assert!(again.stderr.contains("`offshoot ls` lists its agents"), "{}", again.stderr);
+    assert!(!again.stderr.contains("`-w` out"), "{}", again.stderr);
+    let onto_file = t.run_bare(&["new", f]);
+    assert_eq!(onto_file.code, 2, "{}", onto_file.stderr);
+    assert!(onto_file.stderr.contains("is a file"), "{}", onto_file.stderr);
+}

@@ -251,13 +251,34 @@ fn timeouts_failures_to_start_and_unreachable_urls_are_said_and_named() {
     t.run(&["mcp", "add", "sleepy", "--startup-timeout", "1", "--", "python3", &script, "stdio", "--start-delay", "5"])
         .ok();
     t.run(&["mcp", "add", "nowhere", "--url", "http://127.0.0.1:9/mcp", "--startup-timeout", "2"]).ok();
-    server.push_turns([Turn::tool("c1", "mcp__quick__slow", json!({"secs": 5})), Turn::text("done")]);
+    // A command that is not there.
+    t.run(&["mcp", "add", "ghost", "--", "/nonexistent/mcp-server"]).ok();
+    server.push_turns([
+        Turn::tool("c1", "mcp__quick__slow", json!({"secs": 5})),
+        Turn::tool("c2", "no_such_tool", json!({})),
+        Turn::text("done"),
+    ]);
     let run = t.run(&["prompt", "--name", "Errors", "try them"]);
     run.ok();
     assert!(run.stderr.contains("MCP server `sleepy` did not start within 1 s"), "{}", run.stderr);
-    assert!(run.stderr.contains("MCP server `nowhere` did not start"), "{}", run.stderr);
+    // What failed, in words: no Rust type names.
+    assert!(
+        run.stderr.contains("MCP server `nowhere` did not start: cannot reach http://127.0.0.1:9/mcp: "),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("rmcp::") && !run.stderr.contains("WorkerTransport"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("its command `/nonexistent/mcp-server` was not found (exit code 127); its tools are not offered (its stderr: "),
+        "{}",
+        run.stderr
+    );
     let timed_out = server.result_text(1);
     assert!(timed_out.contains("MCP server `quick` did not answer within 1 s"), "{timed_out}");
+    // A tool nobody offers: the list names the MCP tools offered too.
+    let unknown = server.result_text(2);
+    assert!(unknown.contains("tool `no_such_tool` is not available to you"), "{unknown}");
+    assert!(unknown.contains("mcp__quick__slow"), "{unknown}");
     // Only the server that started offers tools.
     let tools = mcp_names(&server.requests()[0].body);
     assert!(tools.iter().all(|n| n.starts_with("mcp__quick__")) && tools.len() == 7, "{tools:?}");

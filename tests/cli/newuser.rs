@@ -105,3 +105,41 @@ fn send_and_run_on_an_agent_another_process_drives_follow_it_until_it_lets_go() 
     again.ok();
     assert!(!again.stderr.contains("will pick this up"), "{}", again.stderr);
 }
+
+#[test]
+fn counts_read_in_the_singular_for_one_and_tokens_with_thousands_apart() {
+    let (server, t) = TestWorkspace::served("newuser-counts", Dialect::Anthropic);
+    let mut answer = Turn::text("done");
+    (answer.input_tokens, answer.output_tokens) = (26_954, 1_329);
+    server.push(crate::support::server::Reply::Turn(answer));
+    let goal = "a goal long enough that a narrow terminal cannot show it whole in one row of ls, not at all";
+    t.run(&["prompt", "--name", "Counted", goal]).ok();
+    let doctor = t.run(&["doctor"]);
+    doctor.ok();
+    assert!(doctor.stderr.contains("checked 1 agent, "), "{}", doctor.stderr);
+    let tree = t.run(&["tree"]);
+    assert!(tree.ok().contains("28,283 tokens"), "the same form as `26,954 in`: {}", tree.stdout);
+    let ls = t.run(&["ls"]);
+    assert!(ls.ok().contains("26,954") && ls.stdout.contains("1,329"), "{}", ls.stdout);
+    assert!(ls.stdout.contains(goal), "piped, the goal is whole: {}", ls.stdout);
+    let file = t.root.join("counted.offshoot");
+    let bundled = t.run(&["bundle", "Counted", file.to_str().expect("utf-8")]);
+    bundled.ok();
+    assert!(bundled.stderr.contains("· bundled 1 agent ("), "{}", bundled.stderr);
+    let replayed = t.run_bare(&["replay", file.to_str().expect("utf-8")]);
+    replayed.ok();
+    assert!(replayed.stderr.contains("· 1 agent from"), "{}", replayed.stderr);
+
+    // On a terminal of 100 columns, every row of `ls` fits it (the goal is cut).
+    let mut ls = t.command();
+    ls.arg("ls").env("TERM", "xterm-256color");
+    let shown = crate::support::pty::Pty::spawn(ls, 100, 20);
+    let mut shown = shown;
+    let _ = shown.child.wait();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let text = shown.text();
+    assert!(text.contains("Counted") && text.contains('…'), "{text}");
+    for line in text.lines() {
+        assert!(line.trim_end().chars().count() <= 100, "a row past 100 columns: {line:?}");
+    }
+}

@@ -69,3 +69,64 @@ fn a_resize_keeps_the_whole_scrollback_and_draws_only_the_live_area_again() {
     let screen = chat.screen();
     assert!(screen.lines().any(|l| l == "shell again"), "the shell's next line is indented:\n{screen}");
 }
+
+#[test]
+fn a_first_call_that_fails_shows_each_attempt_removes_the_agent_and_gives_the_goal_back() {
+    use crate::support::server::error_body;
+    let (server, t) = TestWorkspace::served("term-first-fails", Dialect::Anthropic);
+    t.set("retry.max_attempts", "2");
+    for _ in 0..2 {
+        let body = error_body("anthropic", "api_error", "the provider is down");
+        server.push(Reply::Status { code: 500, retry_after: None, body });
+    }
+    let chat = shell_then_chat(&t, 120, 30, 0, &[]);
+    chat.wait_for_screen("type a goal");
+    chat.type_in("write the report", true);
+    chat.wait_for_screen("the new agent was removed again");
+    let screen = chat.screen();
+    assert!(screen.contains("· attempt 1 failed:") && screen.contains("the provider is down"), "{screen}");
+    assert!(screen.contains("· attempt 2 failed:"), "{screen}");
+    assert!(t.agents().is_empty(), "as `prompt` does, nothing of it is kept");
+    // The goal is back in the input: Enter sends it again, and now it is answered.
+    server.push(Reply::Turn(Turn::text("here is the report")));
+    chat.type_in("", true);
+    chat.wait_for_screen("here is the report");
+    assert_eq!(t.agents().len(), 1);
+    chat.key("C-d");
+    wait_for("the chat to leave", || chat.screen().contains("shell again"));
+}
+
+#[test]
+fn in_a_project_the_chat_says_what_stays_behind_and_takes_it_along_when_asked() {
+    let (server, t, _repo) = crate::project::project("term-project");
+    server.endless_text("noted");
+    let chat = shell_then_chat(&t, 140, 30, 0, &[]);
+    chat.wait_for_screen("type a goal");
+    chat.type_in("look at a", true);
+    chat.wait_for_screen("your uncommitted changes are not included (a.txt); `/with-changes` takes them along");
+    chat.wait_for_screen("noted");
+    let first = t.only_agent();
+    assert!(!t.run(&["diff", &first]).ok().contains("mine, not committed"));
+    chat.type_in("/with-changes", true);
+    chat.wait_for_screen("takes your uncommitted changes along");
+    chat.type_in("/new", true);
+    chat.type_in("look again", true);
+    chat.wait_for_screen("with your uncommitted changes: a.txt");
+    wait_for("the second agent", || t.agents().len() == 2);
+    chat.key("C-d");
+    wait_for("the chat to leave", || chat.screen().contains("shell again"));
+}
+
+#[test]
+fn continuing_shows_the_conversation_so_far() {
+    let (server, t) = TestWorkspace::served("term-continue", Dialect::Anthropic);
+    server.push(Reply::Turn(Turn::text("the earlier answer")));
+    t.run(&["prompt", "the earlier question"]).ok();
+    let chat = shell_then_chat(&t, 120, 30, 0, &["-c"]);
+    chat.wait_for_screen("chatting with");
+    let screen = chat.screen();
+    assert!(screen.contains("you: the earlier question"), "{screen}");
+    assert!(screen.contains("│ the earlier answer"), "{screen}");
+    chat.key("C-d");
+    wait_for("the chat to leave", || chat.screen().contains("shell again"));
+}

@@ -187,18 +187,15 @@ impl Client {
                 Err(_) => return Err(McpError::StartTimedOut { secs: startup.as_secs() }),
                 Ok(Err(e)) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    let log = program.log.display();
                     let command = program.program.display();
                     return Err(match process.exited() {
                         Some(Exit::Code(127)) => McpError::Start(format!(
-                            "its command `{command}` was not found (exit code 127; its stderr is in {log})"
+                            "its command `{command}` was not found (exit code 127)"
                         )),
                         Some(Exit::Code(126)) => McpError::Start(format!(
-                            "its command `{command}` cannot be run (exit code 126: not executable; its stderr is in {log})"
+                            "its command `{command}` cannot be run (exit code 126: not executable)"
                         )),
-                        Some(exit) => McpError::Start(format!(
-                            "it ended ({exit}) before the handshake finished; its stderr is in {log}"
-                        )),
+                        Some(exit) => McpError::Start(format!("it ended ({exit}) before the handshake finished")),
                         None => McpError::Handshake(Box::new(e)),
                     });
                 }
@@ -237,7 +234,7 @@ impl Client {
                 Err(_) => Err(McpError::StartTimedOut { secs: startup.as_secs() }),
                 // (The transport's own words name its Rust types: what went wrong is
                 // at the bottom of the chain.)
-                Ok(Err(e)) => Err(McpError::Start(format!("cannot reach {url}: {}", innermost(&e)))),
+                Ok(Err(e)) => Err(McpError::Start(format!("cannot reach {url}: {}", unwrapped(&e)))),
                 Ok(Ok(service)) => Ok(Session { handle, service: Some(service), process: None }),
             }
         };
@@ -296,10 +293,13 @@ impl Drop for Client {
     }
 }
 
-/// The words of the deepest cause of `e`: what actually failed (a refused connection,
-/// an HTTP status), without the layers above it.
-fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut deepest = e;
+/// What actually failed in a handshake (a refused connection, an HTTP status): the
+/// deepest cause of the transport's error, whose own words name its Rust types.
+fn unwrapped(e: &rmcp::service::ClientInitializeError) -> String {
+    let mut deepest: &(dyn std::error::Error + 'static) = match e {
+        rmcp::service::ClientInitializeError::TransportError { error, .. } => &*error.error,
+        other => other,
+    };
     while let Some(next) = deepest.source() {
         deepest = next;
     }

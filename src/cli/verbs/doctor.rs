@@ -50,7 +50,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     let repairable = findings.iter().filter(|f| !matches!(f.fix, Fix::Manual(_))).count();
-    let mut err = CliError::runtime(format!("{} findings (checked {summary})", findings.len()));
+    let mut err = CliError::runtime(format!("{} (checked {summary})", count(findings.len(), "finding", "findings")));
     if repairable > 0 {
         err = err.hint(format!("`offshoot doctor --repair` makes the {repairable} safe repairs"));
     }
