@@ -46,7 +46,12 @@ fn workspace_in_words() -> Option<PathBuf> {
             given = Some(PathBuf::from(path));
         }
     }
-    given.or_else(|| std::env::var_os("OFFSHOOT_WORKSPACE").filter(|v| !v.is_empty()).map(PathBuf::from))
+    given.or_else(workspace_from_env)
+}
+
+/// The workspace `OFFSHOOT_WORKSPACE` names (an empty value names none).
+pub(crate) fn workspace_from_env() -> Option<PathBuf> {
+    std::env::var_os("OFFSHOOT_WORKSPACE").filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 /// The script that registers dynamic completion for `shell` (what `COMPLETE=<shell>

@@ -47,6 +47,85 @@ pub(crate) type Sink = dyn Fn(&str, &Record) + Send + Sync;
 pub(crate) struct Follower {
     done: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
+    passes: Passes,
+}
+
+/// Passes asked of a follower's thread and passes it made: what lets the driving
+/// thread show what the agents below wrote before a line of its own that follows from
+/// it (a child's answer before the parent's "message from" it).
+#[derive(Clone, Default)]
+pub(crate) struct Passes(Arc<(std::sync::Mutex<Counts>, std::sync::Condvar)>);
+
+/// Passes asked, passes made, and the agents whose run's end the passes have shown (an
+/// agent working again leaves it).
+#[derive(Default)]
+struct Counts {
+    asked: u64,
+    made: u64,
+    ended: std::collections::HashSet<String>,
+}
+
+impl Passes {
+    /// Asks for a pass and waits (a moment at most) until one made after the asking.
+    pub(crate) fn catch_up(&self) {
+        let (lock, cvar) = &*self.0;
+        let Ok(mut counts) = lock.lock() else { return };
+        counts.asked += 1;
+        let asked = counts.asked;
+        cvar.notify_all();
+        let until = std::time::Instant::now() + Duration::from_millis(500);
+        while counts.made < asked {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            match cvar.wait_timeout(counts, left) {
+                Ok((next, _)) => counts = next,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Catches up until `agent`'s run's end has been shown (its driver writes it a
+    /// moment after handing over its answer), for a second at most.
+    pub(crate) fn catch_up_to_end_of(&self, agent: &str) {
+        let until = std::time::Instant::now() + Duration::from_secs(1);
+        loop {
+            self.catch_up();
+            let ended = self.0.0.lock().map(|c| c.ended.contains(agent)).unwrap_or(true);
+            if ended || std::time::Instant::now() >= until {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The thread's side: waits up to `poll` for an ask; the asks the next pass answers.
+    fn wait(&self, poll: Duration) -> u64 {
+        let (lock, cvar) = &*self.0;
+        let Ok(counts) = lock.lock() else { return 0 };
+        let asked = counts.asked;
+        match cvar.wait_timeout_while(counts, poll, |c| c.asked == asked && c.made >= asked) {
+            Ok((counts, _)) => counts.asked,
+            Err(_) => asked,
+        }
+    }
+
+    /// A pass answering `asked` was made; `seen` says which agents it saw end (`true`)
+    /// or work (`false`).
+    fn made(&self, asked: u64, seen: Vec<(String, bool)>) {
+        let (lock, cvar) = &*self.0;
+        if let Ok(mut counts) = lock.lock() {
+            counts.made = counts.made.max(asked);
+            for (agent, ended) in seen {
+                match ended {
+                    true => counts.ended.insert(agent),
+                    false => counts.ended.remove(&agent),
+                };
+            }
+            cvar.notify_all();
+        }
+    }
 }
 
 impl Follower {
@@ -70,18 +149,26 @@ impl Follower {
     fn spawn(root: &Path, id: &AgentId, view: View, itself: bool, from_start: bool) -> Follower {
         let done = Arc::new(AtomicBool::new(false));
         let flag = done.clone();
+        let passes = Passes::default();
+        let asks = passes.clone();
         let (root, id) = (root.to_owned(), id.clone());
         let handle = std::thread::spawn(move || {
             let mut watch = Watch::new(&root, &id, view, itself);
             watch.pass(!from_start);
             while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(POLL);
+                let asked = asks.wait(POLL);
                 watch.pass(false);
+                asks.made(asked, std::mem::take(&mut watch.seen));
             }
             watch.pass(false);
             watch.close();
         });
-        Follower { done, handle: Some(handle) }
+        Follower { done, handle: Some(handle), passes }
+    }
+
+    /// What asks this follower to catch up (see [`Passes`]).
+    pub(crate) fn passes(&self) -> Passes {
+        self.passes.clone()
     }
 
     /// Shows what is left to show and stops.
@@ -120,6 +207,8 @@ struct Watch {
     tails: HashMap<String, Tail>,
     bars: HashMap<String, ProgressBar>,
     names: HashMap<String, String>,
+    /// Agents seen to end (`true`) or to work (`false`) since last taken.
+    seen: Vec<(String, bool)>,
 }
 
 impl Watch {
@@ -133,6 +222,7 @@ impl Watch {
             tails: HashMap::new(),
             bars: HashMap::new(),
             names: HashMap::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -165,7 +255,11 @@ impl Watch {
             let complete: Vec<u8> = tail.partial.drain(..=end).collect();
             for line in complete.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
                 if let Ok(event) = serde_json::from_slice::<Value>(line) {
-                    self.show(&agent, &event, Line::parse(line).map(|l| l.record));
+                    let record = Line::parse(line).map(|l| l.record);
+                    if let Some(record) = &record {
+                        self.seen.push((agent.clone(), matches!(record, Record::End(_))));
+                    }
+                    self.show(&agent, &event, record);
                 }
             }
         }

@@ -23,11 +23,13 @@ pub(crate) use error::CliError;
 ///
 /// Every agent is a git branch with its own worktree, every model step a commit.
 #[derive(Debug, Parser)]
-#[command(name = "offshoot", version, propagate_version = true)]
+#[command(name = "offshoot", version)]
 pub(crate) struct Cli {
     /// The workspace directory (default: `OFFSHOOT_WORKSPACE`, else the default
     /// workspace under the data root, created on first use)
-    #[arg(short = 'w', long, global = true, env = "OFFSHOOT_WORKSPACE")]
+    // (The variable is read by hand: clap's `env` shows the option in every usage line
+    // as if it were required.)
+    #[arg(short = 'w', long, global = true)]
     pub(crate) workspace: Option<PathBuf>,
     /// Print one JSON event or object per line on stdout
     #[arg(long, global = true)]
@@ -101,7 +103,8 @@ pub(crate) struct ChatArgs {
 
 /// Runs the parsed command line; returns the exit code.
 pub(crate) fn run(cli: Cli) -> i32 {
-    let ctx = Ctx::from_env(cli.workspace, cli.json);
+    let workspace = cli.workspace.clone().or_else(complete::workspace_from_env);
+    let ctx = Ctx::from_env(workspace, cli.json);
     if let Some(problem) = ctx.roots_problem() {
         return finish(&ctx, Err(problem), false);
     }

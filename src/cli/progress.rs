@@ -31,6 +31,9 @@ struct Live<'a> {
     /// JSON events of an agent this command just made, held (its `agent` event first)
     /// until its first call succeeds: an agent removed again is never announced.
     held: Option<Vec<serde_json::Value>>,
+    /// The follower of the agents below, asked to catch up before a line that follows
+    /// from what they wrote.
+    passes: Option<super::follow::Passes>,
 }
 
 /// The sum of a run's model calls; the cost is known while every call was priced.
@@ -174,6 +177,16 @@ impl Observer for Live<'_> {
         if let Event::Usage { usage, cost_usd, .. } = &event {
             self.spent.add(usage, *cost_usd);
         }
+        // A message (and the work merged with it) from an agent below follows from what
+        // it wrote: that is shown first — for its answer, down to its run's end.
+        if let Some(passes) = &self.passes {
+            match &event {
+                Event::Delivered { sender, answer: true } => passes.catch_up_to_end_of(sender),
+                Event::Transferred { child, .. } | Event::Conflicted { child, .. } => passes.catch_up_to_end_of(child),
+                Event::Delivered { sender, .. } if *sender != "user" => passes.catch_up(),
+                _ => {}
+            }
+        }
         if self.ctx.out.json {
             let first_answer = matches!(event, Event::Usage { .. });
             if let Some(v) = events::to_json(&self.agent, &event) {
@@ -188,7 +201,7 @@ impl Observer for Live<'_> {
         match event {
             Event::Delta(Delta::Text(text)) => out.narrate(text),
             Event::Delta(_) => {}
-            Event::Delivered { sender } if sender != "user" => out.progress(&format!("· message from `{sender}`")),
+            Event::Delivered { sender, .. } if sender != "user" => out.progress(&format!("· message from `{sender}`")),
             Event::Delivered { .. } => {}
             Event::Settled { tool_use_id } => out.progress(&format!("· settled interrupted call {tool_use_id}")),
             Event::StepStarted { step, provider, model } => {
@@ -265,7 +278,7 @@ fn attach_holding(
     follow: bool,
 ) -> Result<(), CliError> {
     let held = announce.map(|a| vec![a]);
-    let mut live = Live { ctx, agent: id.to_string(), worked: false, spent: Spent::default(), held };
+    let mut live = Live { ctx, agent: id.to_string(), worked: false, spent: Spent::default(), held, passes: None };
     let rt = ctx.runtime(ws);
     watch_signals(ctx);
     let _ = ctx.driving.set(id.to_string());
@@ -278,6 +291,7 @@ fn attach_holding(
     // (The tree's step counts now: what it spends from here on is this run's.)
     let mut before = follow.then(|| Spent::counts(ws, id));
     let follower = follow.then(|| Follower::start(ws.layout.root(), id, view));
+    live.passes = follower.as_ref().map(Follower::passes);
     let result = if fresh { driver::run_fresh(ws, &rt, id, &mut live) } else { driver::run(ws, &rt, id, &mut live) };
     if let Some(follower) = follower {
         follower.finish();

@@ -128,7 +128,7 @@ fn a_compaction_lands_one_commit_with_the_summary_and_uncompact_brings_everythin
     }
     assert!(shown.contains("summary `.offshoot/summary/0001.md`:\nWrote notes.md"), "{shown}");
     let missing = t.run(&["show", "Long", "--compaction", "2"]);
-    assert!(missing.stderr.contains("has no compaction 2; it has 1"), "{}", missing.stderr);
+    assert!(missing.stderr.contains("has no compaction 2; it has 1 compaction"), "{}", missing.stderr);
 
     // The next request is smaller, carries the summary and is accepted.
     let last_before =

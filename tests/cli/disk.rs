@@ -101,7 +101,7 @@ fn a_full_disk_fails_the_step_and_corrupts_nothing() {
     let doctor1 = read("doctor1.out");
     assert!(stdout.contains("doctor1=1"), "{stdout}\n{doctor1}");
     assert!(
-        doctor1.contains("error: 1 findings") && doctor1.contains("has calls without results and no driver: bash c1"),
+        doctor1.contains("error: 1 finding (") && doctor1.contains("has calls without results and no driver: bash c1"),
         "{doctor1}"
     );
     assert!(stdout.contains("second=0"), "{stdout}\n{}", read("second.out"));

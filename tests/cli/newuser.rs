@@ -143,3 +143,127 @@ fn counts_read_in_the_singular_for_one_and_tokens_with_thousands_apart() {
         assert!(line.trim_end().chars().count() <= 100, "a row past 100 columns: {line:?}");
     }
 }
+
+#[test]
+fn children_dispatched_in_one_step_get_their_ids_in_call_order() {
+    let (server, t) = TestWorkspace::served("newuser-child-order", Dialect::Anthropic);
+    let many = Turn {
+        calls: (1..=6)
+            .map(|i| {
+                let input =
+                    serde_json::json!({"role": "worker", "goal": format!("child task {i}"), "name": format!("Kid{i}")});
+                (format!("d{i}"), "dispatch".to_owned(), input.to_string())
+            })
+            .collect(),
+        ..Turn::text("")
+    };
+    server.push_for("Lead", [many, Turn::text("dispatched")]);
+    server.endless_text("done");
+    t.run(&["prompt", "--detach", "--name", "Lead", "lead"]).ok();
+    crate::support::wait::wait_for("six children", || t.agents().len() == 7);
+    let lead = t.id_of("Lead");
+    for i in 1..=6 {
+        assert_eq!(t.id_of(&format!("Kid{i}")), format!("{lead}.{i}"), "the {i}th call's child");
+    }
+}
+
+#[test]
+fn a_childs_answer_is_shown_before_the_parent_hears_of_it() {
+    let (server, t) = TestWorkspace::served("newuser-answer-order", Dialect::Anthropic);
+    let dispatch = serde_json::json!({"role": "worker", "goal": "say hi", "name": "Kid"});
+    server.push_for("Boss", [Turn::tool("d1", "dispatch", dispatch), Turn::text("waiting"), Turn::text("all done")]);
+    server.push_for("Kid", [Turn::text("hi from the kid")]);
+    let run = t.run(&["prompt", "--name", "Boss", "delegate"]);
+    run.ok();
+    let at = |what: &str| run.stderr.find(what).unwrap_or_else(|| panic!("`{what}` not said:\n{}", run.stderr));
+    assert!(at("answered: hi from the kid") < at("· message from `"), "{}", run.stderr);
+}
+
+#[test]
+fn ls_counts_the_steps_kept_not_a_call_cut_off() {
+    use crate::support::server::Reply;
+    let (server, t) = TestWorkspace::served("newuser-steps", Dialect::Anthropic);
+    server.push(Reply::Paced(
+        Turn::text("a long answer that is stopped before it ends"),
+        std::time::Duration::from_millis(400),
+    ));
+    let id = t.run(&["prompt", "--detach", "--name", "Cut", "talk"]).ok().trim().to_owned();
+    crate::support::wait::wait_for("its call to stream", || {
+        std::fs::read_to_string(t.steps_dir(&id).join("events.ndjson")).is_ok_and(|e| e.contains("text_delta"))
+    });
+    t.run(&["stop", &id]).ok();
+    assert_eq!(t.agents()[0]["steps"], 0, "a call cut off is no step: {}", t.agents()[0]);
+    server.push(Reply::Turn(Turn::text("done now")));
+    t.run(&["run", &id]).ok();
+    assert_eq!(t.agents()[0]["steps"], 1, "{}", t.agents()[0]);
+}
+
+#[test]
+fn config_changes_say_their_commit_in_words_and_mcp_remove_says_what_stops() {
+    let t = TestWorkspace::new("newuser-config-words");
+    let set = t.run(&["config", "set", "retry.max_attempts", "2"]);
+    assert!(set.ok().is_empty(), "no bare sha on stdout: {}", set.stdout);
+    assert!(set.stderr.contains("· committed ") && set.stderr.contains(" to config/default"), "{}", set.stderr);
+    let added = t.run(&["mcp", "add", "tools", "--", "true"]);
+    assert!(added.ok().is_empty(), "{}", added.stdout);
+    assert!(added.stderr.contains("added MCP server `tools`") && added.stderr.contains("commit "), "{}", added.stderr);
+    let removed = t.run(&["mcp", "remove", "tools"]);
+    removed.ok();
+    assert!(removed.stderr.contains("agents stop using it at their next step"), "{}", removed.stderr);
+    assert!(!removed.stderr.contains("agents use it"), "{}", removed.stderr);
+}
+
+#[test]
+fn help_and_usage_show_what_a_user_can_type() {
+    let mut t = TestWorkspace::new("newuser-usage");
+    let ws = t.ws.to_str().expect("utf-8").to_owned();
+    t.env("OFFSHOOT_WORKSPACE", &ws);
+    let bad = t.run_bare(&["ls", "--bogus"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(!bad.stderr.contains("--workspace <WORKSPACE>"), "-w shown as required: {}", bad.stderr);
+    // The variable still chooses the workspace.
+    t.run_bare(&["ls"]).ok();
+    let help = t.run_bare(&["ls", "--help"]);
+    assert!(!help.ok().contains("--version"), "{}", help.stdout);
+    assert!(t.run_bare(&["--version"]).ok().starts_with("offshoot "));
+}
+
+#[test]
+fn errors_say_what_happened_uncompact_a_non_stream_answer_and_an_eval_config_typo() {
+    use crate::support::server::Reply;
+    let (server, t) = TestWorkspace::served("newuser-errors", Dialect::Anthropic);
+    server.push(Reply::Turn(Turn::text("hi")));
+    t.run(&["prompt", "--name", "Plain", "hello"]).ok();
+    let undo = t.run(&["uncompact", "Plain"]);
+    assert_eq!(undo.code, 2, "{}", undo.stderr);
+    assert!(undo.stderr.contains("has no compaction: nothing has been compacted"), "{}", undo.stderr);
+    assert!(!undo.stderr.contains("compaction 0"), "{}", undo.stderr);
+
+    // A 200 whose body is a web page, not events.
+    t.set("retry.max_attempts", "1");
+    server.push(Reply::Raw(b"<html><body>Welcome to the proxy</body></html>".to_vec()));
+    let odd = t.run(&["send", "Plain", "again"]);
+    assert_eq!(odd.code, 1, "{}", odd.stderr);
+    assert!(odd.stderr.contains("not with a stream of events"), "{}", odd.stderr);
+    assert!(odd.stderr.contains("Welcome to the proxy"), "{}", odd.stderr);
+    assert!(!odd.stderr.contains("stream ended before the response was complete"), "{}", odd.stderr);
+
+    // A typo in an eval's config file is cited in that file, at its line.
+    let config = t.root.join("mine.toml");
+    std::fs::write(&config, "# my settings\n\n[retry]\nmax_attempts = 2\nmax_attemps = 3\n").expect("config");
+    let suite = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/eval");
+    let report = t.root.join("r.json");
+    let run = t.run_bare(&[
+        "eval",
+        "run",
+        "--suite",
+        suite.to_str().expect("utf-8"),
+        "--config",
+        config.to_str().expect("utf-8"),
+        "--out",
+        report.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains(&format!("{}:5", config.display())), "{}", run.stderr);
+    assert!(!run.stderr.contains("offshoot.toml:"), "{}", run.stderr);
+}

@@ -59,7 +59,12 @@ fn a_resize_keeps_the_whole_scrollback_and_draws_only_the_live_area_again() {
         );
         for line in kept {
             let n = count(&held, line);
-            assert_eq!(n, 1, "`{line}` {n} times after a resize to {cols}x{rows}:\n{held}\nthe screen:\n{}", chat.screen());
+            assert_eq!(
+                n,
+                1,
+                "`{line}` {n} times after a resize to {cols}x{rows}:\n{held}\nthe screen:\n{}",
+                chat.screen()
+            );
         }
     }
 
@@ -127,6 +132,26 @@ fn continuing_shows_the_conversation_so_far() {
     let screen = chat.screen();
     assert!(screen.contains("you: the earlier question"), "{screen}");
     assert!(screen.contains("│ the earlier answer"), "{screen}");
+    chat.key("C-d");
+    wait_for("the chat to leave", || chat.screen().contains("shell again"));
+}
+
+#[test]
+fn ctrl_c_mid_answer_shows_the_cut_answer_first_and_says_stopped_once() {
+    let (server, t) = TestWorkspace::served("term-stop", Dialect::Anthropic);
+    let slow = Turn::text("the first words of an answer that goes on and on for a long while yet");
+    server.push(Reply::Paced(slow, std::time::Duration::from_millis(300)));
+    let chat = shell_then_chat(&t, 120, 30, 0, &[]);
+    chat.wait_for_screen("type a goal");
+    chat.type_in("talk slowly", true);
+    chat.wait_for_screen("│ the first");
+    chat.key("C-c");
+    chat.wait_for_screen("a message continues");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let screen = chat.screen();
+    let at = |what: &str| screen.find(what).unwrap_or_else(|| panic!("`{what}` not shown:\n{screen}"));
+    assert!(at("(cut off: not kept)") < at("· stopping `"), "the cut answer comes before the stop:\n{screen}");
+    assert!(!screen.lines().any(|l| l.trim() == "· stopped"), "said stopped twice:\n{screen}");
     chat.key("C-d");
     wait_for("the chat to leave", || chat.screen().contains("shell again"));
 }

@@ -214,8 +214,10 @@ fn config_edit_commits_changes_and_says_when_nothing_changed() {
     std::process::Command::new("chmod").args(["+x", script.to_str().expect("utf-8")]).status().expect("chmod");
     t.env("EDITOR", script.to_str().expect("utf-8"));
     let run = t.run(&["config", "edit"]);
-    let commit = run.ok().trim().to_owned();
-    assert_eq!(t.git(&["rev-parse", "config/default"]).trim(), commit);
+    assert!(run.ok().is_empty(), "{}", run.stdout);
+    let commit = t.git(&["rev-parse", "config/default"]).trim().to_owned();
+    assert_ne!(commit, before.trim());
+    assert!(run.stderr.contains(&format!("· committed {} to config/default", &commit[..12])), "{}", run.stderr);
     assert!(t.run(&["config", "show"]).ok().contains("max_attempts = 9"));
 
     let run = t.run(&["config", "set", "retry.max_attempts", "9"]);

@@ -189,9 +189,9 @@ impl Client {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     let command = program.program.display();
                     return Err(match process.exited() {
-                        Some(Exit::Code(127)) => McpError::Start(format!(
-                            "its command `{command}` was not found (exit code 127)"
-                        )),
+                        Some(Exit::Code(127)) => {
+                            McpError::Start(format!("its command `{command}` was not found (exit code 127)"))
+                        }
                         Some(Exit::Code(126)) => McpError::Start(format!(
                             "its command `{command}` cannot be run (exit code 126: not executable)"
                         )),

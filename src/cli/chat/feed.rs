@@ -183,7 +183,9 @@ impl Chat<'_> {
                 self.cut_stream("cut off: not kept");
                 // (A call the run ended in without a result: the run's end says why.)
                 self.pending.extend(self.calls.drain(..).map(|(_, line)| line));
-                self.pending.extend(end_line(end));
+                if !(std::mem::take(&mut self.stop_said) && matches!(end, End::Interrupted { .. })) {
+                    self.pending.extend(end_line(end));
+                }
                 match end {
                     End::Error { .. } => {
                         if let Some(goal) = self.fresh_goal.take() {

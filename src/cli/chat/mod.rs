@@ -223,6 +223,8 @@ struct Chat<'a> {
     /// that call fails, the agent is removed again (as `prompt` does) and the goal
     /// comes back into the input.
     fresh_goal: Option<String>,
+    /// The chat stopped the attached agent and said so: its run's end repeats nothing.
+    stop_said: bool,
     /// In a project: a new agent takes the uncommitted changes along (`--with-changes`,
     /// `/with-changes`).
     with_changes: bool,
@@ -264,6 +266,7 @@ impl<'a> Chat<'a> {
             model: None,
             bell: false,
             fresh_goal: None,
+            stop_said: false,
             with_changes: false,
             height: view::BASE_ROWS,
             cursor_row: 0,

@@ -71,17 +71,19 @@ impl Chat<'_> {
 
     /// Stops `id` and every agent below it, as `offshoot stop` does.
     pub(super) fn stop(&mut self, id: &AgentId) {
+        // The attached agent's answer cut short is shown before the stop is said; its
+        // driver's own "stopped" then says nothing new.
+        let below = format!("{id}.");
+        let working: Vec<String> =
+            self.tree.working().filter(|a| *a == id.as_str() || a.starts_with(&below)).map(str::to_owned).collect();
+        if self.id.as_ref().is_some_and(|a| working.iter().any(|w| w == a.as_str())) {
+            self.cut_stream("cut off: not kept");
+            self.stop_said = true;
+        }
         self.pending.push(format!("· stopping `{id}` and the agents below it"));
         match lifecycle::stop_tree(self.ws, self.rt, id, Duration::from_secs(10)) {
             Ok(_) => {
-                let below = format!("{id}.");
-                let stopped: Vec<String> = self
-                    .tree
-                    .working()
-                    .filter(|a| *a == id.as_str() || a.starts_with(&below))
-                    .map(str::to_owned)
-                    .collect();
-                for agent in stopped {
+                for agent in working {
                     self.tree.set(&agent, State::Stopped, "stopped");
                 }
                 self.pending.push(format!("· stopped; a message continues `{id}`"));

@@ -164,8 +164,10 @@ fn said_committed(ctx: &Ctx, lineage: &str, commit: Option<infra::git::CommitId>
     }
     match commit {
         Some(commit) => {
-            ctx.out.line(&commit.to_string());
-            ctx.out.progress(&format!("· committed to config/{lineage}; running agents follow it at their next step"));
+            let short = &commit.to_string()[..12];
+            ctx.out.progress(&format!(
+                "· committed {short} to config/{lineage}; running agents follow it at their next step"
+            ));
         }
         None => ctx.out.progress("· nothing changed; nothing was committed"),
     }

@@ -70,7 +70,8 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             let server = server_of(add)?;
             let ws = ctx.workspace_making()?;
             let set = servers::add(&ws, &add.lineage.lineage, &NewServer { name: &add.name, server: &server })?;
-            said(ctx, &add.lineage.lineage, set.commit, &format!("added MCP server `{}`", add.name));
+            let what = format!("added MCP server `{}`", add.name);
+            said(ctx, &add.lineage.lineage, set.commit, &what, "agents use it from their next step");
             Ok(())
         }
         Args::List(lineage) => list(ctx, &lineage.lineage),
@@ -84,7 +85,8 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             for role in &roles {
                 ctx.out.progress(&format!("· role `{role}` no longer names it in `mcp_servers`"));
             }
-            said(ctx, &lineage.lineage, set.commit, &format!("removed MCP server `{name}`"));
+            let what = format!("removed MCP server `{name}`");
+            said(ctx, &lineage.lineage, set.commit, &what, "agents stop using it at their next step");
             Ok(())
         }
         Args::Tools { name, lineage } => {
@@ -191,14 +193,13 @@ fn not_configured(name: &str, config: &domain::config::Config) -> CliError {
     CliError::usage(format!("MCP server `{name}` is not configured")).hint(format!("configured: {known}"))
 }
 
-fn said(ctx: &Ctx, lineage: &str, commit: Option<infra::git::CommitId>, what: &str) {
+/// What a change did: the commit in the progress line (`--json` gives it to scripts).
+fn said(ctx: &Ctx, lineage: &str, commit: Option<infra::git::CommitId>, what: &str, then: &str) {
     if ctx.out.json {
         let commit = commit.map(|c| c.to_string());
         ctx.out.event(&json!({"lineage": lineage, "commit": commit, "changed": commit.is_some()}));
         return;
     }
-    if let Some(commit) = commit {
-        ctx.out.line(&commit.to_string());
-    }
-    ctx.out.progress(&format!("· {what} (config/{lineage}); agents use it from their next step"));
+    let commit = commit.map(|c| format!(", commit {}", &c.to_string()[..12])).unwrap_or_default();
+    ctx.out.progress(&format!("· {what} (config/{lineage}{commit}); {then}"));
 }

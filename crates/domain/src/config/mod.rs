@@ -472,6 +472,15 @@ impl ConfigError {
     pub fn in_file(self, path: &std::path::Path) -> ConfigError {
         ConfigError { file: path.display().to_string(), ..self }
     }
+
+    /// The error as it reads for `text`, a file laid over the config (at `path`), when
+    /// the key it names is set there: that file and line, not the merged one's.
+    pub fn cited_in(self, path: &std::path::Path, text: &str) -> ConfigError {
+        match validate::line_of(text, &self.key) {
+            Some(line) => ConfigError { file: path.display().to_string(), line: Some(line), ..self },
+            None => self,
+        }
+    }
 }
 
 impl Config {

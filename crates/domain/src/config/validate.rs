@@ -290,7 +290,7 @@ fn header_name(line: &str) -> Option<&str> {
 }
 
 /// The line that sets a dotted key (or opens its table), if the text has one.
-fn line_of(text: &str, key: &str) -> Option<usize> {
+pub(super) fn line_of(text: &str, key: &str) -> Option<usize> {
     let mut table = String::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();

@@ -160,7 +160,8 @@ pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
             name: facts.name.clone(),
             role: facts.role.clone(),
             state,
-            steps: own.steps.len() as u32,
+            // (A call that failed or was cut off is not kept: it is no step of its.)
+            steps: own.steps.iter().filter(|s| s.answered).count() as u32,
             input_tokens: sum(|u| u.input),
             output_tokens: sum(|u| u.output),
             cost_usd,

@@ -55,7 +55,7 @@ pub enum CompactionError {
     InFlight { agent: String, compactor: String },
     #[error("agent `{agent}` has nothing to compact yet: {why}")]
     Nothing { agent: String, why: String },
-    #[error("agent `{agent}` has no compaction {number}; it has {have}")]
+    #[error("agent `{agent}` {}", no_landing(*number, *have))]
     NoLanding { agent: String, number: u32, have: usize },
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -77,6 +77,17 @@ pub enum CompactionError {
         #[source]
         reason: Cause,
     },
+}
+
+/// Which compaction an agent lacks, said for what it has: none at all, or how many.
+fn no_landing(number: u32, have: usize) -> String {
+    match have {
+        0 => "has no compaction: nothing has been compacted to undo or show".to_owned(),
+        _ => format!(
+            "has no compaction {number}; it has {}",
+            infra::words::count(have as u64, "compaction", "compactions")
+        ),
+    }
 }
 
 type Result<T> = std::result::Result<T, CompactionError>;

@@ -17,6 +17,8 @@ use crate::store::directory::Repair;
 pub enum Event<'a> {
     Delivered {
         sender: &'a str,
+        /// The message is the sender's final response (it has ended its run).
+        answer: bool,
     },
     Settled {
         tool_use_id: &'a str,
@@ -206,7 +208,7 @@ pub(crate) fn record(event: &Event<'_>) -> Option<Record> {
         Event::Delta(Delta::Text(text)) if text.is_empty() => return None,
         Event::Delta(Delta::Text(text)) => Record::Text { text: text.clone() },
         Event::Delta(_) => return None,
-        Event::Delivered { sender } => Record::Delivered { from: owned(sender) },
+        Event::Delivered { sender, .. } => Record::Delivered { from: owned(sender) },
         Event::Settled { tool_use_id } => Record::Settled { tool_use_id: owned(tool_use_id) },
         Event::StepStarted { step, provider, model } => {
             Record::Step { step: *step, provider: owned(provider), model: owned(model) }

@@ -223,6 +223,10 @@ pub enum StreamError {
     Malformed(String),
     #[error("stream ended before the response was complete")]
     Incomplete,
+    /// An answer with a success status whose body held no event at all (a proxy's page,
+    /// a base_url that is not the API's): its content type and how it begins.
+    #[error("the provider answered {status} but not with a stream of events (content type `{content_type}`): {head}")]
+    NotAStream { status: u16, content_type: String, head: String },
 }
 
 impl StreamError {
@@ -231,6 +235,7 @@ impl StreamError {
             StreamError::Reported { retryable, .. } => *retryable,
             StreamError::Malformed(_) => false,
             StreamError::Incomplete => true,
+            StreamError::NotAStream { .. } => false,
         }
     }
 }

@@ -156,8 +156,14 @@ impl Transport {
                 status: Some(status),
             });
         }
+        let content_type =
+            response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("none").to_owned();
         let mut reader = response.into_body().into_reader();
         let mut parser = sse::Parser::default();
+        // How the body began, and whether any event came: a body with none is said as
+        // what it is, not as a stream cut short.
+        let mut head: Vec<u8> = Vec::new();
+        let mut any_event = false;
         let mut buf = vec![0u8; 16 * 1024];
         let stream_failure = |source: StreamError| Failure {
             retryable: source.retryable(),
@@ -181,7 +187,11 @@ impl Transport {
                     });
                 }
             };
+            if head.len() < 200 {
+                head.extend_from_slice(&buf[..n.min(200 - head.len())]);
+            }
             let events = if n == 0 { parser_finish(&mut parser) } else { parser.push(&buf[..n]) };
+            any_event |= !events.is_empty();
             for event in &events {
                 observer.raw(attempt, event);
                 for delta in decoder.feed(event).map_err(stream_failure)? {
@@ -197,7 +207,14 @@ impl Transport {
                 break;
             }
         }
-        decoder.finish().map_err(stream_failure)
+        match decoder.finish() {
+            Err(StreamError::Incomplete) if !any_event => Err(stream_failure(StreamError::NotAStream {
+                status,
+                content_type,
+                head: summarize(&String::from_utf8_lossy(&head)),
+            })),
+            other => other.map_err(stream_failure),
+        }
     }
 }
 

@@ -193,7 +193,7 @@ pub fn run_config(template: &ConfigFiles, configs: &[PathBuf]) -> Result<ConfigF
                 files.push((rel, bytes));
             }
         }
-        crate::store::workspace::validate_files(&files).map_err(|e| fail(e.to_string()))?;
+        crate::store::workspace::validate_files(&files).map_err(|e| fail(e.cited_in(path, &top).to_string()))?;
     }
     files.sort();
     Ok(files)

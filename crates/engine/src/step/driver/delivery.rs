@@ -34,9 +34,9 @@ impl Driver<'_> {
                 tip = self.land(tip, &p.sender, &p.text, observer)?;
             } else if !delivered {
                 let mut text = p.text.clone();
+                let answer = Header::parse(&p.text).is_some_and(|h| h.epitaph.as_deref() == Some(FINAL_RESPONSE));
                 // A child's final result brings its work: merged in just before it.
-                if let Some(header) = Header::parse(&p.text)
-                    && header.epitaph.as_deref() == Some(FINAL_RESPONSE)
+                if let Some(header) = Header::parse(&p.text).filter(|_| answer)
                     && results::is_child(self.id.as_str(), &p.sender)
                 {
                     let (after, note) = self.transfer(tip, &p.sender, header.terminal.as_deref(), observer)?;
@@ -57,7 +57,7 @@ impl Driver<'_> {
                 let entry: &[(&str, &[u8])] = &[(&name, text.as_bytes())];
                 tip = self.commit_with(tip, entry, &files, None, &format!("{name}: delivered"))?;
                 next += 1;
-                observer.event(Event::Delivered { sender: &p.sender });
+                observer.event(Event::Delivered { sender: &p.sender, answer });
             }
             std::fs::remove_file(&p.path).map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
         }

@@ -112,8 +112,8 @@ impl Driver<'_> {
 
     /// The calls of one model output (entry `output`): each gated by the grant read from
     /// the config at this step, run, recorded, and committed in the order of the calls,
-    /// their results numbered from `first`. Several calls that are all read-only run
-    /// concurrently.
+    /// their results numbered from `first`. Several calls that are all read-only (and
+    /// none of which acts exactly once) run concurrently.
     pub(super) fn run_tools(
         &mut self,
         mut tip: CommitId,
@@ -135,8 +135,11 @@ impl Driver<'_> {
             (grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only()))
                 || mcp.read_only(c.name)
         };
+        // (A call that acts exactly once — a dispatch, a message — acts in the order the
+        // model wrote it: the children of one step get their ids in call order.)
+        let in_order = |c: &toolcall::Call<'_>| tools::handler(c.name).is_some_and(|h| h.exactly_once());
         let interrupt = self.runtime.interrupt().clone();
-        if calls.len() > 1 && calls.iter().all(read_only) {
+        if calls.len() > 1 && calls.iter().all(read_only) && !calls.iter().any(in_order) {
             // Read-only calls cannot move the working directory: prepare all at once.
             let prepared: Vec<Prepared> =
                 calls.iter().map(|c| self.prepare(step, output, c, &commands, &paths)).collect::<Result<_>>()?;
