@@ -226,18 +226,7 @@ fn runs_at_work_together_cannot_read_each_others_answers() {
     let config = t.root.join("eval.toml");
     std::fs::write(&config, format!("[providers.anthropic]\nbase_url = \"{}\"\n", server.url())).expect("config");
     let out = t.root.join("apart.json");
-    let run = t.run_bare(&[
-        "eval",
-        "run",
-        "--suite",
-        suite.to_str().expect("utf-8"),
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--jobs",
-        "2",
-        "--out",
-        out.to_str().expect("utf-8"),
-    ]);
+    let run = t.eval_run(&suite, &[&config], &out, &["--jobs", "2"]);
     run.ok();
     let report: Value = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
     assert_eq!(report["tasks"]["hide"]["passed"], 1, "{}", report["runs"]);

@@ -112,14 +112,7 @@ fn a_broken_template_is_named_by_its_path_stops_everything_and_config_edit_opens
     assert!(!elsewhere.exists(), "`new` made its directory from a broken template");
     let suite = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/eval");
     let report = t.root.join("report.json");
-    let eval = t.run_bare(&[
-        "eval",
-        "run",
-        "--suite",
-        suite.to_str().expect("utf-8"),
-        "--out",
-        report.to_str().expect("utf-8"),
-    ]);
+    let eval = t.eval_run(&suite, &[], &report, &[]);
     said_broken(&eval);
     assert!(!report.exists(), "eval ran on a broken template");
     assert_eq!(workspaces(&t), Vec::<String>::new());

@@ -309,16 +309,7 @@ fn an_eval_agent_cannot_read_the_suite_and_its_check_still_reads_its_task() {
     let config = t.root.join("eval.toml");
     std::fs::write(&config, format!("[providers.anthropic]\nbase_url = \"{}\"\n", server.url())).expect("config");
     let out = t.root.join("report.json");
-    let run = t.run_bare(&[
-        "eval",
-        "run",
-        "--suite",
-        suite.to_str().expect("utf-8"),
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--out",
-        out.to_str().expect("utf-8"),
-    ]);
+    let run = t.eval_run(&suite, &[&config], &out, &[]);
     run.ok();
     let report: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).expect("report")).expect("json");
     // A fail, not a pass: the agent found no answer; and not an error: the check ran and

@@ -253,16 +253,7 @@ fn errors_say_what_happened_uncompact_a_non_stream_answer_and_an_eval_config_typ
     std::fs::write(&config, "# my settings\n\n[retry]\nmax_attempts = 2\nmax_attemps = 3\n").expect("config");
     let suite = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/eval");
     let report = t.root.join("r.json");
-    let run = t.run_bare(&[
-        "eval",
-        "run",
-        "--suite",
-        suite.to_str().expect("utf-8"),
-        "--config",
-        config.to_str().expect("utf-8"),
-        "--out",
-        report.to_str().expect("utf-8"),
-    ]);
+    let run = t.eval_run(&suite, &[&config], &report, &[]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains(&format!("{}:5", config.display())), "{}", run.stderr);
     assert!(!run.stderr.contains("offshoot.toml:"), "{}", run.stderr);

@@ -152,6 +152,18 @@ impl TestWorkspace {
         Run::from(self.command().args(args).output().expect("run offshoot"))
     }
 
+    /// `eval run` of `suite` with each of `configs` laid over, its report at `out`, and
+    /// `extra` arguments, without `-w` (an eval makes workspaces of its own).
+    pub fn eval_run(&self, suite: &Path, configs: &[&Path], out: &Path, extra: &[&str]) -> Run {
+        let mut c = self.command_bare();
+        c.args(["eval", "run", "--suite"]).arg(suite);
+        for config in configs {
+            c.arg("--config").arg(config);
+        }
+        c.arg("--out").arg(out).args(extra);
+        Run::from(c.output().expect("run offshoot"))
+    }
+
     pub fn set(&self, key: &str, value: &str) {
         self.run(&["config", "set", key, value]).ok();
     }
