@@ -158,3 +158,22 @@ fn workspace_hints_name_what_is_there_and_first_use_says_it_made_one() {
     assert_eq!(onto_file.code, 2, "{}", onto_file.stderr);
     assert!(onto_file.stderr.contains("is a file"), "{}", onto_file.stderr);
 }
+
+#[test]
+fn a_first_use_killed_at_any_moment_leaves_nothing_the_next_cannot_use() {
+    let (server, t) = fresh_home("first-use-killed");
+    server.endless_text("done");
+    let made = t.home.join("workspaces");
+    // Killed sooner or later while the workspace is made (a few moments into it each).
+    for (i, delay) in [2u64, 5, 10, 20, 40].into_iter().enumerate() {
+        let _ = std::fs::remove_dir_all(&made);
+        let mut first = t.command_bare().args(["prompt", "first"]).spawn().expect("spawn");
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let _ = first.kill();
+        let _ = first.wait();
+        let next = t.run_bare(&["prompt", &format!("next {i}")]);
+        next.ok();
+        assert_eq!(workspaces(&t), ["default"], "after a kill {delay} ms in");
+        t.run_bare(&["doctor"]).ok();
+    }
+}

@@ -23,6 +23,33 @@ fn a_replayed_project_agent_shows_its_diff_and_doctor_agrees() {
     let stat = other.run_bare(&["-w", w, "diff", "--stat", "Maker"]);
     assert!(stat.ok().contains("d.txt"), "{}", stat.stdout);
     other.run_bare(&["-w", w, "doctor"]).ok();
+
+    // A workspace replayed before the base came along (its commit taken out here): doctor
+    // finds it and repairs it from the agents' repository.
+    let base = other.run_bare(&["-w", w, "--json", "ls"]);
+    let id = serde_json::from_str::<serde_json::Value>(base.ok().lines().next().expect("a line")).expect("json")["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let facts = std::process::Command::new("git")
+        .args(["--git-dir", &format!("{w}/repo.git"), "show", &format!("agents/{id}:.offshoot/agent.toml")])
+        .output()
+        .expect("git");
+    let facts = String::from_utf8_lossy(&facts.stdout).into_owned();
+    let base =
+        facts.lines().find_map(|l| l.strip_prefix("base = \"")).expect("a base").trim_end_matches('"').to_owned();
+    let object = place.join("repo.git/objects").join(&base[..2]).join(&base[2..]);
+    std::fs::remove_file(&object).expect("the base is a loose object of repo.git");
+    assert_ne!(other.run_bare(&["-w", w, "diff", "Maker"]).code, 0);
+    let found = other.run_bare(&["-w", w, "doctor"]);
+    assert_eq!(found.code, 1, "{}", found.stderr);
+    assert!(
+        found.stdout.contains(&format!("starts from commit {base}, which repo.git does not hold")),
+        "{}",
+        found.stdout
+    );
+    other.run_bare(&["-w", w, "doctor", "--repair"]);
+    assert_eq!(other.run_bare(&["-w", w, "diff", "Maker"]).ok(), diff);
 }
 
 #[test]

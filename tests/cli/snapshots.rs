@@ -166,3 +166,52 @@ fn what_a_script_and_a_new_user_read() {
         insta::assert_snapshot!("first-minutes", all.join("\n"));
     });
 }
+
+#[test]
+fn what_a_new_user_trips_over_reads_plainly() {
+    let (server, t) = TestWorkspace::served("snap-new-user", Dialect::Anthropic);
+    let file = t.root.join("a-file");
+    std::fs::write(&file, "").expect("file");
+    let f = file.to_str().expect("utf-8");
+    // A template broken by a stray line, on a home with no workspace yet.
+    let template = t.home.join("template/offshoot.toml");
+    std::fs::create_dir_all(template.parent().expect("dir")).expect("template");
+    std::fs::write(&template, "x ]]\n").expect("template");
+    let broken = t.run_bare(&["prompt", "hello"]);
+    std::fs::remove_file(&template).expect("template");
+    let mut answer = Turn::text("done");
+    (answer.input_tokens, answer.output_tokens) = (26_954, 1_329);
+    server.push(Reply::Turn(answer));
+    t.run(&["prompt", "--name", "Solo", "hello"]).ok();
+    t.set("retry.max_attempts", "1");
+    server.push(Reply::Raw(b"<html><body>Welcome to the proxy</body></html>".to_vec()));
+    let cases: Vec<(&str, Run)> = vec![
+        ("broken template", broken),
+        ("-w a file", t.run_bare(&["-w", f, "ls"])),
+        ("OFFSHOOT_HOME a file", {
+            let o = t.command_bare().env("OFFSHOOT_HOME", &file).arg("ls").output().expect("run");
+            Run {
+                code: o.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&o.stdout).into(),
+                stderr: String::from_utf8_lossy(&o.stderr).into(),
+            }
+        }),
+        ("new where one is", t.run_bare(&["new", t.ws.to_str().expect("utf-8")])),
+        ("unpriced model under a cost cap", {
+            t.set("budgets.max_cost_usd", "5");
+            t.run(&["prompt", "--model", "claude-unpriced-9", "x"])
+        }),
+        ("a config change", t.run(&["config", "unset", "budgets.max_cost_usd"])),
+        ("uncompact with none", t.run(&["uncompact", "Solo"])),
+        ("a 200 that is a web page", t.run(&["send", "Solo", "again"])),
+    ];
+    let mut all = String::new();
+    for (what, run) in &cases {
+        all.push_str(&format!("=== {what}\n{}\n", seen(&t, run)));
+    }
+    let settings = settings();
+    settings.bind(|| {
+        insta::assert_snapshot!("new-user-trips", all);
+        insta::assert_snapshot!("tree-thousands", normalised(&t, t.run(&["tree"]).ok()));
+    });
+}

@@ -66,6 +66,7 @@ fn say(ctx: &Ctx, f: &Finding) {
         Fix::PutBackGit(id) => ("repair", format!("`--repair` puts back agent `{id}`'s git as the harness keeps it")),
         Fix::RemoveDir(p) => ("repair", format!("`--repair` removes {} and what is in it", p.display())),
         Fix::DeleteRef(r) => ("repair", format!("`--repair` deletes {r}")),
+        Fix::TakeBase(c) => ("repair", format!("`--repair` copies commit {c} from project.git, which holds it")),
         Fix::Manual(m) => ("manual", m.clone()),
     };
     if ctx.out.json {

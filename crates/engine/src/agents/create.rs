@@ -77,6 +77,7 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
     check_spawn(role, lineage, spawn.message, spawn.env, &config, false)?;
     let id = fresh_id(ws, spawn.random)?;
     let mut claims = Claims::new(ws);
+    claims.hold(&id)?;
     let name = claims.name(&id, spawn.name, spawn.random)?;
     let facts = AgentFacts {
         id: id.to_string(),
@@ -132,6 +133,7 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     check_spawn(role, &source_facts.lineage, spawn.message, spawn.env, &config, false)?;
     let id = fresh_id(ws, spawn.random)?;
     let mut claims = Claims::new(ws);
+    claims.hold(&id)?;
     let name = claims.name(&id, spawn.name, spawn.random)?;
     let facts = AgentFacts {
         id: id.to_string(),
@@ -204,11 +206,22 @@ struct Claims<'a> {
     ws: &'a Workspace,
     id: Option<AgentId>,
     name: Option<String>,
+    /// A root's lock, held from before its name is claimed until it is made: a name
+    /// whose agent is not there and whose lock no one holds was left by a maker killed
+    /// mid-way ([`sweep_abandoned_names`]).
+    making: Option<infra::lock::LockGuard>,
 }
 
 impl<'a> Claims<'a> {
     fn new(ws: &'a Workspace) -> Claims<'a> {
-        Claims { ws, id: None, name: None }
+        Claims { ws, id: None, name: None, making: None }
+    }
+
+    /// Takes `id`'s lock for its making, after letting go of names killed makers left.
+    fn hold(&mut self, id: &AgentId) -> Result<()> {
+        sweep_abandoned_names(self.ws)?;
+        self.making = Some(making(self.ws, id)?);
+        Ok(())
     }
 
     /// Claims a name for `id` ([`claim_name`]), held until the agent is made.
@@ -238,14 +251,15 @@ impl Drop for Claims<'_> {
 
 /// Makes the agent `plan` describes (dispatch commit, branch, directory, first message),
 /// keeping `claims` when it was made.
-fn make(ws: &Workspace, plan: Plan<'_>, claims: Claims<'_>) -> Result<AgentId> {
+fn make(ws: &Workspace, plan: Plan<'_>, mut claims: Claims<'_>) -> Result<AgentId> {
     let Plan { id, facts, position, on, base, mut edits, goal, subject, first, config } = plan;
     edits.extend(dispatch_files(ws, config.0, config.1, &facts, &position)?);
     if let Some(goal) = goal {
         edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: goal.as_bytes().to_vec() });
     }
     let commit = ws.repo.commit_edits(&[on], base, &edits, &subject)?;
-    start(ws, &id, &facts, commit, &position, &first)?;
+    let held = claims.making.take();
+    start(ws, &id, &facts, commit, &position, &first, held)?;
     claims.keep();
     Ok(id)
 }
@@ -344,7 +358,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
         }
     }
     let id = claim_child_id(ws, parent, &claim)?;
-    let mut claims = Claims { ws, id: Some(id.clone()), name: None };
+    let mut claims = Claims { ws, id: Some(id.clone()), name: None, making: None };
     let name = claims.name(&id, child.name, child.random)?;
     let facts = AgentFacts {
         id: id.to_string(),
@@ -555,11 +569,12 @@ fn start(
     commit: CommitId,
     position: &Position,
     first: &Deposit,
+    held: Option<infra::lock::LockGuard>,
 ) -> Result<()> {
-    let lock = ws.layout.lock(id);
-    let _making = infra::lock::LockGuard::try_acquire_making(&lock)
-        .map_err(|e| AgentError::Making { id: id.clone(), reason: e.into() })?
-        .ok_or_else(|| AgentError::Making { id: id.clone(), reason: "another process holds its lock".into() })?;
+    let _making = match held {
+        Some(guard) => guard,
+        None => making(ws, id)?,
+    };
     ws.repo.create_branch(&id.branch(), commit, "dispatch")?;
     let made = (|| -> Result<()> {
         if let (Some(branch), Some(head)) = (&position.branch, position.head) {
@@ -573,6 +588,32 @@ fn start(
         discard(ws, id);
     }
     made
+}
+
+/// `id`'s lock, taken by the process making it.
+fn making(ws: &Workspace, id: &AgentId) -> Result<infra::lock::LockGuard> {
+    infra::lock::LockGuard::try_acquire_making(&ws.layout.lock(id))
+        .map_err(|e| AgentError::Making { id: id.clone(), reason: e.into() })?
+        .ok_or_else(|| AgentError::Making { id: id.clone(), reason: "another process holds its lock".into() })
+}
+
+/// Lets go of the names claimed for roots whose maker was killed before the agent was
+/// made: its branch is not there and no one holds its lock (a maker lets go only once
+/// the branch is there, so it is looked for again after the lock).
+fn sweep_abandoned_names(ws: &Workspace) -> Result<()> {
+    for name in ws.repo.marks(NAMES, "")? {
+        let Some(owner) = ws.repo.mark(NAMES, &name)? else { continue };
+        let Ok(owner) = AgentId::parse(&String::from_utf8_lossy(&owner)) else { continue };
+        let made = || ws.repo.branch_tip(&owner.branch()).ok().flatten().is_some();
+        if owner.parent().is_some() || made() {
+            continue;
+        }
+        let held = infra::lock::LockGuard::is_held(&ws.layout.lock(&owner)).unwrap_or(true);
+        if !held && !made() {
+            ws.repo.delete_mark(NAMES, &name)?;
+        }
+    }
+    Ok(())
 }
 
 /// Removes every trace of an agent: directory, its git, index, inbox, steps, temporary

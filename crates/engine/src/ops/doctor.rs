@@ -37,6 +37,9 @@ pub enum Fix {
     RemoveDir(PathBuf),
     /// `repair` puts back what this agent planted in its git.
     PutBackGit(AgentId),
+    /// `repair` gives the harness's repository this commit (an agent's base) from the
+    /// agents' repository, which holds it.
+    TakeBase(git::CommitId),
     /// A person's step, in words (a command where there is one).
     Manual(String),
 }
@@ -121,6 +124,7 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
             }
             Some(_) => {}
         }
+        check_base(ws, l, &mut findings);
     }
     check_inboxes(ws, &ids, &mut findings, &mut checked);
     check_step_temps(ws, &ids, &mut findings);
@@ -139,6 +143,29 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
         });
     }
     Ok((findings, checked))
+}
+
+/// A project agent's base must be in the harness's repository: `diff` and `export`
+/// read it there.
+fn check_base(ws: &Workspace, l: &agents::Listing, findings: &mut Vec<Finding>) {
+    let Some(base) = l.facts.as_ref().and_then(|f| f.base.as_deref()) else { return };
+    let Ok(commit) = <git::CommitId as std::str::FromStr>::from_str(base) else { return };
+    if ws.repo.resolve_commit(base).is_some() {
+        return;
+    }
+    let id = &l.id;
+    let fix = match ws.project.has_commit(commit) {
+        true => Fix::TakeBase(commit),
+        false => {
+            Fix::Manual(format!("`offshoot rm {id}`: what it started from is gone, so its change cannot be shown"))
+        }
+    };
+    findings.push(Finding {
+        what: format!(
+            "agent `{id}` starts from commit {base}, which repo.git does not hold: `diff` and `export` cannot read it"
+        ),
+        fix,
+    });
 }
 
 /// The commit that made agent `id`, in the first-parent history of `tip`, and whether it
@@ -216,7 +243,10 @@ fn check_marks(ws: &Workspace, ids: &[AgentId], findings: &mut Vec<Finding>) -> 
         } else {
             key.to_owned()
         };
-        if !exists(&owner) && !exists(key) {
+        // (A root being made holds its lock from before its name is claimed.)
+        let being_made =
+            || AgentId::parse(&owner).is_ok_and(|o| LockGuard::is_held(&ws.layout.lock(&o)).unwrap_or(false));
+        if !exists(&owner) && !exists(key) && !being_made() {
             findings.push(Finding {
                 what: format!("mark `{name}` names agent `{owner}`, which does not exist"),
                 fix: Fix::DeleteRef(name.clone()),
@@ -328,6 +358,11 @@ pub fn repair(ws: &Workspace, findings: &[Finding]) -> Vec<String> {
             Fix::PutBackGit(id) => {
                 if let Ok(put_back) = crate::store::directory::put_back(ws, id) {
                     done.push(format!("put back agent `{id}`'s {}", put_back.join(", ")));
+                }
+            }
+            Fix::TakeBase(commit) => {
+                if ws.hold_base(*commit).unwrap_or(false) {
+                    done.push(format!("gave repo.git commit {commit} (an agent's base)"));
                 }
             }
             Fix::DeleteRef(name) => {

@@ -117,15 +117,16 @@ impl Workspace {
     /// first: `None`). It is laid out beside `root` under a hidden name and renamed into
     /// place, so no caller ever opens half of one and a crash leaves nothing at `root`.
     fn make(root: &Path, files: &ConfigFiles, source: Option<&UserRepo>) -> Result<Option<Workspace>> {
+        let Some(name) = root.file_name() else { return Ok(None) };
+        let parent = root.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let prefix = format!(".{}.making-", name.to_string_lossy());
+        // What a maker killed mid-way left goes, whoever made the workspace since.
+        sweep_abandoned(parent, &prefix);
         if root.exists() && std::fs::read_dir(root).map_err(io(root))?.next().is_some() {
             return Ok(None);
         }
         validate_files(files)?;
-        let Some(name) = root.file_name() else { return Ok(None) };
-        let parent = root.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(parent).map_err(io(parent))?;
-        let prefix = format!(".{}.making-", name.to_string_lossy());
-        sweep_abandoned(parent, &prefix);
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let nth = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let making = parent.join(format!("{prefix}{}-{nth}", std::process::id()));
