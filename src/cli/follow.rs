@@ -87,9 +87,10 @@ impl Passes {
     }
 
     /// Catches up until `agent`'s run's end has been shown (its driver writes it a
-    /// moment after handing over its answer), for a second at most.
+    /// moment after handing over its answer), for 300 ms at most (an agent that answered
+    /// and still waits for agents of its own writes its end later).
     pub(crate) fn catch_up_to_end_of(&self, agent: &str) {
-        let until = std::time::Instant::now() + Duration::from_secs(1);
+        let until = std::time::Instant::now() + Duration::from_millis(300);
         loop {
             self.catch_up();
             let ended = self.0.0.lock().map(|c| c.ended.contains(agent)).unwrap_or(true);

@@ -180,8 +180,9 @@ impl Observer for Live<'_> {
         // A message (and the work merged with it) from an agent below follows from what
         // it wrote: that is shown first — for its answer, down to its run's end.
         if let Some(passes) = &self.passes {
+            let below = |agent: &str| agent.starts_with(&format!("{}.", self.agent));
             match &event {
-                Event::Delivered { sender, answer: true } => passes.catch_up_to_end_of(sender),
+                Event::Delivered { sender, answer: true } if below(sender) => passes.catch_up_to_end_of(sender),
                 Event::Transferred { child, .. } | Event::Conflicted { child, .. } => passes.catch_up_to_end_of(child),
                 Event::Delivered { sender, .. } if *sender != "user" => passes.catch_up(),
                 _ => {}
@@ -340,9 +341,10 @@ fn attach_holding(
         Ok(RunEnd::Busy) => {
             if ctx.out.json {
                 ctx.out.event(&end);
-                return Ok(());
+            } else if follow {
+                follow_other_driver(ctx, ws, id);
             }
-            follow_other_driver(ctx, ws, id);
+            // (A launched driver that finds another at work leaves at once.)
             Ok(())
         }
         Err(e) => {
@@ -373,8 +375,17 @@ fn follow_other_driver(ctx: &Ctx, ws: &Workspace, id: &AgentId) {
         None => View::Lines,
     };
     let follower = Follower::start_with_itself(ws.layout.root(), id, view);
+    // (A driver lets go of the lock between rounds for a moment: free twice, apart, is
+    // let go.)
     let lock = ws.layout.lock(id);
-    while infra::lock::LockGuard::is_held(&lock).unwrap_or(false) && !ctx.interrupt.requested() {
+    let held = || infra::lock::LockGuard::is_held(&lock).unwrap_or(false);
+    while !ctx.interrupt.requested() {
+        if !held() {
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            if !held() {
+                break;
+            }
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     follower.finish();

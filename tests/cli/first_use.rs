@@ -33,11 +33,7 @@ fn ten_first_prompts_at_once_all_succeed_in_one_workspace() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "a first prompt failed: {stderr}");
     }
-    let made: Vec<String> = std::fs::read_dir(&workspaces)
-        .expect("workspaces")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(made, ["default"], "one workspace and nothing beside it");
+    assert_eq!(workspaces_in(&workspaces), ["default"], "one workspace and nothing beside it");
     let ls = t.run_bare(&["ls", "--json"]);
     let agents: Vec<serde_json::Value> = ls.ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
     assert_eq!(agents.len(), 10, "{}", ls.stdout);
@@ -45,16 +41,22 @@ fn ten_first_prompts_at_once_all_succeed_in_one_workspace() {
     assert_eq!(config_commits.trim(), "1", "one initial config, not one per caller");
 }
 
-/// The workspaces under the test's home, by name.
-fn workspaces(t: &TestWorkspace) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(t.home.join("workspaces"))
+/// The workspaces under the test's home, by name, and anything else there but the
+/// makers' lock files (`.<name>.lock`, hidden).
+pub(crate) fn workspaces_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !(n.starts_with('.') && n.ends_with(".lock")))
         .collect();
     names.sort();
     names
+}
+
+fn workspaces(t: &TestWorkspace) -> Vec<String> {
+    workspaces_in(&t.home.join("workspaces"))
 }
 
 #[test]

@@ -121,6 +121,9 @@ fn send_and_run_on_an_agent_another_process_drives_follow_it_until_it_lets_go() 
     t.run(&["prompt", "--detach", "--name", "Busy", "work a while"]).ok();
     let id = t.id_of("Busy");
     crate::support::wait::wait_for("its driver to be at work", || t.running_driver(&id).is_some());
+    // A driver launched for it (a wake that lost the race) leaves at once: it follows nothing.
+    t.run(&["run", "--launched", &id]).ok();
+    assert!(t.running_driver(&id).is_some(), "a second driver waited for the first to end");
     let sent = t.run(&["send", "Busy", "a note for you"]);
     sent.ok();
     assert!(sent.stderr.contains("is being driven by another process"), "{}", sent.stderr);

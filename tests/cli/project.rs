@@ -263,11 +263,7 @@ fn inside_a_repository_offshoot_uses_its_project_workspace() {
     let (code, _, stderr) = run(&["prompt", "--name", "Here", "read f"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(server.result_text(1).contains('f'), "{}", server.result_text(1));
-    let workspaces: Vec<String> = std::fs::read_dir(t.home.join("workspaces"))
-        .expect("workspaces")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let workspaces = crate::first_use::workspaces_in(&t.home.join("workspaces"));
     assert_eq!(workspaces.len(), 1, "{workspaces:?}");
     assert!(workspaces[0].starts_with("here-"), "{workspaces:?}");
     let (code, stdout, _) = run(&["ls"]);

@@ -15,9 +15,9 @@ fn demo_runs_with_no_identity_and_no_key() {
         "{}",
         run.stderr
     );
-    let demos: Vec<_> = std::fs::read_dir(t.home.join("workspaces")).expect("ls").flatten().collect();
-    assert_eq!(demos.len(), 1);
-    let ws = demos[0].path();
+    let demos = crate::first_use::workspaces_in(&t.home.join("workspaces"));
+    assert_eq!(demos.len(), 1, "{demos:?}");
+    let ws = t.home.join("workspaces").join(&demos[0]);
     let mut agents: Vec<String> = std::fs::read_dir(ws.join("agents"))
         .expect("agents")
         .flatten()

@@ -160,7 +160,10 @@ pub fn would_pass(budgets: &BudgetConfig, spend: &Spend, next: &NextCall, price:
                 next.model
             )),
             Some(price) => {
-                let after = usd(spent + cost(&usage, price));
+                // (Prompt tokens written to a cache cost more than fresh input: each is
+                // priced at the dearer of the two.)
+                let dearest = Price { input: price.input.max(price.cache_write), ..price.clone() };
+                let after = usd(spent + cost(&usage, &dearest));
                 if after > max {
                     reached.push(format!(
                         "spent ${spent:.4} of max_cost_usd ${max}, and its next call could bring that to ${after:.4}"
@@ -339,19 +342,20 @@ mod tests {
     #[test]
     fn the_next_call_is_bounded_at_its_largest_and_an_unpriced_one_is_never_made() {
         let s = Spend { steps: 1, tokens: 200, cost_usd: Some(0.0004), wall_seconds: 1 };
-        // 1,000 prompt tokens at $3 and 100 output at $15 per million: at most $0.0045.
-        let next = NextCall { model: "sonnet", input_tokens: 1_000, max_output_tokens: 100 };
+        // 2,000 prompt tokens at $3.75 (a cache write's price, dearer than fresh input's
+        // $3) and 100 output at $15 per million: at most $0.009.
+        let next = NextCall { model: "sonnet", input_tokens: 2_000, max_output_tokens: 100 };
         let cost = |max: f64| BudgetConfig { max_cost_usd: Some(max), ..BudgetConfig::default() };
-        assert_eq!(would_pass(&cost(0.0049), &s, &next, Some(&sonnet())), None);
-        let said = would_pass(&cost(0.0048), &s, &next, Some(&sonnet())).expect("past the limit");
-        assert_eq!(said, "spent $0.0004 of max_cost_usd $0.0048, and its next call could bring that to $0.0049");
-        assert_eq!(raised(&said), [("max_cost_usd", "0.01".to_owned())]);
+        assert_eq!(would_pass(&cost(0.0094), &s, &next, Some(&sonnet())), None);
+        let said = would_pass(&cost(0.0093), &s, &next, Some(&sonnet())).expect("past the limit");
+        assert_eq!(said, "spent $0.0004 of max_cost_usd $0.0093, and its next call could bring that to $0.0094");
+        assert_eq!(raised(&said), [("max_cost_usd", "0.02".to_owned())]);
         let unpriced = would_pass(&cost(5.0), &s, &next, None).expect("refused");
         assert!(unpriced.contains("cannot price a call to `sonnet`"), "{unpriced}");
         let tokens = |max: u64| BudgetConfig { max_tokens: Some(max), ..BudgetConfig::default() };
-        assert_eq!(would_pass(&tokens(1_300), &s, &next, None), None);
-        let said = would_pass(&tokens(1_299), &s, &next, None).expect("past the limit");
-        assert_eq!(said, "used 200 tokens of max_tokens 1299, and its next call could bring that to 1300");
-        assert_eq!(raised(&said), [("max_tokens", "2600".to_owned())]);
+        assert_eq!(would_pass(&tokens(2_300), &s, &next, None), None);
+        let said = would_pass(&tokens(2_299), &s, &next, None).expect("past the limit");
+        assert_eq!(said, "used 200 tokens of max_tokens 2299, and its next call could bring that to 2300");
+        assert_eq!(raised(&said), [("max_tokens", "4600".to_owned())]);
     }
 }

@@ -54,18 +54,31 @@ pub(super) fn end_line(end: &End) -> Option<String> {
 impl Chat<'_> {
     /// The first call of the agent just made failed: like `prompt`, nothing of it is
     /// kept (once its driver let go), and the goal is back in the input to send again.
-    pub(super) fn take_back(&mut self, goal: String) {
-        let Some(id) = self.id.take() else { return };
-        let lock = self.ws.layout.lock(&id);
+    pub(super) fn take_back(&mut self, id: &AgentId, goal: String) {
+        // Removed while holding its lock (its driver lets go a moment after its end),
+        // and only if nothing came meanwhile: no step kept, no message waiting.
+        let lock = self.ws.layout.lock(id);
         let until = std::time::Instant::now() + Duration::from_secs(5);
-        while infra::lock::LockGuard::is_held(&lock).unwrap_or(false) && std::time::Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let held = loop {
+            match infra::lock::LockGuard::try_acquire(&lock) {
+                Ok(Some(guard)) => break Some(guard),
+                Ok(None) if std::time::Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                _ => break None,
+            }
+        };
+        let untouched = inspect::transcript(self.ws, id)
+            .is_ok_and(|(_, entries)| !entries.iter().any(|e| matches!(e, Entry::Output { .. })))
+            && !engine::store::inbox::has_pending(&self.ws.layout, id);
+        let Some(_held) = held.filter(|_| untouched) else {
+            self.pending.push(format!("· `{id}` is kept: `offshoot run {id}` (or a message) tries again"));
+            return;
+        };
+        self.id = None;
         if let Some(follower) = self.follower.take() {
             follower.finish();
         }
-        let left = agents::discard(self.ws, &id);
-        self.roots.retain(|r| *r != id);
+        let left = agents::discard(self.ws, id);
+        self.roots.retain(|r| r != id);
         self.tree = Tree::default();
         if self.input.text().is_empty() {
             self.input.set(goal);
@@ -173,6 +186,7 @@ impl Chat<'_> {
                 self.activity.clear();
             }
             Record::Usage { .. } => self.fresh_goal = None,
+            // (Its first call made: the new agent is the user's to keep.)
             Record::Waiting { children } => {
                 self.activity =
                     format!("· waiting for {} below", infra::words::count(*children as u64, "agent", "agents"))
@@ -188,8 +202,10 @@ impl Chat<'_> {
                 }
                 match end {
                     End::Error { .. } => {
-                        if let Some(goal) = self.fresh_goal.take() {
-                            self.take_back(goal);
+                        // (Only the agent that goal made: the one attached may be another.)
+                        let fresh = self.fresh_goal.take();
+                        if let Some((made, goal)) = fresh.filter(|(made, _)| self.id.as_ref() == Some(made)) {
+                            self.take_back(&made, goal);
                         }
                     }
                     _ => self.fresh_goal = None,

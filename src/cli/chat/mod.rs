@@ -222,7 +222,7 @@ struct Chat<'a> {
     /// The goal of an agent this chat just made, until its first call is answered: if
     /// that call fails, the agent is removed again (as `prompt` does) and the goal
     /// comes back into the input.
-    fresh_goal: Option<String>,
+    fresh_goal: Option<(AgentId, String)>,
     /// The chat stopped the attached agent and said so: its run's end repeats nothing.
     stop_said: bool,
     /// In a project: a new agent takes the uncommitted changes along (`--with-changes`,
@@ -610,7 +610,7 @@ impl<'a> Chat<'a> {
         match self.id.clone() {
             None => {
                 let id = self.start(&text, model)?;
-                self.fresh_goal = Some(text);
+                self.fresh_goal = Some((id.clone(), text));
                 self.begin(id)
             }
             Some(id) => {

@@ -209,7 +209,7 @@ struct Claims<'a> {
     /// A root's lock, held from before its name is claimed until it is made: a name
     /// whose agent is not there and whose lock no one holds was left by a maker killed
     /// mid-way ([`sweep_abandoned_names`]).
-    making: Option<infra::lock::LockGuard>,
+    making: Option<(AgentId, infra::lock::LockGuard)>,
 }
 
 impl<'a> Claims<'a> {
@@ -220,7 +220,7 @@ impl<'a> Claims<'a> {
     /// Takes `id`'s lock for its making, after letting go of names killed makers left.
     fn hold(&mut self, id: &AgentId) -> Result<()> {
         sweep_abandoned_names(self.ws)?;
-        self.making = Some(making(self.ws, id)?);
+        self.making = Some((id.clone(), making(self.ws, id)?));
         Ok(())
     }
 
@@ -246,6 +246,11 @@ impl Drop for Claims<'_> {
         if let Some(id) = &self.id {
             let _ = self.ws.repo.delete_mark(IDS, id.as_str());
         }
+        // A root that was not made: its lock file goes too.
+        if let Some((id, guard)) = self.making.take() {
+            drop(guard);
+            let _ = std::fs::remove_file(self.ws.layout.lock(&id));
+        }
     }
 }
 
@@ -258,7 +263,7 @@ fn make(ws: &Workspace, plan: Plan<'_>, mut claims: Claims<'_>) -> Result<AgentI
         edits.push(TreeEdit::Write { path: agent::GOAL.into(), bytes: goal.as_bytes().to_vec() });
     }
     let commit = ws.repo.commit_edits(&[on], base, &edits, &subject)?;
-    let held = claims.making.take();
+    let held = claims.making.take().map(|(_, guard)| guard);
     start(ws, &id, &facts, commit, &position, &first, held)?;
     claims.keep();
     Ok(id)
@@ -336,7 +341,11 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
         }
         // Stopped before a call that could have gone past a limit: nothing is added to
         // the tree until it is revived (a message or `run` after the limit is raised).
-        if let Some(spend) = ws.repo.mark(crate::agents::lifecycle::EXHAUSTED, parent.as_str())? {
+        // (A compaction is let through: making the next call smaller is how a tree gets
+        // under its limit again.)
+        if let Some(spend) = ws.repo.mark(crate::agents::lifecycle::EXHAUSTED, parent.as_str())?
+            && !child.compactor
+        {
             return Err(AgentError::Exhausted(String::from_utf8_lossy(&spend).into_owned()));
         }
     }
@@ -601,6 +610,10 @@ fn making(ws: &Workspace, id: &AgentId) -> Result<infra::lock::LockGuard> {
 /// made: its branch is not there and no one holds its lock (a maker lets go only once
 /// the branch is there, so it is looked for again after the lock).
 fn sweep_abandoned_names(ws: &Workspace) -> Result<()> {
+    // (A worker's workspace holds the claims of roots made elsewhere.)
+    if ws.layout.worker().exists() {
+        return Ok(());
+    }
     for name in ws.repo.marks(NAMES, "")? {
         let Some(owner) = ws.repo.mark(NAMES, &name)? else { continue };
         let Ok(owner) = AgentId::parse(&String::from_utf8_lossy(&owner)) else { continue };
@@ -610,7 +623,7 @@ fn sweep_abandoned_names(ws: &Workspace) -> Result<()> {
         }
         let held = infra::lock::LockGuard::is_held(&ws.layout.lock(&owner)).unwrap_or(true);
         if !held && !made() {
-            ws.repo.delete_mark(NAMES, &name)?;
+            ws.repo.delete_mark_if(NAMES, &name, owner.as_str().as_bytes())?;
         }
     }
     Ok(())

@@ -114,28 +114,46 @@ impl Workspace {
     }
 
     /// Makes a workspace at `root` unless one is there (or another caller's lands there
-    /// first: `None`). It is laid out beside `root` under a hidden name and renamed into
-    /// place, so no caller ever opens half of one and a crash leaves nothing at `root`.
+    /// first: `None`). Makers take turns by a lock file beside it (`.<name>.lock`); one
+    /// where nothing is yet is laid out under a hidden name beside it and renamed into
+    /// place, so no caller ever opens half of one and a kill leaves nothing at `root`;
+    /// an empty directory that is there (the user's, a mount, a link to one) is filled
+    /// in place, and emptied again if that fails.
     fn make(root: &Path, files: &ConfigFiles, source: Option<&UserRepo>) -> Result<Option<Workspace>> {
         let Some(name) = root.file_name() else { return Ok(None) };
-        let parent = root.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let prefix = format!(".{}.making-", name.to_string_lossy());
-        // What a maker killed mid-way left goes, whoever made the workspace since.
-        sweep_abandoned(parent, &prefix);
-        if root.exists() && std::fs::read_dir(root).map_err(io(root))?.next().is_some() {
+        let full = |dir: &Path| std::fs::read_dir(dir).map(|mut d| d.next().is_some());
+        if root.exists() && full(root).map_err(io(root))? {
             return Ok(None);
         }
         validate_files(files)?;
+        let parent = root.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
         std::fs::create_dir_all(parent).map_err(io(parent))?;
+        let name = name.to_string_lossy();
+        let turn = take_turn(&parent.join(format!(".{name}.lock")), root)?;
+        // What a maker killed mid-way left goes: with the lock held, all of it.
+        let prefix = format!(".{name}.making-");
+        sweep_abandoned(parent, &prefix, turn.is_some());
+        if root.exists() && full(root).map_err(io(root))? {
+            return Ok(None);
+        }
+        let link = |at: &Path| match source {
+            Some(source) => link_project(at, source),
+            None => Ok(()),
+        };
+        if root.exists() {
+            let laid = Self::lay_out(root, files).and_then(|_| link(root));
+            if laid.is_err() {
+                unmake(root, true);
+            }
+            laid?;
+            return Self::open(root).map(Some);
+        }
         static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let nth = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let making = parent.join(format!("{prefix}{}-{nth}", std::process::id()));
         // One left by a process that had this pid before.
         let _ = std::fs::remove_dir_all(&making);
-        let laid = Self::lay_out(&making, files).and_then(|_| match source {
-            Some(source) => link_project(&making, source),
-            None => Ok(()),
-        });
+        let laid = Self::lay_out(&making, files).and_then(|_| link(&making));
         let placed = laid.and_then(|()| match std::fs::rename(&making, root) {
             Ok(()) => Ok(true),
             Err(e) if matches!(e.kind(), std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::AlreadyExists) => {
@@ -425,20 +443,33 @@ fn link_project(root: &Path, source: &UserRepo) -> Result<()> {
     std::fs::write(&path, format!("{}\n", source.root().display())).map_err(io(&path))
 }
 
-/// Removes workspaces half-made beside `parent` by callers that are gone (killed
-/// while making one): `<prefix><pid>-<n>` whose process no longer runs.
-fn sweep_abandoned(parent: &Path, prefix: &str) {
+/// Waits for the turn to make the workspace at `root` (the lock file `lock`); `None`
+/// when no lock file can be made there (makers then rely on the rename alone).
+fn take_turn(lock: &Path, root: &Path) -> Result<Option<infra::lock::LockGuard>> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        match infra::lock::LockGuard::try_acquire(lock) {
+            Ok(Some(guard)) => return Ok(Some(guard)),
+            Ok(None) if std::time::Instant::now() < until => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Ok(None) => {
+                let busy = std::io::Error::other("another process has been making it for two minutes");
+                return Err(io(root)(busy));
+            }
+            Err(_) => return Ok(None),
+        }
+    }
+}
+
+/// Removes workspaces half-made beside `parent` by makers killed mid-way
+/// (`<prefix><pid>-<n>`): every one when the makers' lock is held (no maker is at work
+/// then), else those whose process is gone.
+fn sweep_abandoned(parent: &Path, prefix: &str, locked: bool) {
     for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(prefix))
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !Path::new("/proc").join(pid.to_string()).exists() {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else { continue };
+        let pid = rest.split('-').next().and_then(|p| p.parse::<u32>().ok());
+        let gone = pid.is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists());
+        if locked || gone {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }

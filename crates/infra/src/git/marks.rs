@@ -66,6 +66,23 @@ impl Repo {
         self.delete_ref(&harness_ref(kind, key))
     }
 
+    /// Removes the mark `refs/offshoot/<kind>/<key>` if it still holds `content` (under
+    /// the ref's lock, so a claim made again meanwhile stays); whether it was removed.
+    pub fn delete_mark_if(&self, kind: &str, key: &str, content: &[u8]) -> Result<bool> {
+        let name = harness_ref(kind, key);
+        let expected = git2::Oid::hash_object(git2::ObjectType::Blob, content).map_err(lib("hash a mark"))?;
+        let mut tx = self.repo.transaction().map_err(lib(format!("lock {name}")))?;
+        if tx.lock_ref(&name).is_err() {
+            return Ok(false);
+        }
+        if self.repo.refname_to_id(&name).ok() != Some(expected) {
+            return Ok(false);
+        }
+        tx.remove(&name).map_err(lib(format!("delete {name}")))?;
+        tx.commit().map_err(lib(format!("delete {name}")))?;
+        Ok(true)
+    }
+
     /// Removes every mark of `id` (`refs/offshoot/*/<id>`).
     pub fn delete_marks(&self, id: &str) -> Result<()> {
         let refs = self.repo.references_glob(&harness_ref("*", id)).map_err(lib("list marks"))?;
@@ -91,6 +108,22 @@ mod tests {
         repo.delete_mark("compacting", "a").expect("delete past the stale lock");
         assert_eq!(repo.mark("compacting", "a").expect("read"), None);
         assert!(!lock.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_conditional_delete_leaves_a_mark_claimed_again_meanwhile() {
+        let dir = std::env::temp_dir().join(format!("offshoot-marks-if-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let repo = Repo::init(&dir.join("repo.git")).expect("init");
+        assert!(repo.claim_mark("names", "Ada", b"abc123").expect("claim"));
+        // Claimed again by another agent since it was read: not this caller's to delete.
+        repo.delete_mark("names", "Ada").expect("delete");
+        assert!(repo.claim_mark("names", "Ada", b"def456").expect("claim again"));
+        assert!(!repo.delete_mark_if("names", "Ada", b"abc123").expect("compare"));
+        assert_eq!(repo.mark("names", "Ada").expect("read").as_deref(), Some(&b"def456"[..]));
+        assert!(repo.delete_mark_if("names", "Ada", b"def456").expect("compare"));
+        assert_eq!(repo.mark("names", "Ada").expect("read"), None);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
