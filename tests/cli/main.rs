@@ -30,6 +30,7 @@ mod mcp;
 mod model;
 mod newuser;
 mod ownership;
+mod policy;
 mod processes;
 mod project;
 mod providers;

@@ -16,6 +16,7 @@ pub mod inbox;
 pub mod layout;
 pub mod marks;
 pub mod mcp;
+pub mod permissions;
 pub mod results;
 pub mod step;
 pub mod tool_env;

@@ -58,6 +58,14 @@ pub struct Config {
     /// `mcp__<server>__<tool>`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp_servers: BTreeMap<String, McpServer>,
+    /// Rules every role's tool calls are held to (`allow`, `ask`, `deny`, in Claude
+    /// Code's syntax: `bash(git push:*)`, `Read(./.env)`); a role's own add to them.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub permissions: crate::permissions::Permissions,
+}
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 /// Adjustments to the environment tool commands run with.
@@ -156,6 +164,9 @@ pub struct RoleConfig {
     /// The tools this role may run (its grant).
     #[serde(default)]
     pub tools: Vec<String>,
+    /// Rules of this role's own, on top of `[permissions]`.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub permissions: crate::permissions::Permissions,
     #[serde(default)]
     pub context: ContextRules,
     /// How this role's tool commands are confined.
@@ -484,6 +495,16 @@ impl ConfigError {
 }
 
 impl Config {
+    /// The permission rules role `role` is held to, each set with the key it is
+    /// written under: `[permissions]`, then the role's own.
+    pub fn permissions(&self, role: &str) -> Vec<(String, &crate::permissions::Permissions)> {
+        let mut sets = vec![("permissions.".to_owned(), &self.permissions)];
+        if let Some(r) = self.role(role) {
+            sets.push((format!("roles.{role}.permissions."), &r.permissions));
+        }
+        sets
+    }
+
     pub fn role(&self, name: &str) -> Option<&RoleConfig> {
         self.roles.get(name)
     }

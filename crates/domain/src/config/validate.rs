@@ -30,6 +30,11 @@ impl Config {
         for (name, role) in &self.roles {
             self.check_role(name, role, has_file, &fail)?;
         }
+        for (place, permissions) in self.roles.keys().flat_map(|r| self.permissions(r)).chain(self.permissions("")) {
+            if let Some((list, rule)) = crate::permissions::check(permissions) {
+                return Err(fail(format!("{place}{list}"), rule));
+            }
+        }
         match self.compaction.trigger {
             Trigger::ContextPercent if !matches!(self.compaction.percent, Some(1..=100)) => {
                 return Err(fail(

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use domain::config::ToolOutputConfig;
-use domain::grant;
+use domain::{grant, permissions};
 use infra::provider::Block;
 use infra::tools::{RecordDir, ToolError, ToolOutput};
 
@@ -83,10 +83,22 @@ pub fn run(
             .map_err(|source| ToolCallError::Record { path: path.display().to_string(), source })
     };
     write_record("input.json", &json!({"id": id, "name": name, "input": input}))?;
+    // The permission rules first: a call they refuse never runs (and says which rule).
+    let decision = cx.agent.and_then(|a| {
+        let config = a.config?;
+        let sets = config.permissions(&a.facts.role);
+        let sets: Vec<(&str, &permissions::Permissions)> = sets.iter().map(|(k, p)| (k.as_str(), *p)).collect();
+        permissions::decide(&sets, name, input)
+    });
+    if let Some(decision) = &decision {
+        write_record("decision.json", &serde_json::to_value(decision).unwrap_or(Value::Null))?;
+    }
+    let refusal = decision.as_ref().and_then(refusal);
     let handler = tools::handler(name).filter(|_| grant::allows(grant, name));
     // An MCP server's tool: offered when the role uses the server (its own gate).
     let mcp = cx.agent.and_then(|a| Some((a.mcp?, a.runtime))).filter(|(m, _)| m.offers(name).is_some());
     let (outcome, writes) = match (handler, mcp) {
+        _ if refusal.is_some() => (Err(ToolError::ToModel(refusal.unwrap_or_default())), false),
         (_, Some((servers, runtime))) => {
             let interrupt = runtime.interrupt();
             let outcome = servers.call(name, input, &|| interrupt.reason().is_none()).and_then(|(output, raw)| {
@@ -140,6 +152,19 @@ pub fn run(
         cwd,
         harness_files,
     })
+}
+
+/// What the model is told when a rule refuses a call: which rule, and where it is
+/// written. An `ask` has no one to answer it here yet: refused, saying so.
+fn refusal(decision: &permissions::Decision) -> Option<String> {
+    let permissions::Decision { verdict, rule, key } = decision;
+    match verdict {
+        permissions::Verdict::Allow => None,
+        permissions::Verdict::Deny => Some(format!("refused by the rule `{rule}` ({key}); nothing ran")),
+        permissions::Verdict::Ask => Some(format!(
+            "the rule `{rule}` ({key}) asks for a person's yes first, and no one is here to answer: refused; nothing ran"
+        )),
+    }
 }
 
 /// The text the model reads: the summary, then each non-empty stream, bounded.

@@ -130,7 +130,13 @@ impl Driver<'_> {
         let (commands, paths) = self.commands(config_commit, &config)?;
         let facts = self.facts.clone();
         let mcp = self.mcp.clone();
-        let agent = AgentContext { runtime: self.runtime, facts: &facts, config_commit, mcp: Some(&mcp) };
+        let agent = AgentContext {
+            runtime: self.runtime,
+            facts: &facts,
+            config_commit,
+            mcp: Some(&mcp),
+            config: Some(&config),
+        };
         let read_only = |c: &toolcall::Call<'_>| {
             (grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only()))
                 || mcp.read_only(c.name)

@@ -40,6 +40,8 @@ pub struct AgentContext<'a> {
     pub(crate) config_commit: CommitId,
     /// The agent's MCP servers (its driver's), whose tools are called through them.
     pub(crate) mcp: Option<&'a crate::step::mcp::Servers>,
+    /// The config of its step: the permission rules its calls are held to.
+    pub(crate) config: Option<&'a domain::config::Config>,
 }
 
 impl AgentContext<'_> {
