@@ -47,6 +47,7 @@ impl Ctx {
         infra::git::transport::set_environment(
             env.vars().filter(|(k, _)| !k.ends_with("_API_KEY")).map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
         );
+        engine::store::workspace::set_search_path(env.get("PATH").unwrap_or_default().to_owned());
         let home = env.get("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
         let (data_root, config_root) = match env.get("OFFSHOOT_HOME") {
             Some(root) => (PathBuf::from(root), PathBuf::from(root)),

@@ -62,3 +62,90 @@ fn a_rule_that_does_not_read_is_refused_at_config_set_naming_the_key_and_nothing
     }
     assert_eq!(t.git(&["rev-parse", "config/default"]), before, "nothing was committed");
 }
+
+/// A guard as people write them for Claude Code: the call's JSON on stdin, exit 2 with
+/// a reason on stderr to block.
+fn guard(t: &TestWorkspace) -> String {
+    let path = t.root.join("guard.sh");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in\n  *'\"tool_name\":\"Bash\"'*'rm -rf'*) echo 'rm -rf is not for agents' >&2; exit 2;;\nesac\nexit 0\n",
+    )
+    .expect("guard");
+    std::process::Command::new("chmod").args(["+x", path.to_str().expect("utf-8")]).status().expect("chmod");
+    path.display().to_string()
+}
+
+#[test]
+fn a_claude_code_guard_hook_blocks_a_grandchild_and_failing_guards_block_too() {
+    let (server, t) = TestWorkspace::served("policy-hook", Dialect::Anthropic);
+    let guard = guard(&t);
+    t.set("hooks.PreToolUse", &format!(r#"[{{ matcher = "Bash", command = "{guard}" }}]"#));
+    let dispatch = |name: &str| {
+        Turn::tool("d1", "dispatch", serde_json::json!({"role": "worker", "goal": format!("be {name}"), "name": name}))
+    };
+    server.push_for("Lead", [dispatch("Kid"), Turn::text("waiting"), Turn::text("noted"), Turn::text("lead done")]);
+    server.push_for("Kid", [dispatch("Grandkid"), Turn::text("waiting"), Turn::text("kid done")]);
+    server.push_for("Grandkid", [Turn::bash("c1", "mkdir x && rm -rf x && touch ran.txt"), Turn::text("blocked")]);
+    t.run(&["prompt", "--name", "Lead", "lead"]).ok();
+    let said = server.result_text_for("Grandkid", 1);
+    assert!(said.contains(&format!("refused by the hook `{guard}`: rm -rf is not for agents; nothing ran")), "{said}");
+    let grandkid = t.id_of("Grandkid");
+    assert!(!t.ws.join("agents").join(&grandkid).join("ran.txt").exists());
+
+    // A guard that fails (exit 1) or runs past its timeout refuses: guards fail closed.
+    let (server, t) = TestWorkspace::served("policy-hook-fails", Dialect::Anthropic);
+    t.set(
+        "hooks.PreToolUse",
+        r#"[{ command = "exit 1" }, { matcher = "write_file", command = "sleep 5", timeout = 1 }]"#,
+    );
+    server.push_turns([
+        Turn::bash("c1", "touch one.txt"),
+        Turn::tool("c2", "write_file", serde_json::json!({"path": "two.txt", "content": "x"})),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "--name", "Guarded", "try"]).ok();
+    let (first, second) = (server.result_text(1), server.result_text(2));
+    assert!(first.contains("the hook `exit 1` failed (it ended (exit code 1))"), "{first}");
+    assert!(second.contains("the hook `exit 1` failed"), "every tool's guard runs first: {second}");
+    let id = t.only_agent();
+    assert!(!t.ws.join("agents").join(&id).join("one.txt").exists());
+}
+
+#[test]
+fn a_post_tool_use_hook_sees_the_response_and_its_words_reach_the_model() {
+    let (server, t) = TestWorkspace::served("policy-post-hook", Dialect::Anthropic);
+    let seen = t.root.join("seen.json");
+    let hook = t.root.join("post.sh");
+    std::fs::write(&hook, format!("#!/bin/sh\ncat > '{}'\necho 'the linter is happy' >&2\nexit 2\n", seen.display()))
+        .expect("hook");
+    std::process::Command::new("chmod").args(["+x", hook.to_str().expect("utf-8")]).status().expect("chmod");
+    t.set("hooks.PostToolUse", &format!(r#"[{{ matcher = "Bash", command = "{}" }}]"#, hook.display()));
+    server.push_turns([Turn::bash("c1", "echo the-output"), Turn::text("done")]);
+    t.run(&["prompt", "--name", "Post", "run it"]).ok();
+    let heard: serde_json::Value = serde_json::from_slice(&std::fs::read(&seen).expect("the hook ran")).expect("json");
+    assert_eq!(heard["hook_event_name"], "PostToolUse");
+    assert_eq!(heard["tool_name"], "Bash");
+    assert_eq!(heard["tool_input"]["command"], "echo the-output");
+    assert!(heard["tool_response"]["content"].as_str().is_some_and(|c| c.contains("the-output")), "{heard}");
+    assert_eq!(heard["agent_id"], t.only_agent().as_str());
+    let said = server.result_text(1);
+    assert!(said.contains("the-output") && said.contains("<hook>\nthe linter is happy\n</hook>"), "{said}");
+}
+
+#[test]
+fn a_hook_that_cannot_run_or_an_event_that_is_none_is_refused_at_config_set() {
+    let t = TestWorkspace::new("policy-bad-hook");
+    let before = t.git(&["rev-parse", "config/default"]);
+    for (key, value, says) in [
+        ("hooks.PreToolUse", r#"[{ command = "/nonexistent/guard.sh" }]"#, "which is not found"),
+        ("hooks.PreToolUse", r#"[{ command = "no-such-program-anywhere --x" }]"#, "which is not found"),
+        ("hooks.BeforeTool", r#"[{ command = "true" }]"#, "is no hook event"),
+        ("hooks.PreToolUse", r#"[{ matcher = "(Bash", command = "true" }]"#, "is not a regex"),
+    ] {
+        let run = t.run(&["config", "set", key, value]);
+        assert_eq!(run.code, 2, "{key}: {}", run.stderr);
+        assert!(run.stderr.contains(&format!("`{key}`")) && run.stderr.contains(says), "{key}: {}", run.stderr);
+    }
+    assert_eq!(t.git(&["rev-parse", "config/default"]), before, "nothing was committed");
+}

@@ -11,6 +11,7 @@ pub mod context;
 pub mod eval;
 pub mod glob;
 pub mod grant;
+pub mod hooks;
 pub mod id;
 pub mod inbox;
 pub mod layout;

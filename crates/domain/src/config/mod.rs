@@ -62,6 +62,10 @@ pub struct Config {
     /// Code's syntax: `bash(git push:*)`, `Read(./.env)`); a role's own add to them.
     #[serde(default, skip_serializing_if = "is_default")]
     pub permissions: crate::permissions::Permissions,
+    /// The user's programs run at events of every agent's life (`[[hooks.PreToolUse]]`
+    /// with `matcher`, `command`, `timeout`), in Claude Code's wire format.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hooks: crate::hooks::Hooks,
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {
@@ -495,6 +499,29 @@ impl ConfigError {
 }
 
 impl Config {
+    /// A hook whose program is not there (`exists` says whether a program is), as the
+    /// error `config set` refuses it with.
+    pub fn missing_hook_program(&self, text: &str, exists: &dyn Fn(&str) -> bool) -> Result<(), ConfigError> {
+        for (event, groups) in &self.hooks {
+            let commands = groups.iter().flat_map(|g| g.command.iter().chain(g.hooks.iter().map(|h| &h.command)));
+            for command in commands {
+                let Some(program) = crate::hooks::program(command) else { continue };
+                if !exists(program) {
+                    let key = format!("hooks.{event}");
+                    return Err(ConfigError {
+                        file: FILE.into(),
+                        line: validate::line_of(text, &key),
+                        rule: format!(
+                            "the hook command `{command}` starts `{program}`, which is not found (a path, or a program on PATH)"
+                        ),
+                        key,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The permission rules role `role` is held to, each set with the key it is
     /// written under: `[permissions]`, then the role's own.
     pub fn permissions(&self, role: &str) -> Vec<(String, &crate::permissions::Permissions)> {

@@ -30,6 +30,9 @@ impl Config {
         for (name, role) in &self.roles {
             self.check_role(name, role, has_file, &fail)?;
         }
+        if let Some((key, rule)) = crate::hooks::check(&self.hooks) {
+            return Err(fail(key, rule));
+        }
         for (place, permissions) in self.roles.keys().flat_map(|r| self.permissions(r)).chain(self.permissions("")) {
             if let Some((list, rule)) = crate::permissions::check(permissions) {
                 return Err(fail(format!("{place}{list}"), rule));

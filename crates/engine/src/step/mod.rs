@@ -4,6 +4,7 @@
 pub mod compaction;
 pub mod driver;
 pub mod events;
+pub(crate) mod hooks;
 pub mod mcp;
 pub mod model;
 pub(crate) mod toolcall;

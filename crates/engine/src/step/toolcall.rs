@@ -5,6 +5,8 @@ use serde_json::{Value, json};
 
 use domain::config::ToolOutputConfig;
 use domain::{grant, permissions};
+
+use crate::step::hooks;
 use infra::provider::Block;
 use infra::tools::{RecordDir, ToolError, ToolOutput};
 
@@ -84,21 +86,37 @@ pub fn run(
     };
     write_record("input.json", &json!({"id": id, "name": name, "input": input}))?;
     // The permission rules first: a call they refuse never runs (and says which rule).
-    let decision = cx.agent.and_then(|a| {
-        let config = a.config?;
-        let sets = config.permissions(&a.facts.role);
-        let sets: Vec<(&str, &permissions::Permissions)> = sets.iter().map(|(k, p)| (k.as_str(), *p)).collect();
-        permissions::decide(&sets, name, input)
-    });
+    let decision = decided(cx, name, input);
     if let Some(decision) = &decision {
         write_record("decision.json", &serde_json::to_value(decision).unwrap_or(Value::Null))?;
     }
-    let refusal = decision.as_ref().and_then(refusal);
+    let mut refusal = decision.as_ref().and_then(refusal);
+    // Then the user's hooks (`PreToolUse`): one that blocks, asks or fails refuses it.
+    // (Made only when a hook is configured: a step without hooks costs nothing more.)
+    let hooked = cx.agent.filter(|a| a.config.is_some_and(|c| !c.hooks.is_empty()));
+    let hook_env = hooked.map(|a| hook_env(a.runtime.env())).unwrap_or_default();
+    let who = cx.agent.map(|a| hooks::Who {
+        agent: &a.facts.id,
+        parent: a.facts.parent.as_deref(),
+        cwd: &env.cwd,
+        dir: &env.root,
+        env: &hook_env,
+    });
+    let run_hooks = |event: &str, extra: Value| match (cx.agent.and_then(|a| a.config), &who) {
+        (Some(config), Some(who)) => hooks::run(config, event, Some((name, input)), extra, who),
+        _ => Vec::new(),
+    };
+    let mut heard = Vec::new();
+    if refusal.is_none() {
+        heard = run_hooks("PreToolUse", json!({}));
+        refusal = heard.iter().find_map(hook_refusal);
+    }
+    let ran = refusal.is_none();
     let handler = tools::handler(name).filter(|_| grant::allows(grant, name));
     // An MCP server's tool: offered when the role uses the server (its own gate).
     let mcp = cx.agent.and_then(|a| Some((a.mcp?, a.runtime))).filter(|(m, _)| m.offers(name).is_some());
     let (outcome, writes) = match (handler, mcp) {
-        _ if refusal.is_some() => (Err(ToolError::ToModel(refusal.unwrap_or_default())), false),
+        _ if !ran => (Err(ToolError::ToModel(refusal.unwrap_or_default())), false),
         (_, Some((servers, runtime))) => {
             let interrupt = runtime.interrupt();
             let outcome = servers.call(name, input, &|| interrupt.reason().is_none()).and_then(|(output, raw)| {
@@ -123,7 +141,7 @@ pub fn run(
         }
         (Some(h), None) => (h.run(cx, input), h.writes()),
     };
-    let (text, is_error, summary, cwd, harness_files, images) = match outcome {
+    let (mut text, is_error, summary, cwd, harness_files, images) = match outcome {
         Ok(output) => {
             write_record("output.json", &serde_json::to_value(&output).unwrap_or(Value::Null))?;
             let text = render(&output, limits, &record.shown);
@@ -144,6 +162,17 @@ pub fn run(
             return Err(ToolCallError::Fatal { name: name.to_owned(), message });
         }
     };
+    // `PostToolUse` sees what the call gave; what a hook says back is the model's to read.
+    if ran {
+        let after = run_hooks("PostToolUse", json!({"tool_response": {"content": text, "is_error": is_error}}));
+        for said in after.iter().filter(|r| !r.said.is_empty()) {
+            text.push_str(&format!("\n<hook>\n{}\n</hook>", said.said));
+        }
+        heard.extend(after);
+    }
+    if !heard.is_empty() {
+        write_record("hooks.json", &serde_json::to_value(&heard).unwrap_or(Value::Null))?;
+    }
     Ok(CallResult {
         block: Block::ToolResult { tool_use_id: id.to_owned(), content: text, is_error, images },
         writes,
@@ -165,6 +194,32 @@ fn refusal(decision: &permissions::Decision) -> Option<String> {
             "the rule `{rule}` ({key}) asks for a person's yes first, and no one is here to answer: refused; nothing ran"
         )),
     }
+}
+
+/// What the permission rules of the call's step decide for it, if any names it.
+fn decided(cx: &ToolContext, name: &str, input: &Value) -> Option<permissions::Decision> {
+    let agent = cx.agent?;
+    let sets = agent.config?.permissions(&agent.facts.role);
+    let sets: Vec<(&str, &permissions::Permissions)> = sets.iter().map(|(k, p)| (k.as_str(), *p)).collect();
+    permissions::decide(&sets, name, input)
+}
+
+/// What the model is told when a hook refuses a call.
+fn hook_refusal(ran: &hooks::Ran) -> Option<String> {
+    let hooks::Ran { command, outcome, said, .. } = ran;
+    match *outcome {
+        "block" => Some(format!("refused by the hook `{command}`: {said}; nothing ran")),
+        "ask" => Some(format!(
+            "the hook `{command}` asks for a person's yes first ({said}), and no one is here to answer: refused; nothing ran"
+        )),
+        "failed" => Some(format!("the hook `{command}` failed ({said}), and a failed guard refuses: nothing ran")),
+        _ => None,
+    }
+}
+
+/// The environment hooks run with: the user's, but the providers' keys.
+fn hook_env(env: &crate::Env) -> Vec<(String, String)> {
+    env.vars().filter(|(k, _)| !k.ends_with("_API_KEY")).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
 }
 
 /// The text the model reads: the summary, then each non-empty stream, bounded.

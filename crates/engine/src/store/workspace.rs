@@ -414,11 +414,39 @@ impl Workspace {
         let has = |path: &str| {
             changes.iter().any(|(p, _)| p == path) || self.repo.read_file(tip, path).ok().flatten().is_some()
         };
-        Config::parse(&text, &has)?;
+        Config::parse(&text, &has)?.missing_hook_program(&text, &program_exists)?;
         let commit = self.repo.commit_edits(&[tip], Some(tip), &changed, message)?;
         self.repo.move_branch(&format!("config/{lineage}"), commit, tip, message)?;
         Ok(Some(commit))
     }
+}
+
+/// Whether `program` (a hook's first word) is there: a path to a file, or a name found
+/// on this process's PATH.
+fn program_exists(program: &str) -> bool {
+    // (The shell's own words, and a path relative to where the hook runs — the agent's
+    // directory — are taken as they are.)
+    const BUILTINS: [&str; 10] = ["exit", "true", "false", "echo", "printf", "test", "[", ":", "cat", "read"];
+    if BUILTINS.contains(&program) || (program.contains('/') && !program.starts_with('/')) {
+        return true;
+    }
+    if program.starts_with('/') {
+        return Path::new(program).is_file();
+    }
+    match SEARCH_PATH.get() {
+        Some(path) => path.split(':').filter(|d| !d.is_empty()).any(|dir| Path::new(dir).join(program).is_file()),
+        // (Nobody said where to look: not refused.)
+        None => true,
+    }
+}
+
+/// Where hooks' programs are looked for (the user's `PATH`; the cli says, as only it
+/// reads the environment).
+static SEARCH_PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets where hook programs named without a path are looked for (`PATH`'s value).
+pub fn set_search_path(path: String) {
+    let _ = SEARCH_PATH.set(path);
 }
 
 /// Removes what was made at `root` (its contents only when it `existed` before).

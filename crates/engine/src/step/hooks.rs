@@ -1,0 +1,158 @@
+//! Running the user's hooks (`[[hooks.<Event>]]`) as Claude Code runs its own: `sh -c`
+//! with the event as JSON on stdin, in the agent's directory; exit 0 goes on (a JSON
+//! answer on stdout may decide), exit 2 blocks and hands stderr to the model, anything
+//! else — another exit code, a timeout, an answer that does not read — is a failure,
+//! which refuses the call for `PreToolUse` unless the hook says `fail_closed = false`.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use domain::config::Config;
+use domain::hooks;
+use infra::process::{self, Ended, Exit, Group, Io, Limits, Spec};
+
+/// What one hook said.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct Ran {
+    pub event: String,
+    pub command: String,
+    /// `pass`, `allow`, `block`, `ask` or `failed`.
+    pub outcome: &'static str,
+    /// Its words for the model (a block's reason, context it adds).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub said: String,
+}
+
+/// What is sent with every event: who, where, and what.
+pub(crate) struct Who<'a> {
+    pub agent: &'a str,
+    pub parent: Option<&'a str>,
+    pub cwd: &'a Path,
+    /// The agent's directory: its transcript is `.offshoot/messages` there.
+    pub dir: &'a Path,
+    pub env: &'a [(String, String)],
+}
+
+/// Runs the hooks of `config` at `event` (for a call of `tool` with `input`, when the
+/// event has one), in order, stopping at the first that blocks.
+pub(crate) fn run(config: &Config, event: &str, tool: Option<(&str, &Value)>, extra: Value, who: &Who) -> Vec<Ran> {
+    let planned = hooks::planned(&config.hooks, event, tool.map(|(name, _)| name));
+    if planned.is_empty() {
+        return Vec::new();
+    }
+    let mut payload = json!({
+        "session_id": who.agent,
+        "transcript_path": who.dir.join(domain::agent::MESSAGES).display().to_string(),
+        "cwd": who.cwd.display().to_string(),
+        "hook_event_name": event,
+        "permission_mode": "default",
+        "agent_id": who.agent,
+        "parent_id": who.parent,
+        "branch": format!("agents/{}", who.agent),
+    });
+    if let Some((name, input)) = tool {
+        payload["tool_name"] = hooks::claude_name(name).into();
+        payload["tool_input"] = claude_input(input, who.cwd);
+    }
+    if let (Value::Object(p), Value::Object(more)) = (&mut payload, extra) {
+        p.extend(more);
+    }
+    let stdin = payload.to_string();
+    let mut said = Vec::new();
+    for hook in planned {
+        let ran = one(event, &hook, stdin.as_bytes(), who);
+        let stop = matches!(ran.outcome, "block" | "ask");
+        said.push(ran);
+        if stop {
+            break;
+        }
+    }
+    said
+}
+
+/// A tool's input as Claude Code's guards read it: a path also as an absolute
+/// `file_path`.
+fn claude_input(input: &Value, cwd: &Path) -> Value {
+    let mut input = input.clone();
+    if let Some(path) = input.get("path").and_then(Value::as_str).map(str::to_owned)
+        && input.get("file_path").is_none()
+    {
+        input["file_path"] = cwd.join(path).display().to_string().into();
+    }
+    input
+}
+
+fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
+    let args = [OsStr::new("-c"), OsStr::new(&hook.command)];
+    let spec = Spec {
+        program: Path::new("/bin/sh"),
+        args: &args,
+        cwd: who.cwd,
+        env: who.env,
+        group: Group::Own,
+        stdin: Some(stdin),
+        sandbox: None,
+        pgid_record: None,
+    };
+    let limits = Limits {
+        head: 64 * 1024,
+        tail: 4 * 1024,
+        record_max: 0,
+        timeout: Some(Duration::from_secs(hook.timeout_secs)),
+        idle: None,
+    };
+    let ran = |outcome, said: String| Ran { event: event.to_owned(), command: hook.command.clone(), outcome, said };
+    let failed = |why: String| match hook.fail_closed {
+        true => ran("failed", why),
+        false => ran("pass", why),
+    };
+    let finished = match process::run(&spec, &limits, Io::default()) {
+        Ok(f) => f,
+        Err(e) => return failed(format!("it could not start: {e}")),
+    };
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_owned();
+    let (stdout, stderr) = (text(&finished.stdout.head), text(&finished.stderr.head));
+    if finished.ended == Ended::TimedOut {
+        return failed(format!("it ran past its timeout of {} s", hook.timeout_secs));
+    }
+    match finished.exit {
+        Exit::Code(2) => ran("block", if stderr.is_empty() { "blocked by a hook".to_owned() } else { stderr }),
+        Exit::Code(0) if stdout.is_empty() => ran("pass", String::new()),
+        Exit::Code(0) => match serde_json::from_str::<Value>(&stdout) {
+            Ok(answer) => answered(&answer, ran),
+            Err(_) => failed(format!("its answer is not JSON: {}", first_line(&stdout))),
+        },
+        exit => failed(format!(
+            "it ended ({exit}){}",
+            if stderr.is_empty() { String::new() } else { format!(": {}", first_line(&stderr)) }
+        )),
+    }
+}
+
+/// A hook's JSON answer: Claude Code's `hookSpecificOutput.permissionDecision`, its
+/// older `decision`, `continue: false`, and context it adds.
+fn answered(answer: &Value, ran: impl Fn(&'static str, String) -> Ran) -> Ran {
+    let specific = &answer["hookSpecificOutput"];
+    let words = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    if answer["continue"] == false {
+        return ran("block", words(&answer["stopReason"]));
+    }
+    match specific["permissionDecision"].as_str().or(answer["decision"].as_str()) {
+        Some("deny" | "block") => {
+            let reason = words(&specific["permissionDecisionReason"]);
+            return ran("block", if reason.is_empty() { words(&answer["reason"]) } else { reason });
+        }
+        Some("ask") => return ran("ask", words(&specific["permissionDecisionReason"])),
+        Some("allow" | "approve") => return ran("allow", String::new()),
+        _ => {}
+    }
+    ran("pass", words(&specific["additionalContext"]))
+}
+
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or_default().chars().take(200).collect()
+}
