@@ -141,6 +141,7 @@ fn a_hook_that_cannot_run_or_an_event_that_is_none_is_refused_at_config_set() {
         ("hooks.PreToolUse", r#"[{ command = "/nonexistent/guard.sh" }]"#, "which is not found"),
         ("hooks.PreToolUse", r#"[{ command = "no-such-program-anywhere --x" }]"#, "which is not found"),
         ("hooks.BeforeTool", r#"[{ command = "true" }]"#, "is no hook event"),
+        ("hooks.PreToolUse", r#"[{ command = "./guard.sh" }]"#, "a relative path"),
         ("hooks.PreToolUse", r#"[{ matcher = "(Bash", command = "true" }]"#, "is not a regex"),
     ] {
         let run = t.run(&["config", "set", key, value]);
@@ -148,4 +149,24 @@ fn a_hook_that_cannot_run_or_an_event_that_is_none_is_refused_at_config_set() {
         assert!(run.stderr.contains(&format!("`{key}`")) && run.stderr.contains(says), "{key}: {}", run.stderr);
     }
     assert_eq!(t.git(&["rev-parse", "config/default"]), before, "nothing was committed");
+}
+
+#[test]
+fn a_hook_never_runs_a_file_the_model_planted_in_its_directory() {
+    let (server, t) = TestWorkspace::served("policy-hook-planted", Dialect::Anthropic);
+    // A guard named relative to where it runs: it runs in the workspace, where no agent
+    // writes, so the agent's own `allow.sh` is not it — the guard cannot run it, and
+    // refuses.
+    t.set("hooks.PreToolUse", r#"[{ matcher = "Bash", command = "sh allow.sh" }]"#);
+    server.push_turns([
+        Turn::tool("w1", "write_file", serde_json::json!({"path": "allow.sh", "content": "exit 0\n"})),
+        Turn::bash("c1", "touch escaped.txt"),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "--name", "Planter", "plant"]).ok();
+    let said = server.result_text(2);
+    assert!(said.contains("the hook `sh allow.sh`") && said.contains("nothing ran"), "{said}");
+    let id = t.only_agent();
+    assert!(t.ws.join("agents").join(&id).join("allow.sh").exists());
+    assert!(!t.ws.join("agents").join(&id).join("escaped.txt").exists());
 }

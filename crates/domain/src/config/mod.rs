@@ -506,17 +506,20 @@ impl Config {
             let commands = groups.iter().flat_map(|g| g.command.iter().chain(g.hooks.iter().map(|h| &h.command)));
             for command in commands {
                 let Some(program) = crate::hooks::program(command) else { continue };
-                if !exists(program) {
-                    let key = format!("hooks.{event}");
-                    return Err(ConfigError {
-                        file: FILE.into(),
-                        line: validate::line_of(text, &key),
-                        rule: format!(
-                            "the hook command `{command}` starts `{program}`, which is not found (a path, or a program on PATH)"
-                        ),
-                        key,
-                    });
-                }
+                // (A relative path would be looked for where the hook runs: a guard is
+                // named where it is.)
+                let relative = program.contains('/') && !program.starts_with('/') && !program.starts_with("~/");
+                let rule = match (relative, exists(program)) {
+                    (true, _) => format!(
+                        "the hook command `{command}` starts `{program}`, a relative path: name the program by its absolute path (or `~/…`), or as a program on PATH"
+                    ),
+                    (false, false) => format!(
+                        "the hook command `{command}` starts `{program}`, which is not found (a path, or a program on PATH)"
+                    ),
+                    (false, true) => continue,
+                };
+                let key = format!("hooks.{event}");
+                return Err(ConfigError { file: FILE.into(), line: validate::line_of(text, &key), rule, key });
             }
         }
         Ok(())

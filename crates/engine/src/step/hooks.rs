@@ -34,6 +34,8 @@ pub(crate) struct Who<'a> {
     pub cwd: &'a Path,
     /// The agent's directory: its transcript is `.offshoot/messages` there.
     pub dir: &'a Path,
+    /// Where hooks run: the workspace's root, which no agent writes.
+    pub workspace: &'a Path,
     pub env: &'a [(String, String)],
 }
 
@@ -91,7 +93,9 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
     let spec = Spec {
         program: Path::new("/bin/sh"),
         args: &args,
-        cwd: who.cwd,
+        // Not in the agent's directory: a relative path the command names must never
+        // find a file the model wrote (the payload's `cwd` says where the agent is).
+        cwd: who.workspace,
         env: who.env,
         group: Group::Own,
         stdin: Some(stdin),

@@ -100,6 +100,7 @@ pub fn run(
         parent: a.facts.parent.as_deref(),
         cwd: &env.cwd,
         dir: &env.root,
+        workspace: a.runtime.layout().root(),
         env: &hook_env,
     });
     let run_hooks = |event: &str, extra: Value| match (cx.agent.and_then(|a| a.config), &who) {

@@ -424,10 +424,10 @@ impl Workspace {
 /// Whether `program` (a hook's first word) is there: a path to a file, or a name found
 /// on this process's PATH.
 fn program_exists(program: &str) -> bool {
-    // (The shell's own words, and a path relative to where the hook runs — the agent's
-    // directory — are taken as they are.)
+    // (The shell's own words are taken as they are; `~/…` is the user's home, which
+    // only the shell running the hook knows for sure.)
     const BUILTINS: [&str; 10] = ["exit", "true", "false", "echo", "printf", "test", "[", ":", "cat", "read"];
-    if BUILTINS.contains(&program) || (program.contains('/') && !program.starts_with('/')) {
+    if BUILTINS.contains(&program) || program.starts_with("~/") {
         return true;
     }
     if program.starts_with('/') {
