@@ -170,3 +170,21 @@ fn a_hook_never_runs_a_file_the_model_planted_in_its_directory() {
     assert!(t.ws.join("agents").join(&id).join("allow.sh").exists());
     assert!(!t.ws.join("agents").join(&id).join("escaped.txt").exists());
 }
+
+#[test]
+fn a_child_never_runs_under_a_role_without_its_parents_rules() {
+    let (server, t) = TestWorkspace::served("policy-child-role", Dialect::Anthropic);
+    t.set("roles.worker.permissions.deny", r#"["Bash(git push:*)"]"#);
+    t.set("roles.helper.model", "claude-sonnet-4-5");
+    t.set("roles.helper.permissions.deny", "[]");
+    server.push_turns([Turn::text("hi")]);
+    t.run(&["prompt", "--name", "Boss", "hello"]).ok();
+    let refused = t.run(&["dispatch", "Boss", "--role", "helper", "--goal", "push for me"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(refused.stderr.contains("role `helper` lacks the rule `Bash(git push:*)`"), "{}", refused.stderr);
+    assert_eq!(t.agents().len(), 1, "nothing was made");
+    // Holding it (as a deny), the child may be made.
+    t.set("roles.helper.permissions.deny", r#"["Bash(git push:*)"]"#);
+    server.endless_text("done");
+    t.run(&["dispatch", "Boss", "--role", "helper", "--goal", "help"]).ok();
+}

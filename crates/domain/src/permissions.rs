@@ -88,6 +88,7 @@ pub fn parse(text: &str) -> Result<Rule, String> {
     };
     let tool = ALIASES.iter().find(|(alias, _)| *alias == name).map_or(name, |(_, ours)| ours);
     let known = grant::tool(tool).is_some() || (tool.starts_with("mcp__") && tool.len() > "mcp__".len());
+    let tool = tool.strip_suffix("__*").unwrap_or(tool);
     if !known {
         let ours: Vec<&str> = grant::TOOLS.iter().map(|t| t.name).collect();
         return Err(format!(
@@ -96,7 +97,14 @@ pub fn parse(text: &str) -> Result<Rule, String> {
         ));
     }
     if pattern.is_some() && tool.starts_with("mcp__") {
-        return Err(format!("`{text}`: an MCP tool's rule names the tool alone"));
+        return Err(format!(
+            "`{text}`: an MCP tool's rule names the tool alone (`mcp__<server>` names all of a server's)"
+        ));
+    }
+    if pattern.is_some() && !PATTERNED.contains(&tool) {
+        return Err(format!(
+            "`{text}`: a rule on `{tool}` names the tool alone (patterns are for bash and the file tools)"
+        ));
     }
     Ok(Rule { tool: tool.to_owned(), pattern, text: trimmed.to_owned() })
 }
@@ -110,19 +118,54 @@ fn lists(p: &Permissions) -> [(&'static str, Verdict, &Vec<String>); 3] {
     [("deny", Verdict::Deny, &p.deny), ("ask", Verdict::Ask, &p.ask), ("allow", Verdict::Allow, &p.allow)]
 }
 
+/// The tools whose rules may carry a pattern.
+const PATTERNED: [&str; 7] = ["bash", "read_file", "write_file", "edit_file", "apply_patch", "grep", "glob"];
+
+/// The tools a rule on `tool` covers, as Claude Code's `Read` and `Edit` rules cover
+/// every tool that reads or edits files.
+fn family(tool: &str) -> &[&str] {
+    match tool {
+        "read_file" => &["read_file", "grep", "glob"],
+        "edit_file" => &["edit_file", "write_file", "apply_patch"],
+        _ => &[],
+    }
+}
+
+/// Whether a rule on `rule_tool` covers a call of `tool`: the tool itself, its family,
+/// and for `mcp__<server>` every tool of that server.
+fn covers(rule_tool: &str, tool: &str) -> bool {
+    if rule_tool == tool || family(rule_tool).contains(&tool) {
+        return true;
+    }
+    let server = rule_tool.strip_prefix("mcp__").filter(|rest| !rest.contains("__"));
+    server.is_some_and(|server| {
+        tool.strip_prefix("mcp__").and_then(|t| t.strip_prefix(server)).is_some_and(|t| t.starts_with("__"))
+    })
+}
+
+/// Where a call's paths are read from: the agent's directory, where the call runs, and
+/// the user's home (for `~/` patterns), all absolute.
+#[derive(Debug, Clone, Copy)]
+pub struct Place<'a> {
+    pub root: &'a str,
+    pub cwd: &'a str,
+    pub home: Option<&'a str>,
+}
+
 /// What the rules of `sets` (each with the key it is written under) decide for a call
-/// of `tool` with `input`: the strongest verdict of a rule that names the call, if any.
-pub fn decide(sets: &[(&str, &Permissions)], tool: &str, input: &Value) -> Option<Decision> {
+/// of `tool` with `input` made at `place`: the strongest verdict of a rule that names
+/// the call, if any. A deny that does not read (never so in a validated config) denies.
+pub fn decide(sets: &[(&str, &Permissions)], tool: &str, input: &Value, place: &Place) -> Option<Decision> {
     let mut found: Option<Decision> = None;
-    for (place, permissions) in sets {
+    for (at, permissions) in sets {
         for (key, verdict, list) in lists(permissions) {
             for text in list {
-                let Ok(rule) = parse(text) else { continue };
-                if rule.tool != tool || !names(&rule, input, verdict) {
-                    continue;
-                }
-                if found.as_ref().is_none_or(|f| verdict > f.verdict) {
-                    found = Some(Decision { verdict, rule: rule.text.clone(), key: format!("{place}{key}") });
+                let named = match parse(text) {
+                    Ok(rule) => covers(&rule.tool, tool) && names(&rule, tool, input, verdict, place),
+                    Err(_) => verdict == Verdict::Deny,
+                };
+                if named && found.as_ref().is_none_or(|f| verdict > f.verdict) {
+                    found = Some(Decision { verdict, rule: text.trim().to_owned(), key: format!("{at}{key}") });
                 }
             }
         }
@@ -130,14 +173,18 @@ pub fn decide(sets: &[(&str, &Permissions)], tool: &str, input: &Value) -> Optio
     found
 }
 
-/// Whether `rule` names a call with `input`. A command is split at its separators
-/// (`;`, `&&`, `||`, `|`, `&`, line breaks, `$(`, backquotes): a deny or ask names it
-/// when any part matches, an allow only when every part does, so `x && git push` is no
-/// way around `deny: bash(git push:*)`, nor is `allow: bash(ls:*)` one for `ls; rm`.
-fn names(rule: &Rule, input: &Value, verdict: Verdict) -> bool {
+/// Whether `rule` names a call of `tool` with `input`. A command is split at its
+/// separators (`;`, `&&`, `||`, `|`, `&`, line breaks, `$(`, backquotes, braces) and each
+/// part read as the command it runs (quotes, assignments, `env`/`exec`/`timeout`-like
+/// wrappers and a program's directory left out): a deny or ask names it when any part
+/// matches, an allow only when every part does, so `x && FOO=1 /usr/bin/git "push"` is no
+/// way around `deny: bash(git push:*)`, nor is `allow: bash(ls:*)` one for `ls; rm`. A
+/// path is read as the tool reads it — from where the call runs, `..` resolved — and
+/// compared relative to the agent's directory, or whole for an absolute or `~/` pattern.
+fn names(rule: &Rule, tool: &str, input: &Value, verdict: Verdict, place: &Place) -> bool {
     let Some(pattern) = &rule.pattern else { return true };
     let text = |field: &str| input.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
-    let targets: Vec<String> = match rule.tool.as_str() {
+    let targets: Vec<String> = match tool {
         "bash" => command_parts(&text("command")),
         "apply_patch" => patch_paths(&text("patch")),
         "grep" | "glob" if text("path").is_empty() => vec![".".to_owned()],
@@ -146,9 +193,9 @@ fn names(rule: &Rule, input: &Value, verdict: Verdict) -> bool {
     if targets.is_empty() {
         return false;
     }
-    let one = |target: &String| match rule.tool.as_str() {
+    let one = |target: &String| match tool {
         "bash" => command_matches(pattern, target),
-        _ => path_matches(pattern, target),
+        _ => path_matches(pattern, target, place),
     };
     match verdict {
         Verdict::Allow => targets.iter().all(one),
@@ -156,13 +203,45 @@ fn names(rule: &Rule, input: &Value, verdict: Verdict) -> bool {
     }
 }
 
-/// A command line's simple commands, trimmed.
+/// A command line's simple commands, each as the command it runs.
 fn command_parts(command: &str) -> Vec<String> {
-    let mut parts = vec![command.to_owned()];
-    for separator in ["&&", "||", ";", "|", "&", "\n", "$(", "`", "(", ")"] {
+    let mut parts = vec![command.replace("\\\n", "")];
+    for separator in ["&&", "||", ";", "|", "&", "\n", "$(", "`", "(", ")", "{", "}"] {
         parts = parts.iter().flat_map(|p| p.split(separator).map(str::to_owned).collect::<Vec<_>>()).collect();
     }
-    parts.into_iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
+    parts.iter().map(|p| run_by(p)).filter(|p| !p.is_empty()).collect()
+}
+
+/// The command a simple command runs: its words without quotes or escapes, leading
+/// keywords, variable assignments and wrappers (with their options) left out, the
+/// program by its name.
+fn run_by(part: &str) -> String {
+    const KEYWORDS: [&str; 16] = [
+        "if", "then", "else", "elif", "fi", "do", "done", "while", "until", "for", "case", "esac", "!", "time", "in",
+        "coproc",
+    ];
+    const WRAPPERS: [&str; 9] = ["env", "command", "exec", "nice", "nohup", "timeout", "stdbuf", "builtin", "sudo"];
+    let plain: String = part.chars().filter(|c| !matches!(c, '"' | '\'' | '\\')).collect();
+    let mut words: Vec<&str> = plain.split_whitespace().collect();
+    let mut wrapped = false;
+    while let Some(first) = words.first() {
+        let assignment = first.split_once('=').is_some_and(|(name, _)| !name.is_empty() && !name.contains('/'));
+        let option = wrapped
+            && (first.starts_with('-')
+                || first.chars().all(|c| c.is_ascii_digit() || c == '.' || c == 's' || c == 'm'));
+        if KEYWORDS.contains(first) || assignment || option {
+            words.remove(0);
+        } else if WRAPPERS.contains(first) {
+            wrapped = true;
+            words.remove(0);
+        } else {
+            break;
+        }
+    }
+    if let Some(program) = words.first_mut() {
+        *program = program.rsplit('/').next().unwrap_or(program);
+    }
+    words.join(" ")
 }
 
 /// `prefix:*` names a command that begins with `prefix` (as a word); otherwise `*`
@@ -187,14 +266,49 @@ fn wildcard(pattern: &[u8], s: &[u8]) -> bool {
     }
 }
 
-/// A path pattern against a path the model gave, both relative to the agent's
-/// directory (`./` left off); `**` crosses directories, `*` stays within one.
-fn path_matches(pattern: &str, path: &str) -> bool {
-    let plain = |p: &str| {
-        let p = p.trim().trim_start_matches("./");
-        if p.is_empty() { ".".to_owned() } else { p.to_owned() }
+/// A path pattern against a path the model gave, the path read as the tool reads it.
+/// `//x` and `/x` are absolute, `~/x` in the user's home; anything else is relative to
+/// the agent's directory (`./` left off) and names only paths inside it.
+fn path_matches(pattern: &str, path: &str, place: &Place) -> bool {
+    let absolute = |p: &str| -> Option<String> {
+        let p = p.trim();
+        if let Some(rest) = p.strip_prefix("~/") {
+            return place.home.map(|home| format!("{home}/{rest}"));
+        }
+        Some(if p.starts_with('/') { p.to_owned() } else { format!("{}/{p}", place.cwd) })
     };
-    glob::matches(&plain(pattern), &plain(path))
+    let Some(full) = absolute(path).map(|p| lexical(&p)) else { return false };
+    let pattern = pattern.trim();
+    if pattern.starts_with('/') || pattern.starts_with("~/") {
+        let written = if pattern.starts_with("~/") {
+            pattern.to_owned()
+        } else {
+            format!("/{}", pattern.trim_start_matches('/'))
+        };
+        return absolute(&written).is_some_and(|pattern| glob::matches(&pattern, &full));
+    }
+    let root = lexical(place.root);
+    let inside =
+        if full == root { Some(".".to_owned()) } else { full.strip_prefix(&format!("{root}/")).map(str::to_owned) };
+    let Some(relative) = inside else { return false };
+    let pattern = pattern.trim_start_matches("./");
+    glob::matches(if pattern.is_empty() { "." } else { pattern }, &relative)
+}
+
+/// `path` with `.` and `..` resolved by their names (as the tool resolves them; a link
+/// on the way is the sandbox's to contain).
+fn lexical(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            other => parts.push(other),
+        }
+    }
+    format!("/{}", parts.join("/"))
 }
 
 /// The paths an `apply_patch` patch touches.
@@ -213,8 +327,10 @@ mod tests {
         Permissions { allow: own(allow), ask: own(ask), deny: own(deny) }
     }
 
+    const PLACE: Place = Place { root: "/ws/agents/a", cwd: "/ws/agents/a", home: Some("/home/u") };
+
     fn verdict(p: &Permissions, tool: &str, input: Value) -> Option<Verdict> {
-        decide(&[("permissions.", p)], tool, &input).map(|d| d.verdict)
+        decide(&[("permissions.", p)], tool, &input, &PLACE).map(|d| d.verdict)
     }
 
     #[test]
@@ -229,6 +345,7 @@ mod tests {
             ("bash()", "empty pattern"),
             ("Shell(ls)", "names no tool"),
             ("mcp__x__y(a)", "names the tool alone"),
+            ("dispatch(reviewer)", "names the tool alone"),
         ] {
             let e = parse(bad).expect_err(bad);
             assert!(e.contains(says), "{bad}: {e}");
@@ -246,8 +363,48 @@ mod tests {
             assert_eq!(verdict(&deny, "bash", json!({"command": chained})), Some(Verdict::Deny), "{chained}");
         }
         assert_eq!(verdict(&deny, "bash", json!({"command": "git pushy"})), None, "a word, not a prefix");
+        for disguised in [
+            "{ git push; }",
+            "if true; then git push; fi",
+            "! git push",
+            "FOO=1 git push",
+            "env -i git push",
+            "timeout 5 git push",
+            "/usr/bin/git push",
+            "git \"push\"",
+            "\\git push",
+            "git \\\npush",
+        ] {
+            assert_eq!(verdict(&deny, "bash", json!({"command": disguised})), Some(Verdict::Deny), "{disguised}");
+        }
         let allow = rules(&["bash(ls:*)"], &[], &[]);
         assert_eq!(verdict(&allow, "bash", json!({"command": "ls -la; rm -rf x"})), None, "every part must be allowed");
+        let broken = Permissions { deny: vec!["Bash(".into()], ..Permissions::default() };
+        assert_eq!(
+            verdict(&broken, "read_file", json!({"path": "a"})),
+            Some(Verdict::Deny),
+            "a deny that does not read"
+        );
+    }
+
+    #[test]
+    fn a_path_is_read_as_the_tool_reads_it_and_rules_cover_their_family() {
+        let p =
+            rules(&[], &[], &["Read(./.env)", "Read(secrets/**)", "Read(~/.ssh/**)", "Edit(//etc/**)", "mcp__github"]);
+        for (tool, input) in [
+            ("read_file", json!({"path": "sub/../.env"})),
+            ("read_file", json!({"path": "/ws/agents/a/.env"})),
+            ("read_file", json!({"path": "/home/u/.ssh/id_ed25519"})),
+            ("read_file", json!({"path": "~/.ssh/id_ed25519"})),
+            ("grep", json!({"pattern": ".", "path": "secrets"})),
+            ("glob", json!({"pattern": "*", "path": "secrets/deep"})),
+            ("write_file", json!({"path": "/etc/passwd"})),
+            ("mcp__github__create_issue", json!({})),
+        ] {
+            assert_eq!(verdict(&p, tool, input.clone()), Some(Verdict::Deny), "{tool} {input}");
+        }
+        assert_eq!(verdict(&p, "read_file", json!({"path": "src/.env.example"})), None);
+        assert_eq!(verdict(&p, "mcp__gitlab__x", json!({})), None);
     }
 
     #[test]

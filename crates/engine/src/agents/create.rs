@@ -325,6 +325,10 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     {
         return Err(AgentError::Looser(rule));
     }
+    // Nor around its role's permission rules (a compactor runs no tool a rule names).
+    if !child.compactor {
+        rules_held(&config, &parent_facts.role, child.role)?;
+    }
     // A compactor dispatches nothing, so it cannot deepen a tree: depth does not bar it.
     if !child.compactor && parent.depth() + 1 > config.budgets.max_depth {
         return Err(AgentError::TooDeep {
@@ -599,6 +603,25 @@ fn start(
     made
 }
 
+/// Refuses a child role `child` that lacks a deny or ask rule of its parent's role
+/// `parent` (held as a deny, or in the same list): a child never holds more.
+fn rules_held(config: &domain::config::Config, parent: &str, child: &str) -> Result<()> {
+    let (Some(mine), Some(theirs)) = (config.role(parent), config.role(child)) else { return Ok(()) };
+    let (deny, ask) = (&theirs.permissions.deny, &theirs.permissions.ask);
+    let lacking = mine
+        .permissions
+        .deny
+        .iter()
+        .find(|r| !deny.contains(r))
+        .or_else(|| mine.permissions.ask.iter().find(|r| !ask.contains(r) && !deny.contains(r)));
+    match lacking {
+        Some(rule) => Err(AgentError::Looser(format!(
+            "role `{child}` lacks the rule `{rule}` of `roles.{parent}.permissions` that its parent runs under; a child never holds more than its parent"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// `id`'s lock, taken by the process making it.
 fn making(ws: &Workspace, id: &AgentId) -> Result<infra::lock::LockGuard> {
     infra::lock::LockGuard::try_acquire_making(&ws.layout.lock(id))
@@ -606,9 +629,8 @@ fn making(ws: &Workspace, id: &AgentId) -> Result<infra::lock::LockGuard> {
         .ok_or_else(|| AgentError::Making { id: id.clone(), reason: "another process holds its lock".into() })
 }
 
-/// Lets go of the names claimed for roots whose maker was killed before the agent was
-/// made: its branch is not there and no one holds its lock (a maker lets go only once
-/// the branch is there, so it is looked for again after the lock).
+/// Lets go of names of roots whose maker was killed before making it: no branch, and no
+/// one holds its lock (looked for again after the lock: a maker lets go once it is made).
 fn sweep_abandoned_names(ws: &Workspace) -> Result<()> {
     // (A worker's workspace holds the claims of roots made elsewhere.)
     if ws.layout.worker().exists() {

@@ -41,8 +41,14 @@ pub(crate) struct Who<'a> {
 
 /// Runs the hooks of `config` at `event` (for a call of `tool` with `input`, when the
 /// event has one), in order, stopping at the first that blocks.
-pub(crate) fn run(config: &Config, event: &str, tool: Option<(&str, &Value)>, extra: Value, who: &Who) -> Vec<Ran> {
-    let planned = hooks::planned(&config.hooks, event, tool.map(|(name, _)| name));
+pub(crate) fn run(
+    config: &Config,
+    event: &str,
+    tool: Option<(&str, &Value, &str)>,
+    extra: Value,
+    who: &Who,
+) -> Vec<Ran> {
+    let planned = hooks::planned(&config.hooks, event, tool.map(|(name, _, _)| name));
     if planned.is_empty() {
         return Vec::new();
     }
@@ -56,9 +62,10 @@ pub(crate) fn run(config: &Config, event: &str, tool: Option<(&str, &Value)>, ex
         "parent_id": who.parent,
         "branch": format!("agents/{}", who.agent),
     });
-    if let Some((name, input)) = tool {
+    if let Some((name, input, id)) = tool {
         payload["tool_name"] = hooks::claude_name(name).into();
         payload["tool_input"] = claude_input(input, who.cwd);
+        payload["tool_use_id"] = id.into();
     }
     if let (Value::Object(p), Value::Object(more)) = (&mut payload, extra) {
         p.extend(more);
@@ -76,14 +83,15 @@ pub(crate) fn run(config: &Config, event: &str, tool: Option<(&str, &Value)>, ex
     said
 }
 
-/// A tool's input as Claude Code's guards read it: a path also as an absolute
-/// `file_path`.
+/// A tool's input as Claude Code's guards read it: its path also as an absolute
+/// `file_path` — always the one the tool reads, whatever `file_path` the model sent.
 fn claude_input(input: &Value, cwd: &Path) -> Value {
     let mut input = input.clone();
-    if let Some(path) = input.get("path").and_then(Value::as_str).map(str::to_owned)
-        && input.get("file_path").is_none()
-    {
-        input["file_path"] = cwd.join(path).display().to_string().into();
+    if let Value::Object(fields) = &mut input {
+        fields.remove("file_path");
+        if let Some(path) = fields.get("path").and_then(Value::as_str).map(str::to_owned) {
+            fields.insert("file_path".into(), cwd.join(path).display().to_string().into());
+        }
     }
     input
 }
@@ -125,9 +133,11 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
     }
     match finished.exit {
         Exit::Code(2) => ran("block", if stderr.is_empty() { "blocked by a hook".to_owned() } else { stderr }),
-        Exit::Code(0) if stdout.is_empty() => ran("pass", String::new()),
+        // (Plain words on stdout are Claude Code's transcript notes: no answer. What
+        // looks like JSON and does not read is a broken answer.)
+        Exit::Code(0) if !stdout.starts_with('{') => ran("pass", String::new()),
         Exit::Code(0) => match serde_json::from_str::<Value>(&stdout) {
-            Ok(answer) => answered(&answer, ran),
+            Ok(answer) => answered(&answer, ran).unwrap_or_else(|why| failed(why)),
             Err(_) => failed(format!("its answer is not JSON: {}", first_line(&stdout))),
         },
         exit => failed(format!(
@@ -139,22 +149,28 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
 
 /// A hook's JSON answer: Claude Code's `hookSpecificOutput.permissionDecision`, its
 /// older `decision`, `continue: false`, and context it adds.
-fn answered(answer: &Value, ran: impl Fn(&'static str, String) -> Ran) -> Ran {
+/// An answer offshoot cannot carry out (a rewritten input, a decision it does not know)
+/// is a failure: a guard is never taken to say more than it did.
+fn answered(answer: &Value, ran: impl Fn(&'static str, String) -> Ran) -> Result<Ran, String> {
     let specific = &answer["hookSpecificOutput"];
     let words = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     if answer["continue"] == false {
-        return ran("block", words(&answer["stopReason"]));
+        return Ok(ran("block", words(&answer["stopReason"])));
     }
-    match specific["permissionDecision"].as_str().or(answer["decision"].as_str()) {
+    if !specific["updatedInput"].is_null() {
+        return Err("it asks to change the call's input, which offshoot does not do".to_owned());
+    }
+    let decision = specific["permissionDecision"].as_str().or(answer["decision"].as_str());
+    Ok(match decision {
         Some("deny" | "block") => {
             let reason = words(&specific["permissionDecisionReason"]);
-            return ran("block", if reason.is_empty() { words(&answer["reason"]) } else { reason });
+            ran("block", if reason.is_empty() { words(&answer["reason"]) } else { reason })
         }
-        Some("ask") => return ran("ask", words(&specific["permissionDecisionReason"])),
-        Some("allow" | "approve") => return ran("allow", String::new()),
-        _ => {}
-    }
-    ran("pass", words(&specific["additionalContext"]))
+        Some("ask") => ran("ask", words(&specific["permissionDecisionReason"])),
+        Some("allow" | "approve") => ran("allow", String::new()),
+        Some(other) => return Err(format!("its decision `{other}` is none offshoot knows")),
+        None => ran("pass", words(&specific["additionalContext"])),
+    })
 }
 
 fn first_line(text: &str) -> String {

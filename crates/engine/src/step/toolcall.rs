@@ -91,10 +91,14 @@ pub fn run(
         write_record("decision.json", &serde_json::to_value(decision).unwrap_or(Value::Null))?;
     }
     let mut refusal = decision.as_ref().and_then(refusal);
-    // Then the user's hooks (`PreToolUse`): one that blocks, asks or fails refuses it.
-    // (Made only when a hook is configured: a step without hooks costs nothing more.)
+    let handler = tools::handler(name).filter(|_| grant::allows(grant, name));
+    // An MCP server's tool: offered when the role uses the server (its own gate).
+    let mcp = cx.agent.and_then(|a| Some((a.mcp?, a.runtime))).filter(|(m, _)| m.offers(name).is_some());
+    // Then the user's hooks (`PreToolUse`), for a call that could run at all: one that
+    // blocks, asks or fails refuses it. (Made only when a hook is configured: a step
+    // without hooks costs nothing more.)
     let hooked = cx.agent.filter(|a| a.config.is_some_and(|c| !c.hooks.is_empty()));
-    let hook_env = hooked.map(|a| hook_env(a.runtime.env())).unwrap_or_default();
+    let hook_env = hooked.and_then(|a| Some(hook_env(a.runtime.env(), a.config?))).unwrap_or_default();
     let who = cx.agent.map(|a| hooks::Who {
         agent: &a.facts.id,
         parent: a.facts.parent.as_deref(),
@@ -104,18 +108,15 @@ pub fn run(
         env: &hook_env,
     });
     let run_hooks = |event: &str, extra: Value| match (cx.agent.and_then(|a| a.config), &who) {
-        (Some(config), Some(who)) => hooks::run(config, event, Some((name, input)), extra, who),
+        (Some(config), Some(who)) => hooks::run(config, event, Some((name, input, id)), extra, who),
         _ => Vec::new(),
     };
     let mut heard = Vec::new();
-    if refusal.is_none() {
+    if refusal.is_none() && (handler.is_some() || mcp.is_some()) {
         heard = run_hooks("PreToolUse", json!({}));
         refusal = heard.iter().find_map(hook_refusal);
     }
     let ran = refusal.is_none();
-    let handler = tools::handler(name).filter(|_| grant::allows(grant, name));
-    // An MCP server's tool: offered when the role uses the server (its own gate).
-    let mcp = cx.agent.and_then(|a| Some((a.mcp?, a.runtime))).filter(|(m, _)| m.offers(name).is_some());
     let (outcome, writes) = match (handler, mcp) {
         _ if !ran => (Err(ToolError::ToModel(refusal.unwrap_or_default())), false),
         (_, Some((servers, runtime))) => {
@@ -163,8 +164,9 @@ pub fn run(
             return Err(ToolCallError::Fatal { name: name.to_owned(), message });
         }
     };
-    // `PostToolUse` sees what the call gave; what a hook says back is the model's to read.
-    if ran {
+    // `PostToolUse` sees what a call that ran gave; what a hook says back is the
+    // model's to read.
+    if ran && !is_error {
         let after = run_hooks("PostToolUse", json!({"tool_response": {"content": text, "is_error": is_error}}));
         for said in after.iter().filter(|r| !r.said.is_empty()) {
             text.push_str(&format!("\n<hook>\n{}\n</hook>", said.said));
@@ -202,7 +204,9 @@ fn decided(cx: &ToolContext, name: &str, input: &Value) -> Option<permissions::D
     let agent = cx.agent?;
     let sets = agent.config?.permissions(&agent.facts.role);
     let sets: Vec<(&str, &permissions::Permissions)> = sets.iter().map(|(k, p)| (k.as_str(), *p)).collect();
-    permissions::decide(&sets, name, input)
+    let (root, cwd) = (cx.env.root.to_string_lossy(), cx.env.cwd.to_string_lossy());
+    let place = permissions::Place { root: &root, cwd: &cwd, home: agent.runtime.env().get("HOME") };
+    permissions::decide(&sets, name, input, &place)
 }
 
 /// What the model is told when a hook refuses a call.
@@ -218,9 +222,14 @@ fn hook_refusal(ran: &hooks::Ran) -> Option<String> {
     }
 }
 
-/// The environment hooks run with: the user's, but the providers' keys.
-fn hook_env(env: &crate::Env) -> Vec<(String, String)> {
-    env.vars().filter(|(k, _)| !k.ends_with("_API_KEY")).map(|(k, v)| (k.to_owned(), v.to_owned())).collect()
+/// The environment hooks run with: the user's, but the providers' keys and the MCP
+/// servers' tokens (whatever their names).
+fn hook_env(env: &crate::Env, config: &domain::config::Config) -> Vec<(String, String)> {
+    let keys = config.api_key_variables();
+    env.vars()
+        .filter(|(k, _)| !k.ends_with("_API_KEY") && !keys.contains(k))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
 }
 
 /// The text the model reads: the summary, then each non-empty stream, bounded.
