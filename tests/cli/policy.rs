@@ -188,3 +188,31 @@ fn a_child_never_runs_under_a_role_without_its_parents_rules() {
     server.endless_text("done");
     t.run(&["dispatch", "Boss", "--role", "helper", "--goal", "help"]).ok();
 }
+
+#[test]
+fn user_prompt_submit_hooks_add_context_or_keep_a_message_from_the_model() {
+    let (server, t) = TestWorkspace::served("policy-prompt-hook", Dialect::Anthropic);
+    let hook = t.root.join("prompt.sh");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in\n  *secret*) echo 'no secrets to the model' >&2; exit 2;;\nesac\nprintf '%s' '{\"hookSpecificOutput\": {\"hookEventName\": \"UserPromptSubmit\", \"additionalContext\": \"the build is red\"}}'\n",
+    )
+    .expect("hook");
+    std::process::Command::new("chmod").args(["+x", hook.to_str().expect("utf-8")]).status().expect("chmod");
+    t.set("hooks.UserPromptSubmit", &format!(r#"[{{ command = "{}" }}]"#, hook.display()));
+    server.push_turns([Turn::text("noted")]);
+    t.run(&["prompt", "--name", "Heard", "fix the build"]).ok();
+    let first = server.requests()[0].body.to_string();
+    assert!(first.contains("fix the build") && first.contains("the build is red"), "{first}");
+    // Kept from the model: never sent, and the user is told why.
+    let asked = server.requests().len();
+    let kept = t.run(&["send", "Heard", "the secret is 42"]);
+    assert!(
+        kept.stderr.contains("kept from the model by the hook") && kept.stderr.contains("no secrets to the model"),
+        "{}",
+        kept.stderr
+    );
+    assert_eq!(server.requests().len(), asked);
+    let log = t.run(&["log", "Heard"]).ok().to_owned();
+    assert!(!log.contains("secret is 42"), "{log}");
+}

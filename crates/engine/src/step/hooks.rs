@@ -135,7 +135,10 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
         Exit::Code(2) => ran("block", if stderr.is_empty() { "blocked by a hook".to_owned() } else { stderr }),
         // (Plain words on stdout are Claude Code's transcript notes: no answer. What
         // looks like JSON and does not read is a broken answer.)
-        Exit::Code(0) if !stdout.starts_with('{') => ran("pass", String::new()),
+        // (For `UserPromptSubmit` they are context for the model, as in Claude Code.)
+        Exit::Code(0) if !stdout.starts_with('{') => {
+            ran("pass", if event == "UserPromptSubmit" { stdout } else { String::new() })
+        }
         Exit::Code(0) => match serde_json::from_str::<Value>(&stdout) {
             Ok(answer) => answered(&answer, ran).unwrap_or_else(|why| failed(why)),
             Err(_) => failed(format!("its answer is not JSON: {}", first_line(&stdout))),

@@ -224,7 +224,7 @@ fn hook_refusal(ran: &hooks::Ran) -> Option<String> {
 
 /// The environment hooks run with: the user's, but the providers' keys and the MCP
 /// servers' tokens (whatever their names).
-fn hook_env(env: &crate::Env, config: &domain::config::Config) -> Vec<(String, String)> {
+pub(crate) fn hook_env(env: &crate::Env, config: &domain::config::Config) -> Vec<(String, String)> {
     let keys = config.api_key_variables();
     env.vars()
         .filter(|(k, _)| !k.ends_with("_API_KEY") && !keys.contains(k))

@@ -34,6 +34,18 @@ impl Driver<'_> {
                 tip = self.land(tip, &p.sender, &p.text, observer)?;
             } else if !delivered {
                 let mut text = p.text.clone();
+                // The user's words pass the `UserPromptSubmit` hooks first: one may keep
+                // them from the model, or add context to them.
+                if p.sender == "user" {
+                    match self.prompt_hooks(&p.text, observer)? {
+                        Some(context) => text.push_str(&context),
+                        None => {
+                            std::fs::remove_file(&p.path)
+                                .map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
+                            continue;
+                        }
+                    }
+                }
                 let answer = Header::parse(&p.text).is_some_and(|h| h.epitaph.as_deref() == Some(FINAL_RESPONSE));
                 // A child's final result brings its work: merged in just before it.
                 if let Some(header) = Header::parse(&p.text).filter(|_| answer)
@@ -62,6 +74,41 @@ impl Driver<'_> {
             std::fs::remove_file(&p.path).map_err(|source| DriverError::Io { path: p.path.clone(), source })?;
         }
         Ok((tip, next))
+    }
+
+    /// Runs the `UserPromptSubmit` hooks on a message of the user's (`text`, its header
+    /// and body): `None` when one blocks it (the model never reads it; the user is told),
+    /// else what they add, as `<hook>` elements to put after it. A hook that fails is
+    /// passed over: only a guard of a tool call fails closed.
+    fn prompt_hooks(&mut self, text: &str, observer: &mut dyn Observer) -> Result<Option<String>> {
+        let (_, config) = self.config()?;
+        if config.hooks.is_empty() {
+            return Ok(Some(String::new()));
+        }
+        let env = self.hook_env(&config);
+        let root = self.dir.root().to_owned();
+        let who = crate::step::hooks::Who {
+            agent: self.id.as_str(),
+            parent: self.facts.parent.as_deref(),
+            cwd: &root,
+            dir: &root,
+            workspace: self.ws.layout.root(),
+            env: &env,
+        };
+        let body = text.split_once("\n---\n").map_or(text, |(_, body)| body);
+        let heard =
+            crate::step::hooks::run(&config, "UserPromptSubmit", None, serde_json::json!({"prompt": body}), &who);
+        if let Some(block) = heard.iter().find(|r| r.outcome == "block") {
+            let said = format!("your message was kept from the model by the hook `{}`: {}", block.command, block.said);
+            observer.event(Event::Warning(&said));
+            return Ok(None);
+        }
+        let added: String = heard
+            .iter()
+            .filter(|r| r.outcome != "failed" && !r.said.is_empty())
+            .map(|r| format!("\n\n<hook>\n{}\n</hook>", r.said))
+            .collect();
+        Ok(Some(added))
     }
 
     /// Whether `sender` is a compactor working for this agent.

@@ -527,6 +527,11 @@ impl<'a> Driver<'a> {
     }
 
     /// The config at the agent's lineage tip, parsed once per config commit.
+    /// The environment the user's hooks run with (see `toolcall::hook_env`).
+    pub(super) fn hook_env(&self, config: &Config) -> Vec<(String, String)> {
+        crate::step::toolcall::hook_env(self.runtime.env(), config)
+    }
+
     fn config(&mut self) -> Result<(CommitId, Rc<Config>)> {
         // Read once a turn: within one step every part follows the same config.
         if !std::mem::take(&mut self.config_due)
