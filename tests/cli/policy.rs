@@ -216,3 +216,25 @@ fn user_prompt_submit_hooks_add_context_or_keep_a_message_from_the_model() {
     let log = t.run(&["log", "Heard"]).ok().to_owned();
     assert!(!log.contains("secret is 42"), "{log}");
 }
+
+#[test]
+fn a_hook_left_running_by_a_killed_driver_is_ended_by_the_next() {
+    let (server, t) = TestWorkspace::served("policy-hook-killed", Dialect::Anthropic);
+    let pid_file = t.root.join("hook.pid");
+    let command = format!("echo $$ > '{}'; exec sleep 300", pid_file.display());
+    t.set("hooks.PreToolUse", &format!(r#"[{{ command = "{command}", timeout = 600 }}]"#));
+    server.push_turns([Turn::bash("c1", "true")]);
+    let id = t.run(&["prompt", "--detach", "--name", "Hooked", "go"]).ok().trim().to_owned();
+    crate::support::wait::wait_for("the hook to run", || {
+        pid_file.exists() && std::fs::read_to_string(&pid_file).is_ok_and(|p| p.ends_with('\n'))
+    });
+    let hook: u32 = std::fs::read_to_string(&pid_file).expect("pid").trim().parse().expect("a pid");
+    let driver = t.running_driver(&id).expect("the driver");
+    assert!(std::process::Command::new("kill").args(["-9", &driver.to_string()]).status().expect("kill").success());
+    crate::support::wait::wait_for("the driver to go", || t.running_driver(&id).is_none());
+    assert!(crate::support::workspace::running(hook), "the hook outlives its driver until the next one");
+    t.set("hooks.PreToolUse", "[]");
+    server.push_turns([Turn::text("done")]);
+    t.run(&["run", &id]).ok();
+    assert!(!crate::support::workspace::running(hook), "the next driver left the hook running");
+}

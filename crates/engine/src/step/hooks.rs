@@ -20,11 +20,23 @@ use infra::process::{self, Ended, Exit, Group, Io, Limits, Spec};
 pub(crate) struct Ran {
     pub event: String,
     pub command: String,
-    /// `pass`, `allow`, `block`, `ask` or `failed`.
-    pub outcome: &'static str,
+    pub outcome: Outcome,
     /// Its words for the model (a block's reason, context it adds).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub said: String,
+}
+
+/// What a hook decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Outcome {
+    /// No decision (exit 0, or a failure of a hook that does not fail closed).
+    Pass,
+    Allow,
+    Block,
+    Ask,
+    /// A failure of a hook that fails closed.
+    Failed,
 }
 
 /// What is sent with every event: who, where, and what.
@@ -74,7 +86,7 @@ pub(crate) fn run(
     let mut said = Vec::new();
     for hook in planned {
         let ran = one(event, &hook, stdin.as_bytes(), who);
-        let stop = matches!(ran.outcome, "block" | "ask");
+        let stop = matches!(ran.outcome, Outcome::Block | Outcome::Ask);
         said.push(ran);
         if stop {
             break;
@@ -119,8 +131,8 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
     };
     let ran = |outcome, said: String| Ran { event: event.to_owned(), command: hook.command.clone(), outcome, said };
     let failed = |why: String| match hook.fail_closed {
-        true => ran("failed", why),
-        false => ran("pass", why),
+        true => ran(Outcome::Failed, why),
+        false => ran(Outcome::Pass, why),
     };
     let finished = match process::run(&spec, &limits, Io::default()) {
         Ok(f) => f,
@@ -132,12 +144,12 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
         return failed(format!("it ran past its timeout of {} s", hook.timeout_secs));
     }
     match finished.exit {
-        Exit::Code(2) => ran("block", if stderr.is_empty() { "blocked by a hook".to_owned() } else { stderr }),
+        Exit::Code(2) => ran(Outcome::Block, if stderr.is_empty() { "blocked by a hook".to_owned() } else { stderr }),
         // (Plain words on stdout are Claude Code's transcript notes: no answer. What
         // looks like JSON and does not read is a broken answer.)
         // (For `UserPromptSubmit` they are context for the model, as in Claude Code.)
         Exit::Code(0) if !stdout.starts_with('{') => {
-            ran("pass", if event == "UserPromptSubmit" { stdout } else { String::new() })
+            ran(Outcome::Pass, if event == "UserPromptSubmit" { stdout } else { String::new() })
         }
         Exit::Code(0) => match serde_json::from_str::<Value>(&stdout) {
             Ok(answer) => answered(&answer, ran).unwrap_or_else(|why| failed(why)),
@@ -154,11 +166,11 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
 /// older `decision`, `continue: false`, and context it adds.
 /// An answer offshoot cannot carry out (a rewritten input, a decision it does not know)
 /// is a failure: a guard is never taken to say more than it did.
-fn answered(answer: &Value, ran: impl Fn(&'static str, String) -> Ran) -> Result<Ran, String> {
+fn answered(answer: &Value, ran: impl Fn(Outcome, String) -> Ran) -> Result<Ran, String> {
     let specific = &answer["hookSpecificOutput"];
     let words = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     if answer["continue"] == false {
-        return Ok(ran("block", words(&answer["stopReason"])));
+        return Ok(ran(Outcome::Block, words(&answer["stopReason"])));
     }
     if !specific["updatedInput"].is_null() {
         return Err("it asks to change the call's input, which offshoot does not do".to_owned());
@@ -167,12 +179,12 @@ fn answered(answer: &Value, ran: impl Fn(&'static str, String) -> Ran) -> Result
     Ok(match decision {
         Some("deny" | "block") => {
             let reason = words(&specific["permissionDecisionReason"]);
-            ran("block", if reason.is_empty() { words(&answer["reason"]) } else { reason })
+            ran(Outcome::Block, if reason.is_empty() { words(&answer["reason"]) } else { reason })
         }
-        Some("ask") => ran("ask", words(&specific["permissionDecisionReason"])),
-        Some("allow" | "approve") => ran("allow", String::new()),
+        Some("ask") => ran(Outcome::Ask, words(&specific["permissionDecisionReason"])),
+        Some("allow" | "approve") => ran(Outcome::Allow, String::new()),
         Some(other) => return Err(format!("its decision `{other}` is none offshoot knows")),
-        None => ran("pass", words(&specific["additionalContext"])),
+        None => ran(Outcome::Pass, words(&specific["additionalContext"])),
     })
 }
 

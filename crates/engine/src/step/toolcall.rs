@@ -95,10 +95,8 @@ pub fn run(
     // An MCP server's tool: offered when the role uses the server (its own gate).
     let mcp = cx.agent.and_then(|a| Some((a.mcp?, a.runtime))).filter(|(m, _)| m.offers(name).is_some());
     // Then the user's hooks (`PreToolUse`), for a call that could run at all: one that
-    // blocks, asks or fails refuses it. (Made only when a hook is configured: a step
-    // without hooks costs nothing more.)
-    let hooked = cx.agent.filter(|a| a.config.is_some_and(|c| !c.hooks.is_empty()));
-    let hook_env = hooked.and_then(|a| Some(hook_env(a.runtime.env(), a.config?))).unwrap_or_default();
+    // blocks, asks or fails refuses it.
+    let hook_env = hooks_env(cx);
     let who = cx.agent.map(|a| hooks::Who {
         agent: &a.facts.id,
         parent: a.facts.parent.as_deref(),
@@ -212,22 +210,41 @@ fn decided(cx: &ToolContext, name: &str, input: &Value) -> Option<permissions::D
 /// What the model is told when a hook refuses a call.
 fn hook_refusal(ran: &hooks::Ran) -> Option<String> {
     let hooks::Ran { command, outcome, said, .. } = ran;
-    match *outcome {
-        "block" => Some(format!("refused by the hook `{command}`: {said}; nothing ran")),
-        "ask" => Some(format!(
+    match outcome {
+        hooks::Outcome::Block => Some(format!("refused by the hook `{command}`: {said}; nothing ran")),
+        hooks::Outcome::Ask => Some(format!(
             "the hook `{command}` asks for a person's yes first ({said}), and no one is here to answer: refused; nothing ran"
         )),
-        "failed" => Some(format!("the hook `{command}` failed ({said}), and a failed guard refuses: nothing ran")),
-        _ => None,
+        hooks::Outcome::Failed => {
+            Some(format!("the hook `{command}` failed ({said}), and a failed guard refuses: nothing ran"))
+        }
+        hooks::Outcome::Pass | hooks::Outcome::Allow => None,
     }
 }
 
-/// The environment hooks run with: the user's, but the providers' keys and the MCP
-/// servers' tokens (whatever their names).
-pub(crate) fn hook_env(env: &crate::Env, config: &domain::config::Config) -> Vec<(String, String)> {
+/// [`hook_env`] for a call's hooks, when a hook is configured at all (otherwise no
+/// environment is copied: a step without hooks costs nothing more).
+fn hooks_env(cx: &ToolContext) -> Vec<(String, String)> {
+    let Some(agent) = cx.agent else { return Vec::new() };
+    let Some(config) = agent.config.filter(|c| !c.hooks.is_empty()) else { return Vec::new() };
+    let marks: Vec<(&str, &str)> = cx.env.commands.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    hook_env(agent.runtime.env(), config, &marks)
+}
+
+/// The environment hooks run with: the user's without secrets (what a hook prints
+/// reaches the model), plus the agent's marks from `commands` (`OFFSHOOT_AGENT`,
+/// `OFFSHOOT_WORKSPACE`: what the next driver kills of a hook its killed predecessor
+/// left running, as it does a tool's).
+pub(crate) fn hook_env(
+    env: &crate::Env,
+    config: &domain::config::Config,
+    commands: &[(&str, &str)],
+) -> Vec<(String, String)> {
     let keys = config.api_key_variables();
+    let marks = commands.iter().filter(|(k, _)| matches!(*k, "OFFSHOOT_AGENT" | "OFFSHOOT_WORKSPACE"));
     env.vars()
-        .filter(|(k, _)| !k.ends_with("_API_KEY") && !keys.contains(k))
+        .filter(|(k, _)| !keys.contains(k) && !domain::tool_env::is_secret_name(k) && !k.starts_with("OFFSHOOT_"))
+        .chain(marks.copied())
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
 }

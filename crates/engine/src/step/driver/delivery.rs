@@ -98,14 +98,14 @@ impl Driver<'_> {
         let body = text.split_once("\n---\n").map_or(text, |(_, body)| body);
         let heard =
             crate::step::hooks::run(&config, "UserPromptSubmit", None, serde_json::json!({"prompt": body}), &who);
-        if let Some(block) = heard.iter().find(|r| r.outcome == "block") {
+        if let Some(block) = heard.iter().find(|r| r.outcome == crate::step::hooks::Outcome::Block) {
             let said = format!("your message was kept from the model by the hook `{}`: {}", block.command, block.said);
             observer.event(Event::Warning(&said));
             return Ok(None);
         }
         let added: String = heard
             .iter()
-            .filter(|r| r.outcome != "failed" && !r.said.is_empty())
+            .filter(|r| r.outcome != crate::step::hooks::Outcome::Failed && !r.said.is_empty())
             .map(|r| format!("\n\n<hook>\n{}\n</hook>", r.said))
             .collect();
         Ok(Some(added))

@@ -529,7 +529,9 @@ impl<'a> Driver<'a> {
     /// The config at the agent's lineage tip, parsed once per config commit.
     /// The environment the user's hooks run with (see `toolcall::hook_env`).
     pub(super) fn hook_env(&self, config: &Config) -> Vec<(String, String)> {
-        crate::step::toolcall::hook_env(self.runtime.env(), config)
+        let workspace = self.real_workspace.display().to_string();
+        let marks = [("OFFSHOOT_AGENT", self.id.as_str()), ("OFFSHOOT_WORKSPACE", workspace.as_str())];
+        crate::step::toolcall::hook_env(self.runtime.env(), config, &marks)
     }
 
     fn config(&mut self) -> Result<(CommitId, Rc<Config>)> {
