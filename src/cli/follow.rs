@@ -210,6 +210,9 @@ struct Watch {
     names: HashMap<String, String>,
     /// Agents seen to end (`true`) or to work (`false`) since last taken.
     seen: Vec<(String, bool)>,
+    /// The queue's questions of the followed tree shown asked (`false`) or answered too.
+    questions: HashMap<String, bool>,
+    queue: engine::store::queue::Queue,
 }
 
 impl Watch {
@@ -224,7 +227,55 @@ impl Watch {
             bars: HashMap::new(),
             names: HashMap::new(),
             seen: Vec::new(),
+            questions: HashMap::new(),
+            queue: engine::store::queue::Queue::new(&domain::layout::Layout::new(root)),
         }
+    }
+
+    /// Whether `agent` is followed here.
+    fn follows(&self, agent: &str) -> bool {
+        agent.starts_with(&self.below) || self.itself.as_deref() == Some(agent)
+    }
+
+    /// Shows the questions of the followed agents the queue gained (`asked`), and the
+    /// answers they got (`answered`), each once.
+    fn questions(&mut self) {
+        for entry in self.queue.list() {
+            let waiters: Vec<String> =
+                entry.waiters.iter().map(|w| w.agent.clone()).filter(|a| self.follows(a)).collect();
+            let Some(first) = waiters.first().cloned() else { continue };
+            let shown = self.questions.get(&entry.id).copied();
+            let q = &entry.asked.question;
+            if shown.is_none() && entry.answer.is_none() {
+                let record = Record::Asked {
+                    question: entry.id.clone(),
+                    tool: q.tool.clone(),
+                    input: q.input.clone(),
+                    why: q.why.clone(),
+                    escalation: q.escalation.map(|e| e.word().to_owned()),
+                    waiters,
+                };
+                self.questions.insert(entry.id.clone(), false);
+                self.show_record(&first, record);
+            } else if shown == Some(false)
+                && let Some(answer) = &entry.answer
+            {
+                let record = Record::Answered {
+                    question: entry.id.clone(),
+                    yes: answer.yes,
+                    by: answer.by.clone(),
+                    reason: answer.reason.clone(),
+                };
+                self.questions.insert(entry.id.clone(), true);
+                self.show_record(&first, record);
+            }
+        }
+    }
+
+    fn show_record(&mut self, agent: &str, record: Record) {
+        let line = Line { record, agent: agent.to_owned() };
+        let value = line.to_value();
+        self.show(agent, &value, Some(line.record));
     }
 
     /// Reads what every descendant's events file gained; on the first pass only notes
@@ -235,7 +286,7 @@ impl Watch {
             .flatten()
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with(&self.below) || self.itself.as_ref() == Some(n))
+            .filter(|n| self.follows(n))
             .collect();
         agents.sort();
         for agent in agents {
@@ -264,6 +315,7 @@ impl Watch {
                 }
             }
         }
+        self.questions();
     }
 
     fn name(&mut self, agent: &str) -> String {
@@ -369,6 +421,16 @@ fn describe(record: &Record) -> Option<Described> {
         Record::AttemptFailed { error, .. } => line(format!("attempt failed: {}", first_line(error)), true),
         Record::Repaired { what } => line(what.clone(), true),
         Record::Compaction { note, .. } => line(note.clone(), true),
+        Record::Asked { question, tool, input, why, .. } => line(
+            format!(
+                "waits for your yes: {tool} {} — {why}; `offshoot approve {question}` or `offshoot deny {question}`",
+                first_line(&call_gist(input))
+            ),
+            true,
+        ),
+        Record::Answered { question, yes, by, .. } => {
+            line(format!("{by} said {} to {question}", if *yes { "yes" } else { "no" }), true)
+        }
         Record::End(end) => {
             let text = match end {
                 End::FinalResponse { text } => format!("answered: {}", first_line(text)),

@@ -148,3 +148,13 @@ impl AgentArg {
         ctx.agent_named(ws, self.given())
     }
 }
+
+/// `--mode`: one of the permission modes.
+pub(crate) fn mode(text: &str) -> Result<domain::config::Mode, String> {
+    domain::config::Mode::parse(text)
+}
+
+/// `--on-ask`: `deny`, `fail` or `wait`.
+pub(crate) fn on_ask(text: &str) -> Result<domain::question::OnAsk, String> {
+    domain::question::OnAsk::parse(text).ok_or_else(|| format!("`{text}` is not one of deny, fail, wait"))
+}

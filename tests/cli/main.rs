@@ -3,6 +3,7 @@
 mod support;
 
 mod agent_git;
+mod approvals;
 mod bundle;
 mod children;
 mod compaction;

@@ -21,6 +21,15 @@ pub const GIT: &str = ".offshoot/git";
 /// choose). The agent cannot change it: `.offshoot/` is the harness's.
 pub const MODEL: &str = ".offshoot/model";
 
+/// The permission mode the user ran the agent in (`--mode`), in place of its role's:
+/// one word, written in its first commit. Its children run in it or a stricter one.
+pub const MODE: &str = ".offshoot/mode";
+
+/// What its run does when a call needs a yes (`--on-ask`: `deny`, `fail`, `wait`), one
+/// word written in its first commit; an agent without one follows its nearest
+/// ancestor's, and `deny` when none has one.
+pub const ON_ASK: &str = ".offshoot/on-ask";
+
 /// What the user asked of the agent's thinking (`--thinking`, `--effort`), in place of its
 /// role's, written like `MODEL` (one line: `thinking_budget N` or `reasoning_effort E`).
 pub const REASONING: &str = ".offshoot/reasoning";

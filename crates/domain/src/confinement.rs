@@ -12,7 +12,7 @@ use super::config::{RoleConfig, Sandbox};
 /// both have it, only the write paths that lie inside one of the parent's, the
 /// smaller limits.
 pub fn meet(child: &RoleConfig, parent: &RoleConfig) -> RoleConfig {
-    let mut met = child.clone();
+    let mut met = child.clone().in_mode(child.mode().min(parent.mode()));
     met.sandbox = child.sandbox.max(parent.sandbox);
     met.network = child.network && parent.network;
     // An unconfined parent confines nothing.
@@ -102,5 +102,11 @@ mod tests {
         assert_eq!(looser("s", &strict, &parent), None);
         // An unconfined parent may have any child.
         assert_eq!(looser("w", &writer, &open), None);
+        // A child runs in the most confined mode of the two; `full` is no sandbox.
+        let asking = role("mode = \"ask\"");
+        assert_eq!(meet(&networked, &asking).mode(), crate::config::Mode::Ask);
+        assert_eq!(meet(&asking, &open).mode(), crate::config::Mode::Ask);
+        let full = role("mode = \"full\"").in_mode(crate::config::Mode::Full);
+        assert_eq!((full.sandbox, meet(&full, &networked).sandbox), (Sandbox::None, Sandbox::WorkspaceWrite));
     }
 }

@@ -99,6 +99,12 @@ impl Layout {
         self.root.join("mcp").join("logs").join(agent)
     }
 
+    /// The attention queue: questions for a person, their waiters and answers
+    /// (`queue/<id>/`), and the standing yeses of `approve --for-tree` (`queue/grants/`).
+    pub fn queue(&self) -> PathBuf {
+        self.root.join("queue")
+    }
+
     pub fn driver_log(&self, id: &AgentId) -> PathBuf {
         self.steps(id).join("driver.log")
     }

@@ -18,6 +18,7 @@ pub mod layout;
 pub mod marks;
 pub mod mcp;
 pub mod permissions;
+pub mod question;
 pub mod results;
 pub mod step;
 pub mod tool_env;

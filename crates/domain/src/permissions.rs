@@ -114,6 +114,14 @@ pub fn check(permissions: &Permissions) -> Option<(&'static str, String)> {
     lists(permissions).into_iter().find_map(|(key, _, list)| list.iter().find_map(|r| parse(r).err()).map(|e| (key, e)))
 }
 
+/// The first deny or ask rule of `parent` that `child` lacks (held as a deny, or in
+/// the same list): a child's role never holds more than its parent's.
+pub fn lacking<'a>(parent: &'a Permissions, child: &Permissions) -> Option<&'a str> {
+    let (deny, ask) = (&child.deny, &child.ask);
+    let denied = parent.deny.iter().find(|r| !deny.contains(r));
+    denied.or_else(|| parent.ask.iter().find(|r| !ask.contains(r) && !deny.contains(r))).map(String::as_str)
+}
+
 fn lists(p: &Permissions) -> [(&'static str, Verdict, &Vec<String>); 3] {
     [("deny", Verdict::Deny, &p.deny), ("ask", Verdict::Ask, &p.ask), ("allow", Verdict::Allow, &p.allow)]
 }

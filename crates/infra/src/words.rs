@@ -38,3 +38,12 @@ mod tests {
         assert_eq!(thousands(1_234_567), "1,234,567");
     }
 }
+
+/// The first line of `text`, trimmed, cut to `max` characters (with `…` when cut).
+pub fn first_line(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    match line.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &line[..end]),
+        None => line.to_owned(),
+    }
+}

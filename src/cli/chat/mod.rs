@@ -645,6 +645,9 @@ impl<'a> Chat<'a> {
             model: None,
             reasoning: None,
             copy_ignored: &[],
+            mode: None,
+            // The chat listens: a question waits for its y/n/a.
+            on_ask: Some(domain::question::OnAsk::Wait),
         }
     }
 

@@ -91,6 +91,8 @@ pub(crate) fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
         model: None,
         reasoning: None,
         copy_ignored: &[],
+        mode: None,
+        on_ask: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn)?;
     progress::launch(ctx, &ws, &id, false, false)?;

@@ -62,6 +62,8 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         model: args.choice.model.as_deref(),
         reasoning: reasoning.as_ref(),
         copy_ignored: &[],
+        mode: None,
+        on_ask: None,
     };
     let id = agents::fork(&ws, &from, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, false)

@@ -18,6 +18,7 @@ pub(crate) mod log;
 pub(crate) mod ls;
 pub(crate) mod mcp;
 pub(crate) mod new;
+pub(crate) mod pending;
 pub(crate) mod prompt;
 pub(crate) mod remote;
 pub(crate) mod replay;

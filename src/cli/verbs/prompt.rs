@@ -36,6 +36,14 @@ pub(crate) struct Args {
     pub(crate) on: Option<String>,
     #[command(flatten)]
     pub(crate) choice: crate::cli::input::Choice,
+    /// The permission mode to run in, in place of the role's: read-only, ask,
+    /// workspace-write or full (its children run in it or a stricter one)
+    #[arg(long, value_parser = crate::cli::input::mode)]
+    pub(crate) mode: Option<domain::config::Mode>,
+    /// When a call needs a yes: `wait` for an answer (`offshoot pending`, `approve`),
+    /// `deny` it at once, or `fail` the run (default: wait on a terminal, else deny)
+    #[arg(long, value_name = "WHAT", value_parser = crate::cli::input::on_ask)]
+    pub(crate) on_ask: Option<domain::question::OnAsk>,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
@@ -55,6 +63,12 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         reasoning: args.choice.asked(),
         on: args.on.as_deref(),
         env: &ctx.env,
+        mode: args.mode,
+        on_ask: Some(args.on_ask.unwrap_or(if listening(args.detach) {
+            domain::question::OnAsk::Wait
+        } else {
+            domain::question::OnAsk::Deny
+        })),
     };
     // A first prompt that would be refused makes no workspace.
     let ws = match ctx.existing_workspace()? {
@@ -153,4 +167,11 @@ fn say_start(ctx: &Ctx, start: &ProjectStart, left: &[String], with_changes: boo
             ),
         );
     }
+}
+
+/// Whether someone follows this run who can answer a question: a terminal on both
+/// ends, and the run not detached.
+fn listening(detach: bool) -> bool {
+    use std::io::IsTerminal;
+    !detach && std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
 }

@@ -173,6 +173,10 @@ pub struct RoleConfig {
     pub permissions: crate::permissions::Permissions,
     #[serde(default)]
     pub context: ContextRules,
+    /// How far this role's agents go without a yes: `read-only`, `ask`,
+    /// `workspace-write` (the default) or `full` (no sandbox, as `sandbox = "none"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
     /// How this role's tool commands are confined.
     #[serde(default)]
     pub sandbox: Sandbox,
@@ -295,6 +299,62 @@ pub enum Sandbox {
     /// workspaces; no access to the driver.
     #[default]
     WorkspaceWrite,
+}
+
+/// A permission mode: how far an agent goes without a person's yes. Ordered from the
+/// most confined; a child runs in the most confined of its own and its ancestors'.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Reads and searches only: no file tool writes, commands run with nothing
+    /// writable but the agent's temporary directory.
+    ReadOnly,
+    /// Every command and every file write needs a yes, but what an allow rule names;
+    /// reads and searches do not ask.
+    Ask,
+    /// No questions inside the sandbox (the default).
+    WorkspaceWrite,
+    /// No sandbox: commands run as you (`sandbox = "none"`).
+    Full,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 4] = [Mode::ReadOnly, Mode::Ask, Mode::WorkspaceWrite, Mode::Full];
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read-only",
+            Mode::Ask => "ask",
+            Mode::WorkspaceWrite => "workspace-write",
+            Mode::Full => "full",
+        }
+    }
+
+    /// `text` as a mode; what the modes are otherwise.
+    pub fn parse(text: &str) -> Result<Mode, String> {
+        Mode::ALL.into_iter().find(|m| m.word() == text.trim()).ok_or_else(|| {
+            let all: Vec<&str> = Mode::ALL.iter().map(|m| m.word()).collect();
+            format!("`{text}` is not a mode (modes: {})", all.join(", "))
+        })
+    }
+}
+
+impl RoleConfig {
+    /// The role's mode: as set, else what its sandbox says.
+    pub fn mode(&self) -> Mode {
+        self.mode.unwrap_or(match self.sandbox {
+            Sandbox::None => Mode::Full,
+            Sandbox::WorkspaceWrite => Mode::WorkspaceWrite,
+        })
+    }
+
+    /// The role run in `mode` (a run's `--mode`, or the meet with an ancestor's): `full`
+    /// drops the sandbox, any other keeps it.
+    pub fn in_mode(mut self, mode: Mode) -> RoleConfig {
+        self.mode = Some(mode);
+        self.sandbox = if mode == Mode::Full { Sandbox::None } else { Sandbox::WorkspaceWrite };
+        self
+    }
 }
 
 fn default_max_output() -> u32 {

@@ -3,7 +3,7 @@
 
 use infra::provider::Protocol;
 
-use super::{Config, ConfigError, FILE, ProviderConfig, RoleConfig, Sandbox, Trigger};
+use super::{Config, ConfigError, FILE, Mode, ProviderConfig, RoleConfig, Sandbox, Trigger};
 use crate::grant::{self, Holder};
 
 impl Config {
@@ -213,7 +213,16 @@ impl Config {
                 return Err(fail(key(field), format!("`{field}` must be at least 1")));
             }
         }
-        if !role.network && role.sandbox != Sandbox::WorkspaceWrite {
+        if role.mode.is_some_and(|m| m != Mode::Full) && role.sandbox == Sandbox::None {
+            return Err(fail(
+                key("mode"),
+                format!(
+                    "`mode = \"{}\"` runs commands in the sandbox, and `sandbox = \"none\"` has none: drop one (`mode = \"full\"` is no sandbox)",
+                    role.mode().word()
+                ),
+            ));
+        }
+        if !role.network && (role.sandbox != Sandbox::WorkspaceWrite || role.mode == Some(Mode::Full)) {
             return Err(fail(
                 key("network"),
                 "`network = false` is enforced by the sandbox: set `sandbox = \"workspace-write\"` too".into(),

@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use domain::agent::{self, AgentFacts};
-use domain::config::{Config, RoleConfig, Sandbox};
+use domain::config::{Config, Mode, RoleConfig, Sandbox};
 use domain::confinement;
 use domain::id::AgentId;
 use domain::layout::Layout;
+use domain::question::OnAsk;
 use infra::git::Repo;
 use infra::sandbox::{self, Confinement, Jail, SandboxError, Support};
 use infra::tools::{PathPolicy, Place};
@@ -184,9 +185,12 @@ pub(crate) fn commands_for(
 pub(crate) fn path_policy(at: &Site, role: &RoleConfig, stores: &Stores) -> PathPolicy {
     let internals = "the workspace's internals";
     let ws = at.workspace;
-    let mut writable = vec![at.own.to_owned(), at.own_tmp()];
+    let mut writable = vec![at.own_tmp()];
     // (The file tools never write the agent's git directory: only its git does.)
-    writable.extend(at.write_paths(role));
+    if role.mode() != Mode::ReadOnly {
+        writable.push(at.own.to_owned());
+        writable.extend(at.write_paths(role));
+    }
     let mut policy = PathPolicy {
         writable,
         reserved: vec![
@@ -200,6 +204,8 @@ pub(crate) fn path_policy(at: &Site, role: &RoleConfig, stores: &Stores) -> Path
             Place::new(ws.join("steps"), internals),
             Place::new(ws.join("locks"), internals),
             Place::new(ws.join("tmp"), internals),
+            // (The attention queue: no agent answers its own question.)
+            Place::new(ws.join("queue"), internals),
             // (MCP servers' stderr and last starts.)
             Place::new(ws.join("mcp"), internals),
             Place::new(ws.join("gits"), "another agent's git"),
@@ -226,15 +232,22 @@ pub fn confinement(at: &Site, role: &RoleConfig, stores: &Stores) -> Option<Conf
     // Its own git directory; the shared one (every agent's published branch) only
     // read.
     let own_git = at.inside(at.layout.git_dir(at.id));
-    let mut read_write = vec![at.own.to_owned(), own_git, at.own_tmp()];
-    read_write.extend(at.write_paths(role));
+    let mut read_write = vec![at.own_tmp()];
+    let mut read = vec![at.own_steps(), ws.join("project.git")];
+    // Read-only: its directory and its git are only read.
+    match role.mode() {
+        Mode::ReadOnly => read.extend([at.own.to_owned(), own_git]),
+        _ => {
+            read_write.extend([at.own.to_owned(), own_git]);
+            read_write.extend(at.write_paths(role));
+        }
+    }
     // Every other workspace is hidden too (those made elsewhere with `new PATH`
     // cannot be known, and are not).
     let mut hidden = vec![ws.to_owned()];
     hidden.extend(at.others.map(Path::to_owned));
     // And the credential stores of the user's home, but those the role reads.
     hidden.extend(stores.hidden.iter().cloned());
-    let mut read = vec![at.own_steps(), ws.join("project.git")];
     read.extend(stores.read.iter().filter(|p| p.exists()).cloned());
     Some(Confinement {
         read_write,
@@ -265,21 +278,55 @@ pub(crate) fn jail(confinement: &Confinement, helper: &Path, env: &Env) -> Resul
 
 /// The role `facts`' agent runs with: its own met with every ancestor's (a role an
 /// ancestor no longer has, or an ancestor removed, confines nothing more; an ancestor
-/// whose facts cannot be read confines everything: the agent runs nothing). Write
-/// paths are compared as the sandbox will see them, resolved.
+/// whose facts cannot be read confines everything: the agent runs nothing), each in
+/// the mode its agent was run in (`--mode`), if one was. Write paths are compared as
+/// the sandbox will see them, resolved.
 pub(crate) fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -> Option<RoleConfig> {
-    let mut role = resolved(config.role(&facts.role)?);
+    let own = AgentId::parse(&facts.id).ok().and_then(|id| repo.branch_tip(&id.branch()).ok().flatten());
+    let mut role = as_run(repo, own, config.role(&facts.role)?);
     let mut parent = facts.parent.clone();
     while let Some(id) = parent {
         let id = AgentId::parse(&id).ok()?;
         let Some(tip) = repo.branch_tip(&id.branch()).ok()? else { break };
         let above = snapshot::read_facts(repo, tip).ok()?;
         if let Some(theirs) = config.role(&above.role) {
-            role = confinement::meet(&role, &resolved(theirs));
+            role = confinement::meet(&role, &as_run(repo, Some(tip), theirs));
         }
         parent = above.parent;
     }
     Some(role)
+}
+
+/// `role` as the agent whose branch stands at `tip` runs it: resolved, in the mode
+/// its run chose (one that cannot be read is the most confined).
+fn as_run(repo: &Repo, tip: Option<infra::git::CommitId>, role: &RoleConfig) -> RoleConfig {
+    let chosen = tip.and_then(|tip| repo.read_file(tip, agent::MODE).ok().flatten());
+    let mode = match chosen {
+        Some(bytes) => Mode::parse(&String::from_utf8_lossy(&bytes)).unwrap_or(Mode::ReadOnly),
+        None => role.mode(),
+    };
+    resolved(role).in_mode(mode)
+}
+
+/// What the agent's run does when a call needs a yes, and the top of its tree: its
+/// own `--on-ask`, else its nearest ancestor's, else `deny` (no one was said to listen).
+pub(crate) fn tree_policy(repo: &Repo, facts: &AgentFacts) -> (OnAsk, String) {
+    let read = |id: &str| {
+        let id = AgentId::parse(id).ok()?;
+        let tip = repo.branch_tip(&id.branch()).ok()??;
+        let on_ask = repo.read_file(tip, agent::ON_ASK).ok().flatten();
+        let on_ask = on_ask.map(|b| OnAsk::parse(&String::from_utf8_lossy(&b)).unwrap_or(OnAsk::Deny));
+        Some((on_ask, snapshot::read_facts(repo, tip).ok()?.parent))
+    };
+    let (mut on_ask, mut root) = (None, facts.id.clone());
+    let mut next = Some(facts.id.clone());
+    while let Some(id) = next.take() {
+        let Some((said, parent)) = read(&id) else { break };
+        root = id;
+        on_ask = on_ask.or(said);
+        next = parent;
+    }
+    (on_ask.unwrap_or(OnAsk::Deny), root)
 }
 
 /// `role` with its write paths resolved through the filesystem (`..` and links).

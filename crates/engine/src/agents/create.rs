@@ -8,6 +8,7 @@ use domain::inbox::Deposit;
 use domain::transcript;
 use infra::git::{CommitId, MAIN, Position, TreeEdit};
 use infra::time::Timestamp;
+use infra::words::first_line;
 
 use crate::Env;
 use crate::agents::containment;
@@ -50,6 +51,10 @@ pub struct Start<'a> {
     /// In project mode, ignored paths of the user's checkout to copy into its
     /// directory (a fork keeps its origin's too).
     pub copy_ignored: &'a [String],
+    /// The permission mode a root runs in, in place of its role's (`--mode`).
+    pub mode: Option<domain::config::Mode>,
+    /// What a root's run does when a call needs a yes (`--on-ask`); its tree follows.
+    pub on_ask: Option<domain::question::OnAsk>,
 }
 
 /// `a`'s patterns, then those of `b` it has not.
@@ -99,16 +104,20 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
     // (Uncommitted work taken along is in the base already: a commit of the user's.)
     // A project's own `.offshoot/` never becomes harness state (a transcript entry
     // committed there would be sent as the user's words): the harness writes its own.
-    let edits = match spawn.project {
+    let mut edits = match spawn.project {
         Some(p) if ws.repo.entry_id(p.base, agent::DIR)?.is_some() => {
             vec![TreeEdit::Remove { path: agent::DIR.into() }]
         }
         _ => Vec::new(),
     };
+    // How it asks, as its run chose: harness files the agent cannot change.
+    for (path, word) in [(agent::MODE, spawn.mode.map(|m| m.word())), (agent::ON_ASK, spawn.on_ask.map(|o| o.word()))] {
+        edits.extend(word.map(|w| TreeEdit::Write { path: path.into(), bytes: format!("{w}\n").into() }));
+    }
     make(
         ws,
         Plan {
-            subject: format!("dispatch {id}: {}", first_line(spawn.message)),
+            subject: format!("dispatch {id}: {}", first_line(spawn.message, 60)),
             id,
             position: Position { branch: Some(name), head },
             facts,
@@ -166,7 +175,7 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     make(
         ws,
         Plan {
-            subject: format!("fork {id} from {}: {}", &source.to_string()[..12], first_line(spawn.message)),
+            subject: format!("fork {id} from {}: {}", &source.to_string()[..12], first_line(spawn.message, 60)),
             id,
             position: Position { branch: Some(name), head },
             facts,
@@ -397,7 +406,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
     make(
         ws,
         Plan {
-            subject: format!("dispatch {id}: {}", first_line(child.goal)),
+            subject: format!("dispatch {id}: {}", first_line(child.goal, 60)),
             id,
             position: Position { branch: Some(name), head },
             facts,
@@ -607,14 +616,7 @@ fn start(
 /// `parent` (held as a deny, or in the same list): a child never holds more.
 fn rules_held(config: &domain::config::Config, parent: &str, child: &str) -> Result<()> {
     let (Some(mine), Some(theirs)) = (config.role(parent), config.role(child)) else { return Ok(()) };
-    let (deny, ask) = (&theirs.permissions.deny, &theirs.permissions.ask);
-    let lacking = mine
-        .permissions
-        .deny
-        .iter()
-        .find(|r| !deny.contains(r))
-        .or_else(|| mine.permissions.ask.iter().find(|r| !ask.contains(r) && !deny.contains(r)));
-    match lacking {
+    match domain::permissions::lacking(&mine.permissions, &theirs.permissions) {
         Some(rule) => Err(AgentError::Looser(format!(
             "role `{child}` lacks the rule `{rule}` of `roles.{parent}.permissions` that its parent runs under; a child never holds more than its parent"
         ))),
@@ -688,13 +690,4 @@ pub fn discard(ws: &Workspace, id: &AgentId) -> Vec<String> {
     gone(files[0].display().to_string(), absent(std::fs::remove_file(&files[0])));
     let _ = std::fs::remove_file(&files[1]);
     left
-}
-
-fn first_line(text: &str) -> String {
-    let line = text.lines().next().unwrap_or("").trim();
-    if line.chars().count() > 60 {
-        format!("{}…", line.chars().take(60).collect::<String>())
-    } else {
-        line.to_owned()
-    }
 }

@@ -23,6 +23,8 @@ fn root(ws: &Workspace, env: &Env) -> AgentId {
         model: None,
         reasoning: None,
         copy_ignored: &[],
+        mode: None,
+        on_ask: None,
     };
     create_root(ws, "worker", "default", &start).expect("root")
 }
@@ -117,8 +119,14 @@ fn an_agent_being_made_is_not_its_makers_to_stop_and_a_stopped_child_is_not_star
     let tip = ws.repo.branch_tip(&lead.branch()).expect("tip").expect("lead");
     let facts = snapshot::read_facts(&ws.repo, tip).expect("facts");
     let (config_commit, _) = ws.config("default").expect("config");
-    let agent =
-        crate::step::tools::AgentContext { runtime: &rt, facts: &facts, config_commit, mcp: None, config: None };
+    let agent = crate::step::tools::AgentContext {
+        runtime: &rt,
+        facts: &facts,
+        config_commit,
+        mcp: None,
+        config: None,
+        policy: None,
+    };
     let cx = crate::step::tools::ToolContext { env: Default::default(), agent: Some(agent), key: Some("2:d1".into()) };
     let input = serde_json::json!({"role": "worker", "goal": "work", "name": "Kid"});
     let dispatch = crate::step::tools::handler("dispatch").expect("dispatch");

@@ -1,6 +1,7 @@
 //! One command's work each, used only by the cli: inspection, scan, removal, gc,
 //! doctor, project mode, evaluations.
 
+pub mod approvals;
 pub mod doctor;
 pub mod eval;
 pub mod gc;

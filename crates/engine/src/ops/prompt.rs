@@ -36,6 +36,10 @@ pub struct Prompt<'a> {
     /// A model in place of its role's, and thinking asked of it.
     pub model: Option<&'a str>,
     pub reasoning: Option<Reasoning>,
+    /// The permission mode to run in, in place of the role's.
+    pub mode: Option<domain::config::Mode>,
+    /// What the run does when a call needs a yes.
+    pub on_ask: Option<domain::question::OnAsk>,
     /// The remote whose workers drive it instead of this machine.
     pub on: Option<&'a str>,
     pub env: &'a Env,
@@ -109,6 +113,8 @@ pub fn start(ws: &Workspace, p: &Prompt) -> Result<Prompted> {
         model: p.model,
         reasoning: p.reasoning.as_ref(),
         copy_ignored: p.copy_ignored,
+        mode: p.mode,
+        on_ask: p.on_ask,
     };
     let id = agents::create_root(ws, p.role, p.lineage, &spawn)?;
     if let Some(remote) = &fleet

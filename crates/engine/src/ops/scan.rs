@@ -274,6 +274,8 @@ mod tests {
             model: None,
             reasoning: None,
             copy_ignored: &[],
+            mode: None,
+            on_ask: None,
         };
         let id = agents::create_root(&ws, "worker", "default", &start).expect("root");
         let rt = Runtime::new(ws.layout.clone(), std::path::PathBuf::from("/nonexistent"), env, Default::default());

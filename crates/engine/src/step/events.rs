@@ -156,6 +156,25 @@ pub enum Record {
         compactor: String,
         note: String,
     },
+    /// A call waits for a person's yes (the question is in the queue, `offshoot
+    /// pending`): the first agent to ask it, and every one waiting on it.
+    Asked {
+        question: String,
+        tool: String,
+        input: Value,
+        why: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        escalation: Option<String>,
+        waiters: Vec<String>,
+    },
+    /// The question was answered.
+    Answered {
+        question: String,
+        yes: bool,
+        by: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// A run's end: the last line of it.
     End(End),
 }

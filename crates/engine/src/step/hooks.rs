@@ -43,6 +43,9 @@ pub(crate) enum Outcome {
 pub(crate) struct Who<'a> {
     pub agent: &'a str,
     pub parent: Option<&'a str>,
+    /// Its permission mode (sent as Claude Code's nearest: `plan`, `default`,
+    /// `acceptEdits`, `bypassPermissions`).
+    pub mode: domain::config::Mode,
     pub cwd: &'a Path,
     /// The agent's directory: its transcript is `.offshoot/messages` there.
     pub dir: &'a Path,
@@ -69,7 +72,8 @@ pub(crate) fn run(
         "transcript_path": who.dir.join(domain::agent::MESSAGES).display().to_string(),
         "cwd": who.cwd.display().to_string(),
         "hook_event_name": event,
-        "permission_mode": "default",
+        "permission_mode": claude_mode(who.mode),
+        "offshoot_mode": who.mode.word(),
         "agent_id": who.agent,
         "parent_id": who.parent,
         "branch": format!("agents/{}", who.agent),
@@ -93,6 +97,17 @@ pub(crate) fn run(
         }
     }
     said
+}
+
+/// Claude Code's permission mode nearest to `mode`.
+fn claude_mode(mode: domain::config::Mode) -> &'static str {
+    use domain::config::Mode;
+    match mode {
+        Mode::ReadOnly => "plan",
+        Mode::Ask => "default",
+        Mode::WorkspaceWrite => "acceptEdits",
+        Mode::Full => "bypassPermissions",
+    }
 }
 
 /// A tool's input as Claude Code's guards read it: its path also as an absolute
@@ -175,10 +190,17 @@ fn answered(answer: &Value, ran: impl Fn(Outcome, String) -> Ran) -> Result<Ran,
     if !specific["updatedInput"].is_null() {
         return Err("it asks to change the call's input, which offshoot does not do".to_owned());
     }
-    let decision = specific["permissionDecision"].as_str().or(answer["decision"].as_str());
+    // (`PermissionRequest` answers in `decision.behavior`.)
+    let decision = specific["permissionDecision"]
+        .as_str()
+        .or(specific["decision"]["behavior"].as_str())
+        .or(answer["decision"].as_str());
     Ok(match decision {
         Some("deny" | "block") => {
-            let reason = words(&specific["permissionDecisionReason"]);
+            let mut reason = words(&specific["permissionDecisionReason"]);
+            if reason.is_empty() {
+                reason = words(&specific["decision"]["message"]);
+            }
             ran(Outcome::Block, if reason.is_empty() { words(&answer["reason"]) } else { reason })
         }
         Some("ask") => ran(Outcome::Ask, words(&specific["permissionDecisionReason"])),

@@ -4,9 +4,11 @@
 use serde_json::{Value, json};
 
 use domain::config::ToolOutputConfig;
-use domain::{grant, permissions};
+use domain::grant;
 
-use crate::step::hooks;
+pub(crate) use crate::step::call::Call;
+pub use crate::step::call::ToolCallError;
+use crate::step::gate;
 use infra::provider::Block;
 use infra::tools::{RecordDir, ToolError, ToolOutput};
 
@@ -23,16 +25,6 @@ pub(crate) struct CallResult {
     pub(crate) cwd: Option<std::path::PathBuf>,
     /// Files for the harness's directory, committed with the result.
     pub(crate) harness_files: Vec<(String, Vec<u8>)>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ToolCallError {
-    #[error("tool `{name}` failed: {message}")]
-    Fatal { name: String, message: String },
-    #[error("a tool's thread panicked")]
-    Panicked,
-    #[error("cannot write the tool record {path}: {source}")]
-    Record { path: String, source: std::io::Error },
 }
 
 /// A tool-use id made safe as a directory name.
@@ -54,13 +46,6 @@ pub(crate) fn key(output: u32, tool_use_id: &str) -> String {
         }
     }
     key
-}
-
-/// One tool call as the model made it.
-pub(crate) struct Call<'a> {
-    pub(crate) id: &'a str,
-    pub(crate) name: &'a str,
-    pub(crate) input: &'a Value,
 }
 
 /// Runs one call. `grant` is the role's grant read from config at this step; the
@@ -85,35 +70,21 @@ pub fn run(
             .map_err(|source| ToolCallError::Record { path: path.display().to_string(), source })
     };
     write_record("input.json", &json!({"id": id, "name": name, "input": input}))?;
-    // The permission rules first: a call they refuse never runs (and says which rule).
-    let decision = decided(cx, name, input);
-    if let Some(decision) = &decision {
-        write_record("decision.json", &serde_json::to_value(decision).unwrap_or(Value::Null))?;
-    }
-    let mut refusal = decision.as_ref().and_then(refusal);
     let handler = tools::handler(name).filter(|_| grant::allows(grant, name));
     // An MCP server's tool: offered when the role uses the server (its own gate).
     let mcp = cx.agent.and_then(|a| Some((a.mcp?, a.runtime))).filter(|(m, _)| m.offers(name).is_some());
-    // Then the user's hooks (`PreToolUse`), for a call that could run at all: one that
-    // blocks, asks or fails refuses it.
-    let hook_env = hooks_env(cx);
-    let who = cx.agent.map(|a| hooks::Who {
-        agent: &a.facts.id,
-        parent: a.facts.parent.as_deref(),
-        cwd: &env.cwd,
-        dir: &env.root,
-        workspace: a.runtime.layout().root(),
-        env: &hook_env,
-    });
-    let run_hooks = |event: &str, extra: Value| match (cx.agent.and_then(|a| a.config), &who) {
-        (Some(config), Some(who)) => hooks::run(config, event, Some((name, input, id)), extra, who),
-        _ => Vec::new(),
+    // The rules, the mode, the hooks and, for a call that needs a yes, its answer.
+    let hooks = gate::Hooks::new(cx, call);
+    let gate::Passed { refusal, mut heard, lent, yes_from } =
+        gate::pass(call, cx, handler.is_some() || mcp.is_some(), &hooks, &write_record)?;
+    let lent_cx;
+    let cx = match lent {
+        Some(wanted) => {
+            lent_cx = gate::lend(cx, wanted);
+            &lent_cx
+        }
+        None => cx,
     };
-    let mut heard = Vec::new();
-    if refusal.is_none() && (handler.is_some() || mcp.is_some()) {
-        heard = run_hooks("PreToolUse", json!({}));
-        refusal = heard.iter().find_map(hook_refusal);
-    }
     let ran = refusal.is_none();
     let (outcome, writes) = match (handler, mcp) {
         _ if !ran => (Err(ToolError::ToModel(refusal.unwrap_or_default())), false),
@@ -162,10 +133,13 @@ pub fn run(
             return Err(ToolCallError::Fatal { name: name.to_owned(), message });
         }
     };
+    if let Some(by) = yes_from {
+        text.push_str(&format!("\n[this call ran on a yes from {by}]"));
+    }
     // `PostToolUse` sees what a call that ran gave; what a hook says back is the
     // model's to read.
     if ran && !is_error {
-        let after = run_hooks("PostToolUse", json!({"tool_response": {"content": text, "is_error": is_error}}));
+        let after = hooks.run("PostToolUse", json!({"tool_response": {"content": text, "is_error": is_error}}));
         for said in after.iter().filter(|r| !r.said.is_empty()) {
             text.push_str(&format!("\n<hook>\n{}\n</hook>", said.said));
         }
@@ -182,71 +156,6 @@ pub fn run(
         cwd,
         harness_files,
     })
-}
-
-/// What the model is told when a rule refuses a call: which rule, and where it is
-/// written. An `ask` has no one to answer it here yet: refused, saying so.
-fn refusal(decision: &permissions::Decision) -> Option<String> {
-    let permissions::Decision { verdict, rule, key } = decision;
-    match verdict {
-        permissions::Verdict::Allow => None,
-        permissions::Verdict::Deny => Some(format!("refused by the rule `{rule}` ({key}); nothing ran")),
-        permissions::Verdict::Ask => Some(format!(
-            "the rule `{rule}` ({key}) asks for a person's yes first, and no one is here to answer: refused; nothing ran"
-        )),
-    }
-}
-
-/// What the permission rules of the call's step decide for it, if any names it.
-fn decided(cx: &ToolContext, name: &str, input: &Value) -> Option<permissions::Decision> {
-    let agent = cx.agent?;
-    let sets = agent.config?.permissions(&agent.facts.role);
-    let sets: Vec<(&str, &permissions::Permissions)> = sets.iter().map(|(k, p)| (k.as_str(), *p)).collect();
-    let (root, cwd) = (cx.env.root.to_string_lossy(), cx.env.cwd.to_string_lossy());
-    let place = permissions::Place { root: &root, cwd: &cwd, home: agent.runtime.env().get("HOME") };
-    permissions::decide(&sets, name, input, &place)
-}
-
-/// What the model is told when a hook refuses a call.
-fn hook_refusal(ran: &hooks::Ran) -> Option<String> {
-    let hooks::Ran { command, outcome, said, .. } = ran;
-    match outcome {
-        hooks::Outcome::Block => Some(format!("refused by the hook `{command}`: {said}; nothing ran")),
-        hooks::Outcome::Ask => Some(format!(
-            "the hook `{command}` asks for a person's yes first ({said}), and no one is here to answer: refused; nothing ran"
-        )),
-        hooks::Outcome::Failed => {
-            Some(format!("the hook `{command}` failed ({said}), and a failed guard refuses: nothing ran"))
-        }
-        hooks::Outcome::Pass | hooks::Outcome::Allow => None,
-    }
-}
-
-/// [`hook_env`] for a call's hooks, when a hook is configured at all (otherwise no
-/// environment is copied: a step without hooks costs nothing more).
-fn hooks_env(cx: &ToolContext) -> Vec<(String, String)> {
-    let Some(agent) = cx.agent else { return Vec::new() };
-    let Some(config) = agent.config.filter(|c| !c.hooks.is_empty()) else { return Vec::new() };
-    let marks: Vec<(&str, &str)> = cx.env.commands.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    hook_env(agent.runtime.env(), config, &marks)
-}
-
-/// The environment hooks run with: the user's without secrets (what a hook prints
-/// reaches the model), plus the agent's marks from `commands` (`OFFSHOOT_AGENT`,
-/// `OFFSHOOT_WORKSPACE`: what the next driver kills of a hook its killed predecessor
-/// left running, as it does a tool's).
-pub(crate) fn hook_env(
-    env: &crate::Env,
-    config: &domain::config::Config,
-    commands: &[(&str, &str)],
-) -> Vec<(String, String)> {
-    let keys = config.api_key_variables();
-    let marks = commands.iter().filter(|(k, _)| matches!(*k, "OFFSHOOT_AGENT" | "OFFSHOOT_WORKSPACE"));
-    env.vars()
-        .filter(|(k, _)| !keys.contains(k) && !domain::tool_env::is_secret_name(k) && !k.starts_with("OFFSHOOT_"))
-        .chain(marks.copied())
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
 }
 
 /// The text the model reads: the summary, then each non-empty stream, bounded.

@@ -3,6 +3,7 @@
 
 pub(crate) mod directory;
 pub mod inbox;
+pub mod queue;
 pub mod snapshot;
 pub(crate) mod step_record;
 pub mod warm;

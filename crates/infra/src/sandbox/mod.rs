@@ -120,11 +120,17 @@ impl Jail {
     /// How the helper starts a command in this jail: its arguments up to the rules'
     /// descriptors, which it is handed.
     pub fn helper(&self) -> Helper<'_> {
+        self.helper_lending(false)
+    }
+
+    /// [`Jail::helper`], the network lent to this one command when `network` says so
+    /// (a person's yes to an escalation; see [`Jail::can_lend_network`]).
+    pub fn helper_lending(&self, network: bool) -> Helper<'_> {
         let mut args: Vec<OsString> = vec![helper::ARG.into()];
         if self.namespaces {
             args.push("--namespaces".into());
         }
-        if !self.network {
+        if !self.network && !network {
             args.push("--no-network".into());
         }
         args.extend(["--processes".into(), self.processes.to_string().into()]);
@@ -141,6 +147,15 @@ impl Jail {
         let access: Vec<String> = self.rules.beneath.iter().map(|(_, a)| a.to_string()).collect();
         args.extend(["--beneath".into(), access.join(",").into(), "--beneath-fds".into()]);
         Helper { program: &self.helper, args, handed: self.rules.beneath.iter().map(|(fd, _)| fd.as_fd()).collect() }
+    }
+}
+
+impl Jail {
+    /// Whether one command may be given the network this jail denies: only when a
+    /// network namespace is what denies it (Landlock's own network rules, without
+    /// namespaces, are fixed when the jail is built).
+    pub fn can_lend_network(&self) -> bool {
+        self.namespaces && self.rules.handled[1] == 0
     }
 }
 

@@ -45,7 +45,7 @@ pub(super) fn run(env: &ToolEnv, input: &Value) -> Result<ToolOutput, ToolError>
         env: &commands.env,
         group: Group::Own,
         stdin: None,
-        sandbox: commands.sandbox.as_deref().map(Jail::helper),
+        sandbox: commands.sandbox.as_deref().map(|j| j.helper_lending(commands.network_lent)),
         pgid_record: pgid.as_ref(),
     };
     let limits = Limits {

@@ -49,6 +49,9 @@ pub struct Commands {
     pub on_spawn: Option<Arc<dyn Fn(u32) + Send + Sync>>,
     /// Secret values hidden from output and records.
     pub redactor: Option<Arc<Redactor>>,
+    /// The network lent to this call's command by a person's yes, though its jail
+    /// denies it (see `Jail::can_lend_network`).
+    pub network_lent: bool,
 }
 
 impl Default for Commands {
@@ -61,6 +64,7 @@ impl Default for Commands {
             record_max_bytes: RECORD_MAX_BYTES,
             on_spawn: None,
             redactor: None,
+            network_lent: false,
         }
     }
 }

@@ -87,9 +87,12 @@ impl Driver<'_> {
         }
         let env = self.hook_env(&config);
         let root = self.dir.root().to_owned();
+        let (config_commit, _) = self.config()?;
+        let mode = self.effective_role(config_commit, &config).map_or(domain::config::Mode::ReadOnly, |r| r.mode());
         let who = crate::step::hooks::Who {
             agent: self.id.as_str(),
             parent: self.facts.parent.as_deref(),
+            mode,
             cwd: &root,
             dir: &root,
             workspace: self.ws.layout.root(),

@@ -34,7 +34,7 @@ impl Driver<'_> {
         let id = self.id.clone();
         let gone = |reason: &str| DriverError::Damaged { id: id.clone(), reason: reason.into() };
         if self.mcp_config != Some(config_commit) {
-            let (commands, _) = self.commands(config_commit, &config)?;
+            let (commands, ..) = self.commands(config_commit, &config)?;
             let place = Place {
                 env: commands.env.clone(),
                 sandbox: commands.sandbox.clone(),

@@ -527,11 +527,11 @@ impl<'a> Driver<'a> {
     }
 
     /// The config at the agent's lineage tip, parsed once per config commit.
-    /// The environment the user's hooks run with (see `toolcall::hook_env`).
+    /// The environment the user's hooks run with (see `gate::hook_env`).
     pub(super) fn hook_env(&self, config: &Config) -> Vec<(String, String)> {
         let workspace = self.real_workspace.display().to_string();
         let marks = [("OFFSHOOT_AGENT", self.id.as_str()), ("OFFSHOOT_WORKSPACE", workspace.as_str())];
-        crate::step::toolcall::hook_env(self.runtime.env(), config, &marks)
+        crate::step::gate::hook_env(self.runtime.env(), config, &marks)
     }
 
     fn config(&mut self) -> Result<(CommitId, Rc<Config>)> {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::agents::containment::{self, Site};
 use domain::config::{Config, RoleConfig};
+use domain::question::Policy;
 use infra::git::CommitId;
 use infra::sandbox::{self, Confinement, Jail};
 use infra::tools::{Commands, PathPolicy};
@@ -18,21 +19,34 @@ pub(super) struct ToolsSetup {
     commands: Commands,
     pub(super) paths: Arc<PathPolicy>,
     role: RoleConfig,
+    policy: Policy,
 }
 
 impl Driver<'_> {
     /// How this step's commands start: the tool environment, output limits and the
     /// secret values hidden from their output; built once per config commit.
-    pub(super) fn commands(&mut self, config_commit: CommitId, config: &Config) -> Result<(Commands, Arc<PathPolicy>)> {
+    /// With them, how its calls ask (its mode, its run's `--on-ask`, its tree).
+    pub(super) fn commands(
+        &mut self,
+        config_commit: CommitId,
+        config: &Config,
+    ) -> Result<(Commands, Arc<PathPolicy>, Policy)> {
         if let Some(kept) = &self.tools_setup
             && kept.config == config_commit
         {
-            return Ok((kept.commands.clone(), kept.paths.clone()));
+            return Ok((kept.commands.clone(), kept.paths.clone(), kept.policy.clone()));
         }
         let (commands, paths, role) = self.build_commands(config)?;
-        self.tools_setup =
-            Some(ToolsSetup { config: config_commit, commands: commands.clone(), paths: paths.clone(), role });
-        Ok((commands, paths))
+        let (on_ask, root) = containment::tree_policy(&self.ws.repo, &self.facts);
+        let policy = Policy { mode: role.mode(), on_ask, root };
+        self.tools_setup = Some(ToolsSetup {
+            config: config_commit,
+            commands: commands.clone(),
+            paths: paths.clone(),
+            role,
+            policy: policy.clone(),
+        });
+        Ok((commands, paths, policy))
     }
 
     /// The role this agent runs with under the config of `config_commit` (its own met

@@ -37,8 +37,13 @@ impl Driver<'_> {
         observer: &mut dyn Observer,
     ) -> Result<()> {
         self.kill_orphans(open);
-        let again = |name: &str| tools::handler(name).is_some_and(|h| h.exactly_once());
-        let unknown: Vec<&str> = open.iter().filter(|(_, name)| !again(name)).map(|(id, _)| id.as_str()).collect();
+        // A call that was waiting for a person's yes never ran: it asks again, and
+        // finds its place among the question's waiters (and the answer, if one came).
+        let waiting: Vec<&str> =
+            open.iter().filter(|(id, _)| self.waited_unanswered(id)).map(|(id, _)| id.as_str()).collect();
+        let again =
+            |id: &str, name: &str| tools::handler(name).is_some_and(|h| h.exactly_once()) || waiting.contains(&id);
+        let unknown: Vec<&str> = open.iter().filter(|(id, name)| !again(id, name)).map(|(id, _)| id.as_str()).collect();
         let mut tip = tip;
         let mut next = next;
         if !unknown.is_empty() {
@@ -48,7 +53,7 @@ impl Driver<'_> {
         }
         let calls: Vec<toolcall::Call<'_>> = output
             .tool_uses()
-            .filter(|(id, name, _)| again(name) && open.iter().any(|(o, _)| o == id))
+            .filter(|(id, name, _)| again(id, name) && open.iter().any(|(o, _)| o == id))
             .map(|(id, name, input)| toolcall::Call { id, name, input })
             .collect();
         if !calls.is_empty() {
@@ -56,6 +61,20 @@ impl Driver<'_> {
             self.run_tools(tip, step, number, next, &calls, observer)?;
         }
         Ok(())
+    }
+
+    /// Whether the open call `tool_use_id` was put on the queue and had no answer yet
+    /// when its driver stopped (its record, in one of the last steps, says so).
+    fn waited_unanswered(&self, tool_use_id: &str) -> bool {
+        let record = toolcall::record_name(tool_use_id);
+        let mut steps = crate::store::step_record::numbers(&self.ws.layout.steps(&self.id));
+        steps.reverse();
+        steps.iter().take(3).any(|step| {
+            crate::store::step_record::StepRecord::open(&self.ws.layout, &self.id, *step).is_some_and(|at| {
+                at.read(&format!("tools/{record}/question.json")).is_some()
+                    && at.read(&format!("tools/{record}/answer.json")).is_none()
+            })
+        })
     }
 
     /// Commits one error result `text` for each of `ids`, with the directory as it is.
@@ -127,7 +146,7 @@ impl Driver<'_> {
         let grant = config.grant(&self.facts.role);
         let limits = &config.tool_output;
         let rules = config.role(&self.facts.role).map(|r| &r.context);
-        let (commands, paths) = self.commands(config_commit, &config)?;
+        let (commands, paths, policy) = self.commands(config_commit, &config)?;
         let facts = self.facts.clone();
         let mcp = self.mcp.clone();
         let agent = AgentContext {
@@ -136,6 +155,7 @@ impl Driver<'_> {
             config_commit,
             mcp: Some(&mcp),
             config: Some(&config),
+            policy: Some(&policy),
         };
         let read_only = |c: &toolcall::Call<'_>| {
             (grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only()))

@@ -42,6 +42,8 @@ pub struct AgentContext<'a> {
     pub(crate) mcp: Option<&'a crate::step::mcp::Servers>,
     /// The config of its step: the permission rules its calls are held to.
     pub(crate) config: Option<&'a domain::config::Config>,
+    /// Its mode, and how its run answers a call that needs a yes.
+    pub(crate) policy: Option<&'a domain::question::Policy>,
 }
 
 impl AgentContext<'_> {
