@@ -155,3 +155,24 @@ fn ctrl_c_mid_answer_shows_the_cut_answer_first_and_says_stopped_once() {
     chat.key("C-d");
     wait_for("the chat to leave", || chat.screen().contains("shell again"));
 }
+
+#[test]
+fn an_ask_rule_in_the_chat_shows_the_question_and_y_runs_the_command() {
+    let (server, t) = TestWorkspace::served("term-ask", Dialect::Anthropic);
+    t.set("permissions.ask", r#"["Bash(touch:*)"]"#);
+    server.push_turns([Turn::bash("c1", "touch approved.txt"), Turn::text("made it after the yes")]);
+    let chat = shell_then_chat(&t, 110, 24, 3, &[]);
+    chat.wait_for_screen("type a goal");
+    chat.type_in("make the file", true);
+    chat.wait_for_screen("y: yes · n: no · a: always");
+    let screen = chat.screen();
+    assert!(screen.contains("asks to run bash touch approved.txt"), "{screen}");
+    assert!(screen.contains("because the rule `Bash(touch:*)` (permissions.ask)"), "{screen}");
+    let id = t.only_agent();
+    assert!(!t.ws.join("agents").join(&id).join("approved.txt").exists(), "it ran before the yes");
+    chat.type_in("y", false);
+    chat.wait_for_screen("made it after the yes");
+    assert!(chat.everything().contains("user said yes to"), "{}", chat.everything());
+    assert!(t.ws.join("agents").join(&id).join("approved.txt").exists());
+    assert!(server.result_text(1).contains("[this call ran on a yes from user (question"), "{}", server.result_text(1));
+}

@@ -113,7 +113,16 @@ impl Chat<'_> {
             let name = AgentId::parse(agent).ok().and_then(|id| agents::name_of(self.ws, &id));
             self.tree.add(Agent::new(agent, name));
         }
+        if let Record::Asked { waiters, .. } = record {
+            for waiter in waiters {
+                // (`apply` passes over an agent the pane does not show.)
+                self.bell |= self.tree.apply(waiter, record);
+            }
+        }
         self.bell |= self.tree.apply(agent, record);
+        if self.question(record) {
+            return;
+        }
         if self.id.as_ref().is_some_and(|id| id.as_str() == agent) {
             self.own_event(record);
         } else {
@@ -219,6 +228,48 @@ impl Chat<'_> {
                 .push(format!("· `{}`'s work conflicts with this agent's in {files} files", one_line(child))),
             Record::Compaction { note, .. } => self.pending.push(format!("· {}", one_line(note))),
             _ => {}
+        }
+    }
+
+    /// A question of the tree asked or answered: shown, with the bell, and kept for the
+    /// y/n/a that answers it; `false` for any other record.
+    fn question(&mut self, record: &Record) -> bool {
+        match record {
+            Record::Asked { question, tool, input, why, waiters, .. } => {
+                let gist = one_line(crate::cli::out::call_gist(input).lines().next().unwrap_or_default());
+                let who = match waiters.as_slice() {
+                    [one] => format!("`{one}`"),
+                    many => format!("{} agents", many.len()),
+                };
+                self.pending.push(format!("? {who} asks to run {} {gist}", one_line(tool)));
+                self.pending.push(format!("  because {}", one_line(why)));
+                self.pending.push(format!("  y: yes · n: no · a: always   (question {question})"));
+                self.questions.push(question.clone());
+                self.bell = true;
+                true
+            }
+            Record::Answered { question, yes, by, .. } => {
+                let Some(at) = self.questions.iter().position(|q| q == question) else { return true };
+                self.questions.remove(at);
+                self.pending.push(format!("· {} said {} to {question}", one_line(by), if *yes { "yes" } else { "no" }));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The user's y, n or a to the oldest question waiting.
+    pub(super) fn answer(&mut self, key: char) {
+        let Some(id) = self.questions.first().cloned() else { return };
+        let (yes, scope) = match key {
+            'y' => (true, Scope::Once),
+            'a' => (true, Scope::Always),
+            _ => (false, Scope::Once),
+        };
+        match approvals::answer(self.ws, &id, yes, scope, None) {
+            // (The follower shows the answer as it shows anyone's.)
+            Ok(_) => {}
+            Err(e) => self.pending.push(format!("· {}", one_line(&e.to_string()))),
         }
     }
 

@@ -30,12 +30,15 @@ use ratatui::widgets::{Paragraph, Widget};
 use ratatui::{Terminal, TerminalOptions, Viewport};
 
 use domain::id::AgentId;
+use domain::question::Scope;
 use domain::transcript::Entry;
 use engine::agents::runtime::Runtime;
 use engine::agents::{self, Start};
 use engine::step::events::{End, Record};
 use engine::store::workspace::Workspace;
-use engine::{agents::lifecycle, ops::inspect, ops::project, random_u32, step::compaction, step::model};
+use engine::{
+    agents::lifecycle, ops::approvals, ops::inspect, ops::project, random_u32, step::compaction, step::model,
+};
 use infra::provider::Block;
 use infra::time::Timestamp;
 
@@ -219,6 +222,8 @@ struct Chat<'a> {
     fork_from: Option<(String, String)>,
     /// An agent newly needs the user: the terminal's bell is rung at the next frame.
     bell: bool,
+    /// Questions of the tree waiting for the user's y/n/a, oldest first.
+    questions: Vec<String>,
     /// The goal of an agent this chat just made, until its first call is answered: if
     /// that call fails, the agent is removed again (as `prompt` does) and the goal
     /// comes back into the input.
@@ -265,6 +270,7 @@ impl<'a> Chat<'a> {
             synced: false,
             model: None,
             bell: false,
+            questions: Vec::new(),
             fresh_goal: None,
             stop_said: false,
             with_changes: false,
@@ -537,6 +543,10 @@ impl<'a> Chat<'a> {
                 self.pending.push("· Ctrl-C again to leave".to_owned());
             }
             KeyCode::Char('d') if ctrl && self.input.is_empty() => return Ok(true),
+            // A question waits and nothing is typed: y, n or a answers it.
+            KeyCode::Char(c @ ('y' | 'n' | 'a')) if !ctrl && self.input.is_empty() && !self.questions.is_empty() => {
+                self.answer(c)
+            }
             KeyCode::Char('t') if ctrl => self.toggle_pane(),
             KeyCode::Char('u') if ctrl => drop(self.input.take()),
             KeyCode::Char('j') if ctrl => self.input.insert("\n"),

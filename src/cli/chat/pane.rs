@@ -230,6 +230,16 @@ impl Tree {
                 };
                 agent.context = usage.input.or(agent.context);
             }
+            Record::Asked { tool, input, .. } => {
+                let gist = crate::cli::out::call_gist(input);
+                let gist = gist.split_whitespace().collect::<Vec<_>>().join(" ");
+                agent.state = State::NeedsYou;
+                agent.doing = format!("waits for your yes: {} {gist}", tool.split_whitespace().collect::<String>());
+            }
+            Record::Answered { .. } => {
+                agent.state = State::Working;
+                agent.doing = format!("step {}", agent.step);
+            }
             Record::Conflict { child, files } => {
                 agent.state = State::NeedsYou;
                 agent.doing = format!("`{child}`'s work conflicts in {files} files");
