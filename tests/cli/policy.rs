@@ -238,3 +238,52 @@ fn a_hook_left_running_by_a_killed_driver_is_ended_by_the_next() {
     t.run(&["run", &id]).ok();
     assert!(!crate::support::workspace::running(hook), "the next driver left the hook running");
 }
+
+#[test]
+fn a_projects_claude_code_hook_runs_only_once_trusted_and_not_after_it_changes() {
+    let (server, t, repo) = crate::project::project("policy-trust");
+    let log = t.root.join("ran.log");
+    std::fs::create_dir_all(repo.join(".claude/hooks")).expect("dir");
+    let script = repo.join(".claude/hooks/mark.sh");
+    std::fs::write(&script, format!("#!/bin/sh\necho ran >> '{}'\n", log.display())).expect("script");
+    std::process::Command::new("chmod").args(["+x", script.to_str().expect("utf-8")]).status().expect("chmod");
+    let settings = r#"{"hooks": {"PostToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/mark.sh"}]}]}}"#;
+    std::fs::write(repo.join(".claude/settings.json"), settings).expect("settings");
+    let runs = |n: usize| {
+        server.push_turns([Turn::bash("c1", "echo hi"), Turn::text("done")]);
+        let run = t.run(&["prompt", &format!("run {n}")]);
+        run.ok();
+        run
+    };
+    let ran = || std::fs::read_to_string(&log).map(|l| l.lines().count()).unwrap_or(0);
+
+    let first = runs(1);
+    assert_eq!(ran(), 0, "an untrusted project hook ran");
+    assert!(
+        first.stderr.contains("`.claude/settings.json` carries hooks or rules you have not trusted"),
+        "{}",
+        first.stderr
+    );
+    let listed = t.run(&["config", "trust"]);
+    assert!(listed.ok().contains(".claude/settings.json  not trusted: does not run"), "{}", listed.stdout);
+    assert!(listed.stdout.contains("runs: .claude/hooks/mark.sh"), "{}", listed.stdout);
+    t.run(&["config", "trust", "--accept"]).ok();
+    runs(2);
+    assert_eq!(ran(), 1, "the trusted hook runs");
+
+    // Changed (the settings, or the script they run): not run until trusted again.
+    std::fs::write(repo.join(".claude/settings.json"), format!("{settings}\n")).expect("settings");
+    runs(3);
+    assert_eq!(ran(), 1, "a changed settings file's hook ran");
+    t.run(&["config", "trust", "--accept"]).ok();
+    runs(4);
+    assert_eq!(ran(), 2);
+    std::fs::write(
+        &script,
+        format!("#!/bin/sh\necho ran >> '{}'\necho changed >> '{}'\n", log.display(), log.display()),
+    )
+    .expect("script");
+    runs(5);
+    assert_eq!(ran(), 2, "a changed script ran on its old trust");
+    assert!(t.run(&["config", "trust"]).ok().contains("changed since you trusted it"));
+}

@@ -105,6 +105,11 @@ impl Layout {
         self.root.join("queue")
     }
 
+    /// The project files the user trusted, each by the digest of the content trusted.
+    pub fn trust(&self) -> PathBuf {
+        self.root.join("trust")
+    }
+
     pub fn driver_log(&self, id: &AgentId) -> PathBuf {
         self.steps(id).join("driver.log")
     }

@@ -23,3 +23,4 @@ pub mod results;
 pub mod step;
 pub mod tool_env;
 pub mod transcript;
+pub mod trust;

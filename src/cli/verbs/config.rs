@@ -42,6 +42,14 @@ pub(crate) enum Args {
         #[command(flatten)]
         lineage: Lineage,
     },
+    /// List the hooks and rules your project's files carry (`.claude/settings.json`,
+    /// `.offshoot/offshoot.toml`) and whether you trust them as they are: only trusted
+    /// content runs, and a file changed since needs trust again
+    Trust {
+        /// Trust them as they are now (with the files their hooks run)
+        #[arg(long)]
+        accept: bool,
+    },
     /// Check the lineage's config, or a file, against every rule
     Validate {
         /// A file to check instead of the lineage tip
@@ -70,7 +78,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     }
     // Changing the config makes the workspace if need be; reading it never does.
     let ws = match args {
-        Args::Show(_) | Args::Validate { .. } => ctx.workspace()?,
+        Args::Show(_) | Args::Validate { .. } | Args::Trust { .. } => ctx.workspace()?,
         Args::Edit { .. } | Args::Set { .. } | Args::Unset { .. } => ctx.workspace_making()?,
     };
     match args {
@@ -88,6 +96,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Ok(())
         }
         Args::Edit { path, lineage, .. } => edit(ctx, &ws, &lineage.lineage, path.as_deref().unwrap_or(FILE)),
+        Args::Trust { accept } => trust(ctx, &ws, *accept),
         Args::Set { pairs, lineage } => {
             if pairs.len() % 2 != 0 {
                 return Err(CliError::usage("`config set` takes KEY VALUE pairs; the last key has no value"));
@@ -289,4 +298,57 @@ fn unchanged(e: WorkspaceError) -> CliError {
         err.hints = vec!["nothing was committed; the config is as it was".into()];
     }
     err
+}
+
+/// `config trust`: the project's files that carry hooks or rules, and trusting them.
+fn trust(ctx: &Ctx, ws: &engine::store::workspace::Workspace, accept: bool) -> Result<(), CliError> {
+    use engine::store::trust::{self, Standing};
+    let files = trust::found(ws);
+    if files.is_empty() {
+        ctx.out
+            .line("no project file here carries hooks or rules (`.claude/settings.json`, `.offshoot/offshoot.toml`)");
+        return Ok(());
+    }
+    for file in &files {
+        let trusted = accept && file.carried.is_ok() && file.standing != Standing::Trusted;
+        if trusted {
+            trust::trust(ws, file)
+                .map_err(|e| CliError::runtime(format!("cannot keep the trust of {}: {e}", file.path)))?;
+        }
+        if ctx.out.json {
+            let standing = if trusted { Standing::Trusted } else { file.standing };
+            let problem = file.carried.as_ref().err();
+            ctx.out.event(&json!({"file": file, "standing": standing, "problem": problem}));
+            continue;
+        }
+        let standing = match (trusted, file.standing) {
+            (true, _) => "trusted now, as it is".to_owned(),
+            (_, Standing::Trusted) => "trusted as it is".to_owned(),
+            (_, Standing::Changed) => "changed since you trusted it: does not run".to_owned(),
+            (_, Standing::New) => "not trusted: does not run".to_owned(),
+        };
+        ctx.out.line(&format!("{}  {standing}", file.path));
+        match &file.carried {
+            Err(problem) => ctx.out.line(&format!("  does not read: {problem}")),
+            Ok(c) => {
+                let hooks: Vec<String> = c.hooks.iter().map(|(e, g)| format!("{e} ({})", g.len())).collect();
+                if !hooks.is_empty() {
+                    ctx.out.line(&format!("  hooks: {}", hooks.join(", ")));
+                }
+                let p = &c.permissions;
+                for (word, list) in [("deny", &p.deny), ("ask", &p.ask), ("allow", &p.allow)] {
+                    if !list.is_empty() {
+                        ctx.out.line(&format!("  {word}: {}", list.join(", ")));
+                    }
+                }
+                if !file.named.is_empty() {
+                    ctx.out.line(&format!("  runs: {}", file.named.join(", ")));
+                }
+            }
+        }
+    }
+    if !accept && files.iter().any(|f| f.standing != Standing::Trusted) {
+        ctx.out.progress("· `offshoot config trust --accept` trusts them as they are now");
+    }
+    Ok(())
 }

@@ -66,6 +66,31 @@ pub struct Config {
     /// with `matcher`, `command`, `timeout`), in Claude Code's wire format.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub hooks: crate::hooks::Hooks,
+    /// What project files the user trusted add (`offshoot config trust`): never read
+    /// from `offshoot.toml`, set by the engine for a project's agents.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub project: Option<Project>,
+}
+
+/// The trusted part of a project: where its checkout is (its hooks' `CLAUDE_PROJECT_DIR`)
+/// and the rules of each trusted file (their hooks are in `hooks`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Project {
+    pub root: String,
+    pub permissions: Vec<(String, crate::permissions::Permissions)>,
+}
+
+impl Config {
+    /// Adds what the trusted project `file` carries: its hooks after the config's own,
+    /// its rules as a set of their own (named by the file).
+    pub fn add_trusted(&mut self, root: &str, file: &str, carried: crate::trust::Carried) {
+        for (event, groups) in carried.hooks {
+            self.hooks.entry(event).or_default().extend(groups);
+        }
+        let project = self.project.get_or_insert_with(|| Project { root: root.to_owned(), ..Project::default() });
+        project.permissions.push((file.to_owned(), carried.permissions));
+    }
 }
 
 fn is_default<T: Default + PartialEq>(value: &T) -> bool {
@@ -591,6 +616,9 @@ impl Config {
         let mut sets = vec![("permissions.".to_owned(), &self.permissions)];
         if let Some(r) = self.role(role) {
             sets.push((format!("roles.{role}.permissions."), &r.permissions));
+        }
+        for (file, p) in self.project.iter().flat_map(|p| &p.permissions) {
+            sets.push((format!("{file} (trusted): permissions."), p));
         }
         sets
     }

@@ -259,9 +259,13 @@ pub(crate) fn hook_env(
 ) -> Vec<(String, String)> {
     let keys = config.api_key_variables();
     let marks = commands.iter().filter(|(k, _)| matches!(*k, "OFFSHOOT_AGENT" | "OFFSHOOT_WORKSPACE"));
+    // (A project's hooks find its checkout as Claude Code's do.)
+    let project = config.project.as_ref().map(|p| (domain::trust::PROJECT_DIR_VARIABLE, p.root.as_str()));
     env.vars()
         .filter(|(k, _)| !keys.contains(k) && !domain::tool_env::is_secret_name(k) && !k.starts_with("OFFSHOOT_"))
+        .filter(|(k, _)| *k != domain::trust::PROJECT_DIR_VARIABLE)
         .chain(marks.copied())
+        .chain(project)
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect()
 }

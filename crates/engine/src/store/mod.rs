@@ -6,5 +6,6 @@ pub mod inbox;
 pub mod queue;
 pub mod snapshot;
 pub(crate) mod step_record;
+pub mod trust;
 pub mod warm;
 pub mod workspace;

@@ -542,12 +542,17 @@ impl<'a> Driver<'a> {
             return Ok((*at, config.clone()));
         }
         let tip = self.ws.config_tip(&self.facts.lineage)?;
+        // (A project's trusted files are looked at again each turn: one changed since
+        // counts no more.)
         if let Some((at, config)) = &self.config
             && *at == tip
+            && self.ws.source.is_none()
         {
             return Ok((tip, config.clone()));
         }
-        let config = Rc::new(self.ws.config_at(tip)?);
+        let mut config = self.ws.config_at(tip)?;
+        crate::store::trust::apply(self.ws, &mut config);
+        let config = Rc::new(config);
         self.config = Some((tip, config.clone()));
         Ok((tip, config))
     }

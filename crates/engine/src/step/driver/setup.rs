@@ -103,21 +103,36 @@ impl Driver<'_> {
     /// it has none, or what this machine cannot give it.
     pub(super) fn warnings(&mut self) -> Result<Vec<String>> {
         let (_, config) = self.config()?;
+        let untrusted: Vec<String> = crate::store::trust::found(self.ws)
+            .into_iter()
+            .filter(|f| f.standing != crate::store::trust::Standing::Trusted)
+            .filter(|f| f.carried.as_ref().is_ok_and(|c| !c.hooks.is_empty() || c.permissions != Default::default()))
+            .map(|f| format!("`{}`", f.path))
+            .collect();
+        let mut said = Vec::new();
+        if !untrusted.is_empty() {
+            said.push(format!(
+                "your project's {} carries hooks or rules you have not trusted as they are: they do not run (`offshoot config trust` lists them)",
+                untrusted.join(" and ")
+            ));
+        }
         let Some(role) = containment::effective_role(&self.ws.repo, &self.facts, &config) else {
-            return Ok(Vec::new());
+            return Ok(said);
         };
         if !role.tools.iter().any(|t| t == "bash") {
-            return Ok(Vec::new());
+            return Ok(said);
         }
         let name = &self.facts.role;
         if role.sandbox == domain::config::Sandbox::None {
-            return Ok(vec![format!(
+            said.push(format!(
                 "role `{name}` runs commands unconfined (`sandbox = \"none\"`): they can read and write whatever you can, your keys and other agents included"
-            )]);
+            ));
+            return Ok(said);
         }
         let support = containment::support(self.runtime.exe(), self.runtime.env());
         let abi = containment::abi(self.runtime.env());
-        Ok(support.losses(sandbox::running_as_root(), abi).into_iter().collect())
+        said.extend(support.losses(sandbox::running_as_root(), abi));
+        Ok(said)
     }
 
     pub(super) fn role_gone(&self) -> DriverError {
