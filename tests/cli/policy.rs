@@ -29,6 +29,9 @@ fn a_deny_rule_refuses_a_push_however_it_is_chained_and_names_itself() {
     assert_eq!(decision["verdict"], "deny");
     assert_eq!(decision["rule"], "Bash(git push:*)");
     assert_eq!(decision["key"], "permissions.deny");
+    // And `show --step` says it.
+    let shown = t.run(&["show", &id, "--step", "1"]);
+    assert!(shown.ok().contains("deny by the rule `Bash(git push:*)` (permissions.deny)"), "{}", shown.stdout);
 }
 
 #[test]
@@ -286,4 +289,62 @@ fn a_projects_claude_code_hook_runs_only_once_trusted_and_not_after_it_changes()
     runs(5);
     assert_eq!(ran(), 2, "a changed script ran on its old trust");
     assert!(t.run(&["config", "trust"]).ok().contains("changed since you trusted it"));
+}
+
+#[test]
+fn life_hooks_hear_sessions_children_and_stops_and_a_stop_hook_sends_the_root_back_to_work() {
+    let (server, t) = TestWorkspace::served("policy-life", Dialect::Anthropic);
+    let log = t.root.join("events.log");
+    let marker = t.root.join("stopped-once");
+    let hook = t.root.join("life.sh");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\ninput=$(cat)\necho \"$input\" >> '{log}'\ncase \"$input\" in\n  *'\"hook_event_name\":\"Stop\"'*)\n    [ -e '{marker}' ] && exit 0\n    touch '{marker}'; echo 'run the tests too' >&2; exit 2;;\nesac\nexit 0\n",
+            log = log.display(),
+            marker = marker.display()
+        ),
+    )
+    .expect("hook");
+    std::process::Command::new("chmod").args(["+x", hook.to_str().expect("utf-8")]).status().expect("chmod");
+    let every = ["SessionStart", "SubagentStart", "SubagentStop", "Stop", "SessionEnd"]
+        .map(|e| format!("hooks.{e} [{{ command = \"{}\" }}]", hook.display()));
+    for pair in &every {
+        let (key, value) = pair.split_once(' ').expect("pair");
+        t.set(key, value);
+    }
+    let dispatch = Turn::tool("d1", "dispatch", serde_json::json!({"role": "worker", "goal": "be kid", "name": "Kid"}));
+    server.push_for("Lead", [dispatch, Turn::text("waiting"), Turn::text("lead done"), Turn::text("tests ran too")]);
+    server.push_for("Kid", [Turn::text("kid done")]);
+    let run = t.run(&["prompt", "--name", "Lead", "lead"]);
+    assert!(run.ok().contains("tests ran too"), "{}", run.stdout);
+    let heard: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .expect("the hooks ran")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let (lead, kid) = (t.id_of("Lead"), t.id_of("Kid"));
+    let of = |agent: &str| -> Vec<String> {
+        heard
+            .iter()
+            .filter(|h| h["agent_id"] == agent)
+            .map(|h| h["hook_event_name"].as_str().unwrap_or("").to_owned())
+            .collect()
+    };
+    assert_eq!(of(&kid), ["SessionStart", "SubagentStart", "SubagentStop", "SessionEnd"], "{heard:?}");
+    let lead_heard = of(&lead);
+    assert_eq!(lead_heard.first().map(String::as_str), Some("SessionStart"), "{lead_heard:?}");
+    assert_eq!(lead_heard.last().map(String::as_str), Some("SessionEnd"), "{lead_heard:?}");
+    let count = |what: &str| lead_heard.iter().filter(|e| *e == what).count();
+    assert_eq!(count("SessionStart"), count("SessionEnd"), "{lead_heard:?}");
+    // (Each answer of the root is a stop: the first one's hook sent it back to work.)
+    let stops: Vec<&serde_json::Value> = heard.iter().filter(|h| h["hook_event_name"] == "Stop").collect();
+    assert!(stops.len() >= 2, "{lead_heard:?}");
+    assert_eq!(
+        (stops[0]["stop_hook_active"].as_bool(), stops[1]["stop_hook_active"].as_bool()),
+        (Some(false), Some(true))
+    );
+    // The hook's reason was the root's next message.
+    let asked = server.requests_for("Lead").last().expect("a request").raw.clone();
+    assert!(String::from_utf8_lossy(&asked).contains("run the tests too"), "the reason did not reach the model");
 }

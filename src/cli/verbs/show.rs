@@ -92,10 +92,56 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         return Ok(());
     }
     let meta = inspect::step_meta(&ws, &id, step)?;
+    let policy = inspect::decisions(&ws, &id, step)?;
     if ctx.out.json {
-        ctx.out.event(&serde_json::to_value(&meta).unwrap_or_default());
+        let mut value = serde_json::to_value(&meta).unwrap_or_default();
+        if !policy.is_empty() {
+            value["policy"] = serde_json::to_value(&policy).unwrap_or_default();
+        }
+        ctx.out.event(&value);
         return Ok(());
     }
     ctx.out.line(&serde_json::to_string_pretty(&meta).unwrap_or_default());
+    for call in &policy {
+        ctx.out.line(&format!("{} ({}):", call.call, call.tool));
+        for line in policy_lines(call) {
+            ctx.out.line(&format!("  {line}"));
+        }
+    }
     Ok(())
+}
+
+/// What the gate decided for one call, a line each: the rule, each hook, the question
+/// and who answered it.
+fn policy_lines(call: &inspect::CallPolicy) -> Vec<String> {
+    let text = |v: &serde_json::Value, k: &str| v[k].as_str().unwrap_or_default().to_owned();
+    let mut lines = Vec::new();
+    if let Some(d) = &call.decision {
+        lines.push(format!("{} by the rule `{}` ({})", text(d, "verdict"), text(d, "rule"), text(d, "key")));
+    }
+    for hooks in [&call.hooks, &call.permission_hooks].into_iter().flatten() {
+        for ran in hooks.as_array().into_iter().flatten() {
+            let said = text(ran, "said");
+            let said = if said.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", super::super::progress::one_line(&said, 120))
+            };
+            lines.push(format!(
+                "{} hook `{}`: {}{said}",
+                text(ran, "event"),
+                text(ran, "command"),
+                text(ran, "outcome")
+            ));
+        }
+    }
+    if let Some(q) = &call.question {
+        lines.push(format!("asked question {}", text(q, "id")));
+    }
+    if let Some(a) = &call.answer {
+        let word = if a["yes"] == true { "yes" } else { "no" };
+        let reason = a["reason"].as_str().map(|r| format!(" ({r})")).unwrap_or_default();
+        lines.push(format!("{} said {word}{reason}", text(a, "by")));
+    }
+    lines
 }

@@ -289,6 +289,52 @@ pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
     Ok(meta.shown(LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(false)))
 }
 
+/// What the gate decided for one call of a step: the rule (`decision.json`), the hooks
+/// (`hooks.json`, `permission-hooks.json`), the question asked and its answer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CallPolicy {
+    pub call: String,
+    pub tool: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decision: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permission_hooks: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub question: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<serde_json::Value>,
+}
+
+/// The gate's decisions for the calls of step `step` that met a rule, a hook or a
+/// question, in the order of the calls' records.
+pub fn decisions(ws: &Workspace, id: &AgentId, step: u32) -> Result<Vec<CallPolicy>> {
+    let Some(record) = crate::store::step_record::StepRecord::open(&ws.layout, id, step) else {
+        return Err(InspectError::NoStep { id: id.clone(), step, have: step_count(ws, id) });
+    };
+    let json = |call: &str, file: &str| {
+        record.read(&format!("tools/{call}/{file}")).and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    };
+    let mut out = Vec::new();
+    for call in record.tools() {
+        let policy = CallPolicy {
+            tool: json(&call, "input.json").and_then(|i| i["name"].as_str().map(str::to_owned)).unwrap_or_default(),
+            decision: json(&call, "decision.json"),
+            hooks: json(&call, "hooks.json"),
+            permission_hooks: json(&call, "permission-hooks.json"),
+            question: json(&call, "question.json"),
+            answer: json(&call, "answer.json"),
+            call,
+        };
+        let said = [&policy.decision, &policy.hooks, &policy.permission_hooks, &policy.question, &policy.answer];
+        if said.iter().any(|v| v.is_some()) {
+            out.push(policy);
+        }
+    }
+    Ok(out)
+}
+
 /// Step `step`'s request, re-assembled from the commit and config its record names.
 /// What step `step` of `id` sent, assembled again: the body its provider was sent
 /// (none for a replay), and whether that body is the one the record's digest names

@@ -1,7 +1,8 @@
 //! A call that needs a yes: who answers it. First the agent's ancestors, nearest
 //! first, each by its own rules only (an ancestor answers for its subtree what its
 //! rules say of the call, never more); then a standing yes for the tree (`approve
-//! --for-tree`); then the `PermissionRequest` hooks; then a person, through the
+//! --for-tree`); then the `PermissionRequest` hooks; then a person (the `Notification`
+//! hooks hear of it), through the
 //! workspace's queue — if the run says someone listens (`--on-ask wait`). Otherwise it
 //! is refused at once, saying so, or (`--on-ask fail`) it ends the run.
 
@@ -41,6 +42,7 @@ pub(crate) fn settle(
     cx: &ToolContext,
     question: &Question,
     permission_hooks: &dyn Fn() -> Vec<hooks::Ran>,
+    notify: &dyn Fn(&str) -> Vec<hooks::Ran>,
     note: &mut dyn FnMut(&str, Value),
 ) -> Settled {
     let Some(agent) = cx.agent else { return Settled::No(nobody(question)) };
@@ -60,7 +62,7 @@ pub(crate) fn settle(
     // A call that asked before its driver stopped takes the answer of its question.
     let waiter = waiter(cx, policy);
     if queue.place(question, &waiter).is_some() {
-        return wait(cx, &queue, question, &waiter, note);
+        return wait(cx, &queue, question, &waiter, &|_| Vec::new(), note);
     }
     if let Some(grant) = queue.granted(question, &policy.root) {
         let by = format!("{} (for this tree, on question {})", grant.by, grant.question);
@@ -92,7 +94,7 @@ pub(crate) fn settle(
             "{} needs a person's yes, and this run was told to fail then (`--on-ask fail`)",
             question.why
         )),
-        OnAsk::Wait => wait(cx, &queue, question, &waiter, note),
+        OnAsk::Wait => wait(cx, &queue, question, &waiter, notify, note),
     }
 }
 
@@ -119,6 +121,7 @@ fn wait(
     queue: &Queue,
     question: &Question,
     waiter: &Waiter,
+    notify: &dyn Fn(&str) -> Vec<hooks::Ran>,
     note: &mut dyn FnMut(&str, Value),
 ) -> Settled {
     let Some(agent) = cx.agent else { return Settled::No(nobody(question)) };
@@ -127,6 +130,17 @@ fn wait(
         Err(e) => return Settled::No(format!("{}; the question could not be asked ({e}): refused", question.why)),
     };
     note("question.json", json!({"id": id}));
+    // (A desktop notifier, a pager: `Notification` hooks hear that a yes is wanted,
+    // once a question, from its first asker.)
+    let first = queue.entry(&id).is_some_and(|e| e.waiters.len() == 1);
+    let heard = if !first {
+        Vec::new()
+    } else {
+        notify(&format!("{} needs your permission to use {} (question {id})", waiter.agent, question.tool))
+    };
+    if !heard.is_empty() {
+        note("notification-hooks.json", serde_json::to_value(&heard).unwrap_or(Value::Null));
+    }
     let interrupt = agent.runtime.interrupt();
     loop {
         if let Some(answer) = queue.answer_of(&id) {

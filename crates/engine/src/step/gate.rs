@@ -88,13 +88,17 @@ pub(crate) fn pass(
     let (mut lent, mut yes_from) = (None, None);
     if let Some(question) = asking.filter(|_| refusal.is_none()) {
         let permission_hooks = || hooks.run("PermissionRequest", json!({}));
+        let notify = |message: &str| {
+            let extra = json!({"message": message, "notification_type": "permission_prompt"});
+            hooks.run_about("Notification", extra, false)
+        };
         let mut failed = None;
         let mut note = |file: &str, value: Value| {
             if let Err(e) = write_record(file, &value) {
                 failed = Some(e);
             }
         };
-        match approval::settle(cx, &question, &permission_hooks, &mut note) {
+        match approval::settle(cx, &question, &permission_hooks, &notify, &mut note) {
             approval::Settled::Yes(by) => (lent, yes_from) = (question.escalation, Some(by)),
             approval::Settled::No(said) => refusal = Some(said),
             approval::Settled::Fail(said) => {
@@ -122,6 +126,11 @@ impl<'a> Hooks<'a> {
 
     /// Runs the hooks of `event` for the call (none without an agent and its config).
     pub(crate) fn run(&self, event: &str, extra: Value) -> Vec<hooks::Ran> {
+        self.run_about(event, extra, true)
+    }
+
+    /// [`Hooks::run`], with the call's tool in the payload (and matched) or not.
+    fn run_about(&self, event: &str, extra: Value, tool: bool) -> Vec<hooks::Ran> {
         let Some(a) = self.cx.agent else { return Vec::new() };
         let Some(config) = a.config else { return Vec::new() };
         let who = hooks::Who {
@@ -134,7 +143,7 @@ impl<'a> Hooks<'a> {
             env: &self.env,
         };
         let Call { id, name, input } = *self.call;
-        hooks::run(config, event, Some((name, input, id)), extra, &who)
+        hooks::run(config, event, tool.then_some((name, input, id)), extra, &who)
     }
 }
 

@@ -81,26 +81,8 @@ impl Driver<'_> {
     /// else what they add, as `<hook>` elements to put after it. A hook that fails is
     /// passed over: only a guard of a tool call fails closed.
     fn prompt_hooks(&mut self, text: &str, observer: &mut dyn Observer) -> Result<Option<String>> {
-        let (_, config) = self.config()?;
-        if config.hooks.is_empty() {
-            return Ok(Some(String::new()));
-        }
-        let env = self.hook_env(&config);
-        let root = self.dir.root().to_owned();
-        let (config_commit, _) = self.config()?;
-        let mode = self.effective_role(config_commit, &config).map_or(domain::config::Mode::ReadOnly, |r| r.mode());
-        let who = crate::step::hooks::Who {
-            agent: self.id.as_str(),
-            parent: self.facts.parent.as_deref(),
-            mode,
-            cwd: &root,
-            dir: &root,
-            workspace: self.ws.layout.root(),
-            env: &env,
-        };
         let body = text.split_once("\n---\n").map_or(text, |(_, body)| body);
-        let heard =
-            crate::step::hooks::run(&config, "UserPromptSubmit", None, serde_json::json!({"prompt": body}), &who);
+        let heard = self.life_hooks("UserPromptSubmit", serde_json::json!({"prompt": body}))?;
         if let Some(block) = heard.iter().find(|r| r.outcome == crate::step::hooks::Outcome::Block) {
             let said = format!("your message was kept from the model by the hook `{}`: {}", block.command, block.said);
             observer.event(Event::Warning(&said));

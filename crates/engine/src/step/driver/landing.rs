@@ -95,6 +95,8 @@ impl Driver<'_> {
         {
             return Ok(());
         }
+        let heard = self.life_hooks("PreCompact", serde_json::json!({"trigger": "auto", "custom_instructions": ""}))?;
+        super::life::warn_failed(&heard, observer);
         match compaction_engine::start(self.ws, self.runtime, &self.id, None, self.runtime.env()) {
             Ok(started) => {
                 let note = format!("its summary will stand for {} transcript entries", started.entries);
@@ -177,6 +179,8 @@ impl Driver<'_> {
             landing.number, plan.entries_removed, landing.summary
         );
         observer.event(Event::Compaction { compactor, outcome: "landed", note: &note });
+        let heard = self.life_hooks("PostCompact", serde_json::json!({"compactor": compactor}))?;
+        super::life::warn_failed(&heard, observer);
         self.landed_steps = Some(landing.steps);
         self.ws.repo.delete_mark(compaction_engine::PASSES, self.id.as_str())?;
         Ok(commit)

@@ -42,6 +42,7 @@ mod ending;
 mod error;
 pub(crate) mod guard;
 mod landing;
+mod life;
 mod mcp;
 mod model_call;
 mod record;
@@ -238,13 +239,27 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
     for warning in driver.warnings()? {
         observer.event(Event::Warning(&warning));
     }
+    driver.start_hooks(observer)?;
+    let mut continued = 0;
     let result = loop {
         match driver.turn(observer) {
             Ok(Turn::Again) => continue,
+            // A `Stop` hook may send it back to work, its reason the next message.
+            Ok(Turn::Quiet(RunEnd::Answered { text })) => match driver.stop_hooks(&text, continued, observer) {
+                Ok(true) => continued += 1,
+                Ok(false) => break Ok(RunEnd::Answered { text }),
+                Err(e) => break Err(e),
+            },
             Ok(Turn::Quiet(end)) => break Ok(end),
             Err(e) => break Err(e),
         }
     };
+    let reason = match &result {
+        Ok(_) => "exit",
+        Err(DriverError::Interrupted { .. }) => "stopped",
+        Err(_) => "error",
+    };
+    driver.end_hooks(reason, observer);
     if result.is_err() {
         // Whatever ended the run, a person's `git` in the directory runs nothing the
         // agent planted since the last step (best effort: scan and doctor look again).
