@@ -152,6 +152,17 @@ fn a_hook_that_cannot_run_or_an_event_that_is_none_is_refused_at_config_set() {
         assert!(run.stderr.contains(&format!("`{key}`")) && run.stderr.contains(says), "{key}: {}", run.stderr);
     }
     assert_eq!(t.git(&["rev-parse", "config/default"]), before, "nothing was committed");
+    // A program where an agent may write is refused too.
+    let shared = t.root.join("shared");
+    std::fs::create_dir_all(&shared).expect("dir");
+    std::fs::write(shared.join("guard.sh"), "#!/bin/sh\nexit 0\n").expect("guard");
+    t.set("roles.worker.write_paths", &format!("[\"{}\"]", shared.display()));
+    let before = t.git(&["rev-parse", "config/default"]);
+    let value = format!("[{{ command = \"{}\" }}]", shared.join("guard.sh").display());
+    let run = t.run(&["config", "set", "hooks.PreToolUse", &value]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("which role `worker` may write (`write_paths`)"), "{}", run.stderr);
+    assert_eq!(t.git(&["rev-parse", "config/default"]), before, "nothing was committed");
 }
 
 #[test]
@@ -347,4 +358,31 @@ fn life_hooks_hear_sessions_children_and_stops_and_a_stop_hook_sends_the_root_ba
     // The hook's reason was the root's next message.
     let asked = server.requests_for("Lead").last().expect("a request").raw.clone();
     assert!(String::from_utf8_lossy(&asked).contains("run the tests too"), "the reason did not reach the model");
+}
+
+#[test]
+fn a_claude_code_settings_file_is_imported_as_one_config_commit_and_its_guard_runs() {
+    let (server, t) = TestWorkspace::served("policy-import", Dialect::Anthropic);
+    let guard = guard(&t);
+    let settings = t.root.join("settings.json");
+    let json = serde_json::json!({
+        "permissions": {"deny": ["Bash(git push:*)"], "defaultMode": "acceptEdits"},
+        "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": guard, "timeout": 10}]}]}
+    });
+    std::fs::write(&settings, json.to_string()).expect("settings");
+    let before = t.git(&["rev-parse", "config/default"]);
+    t.run(&["config", "import", settings.to_str().expect("utf-8")]).ok();
+    assert_ne!(t.git(&["rev-parse", "config/default"]), before);
+    assert!(t.git(&["log", "-1", "--format=%s", "config/default"]).contains("import hooks and rules"));
+    let again = t.run(&["config", "import", settings.to_str().expect("utf-8")]);
+    assert!(again.ok().contains("adds no hook or rule"), "{}", again.stdout);
+    server.push_turns([Turn::bash("c1", "mkdir x && rm -rf x"), Turn::bash("c2", "git push"), Turn::text("done")]);
+    t.run(&["prompt", "try"]).ok();
+    assert!(server.result_text(1).contains("rm -rf is not for agents"), "{}", server.result_text(1));
+    assert!(server.result_text(2).contains("refused by the rule `Bash(git push:*)`"), "{}", server.result_text(2));
+    // A file that is not Claude Code's settings: named, nothing written.
+    std::fs::write(&settings, r#"{"hooks": {"AfterEverything": []}}"#).expect("settings");
+    let bad = t.run(&["config", "import", settings.to_str().expect("utf-8")]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("`AfterEverything` is no hook event"), "{}", bad.stderr);
 }

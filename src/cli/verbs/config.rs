@@ -50,6 +50,14 @@ pub(crate) enum Args {
         #[arg(long)]
         accept: bool,
     },
+    /// Bring the hooks and permission rules of a Claude Code `settings.json` into the
+    /// lineage's config, after its own, as one commit (checked like `config set`)
+    Import {
+        /// The settings file (`~/.claude/settings.json`, a project's `.claude/settings.json`)
+        file: PathBuf,
+        #[command(flatten)]
+        lineage: Lineage,
+    },
     /// Check the lineage's config, or a file, against every rule
     Validate {
         /// A file to check instead of the lineage tip
@@ -79,7 +87,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // Changing the config makes the workspace if need be; reading it never does.
     let ws = match args {
         Args::Show(_) | Args::Validate { .. } | Args::Trust { .. } => ctx.workspace()?,
-        Args::Edit { .. } | Args::Set { .. } | Args::Unset { .. } => ctx.workspace_making()?,
+        Args::Edit { .. } | Args::Set { .. } | Args::Unset { .. } | Args::Import { .. } => ctx.workspace_making()?,
     };
     match args {
         Args::Show(l) => {
@@ -97,6 +105,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
         Args::Edit { path, lineage, .. } => edit(ctx, &ws, &lineage.lineage, path.as_deref().unwrap_or(FILE)),
         Args::Trust { accept } => trust(ctx, &ws, *accept),
+        Args::Import { file, lineage } => import(ctx, &ws, file, &lineage.lineage),
         Args::Set { pairs, lineage } => {
             if pairs.len() % 2 != 0 {
                 return Err(CliError::usage("`config set` takes KEY VALUE pairs; the last key has no value"));
@@ -350,5 +359,49 @@ fn trust(ctx: &Ctx, ws: &engine::store::workspace::Workspace, accept: bool) -> R
     if !accept && files.iter().any(|f| f.standing != Standing::Trusted) {
         ctx.out.progress("· `offshoot config trust --accept` trusts them as they are now");
     }
+    Ok(())
+}
+
+/// `config import`: a Claude Code settings file's hooks and rules, after the lineage's own.
+fn import(ctx: &Ctx, ws: &engine::store::workspace::Workspace, file: &Path, lineage: &str) -> Result<(), CliError> {
+    let bytes = std::fs::read(file).map_err(|e| CliError::usage(format!("cannot read {}: {e}", file.display())))?;
+    let shown = file.display().to_string();
+    let carried = domain::trust::read(&format!("{shown}.json"), &bytes).map_err(CliError::usage)?;
+    let (_, config) = ws.config(lineage)?;
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for (event, groups) in &carried.hooks {
+        let mut all = config.hooks.get(event).cloned().unwrap_or_default();
+        let new: Vec<_> = groups.iter().filter(|g| !all.contains(g)).cloned().collect();
+        if new.is_empty() {
+            continue;
+        }
+        all.extend(new);
+        let value =
+            toml::Value::try_from(&all).map_err(|e| CliError::runtime(format!("cannot write the hooks: {e}")))?;
+        pairs.push((format!("hooks.{event}"), value.to_string()));
+    }
+    let (mine, theirs) = (&config.permissions, &carried.permissions);
+    for (word, have, add) in
+        [("allow", &mine.allow, &theirs.allow), ("ask", &mine.ask, &theirs.ask), ("deny", &mine.deny, &theirs.deny)]
+    {
+        if add.iter().all(|r| have.contains(r)) {
+            continue;
+        }
+        let mut all = have.clone();
+        all.extend(add.iter().filter(|r| !have.contains(r)).cloned());
+        pairs.push((
+            format!("permissions.{word}"),
+            toml::Value::try_from(&all).map(|v| v.to_string()).unwrap_or_default(),
+        ));
+    }
+    if pairs.is_empty() {
+        ctx.out.line(&format!("{shown} adds no hook or rule the lineage does not have already"));
+        return Ok(());
+    }
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let set = ws
+        .set_config_keys(lineage, &pairs, &format!("config: import hooks and rules of {shown}"))
+        .map_err(unchanged)?;
+    said_committed(ctx, lineage, set.commit, &[]);
     Ok(())
 }

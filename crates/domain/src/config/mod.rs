@@ -594,6 +594,17 @@ impl Config {
                 // (A relative path would be looked for where the hook runs: a guard is
                 // named where it is.)
                 let relative = program.contains('/') && !program.starts_with('/') && !program.starts_with("~/");
+                // (A program where an agent may write is the agent's to rewrite.)
+                let writable = self.roles.iter().find_map(|(name, r)| {
+                    r.write_paths.iter().find(|w| std::path::Path::new(program).starts_with(w)).map(|w| (name, w))
+                });
+                if let Some((role, path)) = writable {
+                    let rule = format!(
+                        "the hook command `{command}` runs `{program}`, inside `{path}`, which role `{role}` may write (`write_paths`): an agent could rewrite it; keep hook programs where no agent writes"
+                    );
+                    let key = format!("hooks.{event}");
+                    return Err(ConfigError { file: FILE.into(), line: validate::line_of(text, &key), rule, key });
+                }
                 let rule = match (relative, exists(program)) {
                     (true, _) => format!(
                         "the hook command `{command}` starts `{program}`, a relative path: name the program by its absolute path (or `~/…`), or as a program on PATH"
