@@ -72,6 +72,8 @@ fn main() {
         model: None,
         reasoning: None,
         copy_ignored: &[],
+        mode: None,
+        on_ask: None,
     };
     let root = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
     let mut children = Vec::new();

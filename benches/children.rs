@@ -94,6 +94,8 @@ fn main() {
         model: None,
         reasoning: None,
         copy_ignored: &[],
+        mode: None,
+        on_ask: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let exe = std::path::PathBuf::from(env!("CARGO_BIN_EXE_offshoot"));

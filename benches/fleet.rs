@@ -123,6 +123,8 @@ fn main() {
             model: None,
             reasoning: None,
             copy_ignored: &[],
+            mode: None,
+            on_ask: None,
         };
         let id = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
         runtime.launch(&id).expect("launch");

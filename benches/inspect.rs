@@ -54,6 +54,8 @@ fn main() {
             model: None,
             reasoning: None,
             copy_ignored: &[],
+            mode: None,
+            on_ask: None,
         };
         let parent = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
         for c in 0..per_root {

@@ -99,6 +99,8 @@ fn run(ws: &Workspace, server: &Server, repo: Option<&Path>) -> (Duration, f64) 
         model: None,
         reasoning: None,
         copy_ignored: &[],
+        mode: None,
+        on_ask: None,
     };
     let id = agents::create_root(ws, "worker", "default", &spawn).expect("agent");
     let started = t.elapsed();

@@ -14,7 +14,8 @@
 //! counts as overhead; `cargo bench --bench sandbox` measures it alone).
 //!
 //! Run: `cargo bench --bench step_loop -- [STEPS]` (default 1000); with
-//! `OFFSHOOT_BENCH_BUDGETS=1` every whole-tree budget is set (and never reached).
+//! `OFFSHOOT_BENCH_BUDGETS=1` every whole-tree budget is set (and never reached); with
+//! `OFFSHOOT_BENCH_HOOK=1` a `PreToolUse` hook (`/bin/true`) runs before every call.
 
 #[path = "support/clock.rs"]
 mod clock;
@@ -81,6 +82,11 @@ fn main() {
                     text = set_key(&text, key, value).expect("set key");
                 }
             }
+            // One `PreToolUse` hook on every call (`/bin/true`): what a hook costs a step.
+            if std::env::var_os("OFFSHOOT_BENCH_HOOK").is_some() {
+                text = set_key(&text, "hooks.PreToolUse", r#"[{ matcher = "Bash", command = "/bin/true" }]"#)
+                    .expect("set key");
+            }
             *bytes = text.into_bytes();
         }
     }
@@ -97,6 +103,8 @@ fn main() {
         model: None,
         reasoning: None,
         copy_ignored: &[],
+        mode: None,
+        on_ask: None,
     };
     let id = agents::create_root(&ws, "worker", "default", &spawn).expect("agent");
     let rss_before = memory::own_peak_rss_kib();

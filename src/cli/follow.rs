@@ -241,8 +241,14 @@ impl Watch {
     /// answers they got (`answered`), each once.
     fn questions(&mut self) {
         for entry in self.queue.list() {
-            let waiters: Vec<String> =
-                entry.waiters.iter().map(|w| w.agent.clone()).filter(|a| self.follows(a)).collect();
+            // (The followed agent's own questions too: they come from the queue alone.)
+            let root = self.below.trim_end_matches('.');
+            let waiters: Vec<String> = entry
+                .waiters
+                .iter()
+                .map(|w| w.agent.clone())
+                .filter(|a| self.follows(a) || a == root)
+                .collect();
             let Some(first) = waiters.first().cloned() else { continue };
             let shown = self.questions.get(&entry.id).copied();
             let q = &entry.asked.question;

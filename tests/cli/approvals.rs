@@ -115,7 +115,7 @@ fn a_person_says_no_with_a_reason_and_always_writes_a_rule_as_a_config_commit() 
     let answer = |id_args: &dyn Fn(&str) -> Vec<String>, message: &str| {
         let prompt = t
             .command()
-            .args(["prompt", "--mode", "ask", "--on-ask", "wait", message])
+            .args(["prompt", "--json", "--mode", "ask", "--on-ask", "wait", message])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -127,10 +127,16 @@ fn a_person_says_no_with_a_reason_and_always_writes_a_rule_as_a_config_commit() 
         t.run(&args).ok();
         let out = prompt.wait_with_output().expect("prompt");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        id
+        (id, String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    let id = answer(&|id| vec!["deny".into(), id[..6].into(), "--reason".into(), "not on Fridays".into()], "push");
+    let (id, events) = answer(&|id| vec!["deny".into(), id[..6].into(), "--reason".into(), "not on Fridays".into()], "push");
     // (An ask rule's question takes no `--always`: the allow rule would not stand.)
+    // `--json` says the question and its answer, as events of the agent that asked.
+    let lines: Vec<Value> = events.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let asked = lines.iter().find(|l| l["type"] == "asked").expect("an asked event");
+    assert_eq!((asked["question"].as_str(), asked["tool"].as_str()), (Some(id.as_str()), Some("bash")), "{asked}");
+    let answered = lines.iter().find(|l| l["type"] == "answered").expect("an answered event");
+    assert_eq!((answered["yes"].as_bool(), answered["reason"].as_str()), (Some(false), Some("not on Fridays")));
     let said = server.result_text(1);
     assert!(
         said.contains(&format!("user said no to this call (question {id}): not on Fridays; nothing ran")),
@@ -138,7 +144,7 @@ fn a_person_says_no_with_a_reason_and_always_writes_a_rule_as_a_config_commit() 
     );
 
     let before = t.git(&["rev-parse", "config/default"]);
-    let id = answer(&|id| vec!["approve".into(), id.into(), "--always".into()], "touch");
+    let (id, _) = answer(&|id| vec!["approve".into(), id.into(), "--always".into()], "touch");
     assert_ne!(t.git(&["rev-parse", "config/default"]), before, "the rule is a config commit");
     let message = t.git(&["log", "-1", "--format=%B", "config/default"]);
     assert!(message.contains("permissions.allow += bash(touch made.txt)") && message.contains(&id), "{message}");

@@ -69,6 +69,10 @@ fn the_readmes_commands_work_as_printed_in_order_on_a_fresh_machine() {
     crate::project::git(&project, &["commit", "-q", "-m", "start"]);
     let bin = t.root.join("bin");
     std::fs::create_dir_all(&bin).expect("bin");
+    // The reader's own guard, which the README's hook names: it lets everything pass.
+    std::fs::create_dir_all(t.home.join("bin")).expect("home bin");
+    std::fs::write(t.home.join("bin/guard.sh"), "#!/bin/sh\ncat > /dev/null\nexit 0\n").expect("guard");
+    Command::new("chmod").args(["+x"]).arg(t.home.join("bin/guard.sh")).status().expect("chmod");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_offshoot"), bin.join("offshoot")).expect("link");
 
     let mut cwd: PathBuf = t.root.clone();
