@@ -239,20 +239,22 @@ impl Watch {
 
     /// Shows the questions of the followed agents the queue gained (`asked`), and the
     /// answers they got (`answered`), each once.
-    fn questions(&mut self) {
+    fn questions(&mut self, first_look: bool) {
         for entry in self.queue.list() {
             // (The followed agent's own questions too: they come from the queue alone.)
             let root = self.below.trim_end_matches('.');
-            let waiters: Vec<String> = entry
-                .waiters
-                .iter()
-                .map(|w| w.agent.clone())
-                .filter(|a| self.follows(a) || a == root)
-                .collect();
+            let waiters: Vec<String> =
+                entry.waiters.iter().map(|w| w.agent.clone()).filter(|a| self.follows(a) || a == root).collect();
             let Some(first) = waiters.first().cloned() else { continue };
             let shown = self.questions.get(&entry.id).copied();
             let q = &entry.asked.question;
-            if shown.is_none() && entry.answer.is_none() {
+            // (What was answered before this follower looked first is history.)
+            if first_look && entry.answer.is_some() {
+                self.questions.insert(entry.id.clone(), true);
+                continue;
+            }
+            // (Asked and answered between two looks: both are said, in order.)
+            if shown.is_none() {
                 let record = Record::Asked {
                     question: entry.id.clone(),
                     tool: q.tool.clone(),
@@ -263,7 +265,8 @@ impl Watch {
                 };
                 self.questions.insert(entry.id.clone(), false);
                 self.show_record(&first, record);
-            } else if shown == Some(false)
+            }
+            if self.questions.get(&entry.id) == Some(&false)
                 && let Some(answer) = &entry.answer
             {
                 let record = Record::Answered {
@@ -321,7 +324,7 @@ impl Watch {
                 }
             }
         }
-        self.questions();
+        self.questions(first);
     }
 
     fn name(&mut self, agent: &str) -> String {
@@ -427,10 +430,15 @@ fn describe(record: &Record) -> Option<Described> {
         Record::AttemptFailed { error, .. } => line(format!("attempt failed: {}", first_line(error)), true),
         Record::Repaired { what } => line(what.clone(), true),
         Record::Compaction { note, .. } => line(note.clone(), true),
+        // (Whole: what is approved is what is shown; `offshoot pending` shows every field.)
         Record::Asked { question, tool, input, why, .. } => line(
             format!(
-                "waits for your yes: {tool} {} — {why}; `offshoot approve {question}` or `offshoot deny {question}`",
-                first_line(&call_gist(input))
+                "waits for your yes: {} {} — {}; `offshoot approve {question}` or `offshoot deny {question}`",
+                first_line(tool),
+                super::out::literal(
+                    &input.get("command").and_then(|c| c.as_str()).map_or_else(|| input.to_string(), str::to_owned)
+                ),
+                super::out::literal(why)
             ),
             true,
         ),

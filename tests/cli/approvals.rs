@@ -71,9 +71,10 @@ fn ten_children_asking_one_escalation_wait_on_one_question_that_outlives_a_kille
     };
     wait_for("Kid3 to note its question", || asked().is_some());
     let pid = t.driver_pid(&kid3).expect("Kid3's driver");
-    assert!(std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill").success());
-    wait_for("the driver to let go", || t.running_driver(&kid3).is_none());
+    // (Read before the kill: its parent may start the next driver at once.)
     let before = asked();
+    assert!(std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().expect("kill").success());
+    wait_for("the driver to let go", || t.running_driver(&kid3) != Some(pid));
     // (`run` drives it, or follows the driver its parent, waiting on it, started.)
     let resumed = t.command().args(["run", &kid3]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run");
     wait_for("it to ask again", || asked() > before);
@@ -129,7 +130,8 @@ fn a_person_says_no_with_a_reason_and_always_writes_a_rule_as_a_config_commit() 
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         (id, String::from_utf8_lossy(&out.stdout).into_owned())
     };
-    let (id, events) = answer(&|id| vec!["deny".into(), id[..6].into(), "--reason".into(), "not on Fridays".into()], "push");
+    let (id, events) =
+        answer(&|id| vec!["deny".into(), id[..6].into(), "--reason".into(), "not on Fridays".into()], "push");
     // (An ask rule's question takes no `--always`: the allow rule would not stand.)
     // `--json` says the question and its answer, as events of the agent that asked.
     let lines: Vec<Value> = events.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
@@ -147,7 +149,10 @@ fn a_person_says_no_with_a_reason_and_always_writes_a_rule_as_a_config_commit() 
     let (id, _) = answer(&|id| vec!["approve".into(), id.into(), "--always".into()], "touch");
     assert_ne!(t.git(&["rev-parse", "config/default"]), before, "the rule is a config commit");
     let message = t.git(&["log", "-1", "--format=%B", "config/default"]);
-    assert!(message.contains("permissions.allow += bash(touch made.txt)") && message.contains(&id), "{message}");
+    assert!(
+        message.contains("roles.worker.permissions.allow += bash(touch made.txt)") && message.contains(&id),
+        "{message}"
+    );
     let allow = t.run(&["config", "show"]);
     assert!(allow.ok().contains("bash(touch made.txt)"), "{}", allow.stdout);
     // From then on the rule answers: no question, the call runs.
@@ -223,4 +228,51 @@ fn an_agent_cannot_choose_its_own_mode_answer_its_question_or_read_the_queue() {
     assert!(!queue.join("q-1/answer.json").exists(), "{}", server.result_text(5));
     let id = t.only_agent();
     assert_eq!(t.git(&["show", &format!("agents/{id}:.offshoot/mode")]), "workspace-write\n");
+}
+
+#[test]
+fn two_trees_asking_the_same_words_ask_two_questions_and_always_names_only_exactly_the_call() {
+    let (server, t) = TestWorkspace::served("approvals-trees", Dialect::Anthropic);
+    server.push_for("One", [Turn::bash("c1", "rm -f *.o"), Turn::text("one done")]);
+    server.push_for("Two", [Turn::bash("c1", "rm -f *.o"), Turn::text("two done")]);
+    for name in ["One", "Two"] {
+        t.run(&["prompt", "--detach", "--mode", "ask", "--on-ask", "wait", "--name", name, "clean"]).ok();
+    }
+    wait_for("two questions", || pending(&t).len() == 2);
+    let questions = pending(&t);
+    assert!(questions.iter().all(|q| q["waiters"].as_array().map(Vec::len) == Some(1)), "{questions:?}");
+    // A glob in the command: a rule would name more than this call.
+    let id = questions[0]["id"].as_str().expect("id").to_owned();
+    let always = t.run(&["approve", &id, "--always"]);
+    assert_eq!(always.code, 2, "{}", always.stdout);
+    assert!(always.stderr.contains("no rule says exactly this call and nothing more"), "{}", always.stderr);
+    assert_eq!(pending(&t).len(), 2, "a refused --always answered nothing");
+    for q in pending(&t) {
+        t.run(&["deny", q["id"].as_str().expect("id")]).ok();
+    }
+    wait_for("both to finish", || t.agents().iter().all(|a| a["state"] == "done"));
+}
+
+#[test]
+fn a_write_path_holding_the_workspace_never_lets_a_tool_write_the_queue() {
+    let (server, t) = TestWorkspace::served("approvals-wide", Dialect::Anthropic);
+    t.set("roles.worker.write_paths", &format!("[\"{}\"]", t.root.display()));
+    let answer = t.ws.join("queue").join("q-1").join("answer.json");
+    server.push_turns([
+        Turn::tool("w1", "write_file", json!({"path": answer.display().to_string(), "content": "{}"})),
+        Turn::bash(
+            "b1",
+            &format!("mkdir -p {} && echo yes > {}", answer.parent().expect("dir").display(), answer.display()),
+        ),
+        Turn::text("done"),
+    ]);
+    let run = t.run(&["prompt", "--name", "Wide", "try"]);
+    run.ok();
+    assert!(
+        run.stderr.contains("which holds offshoot's own workspace: it is not writable for its tools"),
+        "{}",
+        run.stderr
+    );
+    assert!(server.result_text(1).contains("the workspace's internals"), "{}", server.result_text(1));
+    assert!(!answer.exists(), "a tool wrote the queue: {}", server.result_text(2));
 }

@@ -166,8 +166,8 @@ fn an_ask_rule_in_the_chat_shows_the_question_and_y_runs_the_command() {
     chat.type_in("make the file", true);
     chat.wait_for_screen("y: yes · n: no · a: always");
     let screen = chat.screen();
-    assert!(screen.contains("asks to run bash touch approved.txt"), "{screen}");
-    assert!(screen.contains("because the rule `Bash(touch:*)` (permissions.ask)"), "{screen}");
+    assert!(screen.contains("asks to run bash \"touch approved.txt\""), "{screen}");
+    assert!(screen.contains("because \"the rule `Bash(touch:*)` (permissions.ask)\""), "{screen}");
     let id = t.only_agent();
     assert!(!t.ws.join("agents").join(&id).join("approved.txt").exists(), "it ran before the yes");
     chat.type_in("y", false);

@@ -42,6 +42,13 @@ pub struct Policy {
     pub root: String,
 }
 
+/// The harness files of how a new root asks: its mode and its run's `--on-ask`, one word
+/// each, those given.
+pub fn run_files(mode: Option<crate::config::Mode>, on_ask: Option<OnAsk>) -> Vec<(&'static str, Vec<u8>)> {
+    let words = [(crate::agent::MODE, mode.map(|m| m.word())), (crate::agent::ON_ASK, on_ask.map(|o| o.word()))];
+    words.into_iter().filter_map(|(path, word)| Some((path, format!("{}\n", word?).into_bytes()))).collect()
+}
+
 /// What a call beyond the sandbox needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -83,15 +90,20 @@ pub struct Question {
     /// An ask rule asked it: an allow rule would not answer it (asks beat allows).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub by_rule: bool,
+    /// The top of the asker's tree: askers of one call are one question only within
+    /// one tree (the same words run elsewhere are another call).
+    #[serde(default)]
+    pub tree: String,
 }
 
 impl Question {
     /// What makes two questions the same one (ten children asking for the same thing
-    /// wait on one): the tool, its input and the escalation, not who asks or why.
+    /// wait on one): the tree, the tool, its input and the escalation, not who asks or
+    /// why.
     pub fn sameness(&self) -> String {
         let input = serde_json::to_string(&self.input).unwrap_or_default();
         let escalation = self.escalation.map_or("", Escalation::word);
-        format!("{}\n{input}\n{escalation}", self.tool)
+        format!("{}\n{}\n{input}\n{escalation}", self.tree, self.tool)
     }
 
     /// A short stable name for [`Question::sameness`], for file names.
@@ -154,10 +166,13 @@ impl Answer {
     }
 }
 
-/// The rule an `--always` yes writes for a call of `tool` with `input`: the exact
-/// command, or the exact path, as an allow rule; `None` for a tool a rule names alone.
+/// The rule an `--always` yes would write for a call of `tool` with `input`: the exact
+/// command, or the exact path, as an allow rule; `None` when no rule can say exactly
+/// that (a glob or a prefix mark in it would name more), or for a tool a rule names
+/// alone. The caller checks that the rule allows the call itself.
 pub fn rule_for(tool: &str, input: &Value) -> Option<String> {
-    let text = |k: &str| input.get(k).and_then(Value::as_str).filter(|s| !s.contains(')') && !s.contains('\n'));
+    let plain = |s: &&str| !s.contains([')', '\n', '*', '?', '[', ']', '{', '}']) && !s.ends_with(":");
+    let text = |k: &str| input.get(k).and_then(Value::as_str).filter(plain);
     let rule = match tool {
         "bash" => format!("bash({})", text("command")?),
         "write_file" | "edit_file" | "read_file" => format!("{tool}({})", text("path")?),
@@ -181,8 +196,12 @@ mod tests {
             escalation: Some(Escalation::Network),
             rule: None,
             by_rule: false,
+            tree: "t1".into(),
         };
         assert_eq!(ask("one").stem(), ask("another reason").stem());
+        assert_ne!(Question { tree: "t2".into(), ..ask("one") }.sameness(), ask("one").sameness());
+        assert_eq!(rule_for("bash", &json!({"command": "rm -f build/*.o"})), None);
+        assert_eq!(rule_for("write_file", &json!({"path": "**"})), None);
         let local = Question { escalation: None, ..ask("one") };
         assert_ne!(local.stem(), ask("one").stem());
         assert_eq!(

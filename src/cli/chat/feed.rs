@@ -236,13 +236,18 @@ impl Chat<'_> {
     fn question(&mut self, record: &Record) -> bool {
         match record {
             Record::Asked { question, tool, input, why, waiters, .. } => {
-                let gist = one_line(crate::cli::out::call_gist(input).lines().next().unwrap_or_default());
+                // Whole and escaped: what is approved is what is shown.
+                let literal = crate::cli::out::literal;
+                let gist = match input.get("command").and_then(|c| c.as_str()) {
+                    Some(command) => literal(command),
+                    None => literal(&input.to_string()),
+                };
                 let who = match waiters.as_slice() {
                     [one] => format!("`{one}`"),
                     many => format!("{} agents", many.len()),
                 };
                 self.pending.push(format!("? {who} asks to run {} {gist}", one_line(tool)));
-                self.pending.push(format!("  because {}", one_line(why)));
+                self.pending.push(format!("  because {}", literal(why)));
                 self.pending.push(format!("  y: yes · n: no · a: always   (question {question})"));
                 self.questions.push(question.clone());
                 self.bell = true;

@@ -63,7 +63,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         reasoning: reasoning.as_ref(),
         copy_ignored: &[],
         mode: None,
-        on_ask: None,
+        on_ask: Some(super::prompt::on_ask_default(args.detach)),
     };
     let id = agents::fork(&ws, &from, &spawn)?;
     progress::launch(ctx, &ws, &id, args.detach, false)

@@ -71,12 +71,24 @@ pub(crate) fn describe(e: &Entry) -> String {
         [one] => one.clone(),
         many => format!("{} agents: {}", many.len(), many.join(", ")),
     };
-    let input = match q.input.get("command").and_then(|c| c.as_str()) {
-        Some(command) => command.to_owned(),
-        None => q.input.to_string(),
+    // Whole and escaped: what is approved is what is shown, every field of it.
+    let literal = crate::cli::out::literal;
+    let input = match q.input.as_object() {
+        Some(fields) => fields
+            .iter()
+            .map(|(k, v)| format!("{k} = {}", literal(&v.as_str().map_or_else(|| v.to_string(), str::to_owned))))
+            .collect::<Vec<_>>()
+            .join(", "),
+        None => literal(&q.input.to_string()),
     };
     let escalation = q.escalation.map(|e| format!(" [{}]", e.word())).unwrap_or_default();
-    format!("{}  asked {}\n  by    {who}\n  runs  {}: {input}{escalation}\n  why   {}", e.id, e.asked.at, q.tool, q.why)
+    format!(
+        "{}  asked {}\n  by    {who}\n  runs  {}: {input}{escalation}\n  why   {}",
+        e.id,
+        e.asked.at,
+        crate::cli::progress::one_line(&q.tool, 80),
+        literal(&q.why)
+    )
 }
 
 pub(crate) fn approve(ctx: &Ctx, args: &ApproveArgs) -> Result<(), CliError> {

@@ -64,11 +64,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         on: args.on.as_deref(),
         env: &ctx.env,
         mode: args.mode,
-        on_ask: Some(args.on_ask.unwrap_or(if listening(args.detach) {
-            domain::question::OnAsk::Wait
-        } else {
-            domain::question::OnAsk::Deny
-        })),
+        on_ask: Some(args.on_ask.unwrap_or_else(|| on_ask_default(args.detach))),
     };
     // A first prompt that would be refused makes no workspace.
     let ws = match ctx.existing_workspace()? {
@@ -169,9 +165,12 @@ fn say_start(ctx: &Ctx, start: &ProjectStart, left: &[String], with_changes: boo
     }
 }
 
-/// Whether someone follows this run who can answer a question: a terminal on both
-/// ends, and the run not detached.
-fn listening(detach: bool) -> bool {
+/// What a run does when a call needs a yes, unless told: wait when someone follows it
+/// who can answer (a terminal on both ends, the run not detached), else deny at once.
+pub(crate) fn on_ask_default(detach: bool) -> domain::question::OnAsk {
     use std::io::IsTerminal;
-    !detach && std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+    match !detach && std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        true => domain::question::OnAsk::Wait,
+        false => domain::question::OnAsk::Deny,
+    }
 }

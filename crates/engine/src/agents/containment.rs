@@ -50,8 +50,12 @@ impl Site<'_> {
         }
     }
 
+    /// The role's write paths, resolved, but one that holds this workspace or the
+    /// others (a tool writing there could write the harness's internals: the queue's
+    /// answers, other agents' inboxes).
     fn write_paths(&self, role: &RoleConfig) -> Vec<PathBuf> {
-        role.write_paths.iter().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p))).collect()
+        let resolved = role.write_paths.iter().map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p)));
+        resolved.filter(|p| !holds_internals(p, self.workspace, self.others)).collect()
     }
 
     fn own_tmp(&self) -> PathBuf {
@@ -61,6 +65,12 @@ impl Site<'_> {
     fn own_steps(&self) -> PathBuf {
         self.inside(self.layout.steps(self.id))
     }
+}
+
+/// Whether a tool writing under `path` could write the internals of the workspace at
+/// `workspace`, or of the other workspaces under `others`.
+pub(crate) fn holds_internals(path: &Path, workspace: &Path, others: Option<&Path>) -> bool {
+    workspace.starts_with(path) || others.is_some_and(|o| o.starts_with(path))
 }
 
 /// What an agent's tools run with, but the jail (built by the caller, who may keep it):
@@ -193,10 +203,17 @@ pub(crate) fn path_policy(at: &Site, role: &RoleConfig, stores: &Stores) -> Path
     }
     let mut policy = PathPolicy {
         writable,
-        reserved: vec![
+        reserved: [
             Place::new(at.own.join(agent::DIR), "the harness's directory `.offshoot/`"),
             Place::new(at.own.join(".git"), "`.git`, the harness's pointer to your repository"),
-        ],
+        ]
+        .into_iter()
+        // (Never written, whatever a role's `write_paths` say.)
+        .chain(
+            ["repo.git", "project.git", "index", "inbox", "steps", "locks", "queue", "trust", "mcp", "worker"]
+                .map(|d| Place::new(ws.join(d), internals)),
+        )
+        .collect(),
         unreadable: vec![
             Place::new(ws.join("repo.git"), internals),
             Place::new(ws.join("index"), internals),
@@ -206,6 +223,7 @@ pub(crate) fn path_policy(at: &Site, role: &RoleConfig, stores: &Stores) -> Path
             Place::new(ws.join("tmp"), internals),
             // (The attention queue: no agent answers its own question.)
             Place::new(ws.join("queue"), internals),
+            Place::new(ws.join("trust"), internals),
             // (MCP servers' stderr and last starts.)
             Place::new(ws.join("mcp"), internals),
             Place::new(ws.join("gits"), "another agent's git"),
@@ -289,22 +307,32 @@ pub(crate) fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -
         let id = AgentId::parse(&id).ok()?;
         let Some(tip) = repo.branch_tip(&id.branch()).ok()? else { break };
         let above = snapshot::read_facts(repo, tip).ok()?;
-        if let Some(theirs) = config.role(&above.role) {
-            role = confinement::meet(&role, &as_run(repo, Some(tip), theirs));
+        match config.role(&above.role) {
+            Some(theirs) => role = confinement::meet(&role, &as_run(repo, Some(tip), theirs)),
+            // (A role gone from the config confines nothing more; the mode its run
+            // chose still does.)
+            None => {
+                if let Some(mode) = recorded_mode(repo, tip) {
+                    role = role.clone().in_mode(role.mode().min(mode));
+                }
+            }
         }
         parent = above.parent;
     }
     Some(role)
 }
 
+/// The mode the run of the agent whose branch stands at `tip` chose, if it chose one (one
+/// that cannot be read is the most confined).
+fn recorded_mode(repo: &Repo, tip: infra::git::CommitId) -> Option<Mode> {
+    let bytes = repo.read_file(tip, agent::MODE).ok().flatten()?;
+    Some(Mode::parse(&String::from_utf8_lossy(&bytes)).unwrap_or(Mode::ReadOnly))
+}
+
 /// `role` as the agent whose branch stands at `tip` runs it: resolved, in the mode
 /// its run chose (one that cannot be read is the most confined).
 fn as_run(repo: &Repo, tip: Option<infra::git::CommitId>, role: &RoleConfig) -> RoleConfig {
-    let chosen = tip.and_then(|tip| repo.read_file(tip, agent::MODE).ok().flatten());
-    let mode = match chosen {
-        Some(bytes) => Mode::parse(&String::from_utf8_lossy(&bytes)).unwrap_or(Mode::ReadOnly),
-        None => role.mode(),
-    };
+    let mode = tip.and_then(|tip| recorded_mode(repo, tip)).unwrap_or_else(|| role.mode());
     resolved(role).in_mode(mode)
 }
 

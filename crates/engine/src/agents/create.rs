@@ -111,9 +111,8 @@ pub fn create_root(ws: &Workspace, role: &str, lineage: &str, spawn: &Start) -> 
         _ => Vec::new(),
     };
     // How it asks, as its run chose: harness files the agent cannot change.
-    for (path, word) in [(agent::MODE, spawn.mode.map(|m| m.word())), (agent::ON_ASK, spawn.on_ask.map(|o| o.word()))] {
-        edits.extend(word.map(|w| TreeEdit::Write { path: path.into(), bytes: format!("{w}\n").into() }));
-    }
+    let chosen = domain::question::run_files(spawn.mode, spawn.on_ask);
+    edits.extend(chosen.into_iter().map(|(path, bytes)| TreeEdit::Write { path: path.into(), bytes }));
     make(
         ws,
         Plan {
@@ -158,6 +157,12 @@ pub fn fork(ws: &Workspace, from: &str, spawn: &Start) -> Result<AgentId> {
     // The fork's own git starts where the source's stood, on a branch of its own.
     let head = directory::recorded_position(ws, &source_facts, source)?.head;
     let mut edits = vec![TreeEdit::Remove { path: agent::TOOLS.into() }];
+    // A root now: it runs in its source's mode (a stricter one if asked), and asks as
+    // its own run says.
+    let mode = containment::effective_role(&ws.repo, &source_facts, &config).map(|r| r.mode());
+    let mode = [mode, spawn.mode].into_iter().flatten().min();
+    let chosen = domain::question::run_files(mode, spawn.on_ask);
+    edits.extend(chosen.into_iter().map(|(path, bytes)| TreeEdit::Write { path: path.into(), bytes }));
     // A transcript ending in calls without results is cut before those calls.
     let mut loader = Loader::default();
     let entries = loader.entries(&ws.repo, source)?;

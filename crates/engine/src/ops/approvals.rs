@@ -19,7 +19,7 @@ pub enum ApprovalError {
     Queue(#[from] QueueError),
     #[error("question `{id}` cannot be answered `--always`: {why}")]
     NoRule { id: String, why: String },
-    #[error("cannot write the rule `{rule}` into config lineage `{lineage}`")]
+    #[error("the answer is yes, but the rule `{rule}` could not be written into config lineage `{lineage}`")]
     Config {
         rule: String,
         lineage: String,
@@ -59,11 +59,17 @@ pub fn answer(
     let queue = Queue::new(&ws.layout);
     let entry = queue.entry(&id).ok_or_else(|| QueueError::Unknown(id.clone()))?;
     let now = Timestamp::now().to_string();
+    // An `--always` no rule can carry is refused before anything is answered; the
+    // answer is given (the first stands) before the rule is written, so no rule is
+    // written for a question someone else answered.
     if yes && scope == Scope::Always {
-        always(ws, &entry, &now)?;
+        carried(&entry)?;
     }
     let answer = Answer { yes, scope, by: "user".to_owned(), at: now.clone(), reason };
     let entry = queue.answer(&id, &answer)?;
+    if yes && scope == Scope::Always {
+        always(ws, &entry, &now)?;
+    }
     if yes && scope == Scope::ForTree {
         let mut roots: Vec<&str> = entry.waiters.iter().map(|w| w.root.as_str()).collect();
         roots.sort_unstable();
@@ -78,8 +84,8 @@ pub fn answer(
     Ok(entry)
 }
 
-/// Writes the allow rule of `entry` into each lineage its waiters follow.
-fn always(ws: &Workspace, entry: &Entry, now: &str) -> Result<(), ApprovalError> {
+/// The rule an `--always` yes to `entry` writes; why it cannot have one otherwise.
+fn carried(entry: &Entry) -> Result<String, ApprovalError> {
     let question = &entry.asked.question;
     let no_rule = |why: &str| ApprovalError::NoRule { id: entry.id.clone(), why: why.to_owned() };
     if question.escalation.is_some() {
@@ -93,26 +99,34 @@ fn always(ws: &Workspace, entry: &Entry, now: &str) -> Result<(), ApprovalError>
             question.why
         )));
     }
-    let rule = question.rule.clone().ok_or_else(|| no_rule("no rule can name exactly this call"))?;
-    let mut lineages: Vec<String> = entry
+    question.rule.clone().ok_or_else(|| no_rule("no rule says exactly this call and nothing more"))
+}
+
+/// Writes the allow rule of `entry` into the role of each waiter, in its lineage.
+fn always(ws: &Workspace, entry: &Entry, now: &str) -> Result<(), ApprovalError> {
+    let rule = carried(entry)?;
+    let mut places: Vec<(String, String)> = entry
         .waiters
         .iter()
         .filter_map(|w| {
             let id = AgentId::parse(&w.agent).ok()?;
             let tip = ws.repo.branch_tip(&id.branch()).ok()??;
-            Some(snapshot::read_facts(&ws.repo, tip).ok()?.lineage)
+            let facts = snapshot::read_facts(&ws.repo, tip).ok()?;
+            Some((facts.lineage, facts.role))
         })
         .collect();
-    lineages.sort_unstable();
-    lineages.dedup();
-    for lineage in lineages {
-        let message =
-            format!("permissions.allow += {rule}\n\nanswered always by user at {now}, on question {}", entry.id);
+    places.sort_unstable();
+    places.dedup();
+    for (lineage, role) in places {
+        let key = format!("roles.{role}.permissions.allow");
+        let message = format!("{key} += {rule}\n\nanswered always by user at {now}, on question {}", entry.id);
         let fail = |source: Cause| ApprovalError::Config { rule: rule.clone(), lineage: lineage.clone(), source };
         ws.edit_config_keys(&lineage, &message, &|before: &str| {
             let config = toml::from_str::<toml::Table>(before).unwrap_or_default();
             let mut allow: Vec<String> = config
-                .get("permissions")
+                .get("roles")
+                .and_then(|r| r.get(&role))
+                .and_then(|r| r.get("permissions"))
                 .and_then(|p| p.get("allow"))
                 .and_then(|a| a.as_array())
                 .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
@@ -121,10 +135,10 @@ fn always(ws: &Workspace, entry: &Entry, now: &str) -> Result<(), ApprovalError>
                 allow.push(rule.clone());
             }
             let value = toml::Value::Array(allow.into_iter().map(toml::Value::String).collect()).to_string();
-            crate::store::workspace::set_key(before, "permissions.allow", &value).map_err(|reason| {
+            crate::store::workspace::set_key(before, &key, &value).map_err(|reason| {
                 crate::store::workspace::WorkspaceError::ConfigKey {
                     verb: "set",
-                    key: "permissions.allow".into(),
+                    key: key.clone(),
                     reason: reason.into(),
                 }
             })

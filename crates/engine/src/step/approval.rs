@@ -125,7 +125,11 @@ fn wait(
     note: &mut dyn FnMut(&str, Value),
 ) -> Settled {
     let Some(agent) = cx.agent else { return Settled::No(nobody(question)) };
-    let id = match queue.ask(question, waiter) {
+    // (Noted before it is asked: a driver killed in between runs the call again, and
+    // it finds its place.)
+    note("asking.json", json!({}));
+    let ask = || queue.ask(question, waiter);
+    let mut id = match ask() {
         Ok(id) => id,
         Err(e) => return Settled::No(format!("{}; the question could not be asked ({e}): refused", question.why)),
     };
@@ -149,6 +153,13 @@ fn wait(
                 Answer { yes: true, by, .. } => Settled::Yes(format!("{by} (question {id})")),
                 no => Settled::No(no.refusal(&id)),
             };
+        }
+        // (Withdrawn by its last other waiter as this one joined: asked again.)
+        if !queue.exists(&id)
+            && let Ok(again) = ask()
+        {
+            id = again;
+            note("question.json", json!({"id": id}));
         }
         if let Some(reason) = interrupt.reason() {
             queue.withdraw(&id, waiter);

@@ -42,12 +42,9 @@ pub(crate) fn pass(
     }
     let mut refusal = decision.as_ref().and_then(refusal);
     let mut asking = decision.as_ref().filter(|d| d.verdict == permissions::Verdict::Ask).map(|d| Question {
-        tool: name.to_owned(),
-        input: input.clone(),
         why: format!("the rule `{}` ({})", d.rule, d.key),
-        escalation: None,
-        rule: question::rule_for(name, input),
-        by_rule: d.key.starts_with("permissions.") || d.key.starts_with("roles."),
+        by_rule: d.key.contains("permissions."),
+        ..ask_about(cx, name, input)
     });
     // Then the user's hooks (`PreToolUse`), for a call that could run at all: one that
     // blocks or fails refuses it; one that asks asks; one that allows answers a rule's
@@ -69,7 +66,7 @@ pub(crate) fn pass(
                 ask.command,
                 if ask.said.is_empty() { String::new() } else { format!(" ({})", ask.said) }
             );
-            asking = Some(Question { why, ..ask_about(name, input) });
+            asking = Some(Question { why, ..ask_about(cx, name, input) });
         } else if heard.iter().any(|r| r.outcome == hooks::Outcome::Allow) {
             asking = None;
         }
@@ -83,10 +80,11 @@ pub(crate) fn pass(
             Some(q) => format!("{}, and {why}", q.why),
             None => why,
         };
-        asking = Some(Question { why, escalation: Some(wanted), rule: None, ..ask_about(name, input) });
+        asking = Some(Question { why, escalation: Some(wanted), rule: None, ..ask_about(cx, name, input) });
     }
     let (mut lent, mut yes_from) = (None, None);
-    if let Some(question) = asking.filter(|_| refusal.is_none()) {
+    // (A call no tool would run is refused as such, never put to a person.)
+    if let Some(question) = asking.filter(|_| refusal.is_none() && could_run) {
         let permission_hooks = || hooks.run("PermissionRequest", json!({}));
         let notify = |message: &str| {
             let extra = json!({"message": message, "notification_type": "permission_prompt"});
@@ -157,15 +155,26 @@ fn refusal(decision: &permissions::Decision) -> Option<String> {
     }
 }
 
-/// A question about a call of `name` with `input`, its reason yet to say.
-fn ask_about(name: &str, input: &Value) -> Question {
+/// A question about a call of `name` with `input` in `cx`'s tree, its reason yet to
+/// say; with the rule an `--always` would write only when that rule allows exactly
+/// this call.
+fn ask_about(cx: &ToolContext, name: &str, input: &Value) -> Question {
+    let rule = question::rule_for(name, input).filter(|rule| {
+        let only = permissions::Permissions { allow: vec![rule.clone()], ..Default::default() };
+        let (root, cwd) = (cx.env.root.to_string_lossy(), cx.env.cwd.to_string_lossy());
+        let home = cx.agent.and_then(|a| a.runtime.env().get("HOME"));
+        let place = permissions::Place { root: &root, cwd: &cwd, home };
+        let decided = permissions::decide(&[("always", &only)], name, input, &place);
+        decided.is_some_and(|d| d.verdict == permissions::Verdict::Allow)
+    });
     Question {
         tool: name.to_owned(),
         input: input.clone(),
         why: String::new(),
         escalation: None,
-        rule: question::rule_for(name, input),
+        rule,
         by_rule: false,
+        tree: cx.agent.and_then(|a| a.policy).map(|p| p.root.clone()).unwrap_or_default(),
     }
 }
 
@@ -179,23 +188,24 @@ fn decided(cx: &ToolContext, name: &str, input: &Value) -> Option<permissions::D
     let (root, cwd) = (cx.env.root.to_string_lossy(), cx.env.cwd.to_string_lossy());
     let place = permissions::Place { root: &root, cwd: &cwd, home: agent.runtime.env().get("HOME") };
     let ruled = permissions::decide(&sets, name, input, &place);
-    let mode = agent.policy.map(|p| p.mode)?;
+    let Some(mode) = agent.policy.map(|p| p.mode) else { return ruled };
+    // What writes: a file tool that does, a command, an MCP tool not marked read-only.
     let tool = grant::tool(name);
+    let mcp = agent.mcp.filter(|m| m.offers(name).is_some());
+    let writes = tool.is_some_and(|t| t.writes) || mcp.is_some_and(|m| !m.read_only(name));
     let by_mode = |verdict| permissions::Decision {
         verdict,
         rule: format!("mode = \"{}\"", mode.word()),
         key: "the agent's permission mode".to_owned(),
     };
     match (mode, &ruled) {
+        // (Commands run read-only in their sandbox: `bash` itself may run.)
         (Mode::ReadOnly, _)
-            if tool.is_some_and(|t| t.writes && t.name != "bash")
-                && ruled.as_ref().is_none_or(|d| d.verdict != permissions::Verdict::Deny) =>
+            if writes && name != "bash" && ruled.as_ref().is_none_or(|d| d.verdict != permissions::Verdict::Deny) =>
         {
             Some(by_mode(permissions::Verdict::Deny))
         }
-        (Mode::Ask, None) if tool.is_some_and(|t| t.writes) || agent.mcp.is_some_and(|m| m.writes(name)) => {
-            Some(by_mode(permissions::Verdict::Ask))
-        }
+        (Mode::Ask, None) if writes => Some(by_mode(permissions::Verdict::Ask)),
         _ => ruled,
     }
 }
@@ -238,13 +248,10 @@ fn hook_refusal(ran: &hooks::Ran) -> Option<String> {
     let hooks::Ran { command, outcome, said, .. } = ran;
     match outcome {
         hooks::Outcome::Block => Some(format!("refused by the hook `{command}`: {said}; nothing ran")),
-        hooks::Outcome::Ask => Some(format!(
-            "the hook `{command}` asks for a person's yes first ({said}), and no one is here to answer: refused; nothing ran"
-        )),
         hooks::Outcome::Failed => {
             Some(format!("the hook `{command}` failed ({said}), and a failed guard refuses: nothing ran"))
         }
-        hooks::Outcome::Pass | hooks::Outcome::Allow => None,
+        hooks::Outcome::Pass | hooks::Outcome::Allow | hooks::Outcome::Ask => None,
     }
 }
 

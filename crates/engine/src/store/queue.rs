@@ -90,7 +90,9 @@ impl Queue {
                     Err(e) => return Err(e),
                 }
             }
-            let n = entries.iter().filter_map(|e| e.id.rsplit_once('-')?.1.parse::<u32>().ok()).max().unwrap_or(0) + 1;
+            // (Numbered over every question of the stem: two different ones may share it.)
+            let taken = self.list().into_iter().filter(|e| e.id.starts_with(&format!("{stem}-")));
+            let n = taken.filter_map(|e| e.id.rsplit_once('-')?.1.parse::<u32>().ok()).max().unwrap_or(0) + 1;
             let id = format!("{stem}-{n}");
             let made = self.dir.join(format!(".new-{}", crate::random_u32()));
             let asked = Asked { question: question.clone(), at: Timestamp::now().to_string() };
@@ -125,6 +127,11 @@ impl Queue {
             .into_iter()
             .filter(|e| e.id.starts_with(&format!("{stem}-")) && e.asked.question.sameness() == sameness)
             .collect()
+    }
+
+    /// Whether question `id` is in the queue (a question withdrawn is not).
+    pub fn exists(&self, id: &str) -> bool {
+        self.dir.join(id).join(QUESTION).exists()
     }
 
     /// The answer to question `id`, once there is one.
@@ -270,6 +277,7 @@ mod tests {
             escalation: Some(domain::question::Escalation::Network),
             rule: None,
             by_rule: false,
+            tree: "r".into(),
         };
         let ids: Vec<String> = (0..10).map(|i| queue.ask(&q, &waiter(&format!("a{i}"))).expect("asks")).collect();
         assert!(ids.iter().all(|id| *id == ids[0]), "{ids:?}");

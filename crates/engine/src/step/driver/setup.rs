@@ -119,6 +119,15 @@ impl Driver<'_> {
         let Some(role) = containment::effective_role(&self.ws.repo, &self.facts, &config) else {
             return Ok(said);
         };
+        let others = self.runtime.workspaces().and_then(|w| std::fs::canonicalize(w).ok());
+        for path in &role.write_paths {
+            if containment::holds_internals(std::path::Path::new(path), &self.real_workspace, others.as_deref()) {
+                said.push(format!(
+                    "role `{}` may write `{path}` (`write_paths`), which holds offshoot's own workspace: it is not writable for its tools; name narrower paths",
+                    self.facts.role
+                ));
+            }
+        }
         if !role.tools.iter().any(|t| t == "bash") {
             return Ok(said);
         }

@@ -71,8 +71,9 @@ impl Driver<'_> {
         steps.reverse();
         steps.iter().take(3).any(|step| {
             crate::store::step_record::StepRecord::open(&self.ws.layout, &self.id, *step).is_some_and(|at| {
-                at.read(&format!("tools/{record}/question.json")).is_some()
-                    && at.read(&format!("tools/{record}/answer.json")).is_none()
+                let asked =
+                    ["question.json", "asking.json"].iter().any(|f| at.read(&format!("tools/{record}/{f}")).is_some());
+                asked && at.read(&format!("tools/{record}/answer.json")).is_none()
             })
         })
     }
