@@ -102,6 +102,10 @@ pub(crate) struct ChatArgs {
     /// along (`/with-changes` in the chat)
     #[arg(long)]
     pub(crate) with_changes: bool,
+    /// The permission mode a new agent runs in, in place of its role's: read-only, ask,
+    /// workspace-write or full
+    #[arg(long, value_parser = crate::cli::input::mode)]
+    pub(crate) mode: Option<domain::config::Mode>,
 }
 
 /// Runs the parsed command line; returns the exit code.
@@ -115,14 +119,14 @@ pub(crate) fn run(cli: Cli) -> i32 {
         // No verb: the chat on a terminal, else the help (as for a script).
         if chat::possible() && !ctx.out.json {
             let latest = if cli.resume { chat::latest_root(&ctx) } else { Ok(None) };
-            let result = latest.and_then(|agent| chat::run(&ctx, agent.as_deref(), None, false));
+            let result = latest.and_then(|agent| chat::run(&ctx, agent.as_deref(), None, false, None));
             return finish(&ctx, result, false);
         }
         let _ = <Cli as clap::CommandFactory>::command().print_help();
         return 2;
     };
     let result = match verb {
-        Verb::Chat(args) => chat::run(&ctx, args.agent.as_deref(), args.model.clone(), args.with_changes),
+        Verb::Chat(args) => chat::run(&ctx, args.agent.as_deref(), args.model.clone(), args.with_changes, args.mode),
         Verb::New(args) => verbs::new::run(&ctx, args),
         Verb::Prompt(args) => verbs::prompt::run(&ctx, args),
         Verb::Send(args) => verbs::send::run(&ctx, args),

@@ -34,10 +34,13 @@ pub(crate) fn printable(text: &str) -> Cow<'_, str> {
 pub(crate) fn literal(text: &str) -> String {
     let quoted = serde_json::to_string(text).unwrap_or_default();
     let hides = |c: char| {
-        matches!(c, '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+        matches!(c, '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
             | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
     };
-    quoted.chars().map(|c| if hides(c) { format!("\\u{{{:04x}}}", c as u32) } else { c.to_string() }).collect()
+    quoted
+        .chars()
+        .map(|c| if hides(c) || c.is_control() { format!("\\u{{{:04x}}}", c as u32) } else { c.to_string() })
+        .collect()
 }
 
 pub(crate) struct Out {

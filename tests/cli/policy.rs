@@ -158,7 +158,7 @@ fn a_hook_that_cannot_run_or_an_event_that_is_none_is_refused_at_config_set() {
     std::fs::write(shared.join("guard.sh"), "#!/bin/sh\nexit 0\n").expect("guard");
     t.set("roles.worker.write_paths", &format!("[\"{}\"]", shared.display()));
     let before = t.git(&["rev-parse", "config/default"]);
-    let value = format!("[{{ command = \"{}\" }}]", shared.join("guard.sh").display());
+    let value = format!("[{{ command = \"sh {}\" }}]", shared.join("guard.sh").display());
     let run = t.run(&["config", "set", "hooks.PreToolUse", &value]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("which role `worker` may write (`write_paths`)"), "{}", run.stderr);
@@ -280,7 +280,12 @@ fn a_projects_claude_code_hook_runs_only_once_trusted_and_not_after_it_changes()
     );
     let listed = t.run(&["config", "trust"]);
     assert!(listed.ok().contains(".claude/settings.json  not trusted: does not run"), "{}", listed.stdout);
-    assert!(listed.stdout.contains("runs: .claude/hooks/mark.sh"), "{}", listed.stdout);
+    assert!(listed.stdout.contains("runs: \".claude/hooks/mark.sh\""), "{}", listed.stdout);
+    assert!(
+        listed.stdout.contains("hook PostToolUse: \"\\\"$CLAUDE_PROJECT_DIR\\\"/.claude/hooks/mark.sh\""),
+        "{}",
+        listed.stdout
+    );
     t.run(&["config", "trust", "--accept"]).ok();
     runs(2);
     assert_eq!(ran(), 1, "the trusted hook runs");

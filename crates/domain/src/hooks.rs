@@ -26,6 +26,10 @@ pub const EVENTS: [&str; 12] = [
     "SessionEnd",
 ];
 
+/// The sender of a message a hook left for an agent (a `Stop` hook's reason to go on):
+/// the harness's own words, never an agent to answer.
+pub const SENDER: &str = "hook";
+
 /// How long a hook may run unless its config says (Claude Code's default).
 pub const DEFAULT_TIMEOUT_SECS: u64 = 60;
 
@@ -167,6 +171,15 @@ pub fn check(hooks: &Hooks) -> Option<(String, String)> {
 /// config is committed.
 pub fn program(command: &str) -> Option<&str> {
     command.split_whitespace().next()
+}
+
+/// The commands of `event`'s hooks, in order.
+pub fn commands_of<'a>(hooks: &'a Hooks, event: &str) -> Vec<&'a str> {
+    let groups = hooks.get(event).map(Vec::as_slice).unwrap_or_default();
+    groups
+        .iter()
+        .flat_map(|g| g.command.iter().map(String::as_str).chain(g.hooks.iter().map(|h| h.command.as_str())))
+        .collect()
 }
 
 /// Every command of `hooks`.

@@ -193,6 +193,9 @@ fn names(rule: &Rule, tool: &str, input: &Value, verdict: Verdict, place: &Place
     let Some(pattern) = &rule.pattern else { return true };
     let text = |field: &str| input.get(field).and_then(Value::as_str).unwrap_or_default().to_owned();
     let targets: Vec<String> = match tool {
+        // (An allow names a command only as it is written: a disguise — an assignment,
+        // a wrapper, a program's path — is not what the allow said.)
+        "bash" if verdict == Verdict::Allow => written_parts(&text("command")),
         "bash" => command_parts(&text("command")),
         "apply_patch" => patch_paths(&text("patch")),
         "grep" | "glob" if text("path").is_empty() => vec![".".to_owned()],
@@ -211,13 +214,34 @@ fn names(rule: &Rule, tool: &str, input: &Value, verdict: Verdict, place: &Place
     }
 }
 
+/// Whether the rules read `command` exactly as it is written: one simple command, its
+/// program named without a path, nothing (quotes, assignments, wrappers, keywords) left
+/// out — so a rule naming it names nothing else.
+pub fn plain_command(command: &str) -> bool {
+    let words = command.split_whitespace().collect::<Vec<_>>().join(" ");
+    let parts = command_parts(command);
+    parts.len() == 1 && parts[0] == words && !words.split(' ').next().is_some_and(|p| p.contains('/'))
+}
+
 /// A command line's simple commands, each as the command it runs.
 fn command_parts(command: &str) -> Vec<String> {
+    split_parts(command).iter().map(|p| run_by(p)).filter(|p| !p.is_empty()).collect()
+}
+
+/// A command line's simple commands as written (blanks made single spaces), but those
+/// that are only keywords (`then`, `fi`, `done`).
+fn written_parts(command: &str) -> Vec<String> {
+    let words = |p: &String| p.split_whitespace().collect::<Vec<_>>().join(" ");
+    split_parts(command).iter().filter(|p| !run_by(p).is_empty()).map(words).collect()
+}
+
+/// A command line cut at its separators.
+fn split_parts(command: &str) -> Vec<String> {
     let mut parts = vec![command.replace("\\\n", "")];
     for separator in ["&&", "||", ";", "|", "&", "\n", "$(", "`", "(", ")", "{", "}"] {
         parts = parts.iter().flat_map(|p| p.split(separator).map(str::to_owned).collect::<Vec<_>>()).collect();
     }
-    parts.iter().map(|p| run_by(p)).filter(|p| !p.is_empty()).collect()
+    parts
 }
 
 /// The command a simple command runs: its words without quotes or escapes, leading
@@ -387,6 +411,12 @@ mod tests {
         }
         let allow = rules(&["bash(ls:*)"], &[], &[]);
         assert_eq!(verdict(&allow, "bash", json!({"command": "ls -la; rm -rf x"})), None, "every part must be allowed");
+        // An allow names a command as written: a disguise is not what it said.
+        let exact = rules(&["bash(make test)"], &[], &[]);
+        assert_eq!(verdict(&exact, "bash", json!({"command": "make  test"})), Some(Verdict::Allow));
+        for disguised in ["LD_PRELOAD=./x.so make test", "env PATH=. make test", "./make test", "/tmp/x/make test"] {
+            assert_eq!(verdict(&exact, "bash", json!({"command": disguised})), None, "{disguised}");
+        }
         let broken = Permissions { deny: vec!["Bash(".into()], ..Permissions::default() };
         assert_eq!(
             verdict(&broken, "read_file", json!({"path": "a"})),

@@ -174,7 +174,7 @@ pub fn rule_for(tool: &str, input: &Value) -> Option<String> {
     let plain = |s: &&str| !s.contains([')', '\n', '*', '?', '[', ']', '{', '}']) && !s.ends_with(":");
     let text = |k: &str| input.get(k).and_then(Value::as_str).filter(plain);
     let rule = match tool {
-        "bash" => format!("bash({})", text("command")?),
+        "bash" => format!("bash({})", text("command").filter(|c| crate::permissions::plain_command(c))?),
         "write_file" | "edit_file" | "read_file" => format!("{tool}({})", text("path")?),
         "apply_patch" | "grep" | "glob" => return None,
         _ => tool.to_owned(),
@@ -201,6 +201,17 @@ mod tests {
         assert_eq!(ask("one").stem(), ask("another reason").stem());
         assert_ne!(Question { tree: "t2".into(), ..ask("one") }.sameness(), ask("one").sameness());
         assert_eq!(rule_for("bash", &json!({"command": "rm -f build/*.o"})), None);
+        for wider in [
+            "FOO=1 make test",
+            "env make test",
+            "./make test",
+            "/usr/bin/make",
+            "make && cargo test",
+            "git commit -m \"x\"",
+        ] {
+            assert_eq!(rule_for("bash", &json!({"command": wider})), None, "{wider}");
+        }
+        assert_eq!(rule_for("bash", &json!({"command": "make test"})).as_deref(), Some("bash(make test)"));
         assert_eq!(rule_for("write_file", &json!({"path": "**"})), None);
         let local = Question { escalation: None, ..ask("one") };
         assert_ne!(local.stem(), ask("one").stem());

@@ -40,7 +40,10 @@ pub fn reply(entries: &[Entry], me: &str, parent: Option<&str>) -> Reply {
         return Reply::Nobody;
     }
     let prompter = before.iter().rev().find_map(|e| match e {
-        Entry::Message { sender, text, .. } if sender != me && !(is_child(me, sender) && is_result(text)) => {
+        // (A hook's message sent it back to work: the one to answer is who asked before.)
+        Entry::Message { sender, text, .. }
+            if sender != me && sender != crate::hooks::SENDER && !(is_child(me, sender) && is_result(text)) =>
+        {
             Some(sender.as_str())
         }
         _ => None,

@@ -49,11 +49,13 @@ pub fn read(path: &str, bytes: &[u8]) -> Result<Carried, String> {
     let text = std::str::from_utf8(bytes).map_err(|_| format!("{path} is not UTF-8"))?;
     let carried = if path.ends_with(".json") {
         let s: Settings = serde_json::from_str(text).map_err(|e| format!("{path} does not read: {e}"))?;
-        let p = s.permissions.map_or_else(Permissions::default, |p| Permissions {
-            allow: p.allow,
-            ask: p.ask,
-            deny: p.deny,
-        });
+        let p = match s.permissions {
+            None => Permissions::default(),
+            Some(p) => {
+                let read = |list: Vec<String>| list.iter().map(|r| claude_rule(path, r)).collect::<Result<Vec<_>, _>>();
+                Permissions { allow: read(p.allow)?, ask: read(p.ask)?, deny: read(p.deny)? }
+            }
+        };
         Carried { hooks: s.hooks, permissions: p }
     } else {
         // (The TOML form: only `[hooks]` and `[permissions]` are read.)
@@ -73,6 +75,30 @@ pub fn read(path: &str, bytes: &[u8]) -> Result<Carried, String> {
         return Err(format!("{path}: `permissions.{key}`: {problem}"));
     }
     Ok(carried)
+}
+
+/// A rule of Claude Code's settings as offshoot reads the same thing: a file pattern
+/// without a `/` matches at any depth there (gitignore's way), so it is `**/…` here; one
+/// starting with a single `/` is relative to the settings file there, which offshoot
+/// cannot say, so it is refused rather than read as an absolute path.
+fn claude_rule(path: &str, text: &str) -> Result<String, String> {
+    let rule = permissions::parse(text).map_err(|e| format!("{path}: {e}"))?;
+    let Some(pattern) = text.trim().strip_suffix(')').and_then(|t| t.split_once('(')).map(|(_, p)| p.trim()) else {
+        return Ok(text.trim().to_owned());
+    };
+    if rule.tool == "bash" {
+        return Ok(text.trim().to_owned());
+    }
+    let name = &text.trim()[..text.trim().len() - pattern.len() - 2];
+    if pattern.starts_with('/') && !pattern.starts_with("//") {
+        return Err(format!(
+            "{path}: `{text}` starts its path with one `/`, which Claude Code reads from the settings file: write `//…` for an absolute path, or `./…` for one in the agent's directory"
+        ));
+    }
+    if !pattern.contains('/') && !pattern.starts_with('~') {
+        return Ok(format!("{name}(**/{pattern})"));
+    }
+    Ok(text.trim().to_owned())
 }
 
 /// The files inside the checkout at `root` that the hooks' commands name (by an absolute
@@ -118,6 +144,13 @@ mod tests {
         }"#;
         let carried = read(".claude/settings.json", json).expect("reads");
         assert_eq!(carried.permissions.deny, vec!["Read(./.env)".to_owned()]);
+        let any_depth = read(".claude/settings.json", br#"{"permissions": {"deny": ["Read(.env)", "Bash(rm:*)"]}}"#);
+        assert_eq!(
+            any_depth.expect("reads").permissions.deny,
+            vec!["Read(**/.env)".to_owned(), "Bash(rm:*)".to_owned()]
+        );
+        let rooted = read(".claude/settings.json", br#"{"permissions": {"deny": ["Read(/secrets/**)"]}}"#);
+        assert!(rooted.expect_err("refused").contains("reads from the settings file"));
         assert_eq!(carried.hooks["PreToolUse"].len(), 1);
         assert_eq!(named_files(&carried.hooks, "/home/u/p"), vec![".claude/hooks/guard.sh".to_owned()]);
         let toml = b"[permissions]\ndeny = [\"Bash(git push:*)\"]\n[[hooks.Stop]]\ncommand = \"/bin/true\"\n[roles.x]\nmodel = \"m\"\n";

@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// `text` on one line: its breaks and runs of blanks made single spaces.
+pub(super) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// Characters of the line being streamed kept for the activity row (its end is shown).
 pub(super) const STREAM_TAIL: usize = 400;
 

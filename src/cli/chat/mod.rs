@@ -44,6 +44,7 @@ use infra::time::Timestamp;
 
 use super::follow::{Follower, View};
 use super::{CliError, Ctx};
+use feed::one_line;
 use pane::{Agent, State, Tree};
 use stops::RECHECK;
 use view::rows_of;
@@ -91,7 +92,13 @@ pub(crate) fn latest_root(ctx: &Ctx) -> Result<Option<String>, CliError> {
 
 /// Opens the chat, with `agent` (an id or name) if given, else a new one at the first
 /// message.
-pub(crate) fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>, with_changes: bool) -> Result<(), CliError> {
+pub(crate) fn run(
+    ctx: &Ctx,
+    agent: Option<&str>,
+    model: Option<String>,
+    with_changes: bool,
+    mode: Option<domain::config::Mode>,
+) -> Result<(), CliError> {
     // An agent the workers of a remote drive takes no message here (it would wait in an
     // inbox no driver here reads).
     if let Some(agent) = agent {
@@ -122,6 +129,7 @@ pub(crate) fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>, with_ch
         let _ = signals.send(Input::Signal(signal));
     });
     let mut chat = Chat::new(ctx, &ws, &rt, tx.clone());
+    chat.mode = mode;
     chat.model = model;
     chat.with_changes = with_changes;
     if let Some(id) = id {
@@ -135,11 +143,6 @@ pub(crate) fn run(ctx: &Ctx, agent: Option<&str>, model: Option<String>, with_ch
         std::process::exit(128 + signal);
     }
     result
-}
-
-/// `text` on one line: its breaks and runs of blanks made single spaces.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Terminal input, as it comes, into the chat's channel. It waits in short polls, never
@@ -224,6 +227,8 @@ struct Chat<'a> {
     bell: bool,
     /// Questions of the tree waiting for the user's y/n/a, oldest first.
     questions: Vec<String>,
+    /// `--mode`: the permission mode of the agents it makes.
+    mode: Option<domain::config::Mode>,
     /// The goal of an agent this chat just made, until its first call is answered: if
     /// that call fails, the agent is removed again (as `prompt` does) and the goal
     /// comes back into the input.
@@ -271,6 +276,7 @@ impl<'a> Chat<'a> {
             model: None,
             bell: false,
             questions: Vec::new(),
+            mode: None,
             fresh_goal: None,
             stop_said: false,
             with_changes: false,
@@ -655,7 +661,7 @@ impl<'a> Chat<'a> {
             model: None,
             reasoning: None,
             copy_ignored: &[],
-            mode: None,
+            mode: self.mode,
             // The chat listens: a question waits for its y/n/a.
             on_ask: Some(domain::question::OnAsk::Wait),
         }

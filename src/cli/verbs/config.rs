@@ -340,18 +340,23 @@ fn trust(ctx: &Ctx, ws: &engine::store::workspace::Workspace, accept: bool) -> R
         match &file.carried {
             Err(problem) => ctx.out.line(&format!("  does not read: {problem}")),
             Ok(c) => {
-                let hooks: Vec<String> = c.hooks.iter().map(|(e, g)| format!("{e} ({})", g.len())).collect();
-                if !hooks.is_empty() {
-                    ctx.out.line(&format!("  hooks: {}", hooks.join(", ")));
+                // Every command and rule whole and escaped: what is trusted is what is shown.
+                let literal = crate::cli::out::literal;
+                for (event, commands) in c.hooks.keys().map(|e| (e, domain::hooks::commands_of(&c.hooks, e))) {
+                    for command in commands {
+                        ctx.out.line(&format!("  hook {event}: {}", literal(command)));
+                    }
                 }
                 let p = &c.permissions;
                 for (word, list) in [("deny", &p.deny), ("ask", &p.ask), ("allow", &p.allow)] {
                     if !list.is_empty() {
-                        ctx.out.line(&format!("  {word}: {}", list.join(", ")));
+                        let rules: Vec<String> = list.iter().map(|r| literal(r)).collect();
+                        ctx.out.line(&format!("  {word}: {}", rules.join(", ")));
                     }
                 }
                 if !file.named.is_empty() {
-                    ctx.out.line(&format!("  runs: {}", file.named.join(", ")));
+                    let named: Vec<String> = file.named.iter().map(|n| crate::cli::out::literal(n)).collect();
+                    ctx.out.line(&format!("  runs: {}", named.join(", ")));
                 }
             }
         }

@@ -594,13 +594,20 @@ impl Config {
                 // (A relative path would be looked for where the hook runs: a guard is
                 // named where it is.)
                 let relative = program.contains('/') && !program.starts_with('/') && !program.starts_with("~/");
-                // (A program where an agent may write is the agent's to rewrite.)
-                let writable = self.roles.iter().find_map(|(name, r)| {
-                    r.write_paths.iter().find(|w| std::path::Path::new(program).starts_with(w)).map(|w| (name, w))
+                // (A program, or a script it is handed, where an agent may write is the
+                // agent's to rewrite.)
+                let paths = command.split_whitespace().map(|w| w.trim_matches(|c| c == '"' || c == '\''));
+                let writable = paths.filter(|w| w.starts_with('/')).find_map(|word| {
+                    self.roles.iter().find_map(|(name, r)| {
+                        r.write_paths
+                            .iter()
+                            .find(|w| std::path::Path::new(word).starts_with(w))
+                            .map(|w| (name, w, word))
+                    })
                 });
-                if let Some((role, path)) = writable {
+                if let Some((role, path, word)) = writable {
                     let rule = format!(
-                        "the hook command `{command}` runs `{program}`, inside `{path}`, which role `{role}` may write (`write_paths`): an agent could rewrite it; keep hook programs where no agent writes"
+                        "the hook command `{command}` runs `{word}`, inside `{path}`, which role `{role}` may write (`write_paths`): an agent could rewrite it; keep hook programs where no agent writes"
                     );
                     let key = format!("hooks.{event}");
                     return Err(ConfigError { file: FILE.into(), line: validate::line_of(text, &key), rule, key });

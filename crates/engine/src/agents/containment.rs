@@ -67,10 +67,13 @@ impl Site<'_> {
     }
 }
 
-/// Whether a tool writing under `path` could write the internals of the workspace at
-/// `workspace`, or of the other workspaces under `others`.
+/// Whether a tool writing under `path` (resolved) could write the internals of the
+/// workspace at `workspace`, or of the other workspaces under `others`: it holds one,
+/// or lies inside one.
 pub(crate) fn holds_internals(path: &Path, workspace: &Path, others: Option<&Path>) -> bool {
-    workspace.starts_with(path) || others.is_some_and(|o| o.starts_with(path))
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+    let either = |w: &Path| w.starts_with(&path) || path.starts_with(w);
+    either(workspace) || others.is_some_and(either)
 }
 
 /// What an agent's tools run with, but the jail (built by the caller, who may keep it):

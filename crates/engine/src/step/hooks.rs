@@ -90,7 +90,8 @@ pub(crate) fn run(
     let mut said = Vec::new();
     for hook in planned {
         let ran = one(event, &hook, stdin.as_bytes(), who);
-        let stop = matches!(ran.outcome, Outcome::Block | Outcome::Ask);
+        // (Every hook runs until one blocks: a deny after an ask still wins.)
+        let stop = ran.outcome == Outcome::Block;
         said.push(ran);
         if stop {
             break;

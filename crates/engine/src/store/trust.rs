@@ -57,11 +57,22 @@ fn project_file(ws: &Workspace, root: &Path, path: &str) -> Option<ProjectFile> 
     let carried = trust::read(path, &bytes);
     let root_text = root.display().to_string();
     let named = carried.as_ref().map(|c| trust::named_files(&c.hooks, &root_text)).unwrap_or_default();
-    // The digest covers the file and, by path, every file its hooks name.
-    let mut all = bytes;
-    for file in &named {
-        all.extend_from_slice(format!("\0{file}\0").as_bytes());
-        all.extend(std::fs::read(root.join(file)).unwrap_or_default());
+    // The digest covers the file, everything beside and below it (`.claude/hooks/…`,
+    // whatever a hook runs from there, however its command names it) and every other
+    // file of the checkout its hooks name, each by path and length.
+    let dir = Path::new(path).parent().map(Path::to_owned).unwrap_or_default();
+    let mut covered = vec![path.to_owned()];
+    covered.extend(files_below(root, &dir));
+    covered.extend(named.iter().cloned());
+    covered.sort();
+    covered.dedup();
+    let mut all = Vec::new();
+    for file in &covered {
+        let at = root.join(file);
+        let link = std::fs::read_link(&at).map(|t| t.display().to_string()).unwrap_or_default();
+        let content = std::fs::read(&at).unwrap_or_default();
+        all.extend(format!("{}:{file}\0{}:{link}\0{}:", file.len(), link.len(), content.len()).as_bytes());
+        all.extend(content);
     }
     let digest = infra::git::blob_id(&all).map(|id| id.to_string()).unwrap_or_default();
     let kept: Option<Record> = std::fs::read(record_path(ws, path)).ok().and_then(|b| serde_json::from_slice(&b).ok());
@@ -71,6 +82,28 @@ fn project_file(ws: &Workspace, root: &Path, path: &str) -> Option<ProjectFile> 
         None => Standing::New,
     };
     Some(ProjectFile { path: path.to_owned(), digest, named, standing, carried })
+}
+
+/// The files below `dir` of the checkout at `root` (links as links), by path, at most a
+/// few thousand.
+fn files_below(root: &Path, dir: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(at) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(root.join(&at)) else { continue };
+        for entry in entries.flatten() {
+            let rel = at.join(entry.file_name());
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => todo.push(rel),
+                Ok(_) => found.push(rel.display().to_string()),
+                Err(_) => {}
+            }
+            if found.len() > 5000 {
+                return found;
+            }
+        }
+    }
+    found
 }
 
 fn record_path(ws: &Workspace, path: &str) -> std::path::PathBuf {

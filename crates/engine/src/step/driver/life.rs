@@ -76,8 +76,9 @@ impl Driver<'_> {
             return Ok(false);
         }
         let body = format!("A `{event}` hook (`{}`) asks you to go on:\n\n{}", block.command, block.said);
-        let deposit = domain::inbox::Deposit::new("hook", infra::time::Timestamp::now(), &body);
-        crate::store::inbox::deposit(&self.ws.layout, &self.id, &deposit)?;
+        // (Into its own inbox, even in a worker's workspace: it is this driver's to deliver.)
+        let deposit = domain::inbox::Deposit::new(domain::hooks::SENDER, infra::time::Timestamp::now(), &body);
+        crate::store::inbox::deposit_text(&self.ws.layout, &self.id, domain::hooks::SENDER, &deposit.render())?;
         Ok(true)
     }
 

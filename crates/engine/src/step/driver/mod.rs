@@ -405,7 +405,8 @@ impl<'a> Driver<'a> {
             next_step: None,
             facts,
             config: Some((config_tip, Rc::new(config))),
-            config_due: false,
+            // (A project's trusted files join at the first read.)
+            config_due: ws.source.is_some(),
             real_root: std::fs::canonicalize(&root).unwrap_or_else(|_| root.clone()),
             real_workspace: std::fs::canonicalize(ws.layout.root()).unwrap_or_else(|_| ws.layout.root().to_owned()),
             cwd_mark: ws.repo.mark(CWD_MARK, id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned()),
