@@ -13,6 +13,7 @@
 mod commands;
 mod editor;
 mod feed;
+mod held;
 mod pane;
 mod stops;
 mod view;
@@ -21,7 +22,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::time::{Duration, Instant};
 
-use ratatui::backend::{Backend, ClearType, CrosstermBackend};
+use ratatui::backend::{Backend, ClearType};
 use ratatui::crossterm::event::{self, Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::terminal;
 use ratatui::layout::Position;
@@ -59,7 +60,7 @@ const INSERT_ROWS: usize = 500;
 /// hundred agents at work) is one frame, and keys still get through.
 const BATCH: usize = 512;
 
-type Term = Terminal<CrosstermBackend<std::io::Stdout>>;
+type Term = Terminal<held::Held>;
 
 /// What the chat reacts to.
 enum Input {
@@ -175,7 +176,7 @@ fn read_keys(tx: &Sender<Input>) {
 /// An inline viewport of `height` rows where the cursor is.
 fn inline(height: u16) -> std::io::Result<Term> {
     let options = TerminalOptions { viewport: Viewport::Inline(height) };
-    Terminal::with_options(CrosstermBackend::new(std::io::stdout()), options)
+    Terminal::with_options(held::Held::now(), options)
 }
 
 struct Chat<'a> {
