@@ -596,7 +596,7 @@ fn two_workers_and_a_laptop_finish_a_root_with_ten_children_while_one_worker_is_
     kill_machine(&machines[0], a);
     let started = std::time::Instant::now();
     while !tree_done(&laptop, 10) {
-        if started.elapsed() > std::time::Duration::from_secs(120) {
+        if started.elapsed() > std::time::Duration::from_secs(300) {
             panic!("the tree never finished\n{}", stalled(&laptop, &root, &machines));
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
@@ -703,7 +703,7 @@ fn a_crash_fuzz_across_workers_loses_or_repeats_no_result_and_moves_every_branch
         let started = std::time::Instant::now();
         let mut kills = 0;
         while !tree_done(&laptop, kids) {
-            if started.elapsed() > std::time::Duration::from_secs(150) {
+            if started.elapsed() > std::time::Duration::from_secs(300) {
                 panic!("seed {seed}: the tree never finished\n{}", stalled(&laptop, &root, &machines));
             }
             std::thread::sleep(std::time::Duration::from_millis(100 + dice.below(500)));
