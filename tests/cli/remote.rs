@@ -477,7 +477,11 @@ pub(crate) fn fleet_at(
 /// After a pull: `Lead` and its `children` are done, and `Lead` answered after the last
 /// of its children's results.
 pub(crate) fn tree_done(laptop: &TestWorkspace, children: usize) -> bool {
-    laptop.run(&["pull"]).ok();
+    // (Polled: a pull that fails (a connection the loaded daemon dropped) is one round
+    // not done yet, tried again at the next.)
+    if laptop.run(&["pull"]).code != 0 {
+        return false;
+    }
     let agents = laptop.agents();
     if agents.len() != children + 1 || !agents.iter().all(|a| a["state"] == "done") {
         return false;
