@@ -2,6 +2,7 @@
 //! (one file each under `verbs/`), and maps errors to words and exit codes. The
 //! only layer that reads environment variables.
 
+pub(crate) mod acp;
 pub(crate) mod chat;
 pub(crate) mod complete;
 pub(crate) mod ctx;
@@ -84,6 +85,7 @@ pub(crate) enum Verb {
     Tool(verbs::tool::Args),
     Demo(verbs::demo::Args),
     Completions(verbs::completions::Args),
+    Acp(verbs::acp::Args),
 }
 
 /// Chat with an agent on this terminal: the first message starts a root agent (in the
@@ -163,6 +165,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),
+        Verb::Acp(args) => verbs::acp::run(&ctx, args),
     };
     let runs = matches!(verb, Verb::Prompt(_) | Verb::Send(_) | Verb::Run(_) | Verb::Fork(_) | Verb::Demo(_));
     finish(&ctx, result, runs)

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod acp;
 mod agent_git;
 mod approvals;
 mod bundle;

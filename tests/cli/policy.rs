@@ -347,7 +347,11 @@ fn life_hooks_hear_sessions_children_and_stops_and_a_stop_hook_sends_the_root_ba
             .map(|h| h["hook_event_name"].as_str().unwrap_or("").to_owned())
             .collect()
     };
-    assert_eq!(of(&kid), ["SessionStart", "SubagentStart", "SubagentStop", "SessionEnd"], "{heard:?}");
+    // (Said first, short: a CI log cuts long messages, and once this failed with the
+    // kid's `SubagentStop` missing and the reason cut off.)
+    let kid_end = heard.iter().find(|h| h["agent_id"] == kid.as_str() && h["hook_event_name"] == "SessionEnd");
+    let why = format!("the kid's run ended {:?}; ls: {}", kid_end.map(|h| &h["reason"]), t.run(&["ls"]).stdout);
+    assert_eq!(of(&kid), ["SessionStart", "SubagentStart", "SubagentStop", "SessionEnd"], "{why}\n{heard:?}");
     let lead_heard = of(&lead);
     assert_eq!(lead_heard.first().map(String::as_str), Some("SessionStart"), "{lead_heard:?}");
     assert_eq!(lead_heard.last().map(String::as_str), Some("SessionEnd"), "{lead_heard:?}");

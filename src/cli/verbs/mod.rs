@@ -1,5 +1,6 @@
 //! One file per verb: its arguments (the doc comment is its `--help`) and `run`.
 
+pub(crate) mod acp;
 pub(crate) mod apply;
 pub(crate) mod attach;
 pub(crate) mod bundle;

@@ -1,0 +1,100 @@
+//! What offshoot's records and transcript entries are as ACP session updates: one
+//! mapping, shared by a live turn (events files) and `session/load` (the transcript).
+
+use std::path::PathBuf;
+
+use agent_client_protocol::v1::schema::{
+    ContentBlock, ContentChunk, Diff, SessionUpdate, TextContent, ToolCall, ToolCallContent, ToolCallLocation,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+};
+use serde_json::Value;
+
+use domain::transcript::Entry;
+use infra::provider::Block;
+
+/// A chunk of text the agent says.
+pub(super) fn said(text: &str) -> SessionUpdate {
+    SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(text))))
+}
+
+/// A chunk of text the user said.
+pub(super) fn heard(text: &str) -> SessionUpdate {
+    SessionUpdate::UserMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(text))))
+}
+
+/// A call the model made, as the editor shows it: its kind, a title, the paths it
+/// names and, for a file edit, the change as a diff.
+pub(super) fn call(id: &str, name: &str, input: &Value) -> SessionUpdate {
+    let title = format!("{name}: {}", crate::cli::out::call_gist(input));
+    let mut call = ToolCall::new(id.to_owned(), title)
+        .kind(kind(name))
+        .status(ToolCallStatus::InProgress)
+        .raw_input(input.clone());
+    if let Some(path) = input.get("path").and_then(Value::as_str) {
+        call = call.locations(vec![ToolCallLocation::new(PathBuf::from(path))]);
+        if let Some(diff) = diff(name, path, input) {
+            call = call.content(vec![ToolCallContent::Diff(diff)]);
+        }
+    }
+    SessionUpdate::ToolCall(call)
+}
+
+/// A call's end: completed or failed, with what it gave back.
+pub(super) fn result(id: &str, failed: bool, output: &str) -> SessionUpdate {
+    let status = if failed { ToolCallStatus::Failed } else { ToolCallStatus::Completed };
+    let text = ToolCallContent::from(ContentBlock::Text(TextContent::new(output)));
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        id.to_owned(),
+        ToolCallUpdateFields::new().status(status).content(vec![text]),
+    ))
+}
+
+/// The kind of offshoot's tools (a server's tools are `other`).
+fn kind(name: &str) -> ToolKind {
+    match name {
+        "read_file" => ToolKind::Read,
+        "write_file" | "edit_file" | "apply_patch" => ToolKind::Edit,
+        "bash" => ToolKind::Execute,
+        "grep" | "glob" => ToolKind::Search,
+        "cd" => ToolKind::Move,
+        _ => ToolKind::Other,
+    }
+}
+
+/// A file tool's change as a diff: a new file's whole text, an edit's old and new text.
+fn diff(name: &str, path: &str, input: &Value) -> Option<Diff> {
+    let text = |key: &str| input.get(key).and_then(Value::as_str).map(str::to_owned);
+    match name {
+        "write_file" => Some(Diff::new(PathBuf::from(path), text("content")?)),
+        "edit_file" => Some(Diff::new(PathBuf::from(path), text("new_string")?).old_text(text("old_string"))),
+        _ => None,
+    }
+}
+
+/// An agent's transcript as the updates a client replays it from: what the user (and
+/// other senders) said, what the agent said, its calls and their results.
+pub(super) fn replay(entries: &[Entry]) -> Vec<SessionUpdate> {
+    let mut out = Vec::new();
+    for entry in entries {
+        match entry {
+            Entry::Message { sender, text, .. } => match sender.as_str() {
+                "user" => out.push(heard(text)),
+                _ => out.push(heard(&format!("[message from {sender}]\n{text}"))),
+            },
+            Entry::Output { output, .. } => {
+                for block in &output.content {
+                    match block {
+                        Block::Text { text, .. } if !text.is_empty() => out.push(said(text)),
+                        Block::ToolUse { id, name, input, .. } => out.push(call(id, name, input)),
+                        _ => {}
+                    }
+                }
+            }
+            Entry::ToolResult { block: Block::ToolResult { tool_use_id, content, is_error, .. }, .. } => {
+                out.push(result(tool_use_id, *is_error, content));
+            }
+            Entry::ToolResult { .. } => {}
+        }
+    }
+    out
+}
