@@ -13,6 +13,8 @@
 mod clock;
 #[path = "support/disk.rs"]
 mod disk;
+#[path = "support/git.rs"]
+mod git;
 #[path = "support/median.rs"]
 mod median;
 #[path = "../tests/cli/support/server.rs"]
@@ -30,27 +32,13 @@ use engine::agents::{self, Start};
 use engine::ops::project;
 use engine::step::driver;
 use engine::store::workspace::{Workspace, set_key, template_files};
+use git::git;
 use infra::git::UserRepo;
 use infra::time::Timestamp;
 use median::median_ms;
 use server::{Server, Turn};
 
 const STEPS: usize = 20;
-
-fn git(dir: &Path, args: &[&str]) {
-    let o = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "Bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-        .env("GIT_COMMITTER_NAME", "Bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
-        .args(args)
-        .output()
-        .expect("git");
-    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-}
 
 /// A repository of `files` small text files, 100 per directory, in one commit.
 fn generate(dir: &Path, files: usize) {

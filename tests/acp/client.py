@@ -3,9 +3,14 @@
 environment, the session's cwd and the steps to take; prints one JSON line per thing
 it observed, for the Rust test to assert on.
 
-Steps: ["new"], ["prompt", text], ["cancel_after", text, seconds], ["load"], ["list"],
-["bad_prompt", session_id, text]. A fresh process (a new connection) starts at every
-["restart"]. The plan's "answers" are what the user chooses at each permission request,
+Steps: ["new"], ["prompt", text], ["cancel_after", text, seconds], ["load"], ["resume"],
+["fork"] (the session forked; the steps after it go to the fork), ["close"], ["list"],
+["set_mode", id], ["set_option", id, value], ["prompt_watching", text, path, needle] (whether the file
+holds the needle before the turn ends), ["bad_prompt", session_id, text], ["prompt_twice", text, text, seconds] (the second
+sent that long after the first, while it runs), ["kill_during", text, seconds] (the agent process killed
+that long after the prompt), ["quit_during", text, seconds] (the prompt sent, and
+the connection closed that long after, mid-turn). A fresh process (a new connection)
+starts at every ["restart"]. The plan's "answers" are what the user chooses at each permission request,
 in turn: an option id, "cancelled", or "error" (a client that cannot answer).
 """
 
@@ -16,6 +21,25 @@ import sys
 import acp
 from acp import text_block
 from acp.schema import AllowedOutcome, ClientCapabilities, DeniedOutcome, RequestPermissionResponse
+
+
+def options_of(response):
+    """The session options a response carries: id → current value."""
+    options = getattr(response, "config_options", None) or []
+    return {o.root.id if hasattr(o, "root") else o.id: current_of(o) for o in options}
+
+
+def mode_of(response):
+    """The mode a response says is in force, and the ones offered."""
+    modes = getattr(response, "modes", None)
+    if modes is None:
+        return None
+    return {"current": modes.current_mode_id, "available": [m.id for m in modes.available_modes]}
+
+
+def current_of(option):
+    inner = option.root if hasattr(option, "root") else option
+    return getattr(inner, "current_value", None)
 
 
 def say(**fields):
@@ -69,7 +93,13 @@ async def run(plan):
     answers = list(plan.get("answers", []))
     while steps:
         recorder = Recorder(answers)
-        async with acp.spawn_agent_process(recorder, *plan["command"], env=plan["env"], cwd=plan["cwd"]) as (conn, _proc):
+        # (Time to stop what still works once stdin closes, before it is terminated.)
+        # (Its stderr is ours, which the test shows when it fails.)
+        shutdown = {"shutdown_timeout": 20.0, "stderr": None}
+        spawned = acp.spawn_agent_process(
+            recorder, *plan["command"], env=plan["env"], cwd=plan["cwd"], transport_kwargs=shutdown
+        )
+        async with spawned as (conn, proc):
             init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_capabilities=ClientCapabilities())
             say(event="initialized", load=init.agent_capabilities.load_session)
             while steps:
@@ -81,7 +111,7 @@ async def run(plan):
                     if verb == "new":
                         made = await conn.new_session(cwd=plan["cwd"], mcp_servers=[])
                         session = made.session_id
-                        say(event="session", session=session)
+                        say(event="session", session=session, options=options_of(made), mode=mode_of(made))
                     elif verb == "prompt":
                         done = await conn.prompt(session_id=session, prompt=[text_block(step[1])])
                         say(event="stopped", reason=done.stop_reason)
@@ -94,6 +124,62 @@ async def run(plan):
                     elif verb == "load":
                         await conn.load_session(session_id=session, cwd=plan["cwd"], mcp_servers=[])
                         say(event="loaded", session=session)
+                    elif verb == "resume":
+                        await conn.resume_session(session_id=session, cwd=plan["cwd"], mcp_servers=[])
+                        say(event="resumed", session=session)
+                    elif verb == "fork":
+                        forked = await conn.fork_session(session_id=session, cwd=plan["cwd"], mcp_servers=[])
+                        say(event="forked", session=forked.session_id, origin=session, mode=mode_of(forked))
+                        session = forked.session_id
+                    elif verb == "close":
+                        await conn.close_session(session_id=session)
+                        say(event="closed", session=session)
+                    elif verb == "prompt_twice":
+                        first = asyncio.ensure_future(conn.prompt(session_id=session, prompt=[text_block(step[1])]))
+                        await asyncio.sleep(step[3])
+                        try:
+                            await conn.prompt(session_id=session, prompt=[text_block(step[2])])
+                            say(event="stopped", reason="unexpected")
+                        except acp.RequestError as e:
+                            say(event="error", verb=verb, code=e.code, message=str(e))
+                        done = await first
+                        say(event="stopped", reason=done.stop_reason)
+                    elif verb == "set_mode":
+                        await conn.set_session_mode(session_id=session, mode_id=step[1])
+                        say(event="mode_set", mode=step[1])
+                    elif verb == "set_option":
+                        changed = await conn.set_config_option(config_id=step[1], session_id=session, value=step[2])
+                        say(event="option_set", options=options_of(changed))
+                    elif verb == "prompt_watching":
+                        # Whether `path` holds `needle` before the turn ends (as an editor
+                        # watching the file would see it).
+                        turn = asyncio.ensure_future(conn.prompt(session_id=session, prompt=[text_block(step[1])]))
+                        seen_before_end = False
+                        while not turn.done():
+                            try:
+                                with open(step[2], encoding="utf-8") as f:
+                                    seen_before_end = seen_before_end or step[3] in f.read()
+                            except OSError:
+                                pass
+                            await asyncio.sleep(0.05)
+                        done = await turn
+                        say(event="watched", seen_before_end=seen_before_end)
+                        say(event="stopped", reason=done.stop_reason)
+                    elif verb == "kill_during":
+                        turn = asyncio.ensure_future(conn.prompt(session_id=session, prompt=[text_block(step[1])]))
+                        await asyncio.sleep(step[2])
+                        proc.kill()
+                        await proc.wait()
+                        turn.cancel()
+                        say(event="killed", session=session)
+                        steps.clear()
+                        break
+                    elif verb == "quit_during":
+                        turn = asyncio.ensure_future(conn.prompt(session_id=session, prompt=[text_block(step[1])]))
+                        await asyncio.sleep(step[2])
+                        turn.cancel()
+                        steps.clear()
+                        break
                     elif verb == "list":
                         listed = await conn.list_sessions(cwd=plan["cwd"])
                         say(event="listed", sessions=[s.session_id for s in listed.sessions])

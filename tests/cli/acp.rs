@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
-use crate::support::server::Turn;
+use crate::support::server::{Reply, Turn};
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 /// Runs the client on `steps` against `offshoot acp` of `t`, in `cwd`; what it saw.
@@ -52,6 +52,7 @@ fn client_answering(
     let out = python.wait_with_output().expect("client");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("the client's and the agent's stderr:\n{}", String::from_utf8_lossy(&out.stderr));
     stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
 }
 
@@ -160,4 +161,284 @@ fn the_editor_answers_what_the_policy_asks_and_a_client_that_cannot_gets_the_una
     let seen = client_answering(&t, &t.root, None, json!([["new"], ["prompt", "remove x"]]), json!([]), &flags);
     assert!(events(&seen, "permission").is_empty(), "{seen:?}");
     assert!(server.result_text(7).contains("no one is here to answer"), "{}", server.result_text(7));
+}
+
+#[test]
+fn a_cancel_stops_the_turn_the_next_prompt_goes_on_and_a_fork_continues_from_there() {
+    let (server, t) = TestWorkspace::served("acp-cancel", Dialect::Anthropic);
+    server.push_turns([Turn::bash("s1", "sleep 60"), Turn::text("going on"), Turn::text("in the fork")]);
+    let seen = client(
+        &t,
+        &t.root,
+        None,
+        json!([["new"], ["cancel_after", "wait a minute", 3.0], ["prompt", "go on"], ["fork"], ["prompt", "fork it"]]),
+    );
+    let stops: Vec<&Value> = events(&seen, "stopped").into_iter().map(|e| &e["reason"]).collect();
+    assert_eq!(stops, [&json!("cancelled"), &json!("end_turn"), &json!("end_turn")], "{seen:?}");
+    let said = texts(&seen, "agent_message_chunk");
+    assert!(said.contains("going on") && said.contains("in the fork"), "{said}");
+    // The fork is an agent of its own, forked from the session where it stood.
+    let forked = events(&seen, "forked")[0];
+    let (origin, fork) = (forked["origin"].as_str().expect("origin"), forked["session"].as_str().expect("fork"));
+    assert_ne!(origin, fork);
+    let agents = t.agents();
+    let of = |id: &str| agents.iter().find(|a| a["id"] == id).unwrap_or_else(|| panic!("{id} in {agents:?}")).clone();
+    assert_eq!(of(fork)["origin"], origin, "{agents:?}");
+    assert_eq!(of(origin)["state"], "done", "{agents:?}");
+    // The fork's model saw the conversation it continues, and only the fork has its message.
+    let fork_request = String::from_utf8_lossy(&server.requests().last().expect("a request").raw).into_owned();
+    assert!(fork_request.contains("go on") && fork_request.contains("fork it"), "{fork_request}");
+    let origin_log = t.run(&["log", origin]).ok().to_owned();
+    assert!(!origin_log.contains("fork it"), "{origin_log}");
+}
+
+#[test]
+fn a_client_that_goes_away_mid_turn_leaves_the_agent_stopped_and_loadable() {
+    let (server, t) = TestWorkspace::served("acp-gone", Dialect::Anthropic);
+    server.push_turns([Turn::bash("s1", "sleep 60"), Turn::text("back again")]);
+    let seen = client(&t, &t.root, None, json!([["new"], ["quit_during", "wait a minute", 3.0]]));
+    let session = events(&seen, "session")[0]["session"].as_str().expect("a session").to_owned();
+    // Nothing is left running, and the agent says it was stopped.
+    assert_eq!(t.running_driver(&session), None, "its driver was left running");
+    let agents = t.agents();
+    assert_eq!(agents[0]["state"], "stopped", "{agents:?}");
+    // Another connection takes it up where it stopped: resumed, then prompted.
+    let again = client(&t, &t.root, Some(&session), json!([["resume"], ["prompt", "go on"], ["close"]]));
+    assert_eq!(events(&again, "stopped")[0]["reason"], "end_turn", "{again:?}");
+    assert!(texts(&again, "agent_message_chunk").contains("back again"), "{again:?}");
+    assert_eq!(events(&again, "closed").len(), 1, "{again:?}");
+}
+
+#[test]
+fn a_second_prompt_while_one_runs_is_refused_and_the_first_goes_on() {
+    let (server, t) = TestWorkspace::served("acp-twice", Dialect::Anthropic);
+    server.push_turns([Turn::bash("s1", "sleep 3"), Turn::text("slept")]);
+    let seen = client(&t, &t.root, None, json!([["new"], ["prompt_twice", "sleep", "hurry", 1.0]]));
+    let errors = events(&seen, "error");
+    assert_eq!(errors.len(), 1, "{seen:?}");
+    assert_eq!(errors[0]["code"], -32602);
+    assert!(errors[0]["message"].as_str().is_some_and(|m| m.contains("is working on a prompt")), "{errors:?}");
+    assert_eq!(events(&seen, "stopped")[0]["reason"], "end_turn", "{seen:?}");
+    // The refused prompt reached no one.
+    assert!(server.requests().iter().all(|r| !String::from_utf8_lossy(&r.raw).contains("hurry")));
+}
+
+/// Raw lines to `offshoot acp` and the lines it answered, for what no real client sends.
+fn raw(t: &TestWorkspace, lines: &[String]) -> Vec<Value> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut agent = t.command();
+    let mut child = agent
+        .arg("acp")
+        .current_dir(&t.root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("offshoot acp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut answers = Vec::new();
+    for line in lines {
+        writeln!(stdin, "{line}").expect("write");
+        let mut answer = String::new();
+        stdout.read_line(&mut answer).expect("an answer");
+        answers.push(serde_json::from_str(&answer).unwrap_or_else(|_| panic!("not JSON: {answer:?}")));
+    }
+    drop(stdin);
+    assert!(child.wait().expect("exit").success());
+    answers
+}
+
+#[test]
+fn malformed_json_an_unknown_method_and_a_missing_cwd_are_json_rpc_errors_and_it_keeps_serving() {
+    let (_server, t) = TestWorkspace::served("acp-raw", Dialect::Anthropic);
+    let missing = t.root.join("no-such-dir");
+    let request = |id: u32, method: &str, params: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    };
+    let answers = raw(
+        &t,
+        &[
+            "{this is not json".to_owned(),
+            request(1, "initialize", json!({"protocolVersion": 1, "clientCapabilities": {}})),
+            request(2, "session/teleport", json!({})),
+            request(3, "session/new", json!({"cwd": missing, "mcpServers": []})),
+            request(4, "session/new", json!({"cwd": "relative/dir", "mcpServers": []})),
+            request(5, "session/new", json!({"cwd": t.root, "mcpServers": []})),
+        ],
+    );
+    assert_eq!(answers[0]["error"]["code"], -32700, "{answers:?}");
+    assert_eq!(answers[1]["result"]["protocolVersion"], 1, "{answers:?}");
+    assert_eq!(answers[2]["error"]["code"], -32601, "{answers:?}");
+    for bad in &answers[3..5] {
+        assert_eq!(bad["error"]["code"], -32602, "{answers:?}");
+        assert!(bad["error"]["message"].as_str().is_some_and(|m| m.contains("is not an absolute path to a directory")));
+    }
+    assert!(answers[5]["result"]["sessionId"].is_string(), "{answers:?}");
+    assert!(t.agents().is_empty(), "a session with no prompt makes no agent");
+}
+
+#[test]
+fn in_place_the_edit_lands_in_the_checkout_as_it_is_made_and_the_users_git_is_untouched() {
+    let (server, t, repo) = crate::project::project("acp-in-place");
+    std::fs::create_dir_all(repo.join("src")).expect("src");
+    std::fs::write(repo.join("src/lib.rs"), "pub fn one() -> u32 { 1 }\n").expect("lib.rs");
+    crate::project::git(&repo, &["add", "src/lib.rs"]);
+    crate::project::git(&repo, &["commit", "-q", "-m", "lib"]);
+    let users_git = || {
+        let git = |args: &[&str]| crate::project::git(&repo, args);
+        (git(&["symbolic-ref", "HEAD"]), git(&["rev-parse", "HEAD"]), git(&["ls-files", "-s", "--debug"]))
+    };
+    let before = users_git();
+    let two = "pub fn one() -> u32 { 1 }\npub fn two() -> u32 { 2 }\n";
+    // A file the user keeps private stays private when the agent's change lands.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(repo.join("b.txt"), std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    server.push_turns([
+        Turn::tool("w0", "write_file", json!({"path": "b.txt", "content": "line 1\nand more\n"})),
+        Turn::tool("w1", "write_file", json!({"path": "src/lib.rs", "content": two})),
+        Turn::bash("b1", "sleep 2"),
+        Turn::text("added two"),
+    ]);
+    let lib = repo.join("src/lib.rs");
+    let seen = client(&t, &repo, None, json!([["new"], ["prompt_watching", "add two", lib, "two()"]]));
+    // In place is the default where there is a checkout.
+    assert_eq!(events(&seen, "session")[0]["options"], json!({"work": "in-place"}), "{seen:?}");
+    assert_eq!(events(&seen, "watched")[0]["seen_before_end"], true, "the edit landed only at the end: {seen:?}");
+    assert_eq!(std::fs::read_to_string(&lib).expect("lib.rs"), two);
+    let private = std::fs::metadata(repo.join("b.txt")).expect("b.txt").permissions().mode() & 0o777;
+    assert_eq!(
+        (std::fs::read_to_string(repo.join("b.txt")).expect("b.txt"), private),
+        ("line 1\nand more\n".into(), 0o600)
+    );
+    // The user's uncommitted change is still there, and their branch, HEAD and index are as they were.
+    assert_eq!(std::fs::read_to_string(repo.join("a.txt")).expect("a.txt"), "line 0\nmine, not committed\n");
+    assert_eq!(users_git(), before);
+    // Every step is a commit of the agent's.
+    let session = events(&seen, "session")[0]["session"].as_str().expect("session").to_owned();
+    let log = t.run(&["log", &session]).ok().to_owned();
+    assert!(log.contains("write_file") && log.contains("sleep 2") && log.contains("added two"), "{log}");
+
+    // `copy`, chosen before the first prompt: the checkout is left alone until `apply`.
+    server.push_turns([
+        Turn::tool("w2", "write_file", json!({"path": "src/lib.rs", "content": "// copied\n"})),
+        Turn::text("rewrote it"),
+    ]);
+    let steps =
+        json!([["new"], ["set_option", "work", "copy"], ["prompt", "rewrite"], ["set_option", "work", "in-place"]]);
+    let seen = client(&t, &repo, None, steps);
+    assert_eq!(events(&seen, "option_set")[0]["options"], json!({"work": "copy"}), "{seen:?}");
+    assert_eq!(std::fs::read_to_string(&lib).expect("lib.rs"), two, "a copy session wrote the checkout");
+    let refused = events(&seen, "error");
+    assert!(refused[0]["message"].as_str().is_some_and(|m| m.contains("was settled at its first prompt")), "{seen:?}");
+    assert_eq!(users_git(), before);
+}
+
+#[test]
+fn killed_mid_turn_in_place_the_work_goes_on_and_reaches_the_checkout_at_the_next_load() {
+    let (server, t, repo) = crate::project::project("acp-killed");
+    server.push_turns([
+        Turn::bash("b1", "sleep 2"),
+        Turn::tool("w1", "write_file", json!({"path": "late.txt", "content": "written after the kill\n"})),
+        Turn::text("done"),
+    ]);
+    let seen = client(&t, &repo, None, json!([["new"], ["kill_during", "take your time", 1.0]]));
+    let session = events(&seen, "killed")[0]["session"].as_str().expect("killed").to_owned();
+    // The agent's driver is a process of its own: the turn is finished and committed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while t.agents()[0]["state"] != "done" {
+        assert!(std::time::Instant::now() < deadline, "{:?}", t.agents());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(!repo.join("late.txt").exists(), "no one was there to write it");
+    // The next connection that takes the session up writes what was left.
+    let again = client(&t, &repo, Some(&session), json!([["load"]]));
+    assert_eq!(events(&again, "loaded").len(), 1, "{again:?}");
+    assert_eq!(std::fs::read_to_string(repo.join("late.txt")).expect("late.txt"), "written after the kill\n");
+}
+
+#[test]
+fn modes_are_the_policys_and_one_set_later_holds_from_the_next_prompt() {
+    let (server, t) = TestWorkspace::served("acp-modes", Dialect::Anthropic);
+    server.push_turns([
+        Turn::tool("w1", "write_file", json!({"path": "a.txt", "content": "one"})),
+        Turn::text("could not write"),
+        Turn::tool("w2", "write_file", json!({"path": "a.txt", "content": "two"})),
+        Turn::text("wrote it"),
+    ]);
+    let steps = json!([
+        ["new"],
+        ["set_mode", "read-only"],
+        ["prompt", "write a.txt"],
+        ["set_mode", "workspace-write"],
+        ["prompt", "now write it"],
+        ["set_mode", "sideways"]
+    ]);
+    let seen = client(&t, &t.root, None, steps);
+    let offered = &events(&seen, "session")[0]["mode"];
+    assert_eq!(offered["current"], "workspace-write", "{seen:?}");
+    assert_eq!(offered["available"], json!(["read-only", "ask", "workspace-write", "full"]));
+    // Read-only from the start: the write is refused by the mode's rule.
+    assert!(server.result_text(1).contains("read-only"), "{}", server.result_text(1));
+    // Set after the first prompt: the next one carries it, and the write goes through.
+    let dir = t.ws.join("agents").join(t.only_agent());
+    assert_eq!(std::fs::read_to_string(dir.join("a.txt")).expect("a.txt"), "two");
+    let errors = events(&seen, "error");
+    assert_eq!(errors.len(), 1, "{seen:?}");
+    assert!(errors[0]["message"].as_str().is_some_and(|m| m.contains("sideways")), "{errors:?}");
+}
+
+#[test]
+fn a_turn_the_provider_fails_is_an_error_naming_it_and_the_next_prompt_goes_on() {
+    let (server, t) = TestWorkspace::served("acp-fails", Dialect::Anthropic);
+    let refused = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+    server.push(Reply::Status { code: 401, retry_after: None, body: refused.into() });
+    server.push_turns([Turn::text("working now")]);
+    let seen = client(&t, &t.root, None, json!([["new"], ["prompt", "hello"], ["prompt", "again"]]));
+    let errors = events(&seen, "error");
+    assert_eq!(errors.len(), 1, "{seen:?}");
+    let said = errors[0]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("401") && said.contains("invalid x-api-key"), "{said}");
+    assert_eq!(events(&seen, "stopped")[0]["reason"], "end_turn", "{seen:?}");
+    assert!(texts(&seen, "agent_message_chunk").contains("working now"), "{seen:?}");
+}
+
+#[test]
+fn working_in_place_hooks_run_in_the_agents_jail_so_a_file_it_lands_runs_no_further_than_it() {
+    let (server, t, repo) = crate::project::project("acp-hook-jail");
+    // The user's hook runs a script of the checkout, as a lint or a Makefile target does.
+    let script = repo.join("check.sh");
+    std::fs::write(&script, "#!/bin/sh\ncat > /dev/null\nexit 0\n").expect("check.sh");
+    crate::project::git(&repo, &["add", "check.sh"]);
+    crate::project::git(&repo, &["commit", "-q", "-m", "check"]);
+    t.set("hooks.PreToolUse", &format!("[{{ command = \"sh {}\" }}]", script.display()));
+    // The agent rewrites the script; working in place, it lands in the checkout, and the
+    // hook runs it at a later call.
+    let outside = t.root.join("outside.txt");
+    let planted = format!("#!/bin/sh\ncat > /dev/null\necho escaped >> '{}'\nexit 0\n", outside.display());
+    server.push_turns([
+        Turn::tool("w1", "write_file", json!({"path": "check.sh", "content": planted})),
+        // (Time for the checkout to catch up before the next call's hook.)
+        Turn::bash("b0", "sleep 1"),
+        Turn::bash("b1", "echo next"),
+        Turn::text("done"),
+    ]);
+    let seen = client(&t, &repo, None, json!([["new"], ["prompt", "go"]]));
+    assert_eq!(events(&seen, "stopped")[0]["reason"], "end_turn", "{seen:?}");
+    assert_eq!(std::fs::read_to_string(&script).expect("check.sh"), planted, "it landed in the checkout");
+    assert!(!outside.exists(), "a hook ran the agent's file outside its sandbox");
+}
+
+#[test]
+fn a_fork_runs_in_the_mode_it_shows() {
+    let (server, t) = TestWorkspace::served("acp-fork-mode", Dialect::Anthropic);
+    server.push_turns([
+        Turn::text("made"),
+        Turn::tool("w1", "write_file", json!({"path": "a.txt", "content": "one"})),
+        Turn::text("could not"),
+    ]);
+    let steps = json!([["new"], ["prompt", "hello"], ["set_mode", "read-only"], ["fork"], ["prompt", "write a.txt"]]);
+    let seen = client(&t, &t.root, None, steps);
+    assert_eq!(events(&seen, "forked")[0]["mode"]["current"], "read-only", "{seen:?}");
+    assert!(server.result_text(2).contains("read-only"), "the fork wrote: {}", server.result_text(2));
 }

@@ -16,6 +16,8 @@ pub struct Deposit {
     pub model: Option<String>,
     /// The thinking the user asked for with it (`agent::reasoning_text`'s line).
     pub reasoning: Option<String>,
+    /// The mode the user set with it (`Mode::word`): the agent's from its delivery on.
+    pub mode: Option<String>,
     pub body: String,
 }
 
@@ -29,6 +31,7 @@ impl Deposit {
             key: None,
             model: None,
             reasoning: None,
+            mode: None,
             body: body.to_owned(),
         }
     }
@@ -51,6 +54,9 @@ impl Deposit {
         if let Some(r) = &self.reasoning {
             s.push_str(&format!("reasoning: {r}\n"));
         }
+        if let Some(m) = &self.mode {
+            s.push_str(&format!("mode: {m}\n"));
+        }
         s.push_str("---\n");
         s.push_str(&self.body);
         s
@@ -71,6 +77,8 @@ pub struct Header {
     pub model: Option<String>,
     /// The thinking the user asked for with it.
     pub reasoning: Option<String>,
+    /// The mode the user set with it.
+    pub mode: Option<String>,
 }
 
 impl Header {
@@ -78,8 +86,15 @@ impl Header {
     pub fn parse(text: &str) -> Option<Header> {
         let rest = text.strip_prefix("---\n")?;
         let (head, _) = rest.split_once("\n---\n").or_else(|| rest.strip_suffix("\n---").map(|h| (h, "")))?;
-        let mut header =
-            Header { from: String::new(), epitaph: None, terminal: None, key: None, model: None, reasoning: None };
+        let mut header = Header {
+            from: String::new(),
+            epitaph: None,
+            terminal: None,
+            key: None,
+            model: None,
+            reasoning: None,
+            mode: None,
+        };
         for line in head.lines() {
             match line.split_once(": ") {
                 Some(("from", v)) => header.from = v.to_owned(),
@@ -88,6 +103,7 @@ impl Header {
                 Some(("key", v)) => header.key = Some(v.to_owned()),
                 Some(("model", v)) => header.model = Some(v.to_owned()),
                 Some(("reasoning", v)) => header.reasoning = Some(v.to_owned()),
+                Some(("mode", v)) => header.mode = Some(v.to_owned()),
                 _ => {}
             }
         }
@@ -150,6 +166,7 @@ mod tests {
             key: None,
             model: None,
             reasoning: None,
+            mode: None,
             body: "hi".into(),
         };
         assert_eq!(d.render(), "---\nfrom: user\nat: 2026-11-29T22:00:00Z\n---\nhi");
@@ -163,7 +180,8 @@ mod tests {
                 terminal: Some("abc".into()),
                 key: None,
                 model: None,
-                reasoning: None
+                reasoning: None,
+                mode: None
             }
         );
         assert_eq!(body(&result.render()), "hi");

@@ -34,10 +34,13 @@ pub enum Mark {
     /// `fleet/<root>` → the remote it was handed to: the tree is driven by that remote's
     /// workers (`prompt --on`), never by a person's workspace.
     Fleet,
+    /// `mirror/<id>` → the commit of the agent whose work was last written into the
+    /// user's working tree: the agent works in place (`acp`'s in-place sessions).
+    Mirror,
 }
 
 impl Mark {
-    pub const ALL: [Mark; 13] = [
+    pub const ALL: [Mark; 14] = [
         Mark::Ids,
         Mark::Names,
         Mark::Stopped,
@@ -51,14 +54,15 @@ impl Mark {
         Mark::Compacting,
         Mark::CompactionPasses,
         Mark::Fleet,
+        Mark::Mirror,
     ];
 
     /// Whether it travels to a remote with its agent (`push`, `pull`): those saying how
     /// the agent lives do (an obituary, `died`, is once for the whole fleet); not its
-    /// working directory (a path of one machine), nor one machine's relaunch or
-    /// compactor.
+    /// working directory (a path of one machine), nor one machine's relaunch,
+    /// compactor or mirror into its user's checkout.
     pub const fn travels(self) -> bool {
-        !matches!(self, Mark::Cwd | Mark::Relaunched | Mark::Compacting)
+        !matches!(self, Mark::Cwd | Mark::Relaunched | Mark::Compacting | Mark::Mirror)
     }
 
     /// Its directory under `refs/offshoot/`.
@@ -77,6 +81,7 @@ impl Mark {
             Mark::Compacting => "compacting",
             Mark::CompactionPasses => "compaction-passes",
             Mark::Fleet => "fleet",
+            Mark::Mirror => "mirror",
         }
     }
 }

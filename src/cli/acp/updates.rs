@@ -17,6 +17,11 @@ pub(super) fn said(text: &str) -> SessionUpdate {
     SessionUpdate::AgentMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(text))))
 }
 
+/// A chunk of the model's thinking (what a provider returned of it).
+pub(super) fn thought(text: &str) -> SessionUpdate {
+    SessionUpdate::AgentThoughtChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(text))))
+}
+
 /// A chunk of text the user said.
 pub(super) fn heard(text: &str) -> SessionUpdate {
     SessionUpdate::UserMessageChunk(ContentChunk::new(ContentBlock::Text(TextContent::new(text))))
@@ -85,6 +90,7 @@ pub(super) fn replay(entries: &[Entry]) -> Vec<SessionUpdate> {
                 for block in &output.content {
                     match block {
                         Block::Text { text, .. } if !text.is_empty() => out.push(said(text)),
+                        Block::Thinking { thinking, .. } if !thinking.is_empty() => out.push(thought(thinking)),
                         Block::ToolUse { id, name, input, .. } => out.push(call(id, name, input)),
                         _ => {}
                     }

@@ -8,10 +8,14 @@ pub(crate) struct Args {
     /// or wait (in `offshoot pending`)
     #[arg(long, value_name = "WHAT", value_parser = crate::cli::input::on_ask)]
     pub(crate) on_ask: Option<domain::question::OnAsk>,
+    /// Keep each session's work in its agent's own directory (`offshoot apply` brings
+    /// it back) instead of writing it into the project's checkout as it is made
+    #[arg(long)]
+    pub(crate) copy: bool,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // (Its own context: the connection's tasks outlive this borrow.)
     let own = Ctx::from_env(ctx.explicit_workspace().cloned(), false);
-    crate::cli::acp::serve(own, args.on_ask)
+    crate::cli::acp::serve(own, args.on_ask, args.copy)
 }

@@ -325,6 +325,18 @@ pub(crate) fn effective_role(repo: &Repo, facts: &AgentFacts, config: &Config) -
     Some(role)
 }
 
+/// The mode agent `id` runs in by its own choice: the one its run recorded, else its
+/// role's (its ancestors may confine it further); `None` when it cannot be read.
+pub fn own_mode(ws: &crate::store::workspace::Workspace, id: &AgentId) -> Option<Mode> {
+    let tip = ws.repo.branch_tip(&id.branch()).ok()??;
+    if let Some(mode) = recorded_mode(&ws.repo, tip) {
+        return Some(mode);
+    }
+    let facts = crate::store::snapshot::read_facts(&ws.repo, tip).ok()?;
+    let (_, config) = ws.config(&facts.lineage).ok()?;
+    Some(config.role(&facts.role)?.mode())
+}
+
 /// The mode the run of the agent whose branch stands at `tip` chose, if it chose one (one
 /// that cannot be read is the most confined).
 fn recorded_mode(repo: &Repo, tip: infra::git::CommitId) -> Option<Mode> {

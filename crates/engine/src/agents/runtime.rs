@@ -153,6 +153,14 @@ impl Runtime {
         Ok(inbox::deposit(&self.layout, to, &deposit)?)
     }
 
+    /// Leaves the user's message `body` for `to`, setting its mode from the message's
+    /// delivery on when `mode` is given (`acp`'s `session/set_mode`).
+    pub fn deposit_from_user(&self, to: &AgentId, body: &str, mode: Option<domain::config::Mode>) -> Result<PathBuf> {
+        let deposit =
+            Deposit { mode: mode.map(|m| m.word().to_owned()), ..Deposit::new("user", Timestamp::now(), body) };
+        Ok(inbox::deposit(&self.layout, to, &deposit)?)
+    }
+
     /// Makes sure a driver will see `id`'s inbox: a running driver re-checks it
     /// before it lets go; otherwise one is launched. The probe never takes the lock.
     pub fn wake(&self, id: &AgentId) -> Result<Woken> {

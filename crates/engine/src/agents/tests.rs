@@ -126,6 +126,7 @@ fn an_agent_being_made_is_not_its_makers_to_stop_and_a_stopped_child_is_not_star
         mcp: None,
         config: None,
         policy: None,
+        hooks_jail: None,
     };
     let cx = crate::step::tools::ToolContext { env: Default::default(), agent: Some(agent), key: Some("2:d1".into()) };
     let input = serde_json::json!({"role": "worker", "goal": "work", "name": "Kid"});

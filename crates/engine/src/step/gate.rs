@@ -139,6 +139,7 @@ impl<'a> Hooks<'a> {
             dir: &self.cx.env.root,
             workspace: a.runtime.layout().root(),
             env: &self.env,
+            jail: a.hooks_jail,
         };
         let Call { id, name, input } = *self.call;
         hooks::run(config, event, tool.then_some((name, input, id)), extra, &who)

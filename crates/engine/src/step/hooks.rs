@@ -52,6 +52,10 @@ pub(crate) struct Who<'a> {
     /// Where hooks run: the workspace's root, which no agent writes.
     pub workspace: &'a Path,
     pub env: &'a [(String, String)],
+    /// The jail hooks run in, if any: the agent's own, while it works in place (its
+    /// work lands in the checkout a hook may run files of, so a hook runs no more
+    /// than the agent could).
+    pub jail: Option<&'a infra::sandbox::Jail>,
 }
 
 /// Runs the hooks of `config` at `event` (for a call of `tool` with `input`, when the
@@ -130,12 +134,13 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
         program: Path::new("/bin/sh"),
         args: &args,
         // Not in the agent's directory: a relative path the command names must never
-        // find a file the model wrote (the payload's `cwd` says where the agent is).
-        cwd: who.workspace,
+        // find a file the model wrote (the payload's `cwd` says where the agent is) —
+        // unless it runs in the agent's jail, where it can do no more than the agent.
+        cwd: if who.jail.is_some() { who.dir } else { who.workspace },
         env: who.env,
         group: Group::Own,
         stdin: Some(stdin),
-        sandbox: None,
+        sandbox: who.jail.map(infra::sandbox::Jail::helper),
         pgid_record: None,
     };
     let limits = Limits {

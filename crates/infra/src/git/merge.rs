@@ -99,7 +99,13 @@ impl Repo {
     /// The files that differ from `base`'s tree to `tree`: (path, before, after), each
     /// side a blob and whether it is executable, `None` where the file is absent.
     pub fn file_changes(&self, base: Oid, tree: Oid) -> Result<Vec<FileChange>> {
-        let from = self.tree_of(base)?;
+        let from = self.tree_of(base)?.id();
+        self.tree_changes(from, tree)
+    }
+
+    /// [`Repo::file_changes`] from tree `from` to tree `tree`.
+    pub fn tree_changes(&self, from: Oid, tree: Oid) -> Result<Vec<FileChange>> {
+        let from = self.repo.find_tree(from).map_err(lib(format!("find tree {from}")))?;
         let to = self.repo.find_tree(tree).map_err(lib(format!("find tree {tree}")))?;
         let diff = self.repo.diff_tree_to_tree(Some(&from), Some(&to), None).map_err(lib("diff trees"))?;
         let side = |f: git2::DiffFile<'_>| {

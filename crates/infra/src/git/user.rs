@@ -205,8 +205,17 @@ impl UserRepo {
     pub fn write_work_file(&self, path: &str, bytes: Option<&[u8]>, executable: bool) -> Result<()> {
         let door = Beneath::open(&self.root)?;
         let rel = Path::new(path);
+        // A file the user has keeps its permission bits (a 0600 file stays private);
+        // only the executable bits follow the agent's version.
+        let had = door.open_file(rel).ok().and_then(|f| f.metadata().ok()).filter(|m| m.is_file());
+        let mode = match had.map(|m| std::os::unix::fs::MetadataExt::mode(&m) & 0o777) {
+            Some(old) if executable => old | ((old & 0o444) >> 2),
+            Some(old) => old & !0o111,
+            None if executable => 0o755,
+            None => 0o644,
+        };
         match bytes {
-            Some(bytes) => Ok(door.write(rel, bytes, Some(if executable { 0o755 } else { 0o644 }), false)?),
+            Some(bytes) => Ok(door.write(rel, bytes, Some(mode), false)?),
             None => Ok(door.remove(rel)?),
         }
     }

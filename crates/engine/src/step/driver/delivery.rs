@@ -57,8 +57,16 @@ impl Driver<'_> {
                 }
                 let name = transcript::entry_name(next, &p.sender, Side::User);
                 // A model the user chose with the message is the agent's from this commit on.
-                let header = Header::parse(&p.text).filter(|h| h.from == "user");
+                // (The inbox file's sender too: a header of a message that came over a
+                // remote says only what whoever pushed it wrote.)
+                let header = Header::parse(&p.text).filter(|h| h.from == "user" && p.sender == "user");
                 let chosen = header.as_ref().and_then(|h| h.model.clone()).filter(|m| agent::check_model(m).is_ok());
+                // (And the mode set with it — `acp`'s `session/set_mode` — likewise.)
+                let mode = header
+                    .as_ref()
+                    .and_then(|h| h.mode.as_deref())
+                    .and_then(|m| domain::config::Mode::parse(m).ok())
+                    .map(|m| m.word());
                 // (And the thinking asked for, likewise; a line that is not one is ignored.)
                 let reasoning = header
                     .and_then(|h| h.reasoning)
@@ -66,6 +74,7 @@ impl Driver<'_> {
                     .map(|r| agent::reasoning_text(&r));
                 let mut files: Vec<(&str, &[u8])> = chosen.iter().map(|m| (agent::MODEL, m.as_bytes())).collect();
                 files.extend(reasoning.iter().map(|r| (agent::REASONING, r.as_bytes())));
+                files.extend(mode.iter().map(|m| (agent::MODE, m.as_bytes())));
                 let entry: &[(&str, &[u8])] = &[(&name, text.as_bytes())];
                 tip = self.commit_with(tip, entry, &files, None, &format!("{name}: delivered"))?;
                 next += 1;

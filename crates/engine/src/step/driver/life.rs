@@ -23,6 +23,11 @@ impl Driver<'_> {
             return Ok(Vec::new());
         }
         let env = self.hook_env(&config);
+        // (Working in place, its hooks run in its jail: see `hooks::Who::jail`.)
+        let jail = match self.in_place {
+            true => self.commands(config_commit, &config)?.0.sandbox,
+            false => None,
+        };
         let root = self.dir.root().to_owned();
         let mode = self.effective_role(config_commit, &config).map_or(domain::config::Mode::ReadOnly, |r| r.mode());
         let who = hooks::Who {
@@ -33,6 +38,7 @@ impl Driver<'_> {
             dir: &root,
             workspace: self.ws.layout.root(),
             env: &env,
+            jail: jail.as_deref(),
         };
         Ok(hooks::run(&config, event, None, extra, &who))
     }

@@ -350,6 +350,8 @@ struct Driver<'a> {
     landed_steps: Option<u32>,
     /// Its git's last publication failed: it is tried again after the next call.
     publish_due: bool,
+    /// It works in place (`mirror/<id>` is set): its hooks run in its jail.
+    in_place: bool,
     /// How commands start and what file tools may touch, for the config last used.
     tools_setup: Option<ToolsSetup>,
     /// The agent's MCP servers (shared with the calls of a step while they run), the
@@ -415,6 +417,7 @@ impl<'a> Driver<'a> {
             last_call: None,
             landed_steps: None,
             publish_due: false,
+            in_place: ws.repo.mark(domain::marks::Mark::Mirror.kind(), id.as_str())?.is_some(),
             tools_setup: None,
             mcp: Rc::default(),
             mcp_config: None,

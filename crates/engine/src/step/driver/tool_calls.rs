@@ -157,6 +157,7 @@ impl Driver<'_> {
             mcp: Some(&mcp),
             config: Some(&config),
             policy: Some(&policy),
+            hooks_jail: if self.in_place { commands.sandbox.as_deref() } else { None },
         };
         let read_only = |c: &toolcall::Call<'_>| {
             (grant::allows(&grant, c.name) && tools::handler(c.name).is_some_and(|h| h.read_only()))

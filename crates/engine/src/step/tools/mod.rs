@@ -44,6 +44,8 @@ pub struct AgentContext<'a> {
     pub(crate) config: Option<&'a domain::config::Config>,
     /// Its mode, and how its run answers a call that needs a yes.
     pub(crate) policy: Option<&'a domain::question::Policy>,
+    /// The jail its hooks run in (see `hooks::Who::jail`).
+    pub(crate) hooks_jail: Option<&'a infra::sandbox::Jail>,
 }
 
 impl AgentContext<'_> {

@@ -1,0 +1,313 @@
+//! The session table and the requests that change it: new, load, resume, fork, close,
+//! list. A session is an agent; until its first prompt it is only an id reserved for
+//! the agent that prompt makes (the engine makes an agent with its first message).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use agent_client_protocol::Error;
+use agent_client_protocol::v1::schema::{
+    CloseSessionRequest, CloseSessionResponse, ForkSessionRequest, ForkSessionResponse, ListSessionsRequest,
+    ListSessionsResponse, LoadSessionRequest, LoadSessionResponse, NewSessionRequest, NewSessionResponse,
+    ResumeSessionRequest, ResumeSessionResponse, SessionConfigOption, SessionConfigSelectOption, SessionId,
+    SessionInfo, SessionNotification, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
+};
+
+use domain::id::AgentId;
+use engine::agents;
+use engine::ops::{inspect, project};
+use engine::store::workspace::Workspace;
+
+use super::{Connection, Shared, internal, invalid, modes, updates};
+use crate::cli::{CliError, Ctx};
+
+/// One session: the agent it is and where its workspace is.
+pub(super) struct Session {
+    pub(super) workspace: PathBuf,
+    pub(super) agent: AgentId,
+    /// How the agent is to be made at the first prompt; `None` once it exists.
+    pub(super) unmade: Option<Unmade>,
+    pub(super) working: bool,
+    /// What its model calls have cost, in US dollars (those priced).
+    pub(super) cost: f64,
+    /// Whether its work is written into the project's checkout as it is made.
+    pub(super) in_place: bool,
+    /// A mode set and not yet sent with a prompt.
+    pub(super) mode: Option<domain::config::Mode>,
+}
+
+/// An agent not made yet: the random number its id was reserved from, and for a fork
+/// the commit it continues.
+#[derive(Clone)]
+pub(super) struct Unmade {
+    pub(super) random: u32,
+    pub(super) from: Option<String>,
+}
+
+/// The sessions of this connection, by id.
+#[derive(Default)]
+pub(super) struct Table(Mutex<HashMap<String, Session>>);
+
+impl Table {
+    /// Runs `f` on the table.
+    pub(super) fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Session>) -> T) -> Result<T, Error> {
+        let mut sessions = self.0.lock().map_err(internal)?;
+        Ok(f(&mut sessions))
+    }
+
+    /// The workspace of session `named`, while it is one.
+    pub(super) fn workspace_of(&self, named: &str) -> Option<PathBuf> {
+        self.with(|s| s.get(named).map(|s| s.workspace.clone())).ok().flatten()
+    }
+}
+
+/// The workspace of a session in `cwd`: `-w`'s, the project's when `cwd` is inside a
+/// repository, else the default one (made on first use, as `prompt` does).
+fn workspace_for(ctx: &Ctx, cwd: &Path) -> Result<Workspace, Error> {
+    if !cwd.is_absolute() || !cwd.is_dir() {
+        return Err(invalid(format!("cwd `{}` is not an absolute path to a directory", cwd.display())));
+    }
+    let made = (|| -> Result<Workspace, CliError> {
+        if let Some(path) = ctx.explicit_workspace() {
+            return Ok(Workspace::open(path)?);
+        }
+        Ok(match crate::cli::ctx::project_at(cwd, &ctx.git_ceilings())? {
+            Some(user) => {
+                Workspace::open_or_create_for_project(&ctx.project_workspace(user.root()), &ctx.template()?, &user)?.0
+            }
+            None => Workspace::open_or_create(&ctx.default_workspace(), &ctx.template()?)?.0,
+        })
+    })();
+    made.map_err(|e| internal(e.message()))
+}
+
+fn workspace_in(shared: &Shared, cwd: &Path) -> Result<Workspace, Error> {
+    workspace_for(&*shared.ctx.lock().map_err(internal)?, cwd)
+}
+
+/// A session with a new id reserved, its agent made at its first prompt (continuing
+/// `from`, for a fork).
+fn reserve(
+    shared: &Shared,
+    ws: &Workspace,
+    from: Option<String>,
+    in_place: bool,
+    mode: Option<domain::config::Mode>,
+) -> Result<String, Error> {
+    let random = engine::random_u32();
+    let agent = AgentId::root_from_random(random);
+    let named = agent.to_string();
+    let session = Session {
+        workspace: ws.layout.root().to_path_buf(),
+        agent,
+        unmade: Some(Unmade { random, from }),
+        working: false,
+        cost: 0.0,
+        in_place,
+        mode,
+    };
+    shared.sessions.with(|s| s.insert(named.clone(), session))?;
+    Ok(named)
+}
+
+pub(super) fn new(shared: &Shared, request: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+    let ws = workspace_in(shared, &request.cwd)?;
+    passed_over(&request.mcp_servers);
+    let possible = has_project(&ws);
+    let in_place = possible && !shared.copy;
+    let named = reserve(shared, &ws, None, in_place, None)?;
+    Ok(NewSessionResponse::new(named)
+        .config_options(work_option(in_place, possible))
+        .modes(modes::state(modes::of_new(&ws))))
+}
+
+/// MCP servers a client passes are not taken yet: said on stderr (the editor's log of
+/// the agent), not silently dropped.
+fn passed_over(servers: &[agent_client_protocol::v1::schema::McpServer]) {
+    if !servers.is_empty() {
+        eprintln!(
+            "offshoot: the {} MCP server(s) the editor passed are not used: offshoot's agents take the servers of its config (`offshoot mcp add`)",
+            servers.len()
+        );
+    }
+}
+
+fn has_project(ws: &Workspace) -> bool {
+    ws.user_repo().ok().flatten().is_some()
+}
+
+/// The session option saying where the work lands: `in-place` (written into the
+/// project's checkout as it is made) or `copy` (the agent's own directory until
+/// `offshoot apply`); in-place only where there is a project.
+fn work_option(in_place: bool, possible: bool) -> Vec<SessionConfigOption> {
+    let mut values = vec![SessionConfigSelectOption::new(COPY, "Copy (apply it when you want it)")];
+    if possible {
+        values.insert(0, SessionConfigSelectOption::new(IN_PLACE, "In place (edits land in this checkout)"));
+    }
+    let current = if in_place { IN_PLACE } else { COPY };
+    vec![
+        SessionConfigOption::select(WORK, "Where the work lands", current, values)
+            .description("Chosen before the first prompt; the agent's steps are commits on its own branch either way"),
+    ]
+}
+
+const WORK: &str = "work";
+const IN_PLACE: &str = "in-place";
+const COPY: &str = "copy";
+
+/// `session/set_config_option`: where the work lands, before the first prompt.
+pub(super) fn set_option(
+    shared: &Shared,
+    request: SetSessionConfigOptionRequest,
+) -> Result<SetSessionConfigOptionResponse, Error> {
+    let named = request.session_id.to_string();
+    if request.config_id.to_string() != WORK {
+        return Err(invalid(format!("no session option `{}` (there is `{WORK}`)", request.config_id)));
+    }
+    let value = request.value.as_value_id().map(|v| v.to_string()).unwrap_or_default();
+    let in_place = match value.as_str() {
+        IN_PLACE => true,
+        COPY => false,
+        other => return Err(invalid(format!("`{other}` is not a value of `{WORK}` (`{IN_PLACE}` or `{COPY}`)"))),
+    };
+    let workspace = shared.sessions.workspace_of(&named).ok_or_else(|| invalid(format!("no session `{named}`")))?;
+    let possible = has_project(&Workspace::open(&workspace).map_err(internal)?);
+    if in_place && !possible {
+        return Err(invalid(format!(
+            "session `{named}` has no project to work in place in: its cwd is in no git repository"
+        )));
+    }
+    shared.sessions.with(|s| match s.get_mut(&named) {
+        Some(session) if session.unmade.is_some() && !session.working => {
+            session.in_place = in_place;
+            Ok(())
+        }
+        _ => Err(invalid(format!("where the work of session `{named}` lands was settled at its first prompt"))),
+    })??;
+    Ok(SetSessionConfigOptionResponse::new(work_option(in_place, possible)))
+}
+
+/// The agent `named` of the workspace of `cwd`, taken into the table (a root: a child
+/// is its parent's to talk to).
+fn adopt(shared: &Shared, named: &SessionId, cwd: &Path) -> Result<(Workspace, AgentId), Error> {
+    let ws = workspace_in(shared, cwd)?;
+    let named = named.to_string();
+    let agent = agents::resolve(&ws, &named)
+        .ok()
+        .filter(|a| a.as_str() == named && a.parent().is_none())
+        .ok_or_else(|| invalid(format!("no session `{named}` in the workspace of {}", cwd.display())))?;
+    let known = shared.sessions.with(|s| s.contains_key(&named))?;
+    if !known {
+        let states = inspect::states(&ws).map_err(internal)?;
+        let cost = states.iter().find(|s| s.id == named).and_then(|s| s.cost_usd).unwrap_or(0.0);
+        let in_place = project::in_place(&ws, &agent);
+        if in_place {
+            // (What a connection that went away had not written yet.)
+            super::agents_of::mirror(&ws, &agent);
+        }
+        let workspace = ws.layout.root().to_path_buf();
+        let session =
+            Session { workspace, agent: agent.clone(), unmade: None, working: false, cost, in_place, mode: None };
+        // (One taken in meanwhile — at work, maybe — stays as it is.)
+        shared.sessions.with(|s| {
+            s.entry(named).or_insert(session);
+        })?;
+    }
+    Ok((ws, agent))
+}
+
+/// `session/load`: the session taken in, its transcript replayed as updates.
+pub(super) fn load(
+    shared: &Shared,
+    request: LoadSessionRequest,
+    cx: &Connection,
+) -> Result<LoadSessionResponse, Error> {
+    let (ws, agent) = adopt(shared, &request.session_id, &request.cwd)?;
+    let (_, entries) = inspect::transcript(&ws, &agent).map_err(internal)?;
+    for update in updates::replay(&entries) {
+        cx.send_notification(SessionNotification::new(request.session_id.clone(), update))?;
+    }
+    Ok(LoadSessionResponse::new().modes(modes::state(modes::of_agent(&ws, &agent, None))))
+}
+
+/// `session/resume`: the session taken in, nothing replayed.
+pub(super) fn resume(shared: &Shared, request: ResumeSessionRequest) -> Result<ResumeSessionResponse, Error> {
+    passed_over(&request.mcp_servers);
+    let (ws, agent) = adopt(shared, &request.session_id, &request.cwd)?;
+    Ok(ResumeSessionResponse::new().modes(modes::state(modes::of_agent(&ws, &agent, None))))
+}
+
+/// `session/fork`: a new session continuing where `session_id` is now (its tip: a fork
+/// made later, by `offshoot fork --step`, can go back further). A session with no agent
+/// yet forks into another such.
+pub(super) fn fork(shared: &Shared, request: ForkSessionRequest) -> Result<ForkSessionResponse, Error> {
+    passed_over(&request.mcp_servers);
+    let named = request.session_id.to_string();
+    let engine = |e: agents::AgentError| internal(CliError::from(e).message());
+    let known = shared.sessions.with(|s| s.get(&named).map(|s| (s.workspace.clone(), s.unmade.clone(), s.mode)))?;
+    // The workspace, the commit the fork continues, and the mode it runs in (its
+    // source's, as `offshoot fork` has it).
+    let (ws, from, mode) = match known {
+        Some((workspace, Some(unmade), pending)) => {
+            let ws = Workspace::open(&workspace).map_err(internal)?;
+            let mode = pending.unwrap_or_else(|| modes::of_new(&ws));
+            (ws, unmade.from, mode)
+        }
+        Some((workspace, None, pending)) => {
+            let ws = Workspace::open(&workspace).map_err(internal)?;
+            let agent = AgentId::parse(&named).map_err(internal)?;
+            // (A fork never runs looser than its source: a looser mode set and not sent
+            // yet does not go with it.)
+            let recorded = modes::of_agent(&ws, &agent, None);
+            let mode = pending.map_or(recorded, |p| p.min(recorded));
+            let tip = agents::revision(&ws, &named).map_err(engine)?;
+            (ws, Some(tip), mode)
+        }
+        None => {
+            let (ws, agent) = adopt(shared, &request.session_id, &request.cwd)?;
+            let mode = modes::of_agent(&ws, &agent, None);
+            let tip = agents::revision(&ws, agent.as_str()).map_err(engine)?;
+            (ws, Some(tip), mode)
+        }
+    };
+    // (A fork keeps its work to itself: two agents writing one checkout would write
+    // over each other. The option makes it in place before its first prompt.)
+    let possible = has_project(&ws);
+    // (The mode shown is the mode it runs in: made with it, as `Start.mode`.)
+    let forked = reserve(shared, &ws, from, false, Some(mode))?;
+    Ok(ForkSessionResponse::new(forked).config_options(work_option(false, possible)).modes(modes::state(mode)))
+}
+
+/// `session/close`: its work stopped (as a cancel stops it) and the session let go; the
+/// agent stays, loadable later.
+pub(super) fn close(shared: &Arc<Shared>, request: CloseSessionRequest) -> Result<CloseSessionResponse, Error> {
+    let named = request.session_id.to_string();
+    let closed = shared.sessions.with(|s| s.remove(&named))?;
+    let session = closed.ok_or_else(|| invalid(format!("no session `{named}`: nothing to close")))?;
+    if session.working {
+        super::agents_of::stop_in_background(shared, session.workspace, session.agent);
+    }
+    Ok(CloseSessionResponse::new())
+}
+
+/// `session/list`: the root agents of the workspace of `cwd` (this process's when none
+/// is given).
+pub(super) fn list(shared: &Shared, request: ListSessionsRequest) -> Result<ListSessionsResponse, Error> {
+    let cwd = match &request.cwd {
+        Some(cwd) => cwd.clone(),
+        None => std::env::current_dir().map_err(internal)?,
+    };
+    let ws = workspace_in(shared, &cwd)?;
+    let listed = agents::list(&ws).map_err(internal)?;
+    let sessions = listed
+        .into_iter()
+        .filter_map(|l| l.facts)
+        .filter(|f| f.parent.is_none())
+        .map(|f| {
+            let title = f.name.clone().unwrap_or_else(|| f.id.clone());
+            SessionInfo::new(f.id.clone(), cwd.clone()).title(title).updated_at(f.created.clone())
+        })
+        .collect();
+    Ok(ListSessionsResponse::new(sessions))
+}

@@ -1,0 +1,283 @@
+//! A prompt's turn: the agent made (first prompt) or written to, its records streamed
+//! back as session updates until its run ends, and the turn's end as a stop reason;
+//! cancel and disconnect stop it as `offshoot stop` does.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agent_client_protocol::Error;
+use agent_client_protocol::v1::schema::{
+    ContentBlock, Cost, EmbeddedResourceResource, PromptRequest, SessionNotification, SessionUpdate, StopReason,
+    UsageUpdate,
+};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use domain::id::AgentId;
+use engine::agents::{self, Start};
+use engine::ops::project;
+use engine::step::events::{End, Record};
+use engine::store::workspace::Workspace;
+use infra::time::Timestamp;
+
+use super::sessions::Unmade;
+use super::{Connection, Shared, agents_of, internal, invalid, permission, updates};
+use crate::cli::CliError;
+use crate::cli::follow::{Follower, View};
+
+/// A turn under way: what follows the agent, where its records arrive, and the role's
+/// context window (for usage updates).
+pub(super) struct Turn {
+    follower: Follower,
+    records: UnboundedReceiver<(String, Record)>,
+    window: Option<u64>,
+    /// Whether its commits are written into the project's checkout.
+    in_place: bool,
+}
+
+/// The prompt as one message: its text, a linked resource by its URI, an embedded one
+/// with its text.
+fn message_of(prompt: &[ContentBlock]) -> Result<String, Error> {
+    let mut parts = Vec::new();
+    for block in prompt {
+        match block {
+            ContentBlock::Text(text) => parts.push(text.text.clone()),
+            ContentBlock::ResourceLink(link) => parts.push(format!("@{}", link.uri)),
+            ContentBlock::Resource(embedded) => match &embedded.resource {
+                EmbeddedResourceResource::TextResourceContents(r) => {
+                    parts.push(format!("{}:\n```\n{}\n```", r.uri, r.text))
+                }
+                _ => return Err(invalid("a binary embedded resource is not taken in a prompt")),
+            },
+            _ => return Err(invalid("a prompt may hold text and resources only (no image or audio)")),
+        }
+    }
+    let text = parts.join("\n\n");
+    match text.trim().is_empty() {
+        true => Err(invalid("the prompt is empty")),
+        false => Ok(text),
+    }
+}
+
+/// Starts a turn: the agent made with the prompt as its goal, or the prompt left in
+/// its inbox; the follower of its events started before anything is written.
+pub(super) fn begin(shared: &Shared, request: &PromptRequest) -> Result<Turn, Error> {
+    let named = request.session_id.to_string();
+    let text = message_of(&request.prompt)?;
+    let (workspace, agent, unmade, in_place, mode) = shared.sessions.with(|s| match s.get_mut(&named) {
+        None => Err(invalid(format!("no session `{named}`: session/new or session/load it first"))),
+        Some(session) if session.working => {
+            Err(invalid(format!("session `{named}` is working on a prompt; session/cancel it or wait for its end")))
+        }
+        Some(session) => {
+            // (Taken before anything is made: a second prompt meanwhile is refused.)
+            session.working = true;
+            let taken = (session.workspace.clone(), session.agent.clone(), session.unmade.clone());
+            Ok((taken.0, taken.1, taken.2, session.in_place, session.mode))
+        }
+    })??;
+    let begun = begin_taken(shared, &text, (&workspace, &agent), unmade, in_place, mode);
+    let made = begun.is_ok();
+    shared.sessions.with(|s| {
+        if let Some(session) = s.get_mut(&named) {
+            session.working = made;
+            if made {
+                // (The mode went with the prompt.)
+                (session.unmade, session.mode) = (None, None);
+            }
+        }
+    })?;
+    begun
+}
+
+fn begin_taken(
+    shared: &Shared,
+    text: &str,
+    (workspace, agent): (&PathBuf, &AgentId),
+    unmade: Option<Unmade>,
+    in_place: bool,
+    mode: Option<domain::config::Mode>,
+) -> Result<Turn, Error> {
+    let ws = Workspace::open(workspace).map_err(internal)?;
+    let ctx = shared.ctx.lock().map_err(internal)?;
+    let rt = ctx.runtime(&ws);
+    let (tx, records) = tokio::sync::mpsc::unbounded_channel();
+    let view = View::Each(Arc::new(move |agent: &str, record: &Record| {
+        let _ = tx.send((agent.to_owned(), record.clone()));
+    }));
+    let engine = |e: agents::AgentError| internal(CliError::from(e).message());
+    let Some(unmade) = unmade else {
+        let follower = Follower::start_with_itself(ws.layout.root(), agent, view);
+        rt.deposit_from_user(agent, text, mode).map_err(internal)?;
+        rt.wake(agent).map_err(internal)?;
+        return Ok(Turn { follower, records, window: window_of(&ws, agent), in_place });
+    };
+    let mut start = Start {
+        message: text,
+        name: None,
+        now: Timestamp::now(),
+        random: unmade.random,
+        env: &ctx.env,
+        project: None,
+        model: None,
+        reasoning: None,
+        copy_ignored: &[],
+        mode,
+        // (Asking the client, the call waits in the queue for the answer given there.)
+        on_ask: Some(shared.on_ask.unwrap_or(domain::question::OnAsk::Wait)),
+    };
+    let id = match &unmade.from {
+        Some(from) => agents::fork(&ws, from, &start).map_err(engine)?,
+        None => {
+            // In a project the agent starts from the checkout as it is, uncommitted
+            // changes and all: what the editor shows.
+            let user = ws.user_repo().map_err(internal)?;
+            let author = user.as_ref().and_then(|u| u.identity(&ctx.git_config_files()));
+            let from = project::start_point(&ws, None, user.is_some(), author.as_ref()).map_err(internal)?;
+            start.project = from.as_ref().map(|(s, _)| s);
+            agents::create_root(&ws, "worker", "default", &start).map_err(engine)?
+        }
+    };
+    if &id != agent {
+        // (Only when another agent took the reserved id meanwhile.)
+        return Err(internal(format!(
+            "the agent was made as `{id}`, not as the session's `{agent}`; start a new session"
+        )));
+    }
+    if in_place {
+        // (Before its driver starts: every commit of it is written into the checkout.)
+        project::work_in_place(&ws, &id).map_err(internal)?;
+    }
+    let follower = Follower::start_from_the_beginning(ws.layout.root(), &id, view);
+    rt.launch(&id).map_err(internal)?;
+    Ok(Turn { follower, records, window: window_of(&ws, &id), in_place })
+}
+
+/// The context window the agent's role names, if it names one.
+fn window_of(ws: &Workspace, agent: &AgentId) -> Option<u64> {
+    let facts = agents::facts_of(ws, agent.as_str()).ok()?;
+    let (_, config) = ws.config(&facts.lineage).ok()?;
+    config.role(&facts.role)?.context_window
+}
+
+/// Streams the session's agent's records as updates until its run ends; the stop
+/// reason that end is, or the error that ended it (a provider's, say: the session
+/// stays, and the next prompt goes on from there).
+pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connection) -> Result<StopReason, Error> {
+    let Turn { follower, mut records, window, in_place } = turn;
+    let ws = match shared.sessions.workspace_of(named).map(|w| Workspace::open(&w)) {
+        Some(Ok(ws)) => Some(ws),
+        _ => None,
+    };
+    let mut streamed = String::new();
+    // The calls the editor was shown, by what they run: where a question points.
+    let mut shown: HashMap<(String, String), String> = HashMap::new();
+    let reason = loop {
+        let Some((agent, record)) = records.recv().await else { break Ok(StopReason::Cancelled) };
+        if let Record::Asked { question, tool, input, why, .. } = &record
+            && shared.on_ask.is_none()
+        {
+            let call = shown.get(&(tool.clone(), input.to_string())).cloned().unwrap_or_else(|| question.clone());
+            let Some(workspace) = shared.sessions.workspace_of(named) else { break Ok(StopReason::Cancelled) };
+            let ask = permission::Ask {
+                workspace,
+                session: named.to_owned(),
+                call,
+                question: question.clone(),
+                agent: agent.clone(),
+                tool: tool.clone(),
+                input: input.clone(),
+                why: why.clone(),
+            };
+            let _ = cx.spawn(permission::ask(cx.clone(), ask));
+        }
+        if agent != named {
+            continue;
+        }
+        // (Each of these comes after a commit of the agent's: the checkout catches up.)
+        if in_place
+            && matches!(
+                record,
+                Record::ToolResult { .. } | Record::Step { .. } | Record::Transfer { .. } | Record::End(_)
+            )
+            && let (Some(ws), Ok(id)) = (&ws, AgentId::parse(named))
+        {
+            agents_of::mirror(ws, &id);
+        }
+        let update = match &record {
+            Record::TextDelta { text } => {
+                streamed.push_str(text);
+                Some(updates::said(text))
+            }
+            Record::Text { text } => {
+                let rest = text.strip_prefix(streamed.as_str()).unwrap_or(text).to_owned();
+                streamed.clear();
+                (!rest.is_empty()).then(|| updates::said(&rest))
+            }
+            Record::ToolCall { tool_use_id, name, input } => {
+                shown.insert((name.clone(), input.to_string()), tool_use_id.clone());
+                Some(updates::call(tool_use_id, name, input))
+            }
+            Record::ToolResult { tool_use_id, is_error, summary, .. } => {
+                Some(updates::result(tool_use_id, *is_error, summary))
+            }
+            Record::Usage { usage, cost_usd, .. } => usage_update(shared, named, usage, *cost_usd, window),
+            Record::End(end) => {
+                break match end {
+                    End::FinalResponse { .. } | End::Busy => Ok(StopReason::EndTurn),
+                    End::BudgetExhausted { .. } => Ok(StopReason::MaxTurnRequests),
+                    End::Interrupted { .. } => Ok(StopReason::Cancelled),
+                    End::Error { error } => Err(internal(format!("the agent's run failed: {error}"))),
+                };
+            }
+            _ => None,
+        };
+        if let Some(update) = update
+            && cx.send_notification(SessionNotification::new(named.to_owned(), update)).is_err()
+        {
+            break Ok(StopReason::Cancelled);
+        }
+    };
+    drop(follower);
+    let _ = shared.sessions.with(|s| s.get_mut(named).map(|s| s.working = false));
+    reason
+}
+
+/// A step's usage as the editor shows it: how full the context is (when the role names
+/// its window) and what the session has cost so far (this connection's turns).
+fn usage_update(
+    shared: &Shared,
+    named: &str,
+    usage: &infra::provider::Usage,
+    cost_usd: Option<f64>,
+    window: Option<u64>,
+) -> Option<SessionUpdate> {
+    let spent = shared
+        .sessions
+        .with(|s| {
+            let session = s.get_mut(named)?;
+            session.cost += cost_usd.unwrap_or(0.0);
+            Some(session.cost)
+        })
+        .ok()
+        .flatten();
+    let used = [usage.input, usage.cache_read, usage.cache_write, usage.output].iter().flatten().sum();
+    let mut update = UsageUpdate::new(used, window?);
+    if let Some(spent) = spent.filter(|_| cost_usd.is_some()) {
+        update = update.cost(Cost::new(spent, "USD"));
+    }
+    Some(SessionUpdate::UsageUpdate(update))
+}
+
+/// `session/cancel`: the session's agent and those below it stopped as `stop` does;
+/// its turn ends `cancelled`.
+pub(super) fn cancel(shared: &Arc<Shared>, named: &str) {
+    let working = shared
+        .sessions
+        .with(|s| s.get(named).filter(|s| s.working).map(|s| (s.workspace.clone(), s.agent.clone())))
+        .ok()
+        .flatten();
+    if let Some((workspace, agent)) = working {
+        agents_of::stop_in_background(shared, workspace, agent);
+    }
+}
