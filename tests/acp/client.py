@@ -64,6 +64,8 @@ class Recorder:
             entry["status"] = getattr(update, "status", None)
             entry["title"] = getattr(update, "title", None)
             entry["tool_kind"] = getattr(update, "kind", None)
+            said = [getattr(getattr(c, "content", None), "text", None) for c in (getattr(update, "content", None) or [])]
+            entry["text"] = "".join(t for t in said if t) or None
         self.updates.append(entry)
         say(event="update", **entry)
 

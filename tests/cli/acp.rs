@@ -27,6 +27,11 @@ fn client_answering(
 ) -> Vec<Value> {
     let mut agent = t.command();
     agent.arg("acp").args(flags);
+    drive(&agent, cwd, session, steps, answers)
+}
+
+/// The client on `steps` against `agent` (an `offshoot acp` command), in `cwd`.
+fn drive(agent: &Command, cwd: &Path, session: Option<&str>, steps: Value, answers: Value) -> Vec<Value> {
     let mut command = vec![agent.get_program().to_string_lossy().into_owned()];
     command.extend(agent.get_args().map(|a| a.to_string_lossy().into_owned()));
     let env: serde_json::Map<String, Value> = agent
@@ -441,4 +446,52 @@ fn a_fork_runs_in_the_mode_it_shows() {
     let seen = client(&t, &t.root, None, steps);
     assert_eq!(events(&seen, "forked")[0]["mode"]["current"], "read-only", "{seen:?}");
     assert!(server.result_text(2).contains("read-only"), "the fork wrote: {}", server.result_text(2));
+}
+
+#[test]
+fn with_directories_a_task_directory_in_no_repository_is_worked_in_place_and_home_is_refused() {
+    let (server, t) = TestWorkspace::served("acp-directory", Dialect::Anthropic);
+    // A harness's task directory: files, no git.
+    let task = t.root.join("app");
+    std::fs::create_dir_all(&task).expect("app");
+    std::fs::write(task.join("main.py"), "print('hello')\n").expect("main.py");
+    server.push_turns([
+        Turn::tool("w1", "write_file", json!({"path": "main.py", "content": "print('fixed')\n"})),
+        Turn::bash("b1", "cat main.py"),
+        Turn::text("fixed"),
+    ]);
+    // No `-w`: the workspace is the one offshoot picks for the directory.
+    let acp = || {
+        let mut c = t.command_bare();
+        c.args(["acp", "--directories"]).env("ANTHROPIC_BASE_URL", server.url()).env("ANTHROPIC_API_KEY", "k");
+        c
+    };
+    let seen = drive(&acp(), &task, None, json!([["new"], ["prompt", "fix main.py"]]), json!([]));
+    assert_eq!(events(&seen, "session")[0]["options"], json!({"work": "in-place"}), "{seen:?}");
+    assert_eq!(events(&seen, "stopped")[0]["reason"], "end_turn", "{seen:?}");
+    // The agent started from the directory's files and its edit landed there; no `.git` was made in it.
+    let read = seen.iter().find(|e| e["kind"] == "tool_call_update" && e["id"] == "b1").expect("b1");
+    assert_eq!(read["status"], "completed", "{seen:?}");
+    assert_eq!(std::fs::read_to_string(task.join("main.py")).expect("main.py"), "print('fixed')\n");
+    assert!(!task.join(".git").exists(), "a .git was made in the task directory");
+    // The home directory is never taken whole.
+    let seen = drive(&acp(), &t.home, None, json!([["new"]]), json!([]));
+    let refused = &events(&seen, "error")[0];
+    assert!(refused["message"].as_str().is_some_and(|m| m.contains("is not taken as a project")), "{seen:?}");
+}
+
+#[test]
+fn a_dispatched_child_is_its_dispatch_call_whose_updates_carry_its_state() {
+    let (server, t) = TestWorkspace::served("acp-children", Dialect::Anthropic);
+    server.push_for("Kid", [Turn::text("kid done")]);
+    let dispatch = Turn::tool("d1", "dispatch", json!({"role": "worker", "goal": "be kid", "name": "Kid"}));
+    server.push_turns([dispatch, Turn::text("waiting"), Turn::text("lead done")]);
+    let seen = client(&t, &t.root, None, json!([["new"], ["prompt", "lead"]]));
+    assert_eq!(events(&seen, "stopped")[0]["reason"], "end_turn", "{seen:?}");
+    let of_d1: Vec<&Value> = seen.iter().filter(|e| e["kind"] == "tool_call_update" && e["id"] == "d1").collect();
+    let kid = t.id_of("Kid");
+    let said = |e: &&Value| e["text"].as_str().unwrap_or_default().to_owned();
+    assert!(of_d1.iter().any(|e| said(e).contains(&format!("`{kid}` is at work: step 1"))), "{of_d1:?}");
+    let last = of_d1.last().expect("updates of d1");
+    assert_eq!((said(last), &last["status"]), (format!("`{kid}` answered: kid done"), &json!("completed")));
 }

@@ -6,6 +6,7 @@
 //! events file as session updates.
 
 mod agents_of;
+mod children;
 mod modes;
 mod permission;
 mod sessions;
@@ -33,13 +34,24 @@ struct Shared {
     on_ask: Option<domain::question::OnAsk>,
     /// `--copy`: sessions keep their work to themselves unless set otherwise.
     copy: bool,
+    /// `--directories`: a cwd in no repository is a project of its own.
+    directories: bool,
     sessions: sessions::Table,
+}
+
+/// How `offshoot acp` was asked to serve (its flags).
+pub(crate) struct Options {
+    pub(crate) on_ask: Option<domain::question::OnAsk>,
+    pub(crate) copy: bool,
+    pub(crate) directories: bool,
 }
 
 /// Serves ACP on stdin/stdout until the client closes it; what still works then is
 /// stopped, committed as a stop leaves it, and loadable later.
-pub(crate) fn serve(ctx: Ctx, on_ask: Option<domain::question::OnAsk>, copy: bool) -> Result<(), CliError> {
-    let shared = Arc::new(Shared { ctx: Mutex::new(ctx), on_ask, copy, sessions: sessions::Table::default() });
+pub(crate) fn serve(ctx: Ctx, options: Options) -> Result<(), CliError> {
+    let Options { on_ask, copy, directories } = options;
+    let shared =
+        Arc::new(Shared { ctx: Mutex::new(ctx), on_ask, copy, directories, sessions: sessions::Table::default() });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()

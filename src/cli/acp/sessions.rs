@@ -64,7 +64,7 @@ impl Table {
 
 /// The workspace of a session in `cwd`: `-w`'s, the project's when `cwd` is inside a
 /// repository, else the default one (made on first use, as `prompt` does).
-fn workspace_for(ctx: &Ctx, cwd: &Path) -> Result<Workspace, Error> {
+fn workspace_for(ctx: &Ctx, cwd: &Path, directories: bool) -> Result<Workspace, Error> {
     if !cwd.is_absolute() || !cwd.is_dir() {
         return Err(invalid(format!("cwd `{}` is not an absolute path to a directory", cwd.display())));
     }
@@ -76,6 +76,10 @@ fn workspace_for(ctx: &Ctx, cwd: &Path) -> Result<Workspace, Error> {
             Some(user) => {
                 Workspace::open_or_create_for_project(&ctx.project_workspace(user.root()), &ctx.template()?, &user)?.0
             }
+            None if directories => {
+                let user = directory_project(ctx, cwd)?;
+                Workspace::open_or_create_for_project(&ctx.project_workspace(cwd), &ctx.template()?, &user)?.0
+            }
             None => Workspace::open_or_create(&ctx.default_workspace(), &ctx.template()?)?.0,
         })
     })();
@@ -83,7 +87,24 @@ fn workspace_for(ctx: &Ctx, cwd: &Path) -> Result<Workspace, Error> {
 }
 
 fn workspace_in(shared: &Shared, cwd: &Path) -> Result<Workspace, Error> {
-    workspace_for(&*shared.ctx.lock().map_err(internal)?, cwd)
+    workspace_for(&*shared.ctx.lock().map_err(internal)?, cwd, shared.directories)
+}
+
+/// `--directories`: `cwd`, in no repository, as a project of its own — its files
+/// taken into a git directory beside its workspace (nothing is written in `cwd`), so
+/// its agents start from them and work in place. Never `/` or the home directory:
+/// everything under them (keys among it) would enter every agent's directory.
+fn directory_project(ctx: &Ctx, cwd: &Path) -> Result<infra::git::UserRepo, CliError> {
+    let cwd = cwd.canonicalize().map_err(|e| CliError::usage(format!("cwd `{}`: {e}", cwd.display())))?;
+    let home = ctx.env.get("HOME").and_then(|h| Path::new(h).canonicalize().ok());
+    if cwd.parent().is_none() || Some(&cwd) == home.as_ref() {
+        return Err(CliError::usage(format!(
+            "cwd `{}` is not taken as a project: everything under it would be copied into every agent's directory",
+            cwd.display()
+        )));
+    }
+    let git_dir = ctx.project_workspace(&cwd).with_extension("git");
+    infra::git::for_directory(&git_dir, &cwd).map_err(CliError::runtime_from)
 }
 
 /// A session with a new id reserved, its agent made at its first prompt (continuing

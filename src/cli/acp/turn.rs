@@ -25,6 +25,9 @@ use super::{Connection, Shared, agents_of, internal, invalid, permission, update
 use crate::cli::CliError;
 use crate::cli::follow::{Follower, View};
 
+/// How long the records of a turn's children are read after its agent's end.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// A turn under way: what follows the agent, where its records arrive, and the role's
 /// context window (for usage updates).
 pub(super) struct Turn {
@@ -172,6 +175,7 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
     let mut streamed = String::new();
     // The calls the editor was shown, by what they run: where a question points.
     let mut shown: HashMap<(String, String), String> = HashMap::new();
+    let mut children = super::children::Children::default();
     let reason = loop {
         let Some((agent, record)) = records.recv().await else { break Ok(StopReason::Cancelled) };
         if let Record::Asked { question, tool, input, why, .. } = &record
@@ -192,6 +196,12 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
             let _ = cx.spawn(permission::ask(cx.clone(), ask));
         }
         if agent != named {
+            let update = ws.as_ref().and_then(|ws| children.update(ws, named, &agent, &record));
+            if let Some(update) = update
+                && cx.send_notification(SessionNotification::new(named.to_owned(), update)).is_err()
+            {
+                break Ok(StopReason::Cancelled);
+            }
             continue;
         }
         // (Each of these comes after a commit of the agent's: the checkout catches up.)
@@ -238,6 +248,16 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
             break Ok(StopReason::Cancelled);
         }
     };
+    // (A child's end is written before its parent's, but the follower may read the
+    // parent's file first: what a look or two more brings of the children is shown.)
+    while !children.is_empty()
+        && let Ok(Some((agent, record))) = tokio::time::timeout(CATCH_UP, records.recv()).await
+    {
+        let update = ws.as_ref().and_then(|ws| children.update(ws, named, &agent, &record));
+        if let Some(update) = update {
+            let _ = cx.send_notification(SessionNotification::new(named.to_owned(), update));
+        }
+    }
     drop(follower);
     let _ = shared.sessions.with(|s| s.get_mut(named).map(|s| s.working = false));
     reason

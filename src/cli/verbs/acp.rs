@@ -12,10 +12,16 @@ pub(crate) struct Args {
     /// it back) instead of writing it into the project's checkout as it is made
     #[arg(long)]
     pub(crate) copy: bool,
+    /// Take a session's cwd that is in no git repository as a project of its own (its
+    /// files copied into a git directory beside its workspace; nothing is written in
+    /// it until the agent's work lands there), as a benchmark harness's task directory
+    #[arg(long)]
+    pub(crate) directories: bool,
 }
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     // (Its own context: the connection's tasks outlive this borrow.)
     let own = Ctx::from_env(ctx.explicit_workspace().cloned(), false);
-    crate::cli::acp::serve(own, args.on_ask, args.copy)
+    let options = crate::cli::acp::Options { on_ask: args.on_ask, copy: args.copy, directories: args.directories };
+    crate::cli::acp::serve(own, options)
 }

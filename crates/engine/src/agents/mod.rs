@@ -93,6 +93,14 @@ pub struct Listing {
 /// Set before a child's commit is built, removed with the agent.
 pub(crate) const IDS: &str = Mark::Ids.kind();
 
+/// The call of its parent's that dispatched `child` (the `tool_use_id` its id claim
+/// names); `None` for a root, or a child not made by a call.
+pub fn dispatching_call(ws: &Workspace, child: &AgentId) -> Option<String> {
+    let claim = String::from_utf8(ws.repo.mark(IDS, child.as_str()).ok()??).ok()?;
+    let (_, key) = claim.split_once('\n')?;
+    key.split_once(':').map(|(_, call)| call.to_owned())
+}
+
 /// The marks that hold names: `refs/offshoot/names/<name>` → the agent's id.
 pub(crate) const NAMES: &str = Mark::Names.kind();
 

@@ -468,7 +468,7 @@ fn link_project(root: &Path, source: &UserRepo) -> Result<()> {
     Project::open(&layout.project(), &layout.gits(), &layout.repo().join("objects"))?
         .add_alternate(&source.objects())?;
     let path = root.join(SOURCE);
-    std::fs::write(&path, format!("{}\n", source.root().display())).map_err(io(&path))
+    std::fs::write(&path, format!("{}\n", source.handle().display())).map_err(io(&path))
 }
 
 /// Waits for the turn to make the workspace at `root` (the lock file `lock`); `None`

@@ -29,7 +29,7 @@ pub use marks::{HARNESS_REFS, harness_ref, harness_ref_parts};
 pub use merge::{FileChange, Merged};
 pub use names::refused_path;
 pub use project::{Attachment, MAIN, Position, Project};
-pub use user::{Change, Discovered, UserRepo, WorkFile, discover};
+pub use user::{Change, Discovered, UserRepo, WorkFile, discover, for_directory};
 
 pub use tracked::{Additions, Difference, Restored, Scan, Skipped, Staged, Tracked, Why};
 

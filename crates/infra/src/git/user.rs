@@ -49,7 +49,56 @@ pub fn discover(dir: &Path, ceilings: &[PathBuf]) -> Result<Discovered> {
     }
 }
 
+/// A repository of the harness's own for `dir`, a directory in no repository: its git
+/// directory is `git_dir` (never inside `dir`, which is left as it is: no `.git` is
+/// written there), its working tree `dir`, and its first commit what `dir` holds when
+/// it is made (what `.gitignore` files there leave out stays out). One already made is
+/// opened; two makers at once make one (the git directory is moved into place whole).
+pub fn for_directory(git_dir: &Path, dir: &Path) -> Result<UserRepo> {
+    configure_libgit2();
+    if !git_dir.join("HEAD").exists() {
+        let made = git_dir.with_extension(format!("making-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&made);
+        snapshot_into(&made, dir)?;
+        if std::fs::rename(&made, git_dir).is_err() {
+            // (Another maker's came first: theirs stands.)
+            let _ = std::fs::remove_dir_all(&made);
+        }
+    }
+    UserRepo::open(git_dir)
+}
+
+/// Makes the repository of [`for_directory`] at `git_dir`.
+fn snapshot_into(git_dir: &Path, dir: &Path) -> Result<()> {
+    let what = |w: &str| format!("{w} for {}", dir.display());
+    let repo = Repository::init_opts(git_dir, git2::RepositoryInitOptions::new().bare(true).initial_head("main"))
+        .map_err(lib(what("make a repository")))?;
+    let mut config = repo.config().map_err(lib(what("read the config")))?;
+    config.set_bool("core.bare", false).map_err(lib(what("set core.bare")))?;
+    config.set_str("core.worktree", &dir.display().to_string()).map_err(lib(what("set core.worktree")))?;
+    drop(repo);
+    let repo = Repository::open(git_dir).map_err(lib(what("open the repository")))?;
+    let mut index = repo.index().map_err(lib(what("read the index")))?;
+    index.add_all(["*"], git2::IndexAddOption::DEFAULT, None).map_err(lib(what("take in the files")))?;
+    index.write().map_err(lib(what("write the index")))?;
+    let tree = index.write_tree().map_err(lib(what("write the tree")))?;
+    let tree = repo.find_tree(tree).map_err(lib(what("find the tree")))?;
+    let signature = super::signature()?;
+    let message = "the directory as offshoot first found it";
+    repo.commit(Some("HEAD"), &signature, &signature, message, &tree, &[]).map_err(lib(what("commit")))?;
+    Ok(())
+}
+
 impl UserRepo {
+    /// What opens it again ([`UserRepo::open`]): its working tree, or for a directory
+    /// in no repository the git directory the harness made for it.
+    pub fn handle(&self) -> PathBuf {
+        match std::fs::symlink_metadata(self.root.join(".git")) {
+            Ok(_) => self.root.clone(),
+            Err(_) => self.repo.path().to_owned(),
+        }
+    }
+
     /// Opens the repository whose working tree is `root`.
     pub fn open(root: &Path) -> Result<UserRepo> {
         configure_libgit2();
