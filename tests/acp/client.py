@@ -11,7 +11,8 @@ sent that long after the first, while it runs), ["kill_during", text, seconds] (
 that long after the prompt), ["quit_during", text, seconds] (the prompt sent, and
 the connection closed that long after, mid-turn). A fresh process (a new connection)
 starts at every ["restart"]. The plan's "answers" are what the user chooses at each permission request,
-in turn: an option id, "cancelled", or "error" (a client that cannot answer).
+in turn: an option id, "cancelled", or "error" (a client that cannot answer). Its
+"mcp_servers" go with every new session.
 """
 
 import asyncio
@@ -20,7 +21,27 @@ import sys
 
 import acp
 from acp import text_block
-from acp.schema import AllowedOutcome, ClientCapabilities, DeniedOutcome, RequestPermissionResponse
+from acp.schema import (
+    AllowedOutcome,
+    ClientCapabilities,
+    DeniedOutcome,
+    EnvVariable,
+    McpServerStdio,
+    RequestPermissionResponse,
+)
+
+
+def servers_of(plan):
+    """The plan's "mcp_servers" (name, command, args, env) as the editor passes them."""
+    return [
+        McpServerStdio(
+            name=s["name"],
+            command=s["command"],
+            args=s.get("args", []),
+            env=[EnvVariable(name=k, value=v) for k, v in s.get("env", {}).items()],
+        )
+        for s in plan.get("mcp_servers", [])
+    ]
 
 
 def options_of(response):
@@ -111,7 +132,7 @@ async def run(plan):
                     break
                 try:
                     if verb == "new":
-                        made = await conn.new_session(cwd=plan["cwd"], mcp_servers=[])
+                        made = await conn.new_session(cwd=plan["cwd"], mcp_servers=servers_of(plan))
                         session = made.session_id
                         say(event="session", session=session, options=options_of(made), mode=mode_of(made))
                     elif verb == "prompt":

@@ -32,14 +32,21 @@ fn client_answering(
 
 /// The client on `steps` against `agent` (an `offshoot acp` command), in `cwd`.
 fn drive(agent: &Command, cwd: &Path, session: Option<&str>, steps: Value, answers: Value) -> Vec<Value> {
+    drive_with(agent, cwd, session, steps, json!({"answers": answers}))
+}
+
+/// [`drive`], with more of the plan (`answers`, `mcp_servers`).
+fn drive_with(agent: &Command, cwd: &Path, session: Option<&str>, steps: Value, more: Value) -> Vec<Value> {
     let mut command = vec![agent.get_program().to_string_lossy().into_owned()];
     command.extend(agent.get_args().map(|a| a.to_string_lossy().into_owned()));
     let env: serde_json::Map<String, Value> = agent
         .get_envs()
         .filter_map(|(k, v)| Some((k.to_string_lossy().into_owned(), json!(v?.to_string_lossy()))))
         .collect();
-    let plan =
-        json!({"command": command, "env": env, "cwd": cwd, "session": session, "steps": steps, "answers": answers});
+    let mut plan = json!({"command": command, "env": env, "cwd": cwd, "session": session, "steps": steps});
+    for (key, value) in more.as_object().into_iter().flatten() {
+        plan[key] = value.clone();
+    }
     let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-tools/py");
     let mut python = Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/acp/client.py"))
@@ -494,4 +501,32 @@ fn a_dispatched_child_is_its_dispatch_call_whose_updates_carry_its_state() {
     assert!(of_d1.iter().any(|e| said(e).contains(&format!("`{kid}` is at work: step 1"))), "{of_d1:?}");
     let last = of_d1.last().expect("updates of d1");
     assert_eq!((said(last), &last["status"]), (format!("`{kid}` answered: kid done"), &json!("completed")));
+}
+
+#[test]
+fn the_editors_mcp_servers_are_the_sessions_agents_and_a_bad_one_is_refused_at_new() {
+    let (server, t) = TestWorkspace::served("acp-mcp", Dialect::Anthropic);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cli/support/mcp_server.py");
+    let files = json!({"name": "files", "command": "python3", "args": [script, "stdio"]});
+    server.push_turns([Turn::tool("c1", "mcp__files__echo", json!({"text": "over stdio"})), Turn::text("echoed")]);
+    let mut acp = t.command();
+    acp.arg("acp");
+    let seen = drive_with(&acp, &t.root, None, json!([["new"], ["prompt", "echo"]]), json!({"mcp_servers": [files]}));
+    assert_eq!(events(&seen, "stopped")[0]["reason"], "end_turn", "{seen:?}");
+    // The model was offered the server's tool, and its answer came back.
+    let offered =
+        server.requests()[0].body["tools"].as_array().expect("tools").iter().any(|t| t["name"] == "mcp__files__echo");
+    assert!(offered, "the editor's server was not offered");
+    assert!(server.result_text(1).contains("over stdio"), "{}", server.result_text(1));
+    // Its env stays out of every agent's reach: kept in the workspace's internals.
+    let kept = t.ws.join("client-mcp").join(format!("{}.json", t.only_agent()));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&kept).expect("kept").permissions().mode() & 0o777, 0o600);
+
+    // A server offshoot would refuse in its config is refused at session/new, naming it.
+    let bad = json!({"name": "nothing", "command": " ", "args": []});
+    let seen = drive_with(&acp, &t.root, None, json!([["new"]]), json!({"mcp_servers": [bad]}));
+    let refused = &events(&seen, "error")[0];
+    assert!(refused["message"].as_str().is_some_and(|m| m.contains("mcp_servers.nothing.command")), "{seen:?}");
+    assert_eq!(t.agents().len(), 1, "the refused session made something");
 }

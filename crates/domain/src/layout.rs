@@ -99,6 +99,12 @@ impl Layout {
         self.root.join("mcp").join("logs").join(agent)
     }
 
+    /// The MCP servers an editor gave agent `id`'s session (`acp`), as JSON: inside the
+    /// workspace's internals, which no agent reads (a server's `env` may hold a key).
+    pub fn client_servers(&self, id: &AgentId) -> PathBuf {
+        self.root.join("client-mcp").join(format!("{id}.json"))
+    }
+
     /// The attention queue: questions for a person, their waiters and answers
     /// (`queue/<id>/`), and the standing yeses of `approve --for-tree` (`queue/grants/`).
     pub fn queue(&self) -> PathBuf {

@@ -9,6 +9,7 @@ mod agents_of;
 mod children;
 mod modes;
 mod permission;
+mod servers;
 mod sessions;
 mod turn;
 mod updates;
@@ -17,9 +18,10 @@ use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, CloseSessionRequest, ForkSessionRequest, Implementation, InitializeRequest,
-    InitializeResponse, ListSessionsRequest, LoadSessionRequest, NewSessionRequest, PromptCapabilities, PromptRequest,
-    PromptResponse, ResumeSessionRequest, SessionCapabilities, SessionCloseCapabilities, SessionForkCapabilities,
-    SessionListCapabilities, SessionResumeCapabilities, SetSessionConfigOptionRequest, SetSessionModeRequest,
+    InitializeResponse, ListSessionsRequest, LoadSessionRequest, McpCapabilities, NewSessionRequest,
+    PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest, SessionCapabilities,
+    SessionCloseCapabilities, SessionForkCapabilities, SessionListCapabilities, SessionResumeCapabilities,
+    SetSessionConfigOptionRequest, SetSessionModeRequest,
 };
 use agent_client_protocol::{Agent, Client, Error, Stdio};
 
@@ -151,6 +153,7 @@ fn initialized(request: InitializeRequest) -> InitializeResponse {
     let capabilities = AgentCapabilities::new()
         .load_session(true)
         .prompt_capabilities(PromptCapabilities::new().embedded_context(true))
+        .mcp_capabilities(McpCapabilities::new().http(true))
         .session_capabilities(
             SessionCapabilities::new()
                 .list(SessionListCapabilities::new())

@@ -35,6 +35,18 @@ pub(super) struct Session {
     pub(super) in_place: bool,
     /// A mode set and not yet sent with a prompt.
     pub(super) mode: Option<domain::config::Mode>,
+    /// The MCP servers the editor passed, given to the agent when it is made.
+    pub(super) servers: Servers,
+}
+
+/// MCP servers as offshoot's, by name.
+pub(super) type Servers = std::collections::BTreeMap<String, domain::config::McpServer>;
+
+/// The servers of a request, checked by the rules of `[mcp_servers]`.
+fn servers_of(passed: &[agent_client_protocol::v1::schema::McpServer]) -> Result<Servers, Error> {
+    let servers = super::servers::taken(passed);
+    domain::config::check_servers(&servers, &|key, rule| invalid(format!("MCP server {key}: {rule}")))?;
+    Ok(servers)
 }
 
 /// An agent not made yet: the random number its id was reserved from, and for a fork
@@ -112,9 +124,9 @@ fn directory_project(ctx: &Ctx, cwd: &Path) -> Result<infra::git::UserRepo, CliE
 fn reserve(
     shared: &Shared,
     ws: &Workspace,
-    from: Option<String>,
-    in_place: bool,
+    (from, in_place): (Option<String>, bool),
     mode: Option<domain::config::Mode>,
+    servers: Servers,
 ) -> Result<String, Error> {
     let random = engine::random_u32();
     let agent = AgentId::root_from_random(random);
@@ -127,31 +139,27 @@ fn reserve(
         cost: 0.0,
         in_place,
         mode,
+        servers,
     };
     shared.sessions.with(|s| s.insert(named.clone(), session))?;
     Ok(named)
 }
 
 pub(super) fn new(shared: &Shared, request: NewSessionRequest) -> Result<NewSessionResponse, Error> {
+    let servers = servers_of(&request.mcp_servers)?;
     let ws = workspace_in(shared, &request.cwd)?;
-    passed_over(&request.mcp_servers);
     let possible = has_project(&ws);
     let in_place = possible && !shared.copy;
-    let named = reserve(shared, &ws, None, in_place, None)?;
+    let named = reserve(shared, &ws, (None, in_place), None, servers)?;
     Ok(NewSessionResponse::new(named)
         .config_options(work_option(in_place, possible))
         .modes(modes::state(modes::of_new(&ws))))
 }
 
-/// MCP servers a client passes are not taken yet: said on stderr (the editor's log of
-/// the agent), not silently dropped.
-fn passed_over(servers: &[agent_client_protocol::v1::schema::McpServer]) {
-    if !servers.is_empty() {
-        eprintln!(
-            "offshoot: the {} MCP server(s) the editor passed are not used: offshoot's agents take the servers of its config (`offshoot mcp add`)",
-            servers.len()
-        );
-    }
+/// The editor's servers are the agent's (this connection's: none takes away the last
+/// one's), from its driver's next run.
+pub(super) fn give_servers(ws: &Workspace, agent: &AgentId, servers: &Servers) -> Result<(), Error> {
+    agents::set_client_servers(ws, agent, servers).map_err(internal)
 }
 
 fn has_project(ws: &Workspace) -> bool {
@@ -228,8 +236,17 @@ fn adopt(shared: &Shared, named: &SessionId, cwd: &Path) -> Result<(Workspace, A
             super::agents_of::mirror(&ws, &agent);
         }
         let workspace = ws.layout.root().to_path_buf();
-        let session =
-            Session { workspace, agent: agent.clone(), unmade: None, working: false, cost, in_place, mode: None };
+        let servers = Servers::new();
+        let session = Session {
+            workspace,
+            agent: agent.clone(),
+            unmade: None,
+            working: false,
+            cost,
+            in_place,
+            mode: None,
+            servers,
+        };
         // (One taken in meanwhile — at work, maybe — stays as it is.)
         shared.sessions.with(|s| {
             s.entry(named).or_insert(session);
@@ -244,7 +261,9 @@ pub(super) fn load(
     request: LoadSessionRequest,
     cx: &Connection,
 ) -> Result<LoadSessionResponse, Error> {
+    let servers = servers_of(&request.mcp_servers)?;
     let (ws, agent) = adopt(shared, &request.session_id, &request.cwd)?;
+    give_servers(&ws, &agent, &servers)?;
     let (_, entries) = inspect::transcript(&ws, &agent).map_err(internal)?;
     for update in updates::replay(&entries) {
         cx.send_notification(SessionNotification::new(request.session_id.clone(), update))?;
@@ -254,8 +273,9 @@ pub(super) fn load(
 
 /// `session/resume`: the session taken in, nothing replayed.
 pub(super) fn resume(shared: &Shared, request: ResumeSessionRequest) -> Result<ResumeSessionResponse, Error> {
-    passed_over(&request.mcp_servers);
+    let servers = servers_of(&request.mcp_servers)?;
     let (ws, agent) = adopt(shared, &request.session_id, &request.cwd)?;
+    give_servers(&ws, &agent, &servers)?;
     Ok(ResumeSessionResponse::new().modes(modes::state(modes::of_agent(&ws, &agent, None))))
 }
 
@@ -263,7 +283,7 @@ pub(super) fn resume(shared: &Shared, request: ResumeSessionRequest) -> Result<R
 /// made later, by `offshoot fork --step`, can go back further). A session with no agent
 /// yet forks into another such.
 pub(super) fn fork(shared: &Shared, request: ForkSessionRequest) -> Result<ForkSessionResponse, Error> {
-    passed_over(&request.mcp_servers);
+    let servers = servers_of(&request.mcp_servers)?;
     let named = request.session_id.to_string();
     let engine = |e: agents::AgentError| internal(CliError::from(e).message());
     let known = shared.sessions.with(|s| s.get(&named).map(|s| (s.workspace.clone(), s.unmade.clone(), s.mode)))?;
@@ -296,7 +316,7 @@ pub(super) fn fork(shared: &Shared, request: ForkSessionRequest) -> Result<ForkS
     // over each other. The option makes it in place before its first prompt.)
     let possible = has_project(&ws);
     // (The mode shown is the mode it runs in: made with it, as `Start.mode`.)
-    let forked = reserve(shared, &ws, from, false, Some(mode))?;
+    let forked = reserve(shared, &ws, (from, false), Some(mode), servers)?;
     Ok(ForkSessionResponse::new(forked).config_options(work_option(false, possible)).modes(modes::state(mode)))
 }
 

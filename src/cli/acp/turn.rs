@@ -67,7 +67,7 @@ fn message_of(prompt: &[ContentBlock]) -> Result<String, Error> {
 pub(super) fn begin(shared: &Shared, request: &PromptRequest) -> Result<Turn, Error> {
     let named = request.session_id.to_string();
     let text = message_of(&request.prompt)?;
-    let (workspace, agent, unmade, in_place, mode) = shared.sessions.with(|s| match s.get_mut(&named) {
+    let (workspace, agent, unmade, in_place, mode, servers) = shared.sessions.with(|s| match s.get_mut(&named) {
         None => Err(invalid(format!("no session `{named}`: session/new or session/load it first"))),
         Some(session) if session.working => {
             Err(invalid(format!("session `{named}` is working on a prompt; session/cancel it or wait for its end")))
@@ -76,10 +76,10 @@ pub(super) fn begin(shared: &Shared, request: &PromptRequest) -> Result<Turn, Er
             // (Taken before anything is made: a second prompt meanwhile is refused.)
             session.working = true;
             let taken = (session.workspace.clone(), session.agent.clone(), session.unmade.clone());
-            Ok((taken.0, taken.1, taken.2, session.in_place, session.mode))
+            Ok((taken.0, taken.1, taken.2, session.in_place, session.mode, session.servers.clone()))
         }
     })??;
-    let begun = begin_taken(shared, &text, (&workspace, &agent), unmade, in_place, mode);
+    let begun = begin_taken(shared, &text, (&workspace, &agent), unmade, (in_place, mode, &servers));
     let made = begun.is_ok();
     shared.sessions.with(|s| {
         if let Some(session) = s.get_mut(&named) {
@@ -98,8 +98,7 @@ fn begin_taken(
     text: &str,
     (workspace, agent): (&PathBuf, &AgentId),
     unmade: Option<Unmade>,
-    in_place: bool,
-    mode: Option<domain::config::Mode>,
+    (in_place, mode, servers): (bool, Option<domain::config::Mode>, &super::sessions::Servers),
 ) -> Result<Turn, Error> {
     let ws = Workspace::open(workspace).map_err(internal)?;
     let ctx = shared.ctx.lock().map_err(internal)?;
@@ -151,6 +150,7 @@ fn begin_taken(
         // (Before its driver starts: every commit of it is written into the checkout.)
         project::work_in_place(&ws, &id).map_err(internal)?;
     }
+    super::sessions::give_servers(&ws, &id, servers)?;
     let follower = Follower::start_from_the_beginning(ws.layout.root(), &id, view);
     rt.launch(&id).map_err(internal)?;
     Ok(Turn { follower, records, window: window_of(&ws, &id), in_place })
@@ -176,6 +176,8 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
     // The calls the editor was shown, by what they run: where a question points.
     let mut shown: HashMap<(String, String), String> = HashMap::new();
     let mut children = super::children::Children::default();
+    // (Whether the agent dispatched a child this turn: its records are read after its end.)
+    let mut dispatched = false;
     let reason = loop {
         let Some((agent, record)) = records.recv().await else { break Ok(StopReason::Cancelled) };
         if let Record::Asked { question, tool, input, why, .. } = &record
@@ -225,6 +227,7 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
                 (!rest.is_empty()).then(|| updates::said(&rest))
             }
             Record::ToolCall { tool_use_id, name, input } => {
+                dispatched |= name == "dispatch";
                 shown.insert((name.clone(), input.to_string()), tool_use_id.clone());
                 Some(updates::call(tool_use_id, name, input))
             }
@@ -249,8 +252,9 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
         }
     };
     // (A child's end is written before its parent's, but the follower may read the
-    // parent's file first: what a look or two more brings of the children is shown.)
-    while !children.is_empty()
+    // parent's file first — in a pass that brings all of a quick child's records after
+    // it: what a look or two more brings of the children is shown.)
+    while (dispatched || !children.is_empty())
         && let Ok(Some((agent, record))) = tokio::time::timeout(CATCH_UP, records.recv()).await
     {
         let update = ws.as_ref().and_then(|ws| children.update(ws, named, &agent, &record));

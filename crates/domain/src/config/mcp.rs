@@ -104,78 +104,7 @@ impl Config {
     }
 
     pub(super) fn validate_mcp(&self, fail: &dyn Fn(String, String) -> ConfigError) -> Result<(), ConfigError> {
-        for (name, server) in &self.mcp_servers {
-            let key = |k: &str| format!("mcp_servers.{name}.{k}");
-            check_server_name(name).map_err(|rule| fail(format!("mcp_servers.{name}"), rule))?;
-            match (&server.command, &server.url) {
-                (Some(_), Some(_)) => {
-                    return Err(fail(key("url"), "a server has `command` (stdio) or `url` (HTTP), not both".into()));
-                }
-                (None, None) => {
-                    return Err(fail(
-                        format!("mcp_servers.{name}"),
-                        "a server needs `command` (stdio) or `url` (streamable HTTP)".into(),
-                    ));
-                }
-                (Some(command), None) => {
-                    if command.trim().is_empty() {
-                        return Err(fail(key("command"), "must name a program".into()));
-                    }
-                    for (field, set) in [
-                        ("headers", !server.headers.is_empty()),
-                        ("bearer_token_env_var", server.bearer_token_env_var.is_some()),
-                    ] {
-                        if set {
-                            return Err(fail(
-                                key(field),
-                                "is for HTTP servers (`url`); a stdio server gets `env`".into(),
-                            ));
-                        }
-                    }
-                }
-                (None, Some(url)) => {
-                    check_url(url).map_err(|rule| fail(key("url"), rule))?;
-                    for (header, value) in &server.headers {
-                        check_header(header, value).map_err(|rule| fail(key("headers"), rule))?;
-                    }
-                    for (field, set) in [
-                        ("args", !server.args.is_empty()),
-                        ("env", !server.env.is_empty()),
-                        ("cwd", server.cwd.is_some()),
-                    ] {
-                        if set {
-                            return Err(fail(key(field), "is for stdio servers (`command`)".into()));
-                        }
-                    }
-                }
-            }
-            if let Some(var) = &server.bearer_token_env_var {
-                if !is_variable_name(var) {
-                    return Err(fail(
-                        key("bearer_token_env_var"),
-                        format!("`{var}` is not an environment variable's name (letters, digits, `_`)"),
-                    ));
-                }
-                // A token's variable is withheld from every command: one commands need is not one.
-                if ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "PWD"].contains(&var.as_str())
-                {
-                    return Err(fail(
-                        key("bearer_token_env_var"),
-                        format!("`{var}` is not a token's variable: it would be withheld from every command"),
-                    ));
-                }
-            }
-            if let Some(bad) = server.env.keys().find(|k| !is_variable_name(k)) {
-                return Err(fail(key("env"), format!("`{bad}` is not an environment variable's name")));
-            }
-            for (field, value) in
-                [("startup_timeout_secs", server.startup_timeout_secs), ("tool_timeout_secs", server.tool_timeout_secs)]
-            {
-                if value == 0 {
-                    return Err(fail(key(field), "must be at least 1".into()));
-                }
-            }
-        }
+        check_servers(&self.mcp_servers, fail)?;
         for (name, role) in &self.roles {
             let Some(chosen) = &role.mcp_servers else { continue };
             let key = format!("roles.{name}.mcp_servers");
@@ -190,6 +119,78 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Checks servers by the rules of `[mcp_servers]` (a client's, given for one session, too):
+/// `fail` makes the error of a key and its rule.
+pub fn check_servers<E>(servers: &BTreeMap<String, McpServer>, fail: &dyn Fn(String, String) -> E) -> Result<(), E> {
+    for (name, server) in servers {
+        let key = |k: &str| format!("mcp_servers.{name}.{k}");
+        check_server_name(name).map_err(|rule| fail(format!("mcp_servers.{name}"), rule))?;
+        match (&server.command, &server.url) {
+            (Some(_), Some(_)) => {
+                return Err(fail(key("url"), "a server has `command` (stdio) or `url` (HTTP), not both".into()));
+            }
+            (None, None) => {
+                return Err(fail(
+                    format!("mcp_servers.{name}"),
+                    "a server needs `command` (stdio) or `url` (streamable HTTP)".into(),
+                ));
+            }
+            (Some(command), None) => {
+                if command.trim().is_empty() {
+                    return Err(fail(key("command"), "must name a program".into()));
+                }
+                for (field, set) in [
+                    ("headers", !server.headers.is_empty()),
+                    ("bearer_token_env_var", server.bearer_token_env_var.is_some()),
+                ] {
+                    if set {
+                        return Err(fail(key(field), "is for HTTP servers (`url`); a stdio server gets `env`".into()));
+                    }
+                }
+            }
+            (None, Some(url)) => {
+                check_url(url).map_err(|rule| fail(key("url"), rule))?;
+                for (header, value) in &server.headers {
+                    check_header(header, value).map_err(|rule| fail(key("headers"), rule))?;
+                }
+                for (field, set) in
+                    [("args", !server.args.is_empty()), ("env", !server.env.is_empty()), ("cwd", server.cwd.is_some())]
+                {
+                    if set {
+                        return Err(fail(key(field), "is for stdio servers (`command`)".into()));
+                    }
+                }
+            }
+        }
+        if let Some(var) = &server.bearer_token_env_var {
+            if !is_variable_name(var) {
+                return Err(fail(
+                    key("bearer_token_env_var"),
+                    format!("`{var}` is not an environment variable's name (letters, digits, `_`)"),
+                ));
+            }
+            // A token's variable is withheld from every command: one commands need is not one.
+            if ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "TMPDIR", "PWD"].contains(&var.as_str()) {
+                return Err(fail(
+                    key("bearer_token_env_var"),
+                    format!("`{var}` is not a token's variable: it would be withheld from every command"),
+                ));
+            }
+        }
+        if let Some(bad) = server.env.keys().find(|k| !is_variable_name(k)) {
+            return Err(fail(key("env"), format!("`{bad}` is not an environment variable's name")));
+        }
+        for (field, value) in
+            [("startup_timeout_secs", server.startup_timeout_secs), ("tool_timeout_secs", server.tool_timeout_secs)]
+        {
+            if value == 0 {
+                return Err(fail(key(field), "must be at least 1".into()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// An HTTP(S) URL with a host, nothing a request could not carry, and no credentials

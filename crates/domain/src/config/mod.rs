@@ -13,7 +13,7 @@ use infra::provider::Protocol;
 mod mcp;
 mod validate;
 
-pub use mcp::{McpServer, STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS, check_server_name};
+pub use mcp::{McpServer, STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS, check_server_name, check_servers};
 
 pub const FILE: &str = "offshoot.toml";
 

@@ -93,6 +93,42 @@ pub struct Listing {
 /// Set before a child's commit is built, removed with the agent.
 pub(crate) const IDS: &str = Mark::Ids.kind();
 
+/// Gives agent `id` the MCP servers an editor passed for its session (none: takes them
+/// away), after checking them by the rules of `[mcp_servers]`; its driver adds them to
+/// its role's from its next run. Kept in the workspace's internals (owner-only), out of
+/// every agent's reach, and replaced whole.
+pub fn set_client_servers(
+    ws: &Workspace,
+    id: &AgentId,
+    servers: &std::collections::BTreeMap<String, domain::config::McpServer>,
+) -> std::result::Result<(), String> {
+    domain::config::check_servers(servers, &|key, rule| format!("{key}: {rule}"))?;
+    let path = ws.layout.client_servers(id);
+    if servers.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("{}: {e}", path.display())),
+            _ => Ok(()),
+        };
+    }
+    let json = serde_json::to_vec(servers).map_err(|e| e.to_string())?;
+    let written = (|| -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::create_dir_all(path.parent().unwrap_or(ws.layout.root()))?;
+        let making = path.with_extension(format!("json.{}", std::process::id()));
+        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&making)?;
+        file.write_all(&json)?;
+        std::fs::rename(&making, &path)
+    })();
+    written.map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The MCP servers an editor gave agent `id` (none when there are none, or the file
+/// does not read).
+pub fn client_servers(ws: &Workspace, id: &AgentId) -> std::collections::BTreeMap<String, domain::config::McpServer> {
+    std::fs::read(ws.layout.client_servers(id)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
 /// The call of its parent's that dispatched `child` (the `tool_use_id` its id claim
 /// names); `None` for a root, or a child not made by a call.
 pub fn dispatching_call(ws: &Workspace, child: &AgentId) -> Option<String> {

@@ -16,11 +16,16 @@ impl Driver<'_> {
     /// servers the role uses now.
     pub(super) fn mcp_tools(&mut self, tip: CommitId, observer: &mut dyn Observer) -> Result<CommitId> {
         let (config_commit, config) = self.config()?;
-        let chosen: BTreeMap<_, _> = config
+        let mut chosen: BTreeMap<_, _> = config
             .mcp_servers_of(&self.facts.role)
             .into_iter()
             .filter_map(|name| config.mcp_servers.get(&name).map(|s| (name, s.clone())))
             .collect();
+        // An editor's servers for its session (`acp`), beside the role's; a name the
+        // config uses stays the config's.
+        for (name, server) in &self.client_servers {
+            chosen.entry(name.clone()).or_insert_with(|| server.clone());
+        }
         if chosen.is_empty() && self.mcp.idle() {
             let none = match self.mcp_none {
                 Some(none) => none,

@@ -352,6 +352,8 @@ struct Driver<'a> {
     publish_due: bool,
     /// It works in place (`mirror/<id>` is set): its hooks run in its jail.
     in_place: bool,
+    /// The MCP servers an editor gave its session (read once at open).
+    client_servers: std::collections::BTreeMap<String, domain::config::McpServer>,
     /// How commands start and what file tools may touch, for the config last used.
     tools_setup: Option<ToolsSetup>,
     /// The agent's MCP servers (shared with the calls of a step while they run), the
@@ -418,6 +420,7 @@ impl<'a> Driver<'a> {
             landed_steps: None,
             publish_due: false,
             in_place: ws.repo.mark(domain::marks::Mark::Mirror.kind(), id.as_str())?.is_some(),
+            client_servers: crate::agents::client_servers(ws, id),
             tools_setup: None,
             mcp: Rc::default(),
             mcp_config: None,
