@@ -121,8 +121,15 @@ impl Worker<'_> {
         }
         let pushed = self.owned[id].pushed;
         if tip != pushed {
+            // Sent from the tip read before the children were listed, pinned under a
+            // ref of its own: the branch itself is read only when the push runs, and by
+            // then its driver may have committed a dispatch whose child this push does
+            // not carry (a worker killed after it would leave the remote naming a child
+            // it never gets, and the next driver would give that child's id to another).
+            let pinned = format!("{OUTGOING}tips/{}", id.branch());
+            bundle::set_refs(&self.ws.layout.repo(), &[(pinned.clone(), tip)])?;
             let name = format!("refs/heads/{}", id.branch());
-            updates.push(Update { local: Some(name.clone()), remote: name, expect: Expect::Exactly(Some(pushed)) });
+            updates.push(Update { local: Some(pinned), remote: name, expect: Expect::Exactly(Some(pushed)) });
         }
         Ok(())
     }
@@ -323,18 +330,17 @@ fn made_here(
     let mut updates = Vec::new();
     let mut names = Vec::new();
     let name_claims: Vec<(&String, &Oid)> = here.iter().filter(|(n, _)| Mark::Names.key_of(n).is_some()).collect();
-    for (branch, _) in ws.repo.branches("agents/")? {
+    for (branch, tip) in ws.repo.branches("agents/")? {
         let name = format!("refs/heads/{branch}");
         let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
         let made_by_mine = id.parent().is_some_and(|p| mine.contains(&p));
         if seen.repo.contains_key(&name) || !made_by_mine {
             continue;
         }
-        updates.push(Update {
-            local: Some(name),
-            remote: format!("refs/heads/{branch}"),
-            expect: Expect::Exactly(None),
-        });
+        // (From the tip listed now, pinned: see `own_updates`.)
+        let pinned = format!("{OUTGOING}tips/{branch}");
+        bundle::set_refs(&ws.layout.repo(), &[(pinned.clone(), tip)])?;
+        updates.push(Update { local: Some(pinned), remote: name, expect: Expect::Exactly(None) });
         let ids = Mark::Ids.ref_name(&id);
         if here.contains_key(&ids) && !seen.repo.contains_key(&ids) {
             updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
