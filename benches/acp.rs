@@ -126,7 +126,7 @@ fn main() {
     let server = Server::start();
     for (key, value) in [("providers.anthropic.base_url", server.url()), ("roles.worker.provider", "anthropic".into())]
     {
-        let set = offshoot(&root, &ws, &root).args(["config", "set", &key, &value]).output().expect("set");
+        let set = offshoot(&root, &ws, &root).args(["config", "set", key, &value]).output().expect("set");
         assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
     }
 

@@ -31,6 +31,20 @@ pub(crate) struct Ctx {
     pub(crate) driving: Arc<OnceLock<String>>,
 }
 
+/// The current user's home directory as `/etc/passwd` says it.
+fn passwd_home() -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").ok()?.uid();
+    home_in(&std::fs::read_to_string("/etc/passwd").ok()?, uid)
+}
+
+/// The home directory of `uid` in `passwd` (the password file's lines), if absolute.
+fn home_in(passwd: &str, uid: u32) -> Option<PathBuf> {
+    let uid = uid.to_string();
+    let fields = passwd.lines().map(|l| l.split(':').collect::<Vec<_>>()).find(|f| f.len() > 5 && f[2] == uid)?;
+    Some(PathBuf::from(fields[5])).filter(|h| h.is_absolute())
+}
+
 /// `path` made absolute and real, once, as the CLI takes it: a workspace's paths reach
 /// agents (`.git`'s `gitdir:`, `TMPDIR`), who run elsewhere, and are compared with the
 /// real paths an agent's file tools resolve (a link or `..` in `-w` would miss).
@@ -48,7 +62,10 @@ impl Ctx {
             env.vars().filter(|(k, _)| !k.ends_with("_API_KEY")).map(|(k, v)| (k.to_owned(), v.to_owned())).collect(),
         );
         engine::store::workspace::set_search_path(env.get("PATH").unwrap_or_default().to_owned());
-        let home = env.get("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+        // (With no HOME — a container's process started with an empty environment — the
+        // password file's home: the current directory would put the data root inside
+        // whatever directory offshoot was started in.)
+        let home = env.get("HOME").map(PathBuf::from).or_else(passwd_home).unwrap_or_else(|| PathBuf::from("."));
         let (data_root, config_root) = match env.get("OFFSHOOT_HOME") {
             Some(root) => (PathBuf::from(root), PathBuf::from(root)),
             None => (
@@ -339,4 +356,16 @@ pub(crate) fn project_at(dir: &Path, ceilings: &[PathBuf]) -> Result<Option<User
 /// Whether `dir` has a workspace's layout (`repo.git`, `agents/`, `steps/`).
 fn looks_like_workspace(dir: &Path) -> bool {
     dir.join("repo.git").is_dir() && dir.join("agents").is_dir() && dir.join("steps").is_dir()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_home_comes_from_the_users_line_of_the_password_file() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nkit:x:1000:1000::/home/kit:/bin/sh\nodd:x:7:7::rel:/bin/sh\n";
+        assert_eq!(super::home_in(passwd, 1000), Some("/home/kit".into()));
+        assert_eq!(super::home_in(passwd, 0), Some("/root".into()));
+        assert_eq!(super::home_in(passwd, 7), None, "a relative home is none");
+        assert_eq!(super::home_in(passwd, 42), None);
+    }
 }

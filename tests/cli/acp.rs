@@ -64,7 +64,6 @@ fn drive_with(agent: &Command, cwd: &Path, session: Option<&str>, steps: Value, 
     let out = python.wait_with_output().expect("client");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the client failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    eprintln!("the client's and the agent's stderr:\n{}", String::from_utf8_lossy(&out.stderr));
     stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
 }
 

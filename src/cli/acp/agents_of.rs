@@ -18,12 +18,12 @@ const PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 /// written is said on stderr (the editor's log of the agent).
 pub(super) fn mirror(ws: &Workspace, agent: &AgentId) {
     match project::mirror(ws, agent) {
-        Ok(mirrored) if !mirrored.kept.is_empty() => eprintln!(
-            "offshoot: left as they are in the checkout (changed there too, and the agent's change does not merge): {}",
+        Ok(mirrored) if !mirrored.kept.is_empty() => super::log(&format!(
+            "left as they are in the checkout (changed there too, and the agent's change does not merge): {}",
             mirrored.kept.join(", ")
-        ),
+        )),
         Ok(_) => {}
-        Err(e) => eprintln!("offshoot: the agent's work could not be written into the checkout: {e}"),
+        Err(e) => super::log(&format!("the agent's work could not be written into the checkout: {e}")),
     }
 }
 

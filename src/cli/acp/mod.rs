@@ -166,6 +166,11 @@ fn initialized(request: InitializeRequest) -> InitializeResponse {
         .agent_info(Implementation::new("offshoot", env!("CARGO_PKG_VERSION")))
 }
 
+/// A line for the editor's log of the agent: its stderr.
+fn log(line: &str) {
+    super::out::Out::from_any_thread(false, &format!("offshoot: {line}"), &serde_json::Value::Null);
+}
+
 /// A JSON-RPC "invalid params" error saying `message`.
 fn invalid(message: impl Into<String>) -> Error {
     Error::new(agent_client_protocol::ErrorCode::INVALID_PARAMS, message.into())

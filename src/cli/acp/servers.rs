@@ -24,7 +24,7 @@ pub(super) fn taken(servers: &[McpServer]) -> BTreeMap<String, domain::config::M
                 (&s.name, json!({"url": s.url, "headers": headers}))
             }
             McpServer::Sse(s) => {
-                eprintln!("offshoot: MCP server `{}` speaks SSE, which offshoot does not: not used", s.name);
+                super::log(&format!("MCP server `{}` speaks SSE, which offshoot does not: not used", s.name));
                 continue;
             }
             _ => continue,
@@ -33,7 +33,7 @@ pub(super) fn taken(servers: &[McpServer]) -> BTreeMap<String, domain::config::M
             Ok(server) => {
                 out.insert(safe_name(name), server);
             }
-            Err(e) => eprintln!("offshoot: MCP server `{name}` is not used: {e}"),
+            Err(e) => super::log(&format!("MCP server `{name}` is not used: {e}")),
         }
     }
     out
