@@ -53,19 +53,27 @@ impl Worker<'_> {
                 dirty.insert(id.clone());
             }
         }
+        let there = |id: &AgentId| seen.repo.contains_key(&format!("refs/heads/{}", id.branch()));
         if updates.is_empty() {
+            // (Names of children there already, that did not go with them.)
+            let late: Vec<Update> = names.into_iter().filter(|(id, _)| there(id)).map(|(_, u)| u).collect();
+            if !late.is_empty() {
+                wire::push(&ws.layout.repo(), &self.remote.url, &late)
+                    .map_err(|e| remote::unreachable(&self.remote, e))?;
+            }
             self.push_project(seen)?;
             return Ok(dirty);
         }
         let outcomes = wire::push_whole(&ws.layout.repo(), &self.remote.url, &updates)
             .map_err(|e| remote::unreachable(&self.remote, e))?;
         self.settle(&updates, &outcomes, on);
-        // The names of the agents made there now.
+        // The names of the agents there now: made there by this push, or before it.
         let made: Vec<Update> = names
             .into_iter()
             .filter(|(id, _)| {
                 let branch = format!("refs/heads/{}", id.branch());
-                updates.iter().zip(&outcomes).any(|(u, o)| u.remote == branch && matches!(o, Outcome::Done(_)))
+                there(id)
+                    || updates.iter().zip(&outcomes).any(|(u, o)| u.remote == branch && matches!(o, Outcome::Done(_)))
             })
             .map(|(_, update)| update)
             .collect();
@@ -334,16 +342,20 @@ fn made_here(
         let name = format!("refs/heads/{branch}");
         let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
         let made_by_mine = id.parent().is_some_and(|p| mine.contains(&p));
-        if seen.repo.contains_key(&name) || !made_by_mine {
+        if !made_by_mine {
             continue;
         }
-        // (From the tip listed now, pinned: see `own_updates`.)
-        let pinned = format!("{OUTGOING}tips/{branch}");
-        bundle::set_refs(&ws.layout.repo(), &[(pinned.clone(), tip)])?;
-        updates.push(Update { local: Some(pinned), remote: name, expect: Expect::Exactly(None) });
-        let ids = Mark::Ids.ref_name(&id);
-        if here.contains_key(&ids) && !seen.repo.contains_key(&ids) {
-            updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
+        // (A child already there may still lack its name there: a worker killed between
+        // a round's two pushes sent the branch and not the name. It goes now.)
+        if !seen.repo.contains_key(&name) {
+            // (From the tip listed now, pinned: see `own_updates`.)
+            let pinned = format!("{OUTGOING}tips/{branch}");
+            bundle::set_refs(&ws.layout.repo(), &[(pinned.clone(), tip)])?;
+            updates.push(Update { local: Some(pinned), remote: name, expect: Expect::Exactly(None) });
+            let ids = Mark::Ids.ref_name(&id);
+            if here.contains_key(&ids) && !seen.repo.contains_key(&ids) {
+                updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
+            }
         }
         for (mark, value) in &name_claims {
             if !seen.repo.contains_key(*mark) && ws.repo.read_blob(**value).is_ok_and(|b| b == id.as_str().as_bytes()) {
