@@ -480,10 +480,21 @@ fn with_directories_a_task_directory_in_no_repository_is_worked_in_place_and_hom
     assert_eq!(read["status"], "completed", "{seen:?}");
     assert_eq!(std::fs::read_to_string(task.join("main.py")).expect("main.py"), "print('fixed')\n");
     assert!(!task.join(".git").exists(), "a .git was made in the task directory");
-    // The home directory is never taken whole.
-    let seen = drive(&acp(), &t.home, None, json!([["new"]]), json!([]));
-    let refused = &events(&seen, "error")[0];
-    assert!(refused["message"].as_str().is_some_and(|m| m.contains("is not taken as a project")), "{seen:?}");
+    // The home directory is never taken whole, nor one holding it (and offshoot's data).
+    for held in [&t.home, &t.root] {
+        let seen = drive(&acp(), held, None, json!([["new"]]), json!([]));
+        let refused = events(&seen, "error");
+        let said = refused.first().and_then(|e| e["message"].as_str()).unwrap_or_default();
+        assert!(said.contains("is not taken as a project") && said.contains("which agents must not read"), "{seen:?}");
+    }
+    // (Nothing was made for them: the task directory's git directory is the only one.)
+    let made: Vec<String> = std::fs::read_dir(t.home.join("workspaces"))
+        .expect("workspaces")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".git"))
+        .collect();
+    assert!(made.len() == 1 && made[0].starts_with("app-"), "{made:?}");
 }
 
 #[test]

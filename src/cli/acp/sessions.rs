@@ -16,13 +16,14 @@ use agent_client_protocol::v1::schema::{
 
 use domain::id::AgentId;
 use engine::agents;
-use engine::ops::{inspect, project};
+use engine::ops::inspect;
 use engine::store::workspace::Workspace;
 
 use super::{Connection, Shared, internal, invalid, modes, updates};
 use crate::cli::{CliError, Ctx};
 
 /// One session: the agent it is and where its workspace is.
+#[derive(Clone)]
 pub(super) struct Session {
     pub(super) workspace: PathBuf,
     pub(super) agent: AgentId,
@@ -108,10 +109,20 @@ fn workspace_in(shared: &Shared, cwd: &Path) -> Result<Workspace, Error> {
 /// everything under them (keys among it) would enter every agent's directory.
 fn directory_project(ctx: &Ctx, cwd: &Path) -> Result<infra::git::UserRepo, CliError> {
     let cwd = cwd.canonicalize().map_err(|e| CliError::usage(format!("cwd `{}`: {e}", cwd.display())))?;
-    let home = ctx.env.get("HOME").and_then(|h| Path::new(h).canonicalize().ok());
-    if cwd.parent().is_none() || Some(&cwd) == home.as_ref() {
+    // (Nor a directory holding either, or offshoot's own data: what the sandbox hides
+    // from agents — keys under the home, other workspaces — would be in their trees.)
+    let home = ctx.env.get("HOME").map(PathBuf::from);
+    let held = [home.as_ref(), Some(&ctx.data_root), Some(&ctx.config_root)]
+        .into_iter()
+        .flatten()
+        .find(|p| p.canonicalize().unwrap_or_else(|_| p.to_path_buf()).starts_with(&cwd));
+    if cwd.parent().is_none() || held.is_some() {
+        let why = match held {
+            Some(held) => format!("it holds {}, which agents must not read", held.display()),
+            None => "it is the root of the file system".to_owned(),
+        };
         return Err(CliError::usage(format!(
-            "cwd `{}` is not taken as a project: everything under it would be copied into every agent's directory",
+            "cwd `{}` is not taken as a project: {why}; everything under it would be copied into every agent's directory",
             cwd.display()
         )));
     }
@@ -230,7 +241,7 @@ fn adopt(shared: &Shared, named: &SessionId, cwd: &Path) -> Result<(Workspace, A
     if !known {
         let states = inspect::states(&ws).map_err(internal)?;
         let cost = states.iter().find(|s| s.id == named).and_then(|s| s.cost_usd).unwrap_or(0.0);
-        let in_place = project::in_place(&ws, &agent);
+        let in_place = agents::works_in_place(&ws, &agent).map_err(internal)?;
         if in_place {
             // (What a connection that went away had not written yet.)
             super::agents_of::mirror(&ws, &agent);

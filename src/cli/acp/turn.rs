@@ -3,7 +3,6 @@
 //! cancel and disconnect stop it as `offshoot stop` does.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use agent_client_protocol::Error;
@@ -20,7 +19,7 @@ use engine::step::events::{End, Record};
 use engine::store::workspace::Workspace;
 use infra::time::Timestamp;
 
-use super::sessions::Unmade;
+use super::sessions::Session;
 use super::{Connection, Shared, agents_of, internal, invalid, permission, updates};
 use crate::cli::CliError;
 use crate::cli::follow::{Follower, View};
@@ -67,7 +66,7 @@ fn message_of(prompt: &[ContentBlock]) -> Result<String, Error> {
 pub(super) fn begin(shared: &Shared, request: &PromptRequest) -> Result<Turn, Error> {
     let named = request.session_id.to_string();
     let text = message_of(&request.prompt)?;
-    let (workspace, agent, unmade, in_place, mode, servers) = shared.sessions.with(|s| match s.get_mut(&named) {
+    let taken = shared.sessions.with(|s| match s.get_mut(&named) {
         None => Err(invalid(format!("no session `{named}`: session/new or session/load it first"))),
         Some(session) if session.working => {
             Err(invalid(format!("session `{named}` is working on a prompt; session/cancel it or wait for its end")))
@@ -75,15 +74,20 @@ pub(super) fn begin(shared: &Shared, request: &PromptRequest) -> Result<Turn, Er
         Some(session) => {
             // (Taken before anything is made: a second prompt meanwhile is refused.)
             session.working = true;
-            let taken = (session.workspace.clone(), session.agent.clone(), session.unmade.clone());
-            Ok((taken.0, taken.1, taken.2, session.in_place, session.mode, session.servers.clone()))
+            Ok(session.clone())
         }
     })??;
-    let begun = begin_taken(shared, &text, (&workspace, &agent), unmade, (in_place, mode, &servers));
-    let made = begun.is_ok();
+    let begun = begin_taken(shared, &text, &taken);
+    // (An agent made by a turn that then failed — its driver not launched, say — is the
+    // session's all the same: the next prompt writes to it rather than making another.)
+    let exists = || {
+        Workspace::open(&taken.workspace)
+            .is_ok_and(|ws| ws.repo.branch_tip(&taken.agent.branch()).ok().flatten().is_some())
+    };
+    let made = begun.is_ok() || (taken.unmade.is_some() && exists());
     shared.sessions.with(|s| {
         if let Some(session) = s.get_mut(&named) {
-            session.working = made;
+            session.working = begun.is_ok();
             if made {
                 // (The mode went with the prompt.)
                 (session.unmade, session.mode) = (None, None);
@@ -93,13 +97,9 @@ pub(super) fn begin(shared: &Shared, request: &PromptRequest) -> Result<Turn, Er
     begun
 }
 
-fn begin_taken(
-    shared: &Shared,
-    text: &str,
-    (workspace, agent): (&PathBuf, &AgentId),
-    unmade: Option<Unmade>,
-    (in_place, mode, servers): (bool, Option<domain::config::Mode>, &super::sessions::Servers),
-) -> Result<Turn, Error> {
+fn begin_taken(shared: &Shared, text: &str, session: &super::sessions::Session) -> Result<Turn, Error> {
+    let Session { workspace, agent, in_place, mode, servers, .. } = session;
+    let (in_place, mode) = (*in_place, *mode);
     let ws = Workspace::open(workspace).map_err(internal)?;
     let ctx = shared.ctx.lock().map_err(internal)?;
     let rt = ctx.runtime(&ws);
@@ -108,9 +108,10 @@ fn begin_taken(
         let _ = tx.send((agent.to_owned(), record.clone()));
     }));
     let engine = |e: agents::AgentError| internal(CliError::from(e).message());
-    let Some(unmade) = unmade else {
+    let Some(unmade) = &session.unmade else {
         let follower = Follower::start_with_itself(ws.layout.root(), agent, view);
-        rt.deposit_from_user(agent, text, mode).map_err(internal)?;
+        let chosen = engine::agents::runtime::Chosen { mode, ..Default::default() };
+        rt.deposit_choosing(agent, "user", text, &chosen).map_err(internal)?;
         rt.wake(agent).map_err(internal)?;
         return Ok(Turn { follower, records, window: window_of(&ws, agent), in_place });
     };

@@ -631,7 +631,8 @@ impl<'a> Chat<'a> {
                 self.begin(id)
             }
             Some(id) => {
-                self.rt.deposit_choosing(&id, "user", &text, model, None)?;
+                let chosen = engine::agents::runtime::Chosen { model, ..Default::default() };
+                self.rt.deposit_choosing(&id, "user", &text, &chosen)?;
                 if self.tree.get(id.as_str()).is_some_and(|a| a.state == State::Working) {
                     self.pending.push("· queued: it reads this at its next step".to_owned());
                 }

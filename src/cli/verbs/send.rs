@@ -1,7 +1,7 @@
 use crate::cli::{CliError, Ctx};
 use crate::cli::{input, progress};
 use engine::agents;
-use engine::agents::runtime::Woken;
+use engine::agents::runtime::{Chosen, Woken};
 
 /// Send a message to an agent and wake it (a finished agent continues its branch)
 #[derive(Debug, clap::Args)]
@@ -59,7 +59,8 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         }
         false => None,
     };
-    rt.deposit_choosing(&id, "user", &message, args.choice.model.as_deref(), reasoning.as_ref())?;
+    let chosen = Chosen { model: args.choice.model.as_deref(), reasoning: reasoning.as_ref(), mode: None };
+    rt.deposit_choosing(&id, "user", &message, &chosen)?;
     if !args.detach {
         // Drives here, or finds the driver that holds the agent and leaves it the message.
         return progress::attach(ctx, &ws, &id, false);

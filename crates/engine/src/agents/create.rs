@@ -679,7 +679,8 @@ pub fn discard(ws: &Workspace, id: &AgentId) -> Vec<String> {
     let directory = ws.layout.worktree(id);
     gone(directory.display().to_string(), directory::drop_directory(ws, id).is_ok());
     ws.project.detach(id.as_str());
-    let files = [ws.layout.index(id), ws.layout.lock(id), ws.layout.client_servers(id)];
+    let servers = ws.layout.client_servers(id);
+    let files = [ws.layout.index(id), ws.layout.lock(id), servers.with_extension("json.new"), servers];
     let dirs = [ws.layout.mcp_logs(id.as_str()), ws.layout.inbox(id), ws.layout.steps(id), ws.layout.tmp(id)];
     let absent = |r: std::io::Result<()>| r.is_ok() || r.is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
     for dir in dirs {

@@ -115,7 +115,9 @@ pub fn set_client_servers(
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         std::fs::create_dir_all(path.parent().unwrap_or(ws.layout.root()))?;
-        let making = path.with_extension(format!("json.{}", std::process::id()));
+        // (One name: a writer killed mid-way leaves nothing the next write or the
+        // agent's removal does not take away.)
+        let making = path.with_extension("json.new");
         let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&making)?;
         file.write_all(&json)?;
         std::fs::rename(&making, &path)
@@ -127,6 +129,12 @@ pub fn set_client_servers(
 /// does not read).
 pub fn client_servers(ws: &Workspace, id: &AgentId) -> std::collections::BTreeMap<String, domain::config::McpServer> {
     std::fs::read(ws.layout.client_servers(id)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+/// Whether agent `id` works in place: its work is written into the user's checkout as
+/// it is committed (`ops::project::mirror`), so its hooks run in its jail.
+pub fn works_in_place(ws: &Workspace, id: &AgentId) -> std::result::Result<bool, GitError> {
+    Ok(ws.repo.mark(Mark::Mirror.kind(), id.as_str())?.is_some())
 }
 
 /// The call of its parent's that dispatched `child` (the `tool_use_id` its id claim

@@ -76,6 +76,15 @@ pub struct Runtime {
     workspaces: Option<PathBuf>,
 }
 
+/// What a user's message chooses for its agent from its delivery on: a model, the
+/// thinking asked for, a permission mode (`acp`'s `session/set_mode`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Chosen<'a> {
+    pub model: Option<&'a str>,
+    pub reasoning: Option<&'a infra::provider::Reasoning>,
+    pub mode: Option<domain::config::Mode>,
+}
+
 impl Runtime {
     /// `interrupt` carries stop requests (Ctrl-C, SIGTERM) to a driver run here.
     pub fn new(layout: Layout, exe: PathBuf, env: Env, interrupt: Interrupt) -> Runtime {
@@ -132,32 +141,18 @@ impl Runtime {
 
     /// Leaves `body` in `to`'s inbox as a message from `from`.
     pub fn deposit(&self, to: &AgentId, from: &str, body: &str) -> Result<PathBuf> {
-        self.deposit_choosing(to, from, body, None, None)
+        self.deposit_choosing(to, from, body, &Chosen::default())
     }
 
-    /// [`Runtime::deposit`], choosing `model` and `reasoning` for the agent from this
-    /// message on (the caller checked them).
-    pub fn deposit_choosing(
-        &self,
-        to: &AgentId,
-        from: &str,
-        body: &str,
-        model: Option<&str>,
-        reasoning: Option<&infra::provider::Reasoning>,
-    ) -> Result<PathBuf> {
+    /// [`Runtime::deposit`], with what the user chose for the agent from this message on
+    /// (the caller checked it; the driver takes it only from the user's messages).
+    pub fn deposit_choosing(&self, to: &AgentId, from: &str, body: &str, chosen: &Chosen<'_>) -> Result<PathBuf> {
         let deposit = Deposit {
-            model: model.map(str::to_owned),
-            reasoning: reasoning.map(domain::agent::reasoning_text),
+            model: chosen.model.map(str::to_owned),
+            reasoning: chosen.reasoning.map(domain::agent::reasoning_text),
+            mode: chosen.mode.map(|m| m.word().to_owned()),
             ..Deposit::new(from, Timestamp::now(), body)
         };
-        Ok(inbox::deposit(&self.layout, to, &deposit)?)
-    }
-
-    /// Leaves the user's message `body` for `to`, setting its mode from the message's
-    /// delivery on when `mode` is given (`acp`'s `session/set_mode`).
-    pub fn deposit_from_user(&self, to: &AgentId, body: &str, mode: Option<domain::config::Mode>) -> Result<PathBuf> {
-        let deposit =
-            Deposit { mode: mode.map(|m| m.word().to_owned()), ..Deposit::new("user", Timestamp::now(), body) };
         Ok(inbox::deposit(&self.layout, to, &deposit)?)
     }
 

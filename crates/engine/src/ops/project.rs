@@ -288,11 +288,6 @@ pub fn work_in_place(ws: &Workspace, id: &AgentId) -> Result<()> {
     Ok(())
 }
 
-/// Whether `id` works in place.
-pub fn in_place(ws: &Workspace, id: &AgentId) -> bool {
-    ws.repo.mark(MIRROR, id.as_str()).ok().flatten().is_some()
-}
-
 /// What [`mirror`] did.
 #[derive(Debug, Clone, Default)]
 pub struct Mirrored {
@@ -309,13 +304,15 @@ pub struct Mirrored {
 /// writes and the mark leaves them to be found already so next time.
 pub fn mirror(ws: &Workspace, id: &AgentId) -> Result<Mirrored> {
     let Some(last) = ws.repo.mark(MIRROR, id.as_str())? else { return Ok(Mirrored::default()) };
-    let user = user(ws)?;
-    let (tip, _, base) = agent_base(ws, id)?;
     // (A mark that names no commit — only by hand — starts over from the base.)
     let last = std::str::from_utf8(&last).ok().and_then(|l| CommitId::from_str(l.trim()).ok());
-    if last == Some(tip) {
+    // (Asked after every record of the agent's: nothing more than two ref reads when
+    // nothing was committed since.)
+    if last.is_some() && last == ws.repo.branch_tip(&id.branch())? {
         return Ok(Mirrored::default());
     }
+    let user = user(ws)?;
+    let (tip, _, base) = agent_base(ws, id)?;
     let before = match last {
         Some(last) => ws.repo.work_tree(last, agent::DIR, Some(base))?,
         None => ws.repo.tree_id(base)?,

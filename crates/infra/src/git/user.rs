@@ -58,6 +58,8 @@ pub fn for_directory(git_dir: &Path, dir: &Path) -> Result<UserRepo> {
     configure_libgit2();
     if !git_dir.join("HEAD").exists() {
         let made = git_dir.with_extension(format!("making-{}", std::process::id()));
+        // (What makers killed mid-way left: theirs, whose process is gone.)
+        sweep_makings(git_dir);
         let _ = std::fs::remove_dir_all(&made);
         snapshot_into(&made, dir)?;
         if std::fs::rename(&made, git_dir).is_err() {
@@ -66,6 +68,19 @@ pub fn for_directory(git_dir: &Path, dir: &Path) -> Result<UserRepo> {
         }
     }
     UserRepo::open(git_dir)
+}
+
+/// Removes `<git_dir>.making-<pid>` directories whose maker is gone.
+fn sweep_makings(git_dir: &Path) {
+    let (Some(parent), Some(stem)) = (git_dir.parent(), git_dir.file_stem().and_then(|s| s.to_str())) else { return };
+    let prefix = format!("{stem}.making-");
+    for entry in std::fs::read_dir(parent).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else { continue };
+        if pid.parse::<u32>().is_ok_and(|pid| !Path::new("/proc").join(pid.to_string()).exists()) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// Makes the repository of [`for_directory`] at `git_dir`.
@@ -280,4 +295,28 @@ pub enum WorkFile {
     File(Vec<u8>),
     /// A link on the way, or something other than a regular file.
     InTheWay,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_is_taken_in_without_a_git_in_it_and_a_killed_makers_leftover_goes() {
+        let root = std::env::temp_dir().join(format!("offshoot-for-directory-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("app");
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("main.py"), "print(1)\n").expect("file");
+        let git_dir = root.join("app-1.git");
+        // A maker killed mid-way (a process id no process has).
+        let left = root.join("app-1.making-4000000000");
+        std::fs::create_dir_all(&left).expect("leftover");
+        let user = for_directory(&git_dir, &dir).expect("made");
+        assert_eq!(user.root().canonicalize().expect("root"), dir.canonicalize().expect("dir"));
+        assert_eq!(user.handle(), user.repo.path().to_owned(), "opened by its git directory");
+        assert!(!dir.join(".git").exists() && !left.exists());
+        assert!(user.head().expect("head").is_some(), "the first commit holds the directory");
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

@@ -419,7 +419,7 @@ impl<'a> Driver<'a> {
             last_call: None,
             landed_steps: None,
             publish_due: false,
-            in_place: ws.repo.mark(domain::marks::Mark::Mirror.kind(), id.as_str())?.is_some(),
+            in_place: crate::agents::works_in_place(ws, id)?,
             client_servers: crate::agents::client_servers(ws, id),
             tools_setup: None,
             mcp: Rc::default(),
