@@ -145,9 +145,11 @@ fn main() {
     let mut acp = Peer::start(offshoot(&root, &ws, &repo));
     acp.call("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}}));
     let mut acp_ms = Vec::new();
+    let mut last = Value::Null;
     for _ in 0..RUNS {
         server.push_turns([Turn::text("done")]);
         let session = acp.call("session/new", json!({"cwd": repo, "mcpServers": []}))["sessionId"].clone();
+        last = session.clone();
         let seen = server.requests().len();
         let started = Instant::now();
         let id =
@@ -155,13 +157,35 @@ fn main() {
         acp_ms.push(request_at(&server, seen + 1).duration_since(started));
         acp.answer(id);
     }
+    // A later prompt to the last session (working in place), a file of the checkout
+    // edited before it as a user would between turns: the edit is taken in first.
+    let session = last;
+    let mut later_ms = Vec::new();
+    for i in 0..RUNS {
+        server.push_turns([Turn::text("done")]);
+        // (The user reads the answer: the last turn's driver has ended.)
+        std::thread::sleep(Duration::from_millis(500));
+        std::fs::write(repo.join("d000/f0.txt"), format!("edited {i}\n")).expect("edit");
+        let seen = server.requests().len();
+        let started = Instant::now();
+        let id =
+            acp.send("session/prompt", json!({"sessionId": session, "prompt": [{"type": "text", "text": "again"}]}));
+        later_ms.push(request_at(&server, seen + 1).duration_since(started));
+        acp.answer(id);
+    }
     let each =
         |d: &[Duration]| d.iter().map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0)).collect::<Vec<_>>().join(" ");
-    println!("  each (ms): acp {}; prompt {}", each(&acp_ms), each(&prompt_ms));
     println!(
-        "project of {files} files: first model request {:.1} ms after `session/prompt` (acp, median of {RUNS}), {:.1} ms after starting `offshoot prompt`",
+        "  each (ms): acp {}; prompt {}; acp later {}",
+        each(&acp_ms),
+        each(&prompt_ms),
+        each(&later_ms)
+    );
+    println!(
+        "project of {files} files: first model request {:.1} ms after `session/prompt` (acp, median of {RUNS}), {:.1} ms after starting `offshoot prompt`; {:.1} ms after a later prompt with one file edited in the checkout",
         median::median_ms(&acp_ms),
-        median::median_ms(&prompt_ms)
+        median::median_ms(&prompt_ms),
+        median::median_ms(&later_ms)
     );
 
     // Idle: the connection open, sessions made and done, nothing at work.

@@ -345,7 +345,7 @@ impl Watch {
     fn show(&mut self, agent: &str, event: &Value, record: Option<Record>) {
         if let View::Json = self.view {
             // (Text as it streams is for a live display; the whole text follows.)
-            if !matches!(record, Some(Record::TextDelta { .. })) {
+            if !matches!(record, Some(Record::TextDelta { .. } | Record::ThinkingDelta { .. })) {
                 let _ = writeln!(std::io::stdout().lock(), "{event}");
             }
             return;
@@ -447,11 +447,11 @@ fn describe(record: &Record) -> Option<Described> {
         }
         Record::End(end) => {
             let text = match end {
-                End::FinalResponse { text } => format!("answered: {}", first_line(text)),
+                End::FinalResponse { text, .. } => format!("answered: {}", first_line(text)),
                 End::Interrupted { reason } => format!("stopped ({reason})"),
                 End::BudgetExhausted { error } => format!("stopped: budget exhausted ({error})"),
                 End::Busy => return None,
-                End::Error { error } => format!("failed: {}", first_line(error)),
+                End::Error { error, .. } => format!("failed: {}", first_line(error)),
             };
             Some(Described { text, notable: true, last: true })
         }
@@ -459,7 +459,8 @@ fn describe(record: &Record) -> Option<Described> {
         | Record::Settled { .. }
         | Record::Usage { .. }
         | Record::Warning { .. }
-        | Record::TextDelta { .. } => None,
+        | Record::TextDelta { .. }
+        | Record::ThinkingDelta { .. } => None,
     }
 }
 

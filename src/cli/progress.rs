@@ -319,7 +319,7 @@ fn attach_holding(
         end["agent"] = serde_json::Value::Null;
     }
     match result {
-        Ok(RunEnd::Answered { text }) => {
+        Ok(RunEnd::Answered { text, .. }) => {
             if live.worked {
                 ctx.out.answer(&text);
             }

@@ -540,3 +540,142 @@ fn the_editors_mcp_servers_are_the_sessions_agents_and_a_bad_one_is_refused_at_n
     assert!(refused["message"].as_str().is_some_and(|m| m.contains("mcp_servers.nothing.command")), "{seen:?}");
     assert_eq!(t.agents().len(), 1, "the refused session made something");
 }
+
+#[test]
+fn thinking_streams_as_thought_and_the_stop_reason_says_a_cut_off_answer_or_a_refusal() {
+    let (server, t) = TestWorkspace::served("acp-stops", Dialect::Anthropic);
+    let thought = "Which file holds it? The one named in the goal.";
+    let thinking =
+        Turn { thinking: Some((thought.into(), "sig".into())), ..Turn::text("src/lib.rs holds it") };
+    server.push_turns([thinking]);
+    server.push(Reply::Truncated(Turn::text("half an ans")));
+    server.push_turns([Turn { refusal: Some("I won't help with that.".into()), ..Turn::text("") }]);
+    server.push_turns([Turn::text("back at it")]);
+    let steps = json!([
+        ["new"],
+        ["prompt", "where is it?"],
+        ["prompt", "write a long essay"],
+        ["prompt", "do the bad thing"],
+        ["prompt", "something else then"]
+    ]);
+    let seen = client(&t, &t.root, None, steps);
+    let stops: Vec<&Value> = events(&seen, "stopped").into_iter().map(|e| &e["reason"]).collect();
+    assert_eq!(stops, [&json!("end_turn"), &json!("max_tokens"), &json!("refusal"), &json!("end_turn")], "{seen:?}");
+    // The thinking came as it streamed, before the answer it led to.
+    assert_eq!(texts(&seen, "agent_thought_chunk"), thought, "{seen:?}");
+    let first_thought = seen.iter().position(|e| e["kind"] == "agent_thought_chunk");
+    let first_said = seen.iter().position(|e| e["kind"] == "agent_message_chunk");
+    assert!(first_thought < first_said, "{seen:?}");
+    let said = texts(&seen, "agent_message_chunk");
+    assert!(said.contains("I won't help with that.") && said.contains("back at it"), "{said}");
+    // The refused prompt and the refusal are not in the next prompt's context.
+    let next = server.requests()[3].body.to_string();
+    assert!(next.contains("something else then") && next.contains("where is it?"), "{next}");
+    assert!(!next.contains("do the bad thing") && !next.contains("I won't help"), "{next}");
+}
+
+#[test]
+fn a_client_that_takes_compaction_updates_sees_one_start_and_land_with_its_summary() {
+    let (server, t) = TestWorkspace::served("acp-compaction", Dialect::Anthropic);
+    t.run(&["config", "set", "roles.worker.context_window", "5000", "roles.worker.max_output_tokens", "100"]).ok();
+    // The fourth call reports 4,850 of 5,000 tokens: a compaction starts, and the fifth
+    // call waits for it to land.
+    let reporting = |id: &str, input: u64| Turn { input_tokens: input, ..Turn::bash(id, "echo step") };
+    let full = [reporting("r1", 1_000), reporting("r2", 1_000), reporting("r3", 1_000), reporting("r4", 4_850)];
+    server.push_turns(full.into_iter().chain([Turn::text("after")]));
+    let summary = Turn::tool("w", "write_summary", json!({"content": "four steps of echo"}));
+    server.push_matching("Compact the conversation of agent", [summary, Turn::text("done")]);
+    let seen = drive_with(
+        t.command().arg("acp"),
+        &t.root,
+        None,
+        json!([["new"], ["prompt", "fill it"]]),
+        json!({"compaction": true}),
+    );
+    assert_eq!(events(&seen, "stopped")[0]["reason"], "end_turn", "{seen:?}");
+    let updates = events(&seen, "compaction");
+    let statuses: Vec<&Value> = updates.iter().map(|u| &u["status"]).collect();
+    assert_eq!(statuses, [&json!("in_progress"), &json!("completed")], "{seen:?}");
+    assert_eq!(updates[0]["id"], updates[1]["id"]);
+    assert_eq!(updates[1]["summary"].as_str().map(str::trim_end), Some("four steps of echo"), "{seen:?}");
+    // The turn went on after the landing.
+    assert!(texts(&seen, "agent_message_chunk").contains("after"), "{seen:?}");
+}
+
+#[test]
+fn with_no_key_in_its_environment_a_new_session_is_refused_auth_required_naming_the_variable() {
+    let (_server, t) = TestWorkspace::served("acp-auth", Dialect::Anthropic);
+    let steps = json!([["authenticate", "environment"], ["new"], ["authenticate", "environment"], ["authenticate", "password"]]);
+    let mut keyless = t.command();
+    keyless.arg("acp").env_remove("ANTHROPIC_API_KEY");
+    let seen = drive(&keyless, &t.root, None, steps.clone(), json!([]));
+    assert_eq!(events(&seen, "initialized")[0]["auth"], json!(["environment"]), "{seen:?}");
+    // Before any session, nothing is known to be missing.
+    assert_eq!(events(&seen, "authenticated").len(), 1, "{seen:?}");
+    let errors = events(&seen, "error");
+    let codes: Vec<&Value> = errors.iter().map(|e| &e["code"]).collect();
+    assert_eq!(codes, [&json!(-32000), &json!(-32000), &json!(-32602)], "{seen:?}");
+    for refused in &errors[..2] {
+        assert!(refused["message"].as_str().is_some_and(|m| m.contains("`ANTHROPIC_API_KEY`")), "{refused}");
+    }
+    assert!(errors[2]["message"].as_str().is_some_and(|m| m.contains("no authentication method `password`")));
+    assert!(t.agents().is_empty(), "nothing was made");
+    // With the key there, there is nothing to do.
+    let seen = client(&t, &t.root, None, json!([["new"], ["authenticate", "environment"]]));
+    assert_eq!((events(&seen, "session").len(), events(&seen, "authenticated").len()), (1, 1), "{seen:?}");
+}
+
+#[test]
+fn in_place_what_the_user_changes_or_commits_between_prompts_is_what_the_agent_sees_next() {
+    let (server, t, repo) = crate::project::project("acp-both-ways");
+    server.push_turns([
+        Turn::tool("w1", "write_file", json!({"path": "notes.md", "content": "agent's line\n"})),
+        // (A deletion and a link of the agent's: neither is the user's to undo.)
+        Turn::bash("r1", "rm a.txt && ln -s notes.md link.md"),
+        Turn::text("wrote notes"),
+        Turn::bash("b1", "cat notes.md mine.txt c.txt; test -e b.txt || echo no-b.txt; test -e a.txt || echo no-a.txt; readlink link.md"),
+        Turn::text("read them"),
+    ]);
+    let seen = client(&t, &repo, None, json!([["new"], ["prompt", "write notes"]]));
+    let session = events(&seen, "session")[0]["session"].as_str().expect("session").to_owned();
+    // Between the prompts the user edits the agent's file, makes one, removes one and
+    // commits another change.
+    std::fs::write(repo.join("notes.md"), "agent's line\nuser's line\n").expect("notes.md");
+    std::fs::write(repo.join("mine.txt"), "user's new file\n").expect("mine.txt");
+    std::fs::remove_file(repo.join("b.txt")).expect("b.txt");
+    std::fs::write(repo.join("c.txt"), "line 2\ncommitted by the user\n").expect("c.txt");
+    crate::project::git(&repo, &["commit", "-q", "-m", "c", "--", "c.txt"]);
+    let users_git = || {
+        let git = |args: &[&str]| crate::project::git(&repo, args);
+        (git(&["rev-parse", "HEAD"]), git(&["ls-files", "-s", "--debug"]), git(&["status", "--porcelain"]))
+    };
+    let before = users_git();
+    let seen = client(&t, &repo, Some(&session), json!([["resume"], ["prompt", "read them"]]));
+    assert_eq!(events(&seen, "stopped")[0]["reason"], "end_turn", "{seen:?}");
+    let read = server.result_text(4);
+    for needle in ["user's line", "user's new file", "committed by the user", "no-b.txt", "no-a.txt", "notes.md\n"] {
+        assert!(read.contains(needle), "the agent did not see {needle:?}: {read}");
+    }
+    // The checkout is as the user left it, their git too; the agent's branch says what it took.
+    assert_eq!(std::fs::read_to_string(repo.join("notes.md")).expect("notes"), "agent's line\nuser's line\n");
+    assert!(!repo.join("b.txt").exists());
+    assert_eq!(users_git(), before);
+    let log = t.git(&["log", "--format=%s", &format!("agents/{session}")]);
+    assert!(log.contains("Your edits in the checkout"), "{log}");
+}
+
+#[test]
+fn a_refused_first_prompt_leaves_the_context_and_the_agent_goes_on_sound() {
+    let (server, t) = TestWorkspace::served("acp-refused-first", Dialect::Anthropic);
+    server.push_turns([Turn { refusal: Some("No.".into()), ..Turn::text("") }, Turn::text("glad to")]);
+    let steps = json!([["new"], ["prompt", "the bad thing"], ["prompt", "a good thing"]]);
+    let seen = client(&t, &t.root, None, steps);
+    let stops: Vec<&Value> = events(&seen, "stopped").into_iter().map(|e| &e["reason"]).collect();
+    assert_eq!(stops, [&json!("refusal"), &json!("end_turn")], "{seen:?}");
+    let second = server.requests()[1].body.to_string();
+    assert!(second.contains("a good thing") && !second.contains("the bad thing"), "{second}");
+    // The history keeps it; doctor finds nothing wrong with what is left.
+    let session = events(&seen, "session")[0]["session"].as_str().expect("session").to_owned();
+    assert!(t.git(&["log", "--format=%s", &format!("agents/{session}")]).contains("The refused turn"));
+    t.run(&["doctor"]).ok();
+}

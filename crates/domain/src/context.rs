@@ -89,7 +89,12 @@ pub fn shown_context_files(entries: &[Entry]) -> BTreeSet<String> {
 }
 
 pub(crate) fn system_prompt(s: &Snapshot) -> String {
-    let mut system = format!("<goal>\n{}\n</goal>\n\n", s.goal.trim_end());
+    // (No goal when the turn that set it was refused and taken out: the conversation
+    // holds what is asked.)
+    let mut system = match s.goal.trim_end() {
+        "" => String::new(),
+        goal => format!("<goal>\n{goal}\n</goal>\n\n"),
+    };
     if let Some(name) = &s.name {
         system.push_str(&format!("Your name is {name}.\n\n"));
     }

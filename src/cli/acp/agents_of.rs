@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use domain::id::AgentId;
 use engine::agents;
-use engine::ops::project;
+use engine::ops::in_place;
 use engine::store::workspace::Workspace;
 
 use super::Shared;
@@ -17,7 +17,7 @@ const PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 /// Writes what the agent's work gained into the project's checkout; what could not be
 /// written is said on stderr (the editor's log of the agent).
 pub(super) fn mirror(ws: &Workspace, agent: &AgentId) {
-    match project::mirror(ws, agent) {
+    match in_place::mirror(ws, agent) {
         Ok(mirrored) if !mirrored.kept.is_empty() => super::log(&format!(
             "left as they are in the checkout (changed there too, and the agent's change does not merge): {}",
             mirrored.kept.join(", ")

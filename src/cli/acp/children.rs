@@ -38,12 +38,12 @@ impl Children {
         }
         let (status, said) = match record {
             Record::Step { step, .. } => (ToolCallStatus::InProgress, format!("`{agent}` is at work: step {step}")),
-            Record::End(End::FinalResponse { text }) => {
+            Record::End(End::FinalResponse { text, .. }) => {
                 (ToolCallStatus::Completed, format!("`{agent}` answered: {text}"))
             }
             Record::End(End::Interrupted { reason }) => (ToolCallStatus::Failed, format!("`{agent}`: {reason}")),
             Record::End(End::BudgetExhausted { error }) => (ToolCallStatus::Failed, format!("`{agent}`: {error}")),
-            Record::End(End::Error { error }) => (ToolCallStatus::Failed, format!("`{agent}` failed: {error}")),
+            Record::End(End::Error { error, .. }) => (ToolCallStatus::Failed, format!("`{agent}` failed: {error}")),
             _ => return None,
         };
         let call = self.0.entry(agent.to_owned()).or_insert_with(|| agents::dispatching_call(ws, &child)).clone()?;

@@ -6,6 +6,7 @@
 //! events file as session updates.
 
 mod agents_of;
+mod auth;
 mod children;
 mod modes;
 mod permission;
@@ -14,10 +15,11 @@ mod sessions;
 mod turn;
 mod updates;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, CancelNotification, CloseSessionRequest, ForkSessionRequest, Implementation, InitializeRequest,
+    AgentCapabilities, AuthenticateRequest, CancelNotification, CloseSessionRequest, ForkSessionRequest, Implementation, InitializeRequest,
     InitializeResponse, ListSessionsRequest, LoadSessionRequest, McpCapabilities, NewSessionRequest,
     PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest, SessionCapabilities,
     SessionCloseCapabilities, SessionForkCapabilities, SessionListCapabilities, SessionResumeCapabilities,
@@ -38,6 +40,11 @@ struct Shared {
     copy: bool,
     /// `--directories`: a cwd in no repository is a project of its own.
     directories: bool,
+    /// The client takes `compaction_update`s (it said so at `initialize`).
+    compaction: AtomicBool,
+    /// Why the last session was refused `auth_required` (a key not set), for
+    /// `authenticate` to say again.
+    missing_key: Mutex<Option<String>>,
     sessions: sessions::Table,
 }
 
@@ -52,8 +59,15 @@ pub(crate) struct Options {
 /// stopped, committed as a stop leaves it, and loadable later.
 pub(crate) fn serve(ctx: Ctx, options: Options) -> Result<(), CliError> {
     let Options { on_ask, copy, directories } = options;
-    let shared =
-        Arc::new(Shared { ctx: Mutex::new(ctx), on_ask, copy, directories, sessions: sessions::Table::default() });
+    let shared = Arc::new(Shared {
+        ctx: Mutex::new(ctx),
+        on_ask,
+        copy,
+        directories,
+        compaction: AtomicBool::new(false),
+        missing_key: Mutex::new(None),
+        sessions: sessions::Table::default(),
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -65,12 +79,23 @@ pub(crate) fn serve(ctx: Ctx, options: Options) -> Result<(), CliError> {
 
 async fn connect(shared: Arc<Shared>) -> Result<(), Error> {
     let s = || shared.clone();
-    let (s2, s3, s4, s5, s6, s7, s8, s9, s10, s11) = (s(), s(), s(), s(), s(), s(), s(), s(), s(), s());
+    let (s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12) =
+        (s(), s(), s(), s(), s(), s(), s(), s(), s(), s(), s(), s());
     Agent
         .v1()
         .name("offshoot")
         .on_receive_request(
-            async move |request: InitializeRequest, responder, _cx| responder.respond(initialized(request)),
+            async move |request: InitializeRequest, responder, _cx| {
+                let compaction = request.client_capabilities.session.as_ref().is_some_and(|s| s.compaction.is_some());
+                s1.compaction.store(compaction, Ordering::Relaxed);
+                responder.respond(initialized(request))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_request(
+            async move |request: AuthenticateRequest, responder, _cx| {
+                responder.respond_with_result(auth::authenticate(&s12, &request))
+            },
             agent_client_protocol::on_receive_request!(),
         )
         .on_receive_request(
@@ -123,6 +148,7 @@ async fn connect(shared: Arc<Shared>) -> Result<(), Error> {
         )
         .on_receive_request(
             async move |request: PromptRequest, responder, cx: Connection| {
+                turn::catch_up(&s5, &request.session_id.to_string()).await;
                 let turn = match turn::begin(&s5, &request) {
                     Ok(turn) => turn,
                     Err(e) => return responder.respond_with_error(e),
@@ -163,6 +189,7 @@ fn initialized(request: InitializeRequest) -> InitializeResponse {
         );
     InitializeResponse::new(request.protocol_version)
         .agent_capabilities(capabilities)
+        .auth_methods(auth::methods())
         .agent_info(Implementation::new("offshoot", env!("CARGO_PKG_VERSION")))
 }
 

@@ -159,6 +159,7 @@ fn reserve(
 pub(super) fn new(shared: &Shared, request: NewSessionRequest) -> Result<NewSessionResponse, Error> {
     let servers = servers_of(&request.mcp_servers)?;
     let ws = workspace_in(shared, &request.cwd)?;
+    super::auth::check(shared, &ws)?;
     let possible = has_project(&ws);
     let in_place = possible && !shared.copy;
     let named = reserve(shared, &ws, (None, in_place), None, servers)?;

@@ -14,7 +14,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use domain::id::AgentId;
 use engine::agents::{self, Start};
-use engine::ops::project;
+use engine::ops::{in_place, project};
 use engine::step::events::{End, Record};
 use engine::store::workspace::Workspace;
 use infra::time::Timestamp;
@@ -63,6 +63,34 @@ fn message_of(prompt: &[ContentBlock]) -> Result<String, Error> {
 
 /// Starts a turn: the agent made with the prompt as its goal, or the prompt left in
 /// its inbox; the follower of its events started before anything is written.
+/// How long a prompt waits for the last turn's driver to let its agent go before the
+/// user's edits are taken in (they wait for the next prompt otherwise), and a refused
+/// turn for it before it is taken out of the context.
+const USERS_EDITS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Before a prompt to a session's agent that works in place: what the user changed in
+/// the checkout since its last turn is taken into its work (the checkout is its tree
+/// both ways). On the blocking pool: it may wait for the last turn's driver to end, and
+/// reads the changed files.
+pub(super) async fn catch_up(shared: &Shared, named: &str) {
+    let made = shared.sessions.with(|s| s.get(named).filter(|s| s.unmade.is_none()).map(|s| s.workspace.clone()));
+    let (Ok(Some(workspace)), Ok(agent)) = (made, AgentId::parse(named)) else { return };
+    let taken = tokio::task::spawn_blocking(move || {
+        let ws = Workspace::open(&workspace).map_err(|e| e.to_string())?;
+        in_place::take_users_edits(&ws, &agent, USERS_EDITS_WAIT).map_err(|e| e.to_string())
+    })
+    .await;
+    match taken {
+        Ok(Ok(taken)) if !taken.is_empty() => super::log(&format!(
+            "`{named}` takes {} files you changed in the checkout: {}",
+            taken.len(),
+            taken.join(", ")
+        )),
+        Ok(Err(e)) => super::log(&format!("your edits in the checkout could not be taken into `{named}`: {e}")),
+        _ => {}
+    }
+}
+
 pub(super) fn begin(shared: &Shared, request: &PromptRequest) -> Result<Turn, Error> {
     let named = request.session_id.to_string();
     let text = message_of(&request.prompt)?;
@@ -149,7 +177,7 @@ fn begin_taken(shared: &Shared, text: &str, session: &super::sessions::Session) 
     }
     if in_place {
         // (Before its driver starts: every commit of it is written into the checkout.)
-        project::work_in_place(&ws, &id).map_err(internal)?;
+        in_place::work_in_place(&ws, &id).map_err(internal)?;
     }
     super::sessions::give_servers(&ws, &id, servers)?;
     let follower = Follower::start_from_the_beginning(ws.layout.root(), &id, view);
@@ -222,6 +250,7 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
                 streamed.push_str(text);
                 Some(updates::said(text))
             }
+            Record::ThinkingDelta { text } => Some(updates::thought(text)),
             Record::Text { text } => {
                 let rest = text.strip_prefix(streamed.as_str()).unwrap_or(text).to_owned();
                 streamed.clear();
@@ -236,12 +265,23 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
                 Some(updates::result(tool_use_id, *is_error, summary))
             }
             Record::Usage { usage, cost_usd, .. } => usage_update(shared, named, usage, *cost_usd, window),
+            Record::Compaction { outcome, compactor, note }
+                if shared.compaction.load(std::sync::atomic::Ordering::Relaxed) =>
+            {
+                ws.as_ref().and_then(|ws| updates::compaction(ws, named, outcome, compactor, note))
+            }
             Record::End(end) => {
                 break match end {
+                    End::FinalResponse { refused: true, .. } => {
+                        forget_refused(shared, named).await;
+                        Ok(StopReason::Refusal)
+                    }
                     End::FinalResponse { .. } | End::Busy => Ok(StopReason::EndTurn),
                     End::BudgetExhausted { .. } => Ok(StopReason::MaxTurnRequests),
                     End::Interrupted { .. } => Ok(StopReason::Cancelled),
-                    End::Error { error } => Err(internal(format!("the agent's run failed: {error}"))),
+                    // (What came of the answer was streamed; it is kept, `show --step`.)
+                    End::Error { cut_off: true, .. } => Ok(StopReason::MaxTokens),
+                    End::Error { error, .. } => Err(internal(format!("the agent's run failed: {error}"))),
                 };
             }
             _ => None,
@@ -266,6 +306,20 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
     drop(follower);
     let _ = shared.sessions.with(|s| s.get_mut(named).map(|s| s.working = false));
     reason
+}
+
+/// A refused turn out of the session's agent's context, as the `refusal` stop says to
+/// the client (on the blocking pool: it waits for the driver to let the agent go).
+async fn forget_refused(shared: &Shared, named: &str) {
+    let (Some(workspace), Ok(agent)) = (shared.sessions.workspace_of(named), AgentId::parse(named)) else { return };
+    let forgotten = tokio::task::spawn_blocking(move || {
+        let ws = Workspace::open(&workspace).map_err(|e| e.to_string())?;
+        engine::ops::refusal::forget_refused_turn(&ws, &agent, USERS_EDITS_WAIT).map_err(|e| e.to_string())
+    })
+    .await;
+    if let Ok(Err(e)) = forgotten {
+        super::log(&format!("the refused turn of `{named}` could not be taken out of its context: {e}"));
+    }
 }
 
 /// A step's usage as the editor shows it: how full the context is (when the role names

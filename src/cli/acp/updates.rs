@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, Diff, SessionUpdate, TextContent, ToolCall, ToolCallContent, ToolCallLocation,
+    CompactionStatus, CompactionUpdate, ContentBlock, ContentChunk, Diff, SessionUpdate, TextContent, ToolCall, ToolCallContent, ToolCallLocation,
     ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use serde_json::Value;
@@ -74,6 +74,34 @@ fn diff(name: &str, path: &str, input: &Value) -> Option<Diff> {
         "edit_file" => Some(Diff::new(PathBuf::from(path), text("new_string")?).old_text(text("old_string"))),
         _ => None,
     }
+}
+
+/// A compaction of `agent` as the editor shows it (to a client that said it takes them):
+/// its compactor is its id; it is in progress once started, completed with the summary
+/// it landed, failed with why when it landed nothing.
+pub(super) fn compaction(
+    ws: &engine::store::workspace::Workspace,
+    agent: &str,
+    outcome: &str,
+    compactor: &str,
+    note: &str,
+) -> Option<SessionUpdate> {
+    let update = match outcome {
+        "started" => CompactionUpdate::new(compactor.to_owned(), CompactionStatus::InProgress),
+        "landed" => {
+            let id = domain::id::AgentId::parse(agent).ok()?;
+            let landed = engine::step::compaction::landed(ws, &id).ok()?;
+            let summary = landed.into_iter().rev().find(|l| l.landing.compactor == compactor)?.summary;
+            CompactionUpdate::new(compactor.to_owned(), CompactionStatus::Completed)
+                .summary(vec![ContentBlock::Text(TextContent::new(summary))])
+        }
+        // (A compaction that never started has no compactor to name it.)
+        "declined" if !compactor.is_empty() => {
+            CompactionUpdate::new(compactor.to_owned(), CompactionStatus::Failed).error(note.to_owned())
+        }
+        _ => return None,
+    };
+    Some(SessionUpdate::CompactionUpdate(update))
 }
 
 /// An agent's transcript as the updates a client replays it from: what the user (and

@@ -250,7 +250,7 @@ impl Tree {
                     End::Busy => return false,
                     End::Interrupted { reason } => (State::Stopped, reason.clone()),
                     End::BudgetExhausted { error } => (State::NeedsYou, format!("budget exhausted: {error}")),
-                    End::Error { error } => (State::NeedsYou, format!("failed: {error}")),
+                    End::Error { error, .. } => (State::NeedsYou, format!("failed: {error}")),
                 };
                 // A conflict said during the run stays to be seen to.
                 if !(state == State::Done && before == State::NeedsYou) {
@@ -341,11 +341,11 @@ mod tests {
         );
         assert_eq!(tree.below("ab"), (2, 1));
         // An end that needs the user says so once; an answer after a conflict keeps it.
-        let fail = Record::End(End::Error { error: "no key".into() });
+        let fail = Record::End(End::Error { error: "no key".into(), cut_off: false });
         assert!(tree.apply("ab.3", &fail));
         assert!(!tree.apply("ab.3", &fail));
         assert!(tree.apply("ab.10", &Record::Conflict { child: "ab.10.1".into(), files: 2 }));
-        tree.apply("ab.10", &Record::End(End::FinalResponse { text: "ok".into() }));
+        tree.apply("ab.10", &Record::End(End::FinalResponse { text: "ok".into(), refused: false }));
         assert_eq!(tree.get("ab.10").map(|a| a.state), Some(State::NeedsYou));
         // Events of agents it does not hold change nothing.
         assert!(!tree.apply("zz.1", &fail));

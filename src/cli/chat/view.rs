@@ -185,7 +185,7 @@ mod tests {
         };
         tree.apply("k7q2mx.1", &call);
         tree.apply("k7q2mx.2", &Record::End(End::BudgetExhausted { error: "$0.50 spent".into() }));
-        tree.apply("k7q2mx.3", &Record::End(End::FinalResponse { text: "done".into() }));
+        tree.apply("k7q2mx.3", &Record::End(End::FinalResponse { text: "done".into(), refused: false }));
         tree
     }
 

@@ -24,8 +24,8 @@ pub struct Turn {
     pub output_tokens: u64,
     pub cache_read: u64,
     pub cache_write: u64,
-    /// Chat Completions: a refusal, streamed in `delta.refusal` (the other dialects
-    /// leave it out).
+    /// A refusal: Chat Completions streams it in `delta.refusal`, Anthropic as a text
+    /// block with the stop reason `refusal` (Responses leaves it out).
     pub refusal: Option<String>,
     /// Responses: the message's `phase`.
     pub phase: Option<String>,
@@ -556,6 +556,18 @@ fn anthropic_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
         push("content_block_stop", json!({"type": "content_block_stop", "index": index}));
         index += 1;
     }
+    if let Some(refusal) = &t.refusal {
+        push(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+        );
+        push(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": refusal}}),
+        );
+        push("content_block_stop", json!({"type": "content_block_stop", "index": index}));
+        index += 1;
+    }
     for (id, name, args) in &t.calls {
         push(
             "content_block_start",
@@ -572,6 +584,8 @@ fn anthropic_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
     }
     let stop = if truncated {
         "max_tokens"
+    } else if t.refusal.is_some() {
+        "refusal"
     } else if t.calls.is_empty() {
         "end_turn"
     } else {

@@ -131,8 +131,21 @@ pub fn client_servers(ws: &Workspace, id: &AgentId) -> std::collections::BTreeMa
     std::fs::read(ws.layout.client_servers(id)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
 }
 
+/// Agent `id`'s lock, waited for at most `wait` (a driver ending lets it go soon after
+/// its run's end is written); `None` when another still holds it.
+pub fn hold_within(ws: &Workspace, id: &AgentId, wait: std::time::Duration) -> Option<infra::lock::LockGuard> {
+    let began = std::time::Instant::now();
+    loop {
+        match infra::lock::LockGuard::try_acquire(&ws.layout.lock(id)) {
+            Ok(Some(lock)) => return Some(lock),
+            _ if began.elapsed() < wait => std::thread::sleep(std::time::Duration::from_millis(20)),
+            _ => return None,
+        }
+    }
+}
+
 /// Whether agent `id` works in place: its work is written into the user's checkout as
-/// it is committed (`ops::project::mirror`), so its hooks run in its jail.
+/// it is committed (`ops::in_place::mirror`), so its hooks run in its jail.
 pub fn works_in_place(ws: &Workspace, id: &AgentId) -> std::result::Result<bool, GitError> {
     Ok(ws.repo.mark(Mark::Mirror.kind(), id.as_str())?.is_some())
 }

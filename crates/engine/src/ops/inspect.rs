@@ -213,7 +213,7 @@ fn last_run_end(ws: &Workspace, id: &AgentId) -> Option<String> {
         Record::Step { step, .. } => Some(format!("its driver ended during step {step} (killed or crashed)")),
         Record::End(End::Interrupted { reason }) => Some(format!("it was {reason}")),
         Record::End(End::BudgetExhausted { error }) => Some(format!("budget exhausted: {error}")),
-        Record::End(End::Error { error }) => Some(error),
+        Record::End(End::Error { error, .. }) => Some(error),
         _ => None,
     }
     .map(|why| why.split_whitespace().collect::<Vec<_>>().join(" "))

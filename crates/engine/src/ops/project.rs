@@ -45,9 +45,9 @@ pub enum ProjectError {
     Snapshot(#[from] SnapshotError),
 }
 
-type Result<T> = std::result::Result<T, ProjectError>;
+pub(super) type Result<T> = std::result::Result<T, ProjectError>;
 
-fn user(ws: &Workspace) -> Result<UserRepo> {
+pub(super) fn user(ws: &Workspace) -> Result<UserRepo> {
     ws.user_repo()?.ok_or(ProjectError::NotProject)
 }
 
@@ -102,7 +102,7 @@ pub fn start_point(
 }
 
 /// The agent's tip, its facts and the base it started from.
-fn agent_base(ws: &Workspace, id: &AgentId) -> Result<(CommitId, AgentFacts, CommitId)> {
+pub(super) fn agent_base(ws: &Workspace, id: &AgentId) -> Result<(CommitId, AgentFacts, CommitId)> {
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()))?;
     let facts = snapshot::read_facts(&ws.repo, tip)?;
     let base = facts
@@ -223,7 +223,7 @@ pub fn apply(ws: &Workspace, id: &AgentId) -> Result<Vec<String>> {
 /// The writes that take the user's working tree from tree `before` to tree `after` where the
 /// user left a file as `before` has it (merged line by line where both changed it),
 /// and the files that cannot be merged.
-fn plan_writes(
+pub(super) fn plan_writes(
     ws: &Workspace,
     user: &UserRepo,
     before: CommitId,
@@ -262,11 +262,11 @@ fn plan_writes(
 
 /// A path of `plan` git would refuse (`.GIT/hooks/…` is `.git` on a case-insensitive
 /// disk): never written into the user's working tree.
-fn refused(plan: &[infra::git::Change]) -> Option<(String, &'static str)> {
+pub(super) fn refused(plan: &[infra::git::Change]) -> Option<(String, &'static str)> {
     plan.iter().find_map(|(p, _)| infra::git::refused_path(p).map(|why| (p.clone(), why)))
 }
 
-fn write_plan(user: &UserRepo, plan: &[infra::git::Change]) -> Result<()> {
+pub(super) fn write_plan(user: &UserRepo, plan: &[infra::git::Change]) -> Result<()> {
     for (path, content) in plan {
         match content {
             Some((bytes, exec)) => user.write_work_file(path, Some(bytes), *exec)?,
@@ -274,64 +274,4 @@ fn write_plan(user: &UserRepo, plan: &[infra::git::Change]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-const MIRROR: &str = domain::marks::Mark::Mirror.kind();
-
-/// Makes `id` work in place: from now on [`mirror`] writes its work into the user's
-/// working tree as it is committed, starting from where it stands now (its first
-/// commit holds the checkout as it was, uncommitted changes included).
-pub fn work_in_place(ws: &Workspace, id: &AgentId) -> Result<()> {
-    user(ws)?;
-    let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()))?;
-    ws.repo.set_mark(MIRROR, id.as_str(), tip.to_string().as_bytes())?;
-    Ok(())
-}
-
-/// What [`mirror`] did.
-#[derive(Debug, Clone, Default)]
-pub struct Mirrored {
-    /// The files written (or removed) in the user's working tree.
-    pub written: Vec<String>,
-    /// Files the user changed too in a way that does not merge: left as the user has them.
-    pub kept: Vec<String>,
-}
-
-/// For an agent working in place, writes what its work gained since the last mirror
-/// into the user's working tree: a file the user left alone takes the agent's version,
-/// one both changed is merged, one that does not merge is left as the user has it (and
-/// named). Nothing for an agent that does not work in place. A crash between the
-/// writes and the mark leaves them to be found already so next time.
-pub fn mirror(ws: &Workspace, id: &AgentId) -> Result<Mirrored> {
-    let Some(last) = ws.repo.mark(MIRROR, id.as_str())? else { return Ok(Mirrored::default()) };
-    // (A mark that names no commit — only by hand — starts over from the base.)
-    let last = std::str::from_utf8(&last).ok().and_then(|l| CommitId::from_str(l.trim()).ok());
-    // (Asked after every record of the agent's: nothing more than two ref reads when
-    // nothing was committed since.)
-    if last.is_some() && last == ws.repo.branch_tip(&id.branch())? {
-        return Ok(Mirrored::default());
-    }
-    let user = user(ws)?;
-    let (tip, _, base) = agent_base(ws, id)?;
-    let before = match last {
-        Some(last) => ws.repo.work_tree(last, agent::DIR, Some(base))?,
-        None => ws.repo.tree_id(base)?,
-    };
-    let after = ws.repo.work_tree(tip, agent::DIR, Some(base))?;
-    let (mut plan, mut kept) = plan_writes(ws, &user, before, after)?;
-    while let Some((path, _)) = refused(&plan) {
-        plan.retain(|(p, _)| *p != path);
-        kept.push(path);
-    }
-    // (A file that cannot be written — the user's, read-only — is kept as it is, named,
-    // and the rest goes on: one file must not hold back every later mirror.)
-    let mut written = Vec::new();
-    for change in plan {
-        match write_plan(&user, std::slice::from_ref(&change)) {
-            Ok(()) => written.push(change.0),
-            Err(e) => kept.push(format!("{} ({e})", change.0)),
-        }
-    }
-    ws.repo.set_mark(MIRROR, id.as_str(), tip.to_string().as_bytes())?;
-    Ok(Mirrored { written, kept })
 }

@@ -102,6 +102,12 @@ pub enum Record {
     TextDelta {
         text: String,
     },
+    /// Thinking of a model output not yet ended, as it streams (at most every
+    /// [`DELTA_EVERY`]): what came since the last such line. The whole of it is in the
+    /// step's output (the transcript), not in another line.
+    ThinkingDelta {
+        text: String,
+    },
     Delivered {
         from: String,
     },
@@ -185,6 +191,9 @@ pub enum Record {
 pub enum End {
     FinalResponse {
         text: String,
+        /// The model declined: `text` is its refusal (ACP's `refusal` stop).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        refused: bool,
     },
     /// Another driver held the agent.
     Busy,
@@ -197,6 +206,9 @@ pub enum End {
     },
     Error {
         error: String,
+        /// The model's answer was cut off at its output limit (ACP's `max_tokens`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cut_off: bool,
     },
 }
 
@@ -290,7 +302,8 @@ pub(crate) const DELTA_EVERY: std::time::Duration = std::time::Duration::from_mi
 /// Passes every event on to `inner` and appends it to the agent's events file; the
 /// text of a model output is written as it streams, in `text_delta` lines at most every
 /// [`DELTA_EVERY`] (one write per line, however many deltas the provider sent), and
-/// whole as one `text` event when the output ends.
+/// whole as one `text` event when the output ends; its thinking, in `thinking_delta`
+/// lines as often.
 pub(crate) struct Logged<'a> {
     agent: String,
     path: PathBuf,
@@ -300,6 +313,9 @@ pub(crate) struct Logged<'a> {
     /// How much of `text` its `text_delta` lines carry, and when the last was written.
     streamed: usize,
     streamed_at: Option<std::time::Instant>,
+    /// Thinking not yet written, and when the last `thinking_delta` was.
+    thinking: String,
+    thought_at: Option<std::time::Instant>,
     inner: &'a mut dyn Observer,
 }
 
@@ -312,13 +328,37 @@ impl<'a> Logged<'a> {
             text: String::new(),
             streamed: 0,
             streamed_at: None,
+            thinking: String::new(),
+            thought_at: None,
             inner,
         }
+    }
+
+    /// Thinking came: a `thinking_delta` line of what is new, unless one was written
+    /// within [`DELTA_EVERY`].
+    fn think(&mut self, text: &str) {
+        self.thinking.push_str(text);
+        if self.thought_at.is_none_or(|at| at.elapsed() >= DELTA_EVERY) {
+            self.write_thinking();
+        }
+    }
+
+    /// The thinking not yet written, as one `thinking_delta` line.
+    fn write_thinking(&mut self) {
+        if self.thinking.is_empty() {
+            return;
+        }
+        self.thought_at = Some(std::time::Instant::now());
+        let text = std::mem::take(&mut self.thinking);
+        let line = Line { record: Record::ThinkingDelta { text }, agent: self.agent.clone() };
+        self.write(&format!("{}\n", line.to_value()));
     }
 
     /// Text came: a `text_delta` line of what is new, unless one was written within
     /// [`DELTA_EVERY`].
     fn stream(&mut self, text: &str) {
+        // (What the model thought before it spoke comes first.)
+        self.write_thinking();
         self.text.push_str(text);
         if self.streamed_at.is_some_and(|at| at.elapsed() < DELTA_EVERY) {
             return;
@@ -333,6 +373,8 @@ impl<'a> Logged<'a> {
     /// Appends one event (and any text gathered before it). A write that fails costs
     /// only the followers a line; the driver goes on.
     pub(crate) fn append(&mut self, value: &Value) {
+        self.write_thinking();
+        self.thought_at = None;
         let mut lines = String::new();
         if !self.text.is_empty() {
             let text =
@@ -378,10 +420,12 @@ impl Observer for Logged<'_> {
     fn event(&mut self, event: Event<'_>) {
         match &event {
             Event::Delta(Delta::Text(text)) => self.stream(text),
+            Event::Delta(Delta::Thinking(text)) => self.think(text),
             Event::Delta(_) => {}
             // The attempt's text is not an answer: the next attempt streams its own.
             Event::AttemptFailed { .. } => {
                 self.text.clear();
+                self.thinking.clear();
                 if let Some(value) = to_json(&self.agent, &event) {
                     self.append(&value);
                 }
@@ -416,7 +460,7 @@ mod tests {
         for piece in ["The ", "answer."] {
             logged.event(Event::Delta(&Delta::Text(piece.into())));
         }
-        logged.end(End::FinalResponse { text: "The answer.".into() });
+        logged.end(End::FinalResponse { text: "The answer.".into(), refused: false });
         let text = std::fs::read_to_string(dir.join(FILE)).expect("events");
         let records: Vec<Record> = text.lines().filter_map(|l| Line::parse(l.as_bytes())).map(|l| l.record).collect();
         let texts: Vec<&str> = records
@@ -437,6 +481,38 @@ mod tests {
             })
             .collect();
         assert_eq!(deltas, ["half an ans", "The "], "{text}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn thinking_streams_as_deltas_before_the_text_it_led_to() {
+        struct Nobody;
+        impl Observer for Nobody {
+            fn event(&mut self, _: Event<'_>) {}
+        }
+        let dir = std::env::temp_dir().join(format!("offshoot-thinking-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut nobody = Nobody;
+        let mut logged = Logged::new(&dir, "a", &mut nobody);
+        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m" });
+        for piece in ["Which ", "file?"] {
+            logged.event(Event::Delta(&Delta::Thinking(piece.into())));
+        }
+        logged.event(Event::Delta(&Delta::Text("lib.rs".into())));
+        logged.end(End::FinalResponse { text: "lib.rs".into(), refused: false });
+        let text = std::fs::read_to_string(dir.join(FILE)).expect("events");
+        let kinds: Vec<(&str, String)> = text
+            .lines()
+            .filter_map(|l| Line::parse(l.as_bytes()))
+            .filter_map(|l| match l.record {
+                Record::ThinkingDelta { text } => Some(("thinking", text)),
+                Record::TextDelta { text } => Some(("text", text)),
+                _ => None,
+            })
+            .collect();
+        // The first piece at once, the rest (within 50 ms) when the text begins.
+        let want = [("thinking", "Which ".to_owned()), ("thinking", "file?".to_owned()), ("text", "lib.rs".to_owned())];
+        assert_eq!(kinds, want, "{text}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

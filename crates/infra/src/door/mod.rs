@@ -213,6 +213,56 @@ impl Beneath {
         })
     }
 
+    /// Puts `bytes` at `rel` whole or not at all: written to a file of no name (or, where
+    /// the file system has none, a new one beside it), named beside `rel`, then renamed
+    /// over it, so a reader (an editor, a verifier) or a crash never meets half of it,
+    /// and a file with other names is replaced, never written through. A link or a
+    /// directory standing at `rel` (or on the way) is refused, as is a file its owner
+    /// may not write; `mode` sets the bits.
+    pub fn replace_whole(&self, rel: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+        self.again(rel, || {
+            let (parent, name) = self.parent_of(rel, Make::Missing)?;
+            let dir = parent.as_raw_fd();
+            if let Ok(st) = sys::stat_at(dir, &name) {
+                match kind_of(&st) {
+                    Kind::Symlink => return Err(DoorError::Symlink(rel.to_owned())),
+                    Kind::Dir | Kind::Special => return Err(DoorError::NotRegular(rel.to_owned())),
+                    // (A file its owner made read-only stays so, as a write to it would.)
+                    Kind::File { .. } => sys::writable_at(dir, &name).map_err(|e| self.io(rel, e))?,
+                }
+            }
+            // (Short, whatever the name's length; only a kill between the last two calls
+            // leaves one behind.)
+            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let temp = c_name(OsStr::new(&format!(".offshoot-{}-{n}.new", std::process::id())), rel)?;
+            // The bytes in a file named `temp`: made with no name and linked when the file
+            // system can, so that a crash while writing leaves nothing.
+            let stage = |unnamed: bool| -> std::io::Result<()> {
+                let flags = match unnamed {
+                    true => libc::O_TMPFILE | libc::O_WRONLY,
+                    false => libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_NOCTTY,
+                };
+                let at = if unnamed { CString::from(c".") } else { temp.clone() };
+                let mut file = File::from(sys::open_at(dir, &at, flags, mode & 0o777)?);
+                file.write_all(bytes)?;
+                use std::os::unix::fs::PermissionsExt;
+                file.set_permissions(std::fs::Permissions::from_mode(mode & 0o777))?;
+                if unnamed { sys::link_fd_at(file.as_raw_fd(), dir, &temp) } else { Ok(()) }
+            };
+            let linked = stage(true).or_else(|_| {
+                let _ = sys::unlink_at(dir, &temp, 0);
+                stage(false)
+            });
+            let placed = linked.and_then(|()| sys::rename_at(dir, &temp, &name));
+            if let Err(source) = placed {
+                let _ = sys::unlink_at(dir, &temp, 0);
+                return Err(self.io(rel, source));
+            }
+            Ok(())
+        })
+    }
+
     /// Makes the symbolic link `rel` → `target` (a link the agent's tree holds); what
     /// stands there is replaced unless it is a directory.
     pub(crate) fn symlink(&self, rel: &Path, target: &OsStr) -> Result<()> {
@@ -570,6 +620,26 @@ mod sys {
     pub(crate) fn unlink_at(dir: RawFd, name: &CString, flags: libc::c_int) -> std::io::Result<()> {
         // SAFETY: `name` outlives the call.
         ok(unsafe { libc::unlinkat(dir, name.as_ptr(), flags) })
+    }
+
+    #[expect(unsafe_code, reason = "faccessat(2) with a C string")]
+    pub(crate) fn writable_at(dir: RawFd, name: &CString) -> std::io::Result<()> {
+        // SAFETY: `name` outlives the call.
+        ok(unsafe { libc::faccessat(dir, name.as_ptr(), libc::W_OK, libc::AT_EACCESS) })
+    }
+
+    /// Gives the open file `fd` (made with `O_TMPFILE`) the name `name` in `dir`.
+    #[expect(unsafe_code, reason = "linkat(2) with two C strings")]
+    pub(crate) fn link_fd_at(fd: RawFd, dir: RawFd, name: &CString) -> std::io::Result<()> {
+        let path = CString::new(format!("/proc/self/fd/{fd}")).map_err(std::io::Error::other)?;
+        // SAFETY: both strings outlive the call.
+        ok(unsafe { libc::linkat(libc::AT_FDCWD, path.as_ptr(), dir, name.as_ptr(), libc::AT_SYMLINK_FOLLOW) })
+    }
+
+    #[expect(unsafe_code, reason = "renameat(2) with two C strings")]
+    pub(crate) fn rename_at(dir: RawFd, from: &CString, to: &CString) -> std::io::Result<()> {
+        // SAFETY: both strings outlive the call.
+        ok(unsafe { libc::renameat(dir, from.as_ptr(), dir, to.as_ptr()) })
     }
 
     #[expect(unsafe_code, reason = "symlinkat(2) with two C strings")]

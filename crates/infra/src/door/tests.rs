@@ -118,3 +118,31 @@ fn writes_make_directories_keep_or_set_modes_and_never_write_through_hard_links(
         let _ = std::fs::remove_dir_all(root.parent().expect("base"));
     });
 }
+
+#[test]
+fn a_whole_replacement_is_renamed_into_place_and_refuses_links_and_directories() {
+    let (root, out) = place("whole");
+    std::fs::write(root.join("kept"), "old").expect("write");
+    std::fs::hard_link(root.join("kept"), out.join("other-name")).expect("link");
+    // An editor's handle on the old file still reads the old text: a new file took the name.
+    let held = std::fs::File::open(root.join("kept")).expect("open");
+    std::os::unix::fs::symlink(out.join("planted"), root.join("dangling")).expect("link");
+    std::fs::create_dir(root.join("dir")).expect("dir");
+    let door = Beneath::open(&root).expect("open");
+    door.replace_whole(Path::new("kept"), b"new", 0o600).expect("replaced");
+    door.replace_whole(Path::new("sub/deeper/made"), b"made", 0o644).expect("made");
+    assert!(matches!(door.replace_whole(Path::new("dangling"), b"x", 0o644), Err(DoorError::Symlink(_))));
+    assert!(matches!(door.replace_whole(Path::new("dir"), b"x", 0o644), Err(DoorError::NotRegular(_))));
+    assert_eq!(std::fs::read_to_string(root.join("kept")).expect("read"), "new");
+    assert_eq!(std::io::read_to_string(held).expect("held"), "old");
+    assert_eq!(std::fs::read_to_string(out.join("other-name")).expect("read"), "old", "not written through");
+    let mode = std::os::unix::fs::MetadataExt::mode(&std::fs::metadata(root.join("kept")).expect("meta")) & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(std::fs::read_to_string(root.join("sub/deeper/made")).expect("read"), "made");
+    assert!(!out.join("planted").exists());
+    // No temporary file is left beside them.
+    let names: Vec<String> =
+        std::fs::read_dir(&root).expect("list").map(|e| e.expect("entry").file_name().to_string_lossy().into()).collect();
+    assert!(names.iter().all(|n| !n.ends_with(".new")), "{names:?}");
+    let _ = std::fs::remove_dir_all(root.parent().expect("base"));
+}

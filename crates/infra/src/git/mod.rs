@@ -92,6 +92,16 @@ pub enum TreeEdit {
     },
 }
 
+/// What stands at a path of a commit's tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryAt {
+    Nothing,
+    /// A regular file: its blob, and whether it is executable.
+    File { blob: Oid, executable: bool },
+    /// A link, a directory or a submodule.
+    Other,
+}
+
 /// One entry of a directory in a commit's tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
@@ -351,6 +361,25 @@ impl Repo {
     /// The id of `commit`'s tree.
     pub fn tree_id(&self, commit: Oid) -> Result<Oid> {
         Ok(self.tree_of(commit)?.id())
+    }
+
+    /// What stands at `path` in `commit`.
+    pub fn entry_at(&self, commit: Oid, path: &str) -> Result<EntryAt> {
+        let tree = self.tree_of(commit)?;
+        match tree.get_path(Path::new(path)) {
+            Ok(e) if e.filemode() == i32::from(FileMode::Blob) => Ok(EntryAt::File { blob: e.id(), executable: false }),
+            Ok(e) if e.filemode() == i32::from(FileMode::BlobExecutable) => {
+                Ok(EntryAt::File { blob: e.id(), executable: true })
+            }
+            Ok(_) => Ok(EntryAt::Other),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(EntryAt::Nothing),
+            Err(source) => Err(GitError::Lib { what: format!("read {path}"), source }),
+        }
+    }
+
+    /// The id `bytes` have as a blob (nothing is written).
+    pub fn blob_id(bytes: &[u8]) -> Result<Oid> {
+        Oid::hash_object(git2::ObjectType::Blob, bytes).map_err(lib("hash a blob"))
     }
 
     /// Whether `path` in `commit` is a symbolic link.

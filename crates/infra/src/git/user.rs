@@ -149,17 +149,9 @@ impl UserRepo {
     /// Uncommitted changes of the working tree against HEAD: tracked files changed or
     /// deleted, and untracked files that are not ignored (submodules left out).
     pub fn changes(&self) -> Result<Vec<Change>> {
-        let mut opts = StatusOptions::new();
-        opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false).exclude_submodules(true);
-        let statuses = self.repo.statuses(Some(&mut opts)).map_err(lib("read the project's status"))?;
         let mut out = Vec::new();
-        for entry in statuses.iter() {
-            let Ok(path) = entry.path() else { continue };
-            let status = entry.status();
-            if status.is_empty() || status.contains(Status::IGNORED) {
-                continue;
-            }
-            let full = self.root.join(path);
+        for path in self.changed_paths()? {
+            let full = self.root.join(&path);
             let meta = std::fs::symlink_metadata(&full).ok();
             let content = match meta {
                 Some(m) if m.is_file() => {
@@ -171,9 +163,22 @@ impl UserRepo {
                 Some(_) => continue,
                 None => None,
             };
-            out.push((path.to_owned(), content));
+            out.push((path, content));
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+
+    /// The paths of [`UserRepo::changes`], sorted, their files not read.
+    pub fn changed_paths(&self) -> Result<Vec<String>> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true).recurse_untracked_dirs(true).include_ignored(false).exclude_submodules(true);
+        let statuses = self.repo.statuses(Some(&mut opts)).map_err(lib("read the project's status"))?;
+        let mut out: Vec<String> = statuses
+            .iter()
+            .filter(|e| !e.status().is_empty() && !e.status().contains(Status::IGNORED))
+            .filter_map(|e| e.path().ok().map(str::to_owned))
+            .collect();
+        out.sort();
         Ok(out)
     }
 
@@ -256,12 +261,37 @@ impl UserRepo {
     /// symbolic link anywhere on the way (an untracked `data -> /elsewhere`, say), a
     /// directory, FIFO or device is in the way of a file.
     pub fn work_file(&self, path: &str) -> WorkFile {
-        let Ok(door) = Beneath::open(&self.root) else { return WorkFile::InTheWay };
-        match door.read(Path::new(path), WORK_FILE_MAX) {
-            Ok(bytes) => WorkFile::File(bytes),
-            Err(e) if e.is_not_found() => WorkFile::Missing,
-            Err(_) => WorkFile::InTheWay,
+        self.work_file_and_mode(path).0
+    }
+
+    /// [`UserRepo::work_file`], and whether the file is executable.
+    pub fn work_file_and_mode(&self, path: &str) -> (WorkFile, bool) {
+        use std::io::Read;
+        let Ok(door) = Beneath::open(&self.root) else { return (WorkFile::InTheWay, false) };
+        let file = match door.open_file(Path::new(path)) {
+            Ok(file) => file,
+            Err(e) if e.is_not_found() => return (WorkFile::Missing, false),
+            Err(_) => return (WorkFile::InTheWay, false),
+        };
+        let Some(meta) = file.metadata().ok().filter(|m| m.is_file() && m.len() <= WORK_FILE_MAX) else {
+            return (WorkFile::InTheWay, false);
+        };
+        let mut bytes = Vec::new();
+        match (&file).take(WORK_FILE_MAX).read_to_end(&mut bytes) {
+            Ok(_) => (WorkFile::File(bytes), std::os::unix::fs::MetadataExt::mode(&meta) & 0o111 != 0),
+            Err(_) => (WorkFile::InTheWay, false),
         }
+    }
+
+    /// The paths whose content differs between commit `since` and HEAD (the user
+    /// committed since an agent started from `since`); `None` when the repository does
+    /// not have `since`.
+    pub fn changed_since(&self, since: Oid) -> Option<Vec<String>> {
+        let then = self.repo.find_commit(since).and_then(|c| c.tree()).ok()?;
+        let Ok(now) = self.repo.head().and_then(|h| h.peel_to_tree()) else { return Some(Vec::new()) };
+        let Ok(diff) = self.repo.diff_tree_to_tree(Some(&then), Some(&now), None) else { return Some(Vec::new()) };
+        let paths = diff.deltas().filter_map(|d| d.new_file().path().or(d.old_file().path()));
+        Some(paths.map(|p| p.to_string_lossy().into_owned()).collect())
     }
 
     /// Writes (or with `None` removes) `path` in the working tree, through the door:
@@ -278,8 +308,9 @@ impl UserRepo {
             None if executable => 0o755,
             None => 0o644,
         };
+        // (Whole or not at all: an editor showing the file, or a crash, never meets half.)
         match bytes {
-            Some(bytes) => Ok(door.write(rel, bytes, Some(mode), false)?),
+            Some(bytes) => Ok(door.replace_whole(rel, bytes, mode)?),
             None => Ok(door.remove(rel)?),
         }
     }

@@ -371,6 +371,7 @@ impl Decoder for StreamDecoder {
             Some("end_turn") | Some("stop_sequence") => Stop::EndTurn,
             Some("tool_use") => Stop::ToolUse,
             Some("max_tokens") => Stop::MaxTokens,
+            Some("refusal") => Stop::Refusal,
             Some(other) => Stop::Other(other.to_owned()),
             None => return Err(StreamError::Incomplete),
         };

@@ -163,6 +163,9 @@ pub enum Stop {
     ToolUse,
     /// Cut off by the output limit: refused, never executed.
     MaxTokens,
+    /// The model declined (Anthropic's `refusal` stop, a Chat or Responses refusal):
+    /// what it said is the answer's text.
+    Refusal,
     Other(String),
 }
 

@@ -130,6 +130,8 @@ pub struct StreamDecoder {
     finish: Option<String>,
     usage: Usage,
     done: bool,
+    /// The text is (or holds) a refusal.
+    refused: bool,
 }
 
 impl Decoder for StreamDecoder {
@@ -154,6 +156,7 @@ impl Decoder for StreamDecoder {
             // A refusal is what the model said: kept as its text.
             for field in ["/delta/content", "/delta/refusal"] {
                 if let Some(piece) = str_at(choice, field).filter(|p| !p.is_empty()) {
+                    self.refused |= field == "/delta/refusal";
                     self.text.push_str(piece);
                     deltas.push(Delta::Text(piece.to_owned()));
                 }
@@ -224,6 +227,7 @@ impl Decoder for StreamDecoder {
             content.push(Block::ToolUse { id: c.id, name: c.name, input, arguments: Some(c.arguments) });
         }
         let stop = match finish.as_str() {
+            "stop" if self.refused => Stop::Refusal,
             "stop" => Stop::EndTurn,
             "tool_calls" | "function_call" => Stop::ToolUse,
             "length" => Stop::MaxTokens,
@@ -257,5 +261,16 @@ mod tests {
         assert_eq!(out.tool_uses().map(|(id, name, _)| (id, name)).collect::<Vec<_>>(), vec![("c1", "bash")]);
         let cut = decode(&[r#"{"choices":[{"index":0,"delta":{"content":"half"}}]}"#]);
         assert_eq!(cut, Err(StreamError::Incomplete));
+    }
+
+    #[test]
+    fn a_refusal_is_the_answers_text_and_its_stop() {
+        let out = decode(&[
+            r#"{"choices":[{"index":0,"delta":{"content":null,"refusal":"I won't"}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"refusal":" do that."},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ])
+        .expect("complete");
+        assert_eq!((out.stop, out.content), (Stop::Refusal, vec![Block::text("I won't do that.")]));
     }
 }

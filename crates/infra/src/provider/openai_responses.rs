@@ -151,11 +151,13 @@ impl Decoder for StreamDecoder {
         }
         let mut content = Vec::new();
         let mut called = false;
+        let mut refused = false;
         for item in self.items {
             match str_at(&item, "/type").unwrap_or("") {
                 "message" => {
                     let phase = str_at(&item, "/phase").map(str::to_owned);
                     for part in item.get("content").and_then(Value::as_array).into_iter().flatten() {
+                        refused |= str_at(part, "/refusal").is_some();
                         let text = str_at(part, "/text").or(str_at(part, "/refusal"));
                         if let Some(text) = text {
                             content.push(Block::Text { text: text.to_owned(), phase: phase.clone() });
@@ -180,6 +182,7 @@ impl Decoder for StreamDecoder {
             (Some("incomplete"), Some("max_output_tokens")) => Stop::MaxTokens,
             (Some("incomplete"), reason) => Stop::Other(reason.unwrap_or("incomplete").to_owned()),
             _ if called => Stop::ToolUse,
+            _ if refused => Stop::Refusal,
             _ => Stop::EndTurn,
         };
         Ok(Output { content, usage: self.usage, stop })

@@ -69,7 +69,11 @@ const CONFLICTED: &str = Mark::Conflicted.kind();
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunEnd {
     /// The agent answered; nothing is due until someone writes to it.
-    Answered { text: String },
+    Answered {
+        text: String,
+        /// The answer is the model's refusal.
+        refused: bool,
+    },
     /// Another driver holds the lock (it will drain the inbox).
     Busy,
 }
@@ -132,11 +136,14 @@ fn record_stop_on_exit(ws: &Workspace, rt: &Runtime, id: &AgentId) -> crate::age
 pub fn end_event(result: std::result::Result<&RunEnd, &DriverError>) -> events::End {
     use events::End;
     match result {
-        Ok(RunEnd::Answered { text }) => End::FinalResponse { text: text.clone() },
+        Ok(RunEnd::Answered { text, refused }) => End::FinalResponse { text: text.clone(), refused: *refused },
         Ok(RunEnd::Busy) => End::Busy,
         Err(DriverError::Exhausted { spend, .. }) => End::BudgetExhausted { error: spend.clone() },
         Err(DriverError::Interrupted { reason, .. }) => End::Interrupted { reason: reason.words().to_owned() },
-        Err(e) => End::Error { error: e.to_string() },
+        Err(e) => End::Error {
+            error: e.to_string(),
+            cut_off: matches!(e, DriverError::Model { source, .. } if source.is_truncated()),
+        },
     }
 }
 
@@ -245,9 +252,9 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
         match driver.turn(observer) {
             Ok(Turn::Again) => continue,
             // A `Stop` hook may send it back to work, its reason the next message.
-            Ok(Turn::Quiet(RunEnd::Answered { text })) => match driver.stop_hooks(&text, continued, observer) {
+            Ok(Turn::Quiet(RunEnd::Answered { text, refused })) => match driver.stop_hooks(&text, continued, observer) {
                 Ok(true) => continued += 1,
-                Ok(false) => break Ok(RunEnd::Answered { text }),
+                Ok(false) => break Ok(RunEnd::Answered { text, refused }),
                 Err(e) => break Err(e),
             },
             Ok(Turn::Quiet(end)) => break Ok(end),
@@ -496,10 +503,15 @@ impl<'a> Driver<'a> {
         let entries = self.loader.entries(&self.ws.repo, tip)?;
         let warrants = transcript::warrants_call(entries);
         let final_text = transcript::final_text(entries).unwrap_or_default();
+        // (The answer is a refusal when the last model output stopped as one.)
+        let refused = entries.iter().rev().find_map(|e| match e {
+            Entry::Output { output, .. } => Some(output.stop == infra::provider::Stop::Refusal),
+            _ => None,
+        });
         if !warrants {
             // (Already done after the model call, unless a crash came between.)
             self.reply(tip)?;
-            return Ok(Turn::Quiet(RunEnd::Answered { text: final_text }));
+            return Ok(Turn::Quiet(RunEnd::Answered { text: final_text, refused: refused.unwrap_or(false) }));
         }
         if let Some(spend) = self.over_budget()? {
             return Err(DriverError::Exhausted { id: self.id.clone(), spend });
