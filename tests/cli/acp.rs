@@ -656,6 +656,9 @@ fn in_place_what_the_user_changes_or_commits_between_prompts_is_what_the_agent_s
     for needle in ["user's line", "user's new file", "committed by the user", "no-b.txt", "no-a.txt", "notes.md\n"] {
         assert!(read.contains(needle), "the agent did not see {needle:?}: {read}");
     }
+    // The editor was shown the command's output with its end.
+    let shown = seen.iter().find(|e| e["kind"] == "tool_call_update" && e["id"] == "b1").expect("b1's end");
+    assert!(shown["text"].as_str().is_some_and(|t| t.contains("user's new file")), "{shown}");
     // The checkout is as the user left it, their git too; the agent's branch says what it took.
     assert_eq!(std::fs::read_to_string(repo.join("notes.md")).expect("notes"), "agent's line\nuser's line\n");
     assert!(!repo.join("b.txt").exists());

@@ -261,8 +261,8 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
                 shown.insert((name.clone(), input.to_string()), tool_use_id.clone());
                 Some(updates::call(tool_use_id, name, input))
             }
-            Record::ToolResult { tool_use_id, is_error, summary, .. } => {
-                Some(updates::result(tool_use_id, *is_error, summary))
+            Record::ToolResult { tool_use_id, is_error, summary, output, .. } => {
+                Some(updates::result(tool_use_id, *is_error, if output.is_empty() { summary } else { output }))
             }
             Record::Usage { usage, cost_usd, .. } => usage_update(shared, named, usage, *cost_usd, window),
             Record::Compaction { outcome, compactor, note }

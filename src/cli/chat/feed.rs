@@ -181,7 +181,7 @@ impl Chat<'_> {
                 self.activity = format!("→ {} {gist}", one_line(name));
                 self.calls.push((tool_use_id.clone(), self.activity.clone()));
             }
-            Record::ToolResult { tool_use_id, name, is_error, summary } => {
+            Record::ToolResult { tool_use_id, name, is_error, summary, .. } => {
                 let call = match self.calls.iter().position(|(id, _)| id == tool_use_id) {
                     Some(at) => self.calls.remove(at).1,
                     None => format!("→ {}", one_line(name)),

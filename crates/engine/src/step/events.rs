@@ -51,6 +51,8 @@ pub enum Event<'a> {
         name: &'a str,
         is_error: bool,
         summary: &'a str,
+        /// What the model is given back (its text).
+        output: &'a str,
     },
     /// The agent's directory needed mending before the driver could start.
     Repaired(Repair),
@@ -139,6 +141,10 @@ pub enum Record {
         name: String,
         is_error: bool,
         summary: String,
+        /// What the model was given back, at most [`OUTPUT_SHOWN`] bytes of it: its start
+        /// and its end (a command's last lines say how it ended).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        output: String,
     },
     Repaired {
         what: String,
@@ -253,11 +259,12 @@ pub(crate) fn record(event: &Event<'_>) -> Option<Record> {
         Event::ToolStarted { id, name, input } => {
             Record::ToolCall { tool_use_id: owned(id), name: owned(name), input: (*input).clone() }
         }
-        Event::ToolFinished { id, name, is_error, summary } => Record::ToolResult {
+        Event::ToolFinished { id, name, is_error, summary, output } => Record::ToolResult {
             tool_use_id: owned(id),
             name: owned(name),
             is_error: *is_error,
             summary: owned(summary),
+            output: shown(output),
         },
         Event::Repaired(repair) => Record::Repaired { what: repaired(*repair) },
         Event::Warning(text) => Record::Warning { text: owned(text) },
@@ -268,6 +275,21 @@ pub(crate) fn record(event: &Event<'_>) -> Option<Record> {
             Record::Compaction { outcome: owned(outcome), compactor: owned(compactor), note: owned(note) }
         }
     })
+}
+
+/// How much of a tool's output its `tool_result` record carries.
+pub const OUTPUT_SHOWN: usize = 8 * 1024;
+
+/// `output` as a record carries it: whole when short, else its first and last halves of
+/// [`OUTPUT_SHOWN`] around a line saying how much was left out.
+fn shown(output: &str) -> String {
+    if output.len() <= OUTPUT_SHOWN {
+        return output.to_owned();
+    }
+    let half = OUTPUT_SHOWN / 2;
+    let head = output.floor_char_boundary(half);
+    let tail = output.ceil_char_boundary(output.len() - half);
+    format!("{}\n[… {} bytes left out …]\n{}", &output[..head], tail - head, &output[tail..])
 }
 
 /// `event` as one JSON object tagged with `agent`; `None` for deltas other than text.
@@ -517,6 +539,19 @@ mod tests {
     }
 
     #[test]
+    fn a_long_output_keeps_its_start_and_its_end_on_character_boundaries() {
+        assert_eq!(shown("short"), "short");
+        let long = format!("first line\n{}\nexit: the last line", "é".repeat(6_000));
+        let kept = shown(&long);
+        assert!(kept.len() < OUTPUT_SHOWN + 64, "{}", kept.len());
+        assert!(kept.starts_with("first line\n") && kept.ends_with("\nexit: the last line"));
+        // (What is left out, and what is kept, are the whole.)
+        let gone: usize = kept.split("[… ").nth(1).and_then(|r| r.split(' ').next()?.parse().ok()).expect("a count");
+        let marker = format!("\n[… {gone} bytes left out …]\n");
+        assert_eq!(kept.len() - marker.len() + gone, long.len());
+    }
+
+    #[test]
     fn a_line_reads_back_as_it_was_written_with_its_type_first_and_its_agent_last() {
         let usage = Usage { input: Some(100), output: Some(20), ..Usage::default() };
         let input = serde_json::json!({"command": "ls"});
@@ -524,7 +559,7 @@ mod tests {
             Event::StepStarted { step: 2, provider: "anthropic", model: "m" },
             Event::Usage { step: 2, usage: &usage, cost_usd: Some(0.5) },
             Event::ToolStarted { id: "t1", name: "bash", input: &input },
-            Event::ToolFinished { id: "t1", name: "bash", is_error: false, summary: "exit code 0" },
+            Event::ToolFinished { id: "t1", name: "bash", is_error: false, summary: "exit code 0", output: "ok" },
             Event::Waiting { children: 3 },
             Event::Compaction { compactor: "k7q2mx.1", outcome: "landed", note: "n" },
         ];

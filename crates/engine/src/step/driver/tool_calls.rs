@@ -246,11 +246,16 @@ impl Driver<'_> {
         rules: Option<&domain::config::ContextRules>,
         observer: &mut dyn Observer,
     ) -> Result<CommitId> {
+        let output = match &result.block {
+            infra::provider::Block::ToolResult { content, .. } => content.as_str(),
+            _ => "",
+        };
         observer.event(Event::ToolFinished {
             id: call.id,
             name: call.name,
             is_error: result.is_error,
             summary: &result.summary,
+            output,
         });
         if let Some(dir) = &result.cwd {
             self.set_cwd(dir)?;
