@@ -21,6 +21,16 @@ fn shell_then_chat(t: &TestWorkspace, cols: u16, rows: u16, lines: usize, args: 
     Tmux::start(&t.root, &env, cols, rows, &script)
 }
 
+/// Waits until the screen stays the same for a while: the chat has drawn what it had to.
+fn settled(chat: &crate::support::tmux::Tmux) {
+    let mut last = chat.screen();
+    wait_for("the chat to be at rest", || {
+        std::thread::sleep(std::time::Duration::from_millis(150));
+        let now = chat.screen();
+        std::mem::replace(&mut last, now) == last
+    });
+}
+
 /// How many times `what` is in `text`.
 fn count(text: &str, what: &str) -> usize {
     text.matches(what).count()
@@ -44,7 +54,13 @@ fn a_resize_keeps_the_whole_scrollback_and_draws_only_the_live_area_again() {
         assert_eq!(count(&held, line), 1, "`{line}` before the resize:\n{held}");
     }
 
+    // A resize lands between frames, not in the middle of one: a frame drawn for the old
+    // size and written after the terminal took the new one lands in the wrong rows, in
+    // any terminal. The test resizes a chat at rest, as a person would: its agent shown
+    // done, what was typed drawn.
+    chat.wait_for_screen(" · done · ");
     for (cols, rows) in [(70, 20), (120, 30)] {
+        settled(&chat);
         chat.resize(cols, rows);
         // The live area is drawn again at the new size: what is typed shows there.
         chat.type_in("zq", false);
