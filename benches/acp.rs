@@ -175,12 +175,7 @@ fn main() {
     }
     let each =
         |d: &[Duration]| d.iter().map(|d| format!("{:.0}", d.as_secs_f64() * 1000.0)).collect::<Vec<_>>().join(" ");
-    println!(
-        "  each (ms): acp {}; prompt {}; acp later {}",
-        each(&acp_ms),
-        each(&prompt_ms),
-        each(&later_ms)
-    );
+    println!("  each (ms): acp {}; prompt {}; acp later {}", each(&acp_ms), each(&prompt_ms), each(&later_ms));
     println!(
         "project of {files} files: first model request {:.1} ms after `session/prompt` (acp, median of {RUNS}), {:.1} ms after starting `offshoot prompt`; {:.1} ms after a later prompt with one file edited in the checkout",
         median::median_ms(&acp_ms),

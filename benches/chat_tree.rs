@@ -20,6 +20,8 @@ mod cpu;
 #[path = "../tests/cli/support/pty.rs"]
 #[allow(dead_code, reason = "the tests' terminal, of which this bench needs less")]
 mod pty;
+#[path = "support/team.rs"]
+mod team;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -29,11 +31,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use domain::id::AgentId;
-use engine::Env;
-use engine::agents::{self, Child, Start};
-use engine::store::workspace::{Workspace, template_files};
+use engine::store::workspace::Workspace;
 use infra::lock::LockGuard;
-use infra::time::Timestamp;
 
 const CHILDREN: usize = 999;
 const WORKING: usize = 100;
@@ -59,38 +58,8 @@ fn main() {
     let root_dir = base.join(format!("offshoot-bench-chat-tree-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root_dir);
     let ws_path = root_dir.join("ws");
-    let ws = Workspace::create(&ws_path, &template_files(None).expect("template")).expect("workspace");
-    let env = Env::new([("ANTHROPIC_API_KEY".to_owned(), "bench".to_owned())]);
     let made = Instant::now();
-    let spawn = Start {
-        message: "Lead a big team.",
-        name: Some("Lead"),
-        now: Timestamp::now(),
-        random: 1,
-        env: &env,
-        project: None,
-        model: None,
-        reasoning: None,
-        copy_ignored: &[],
-        mode: None,
-        on_ask: None,
-    };
-    let root = agents::create_root(&ws, "worker", "default", &spawn).expect("root");
-    let mut children = Vec::new();
-    for c in 0..CHILDREN {
-        let child = Child {
-            role: "worker",
-            goal: &format!("task {c}"),
-            name: None,
-            from: None,
-            now: Timestamp::now(),
-            random: c as u32 + 7,
-            env: &env,
-            compactor: false,
-            key: None,
-        };
-        children.push(agents::create_child(&ws, &root, &child).expect("child"));
-    }
+    let (ws, root, children) = team::make(&ws_path, CHILDREN);
     println!("chat tree: one root and {CHILDREN} children, made in {:.1} s", made.elapsed().as_secs_f64());
 
     // The hundred at work hold their locks, as their drivers would.

@@ -11,6 +11,7 @@ pub(crate) mod follow;
 pub(crate) mod input;
 pub(crate) mod out;
 pub(crate) mod progress;
+pub(crate) mod serve;
 pub(crate) mod verbs;
 
 use std::path::PathBuf;
@@ -86,6 +87,7 @@ pub(crate) enum Verb {
     Demo(verbs::demo::Args),
     Completions(verbs::completions::Args),
     Acp(verbs::acp::Args),
+    Serve(verbs::serve::Args),
 }
 
 /// Chat with an agent on this terminal: the first message starts a root agent (in the
@@ -166,6 +168,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),
         Verb::Acp(args) => verbs::acp::run(&ctx, args),
+        Verb::Serve(args) => verbs::serve::run(&ctx, args),
     };
     let runs = matches!(verb, Verb::Prompt(_) | Verb::Send(_) | Verb::Run(_) | Verb::Fork(_) | Verb::Demo(_));
     finish(&ctx, result, runs)

@@ -314,3 +314,16 @@ pub(crate) fn call_gist(input: &serde_json::Value) -> String {
         .map(str::to_owned)
         .unwrap_or_else(|| input.to_string())
 }
+
+/// A transcript entry as `log --json` prints it (and `serve` answers it).
+pub(crate) fn entry_json(entry: &domain::transcript::Entry) -> serde_json::Value {
+    use domain::transcript::Entry;
+    use serde_json::json;
+    match entry {
+        Entry::Message { number, sender, text } => json!({"n": number, "side": "user", "from": sender, "text": text}),
+        Entry::Output { number, model, output } => {
+            json!({"n": number, "side": "assistant", "model": model, "output": output})
+        }
+        Entry::ToolResult { number, block } => json!({"n": number, "side": "tool", "result": block}),
+    }
+}

@@ -545,8 +545,7 @@ fn the_editors_mcp_servers_are_the_sessions_agents_and_a_bad_one_is_refused_at_n
 fn thinking_streams_as_thought_and_the_stop_reason_says_a_cut_off_answer_or_a_refusal() {
     let (server, t) = TestWorkspace::served("acp-stops", Dialect::Anthropic);
     let thought = "Which file holds it? The one named in the goal.";
-    let thinking =
-        Turn { thinking: Some((thought.into(), "sig".into())), ..Turn::text("src/lib.rs holds it") };
+    let thinking = Turn { thinking: Some((thought.into(), "sig".into())), ..Turn::text("src/lib.rs holds it") };
     server.push_turns([thinking]);
     server.push(Reply::Truncated(Turn::text("half an ans")));
     server.push_turns([Turn { refusal: Some("I won't help with that.".into()), ..Turn::text("") }]);
@@ -605,7 +604,12 @@ fn a_client_that_takes_compaction_updates_sees_one_start_and_land_with_its_summa
 #[test]
 fn with_no_key_in_its_environment_a_new_session_is_refused_auth_required_naming_the_variable() {
     let (_server, t) = TestWorkspace::served("acp-auth", Dialect::Anthropic);
-    let steps = json!([["authenticate", "environment"], ["new"], ["authenticate", "environment"], ["authenticate", "password"]]);
+    let steps = json!([
+        ["authenticate", "environment"],
+        ["new"],
+        ["authenticate", "environment"],
+        ["authenticate", "password"]
+    ]);
     let mut keyless = t.command();
     keyless.arg("acp").env_remove("ANTHROPIC_API_KEY");
     let seen = drive(&keyless, &t.root, None, steps.clone(), json!([]));

@@ -41,6 +41,7 @@ mod remote;
 mod removal;
 mod sandbox;
 mod scan;
+mod serve;
 mod signals;
 mod snapshots;
 mod stress;

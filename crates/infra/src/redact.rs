@@ -79,6 +79,33 @@ impl Redactor {
         out
     }
 
+    /// Text that comes in pieces (a model's answer as it streams), redacted: `piece`
+    /// joins what `held` kept, and what cannot be the start of a secret still arriving
+    /// is returned, redacted; the rest stays in `held` for the next piece, or for
+    /// [`Redactor::release`]. A secret split across pieces is caught whole.
+    pub fn redact_piece(&self, held: &mut String, piece: &str) -> String {
+        held.push_str(piece);
+        if self.is_empty() {
+            return std::mem::take(held);
+        }
+        let keep = self.longest().saturating_sub(1);
+        if held.len() <= keep {
+            return String::new();
+        }
+        let mut cut = held.len() - keep;
+        while let Some(end) = self.straddling(held.as_bytes(), cut) {
+            cut = end;
+        }
+        let cut = held.floor_char_boundary(cut);
+        let out: String = held.drain(..cut).collect();
+        self.redact(&out)
+    }
+
+    /// What `held` kept of [`Redactor::redact_piece`]'s pieces, redacted.
+    pub fn release(&self, held: &mut String) -> String {
+        self.redact(&std::mem::take(held))
+    }
+
     /// The end of a secret in `bytes` that starts before `cut` and ends after it.
     fn straddling(&self, bytes: &[u8], cut: usize) -> Option<usize> {
         self.secrets.iter().find_map(|(value, _)| {
@@ -168,5 +195,13 @@ mod tests {
         }
         let out = String::from_utf8(w.finish().expect("finish")).expect("utf-8");
         assert_eq!(out, "a [redacted: the value of API_KEY] b [redacted: the value of API_KEY] end sk-s");
+        // The same, piece by piece as text.
+        let mut held = String::new();
+        let mut out = String::new();
+        for piece in ["é sk-sec", "ret-1", "23 b sk-secret-12", "3", " end sk-s"] {
+            out.push_str(&r.redact_piece(&mut held, piece));
+        }
+        out.push_str(&r.release(&mut held));
+        assert_eq!(out, "é [redacted: the value of API_KEY] b [redacted: the value of API_KEY] end sk-s");
     }
 }

@@ -194,6 +194,105 @@ impl Watch {
     }
 }
 
+/// Watches one directory and each directory directly in it, not deeper: which files
+/// of which of them were written, and which directories appeared (watched from then
+/// on). For following files that grow in a directory each (`steps/<agent>/…`) without
+/// a watch on every directory below them. Waiting blocks in `poll(2)`: nothing touched
+/// costs nothing.
+pub struct Shallow {
+    fd: OwnedFd,
+    root: PathBuf,
+    /// Watch descriptor → the directory's name ("" is the root).
+    dirs: HashMap<i32, String>,
+}
+
+/// What a [`Shallow`] saw: (directory, file name) pairs written or made, the
+/// directories that appeared, and whether events were lost.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub files: BTreeSet<(String, String)>,
+    pub dirs: BTreeSet<String>,
+    pub everything: bool,
+}
+
+const SHALLOW: u32 = libc::IN_CREATE | libc::IN_MODIFY | libc::IN_CLOSE_WRITE | libc::IN_MOVED_TO;
+
+impl Shallow {
+    /// Starts watching `root` (which must exist) and every directory in it.
+    pub fn new(root: &Path) -> std::io::Result<Shallow> {
+        let mut shallow = Shallow { fd: inotify_init()?, root: root.to_owned(), dirs: HashMap::new() };
+        shallow.add("")?;
+        for entry in std::fs::read_dir(root)?.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = shallow.add(&entry.file_name().to_string_lossy());
+            }
+        }
+        Ok(shallow)
+    }
+
+    fn add(&mut self, name: &str) -> std::io::Result<()> {
+        let mask = SHALLOW | libc::IN_DONT_FOLLOW | libc::IN_ONLYDIR;
+        let wd = add_watch(&self.fd, &self.root.join(name), mask)?;
+        self.dirs.insert(wd, name.to_owned());
+        Ok(())
+    }
+
+    /// Waits up to `timeout` (for ever with `None`) for something to be touched, and
+    /// returns what was; empty when the time ran out.
+    pub fn wait(&mut self, timeout: Option<std::time::Duration>) -> std::io::Result<Seen> {
+        let ms = timeout.map_or(-1, |t| i32::try_from(t.as_millis()).unwrap_or(i32::MAX));
+        poll_in(&self.fd, ms)?;
+        Ok(self.take())
+    }
+
+    fn take(&mut self) -> Seen {
+        let mut seen = Seen::default();
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n @ 1..) = read(&self.fd, &mut buf) {
+            let mut at = 0;
+            while at + 16 <= n {
+                let field =
+                    |i: usize| u32::from_ne_bytes([buf[at + i], buf[at + i + 1], buf[at + i + 2], buf[at + i + 3]]);
+                let (wd, mask, len) = (field(0) as i32, field(4), field(12) as usize);
+                let name =
+                    String::from_utf8_lossy(&buf[at + 16..(at + 16 + len).min(n)]).trim_end_matches('\0').to_owned();
+                at += 16 + len;
+                if mask & libc::IN_Q_OVERFLOW != 0 {
+                    seen.everything = true;
+                    continue;
+                }
+                let Some(dir) = self.dirs.get(&wd).cloned() else { continue };
+                match (dir.is_empty(), mask & libc::IN_ISDIR != 0) {
+                    (true, true) => {
+                        // (A directory that cannot be watched is looked at whole each time.)
+                        seen.everything |= self.add(&name).is_err();
+                        seen.dirs.insert(name);
+                    }
+                    (false, false) if !name.is_empty() => {
+                        seen.files.insert((dir, name));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        seen
+    }
+}
+
+#[expect(unsafe_code, reason = "poll(2) on one descriptor we own, with a pollfd on our stack")]
+fn poll_in(fd: &OwnedFd, ms: i32) -> std::io::Result<()> {
+    let mut pfd = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd for the call's length.
+    let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+    match rc < 0 {
+        true => match std::io::Error::last_os_error() {
+            e if e.kind() == std::io::ErrorKind::Interrupted => Ok(()),
+            e => Err(e),
+        },
+        false => Ok(()),
+    }
+}
+
 #[expect(unsafe_code, reason = "inotify_init1(2) returns a new descriptor we then own")]
 fn inotify_init() -> std::io::Result<OwnedFd> {
     // SAFETY: takes flags only; a non-negative result is a descriptor nobody else owns.
@@ -286,6 +385,31 @@ mod tests {
         assert!(touched.paths.contains(".h/messages"), "{touched:?}");
         std::fs::remove_dir_all(root.join(".h")).expect("rm");
         assert!(w.take().paths.contains(".h"));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_shallow_watch_sees_files_written_in_each_directory_and_new_directories() {
+        let root = std::env::temp_dir().join(format!("offshoot-watch-shallow-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("a/0001")).expect("dirs");
+        let mut w = Shallow::new(&root).expect("watch");
+        let quick = Some(std::time::Duration::from_millis(10));
+        assert_eq!(w.wait(quick).expect("wait"), Seen::default(), "nothing touched, nothing seen");
+        std::fs::write(root.join("a/events.ndjson"), "x").expect("write");
+        std::fs::write(root.join("a/0001/deep"), "x").expect("write");
+        std::fs::create_dir(root.join("b")).expect("mkdir");
+        let seen = w.wait(None).expect("wait");
+        assert!(seen.files.contains(&("a".to_owned(), "events.ndjson".to_owned())), "{seen:?}");
+        assert!(!seen.files.iter().any(|(_, n)| n == "deep"), "not deeper: {seen:?}");
+        // (The directory's creation may come in a later read than the first file's.)
+        let mut dirs = seen.dirs;
+        if !dirs.contains("b") {
+            dirs = w.wait(None).expect("wait").dirs;
+        }
+        assert!(dirs.contains("b"));
+        std::fs::write(root.join("b/events.ndjson"), "y").expect("write");
+        assert!(w.wait(None).expect("wait").files.contains(&("b".to_owned(), "events.ndjson".to_owned())));
         let _ = std::fs::remove_dir_all(&root);
     }
 }

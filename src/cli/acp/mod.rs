@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_client_protocol::v1::schema::{
-    AgentCapabilities, AuthenticateRequest, CancelNotification, CloseSessionRequest, ForkSessionRequest, Implementation, InitializeRequest,
-    InitializeResponse, ListSessionsRequest, LoadSessionRequest, McpCapabilities, NewSessionRequest,
-    PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest, SessionCapabilities,
+    AgentCapabilities, AuthenticateRequest, CancelNotification, CloseSessionRequest, ForkSessionRequest,
+    Implementation, InitializeRequest, InitializeResponse, ListSessionsRequest, LoadSessionRequest, McpCapabilities,
+    NewSessionRequest, PromptCapabilities, PromptRequest, PromptResponse, ResumeSessionRequest, SessionCapabilities,
     SessionCloseCapabilities, SessionForkCapabilities, SessionListCapabilities, SessionResumeCapabilities,
     SetSessionConfigOptionRequest, SetSessionModeRequest,
 };

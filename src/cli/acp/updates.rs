@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use agent_client_protocol::v1::schema::{
-    CompactionStatus, CompactionUpdate, ContentBlock, ContentChunk, Diff, SessionUpdate, TextContent, ToolCall, ToolCallContent, ToolCallLocation,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    CompactionStatus, CompactionUpdate, ContentBlock, ContentChunk, Diff, SessionUpdate, TextContent, ToolCall,
+    ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use serde_json::Value;
 

@@ -58,7 +58,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
 
 fn show_entry(ctx: &Ctx, entry: &Entry, full: bool) {
     if ctx.out.json {
-        ctx.out.event(&entry_json(entry));
+        ctx.out.event(&crate::cli::out::entry_json(entry));
     } else {
         ctx.out.line(&render(entry, full));
     }
@@ -131,18 +131,6 @@ fn show_landing(ctx: &Ctx, id: &AgentId, landed: &compaction::Landed, full: bool
         landed.landing.compactor,
         indent(&clip(&landed.summary, if full { usize::MAX } else { 8 }))
     ));
-}
-
-fn entry_json(entry: &Entry) -> serde_json::Value {
-    match entry {
-        Entry::Message { number, sender, text } => json!({"n": number, "side": "user", "from": sender, "text": text}),
-        Entry::Output { number, model, output } => {
-            json!({"n": number, "side": "assistant", "model": model, "output": output})
-        }
-        Entry::ToolResult { number, block } => {
-            json!({"n": number, "side": "tool", "result": block})
-        }
-    }
 }
 
 fn clip(text: &str, lines: usize) -> String {

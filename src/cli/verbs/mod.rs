@@ -27,6 +27,7 @@ pub(crate) mod rm;
 pub(crate) mod run;
 pub(crate) mod scan;
 pub(crate) mod send;
+pub(crate) mod serve;
 pub(crate) mod show;
 pub(crate) mod stop;
 pub(crate) mod sync;

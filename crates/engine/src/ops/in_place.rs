@@ -34,7 +34,10 @@ impl Mark {
         // (Marks written before the list were the commit alone; one naming no commit —
         // only by hand — starts over from the base.)
         let text = String::from_utf8_lossy(&bytes);
-        Ok(Some(serde_json::from_str(&text).unwrap_or_else(|_| Mark { commit: Some(text.trim().to_owned()), ..Mark::default() })))
+        Ok(Some(
+            serde_json::from_str(&text)
+                .unwrap_or_else(|_| Mark { commit: Some(text.trim().to_owned()), ..Mark::default() }),
+        ))
     }
 
     fn commit(&self) -> Option<CommitId> {

@@ -141,8 +141,10 @@ fn a_whole_replacement_is_renamed_into_place_and_refuses_links_and_directories()
     assert_eq!(std::fs::read_to_string(root.join("sub/deeper/made")).expect("read"), "made");
     assert!(!out.join("planted").exists());
     // No temporary file is left beside them.
-    let names: Vec<String> =
-        std::fs::read_dir(&root).expect("list").map(|e| e.expect("entry").file_name().to_string_lossy().into()).collect();
+    let names: Vec<String> = std::fs::read_dir(&root)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into())
+        .collect();
     assert!(names.iter().all(|n| !n.ends_with(".new")), "{names:?}");
     let _ = std::fs::remove_dir_all(root.parent().expect("base"));
 }

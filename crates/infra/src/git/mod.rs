@@ -97,7 +97,10 @@ pub enum TreeEdit {
 pub enum EntryAt {
     Nothing,
     /// A regular file: its blob, and whether it is executable.
-    File { blob: Oid, executable: bool },
+    File {
+        blob: Oid,
+        executable: bool,
+    },
     /// A link, a directory or a submodule.
     Other,
 }

@@ -252,11 +252,13 @@ fn drive(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observer
         match driver.turn(observer) {
             Ok(Turn::Again) => continue,
             // A `Stop` hook may send it back to work, its reason the next message.
-            Ok(Turn::Quiet(RunEnd::Answered { text, refused })) => match driver.stop_hooks(&text, continued, observer) {
-                Ok(true) => continued += 1,
-                Ok(false) => break Ok(RunEnd::Answered { text, refused }),
-                Err(e) => break Err(e),
-            },
+            Ok(Turn::Quiet(RunEnd::Answered { text, refused })) => {
+                match driver.stop_hooks(&text, continued, observer) {
+                    Ok(true) => continued += 1,
+                    Ok(false) => break Ok(RunEnd::Answered { text, refused }),
+                    Err(e) => break Err(e),
+                }
+            }
             Ok(Turn::Quiet(end)) => break Ok(end),
             Err(e) => break Err(e),
         }

@@ -1,0 +1,186 @@
+//! `offshoot serve` at scale: a workspace of one root and 999 children (made with their
+//! dispatch commits, not run, as the chat_tree bench makes them), 100 of them at work.
+//! Their work is written as their drivers write it — lines appended to their events
+//! files, each agent's lock held — by this process, so what is measured is the server:
+//!
+//! - the tree endpoint (`GET /api/agents`, every agent and the questions), median of 10;
+//! - from an events line appended to the moment a client of the event stream has it,
+//!   with 1 client and with 20 at once (median and p99 of 200 appends each, one every
+//!   20 ms, while the hundred write their own lines too);
+//! - the server's CPU while idle (no line written), and its peak memory.
+//!
+//! `cargo bench --bench serve -- [IDLE SECONDS]` (default 60).
+
+#[path = "support/cpu.rs"]
+mod cpu;
+#[path = "support/memory.rs"]
+#[allow(dead_code, reason = "this bench reads another process's peak")]
+mod memory;
+#[path = "support/team.rs"]
+mod team;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use domain::id::AgentId;
+use engine::store::workspace::Workspace;
+use infra::lock::LockGuard;
+
+const CHILDREN: usize = 999;
+const WORKING: usize = 100;
+const PINGS: usize = 200;
+
+fn append(ws: &Workspace, agent: &AgentId, line: &str) {
+    let dir = ws.layout.steps(agent);
+    std::fs::create_dir_all(&dir).expect("steps dir");
+    let mut file =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join("events.ndjson")).expect("events file");
+    file.write_all(format!("{line}\n").as_bytes()).expect("append");
+}
+
+fn get(port: u16, token: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n").expect("send");
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).expect("answer");
+    answer
+}
+
+/// An event-stream client: every data line it reads, with when it read it.
+fn client(port: u16, token: &str, seen: mpsc::Sender<(String, Instant)>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(s, "GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n").expect("send");
+    std::thread::spawn(move || {
+        for line in BufReader::new(s).lines() {
+            let Ok(line) = line else { return };
+            if let Some(data) = line.strip_prefix("data: ")
+                && seen.send((data.to_owned(), Instant::now())).is_err()
+            {
+                return;
+            }
+        }
+    });
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Appends [`PINGS`] lines to `agent`'s file and times each to `clients` clients.
+fn pings(ws: &Workspace, agent: &AgentId, port: u16, token: &str, clients: usize) -> (f64, f64) {
+    let (tx, rx) = mpsc::channel();
+    for _ in 0..clients {
+        client(port, token, tx.clone());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut waits = Vec::new();
+    for n in 0..PINGS {
+        let marker = format!("ping-{clients}-{n}");
+        let sent = Instant::now();
+        append(ws, agent, &serde_json::json!({"type": "text", "text": marker, "agent": agent.as_str()}).to_string());
+        let mut got = 0;
+        while got < clients {
+            let (data, at) = rx.recv_timeout(Duration::from_secs(5)).expect("the ping reached the clients");
+            if data.contains(&marker) {
+                got += 1;
+                waits.push(at.duration_since(sent).as_secs_f64() * 1000.0);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    waits.sort_by(f64::total_cmp);
+    (percentile(&waits, 0.5), percentile(&waits, 0.99))
+}
+
+#[expect(clippy::print_stdout, reason = "a bench reports on stdout")]
+fn main() {
+    let idle: u64 = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(60);
+    let base = std::env::var_os("OFFSHOOT_BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let root_dir = base.join(format!("offshoot-bench-serve-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root_dir);
+    let ws_path = root_dir.join("ws");
+    let made = Instant::now();
+    let (ws, _, children) = team::make(&ws_path, CHILDREN);
+    println!("serve: one root and {CHILDREN} children, made in {:.1} s", made.elapsed().as_secs_f64());
+    let working: Vec<AgentId> = children.iter().take(WORKING).cloned().collect();
+    let _locks: Vec<LockGuard> =
+        working.iter().map(|id| LockGuard::try_acquire(&ws.layout.lock(id)).expect("lock").expect("free")).collect();
+
+    let home = root_dir.join("home");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_offshoot"))
+        .arg("-w")
+        .arg(&ws_path)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("OFFSHOOT_HOME", &home)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("serve");
+    let mut url = String::new();
+    BufReader::new(serve.stdout.take().expect("stdout")).read_line(&mut url).expect("url");
+    let (port, token) = url.trim().trim_start_matches("http://127.0.0.1:").split_once("/?token=").expect("url");
+    let (port, token): (u16, String) = (port.parse().expect("port"), token.to_owned());
+    let pid = serve.id();
+
+    let mut tree = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        let answer = get(port, &token, "/api/agents");
+        tree.push(started.elapsed().as_secs_f64() * 1000.0);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{}", &answer[..answer.len().min(300)]);
+    }
+    tree.sort_by(f64::total_cmp);
+    println!("GET /api/agents ({} agents): median {:.1} ms, slowest {:.1} ms", CHILDREN + 1, tree[5], tree[9]);
+
+    // The hundred work: each writes a line every 500 ms.
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (stop, ws_path, working) = (stop.clone(), ws_path.clone(), working.clone());
+        std::thread::spawn(move || {
+            let ws = Workspace::open(&ws_path).expect("workspace");
+            while !stop.load(Ordering::Relaxed) {
+                let tick = Instant::now();
+                for agent in &working {
+                    append(
+                        &ws,
+                        agent,
+                        &serde_json::json!({"type": "waiting", "children": 0, "agent": agent.as_str()}).to_string(),
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(500).saturating_sub(tick.elapsed()));
+            }
+        })
+    };
+    let pinged = &children[WORKING];
+    for clients in [1, 20] {
+        let (median, p99) = pings(&ws, pinged, port, &token, clients);
+        println!(
+            "an appended line to {clients} stream client(s), the hundred writing: median {median:.1} ms, p99 {p99:.1} ms"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().expect("churn");
+
+    std::thread::sleep(Duration::from_secs(1));
+    let (before, started) = (cpu::seconds(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(idle));
+    let (used, took) = (cpu::seconds(pid) - before, started.elapsed().as_secs_f64());
+    println!(
+        "idle (21 streams open, nothing written): {used:.3} s of CPU over {took:.1} s = {:.3}% of a core",
+        100.0 * used / took
+    );
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    println!("peak memory of the server: {:.1} MiB", memory::peak_rss_kib(&status) as f64 / 1024.0);
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let _ = std::fs::remove_dir_all(&root_dir);
+}

@@ -1,0 +1,292 @@
+//! The routes of `offshoot serve` (docs/serve.md): what the CLI's `ls --json`, `log
+//! --json`, `show --step N --request` and `pending --json` print, as JSON; the event
+//! stream; and the writes, each doing what its verb does. Every body that leaves is
+//! passed through the redactor.
+
+use std::io::Write;
+
+use serde_json::{Map, Value, json};
+
+use domain::id::AgentId;
+use domain::question::OnAsk;
+use domain::question::Scope;
+use engine::agents::lifecycle;
+use engine::agents::runtime::Chosen;
+use engine::ops::prompt::Prompt;
+use engine::ops::{approvals, inspect};
+use engine::store::workspace::Workspace;
+
+use super::feed::Next;
+use super::http::{Request, Response};
+use super::{Server, page};
+
+pub(super) fn route(server: &Server, request: &Request) -> Response {
+    let segments: Vec<&str> = request.segments.iter().map(String::as_str).collect();
+    let response = match (request.method.as_str(), segments.as_slice()) {
+        ("GET", []) => page::index(&server.token),
+        ("GET", [asset]) => page::asset(asset).unwrap_or_else(|| Response::error(404, format!("no page `/{asset}`"))),
+        ("GET", ["api", "agents"]) => with_ws(server, agents_of),
+        ("GET", ["api", "agents", id, "transcript"]) => with_agent(server, id, transcript),
+        ("GET", ["api", "agents", id, "steps", step, "request"]) => {
+            with_agent(server, id, |ws, id| step_request(ws, id, step))
+        }
+        ("GET", ["api", "questions"]) => with_ws(server, |ws| Ok(json!({"questions": approvals::pending(ws)}))),
+        ("POST", ["api", "agents"]) => write(server, request, prompt),
+        ("POST", ["api", "agents", id, "messages"]) => write(server, request, |s, ws, body| message(s, ws, id, body)),
+        ("POST", ["api", "agents", id, "stop"]) => write(server, request, |s, ws, _| stop(s, ws, id)),
+        ("POST", ["api", "questions", q, verdict @ ("approve" | "deny")]) => {
+            write(server, request, |_, ws, body| answer(ws, q, *verdict == "approve", body))
+        }
+        (method @ ("GET" | "POST"), _) => Response::error(404, format!("no route `{method} /{}`", segments.join("/"))),
+        (method, _) => Response::error(405, format!("`{method}` is not taken here (GET and POST are)")),
+    };
+    redacted(server, response)
+}
+
+/// The response with every secret value the redactor knows hidden (a page or an answer
+/// never carries a key, even one an agent printed).
+fn redacted(server: &Server, mut response: Response) -> Response {
+    if response.content_type == "application/json" {
+        response.body = server.redact.redact(&String::from_utf8_lossy(&response.body)).into_bytes();
+    }
+    response
+}
+
+/// An error of the engine, as a status and its words.
+pub(super) struct Failed(pub(super) u16, pub(super) String);
+
+impl<E: std::fmt::Display> From<E> for Failed {
+    fn from(e: E) -> Failed {
+        Failed(500, e.to_string())
+    }
+}
+
+fn respond(result: Result<Value, Failed>) -> Response {
+    match result {
+        Ok(value) => Response::json(200, &value),
+        Err(Failed(status, why)) => Response::error(status, why),
+    }
+}
+
+fn with_ws(server: &Server, f: impl FnOnce(&Workspace) -> Result<Value, Failed>) -> Response {
+    respond(Workspace::open(&server.workspace).map_err(Failed::from).and_then(|ws| f(&ws)))
+}
+
+fn with_agent(server: &Server, id: &str, f: impl FnOnce(&Workspace, &AgentId) -> Result<Value, Failed>) -> Response {
+    with_ws(server, |ws| f(ws, &known(ws, id)?))
+}
+
+/// The agent of `id` (an id, not a name: URLs name agents by id), if it exists.
+pub(super) fn known(ws: &Workspace, id: &str) -> Result<AgentId, Failed> {
+    let unknown = || Failed(404, format!("no agent `{id}` in this workspace"));
+    let agent = AgentId::parse(id).map_err(|_| unknown())?;
+    match ws.repo.branch_tip(&agent.branch()) {
+        Ok(Some(_)) => Ok(agent),
+        _ => Err(unknown()),
+    }
+}
+
+/// Every agent as `ls --json` has it, and the questions waiting (which agents they
+/// hold: the ones that need you).
+fn agents_of(ws: &Workspace) -> Result<Value, Failed> {
+    let mut states = inspect::states(ws)?;
+    states.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
+    Ok(json!({"agents": states, "questions": approvals::pending(ws)}))
+}
+
+/// An agent's transcript, entries as `log --json` prints them, and its step count.
+fn transcript(ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
+    let (_, entries) = inspect::transcript(ws, id)?;
+    let entries: Vec<Value> = entries.iter().map(crate::cli::out::entry_json).collect();
+    Ok(json!({"agent": id.as_str(), "steps": inspect::step_count(ws, id), "entries": entries}))
+}
+
+/// Step `step`'s request body as the provider received it (`show --step N --request`).
+fn step_request(ws: &Workspace, id: &AgentId, step: &str) -> Result<Value, Failed> {
+    let count = inspect::step_count(ws, id);
+    let number = step.parse::<u32>().ok().filter(|n| (1..=count).contains(n));
+    let Some(number) = number else {
+        return Err(Failed(404, format!("agent `{id}` has no step `{step}` (its steps are 1 to {count})")));
+    };
+    let resent = inspect::resend(ws, id, number)?;
+    let bytes = resent.body.unwrap_or_else(|| engine::step::driver::request_json(&resent.request));
+    serde_json::from_slice(&bytes).map_err(Failed::from)
+}
+
+/// A body's JSON object; a 400 naming what is wrong with it.
+pub(super) fn body_of(request: &Request) -> Result<serde_json::Map<String, Value>, Failed> {
+    if request.body.is_empty() {
+        return Ok(serde_json::Map::new());
+    }
+    match serde_json::from_slice(&request.body) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Failed(400, "the body is not a JSON object".into())),
+        Err(e) => Err(Failed(400, format!("the body is not JSON: {e}"))),
+    }
+}
+
+/// A write: its body read, the workspace opened, `f` run; 200 with what it returns.
+fn write(
+    server: &Server,
+    request: &Request,
+    f: impl FnOnce(&Server, &Workspace, serde_json::Map<String, Value>) -> Result<Value, Failed>,
+) -> Response {
+    respond(body_of(request).and_then(|body| {
+        let ws = Workspace::open(&server.workspace)?;
+        f(server, &ws, body)
+    }))
+}
+
+/// `approve` (`scope`: `once`, `tree`, `always`) or `deny` (`reason`) question `q`.
+fn answer(ws: &Workspace, q: &str, yes: bool, body: serde_json::Map<String, Value>) -> Result<Value, Failed> {
+    let scope = match body.get("scope").and_then(Value::as_str).unwrap_or("once") {
+        "once" => Scope::Once,
+        "tree" if yes => Scope::ForTree,
+        "always" if yes => Scope::Always,
+        other => return Err(Failed(400, format!("`{other}` is not a scope (`once`, `tree` or `always`, for a yes)"))),
+    };
+    let reason = body.get("reason").and_then(Value::as_str).map(str::to_owned);
+    match approvals::answer(ws, q, yes, scope, reason) {
+        Ok(entry) => Ok(json!({"answered": entry})),
+        Err(e @ approvals::ApprovalError::Queue(engine::store::queue::QueueError::Unknown(_))) => {
+            Err(Failed(404, e.to_string()))
+        }
+        Err(e) => Err(Failed(409, e.to_string())),
+    }
+}
+
+/// `GET /events` (`?agent=ID` for one agent and those below it): Server-Sent Events,
+/// each an events-file line (`--json`'s shapes) with an id to resume from
+/// (`Last-Event-ID`). A client that comes back after what is kept gets a `reset`.
+pub(super) fn events(server: &Server, request: &Request, out: &mut impl Write) {
+    let below = request.param("agent").map(str::to_owned);
+    if let Some(agent) = &below
+        && let Err(Failed(status, why)) =
+            Workspace::open(&server.workspace).map_err(Failed::from).and_then(|ws| known(&ws, agent))
+    {
+        let _ = super::http::write_response(out, &Response::error(status, why));
+        return;
+    }
+    let resume = request.header("last-event-id").or(request.param("last_event_id"));
+    // (An id of another run of the server, or not one: the client reads the state again.)
+    let (mut from, reset) = match resume.map(|last| server.feed.after(last)) {
+        Some(Some(next)) => (next, false),
+        Some(None) => (server.feed.now(), true),
+        None => (server.feed.now(), false),
+    };
+    if super::http::write_stream_head(out).is_err() {
+        return;
+    }
+    if reset && write!(out, "event: reset\ndata: {{}}\n\n").and_then(|()| out.flush()).is_err() {
+        return;
+    }
+    let ours = |agent: &str| below.as_deref().is_none_or(|b| agent == b || agent.starts_with(&format!("{b}.")));
+    loop {
+        let sent = match server.feed.from(from, super::feed::KEEPALIVE) {
+            Next::Gap => {
+                from = server.feed.now();
+                write!(out, "event: reset\ndata: {{}}\n\n")
+            }
+            Next::Quiet => write!(out, ": still here\n\n"),
+            Next::Events(events) => {
+                let mut text = String::new();
+                for event in events {
+                    from = event.seq + 1;
+                    if ours(&event.agent) {
+                        text.push_str(&format!("id: {}-{}\ndata: {}\n\n", server.feed.epoch, event.seq, event.line));
+                    }
+                }
+                out.write_all(text.as_bytes())
+            }
+        };
+        if sent.and_then(|()| out.flush()).is_err() {
+            return;
+        }
+    }
+}
+
+// The writes, each what its verb does: `prompt --detach` (a new agent, its driver
+// launched), `send --detach` (a message left and the agent woken), `stop` (it and those
+// below it).
+
+/// The text of `field`, which must be there and not blank.
+fn text<'a>(body: &'a Map<String, Value>, field: &str) -> Result<&'a str, Failed> {
+    match body.get(field) {
+        Some(Value::String(t)) if !t.trim().is_empty() => Ok(t),
+        Some(Value::String(_)) => Err(Failed(400, format!("`{field}` is empty"))),
+        Some(_) => Err(Failed(400, format!("`{field}` must be a string"))),
+        None => Err(Failed(400, format!("the body has no `{field}`"))),
+    }
+}
+
+fn optional<'a>(body: &'a Map<String, Value>, field: &str) -> Result<Option<&'a str>, Failed> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(t)) => Ok(Some(t)),
+        Some(_) => Err(Failed(400, format!("`{field}` must be a string"))),
+    }
+}
+
+/// `POST /api/agents` `{"goal", "name"?, "role"?}`: a new root agent, driven at once.
+/// Its questions wait for an answer (here, or `offshoot approve`).
+pub(super) fn prompt(server: &Server, ws: &Workspace, body: Map<String, Value>) -> Result<Value, Failed> {
+    let goal = text(&body, "goal")?;
+    let ctx = server.ctx.lock().map_err(|_| Failed(500, "the server's context is poisoned".into()))?;
+    let git_config = ctx.git_config_files();
+    let asked = Prompt {
+        message: goal,
+        name: optional(&body, "name")?,
+        role: optional(&body, "role")?.unwrap_or("worker"),
+        lineage: "default",
+        base: None,
+        with_changes: false,
+        git_config: &git_config,
+        copy_ignored: &[],
+        model: None,
+        reasoning: None,
+        mode: None,
+        on_ask: Some(OnAsk::Wait),
+        on: None,
+        env: &ctx.env,
+    };
+    let started = engine::ops::prompt::start(ws, &asked).map_err(|e| Failed(400, e.to_string()))?;
+    ctx.runtime(ws).launch(&started.id).map_err(|e| Failed(500, e.to_string()))?;
+    Ok(json!({"agent": started.id.as_str()}))
+}
+
+/// `POST /api/agents/ID/messages` `{"text"}`: left in its inbox as the user's, and the
+/// agent woken.
+pub(super) fn message(server: &Server, ws: &Workspace, id: &str, body: Map<String, Value>) -> Result<Value, Failed> {
+    let id = known(ws, id)?;
+    let message = text(&body, "text")?;
+    if engine::fleet::remote::handed(ws, &id) {
+        return Err(Failed(409, format!("agent `{id}` is driven by the workers of a remote, not here")));
+    }
+    let ctx = server.ctx.lock().map_err(|_| Failed(500, "the server's context is poisoned".into()))?;
+    let rt = ctx.runtime(ws);
+    rt.deposit_choosing(&id, "user", message, &Chosen::default())?;
+    rt.wake(&id)?;
+    Ok(json!({"agent": id.as_str(), "sent": true}))
+}
+
+/// `POST /api/agents/ID/stop`: it and those below it, as `offshoot stop` does (a 500
+/// naming the drivers that did not stop in time, as `stop` fails then).
+pub(super) fn stop(server: &Server, ws: &Workspace, id: &str) -> Result<Value, Failed> {
+    let id = known(ws, id)?;
+    if engine::fleet::remote::handed(ws, &id) {
+        return Err(Failed(409, format!("agent `{id}` is driven by the workers of a remote, not here")));
+    }
+    let rt = server.ctx.lock().map_err(|_| Failed(500, "the server's context is poisoned".into()))?.runtime(ws);
+    let outcomes = lifecycle::stop_tree(ws, &rt, &id, std::time::Duration::from_secs(10))?;
+    let stuck: Vec<String> = outcomes
+        .iter()
+        .filter_map(|(agent, outcome)| match outcome {
+            engine::agents::runtime::Stopped::Signalled(pid) => Some(format!("`{agent}` (pid {pid})")),
+            _ => None,
+        })
+        .collect();
+    if !stuck.is_empty() {
+        return Err(Failed(500, format!("signalled but still running after 10 s: {}", stuck.join(", "))));
+    }
+    Ok(json!({"agent": id.as_str(), "stopped": outcomes.len()}))
+}

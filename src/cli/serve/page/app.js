@@ -1,0 +1,270 @@
+// offshoot's web view: the tree of agents, one agent's conversation, the questions that
+// wait on you. Everything it shows is text (never markup): what a model wrote stays words.
+"use strict";
+
+const token = new URLSearchParams(location.search).get("token") || "";
+const $ = (id) => document.getElementById(id);
+let agents = [];
+let questions = [];
+let selected = null;
+let streaming = null;
+const timers = {};
+
+function later(name, ms, fn) {
+  clearTimeout(timers[name]);
+  timers[name] = setTimeout(fn, ms);
+}
+
+async function api(path, body) {
+  const options = { headers: { Authorization: "Bearer " + token } };
+  if (body !== undefined) {
+    options.method = "POST";
+    options.headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  const response = await fetch(path, options);
+  const value = await response.json().catch(() => ({ error: response.statusText }));
+  if (!response.ok) throw new Error(value.error || response.statusText);
+  return value;
+}
+
+function say(error) {
+  $("error").hidden = !error;
+  $("error").textContent = error ? String(error.message || error) : "";
+}
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+const waiters = (q) => (q.waiters || []).map((w) => w.agent);
+const waiting = (id) => questions.some((q) => waiters(q).includes(id));
+const label = (a) => (a.name ? a.name + " " : "") + a.id;
+const money = (c) => (c == null ? "?" : "$" + c.toFixed(4));
+
+function facts(a) {
+  const parts = [a.role, a.state, "step " + a.steps, a.input_tokens + " in / " + a.output_tokens + " out", money(a.cost_usd)];
+  if (a.context_tokens != null && a.context_window) parts.push(Math.round((100 * a.context_tokens) / a.context_window) + "% ctx");
+  return parts.join(" · ");
+}
+
+async function loadAgents() {
+  try {
+    const all = await api("/api/agents");
+    agents = all.agents;
+    questions = all.questions;
+    drawTree();
+    drawQuestions();
+    if (selected) drawFacts();
+  } catch (e) {
+    say(e);
+  }
+}
+
+function drawTree() {
+  const byParent = new Map();
+  for (const a of agents) {
+    const key = a.parent || "";
+    if (!byParent.has(key)) byParent.set(key, []);
+    byParent.get(key).push(a);
+  }
+  const build = (parent) => {
+    const list = el("ul", "tree");
+    for (const a of byParent.get(parent) || []) {
+      const item = el("li");
+      const row = el("button", "agent state-" + a.state + (a.id === selected ? " selected" : ""));
+      row.type = "button";
+      row.dataset.agent = a.id;
+      row.append(el("span", "dot"), el("span", "who", label(a)), el("span", "facts", facts(a)));
+      if (waiting(a.id)) row.append(el("span", "badge", "needs you"));
+      row.onclick = () => select(a.id);
+      item.append(row);
+      if (byParent.has(a.id)) item.append(build(a.id));
+      list.append(item);
+    }
+    return list;
+  };
+  const tree = build("");
+  tree.id = "tree";
+  $("tree").replaceWith(tree);
+  const count = questions.length;
+  $("attention").hidden = count === 0;
+  $("attention").textContent = count + (count === 1 ? " question waits" : " questions wait");
+  document.title = (count ? "(" + count + ") " : "") + "offshoot";
+}
+
+function drawQuestions() {
+  const list = $("questions");
+  list.replaceChildren();
+  $("no-questions").hidden = questions.length > 0;
+  for (const q of questions) {
+    const item = el("li", "question");
+    item.dataset.question = q.id;
+    item.append(el("div", "who", q.id + ": " + waiters(q).join(", ") + " asks to run " + q.tool));
+    item.append(el("pre", "input", JSON.stringify(q.input, null, 2)));
+    item.append(el("div", "why muted", q.why));
+    const yes = el("button", "approve", "Approve");
+    const no = el("button", "deny", "Deny");
+    yes.type = no.type = "button";
+    yes.onclick = () => answer(q.id, "approve");
+    no.onclick = () => answer(q.id, "deny");
+    item.append(yes, no);
+    list.append(item);
+  }
+}
+
+async function answer(id, verdict) {
+  try {
+    await api("/api/questions/" + encodeURIComponent(id) + "/" + verdict, {});
+    say(null);
+  } catch (e) {
+    say(e);
+  }
+  loadAgents();
+}
+
+function drawFacts() {
+  const a = agents.find((x) => x.id === selected);
+  $("title").textContent = a ? label(a) : selected;
+  $("facts").textContent = a ? facts(a) + " — " + a.goal : "";
+}
+
+async function select(id) {
+  selected = id;
+  $("actions").hidden = false;
+  $("request").hidden = true;
+  $("text").placeholder = "A message to " + id;
+  $("send").textContent = "Send";
+  drawFacts();
+  drawTree();
+  await loadConversation();
+}
+
+function blockNodes(block) {
+  switch (block.type) {
+    case "text":
+      return [el("div", "text", block.text)];
+    case "thinking":
+      return [el("div", "thinking", block.thinking)];
+    case "tool_use":
+      return [el("div", "call", "→ " + block.name), el("pre", "input", JSON.stringify(block.input, null, 2))];
+    default:
+      return [];
+  }
+}
+
+async function loadConversation() {
+  if (!selected) return;
+  const id = selected;
+  try {
+    const t = await api("/api/agents/" + encodeURIComponent(id) + "/transcript");
+    if (id !== selected) return;
+    const list = $("conversation");
+    list.replaceChildren();
+    streaming = null;
+    for (const e of t.entries) {
+      const item = el("li", "entry " + e.side);
+      item.dataset.n = e.n;
+      if (e.side === "user") {
+        item.append(el("div", "from", e.from), el("div", "text", e.text));
+      } else if (e.side === "assistant") {
+        item.append(el("div", "from", e.model));
+        for (const b of (e.output && e.output.content) || []) item.append(...blockNodes(b));
+      } else {
+        const r = e.result || {};
+        item.classList.toggle("failed", !!r.is_error);
+        item.append(el("div", "from", "← result"), el("pre", "output", r.content || ""));
+      }
+      list.append(item);
+    }
+    const steps = $("steps");
+    const chosen = steps.value;
+    steps.replaceChildren();
+    for (let n = 1; n <= t.steps; n++) steps.append(new Option(String(n), String(n)));
+    steps.value = chosen && Number(chosen) <= t.steps ? chosen : String(t.steps || "");
+    list.lastElementChild && list.lastElementChild.scrollIntoView({ block: "end" });
+  } catch (e) {
+    say(e);
+  }
+}
+
+function onRecord(record) {
+  if (["agent", "step", "end", "asked", "answered", "usage", "delivered"].includes(record.type)) later("tree", 200, loadAgents);
+  if (record.type === "asked" && "Notification" in window && Notification.permission === "granted") {
+    new Notification("offshoot: " + record.agent + " needs you", { body: record.tool + ": " + record.why });
+  }
+  if (record.agent !== selected) return;
+  if (record.type === "text_delta") {
+    if (!streaming) {
+      streaming = el("li", "entry assistant live");
+      streaming.append(el("div", "text", ""));
+      $("conversation").append(streaming);
+    }
+    streaming.lastChild.textContent += record.text;
+    streaming.scrollIntoView({ block: "end" });
+  } else if (["text", "tool_call", "tool_result", "delivered", "end", "compaction"].includes(record.type)) {
+    later("conversation", 150, loadConversation);
+  }
+}
+
+function listen() {
+  const source = new EventSource("/events?token=" + encodeURIComponent(token));
+  source.onopen = () => ($("status").textContent = "live");
+  source.onerror = () => ($("status").textContent = "reconnecting…");
+  source.onmessage = (m) => {
+    try {
+      onRecord(JSON.parse(m.data));
+    } catch (e) {
+      say(e);
+    }
+  };
+  source.addEventListener("reset", () => {
+    loadAgents();
+    loadConversation();
+  });
+}
+
+$("compose").onsubmit = async (event) => {
+  event.preventDefault();
+  const text = $("text").value;
+  if (!text.trim()) return;
+  if ("Notification" in window && Notification.permission === "default") Notification.requestPermission();
+  try {
+    if (selected) {
+      await api("/api/agents/" + encodeURIComponent(selected) + "/messages", { text });
+    } else {
+      const made = await api("/api/agents", { goal: text });
+      await loadAgents();
+      await select(made.agent);
+    }
+    $("text").value = "";
+    say(null);
+  } catch (e) {
+    say(e);
+  }
+};
+
+$("stop").onclick = async () => {
+  try {
+    await api("/api/agents/" + encodeURIComponent(selected) + "/stop", {});
+    loadAgents();
+  } catch (e) {
+    say(e);
+  }
+};
+
+$("show-request").onclick = async () => {
+  try {
+    const body = await api("/api/agents/" + encodeURIComponent(selected) + "/steps/" + $("steps").value + "/request");
+    $("request").textContent = JSON.stringify(body, null, 2);
+    $("request").hidden = false;
+  } catch (e) {
+    say(e);
+  }
+};
+
+loadAgents();
+listen();
