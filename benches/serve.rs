@@ -140,6 +140,24 @@ fn main() {
     }
     tree.sort_by(f64::total_cmp);
     println!("GET /api/agents ({} agents): median {:.1} ms, slowest {:.1} ms", CHILDREN + 1, tree[5], tree[9]);
+    // The same agents from `ls --json`, a process each: what the endpoint adds to it.
+    let mut ls = Vec::new();
+    for _ in 0..5 {
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_offshoot"))
+            .arg("-w")
+            .arg(&ws_path)
+            .args(["ls", "--json"])
+            .env_clear()
+            .env("HOME", &home)
+            .env("OFFSHOOT_HOME", &home)
+            .output()
+            .expect("ls");
+        assert!(out.status.success());
+        ls.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    ls.sort_by(f64::total_cmp);
+    println!("  `offshoot ls --json` on the same workspace: median {:.1} ms", ls[2]);
 
     // The hundred work: each writes a line every 500 ms.
     let stop = Arc::new(AtomicBool::new(false));
@@ -182,5 +200,11 @@ fn main() {
     println!("peak memory of the server: {:.1} MiB", memory::peak_rss_kib(&status) as f64 / 1024.0);
     let _ = serve.kill();
     let _ = serve.wait();
-    let _ = std::fs::remove_dir_all(&root_dir);
+    // (`OFFSHOOT_BENCH_KEEP=1` keeps the workspace, to look into it.)
+    match std::env::var_os("OFFSHOOT_BENCH_KEEP") {
+        Some(_) => println!("kept: {}", ws_path.display()),
+        None => {
+            let _ = std::fs::remove_dir_all(&root_dir);
+        }
+    }
 }

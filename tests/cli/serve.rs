@@ -128,6 +128,9 @@ fn bad_input_is_a_4xx_naming_the_thing_and_nothing_is_written() {
     let (status, body) = served.get("/api/agents/zzzzzz/transcript");
     assert_eq!(status, 404);
     assert!(body["error"].as_str().is_some_and(|e| e.contains("no agent `zzzzzz`")), "{body}");
+    let (status, body) = served.get(&format!("/api/agents/{id}/diff"));
+    assert_eq!(status, 409, "{body}");
+    assert!(body["error"].as_str().is_some_and(|e| e.contains("did not start from a project")), "{body}");
     let (status, body) = served.get(&format!("/api/agents/{id}/steps/9/request"));
     assert_eq!(status, 404);
     assert!(body["error"].as_str().is_some_and(|e| e.contains("no step `9` (its steps are 1 to 1)")), "{body}");
@@ -368,4 +371,23 @@ fn no_answer_or_event_carries_the_providers_key_even_when_the_model_says_it() {
     assert!(transcript.contains("the key is [redacted") && !transcript.contains(key), "{transcript}");
     // (The model was told it: what is on disk holds it; what is served does not.)
     assert!(std::fs::read_to_string(t.steps_dir(&id).join("events.ndjson")).expect("events").contains(key));
+}
+
+#[test]
+fn an_agents_change_to_the_project_is_the_diff_that_offshoot_diff_prints() {
+    let (server, t, repo) = crate::project::project("serve-diff");
+    server.push_turns([
+        Turn::tool("w1", "write_file", json!({"path": "b.txt", "content": "line 1\nand a new one\n"})),
+        Turn::text("changed b"),
+    ]);
+    let mut prompt = t.command();
+    prompt.current_dir(&repo).args(["prompt", "--name", "Changer", "change b"]);
+    assert!(prompt.output().expect("prompt").status.success());
+    let id = t.id_of("Changer");
+    let served = serve(&t);
+    let (status, body) = served.get(&format!("/api/agents/{id}/diff"));
+    assert_eq!(status, 200, "{body}");
+    assert!(body["diff"].as_str().is_some_and(|d| d.contains("+and a new one")), "{body}");
+    let cli: Value = serde_json::from_str(t.run(&["--json", "diff", &id]).ok()).expect("json");
+    assert_eq!(body, cli);
 }

@@ -30,6 +30,7 @@ pub(super) fn route(server: &Server, request: &Request) -> Response {
         ("GET", ["api", "agents", id, "steps", step, "request"]) => {
             with_agent(server, id, |ws, id| step_request(ws, id, step))
         }
+        ("GET", ["api", "agents", id, "diff"]) => with_agent(server, id, diff),
         ("GET", ["api", "questions"]) => with_ws(server, |ws| Ok(json!({"questions": approvals::pending(ws)}))),
         ("POST", ["api", "agents"]) => write(server, request, prompt),
         ("POST", ["api", "agents", id, "messages"]) => write(server, request, |s, ws, body| message(s, ws, id, body)),
@@ -99,6 +100,18 @@ fn transcript(ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
     let (_, entries) = inspect::transcript(ws, id)?;
     let entries: Vec<Value> = entries.iter().map(crate::cli::out::entry_json).collect();
     Ok(json!({"agent": id.as_str(), "steps": inspect::step_count(ws, id), "entries": entries}))
+}
+
+/// The agent's change against where it started in the project, as `diff --json` has it
+/// (`{"agent", "diff"}`); a 409 for an agent that did not start from a project.
+fn diff(ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
+    match engine::ops::project::diff(ws, id, false) {
+        Ok(text) => Ok(json!({"agent": id.as_str(), "diff": text})),
+        Err(e @ (engine::ops::project::ProjectError::NoBase(_) | engine::ops::project::ProjectError::NotProject)) => {
+            Err(Failed(409, e.to_string()))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Step `step`'s request body as the provider received it (`show --step N --request`).

@@ -136,6 +136,7 @@ async function select(id) {
   selected = id;
   $("actions").hidden = false;
   $("request").hidden = true;
+  $("diff").hidden = true;
   $("text").placeholder = "A message to " + id;
   $("send").textContent = "Send";
   drawFacts();
@@ -251,6 +252,26 @@ $("stop").onclick = async () => {
   try {
     await api("/api/agents/" + encodeURIComponent(selected) + "/stop", {});
     loadAgents();
+  } catch (e) {
+    say(e);
+  }
+};
+
+$("show-diff").onclick = async () => {
+  try {
+    const change = await api("/api/agents/" + encodeURIComponent(selected) + "/diff");
+    const pre = $("diff");
+    pre.replaceChildren();
+    for (const line of (change.diff || "(no change)").split("\n")) {
+      let cls = "";
+      if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ")) cls = "file";
+      else if (line.startsWith("+")) cls = "add";
+      else if (line.startsWith("-")) cls = "del";
+      else if (line.startsWith("@@")) cls = "hunk";
+      pre.append(el("span", cls, line + "\n"));
+    }
+    pre.hidden = false;
+    say(null);
   } catch (e) {
     say(e);
   }
