@@ -3,7 +3,8 @@
 //! Their work is written as their drivers write it — lines appended to their events
 //! files, each agent's lock held — by this process, so what is measured is the server:
 //!
-//! - the tree endpoint (`GET /api/agents`, every agent and the questions), median of 10;
+//! - the tree endpoint (`GET /api/agents`, every agent and the questions), median of 10,
+//!   at rest and while the hundred write (`ls --json` on the same workspace beside it);
 //! - from an events line appended to the moment a client of the event stream has it,
 //!   with 1 client and with 20 at once (median and p99 of 200 appends each, one every
 //!   20 ms, while the hundred write their own lines too);
@@ -178,6 +179,17 @@ fn main() {
             }
         })
     };
+    // The tree again while the hundred write: each asks for what changed since.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let mut busy = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        assert!(get(port, &token, "/api/agents").starts_with("HTTP/1.1 200"));
+        busy.push(started.elapsed().as_secs_f64() * 1000.0);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    busy.sort_by(f64::total_cmp);
+    println!("GET /api/agents while the hundred write: median {:.1} ms, slowest {:.1} ms", busy[5], busy[9]);
     let pinged = &children[WORKING];
     for clients in [1, 20] {
         let (median, p99) = pings(&ws, pinged, port, &token, clients);

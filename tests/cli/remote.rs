@@ -692,6 +692,11 @@ fn a_crash_fuzz_across_workers_loses_or_repeats_no_result_and_moves_every_branch
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("time").as_nanos() as u64 | 1
     });
     let mut dice = Dice(seed);
+    // (Said first: a failure below names the seed that makes it again.)
+    #[expect(clippy::print_stderr, reason = "the seed of a failing fuzz run, in the test's output")]
+    {
+        eprintln!("fleet crash fuzz: OFFSHOOT_FLEET_FUZZ_SEED={seed}");
+    }
     for round in 0..rounds {
         let kids = 6;
         let (_daemon, root, server, laptop, url) = fleet(&format!("fleet-fuzz-{round}"), kids);

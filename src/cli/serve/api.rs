@@ -25,7 +25,7 @@ pub(super) fn route(server: &Server, request: &Request) -> Response {
     let response = match (request.method.as_str(), segments.as_slice()) {
         ("GET", []) => page::index(&server.token),
         ("GET", [asset]) => page::asset(asset).unwrap_or_else(|| Response::error(404, format!("no page `/{asset}`"))),
-        ("GET", ["api", "agents"]) => with_ws(server, agents_of),
+        ("GET", ["api", "agents"]) => with_ws(server, |ws| agents_of(server, ws)),
         ("GET", ["api", "agents", id, "transcript"]) => with_agent(server, id, transcript),
         ("GET", ["api", "agents", id, "steps", step, "request"]) => {
             with_agent(server, id, |ws, id| step_request(ws, id, step))
@@ -88,9 +88,12 @@ pub(super) fn known(ws: &Workspace, id: &str) -> Result<AgentId, Failed> {
 }
 
 /// Every agent as `ls --json` has it, and the questions waiting (which agents they
-/// hold: the ones that need you).
-fn agents_of(ws: &Workspace) -> Result<Value, Failed> {
-    let mut states = inspect::states(ws)?;
+/// hold: the ones that need you). Each agent's state is kept between requests and read
+/// again when what it is made of changed (`inspect::states_kept`).
+fn agents_of(server: &Server, ws: &Workspace) -> Result<Value, Failed> {
+    let mut kept = server.states.lock().map_err(|_| Failed(500, "the kept states are poisoned".into()))?;
+    let mut states = inspect::states_kept(ws, &mut kept)?;
+    drop(kept);
     states.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
     Ok(json!({"agents": states, "questions": approvals::pending(ws)}))
 }

@@ -37,6 +37,8 @@ pub(super) struct Server {
     addr: SocketAddr,
     feed: feed::Feed,
     redact: infra::redact::Redactor,
+    /// The agents' states, kept between requests.
+    states: Mutex<engine::ops::inspect::StatesKept>,
 }
 
 /// How `serve` was asked to run.
@@ -68,8 +70,15 @@ pub(crate) fn run(ctx: Ctx, options: Options) -> Result<(), CliError> {
         ws.layout.root().display(),
         token_file.display()
     ));
-    let server =
-        Arc::new(Server { workspace: ws.layout.root().to_owned(), ctx: Mutex::new(ctx), token, addr, feed, redact });
+    let server = Arc::new(Server {
+        workspace: ws.layout.root().to_owned(),
+        ctx: Mutex::new(ctx),
+        token,
+        addr,
+        feed,
+        redact,
+        states: Mutex::default(),
+    });
     let open = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };

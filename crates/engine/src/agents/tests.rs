@@ -137,3 +137,48 @@ fn an_agent_being_made_is_not_its_makers_to_stop_and_a_stopped_child_is_not_star
     assert!(ws.repo.mark(lifecycle::STOPPED, kid.as_str()).expect("mark").is_some());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn kept_states_are_read_again_when_what_they_are_made_of_changes() {
+    use crate::ops::inspect::{StatesKept, states, states_kept};
+    let (dir, ws) = workspace("kept-states");
+    let env = Env::new([("ANTHROPIC_API_KEY".to_owned(), "k".to_owned())]);
+    let lead = root(&ws, &env);
+    let json = |s: Vec<crate::ops::inspect::AgentState>| serde_json::to_value(s).expect("json");
+    let mut kept = StatesKept::default();
+    let same = |kept: &mut StatesKept| {
+        assert_eq!(json(states_kept(&ws, kept).expect("kept")), json(states(&ws).expect("fresh")))
+    };
+    same(&mut kept);
+    // A driver holds it; it lets go; a stop mark; a line of its events; a new agent.
+    let lock = infra::lock::LockGuard::try_acquire(&ws.layout.lock(&lead)).expect("lock").expect("free");
+    same(&mut kept);
+    assert_eq!(states_kept(&ws, &mut kept).expect("kept")[0].state, "running");
+    drop(lock);
+    same(&mut kept);
+    ws.repo.set_mark(lifecycle::STOPPED, lead.as_str(), b"user").expect("mark");
+    same(&mut kept);
+    assert_eq!(states_kept(&ws, &mut kept).expect("kept")[0].state, "stopped");
+    std::fs::create_dir_all(ws.layout.steps(&lead)).expect("steps");
+    std::fs::write(
+        ws.layout.steps(&lead).join("events.ndjson"),
+        "{\"type\":\"end\",\"outcome\":\"busy\",\"agent\":\"x\"}\n",
+    )
+    .expect("events");
+    same(&mut kept);
+    let child = Child {
+        role: "worker",
+        goal: "help",
+        name: None,
+        from: None,
+        now: Timestamp::now(),
+        random: 9,
+        env: &env,
+        compactor: false,
+        key: None,
+    };
+    create_child(&ws, &lead, &child).expect("child");
+    same(&mut kept);
+    assert_eq!(states_kept(&ws, &mut kept).expect("kept").len(), 2);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -86,96 +86,161 @@ pub struct AgentState {
 }
 
 pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
+    states_kept(ws, &mut StatesKept::default())
+}
+
+/// What [`states_kept`] keeps between calls: each agent's state, with what it was made
+/// of.
+#[derive(Default)]
+pub struct StatesKept(HashMap<String, (Print, AgentState)>);
+
+/// What an agent's state is made of, in a few reads: its tip (transcript, facts, goal,
+/// ledger), the length of its events file (every step, usage, call, result and end its
+/// drivers write lengthens it), whether a driver holds it, a stop mark, mail waiting,
+/// and its lineage's config (prices, windows).
+#[derive(PartialEq)]
+pub struct Print {
+    tip: CommitId,
+    events: u64,
+    running: bool,
+    stopped: bool,
+    pending: bool,
+    config: Option<(String, Option<CommitId>)>,
+}
+
+/// [`states`] for a reader that asks again and again (`serve`): an agent's state is
+/// read again only when what it is made of changed since `kept` was last given it.
+pub fn states_kept(ws: &Workspace, kept: &mut StatesKept) -> Result<Vec<AgentState>> {
     let mut loader = Loader::default();
     let mut records = Records::default();
     let mut configs: HashMap<String, Option<Rc<Config>>> = HashMap::new();
+    let mut config_tips: HashMap<String, Option<CommitId>> = HashMap::new();
+    let mut config_tip =
+        |lineage: &str| config_tips.entry(lineage.to_owned()).or_insert_with(|| ws.config_tip(lineage).ok()).clone();
     let mut out = Vec::new();
-    for l in agents::list(ws)? {
-        let (Some(facts), Ok(entries)) = (&l.facts, loader.entries(&ws.repo, l.tip)) else {
-            // A branch that is not a valid agent (only possible by hand) is shown, not fatal.
-            out.push(AgentState {
-                id: l.id.to_string(),
-                name: None,
-                role: String::new(),
-                state: "damaged",
-                steps: step_count(ws, &l.id),
-                input_tokens: 0,
-                output_tokens: 0,
-                cost_usd: None,
-                context_tokens: None,
-                context_window: None,
-                parent: l.id.parent().map(|p| p.to_string()),
-                origin: None,
-                goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
-                created: String::new(),
-                why: None,
-                compactions: Vec::new(),
-            });
-            continue;
+    let mut seen = std::collections::HashSet::new();
+    for (branch, tip) in ws.repo.branches("agents/")? {
+        let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+        seen.insert(id.to_string());
+        let mut print = Print {
+            tip,
+            events: std::fs::metadata(ws.layout.steps(&id).join(crate::step::events::FILE)).map_or(0, |m| m.len()),
+            running: LockGuard::is_held(&ws.layout.lock(&id)).unwrap_or(false),
+            stopped: ws.repo.mark(crate::agents::lifecycle::STOPPED, id.as_str())?.is_some(),
+            pending: inbox::has_pending(&ws.layout, &id),
+            config: None,
         };
-        let running = LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(false);
-        let state = if running {
-            "running"
-        } else if ws.repo.mark(crate::agents::lifecycle::STOPPED, l.id.as_str())?.is_some() {
-            "stopped"
-        } else if inbox::has_pending(&ws.layout, &l.id) || entries.is_empty() {
-            // (An empty transcript: its goal is not delivered yet.)
-            "waiting"
-        } else if transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty() {
-            "failed"
-        } else {
-            "done"
+        if let Some((old, state)) = kept.0.get(id.as_str()) {
+            print.config = old.config.as_ref().map(|(lineage, _)| (lineage.clone(), config_tip(lineage)));
+            if *old == print {
+                out.push(state.clone());
+                continue;
+            }
+        }
+        let (facts, damage) = match crate::store::snapshot::read_facts(&ws.repo, tip) {
+            Ok(facts) => (Some(facts), None),
+            Err(e) => (None, Some(e.to_string())),
         };
-        let own = records.agent(&ws.layout, &l.id);
-        let config = configs
-            .entry(facts.lineage.clone())
-            .or_insert_with(|| ws.config(&facts.lineage).ok().map(|(_, c)| Rc::new(c)))
-            .clone();
-        let cost_usd = config.as_ref().and_then(|c| own.spend(c).cost_usd).map(domain::budget::usd);
-        // How full its context was at its last call: the prompt tokens it reported.
-        let context_tokens = entries.iter().rev().find_map(|e| match e {
-            Entry::Output { output, .. } => output.usage.input,
-            _ => None,
-        });
-        let context_window = config.as_ref().and_then(|c| c.role(&facts.role)).and_then(|r| r.context_window);
-        let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
-        // A fork keeps its origin's goal: what it was asked is its own first message.
-        let origin = match (&facts.parent, &facts.forked_from) {
-            (None, Some(from)) => CommitId::from_str(from)
-                .ok()
-                .and_then(|c| crate::store::snapshot::read_facts(&ws.repo, c).ok())
-                .map(|f| f.id)
-                .filter(|o| *o != facts.id),
-            _ => None,
-        };
-        let goal = match origin.as_ref().and_then(|_| fork_message(ws, facts, entries)) {
-            Some(message) => message.into_bytes(),
-            None => ws.repo.read_file(l.tip, domain::agent::GOAL)?.unwrap_or_default(),
-        };
-        let ledger = ws.repo.read_file(l.tip, domain::compaction::LEDGER)?.unwrap_or_default();
-        let compactions =
-            domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).iter().map(|l| l.passes).collect();
-        out.push(AgentState {
-            id: l.id.to_string(),
-            name: facts.name.clone(),
-            role: facts.role.clone(),
-            state,
-            // (A call that failed or was cut off is not kept: it is no step of its.)
-            steps: own.steps.iter().filter(|s| s.answered).count() as u32,
-            input_tokens: sum(|u| u.input),
-            output_tokens: sum(|u| u.output),
-            cost_usd,
-            context_tokens,
-            context_window,
-            goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
-            created: facts.created.clone(),
-            parent: facts.parent.clone(),
-            origin,
-            why: matches!(state, "failed" | "stopped").then(|| last_run_end(ws, &l.id)).flatten(),
-            compactions,
-        });
+        print.config = facts.as_ref().map(|f| (f.lineage.clone(), config_tip(&f.lineage)));
+        let listing = agents::Listing { id, facts, tip, damage };
+        let state = state_of(ws, &listing, &mut loader, &mut records, &mut configs)?;
+        kept.0.insert(listing.id.to_string(), (print, state.clone()));
+        out.push(state);
     }
+    kept.0.retain(|id, _| seen.contains(id));
     Ok(out)
+}
+
+/// One agent's state, read whole.
+fn state_of(
+    ws: &Workspace,
+    l: &agents::Listing,
+    loader: &mut Loader,
+    records: &mut Records,
+    configs: &mut HashMap<String, Option<Rc<Config>>>,
+) -> Result<AgentState> {
+    let (Some(facts), Ok(entries)) = (&l.facts, loader.entries(&ws.repo, l.tip)) else {
+        // A branch that is not a valid agent (only possible by hand) is shown, not fatal.
+        return Ok(AgentState {
+            id: l.id.to_string(),
+            name: None,
+            role: String::new(),
+            state: "damaged",
+            steps: step_count(ws, &l.id),
+            input_tokens: 0,
+            output_tokens: 0,
+            cost_usd: None,
+            context_tokens: None,
+            context_window: None,
+            parent: l.id.parent().map(|p| p.to_string()),
+            origin: None,
+            goal: format!("(damaged: {})", l.damage.as_deref().unwrap_or("its transcript does not parse")),
+            created: String::new(),
+            why: None,
+            compactions: Vec::new(),
+        });
+    };
+    let running = LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(false);
+    let state = if running {
+        "running"
+    } else if ws.repo.mark(crate::agents::lifecycle::STOPPED, l.id.as_str())?.is_some() {
+        "stopped"
+    } else if inbox::has_pending(&ws.layout, &l.id) || entries.is_empty() {
+        // (An empty transcript: its goal is not delivered yet.)
+        "waiting"
+    } else if transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty() {
+        "failed"
+    } else {
+        "done"
+    };
+    let own = records.agent(&ws.layout, &l.id);
+    let config = configs
+        .entry(facts.lineage.clone())
+        .or_insert_with(|| ws.config(&facts.lineage).ok().map(|(_, c)| Rc::new(c)))
+        .clone();
+    let cost_usd = config.as_ref().and_then(|c| own.spend(c).cost_usd).map(domain::budget::usd);
+    // How full its context was at its last call: the prompt tokens it reported.
+    let context_tokens = entries.iter().rev().find_map(|e| match e {
+        Entry::Output { output, .. } => output.usage.input,
+        _ => None,
+    });
+    let context_window = config.as_ref().and_then(|c| c.role(&facts.role)).and_then(|r| r.context_window);
+    let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
+    // A fork keeps its origin's goal: what it was asked is its own first message.
+    let origin = match (&facts.parent, &facts.forked_from) {
+        (None, Some(from)) => CommitId::from_str(from)
+            .ok()
+            .and_then(|c| crate::store::snapshot::read_facts(&ws.repo, c).ok())
+            .map(|f| f.id)
+            .filter(|o| *o != facts.id),
+        _ => None,
+    };
+    let goal = match origin.as_ref().and_then(|_| fork_message(ws, facts, entries)) {
+        Some(message) => message.into_bytes(),
+        None => ws.repo.read_file(l.tip, domain::agent::GOAL)?.unwrap_or_default(),
+    };
+    let ledger = ws.repo.read_file(l.tip, domain::compaction::LEDGER)?.unwrap_or_default();
+    let compactions =
+        domain::compaction::parse_ledger(&String::from_utf8_lossy(&ledger)).iter().map(|l| l.passes).collect();
+    Ok(AgentState {
+        id: l.id.to_string(),
+        name: facts.name.clone(),
+        role: facts.role.clone(),
+        state,
+        // (A call that failed or was cut off is not kept: it is no step of its.)
+        steps: own.steps.iter().filter(|s| s.answered).count() as u32,
+        input_tokens: sum(|u| u.input),
+        output_tokens: sum(|u| u.output),
+        cost_usd,
+        context_tokens,
+        context_window,
+        goal: String::from_utf8_lossy(&goal).lines().next().unwrap_or("").to_owned(),
+        created: facts.created.clone(),
+        parent: facts.parent.clone(),
+        origin,
+        why: matches!(state, "failed" | "stopped").then(|| last_run_end(ws, &l.id)).flatten(),
+        compactions,
+    })
 }
 
 /// A fork's own first message: the first user message after what it inherited (the
