@@ -239,7 +239,7 @@ impl Observer for Live<'_> {
             Event::Conflicted { child, files } => out.progress(&format!(
                 "· `{child}`'s work conflicts in {}; not merged (marked {})",
                 infra::words::count(files as u64, "file", "files"),
-                domain::marks::Mark::Conflicted.ref_name(&child)
+                domain::marks::Mark::Conflicted.ref_name(child)
             )),
             Event::Waiting { children } => out.progress(&format!(
                 "· waiting for {} below this one",

@@ -19,6 +19,15 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
+/// The first line of `text`, trimmed, cut to `max` characters (with `…` when cut).
+pub fn first_line(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    match line.char_indices().nth(max) {
+        Some((end, _)) => format!("{}…", &line[..end]),
+        None => line.to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,14 +45,5 @@ mod tests {
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(28_283), "28,283");
         assert_eq!(thousands(1_234_567), "1,234,567");
-    }
-}
-
-/// The first line of `text`, trimmed, cut to `max` characters (with `…` when cut).
-pub fn first_line(text: &str, max: usize) -> String {
-    let line = text.lines().next().unwrap_or("").trim();
-    match line.char_indices().nth(max) {
-        Some((end, _)) => format!("{}…", &line[..end]),
-        None => line.to_owned(),
     }
 }

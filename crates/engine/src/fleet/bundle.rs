@@ -169,7 +169,7 @@ pub fn make(ws: &Workspace, id: &AgentId, with_origin: bool, env: &crate::Env, o
         }
         if let Some(facts) = &member.facts {
             if let Some(name) = &facts.name {
-                repo_globs.push(Mark::Names.ref_name(&name));
+                repo_globs.push(Mark::Names.ref_name(name));
             }
             project_globs.push(format!("refs/heads/{}", facts.project_branch()));
         }
@@ -407,11 +407,15 @@ pub fn replay(file: &Path, dest: &Path, mine: &str, trust: bool) -> Result<Repla
     made
 }
 
+/// Per lineage, the settings where a bundle's config differed from this user's (as
+/// [`Replayed::config`] has them).
+type Differing = Vec<(String, Vec<String>)>;
+
 /// Reads the bundle `file` into a workspace made at `root` as it comes (one part at a
 /// time, each within its size); its manifest. The parts must come in the order
 /// `bundle` writes them: the manifest, `repo.bundle`, `project.bundle`, then records
 /// and messages.
-fn fill(file: &Path, root: &Path, mine: &str, trust: bool) -> Result<(Manifest, Vec<(String, Vec<String>)>)> {
+fn fill(file: &Path, root: &Path, mine: &str, trust: bool) -> Result<(Manifest, Differing)> {
     let corrupt = |reason: String| BundleError::Corrupt { path: file.to_owned(), reason: reason.into() };
     let opened = std::fs::File::open(file).map_err(io(file))?;
     let mut archive = tar::Archive::new(std::io::BufReader::new(opened));

@@ -23,7 +23,7 @@ use infra::git::remote::{self, Expect, Outcome, Swap, Update};
 
 /// The ref of `id`'s claim.
 pub fn claim_ref(id: &str) -> String {
-    domain::marks::Shelf::Claims.ref_name(&id)
+    domain::marks::Shelf::Claims.ref_name(id)
 }
 
 /// A lease as its blob says it.

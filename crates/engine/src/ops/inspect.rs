@@ -116,7 +116,7 @@ pub fn states_kept(ws: &Workspace, kept: &mut StatesKept) -> Result<Vec<AgentSta
     let mut configs: HashMap<String, Option<Rc<Config>>> = HashMap::new();
     let mut config_tips: HashMap<String, Option<CommitId>> = HashMap::new();
     let mut config_tip =
-        |lineage: &str| config_tips.entry(lineage.to_owned()).or_insert_with(|| ws.config_tip(lineage).ok()).clone();
+        |lineage: &str| *config_tips.entry(lineage.to_owned()).or_insert_with(|| ws.config_tip(lineage).ok());
     let mut out = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for (branch, tip) in ws.repo.branches("agents/")? {

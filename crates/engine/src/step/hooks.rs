@@ -173,7 +173,7 @@ fn one(event: &str, hook: &hooks::Planned, stdin: &[u8], who: &Who) -> Ran {
             ran(Outcome::Pass, if event == "UserPromptSubmit" { stdout } else { String::new() })
         }
         Exit::Code(0) => match serde_json::from_str::<Value>(&stdout) {
-            Ok(answer) => answered(&answer, ran).unwrap_or_else(|why| failed(why)),
+            Ok(answer) => answered(&answer, ran).unwrap_or_else(&failed),
             Err(_) => failed(format!("its answer is not JSON: {}", first_line(&stdout))),
         },
         exit => failed(format!(

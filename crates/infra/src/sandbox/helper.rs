@@ -76,7 +76,7 @@ fn parse(args: Vec<OsString>) -> Result<Plan, String> {
     if plan.command.is_empty() {
         return Err("no command after `--`".into());
     }
-    let Some([fs, net, scoped, read]) = landlock.map(|l| <[u64; 4]>::try_from(l).ok()).flatten() else {
+    let Some([fs, net, scoped, read]) = landlock.and_then(|l| <[u64; 4]>::try_from(l).ok()) else {
         return Err("no Landlock ruleset (`--landlock FS,NET,SCOPED,READ`)".into());
     };
     let (access, fds) = (access.unwrap_or_default(), fds.unwrap_or_default());

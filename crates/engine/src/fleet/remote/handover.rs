@@ -145,7 +145,7 @@ fn refusal(updates: &[Update], outcomes: &[Outcome]) -> Option<RemoteError> {
 
 /// The ref that asks whoever drives `id` to stop it.
 pub(crate) fn stop_request(id: &AgentId) -> String {
-    Shelf::StopRequests.ref_name(&id)
+    Shelf::StopRequests.ref_name(id)
 }
 
 /// Asks the workers of `remote` to stop `id` and every agent below it the remote has

@@ -227,7 +227,7 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
         .collect();
     for id in &agents {
         let driven = LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(true);
-        let base = seen.repo.get(&Shelf::Records.ref_name(&id)).copied();
+        let base = seen.repo.get(&Shelf::Records.ref_name(id)).copied();
         commit_records(ws, id, base, !driven)?;
     }
     let mine: BTreeMap<String, Oid> = ws.repo.all_refs()?.into_iter().filter(|(n, _)| travels(n) && ours(n)).collect();
@@ -324,7 +324,7 @@ fn settle(
 /// where it points. A record
 /// still being written (the newest of an agent a driver holds) waits for the next push.
 pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, newest_too: bool) -> Result<Option<Oid>> {
-    let name = Shelf::Records.ref_name(&id);
+    let name = Shelf::Records.ref_name(id);
     let mut files = crate::fleet::bundle::step_files(ws, id)
         .map_err(|e| RemoteError::Write { path: ws.layout.steps(id).display().to_string(), reason: e.into() })?;
     if !newest_too {
@@ -467,18 +467,18 @@ pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool, config: ConfigFrom) ->
     }
     // Trees the remote's workers drive are never driven here.
     for id in &settled {
-        if seen.repo.contains_key(&Mark::Fleet.ref_name(&id)) {
+        if seen.repo.contains_key(&Mark::Fleet.ref_name(id)) {
             mark_handed(ws, id)?;
         }
     }
     for id in &settled {
         for mark in travelling().filter(|m| !matches!(m, Mark::Names | Mark::Ids)) {
-            let name = mark.ref_name(&id);
+            let name = mark.ref_name(id);
             if !seen.repo.contains_key(&name) {
                 ws.repo.delete_ref(&name)?;
             }
         }
-        let records = Shelf::Records.ref_name(&id);
+        let records = Shelf::Records.ref_name(id);
         if let Some(commit) = seen.repo.get(&records) {
             pulled.records += write_records(ws, &door, id, *commit)?;
             bundle::set_refs(&ws.layout.repo(), &[(records, *commit)])?;
@@ -628,7 +628,7 @@ pub(crate) fn inbox_ref(to: &AgentId, name: &str) -> String {
 
 /// Where messages to agent `to` wait on a remote: the prefix of their refs.
 pub(super) fn inbox_prefix(to: &str) -> String {
-    format!("{}/", Shelf::Inbox.ref_name(&to))
+    format!("{}/", Shelf::Inbox.ref_name(to))
 }
 
 /// A name for message `text` on a remote: its time (for the order of delivery), `n`,

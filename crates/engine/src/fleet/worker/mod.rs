@@ -411,7 +411,7 @@ impl<'w> Worker<'w> {
         let inbox = Shelf::Inbox.prefix();
         let with_mail: HashSet<&str> =
             seen.under(&inbox).filter_map(|(n, _)| n.strip_prefix(&inbox)?.split('/').next()).collect();
-        let replied = |id: &AgentId| seen.repo.get(&Mark::Replied.ref_name(&id)).copied();
+        let replied = |id: &AgentId| seen.repo.get(&Mark::Replied.ref_name(id)).copied();
         let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         // A few at a time: the next round sees what other workers claimed meanwhile, so
         // workers starting together do not all reach for the same agents.

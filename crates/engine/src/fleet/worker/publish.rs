@@ -326,15 +326,13 @@ fn caused(ws: &Workspace, text: &str, sender: &AgentId, to: &AgentId, tip: Oid) 
     Ok(false)
 }
 
+/// What [`made_here`] publishes: the updates, and the name claims that go after them.
+type MadeHere = (Vec<Update>, Vec<(AgentId, Update)>);
+
 /// The agents its drivers made that the remote does not have yet (they exist there
 /// before the step that made them), with their id claims; and their names, which go on
 /// their own after (a name taken there meanwhile must not hold back the rest).
-fn made_here(
-    ws: &Workspace,
-    seen: &Seen,
-    here: &HashMap<String, Oid>,
-    mine: &[AgentId],
-) -> Result<(Vec<Update>, Vec<(AgentId, Update)>)> {
+fn made_here(ws: &Workspace, seen: &Seen, here: &HashMap<String, Oid>, mine: &[AgentId]) -> Result<MadeHere> {
     let mut updates = Vec::new();
     let mut names = Vec::new();
     let name_claims: Vec<(&String, &Oid)> = here.iter().filter(|(n, _)| Mark::Names.key_of(n).is_some()).collect();

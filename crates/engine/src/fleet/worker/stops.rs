@@ -152,13 +152,13 @@ impl Worker<'_> {
         on: &mut dyn FnMut(Event),
     ) -> Result<Option<Vec<Update>>> {
         let ws = self.ws;
-        let stopped_ref = Mark::Stopped.ref_name(&id);
+        let stopped_ref = Mark::Stopped.ref_name(id);
         let withdraw = Update { local: None, remote: remote::stop_request(id), expect: Expect::Exactly(Some(asked)) };
         let Some(tip) = ws.repo.branch_tip(&id.branch())? else { return Ok(None) };
         if !self.owned.contains_key(id) {
             let died = seen
                 .repo
-                .get(&Mark::Died.ref_name(&id))
+                .get(&Mark::Died.ref_name(id))
                 .is_some_and(|d| bundle::blob(&ws.layout.repo(), *d).is_some_and(|b| b == tip.to_string().as_bytes()));
             let settled = (seen.repo.contains_key(&stopped_ref) && !user_mail(ws, seen, id)) || died;
             let held = self.claims()?.busy(id.as_str(), Instant::now());
