@@ -287,6 +287,7 @@ fn in_a_browser_the_tree_shows_a_fan_out_a_childs_step_request_is_shows_and_a_qu
     });
     let alpha = t.id_of("Alpha");
     let artifact = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts/serve-tree.png");
+    let phone = artifact.with_file_name("serve-phone.png");
     let _ = std::fs::remove_file(&artifact);
     let url = format!("http://127.0.0.1:{}/?token={}", served.port, served.token);
     let seen = browse(
@@ -313,7 +314,15 @@ fn in_a_browser_the_tree_shows_a_fan_out_a_childs_step_request_is_shows_and_a_qu
             ],
             ["click", ".question .approve"],
             ["wait", "document.querySelectorAll('.question').length === 0", 20],
-            ["wait", "[...document.querySelectorAll('.agent')].every(e => e.classList.contains('state-done'))", 30]
+            ["wait", "[...document.querySelectorAll('.agent')].every(e => e.classList.contains('state-done'))", 30],
+            // On a phone's screen: the tree above the conversation, nothing wider than it.
+            ["viewport", 390, 844],
+            [
+                "wait",
+                "document.querySelector('#side').getBoundingClientRect().bottom <= document.querySelector('#detail').getBoundingClientRect().top + 1 && document.documentElement.scrollWidth <= 390",
+                10
+            ],
+            ["screenshot", phone]
         ]),
     );
     let values: Vec<&Value> = seen.iter().map(|s| &s["value"]).collect();
@@ -329,6 +338,8 @@ fn in_a_browser_the_tree_shows_a_fan_out_a_childs_step_request_is_shows_and_a_qu
     assert_eq!(shown, serde_json::from_str::<Value>(cli.ok()).expect("JSON"));
     assert_eq!(values[8], &json!(true), "the question answered from the page: {seen:?}");
     assert_eq!(values[9], &json!(true), "every agent done: {seen:?}");
+    assert_eq!(values[11], &json!(true), "the page on a phone's screen: {seen:?}");
+    assert!(phone.exists(), "the phone's screenshot");
     assert!(lead.wait().expect("lead").success());
     assert!(
         server.result_text_for("Beta", 1).contains("ran on a yes from user"),

@@ -5,7 +5,8 @@ line per step for the Rust test to assert on.
 
 Steps: ["wait", js, seconds] (until the expression is truthy; prints its value),
 ["eval", js] (prints its value), ["click", css selector] (a real mouse click at the
-element's middle), ["screenshot", path] (a PNG of the page).
+element's middle), ["viewport", width, height] (a phone's screen), ["screenshot", path]
+(a PNG of the page).
 """
 
 import asyncio
@@ -100,6 +101,12 @@ async def run(plan):
                     for kind in ("mousePressed", "mouseReleased"):
                         await page.call("Input.dispatchMouseEvent", type=kind, x=box[0], y=box[1], button="left", clickCount=1)
                     say(step=verb, selector=step[1], clicked=True)
+                elif verb == "viewport":
+                    await page.call(
+                        "Emulation.setDeviceMetricsOverride",
+                        width=step[1], height=step[2], deviceScaleFactor=1, mobile=True,
+                    )
+                    say(step=verb, width=step[1], height=step[2])
                 elif verb == "screenshot":
                     shot = await page.call("Page.captureScreenshot", format="png")
                     os.makedirs(os.path.dirname(step[1]), exist_ok=True)
