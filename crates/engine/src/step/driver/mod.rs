@@ -503,17 +503,17 @@ impl<'a> Driver<'a> {
             (tip, next) = self.deliver(tip, next, last_message, pending, observer)?;
         }
         let entries = self.loader.entries(&self.ws.repo, tip)?;
-        let warrants = transcript::warrants_call(entries);
-        let final_text = transcript::final_text(entries).unwrap_or_default();
-        // (The answer is a refusal when the last model output stopped as one.)
-        let refused = entries.iter().rev().find_map(|e| match e {
-            Entry::Output { output, .. } => Some(output.stop == infra::provider::Stop::Refusal),
-            _ => None,
-        });
-        if !warrants {
+        if !transcript::warrants_call(entries) {
+            // (Only for an answer: a step that calls the model again reads neither. The
+            // answer is a refusal when the last model output stopped as one.)
+            let text = transcript::final_text(entries).unwrap_or_default();
+            let refused = entries.iter().rev().find_map(|e| match e {
+                Entry::Output { output, .. } => Some(output.stop == infra::provider::Stop::Refusal),
+                _ => None,
+            });
             // (Already done after the model call, unless a crash came between.)
             self.reply(tip)?;
-            return Ok(Turn::Quiet(RunEnd::Answered { text: final_text, refused: refused.unwrap_or(false) }));
+            return Ok(Turn::Quiet(RunEnd::Answered { text, refused: refused.unwrap_or(false) }));
         }
         if let Some(spend) = self.over_budget()? {
             return Err(DriverError::Exhausted { id: self.id.clone(), spend });
