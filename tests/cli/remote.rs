@@ -522,6 +522,12 @@ pub(crate) fn each_result_once(t: &TestWorkspace, lead: &str, children: usize) {
 fn a_worker_drives_what_a_laptop_hands_over_and_the_laptop_sees_it_done_after_pull() {
     let (_daemon, root, _server, laptop, url) = fleet("fleet-one", 2);
     let w = machine("fleet-one-worker", &url, &laptop);
+    // What a worker killed here before left half written: swept as this one goes (a
+    // worker runs no `scan`), so `doctor` finds nothing to repair.
+    let planted = w.ws.join("repo.git/objects/tmp_object_git2_cutshort");
+    std::fs::write(&planted, b"half an object").expect("plant");
+    let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    std::fs::File::options().write(true).open(&planted).and_then(|f| f.set_modified(minute_ago)).expect("age");
     let worker = spawn_worker(&w, "w1", 3_000);
     let handed = laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead the kids"]);
     handed.ok();
@@ -534,6 +540,7 @@ fn a_worker_drives_what_a_laptop_hands_over_and_the_laptop_sees_it_done_after_pu
     });
     stop_worker(worker);
     each_result_once(&laptop, "Lead", 2);
+    assert!(!planted.exists(), "the worker swept what a killed write left");
     let log = worker_log(&w);
     assert!(log.contains("claimed") && log.contains("let go of"), "{log}");
     // A message sent through the remote reaches the agent where it is driven.

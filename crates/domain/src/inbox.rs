@@ -36,6 +36,16 @@ impl Deposit {
         }
     }
 
+    /// An agent's first message as its maker deposits it (its goal, from its parent; the
+    /// user's for a root), dated at its making: the same text when a driver makes it again
+    /// from the dispatch commit because the maker was killed before depositing it, so that
+    /// in a fleet a copy arriving after the other was delivered is known for it
+    /// ([`identity`]) and not delivered twice.
+    pub fn first_of(facts: &crate::agent::AgentFacts, goal: &str) -> Deposit {
+        let from = facts.parent.as_deref().unwrap_or("user");
+        Deposit { at: facts.created.clone(), ..Deposit::new(from, Timestamp::now(), goal) }
+    }
+
     /// The file's text: the header, then the body.
     pub fn render(&self) -> String {
         let mut s = format!("---\nfrom: {}\nat: {}\n", self.from, self.at);

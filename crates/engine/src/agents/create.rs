@@ -399,6 +399,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
         // Its role's `copy_ignored` is its own; its parent's choices are not.
         copy_ignored: Vec::new(),
     };
+    let first = Deposit::first_of(&facts, child.goal);
     // A compactor keeps the transcript, summaries and skills it compacts.
     let edits = match child.compactor {
         false => vec![TreeEdit::Remove { path: agent::DIR.into() }],
@@ -419,7 +420,7 @@ pub fn create_child(ws: &Workspace, parent: &AgentId, child: &Child) -> Result<A
             base: Some(fork_point),
             edits,
             goal: Some(child.goal),
-            first: Deposit::new(parent.as_str(), child.now, child.goal),
+            first,
             config: (config_tip, &config),
         },
         claims,

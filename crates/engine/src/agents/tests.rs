@@ -85,6 +85,28 @@ fn a_dispatch_run_again_by_its_key_finds_its_child_or_lets_its_claim_go() {
 }
 
 #[test]
+fn a_childs_goal_made_again_from_its_dispatch_commit_is_the_message_its_maker_sent() {
+    // In a fleet a child's goal may reach it twice: the copy its maker's worker sends,
+    // and the one its own driver makes from its dispatch commit when that copy was late.
+    // Only a copy it knows for the same message is not delivered (and worked) twice.
+    let (dir, ws) = workspace("goal-again");
+    let env = Env::default();
+    let lead = root(&ws, &env);
+    let kid = create_child(&ws, &lead, &child(&env, Some("Kid"), Some("2:d1"))).expect("kid");
+    let sent = crate::store::inbox::pending(&ws.layout, &kid).expect("inbox");
+    assert_eq!(sent.len(), 1);
+    // Made again later: the clock has moved on.
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let tip = ws.repo.branch_tip(&kid.branch()).expect("tip").expect("branch");
+    let facts = crate::store::snapshot::read_facts(&ws.repo, tip).expect("facts");
+    let goal = ws.repo.read_file(tip, domain::agent::GOAL).expect("goal").unwrap_or_default();
+    let again = domain::inbox::Deposit::first_of(&facts, &String::from_utf8_lossy(&goal)).render();
+    assert_eq!(again, sent[0].text);
+    assert_eq!(domain::inbox::identity(&again), domain::inbox::identity(&sent[0].text));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_stop_marks_an_agent_with_work_left_and_no_driver() {
     let (dir, ws) = workspace("stop");
     let env = Env::default();

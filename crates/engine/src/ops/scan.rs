@@ -7,7 +7,7 @@
 use crate::Cause;
 use domain::id::AgentId;
 use domain::marks::{Epitaph, Mark};
-use infra::git::{self as git, CommitId, GitError};
+use infra::git::{CommitId, GitError};
 use infra::lock::{LockError, LockGuard};
 
 use crate::agents::lifecycle::{self, LifecycleError};
@@ -159,34 +159,8 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
     found.extend(release_dead_claims(ws)?);
     // What publications cut short by a kill left (never part of the shared store).
     ws.project.sweep_quarantines();
-    sweep_leftovers(ws);
+    ws.sweep_leftovers();
     Ok(found)
-}
-
-/// How long a lock file in the repositories must have gone unwritten before scan takes
-/// its writer for dead (a live ref update holds one for microseconds).
-const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(5);
-/// How long a temporary object file must have gone unwritten before scan takes its
-/// writer for dead (a live writer writes on until it renames the file).
-const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Lock files and temporary object files a killed process left in the agents' and the
-/// shared repository: removed once nobody has written them for a while, so the next
-/// write there does not fail and `doctor` has nothing to repair.
-fn sweep_leftovers(ws: &Workspace) {
-    let repos = [ws.layout.repo(), ws.layout.project()];
-    for dir in &repos {
-        for (path, age) in git::lock_files(dir) {
-            if age >= STALE_LOCK.as_secs() {
-                let _ = std::fs::remove_file(path);
-            }
-        }
-        for (path, age) in git::temp_objects(dir) {
-            if age >= STALE_TEMP.as_secs() {
-                let _ = std::fs::remove_file(path);
-            }
-        }
-    }
 }
 
 /// Claims of ids and names for agents that were never made because their maker died in

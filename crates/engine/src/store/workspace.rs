@@ -106,7 +106,33 @@ pub fn validate_files(files: &ConfigFiles) -> std::result::Result<Config, Config
     Config::parse(&text, &|path| files.iter().any(|(p, _)| p == path))
 }
 
+/// How long a lock file in the repositories must have gone unwritten before its writer
+/// is taken for dead (a live ref update holds one for microseconds).
+const STALE_LOCK: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a temporary object file must have gone unwritten before its writer is taken
+/// for dead (a live writer writes on until it renames the file).
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Workspace {
+    /// Removes the lock files and temporary object files a killed process left in the
+    /// agents' and the shared repository, once nobody has written them for a while, so
+    /// the next write there does not fail and `doctor` has nothing to repair. (`scan`
+    /// sweeps as its last act; a worker, which runs no scan, every few seconds.)
+    pub(crate) fn sweep_leftovers(&self) {
+        for dir in [self.layout.repo(), self.layout.project()] {
+            for (path, age) in infra::git::lock_files(&dir) {
+                if age >= STALE_LOCK.as_secs() {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+            for (path, age) in infra::git::temp_objects(&dir) {
+                if age >= STALE_TEMP.as_secs() {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+    }
+
     /// Creates a workspace at `root` (parents too) with `files` as the first commit
     /// of `config/default`. Refuses a non-empty target; validates before writing.
     pub fn create(root: &Path, files: &ConfigFiles) -> Result<Workspace> {

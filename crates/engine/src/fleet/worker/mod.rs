@@ -198,8 +198,14 @@ pub struct Worker<'w> {
     /// Agents it stopped as asked, with the request carried out (withdrawn once what the
     /// stop wrote is on the remote).
     stopping: HashMap<AgentId, stops::Stopping>,
+    /// When it last swept what killed processes left in its repositories.
+    swept: Option<Instant>,
     pub tally: Tally,
 }
+
+/// How often a worker sweeps what killed processes (a worker or driver killed here
+/// before it) left in its repositories.
+const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 impl<'w> Worker<'w> {
     /// A worker of `remote` in `ws`, which from now on starts drivers only for the
@@ -235,6 +241,7 @@ impl<'w> Worker<'w> {
             work_seen: HashMap::new(),
             leases,
             stopping: HashMap::new(),
+            swept: None,
             tally: Tally::default(),
         })
     }
@@ -244,6 +251,10 @@ impl<'w> Worker<'w> {
     /// half a lease has its driver killed first.
     pub fn round(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
         self.tally.rounds += 1;
+        if self.swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+            self.ws.sweep_leftovers();
+            self.swept = Some(Instant::now());
+        }
         let lost: Vec<String> = std::mem::take(
             &mut *self.leases.lost.lock().map_err(|_| WorkerError::Local("the lease keeper panicked".into()))?,
         );

@@ -21,7 +21,6 @@ use infra::git::{CommitId, Tracked};
 use infra::lock::LockGuard;
 use infra::process;
 use infra::sandbox::{Confinement, Jail};
-use infra::time::Timestamp;
 
 use crate::agents;
 use crate::agents::budget::Records;
@@ -484,9 +483,10 @@ impl<'a> Driver<'a> {
         if entries.is_empty() && pending.is_empty() {
             // Made, but its first message never deposited (its maker was killed between
             // the two): the goal the dispatch commit holds is that message.
+            // (The very text its maker deposits: a copy of it that comes late is not
+            // delivered again.)
             let goal = self.ws.repo.read_file(tip, agent::GOAL)?.unwrap_or_default();
-            let from = self.facts.parent.clone().unwrap_or_else(|| "user".to_owned());
-            let first = domain::inbox::Deposit::new(&from, Timestamp::now(), &String::from_utf8_lossy(&goal));
+            let first = domain::inbox::Deposit::first_of(&self.facts, &String::from_utf8_lossy(&goal));
             // Its own inbox, worker or not: nothing travels.
             inbox::deposit_text(&self.ws.layout, &self.id, &first.from, &first.render())?;
             pending = inbox::pending(&self.ws.layout, &self.id)?;
