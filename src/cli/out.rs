@@ -327,3 +327,10 @@ pub(crate) fn entry_json(entry: &domain::transcript::Entry) -> serde_json::Value
         Entry::ToolResult { number, block } => json!({"n": number, "side": "tool", "result": block}),
     }
 }
+
+/// A landed compaction as `show --compaction N --json` prints it (and `serve` answers it).
+pub(crate) fn compaction_json(landed: &engine::step::compaction::Landed) -> serde_json::Value {
+    serde_json::json!({"compaction": landed.landing.number, "compactor": landed.landing.compactor,
+        "commit": landed.commit.to_string(), "removed": landed.removed,
+        "summary_path": landed.landing.summary, "summary": landed.summary})
+}

@@ -312,6 +312,14 @@ fn in_a_browser_the_tree_shows_a_fan_out_a_childs_step_request_is_shows_and_a_qu
                 "!document.querySelector('#request').hidden && document.querySelector('#request').textContent",
                 10
             ],
+            // Its first step's change, coloured.
+            ["eval", "document.querySelector('#steps').value = '1'"],
+            ["click", "#show-step-diff"],
+            [
+                "wait",
+                "!document.querySelector('#diff').hidden && document.querySelector('#diff .add') && document.querySelector('#diff').textContent",
+                10
+            ],
             ["click", ".question .approve"],
             ["wait", "document.querySelectorAll('.question').length === 0", 20],
             ["wait", "[...document.querySelectorAll('.agent')].every(e => e.classList.contains('state-done'))", 30],
@@ -336,9 +344,11 @@ fn in_a_browser_the_tree_shows_a_fan_out_a_childs_step_request_is_shows_and_a_qu
     let steps = t.agents().iter().find(|a| a["id"] == alpha.as_str()).map(|a| a["steps"].clone()).expect("alpha");
     let cli = t.run(&["show", &alpha, "--step", &steps.to_string(), "--request"]);
     assert_eq!(shown, serde_json::from_str::<Value>(cli.ok()).expect("JSON"));
-    assert_eq!(values[8], &json!(true), "the question answered from the page: {seen:?}");
-    assert_eq!(values[9], &json!(true), "every agent done: {seen:?}");
-    assert_eq!(values[11], &json!(true), "the page on a phone's screen: {seen:?}");
+    let change = values[9].as_str().unwrap_or_default();
+    assert!(change.contains("a.txt") && change.contains("+alpha"), "the step's change: {seen:?}");
+    assert_eq!(values[11], &json!(true), "the question answered from the page: {seen:?}");
+    assert_eq!(values[12], &json!(true), "every agent done: {seen:?}");
+    assert_eq!(values[14], &json!(true), "the page on a phone's screen: {seen:?}");
     assert!(phone.exists(), "the phone's screenshot");
     assert!(lead.wait().expect("lead").success());
     assert!(
@@ -401,4 +411,55 @@ fn an_agents_change_to_the_project_is_the_diff_that_offshoot_diff_prints() {
     assert!(body["diff"].as_str().is_some_and(|d| d.contains("+and a new one")), "{body}");
     let cli: Value = serde_json::from_str(t.run(&["--json", "diff", &id]).ok()).expect("json");
     assert_eq!(body, cli);
+}
+
+#[test]
+fn a_steps_record_and_change_and_a_fork_made_here_are_what_the_cli_has() {
+    let (server, t) = TestWorkspace::served("serve-steps", Dialect::Anthropic);
+    server.push_turns([
+        Turn::tool("w1", "write_file", json!({"path": "a.txt", "content": "one\n"})),
+        Turn::text("wrote a"),
+    ]);
+    t.run(&["prompt", "--name", "Writer", "write a"]).ok();
+    let id = t.id_of("Writer");
+    let served = serve(&t);
+    // A step's record: its meta as `show --step N --json` prints it, the streamed
+    // response, and its tool call's input and output.
+    let (status, step) = served.get(&format!("/api/agents/{id}/steps/1"));
+    assert_eq!(status, 200, "{step}");
+    let cli: Value = serde_json::from_str(t.run(&["--json", "show", &id, "--step", "1"]).ok()).expect("json");
+    assert_eq!(step["meta"], cli);
+    assert!(step["response"].as_array().is_some_and(|r| !r.is_empty()), "{step}");
+    assert_eq!(step["tools"][0]["input"]["name"], "write_file", "{step}");
+    assert!(step["tools"][0]["output"].is_object(), "{step}");
+    // Its change: the file it wrote; the step after it changed nothing.
+    let (status, change) = served.get(&format!("/api/agents/{id}/steps/1/diff"));
+    assert_eq!(status, 200, "{change}");
+    let diff = change["diff"].as_str().unwrap_or_default();
+    assert!(diff.contains("a.txt") && diff.contains("+one") && !diff.contains(".offshoot"), "{change}");
+    assert_eq!(served.get(&format!("/api/agents/{id}/steps/2/diff")).1["diff"], "");
+    assert_eq!(served.get(&format!("/api/agents/{id}/steps/3")).0, 404);
+    assert_eq!(served.get(&format!("/api/agents/{id}/compactions")).1["compactions"], json!([]));
+    // A fork from before step 2, with another message: made and driven as `fork` does.
+    for (body, status, says) in [
+        (r#"{"message":" "}"#, 400, "`message` is empty"),
+        (r#"{"message":"x","step":9}"#, 404, "no step `9`"),
+        (r#"{"message":"x","step":"2"}"#, 400, "`step` must be a step number"),
+    ] {
+        let (got, answer) = served.post(&format!("/api/agents/{id}/forks"), body);
+        assert_eq!(got, status, "{body}: {answer}");
+        assert!(answer["error"].as_str().is_some_and(|e| e.contains(says)), "{body}: {answer}");
+    }
+    assert_eq!(t.agents().len(), 1, "no fork was made");
+    server.push_turns([Turn::text("wrote it otherwise")]);
+    let (status, made) = served.post(&format!("/api/agents/{id}/forks"), r#"{"message":"say it otherwise","step":2}"#);
+    assert_eq!(status, 200, "{made}");
+    let fork = made["agent"].as_str().expect("id").to_owned();
+    wait_for("the fork answered", || t.agents().iter().any(|a| a["id"] == fork.as_str() && a["state"] == "done"));
+    let listed = t.agents().into_iter().find(|a| a["id"] == fork.as_str()).expect("listed");
+    assert_eq!(listed["origin"], id.as_str(), "{listed}");
+    let (_, forks) = served.get(&format!("/api/agents/{id}/forks"));
+    assert_eq!(forks["forks"][0]["id"], fork.as_str(), "{forks}");
+    let log = t.run(&["log", &fork]).ok().to_owned();
+    assert!(log.contains("say it otherwise") && log.contains("wrote it otherwise"), "{log}");
 }

@@ -27,14 +27,21 @@ pub(super) fn route(server: &Server, request: &Request) -> Response {
         ("GET", [asset]) => page::asset(asset).unwrap_or_else(|| Response::error(404, format!("no page `/{asset}`"))),
         ("GET", ["api", "agents"]) => with_ws(server, |ws| agents_of(server, ws)),
         ("GET", ["api", "agents", id, "transcript"]) => with_agent(server, id, transcript),
+        ("GET", ["api", "agents", id, "steps", step]) => with_agent(server, id, |ws, id| step_whole(ws, id, step)),
         ("GET", ["api", "agents", id, "steps", step, "request"]) => {
             with_agent(server, id, |ws, id| step_request(ws, id, step))
         }
+        ("GET", ["api", "agents", id, "steps", step, "diff"]) => {
+            with_agent(server, id, |ws, id| step_diff(ws, id, step))
+        }
         ("GET", ["api", "agents", id, "diff"]) => with_agent(server, id, diff),
+        ("GET", ["api", "agents", id, "compactions"]) => with_agent(server, id, compactions),
+        ("GET", ["api", "agents", id, "forks"]) => with_agent(server, id, |ws, id| forks(server, ws, id)),
         ("GET", ["api", "questions"]) => with_ws(server, |ws| Ok(json!({"questions": approvals::pending(ws)}))),
         ("POST", ["api", "agents"]) => write(server, request, prompt),
         ("POST", ["api", "agents", id, "messages"]) => write(server, request, |s, ws, body| message(s, ws, id, body)),
         ("POST", ["api", "agents", id, "stop"]) => write(server, request, |s, ws, _| stop(s, ws, id)),
+        ("POST", ["api", "agents", id, "forks"]) => write(server, request, |s, ws, body| fork(s, ws, id, body)),
         ("POST", ["api", "questions", q, verdict @ ("approve" | "deny")]) => {
             write(server, request, |_, ws, body| answer(ws, q, *verdict == "approve", body))
         }
@@ -117,13 +124,50 @@ fn diff(ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
     }
 }
 
-/// Step `step`'s request body as the provider received it (`show --step N --request`).
-fn step_request(ws: &Workspace, id: &AgentId, step: &str) -> Result<Value, Failed> {
+/// The number of a step of `id`'s that is on record; a 404 naming what it has.
+fn step_number(ws: &Workspace, id: &AgentId, step: &str) -> Result<u32, Failed> {
     let count = inspect::step_count(ws, id);
     let number = step.parse::<u32>().ok().filter(|n| (1..=count).contains(n));
-    let Some(number) = number else {
-        return Err(Failed(404, format!("agent `{id}` has no step `{step}` (its steps are 1 to {count})")));
-    };
+    number.ok_or_else(|| Failed(404, format!("agent `{id}` has no step `{step}` (its steps are 1 to {count})")))
+}
+
+/// Step `step`'s record: its meta and what the gate decided (as `show --step N --json`
+/// prints them), what the response stream said, and each tool call's record.
+fn step_whole(ws: &Workspace, id: &AgentId, step: &str) -> Result<Value, Failed> {
+    let number = step_number(ws, id, step)?;
+    let mut meta = serde_json::to_value(inspect::step_meta(ws, id, number)?)?;
+    let policy = inspect::decisions(ws, id, number)?;
+    if !policy.is_empty() {
+        meta["policy"] = serde_json::to_value(&policy)?;
+    }
+    let files = inspect::step_files(ws, id, number)?;
+    Ok(json!({"agent": id.as_str(), "step": number, "meta": meta, "response": files.response, "tools": files.tools}))
+}
+
+/// What step `step` changed in the agent's files (`{"agent", "step", "diff"}`).
+fn step_diff(ws: &Workspace, id: &AgentId, step: &str) -> Result<Value, Failed> {
+    let number = step_number(ws, id, step)?;
+    Ok(json!({"agent": id.as_str(), "step": number, "diff": inspect::step_diff(ws, id, number)?}))
+}
+
+/// The agent's landed compactions, oldest first, each as `show --compaction N --json`.
+fn compactions(ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
+    let landed = engine::step::compaction::landed(ws, id)?;
+    let list: Vec<Value> = landed.iter().map(crate::cli::out::compaction_json).collect();
+    Ok(json!({"agent": id.as_str(), "compactions": list}))
+}
+
+/// The agents forked from `id`'s commits, as `/api/agents` has them.
+fn forks(server: &Server, ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
+    let all = agents_of(server, ws)?;
+    let forks: Vec<&Value> =
+        all["agents"].as_array().into_iter().flatten().filter(|a| a["origin"] == id.as_str()).collect();
+    Ok(json!({"agent": id.as_str(), "forks": forks}))
+}
+
+/// Step `step`'s request body as the provider received it (`show --step N --request`).
+fn step_request(ws: &Workspace, id: &AgentId, step: &str) -> Result<Value, Failed> {
+    let number = step_number(ws, id, step)?;
     let resent = inspect::resend(ws, id, number)?;
     let bytes = resent.body.unwrap_or_else(|| engine::step::driver::request_json(&resent.request));
     serde_json::from_slice(&bytes).map_err(Failed::from)
@@ -305,4 +349,42 @@ pub(super) fn stop(server: &Server, ws: &Workspace, id: &str) -> Result<Value, F
         return Err(Failed(500, format!("signalled but still running after 10 s: {}", stuck.join(", "))));
     }
     Ok(json!({"agent": id.as_str(), "stopped": outcomes.len()}))
+}
+
+/// `POST /api/agents/ID/forks` `{"message", "step"?, "name"?}`: a new agent continuing
+/// `id` (from before step `step`, or from its tip) with `message`, driven at once, as
+/// `offshoot fork --detach` does.
+pub(super) fn fork(server: &Server, ws: &Workspace, id: &str, body: Map<String, Value>) -> Result<Value, Failed> {
+    let id = known(ws, id)?;
+    let message = text(&body, "message")?;
+    let from = match body.get("step") {
+        None | Some(Value::Null) => engine::agents::revision(ws, id.as_str())?,
+        Some(Value::Number(n)) => {
+            let step = n.as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+            let number = step_number(ws, &id, &step.to_string())?;
+            let meta = inspect::step_meta(ws, &id, number)?;
+            if meta.commit.is_empty() {
+                return Err(Failed(409, format!("step {number} of `{id}` does not record where it began")));
+            }
+            meta.commit
+        }
+        Some(_) => return Err(Failed(400, "`step` must be a step number".into())),
+    };
+    let ctx = server.ctx.lock().map_err(|_| Failed(500, "the server's context is poisoned".into()))?;
+    let start = engine::agents::Start {
+        message,
+        name: optional(&body, "name")?,
+        now: infra::time::Timestamp::now(),
+        random: engine::random_u32(),
+        env: &ctx.env,
+        project: None,
+        model: None,
+        reasoning: None,
+        copy_ignored: &[],
+        mode: None,
+        on_ask: Some(OnAsk::Wait),
+    };
+    let made = engine::agents::fork(ws, &from, &start).map_err(|e| Failed(400, e.to_string()))?;
+    ctx.runtime(ws).launch(&made).map_err(|e| Failed(500, e.to_string()))?;
+    Ok(json!({"agent": made.as_str(), "from": from}))
 }

@@ -1,5 +1,3 @@
-use serde_json::json;
-
 use crate::cli::{CliError, Ctx};
 use engine::step::compaction::{self, CompactionError};
 use engine::{ops::inspect, step::driver};
@@ -35,9 +33,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             return Err(e.into());
         };
         if ctx.out.json {
-            ctx.out.event(&json!({"compaction": number, "compactor": landed.landing.compactor,
-                "commit": landed.commit.to_string(), "removed": landed.removed,
-                "summary_path": landed.landing.summary, "summary": landed.summary}));
+            ctx.out.event(&crate::cli::out::compaction_json(landed));
             return Ok(());
         }
         ctx.out.line(&format!(

@@ -354,6 +354,85 @@ pub fn step_meta(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepMeta> {
     Ok(meta.shown(LockGuard::is_held(&ws.layout.lock(id)).unwrap_or(false)))
 }
 
+/// The files of a tool call's record a reader gets whole, by the key each is given.
+const TOOL_FILES: [(&str, &str); 9] = [
+    ("input", "input.json"),
+    ("output", "output.json"),
+    ("mcp", "mcp.json"),
+    ("decision", "decision.json"),
+    ("hooks", "hooks.json"),
+    ("permission_hooks", "permission-hooks.json"),
+    ("notification_hooks", "notification-hooks.json"),
+    ("question", "question.json"),
+    ("answer", "answer.json"),
+];
+
+/// Step `step`'s record beyond its meta, for a reader of it whole.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StepFiles {
+    /// What the response stream said, a JSON value a line (`response.ndjson`).
+    pub response: Vec<serde_json::Value>,
+    /// Each tool call's record (`tools/<call>/`), in order: `call`, and each of its
+    /// files there is (`input`, `output`, the gate's, the hooks', the question and its
+    /// answer).
+    pub tools: Vec<serde_json::Value>,
+}
+
+pub fn step_files(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepFiles> {
+    let Some(record) = crate::store::step_record::StepRecord::open(&ws.layout, id, step) else {
+        return Err(InspectError::NoStep { id: id.clone(), step, have: step_count(ws, id) });
+    };
+    let response = record.read("response.ndjson").unwrap_or_default();
+    let response = String::from_utf8_lossy(&response)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .collect();
+    let tools = record
+        .tools()
+        .into_iter()
+        .map(|call| {
+            let mut files = serde_json::Map::new();
+            for (key, file) in TOOL_FILES {
+                let read = record.read(&format!("tools/{call}/{file}"));
+                if let Some(value) = read.and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok()) {
+                    files.insert(key.to_owned(), value);
+                }
+            }
+            files.insert("call".to_owned(), serde_json::Value::String(call));
+            serde_json::Value::Object(files)
+        })
+        .collect();
+    Ok(StepFiles { response, tools })
+}
+
+/// What step `step` of `id` changed in its work (its files, not the harness's
+/// directory), as a unified diff: from the commit its request was made from to the one
+/// the next step's was (after its last step, the tip).
+pub fn step_diff(ws: &Workspace, id: &AgentId, step: u32) -> Result<String> {
+    let commit_of = |step: u32| -> Result<Option<CommitId>> {
+        let meta = step_meta(ws, id, step)?;
+        Ok(meta.commit.parse::<CommitId>().ok())
+    };
+    let Some(from) = commit_of(step)? else {
+        return Err(InspectError::BadRecord {
+            step,
+            path: ws.layout.step(id, step),
+            reason: "it does not record the commit its request was made from".into(),
+        });
+    };
+    let to = match step < step_count(ws, id) {
+        true => commit_of(step + 1)?,
+        false => None,
+    };
+    let to = match to {
+        Some(to) => to,
+        None => ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()))?,
+    };
+    let before = ws.repo.work_tree(from, domain::agent::DIR, None)?;
+    let after = ws.repo.work_tree(to, domain::agent::DIR, None)?;
+    Ok(ws.repo.trees_diff_text(before, after, false)?)
+}
+
 /// What the gate decided for one call of a step: the rule (`decision.json`), the hooks
 /// (`hooks.json`, `permission-hooks.json`), the question asked and its answer.
 #[derive(Debug, Clone, serde::Serialize)]

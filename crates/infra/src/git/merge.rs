@@ -72,7 +72,13 @@ impl Repo {
     /// The change from `base`'s tree to `tree` as a unified diff, or with `stat` as a
     /// summary of files and lines.
     pub fn diff_text(&self, base: Oid, tree: Oid, stat: bool) -> Result<String> {
-        let from = self.tree_of(base)?;
+        let from = self.tree_of(base)?.id();
+        self.trees_diff_text(from, tree, stat)
+    }
+
+    /// [`Repo::diff_text`] from tree `from` to tree `tree`.
+    pub fn trees_diff_text(&self, from: Oid, tree: Oid, stat: bool) -> Result<String> {
+        let from = self.repo.find_tree(from).map_err(lib(format!("find tree {from}")))?;
         let to = self.repo.find_tree(tree).map_err(lib(format!("find tree {tree}")))?;
         let mut opts = git2::DiffOptions::new();
         opts.id_abbrev(12);

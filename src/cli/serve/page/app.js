@@ -48,6 +48,8 @@ const money = (c) => (c == null ? "?" : "$" + c.toFixed(4));
 function facts(a) {
   const parts = [a.role, a.state, "step " + a.steps, a.input_tokens + " in / " + a.output_tokens + " out", money(a.cost_usd)];
   if (a.context_tokens != null && a.context_window) parts.push(Math.round((100 * a.context_tokens) / a.context_window) + "% ctx");
+  if (a.compactions && a.compactions.length) parts.push(a.compactions.length + " compacted");
+  if (a.origin) parts.push("fork of " + a.origin);
   return parts.join(" · ");
 }
 
@@ -257,35 +259,61 @@ $("stop").onclick = async () => {
   }
 };
 
-$("show-diff").onclick = async () => {
+const agentPath = (rest) => "/api/agents/" + encodeURIComponent(selected) + rest;
+const stepPath = (rest) => agentPath("/steps/" + $("steps").value + rest);
+
+// Runs `fn` for a button; what fails is said under the form.
+const act = (fn) => async () => {
   try {
-    const change = await api("/api/agents/" + encodeURIComponent(selected) + "/diff");
-    const pre = $("diff");
-    pre.replaceChildren();
-    for (const line of (change.diff || "(no change)").split("\n")) {
-      let cls = "";
-      if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ")) cls = "file";
-      else if (line.startsWith("+")) cls = "add";
-      else if (line.startsWith("-")) cls = "del";
-      else if (line.startsWith("@@")) cls = "hunk";
-      pre.append(el("span", cls, line + "\n"));
-    }
-    pre.hidden = false;
+    await fn();
     say(null);
   } catch (e) {
     say(e);
   }
 };
 
-$("show-request").onclick = async () => {
-  try {
-    const body = await api("/api/agents/" + encodeURIComponent(selected) + "/steps/" + $("steps").value + "/request");
-    $("request").textContent = JSON.stringify(body, null, 2);
-    $("request").hidden = false;
-  } catch (e) {
-    say(e);
+function showDiff(text) {
+  const pre = $("diff");
+  pre.replaceChildren();
+  for (const line of (text || "(no change)").split("\n")) {
+    let cls = "";
+    if (line.startsWith("+++") || line.startsWith("---") || line.startsWith("diff ")) cls = "file";
+    else if (line.startsWith("+")) cls = "add";
+    else if (line.startsWith("-")) cls = "del";
+    else if (line.startsWith("@@")) cls = "hunk";
+    pre.append(el("span", cls, line + "\n"));
   }
-};
+  pre.hidden = false;
+}
+
+function showText(text) {
+  $("request").textContent = text;
+  $("request").hidden = false;
+}
+
+$("show-diff").onclick = act(async () => showDiff((await api(agentPath("/diff"))).diff));
+$("show-step-diff").onclick = act(async () => showDiff((await api(stepPath("/diff"))).diff));
+$("show-request").onclick = act(async () => showText(JSON.stringify(await api(stepPath("/request")), null, 2)));
+$("show-step").onclick = act(async () => {
+  const step = await api(stepPath(""));
+  showText(JSON.stringify({ meta: step.meta, tools: step.tools }, null, 2));
+});
+$("show-compactions").onclick = act(async () => {
+  const all = (await api(agentPath("/compactions"))).compactions;
+  const text = all.map((c) => "compaction " + c.compaction + " by " + c.compactor + ": " + c.removed.length + " paths removed\n" + c.summary);
+  showText(text.join("\n\n") || "No compaction has landed.");
+});
+// Forks the selected agent from before the chosen step (from its tip before its first),
+// with the box's text as its message.
+$("fork").onclick = act(async () => {
+  const message = $("text").value;
+  if (!message.trim()) throw new Error("Write the fork's message in the box first.");
+  const step = $("steps").value;
+  const made = await api(agentPath("/forks"), step ? { message, step: Number(step) } : { message });
+  $("text").value = "";
+  await loadAgents();
+  await select(made.agent);
+});
 
 loadAgents();
 listen();
