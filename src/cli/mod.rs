@@ -31,8 +31,8 @@ pub(crate) struct Cli {
     /// workspace under the data root, created on first use)
     // (The variable is read by hand: clap's `env` shows the option in every usage line
     // as if it were required.)
-    #[arg(short = 'w', long, global = true)]
-    pub(crate) workspace: Option<PathBuf>,
+    #[arg(short = 'w', long, global = true, action = clap::ArgAction::Append)]
+    pub(crate) workspace: Vec<PathBuf>,
     /// Print one JSON event or object per line on stdout
     #[arg(long, global = true)]
     pub(crate) json: bool,
@@ -114,10 +114,15 @@ pub(crate) struct ChatArgs {
 
 /// Runs the parsed command line; returns the exit code.
 pub(crate) fn run(cli: Cli) -> i32 {
-    let workspace = cli.workspace.clone().or_else(complete::workspace_from_env);
+    let workspace = cli.workspace.first().cloned().or_else(complete::workspace_from_env);
     let ctx = Ctx::from_env(workspace, cli.json);
     if let Some(problem) = ctx.roots_problem() {
         return finish(&ctx, Err(problem), false);
+    }
+    if cli.workspace.len() > 1 && !matches!(cli.verb, Some(Verb::Serve(_))) {
+        let e = CliError::usage("`-w` names one workspace here; only `offshoot serve` takes several")
+            .hint("give `-w` once, or serve them all with `offshoot serve -w A -w B` (or `--all`)");
+        return finish(&ctx, Err(e), false);
     }
     let Some(verb) = &cli.verb else {
         // No verb: the chat on a terminal, else the help (as for a script).
@@ -168,7 +173,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),
         Verb::Acp(args) => verbs::acp::run(&ctx, args),
-        Verb::Serve(args) => verbs::serve::run(&ctx, args),
+        Verb::Serve(args) => verbs::serve::run(&ctx, args, &cli.workspace),
     };
     let runs = matches!(verb, Verb::Prompt(_) | Verb::Send(_) | Verb::Run(_) | Verb::Fork(_) | Verb::Demo(_));
     finish(&ctx, result, runs)

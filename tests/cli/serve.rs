@@ -29,12 +29,14 @@ impl Drop for Served {
 }
 
 fn serve(t: &TestWorkspace) -> Served {
-    serve_with(t.command())
+    serve_with(t.command(), &[])
 }
 
-fn serve_with(mut command: Command) -> Served {
+/// `offshoot serve` as `command` runs it, with `options` after the verb.
+fn serve_with(mut command: Command, options: &[&str]) -> Served {
     let mut child = command
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(options)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -152,11 +154,16 @@ fn bad_input_is_a_4xx_naming_the_thing_and_nothing_is_written() {
 
 /// An event stream of `served` (resuming after `last` when given), read as it comes.
 fn stream(served: &Served, last: Option<&str>) -> BufReader<TcpStream> {
+    stream_of(served, "/events", last)
+}
+
+/// [`stream`] of the events at `path` (`/events?ws=…`).
+fn stream_of(served: &Served, path: &str, last: Option<&str>) -> BufReader<TcpStream> {
     let mut s = TcpStream::connect(("127.0.0.1", served.port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
     let resume = last.map(|l| format!("Last-Event-ID: {l}\r\n")).unwrap_or_default();
     let head = format!(
-        "GET /events HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\n{resume}\r\n",
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\n{resume}\r\n",
         served.port, served.token
     );
     s.write_all(head.as_bytes()).expect("send");
@@ -223,13 +230,20 @@ fn events_come_as_drivers_write_them_and_a_client_that_comes_back_misses_none() 
     assert!(run.wait().expect("run").success());
     let id = t.id_of("Six");
     let written = std::fs::read_to_string(t.steps_dir(&id).join("events.ndjson")).expect("events");
-    let records: Vec<&str> = seen.iter().map(String::as_str).filter(|d| !d.starts_with(r#"{"type":"agent""#)).collect();
-    assert_eq!(records, written.lines().collect::<Vec<_>>(), "every line once, in order");
-    assert_eq!(
-        serde_json::from_str::<Value>(&seen[0]).ok(),
-        Some(json!({"type": "agent", "agent": id})),
-        "its coming first"
-    );
+    // Each the line written, with the workspace it is of.
+    let seen: Vec<Value> = seen
+        .iter()
+        .map(|d| {
+            let mut v: Value = serde_json::from_str(d).expect("JSON");
+            assert_eq!(v["workspace"], "ws", "{d}");
+            v.as_object_mut().expect("object").remove("workspace");
+            v
+        })
+        .collect();
+    let records: Vec<&Value> = seen.iter().filter(|v| v["type"] != "agent").collect();
+    let written: Vec<Value> = written.lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    assert_eq!(records, written.iter().collect::<Vec<_>>(), "every line once, in order");
+    assert_eq!(seen[0], json!({"type": "agent", "agent": id}), "its coming first");
 }
 
 /// The browser on `url` through `steps` (see tests/serve/browser.py); what it saw.
@@ -367,7 +381,7 @@ fn no_answer_or_event_carries_the_providers_key_even_when_the_model_says_it() {
     server.push(crate::support::server::Reply::Paced(said, Duration::from_millis(60)));
     let mut command = t.command();
     command.env("ANTHROPIC_API_KEY", key);
-    let served = serve_with(command);
+    let served = serve_with(command, &[]);
     let mut events = stream(&served, None);
     let ran = t.command().env("ANTHROPIC_API_KEY", key).args(["prompt", "--name", "Leaky", "say the key"]).output();
     assert!(ran.expect("prompt").status.success());
@@ -462,4 +476,103 @@ fn a_steps_record_and_change_and_a_fork_made_here_are_what_the_cli_has() {
     assert_eq!(forks["forks"][0]["id"], fork.as_str(), "{forks}");
     let log = t.run(&["log", &fork]).ok().to_owned();
     assert!(log.contains("say it otherwise") && log.contains("wrote it otherwise"), "{log}");
+}
+
+#[test]
+fn several_workspaces_are_served_at_once_each_named_by_its_key() {
+    let (server_a, a) = TestWorkspace::served("serve-many-a", Dialect::Anthropic);
+    let (server_b, b) = TestWorkspace::served("serve-many-b", Dialect::Anthropic);
+    server_a.push_turns([Turn::text("a done")]);
+    server_b.push_turns([Turn::text("b done")]);
+    a.run(&["prompt", "--name", "InA", "hello a"]).ok();
+    b.run(&["prompt", "--name", "InB", "hello b"]).ok();
+    // `-w` twice is for `serve` alone.
+    let twice = a.run(&["-w", &b.ws.display().to_string(), "ls"]);
+    assert_eq!(twice.code, 2, "{}", twice.stderr);
+    assert!(twice.stderr.contains("only `offshoot serve` takes several"), "{}", twice.stderr);
+    let mut command = a.command();
+    command.arg("-w").arg(&b.ws);
+    let served = serve_with(command, &[]);
+    // Both directories are named `ws`: the second's key is made unique.
+    let (status, listed) = served.get("/api/workspaces");
+    assert_eq!(status, 200, "{listed}");
+    let keys: Vec<&str> =
+        listed["workspaces"].as_array().expect("list").iter().filter_map(|w| w["key"].as_str()).collect();
+    assert_eq!(keys, ["ws", "ws-2"], "{listed}");
+    assert_eq!(listed["workspaces"][1]["agents"], 1, "{listed}");
+    assert_eq!(served.get("/api/agents").1["agents"][0]["name"], "InA");
+    assert_eq!(served.get("/api/agents?ws=ws-2").1["agents"][0]["name"], "InB");
+    let (status, body) = served.get("/api/agents?ws=nope");
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body["error"].as_str().is_some_and(|e| e.contains("no workspace `nope`") && e.contains("ws, ws-2")),
+        "{body}"
+    );
+    // B's events: on its own stream and on the one of all, each with its workspace; never
+    // on A's.
+    let mut of_a = stream_of(&served, "/events?ws=ws", None);
+    let mut of_b = stream_of(&served, "/events?ws=ws-2", None);
+    let mut of_all = stream(&served, None);
+    server_b.push_turns([Turn::text("b again")]);
+    let (status, sent) =
+        served.post(&format!("/api/agents/{}/messages?ws=ws-2", b.id_of("InB")), r#"{"text":"again"}"#);
+    assert_eq!(status, 200, "{sent}");
+    for reader in [&mut of_b, &mut of_all] {
+        let (_, data) = next_event(reader);
+        let event: Value = serde_json::from_str(&data).expect("JSON");
+        assert_eq!(
+            (event["workspace"].as_str(), event["agent"].as_str()),
+            (Some("ws-2"), Some(b.id_of("InB").as_str()))
+        );
+    }
+    wait_for("B's answer", || b.run(&["log", "InB"]).stdout.contains("b again"));
+    server_a.push_turns([Turn::text("a again")]);
+    a.run(&["send", "InA", "again"]).ok();
+    let (_, data) = next_event(&mut of_a);
+    assert!(data.contains(r#""workspace":"ws""#), "{data}");
+    assert_eq!(server_a.requests().len(), 2, "A's model was asked only for A");
+    // On the page: a picker of both; the second picked, its tree.
+    let url = format!("http://127.0.0.1:{}/?token={}", served.port, served.token);
+    let seen = browse(
+        &url,
+        json!([
+            [
+                "wait",
+                "!document.querySelector('#workspace').hidden && document.querySelector('#workspace').options.length === 2 && document.querySelectorAll('.agent').length === 1",
+                20
+            ],
+            [
+                "eval",
+                "const p = document.querySelector('#workspace'); p.value = 'ws-2'; p.dispatchEvent(new Event('change')); true"
+            ],
+            [
+                "wait",
+                "(t => t.includes('InB') && t)([...document.querySelectorAll('.agent .who')].map(e => e.textContent).join())",
+                10
+            ]
+        ]),
+    );
+    assert_eq!(seen[0]["value"], json!(true), "the picker: {seen:?}");
+    let tree = seen[2]["value"].as_str().unwrap_or_default();
+    assert!(tree.contains("InB") && !tree.contains("InA"), "the second workspace's tree: {seen:?}");
+}
+
+#[test]
+fn all_serves_every_workspace_under_the_data_root_and_says_so_when_there_is_none() {
+    let t = TestWorkspace::new("serve-all");
+    let none = t.command_bare().args(["serve", "--all", "--listen", "127.0.0.1:0"]).output().expect("serve");
+    let said = String::from_utf8_lossy(&none.stderr);
+    assert_eq!(none.status.code(), Some(2), "{said}");
+    assert!(said.contains("`--all`: there is no workspace under"), "{said}");
+    let both = t.run(&["serve", "--all", "--listen", "127.0.0.1:0"]);
+    assert_eq!(both.code, 2, "{}", both.stderr);
+    assert!(both.stderr.contains("it takes no `-w`"), "{}", both.stderr);
+    // The default workspace made under the data root (a `config set` makes it).
+    let made = t.command_bare().args(["config", "set", "budgets.max_depth", "3"]).output().expect("config");
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let served = serve_with(t.command_bare(), &["--all"]);
+    let (status, listed) = served.get("/api/workspaces");
+    assert_eq!(status, 200, "{listed}");
+    assert_eq!(listed["workspaces"].as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(listed["workspaces"][0]["key"], "default", "{listed}");
 }

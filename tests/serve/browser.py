@@ -80,13 +80,20 @@ async def run(plan):
                 verb = step[0]
                 if verb == "wait":
                     until = time.time() + step[2]
-                    value = None
+                    value, error = None, None
                     while time.time() < until:
-                        value = await page.eval(step[1])
+                        # (One that throws, as on a page not loaded yet, is not yet true.)
+                        try:
+                            value, error = await page.eval(step[1]), None
+                        except RuntimeError as e:
+                            value, error = None, str(e)
                         if value:
                             break
                         await asyncio.sleep(0.1)
-                    say(step=verb, expression=step[1], value=value)
+                    if error:
+                        say(step=verb, expression=step[1], value=value, error=error)
+                    else:
+                        say(step=verb, expression=step[1], value=value)
                 elif verb == "eval":
                     say(step=verb, expression=step[1], value=await page.eval(step[1]))
                 elif verb == "click":

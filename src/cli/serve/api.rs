@@ -18,26 +18,33 @@ use engine::store::workspace::Workspace;
 
 use super::feed::Next;
 use super::http::{Request, Response};
-use super::{Server, page};
+use super::{Server, Site, page};
 
 pub(super) fn route(server: &Server, request: &Request) -> Response {
     let segments: Vec<&str> = request.segments.iter().map(String::as_str).collect();
     let response = match (request.method.as_str(), segments.as_slice()) {
         ("GET", []) => page::index(&server.token),
         ("GET", [asset]) => page::asset(asset).unwrap_or_else(|| Response::error(404, format!("no page `/{asset}`"))),
-        ("GET", ["api", "agents"]) => with_ws(server, |ws| agents_of(server, ws)),
-        ("GET", ["api", "agents", id, "transcript"]) => with_agent(server, id, transcript),
-        ("GET", ["api", "agents", id, "steps", step]) => with_agent(server, id, |ws, id| step_whole(ws, id, step)),
+        ("GET", ["api", "workspaces"]) => respond(workspaces(server)),
+        ("GET", ["api", "agents"]) => with_ws(server, request, agents_of),
+        ("GET", ["api", "agents", id, "transcript"]) => with_agent(server, request, id, transcript),
+        ("GET", ["api", "agents", id, "steps", step]) => {
+            with_agent(server, request, id, |ws, id| step_whole(ws, id, step))
+        }
         ("GET", ["api", "agents", id, "steps", step, "request"]) => {
-            with_agent(server, id, |ws, id| step_request(ws, id, step))
+            with_agent(server, request, id, |ws, id| step_request(ws, id, step))
         }
         ("GET", ["api", "agents", id, "steps", step, "diff"]) => {
-            with_agent(server, id, |ws, id| step_diff(ws, id, step))
+            with_agent(server, request, id, |ws, id| step_diff(ws, id, step))
         }
-        ("GET", ["api", "agents", id, "diff"]) => with_agent(server, id, diff),
-        ("GET", ["api", "agents", id, "compactions"]) => with_agent(server, id, compactions),
-        ("GET", ["api", "agents", id, "forks"]) => with_agent(server, id, |ws, id| forks(server, ws, id)),
-        ("GET", ["api", "questions"]) => with_ws(server, |ws| Ok(json!({"questions": approvals::pending(ws)}))),
+        ("GET", ["api", "agents", id, "diff"]) => with_agent(server, request, id, diff),
+        ("GET", ["api", "agents", id, "compactions"]) => with_agent(server, request, id, compactions),
+        ("GET", ["api", "agents", id, "forks"]) => {
+            with_ws(server, request, |site, ws| forks(site, ws, &known(ws, id)?))
+        }
+        ("GET", ["api", "questions"]) => {
+            with_ws(server, request, |_, ws| Ok(json!({"questions": approvals::pending(ws)})))
+        }
         ("POST", ["api", "agents"]) => write(server, request, prompt),
         ("POST", ["api", "agents", id, "messages"]) => write(server, request, |s, ws, body| message(s, ws, id, body)),
         ("POST", ["api", "agents", id, "stop"]) => write(server, request, |s, ws, _| stop(s, ws, id)),
@@ -76,12 +83,55 @@ fn respond(result: Result<Value, Failed>) -> Response {
     }
 }
 
-fn with_ws(server: &Server, f: impl FnOnce(&Workspace) -> Result<Value, Failed>) -> Response {
-    respond(Workspace::open(&server.workspace).map_err(Failed::from).and_then(|ws| f(&ws)))
+/// The workspace a request names (`?ws=KEY`; none: the first served); a 404 naming
+/// those there are.
+pub(super) fn site_of<'s>(server: &'s Server, request: &Request) -> Result<&'s Site, Failed> {
+    let Some(key) = request.param("ws") else {
+        return server.sites.first().ok_or_else(|| Failed(500, "no workspace is served".into()));
+    };
+    server.sites.iter().find(|s| s.key == key).ok_or_else(|| {
+        let keys: Vec<&str> = server.sites.iter().map(|s| s.key.as_str()).collect();
+        Failed(404, format!("no workspace `{key}` is served here (`ws` is one of: {})", keys.join(", ")))
+    })
 }
 
-fn with_agent(server: &Server, id: &str, f: impl FnOnce(&Workspace, &AgentId) -> Result<Value, Failed>) -> Response {
-    with_ws(server, |ws| f(ws, &known(ws, id)?))
+/// The workspace a request names, opened.
+fn open<'s>(server: &'s Server, request: &Request) -> Result<(&'s Site, Workspace), Failed> {
+    let site = site_of(server, request)?;
+    Ok((site, Workspace::open(&site.root)?))
+}
+
+fn with_ws(server: &Server, request: &Request, f: impl FnOnce(&Site, &Workspace) -> Result<Value, Failed>) -> Response {
+    respond(open(server, request).and_then(|(site, ws)| f(site, &ws)))
+}
+
+fn with_agent(
+    server: &Server,
+    request: &Request,
+    id: &str,
+    f: impl FnOnce(&Workspace, &AgentId) -> Result<Value, Failed>,
+) -> Response {
+    with_ws(server, request, |_, ws| f(ws, &known(ws, id)?))
+}
+
+/// `GET /api/workspaces`: each workspace served, first the one a request that names
+/// none means: its key, where it is, and how many agents it has, are at work, and wait
+/// on you.
+fn workspaces(server: &Server) -> Result<Value, Failed> {
+    let mut list = Vec::new();
+    for site in &server.sites {
+        let ws = Workspace::open(&site.root)?;
+        let all = agents_of(site, &ws)?;
+        let agents = all["agents"].as_array().map_or(&[][..], Vec::as_slice);
+        list.push(json!({
+            "key": site.key,
+            "path": site.root,
+            "agents": agents.len(),
+            "running": agents.iter().filter(|a| a["state"] == "running").count(),
+            "questions": all["questions"].as_array().map_or(0, Vec::len),
+        }));
+    }
+    Ok(json!({"workspaces": list}))
 }
 
 /// The agent of `id` (an id, not a name: URLs name agents by id), if it exists.
@@ -97,8 +147,8 @@ pub(super) fn known(ws: &Workspace, id: &str) -> Result<AgentId, Failed> {
 /// Every agent as `ls --json` has it, and the questions waiting (which agents they
 /// hold: the ones that need you). Each agent's state is kept between requests and read
 /// again when what it is made of changed (`inspect::states_kept`).
-fn agents_of(server: &Server, ws: &Workspace) -> Result<Value, Failed> {
-    let mut kept = server.states.lock().map_err(|_| Failed(500, "the kept states are poisoned".into()))?;
+fn agents_of(site: &Site, ws: &Workspace) -> Result<Value, Failed> {
+    let mut kept = site.states.lock().map_err(|_| Failed(500, "the kept states are poisoned".into()))?;
     let mut states = inspect::states_kept(ws, &mut kept)?;
     drop(kept);
     states.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.id.cmp(&b.id)));
@@ -158,8 +208,8 @@ fn compactions(ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
 }
 
 /// The agents forked from `id`'s commits, as `/api/agents` has them.
-fn forks(server: &Server, ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
-    let all = agents_of(server, ws)?;
+fn forks(site: &Site, ws: &Workspace, id: &AgentId) -> Result<Value, Failed> {
+    let all = agents_of(site, ws)?;
     let forks: Vec<&Value> =
         all["agents"].as_array().into_iter().flatten().filter(|a| a["origin"] == id.as_str()).collect();
     Ok(json!({"agent": id.as_str(), "forks": forks}))
@@ -192,7 +242,7 @@ fn write(
     f: impl FnOnce(&Server, &Workspace, serde_json::Map<String, Value>) -> Result<Value, Failed>,
 ) -> Response {
     respond(body_of(request).and_then(|body| {
-        let ws = Workspace::open(&server.workspace)?;
+        let (_, ws) = open(server, request)?;
         f(server, &ws, body)
     }))
 }
@@ -215,14 +265,23 @@ fn answer(ws: &Workspace, q: &str, yes: bool, body: serde_json::Map<String, Valu
     }
 }
 
-/// `GET /events` (`?agent=ID` for one agent and those below it): Server-Sent Events,
-/// each an events-file line (`--json`'s shapes) with an id to resume from
+/// `GET /events` (`?ws=KEY` for one workspace's, `?agent=ID` for one agent's and those
+/// below it, in `ws` or the first served): Server-Sent Events, each an events-file line
+/// (`--json`'s shapes, with the `workspace`) with an id to resume from
 /// (`Last-Event-ID`). A client that comes back after what is kept gets a `reset`.
 pub(super) fn events(server: &Server, request: &Request, out: &mut impl Write) {
     let below = request.param("agent").map(str::to_owned);
-    if let Some(agent) = &below
-        && let Err(Failed(status, why)) =
-            Workspace::open(&server.workspace).map_err(Failed::from).and_then(|ws| known(&ws, agent))
+    let named = (request.param("ws").is_some() || below.is_some()).then(|| site_of(server, request));
+    let site = match named {
+        None => None,
+        Some(Err(Failed(status, why))) => {
+            let _ = super::http::write_response(out, &Response::error(status, why));
+            return;
+        }
+        Some(Ok(site)) => Some(server.sites.iter().position(|s| std::ptr::eq(s, site)).unwrap_or(0)),
+    };
+    if let (Some(agent), Ok((_, ws))) = (&below, open(server, request))
+        && let Err(Failed(status, why)) = known(&ws, agent)
     {
         let _ = super::http::write_response(out, &Response::error(status, why));
         return;
@@ -240,7 +299,10 @@ pub(super) fn events(server: &Server, request: &Request, out: &mut impl Write) {
     if reset && write!(out, "event: reset\ndata: {{}}\n\n").and_then(|()| out.flush()).is_err() {
         return;
     }
-    let ours = |agent: &str| below.as_deref().is_none_or(|b| agent == b || agent.starts_with(&format!("{b}.")));
+    let ours = |event: &super::feed::Event| {
+        site.is_none_or(|s| event.site == s)
+            && below.as_deref().is_none_or(|b| event.agent == b || event.agent.starts_with(&format!("{b}.")))
+    };
     loop {
         let sent = match server.feed.from(from, super::feed::KEEPALIVE) {
             Next::Gap => {
@@ -252,7 +314,7 @@ pub(super) fn events(server: &Server, request: &Request, out: &mut impl Write) {
                 let mut text = String::new();
                 for event in events {
                     from = event.seq + 1;
-                    if ours(&event.agent) {
+                    if ours(&event) {
                         text.push_str(&format!("id: {}-{}\ndata: {}\n\n", server.feed.epoch, event.seq, event.line));
                     }
                 }

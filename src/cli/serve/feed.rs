@@ -1,9 +1,9 @@
-//! The workspace's events as drivers write them: one thread follows every agent's
-//! events file (`steps/<id>/events.ndjson`) through inotify, a shallow watch of
-//! `steps/` and each agent's directory in it, and keeps the latest lines in order, each
-//! with an id; event streams wait on it. Nothing is polled: with no driver writing, the
-//! thread sleeps in `poll(2)` and so does every stream, but for a comment each
-//! [`KEEPALIVE`] to learn whether its client is still there.
+//! The workspaces' events as drivers write them: a thread per workspace follows every
+//! agent's events file (`steps/<id>/events.ndjson`) through inotify, a shallow watch of
+//! `steps/` and each agent's directory in it, and all keep the latest lines in one log,
+//! in order, each with an id; event streams wait on it. Nothing is polled: with no
+//! driver writing, the threads sleep in `poll(2)` and so does every stream, but for a
+//! comment each [`KEEPALIVE`] to learn whether its client is still there.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Seek, SeekFrom};
@@ -25,10 +25,12 @@ const BATCH: usize = 1_000;
 /// How often a quiet stream sends a comment.
 pub(super) const KEEPALIVE: Duration = Duration::from_secs(25);
 
-/// One event: its number, the agent it is of, and its JSON line (redacted).
+/// One event: its number, the workspace (its place among those served) and agent it is
+/// of, and its JSON line (redacted).
 #[derive(Clone)]
 pub(super) struct Event {
     pub(super) seq: u64,
+    pub(super) site: usize,
     pub(super) agent: String,
     pub(super) line: Arc<str>,
 }
@@ -61,12 +63,21 @@ pub(super) struct Feed {
 }
 
 impl Feed {
-    /// Starts following the events files under `steps` (made if missing), each from its
-    /// end as it is now; `redact` hides secret values in every line.
-    pub(super) fn start(steps: PathBuf, redact: infra::redact::Redactor) -> std::io::Result<Feed> {
+    /// Starts following the events files under each workspace's `steps` directory (made
+    /// if missing; its key tags its events), each file from its end as it is now;
+    /// `redact` hides secret values in every line.
+    pub(super) fn start(sources: Vec<(String, PathBuf)>, redact: infra::redact::Redactor) -> std::io::Result<Feed> {
+        let feed = Feed { shared: Arc::default(), epoch: engine::random_u32() };
+        for (site, (key, steps)) in sources.into_iter().enumerate() {
+            feed.follow(site, key, steps, redact.clone())?;
+        }
+        Ok(feed)
+    }
+
+    /// One thread following one workspace's events files.
+    fn follow(&self, site: usize, key: String, steps: PathBuf, redact: infra::redact::Redactor) -> std::io::Result<()> {
         std::fs::create_dir_all(&steps)?;
         let mut watch = infra::watch::Shallow::new(&steps)?;
-        let feed = Feed { shared: Arc::default(), epoch: engine::random_u32() };
         let mut offsets: HashMap<String, u64> = HashMap::new();
         for entry in std::fs::read_dir(&steps)?.flatten() {
             let agent = entry.file_name().to_string_lossy().into_owned();
@@ -76,9 +87,9 @@ impl Feed {
             let len = std::fs::metadata(entry.path().join(events::FILE)).map_or(0, |m| m.len());
             offsets.insert(agent, len);
         }
-        let writer = feed.clone();
+        let writer = self.clone();
         std::thread::Builder::new().name("serve-feed".into()).spawn(move || {
-            let mut clean = Clean::new(redact);
+            let mut clean = Clean::new(redact, key);
             while let Ok(seen) = watch.wait(None) {
                 let mut lines = Vec::new();
                 // (Only agents' directories, real ones: a name that is no agent id, or a
@@ -87,7 +98,7 @@ impl Feed {
                 for agent in &dirs {
                     // (A new agent: its file is read from the start, and its coming said.)
                     offsets.entry(agent.clone()).or_insert(0);
-                    lines.push((agent.clone(), serde_json::json!({"type": "agent", "agent": agent}).to_string()));
+                    lines.push((agent.clone(), clean.tagged(serde_json::json!({"type": "agent", "agent": agent}))));
                 }
                 let touched: Vec<String> = match seen.everything {
                     true => offsets.keys().cloned().collect(),
@@ -101,20 +112,20 @@ impl Feed {
                         lines.extend(clean.line(&agent, &line).into_iter().map(|l| (agent.clone(), l)));
                     }
                 }
-                writer.push(lines.into_iter());
+                writer.push(site, lines.into_iter());
             }
         })?;
-        Ok(feed)
+        Ok(())
     }
 
-    fn push(&self, lines: impl Iterator<Item = (String, String)>) {
+    fn push(&self, site: usize, lines: impl Iterator<Item = (String, String)>) {
         let (lock, cvar) = &*self.shared;
         let Ok(mut log) = lock.lock() else { return };
         for (agent, line) in lines {
             let seq = log.next;
             log.next += 1;
             log.bytes += line.len();
-            log.events.push_back(Event { seq, agent, line: line.into() });
+            log.events.push_back(Event { seq, site, agent, line: line.into() });
             while log.events.len() > KEPT || log.bytes > KEPT_BYTES {
                 let Some(gone) = log.events.pop_front() else { break };
                 log.bytes -= gone.line.len();
@@ -181,26 +192,39 @@ fn agent_dir(steps: &Path, name: &str) -> bool {
 }
 
 /// Lines made fit to send: only events lines (what drivers write) go, written again by
-/// serde (nothing of a line but its JSON reaches a client), with every secret value
-/// hidden — in streamed text too, where a key can come split across two deltas: each
-/// agent's delta text is redacted as one stream, its tail held back until the next
-/// piece shows it is no secret.
+/// serde (nothing of a line but its JSON reaches a client) with the workspace's key,
+/// with every secret value hidden — in streamed text too, where a key can come split
+/// across two deltas: each agent's delta text is redacted as one stream, its tail held
+/// back until the next piece shows it is no secret.
 struct Clean {
     redact: infra::redact::Redactor,
+    /// The key of the workspace its lines are of.
+    workspace: String,
     /// Per agent, the text and thinking deltas held back.
     held: HashMap<String, (String, String)>,
 }
 
 impl Clean {
-    fn new(redact: infra::redact::Redactor) -> Clean {
-        Clean { redact, held: HashMap::new() }
+    fn new(redact: infra::redact::Redactor, workspace: String) -> Clean {
+        Clean { redact, workspace, held: HashMap::new() }
+    }
+
+    /// `value` with its workspace, as a line.
+    fn tagged(&self, mut value: serde_json::Value) -> String {
+        value["workspace"] = serde_json::Value::String(self.workspace.clone());
+        value.to_string()
     }
 
     fn line(&mut self, agent: &str, line: &str) -> Vec<String> {
         let Some(mut parsed) = events::Line::parse(line.as_bytes()) else { return Vec::new() };
         let held = self.held.entry(agent.to_owned()).or_default();
         let mut out = Vec::new();
-        let delta = |record: events::Record| events::Line { record, agent: agent.to_owned() }.to_value().to_string();
+        let workspace = self.workspace.clone();
+        let delta = |record: events::Record| {
+            let mut value = events::Line { record, agent: agent.to_owned() }.to_value();
+            value["workspace"] = serde_json::Value::String(workspace.clone());
+            value.to_string()
+        };
         match &mut parsed.record {
             events::Record::TextDelta { text } => {
                 *text = self.redact.redact_piece(&mut held.0, text);
@@ -227,10 +251,10 @@ impl Clean {
                 }
             }
         }
-        let mut text = self.redact.redact(&parsed.to_value().to_string());
+        let mut text = self.redact.redact(&self.tagged(parsed.to_value()));
         if text.len() > LINE_MAX {
             let kind = parsed.to_value()["type"].clone();
-            text = serde_json::json!({"type": kind, "agent": agent, "cut": true}).to_string();
+            text = self.tagged(serde_json::json!({"type": kind, "agent": agent, "cut": true}));
         }
         out.push(text);
         out

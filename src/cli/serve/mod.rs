@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{CliError, Ctx};
+use engine::store::workspace::Workspace;
 use http::{Refused, Request, Response};
 
 /// The most connections served at once (an event stream holds one while it is open).
@@ -30,14 +31,21 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 pub(super) struct Server {
     /// (Behind a lock: a write makes a runtime from it, one at a time.)
     ctx: Mutex<Ctx>,
-    workspace: PathBuf,
+    /// The workspaces served, the first the one a request that names none means.
+    sites: Vec<Site>,
     token: String,
     /// The address served, and whether it is a loopback one (then the `Host` a request
     /// names must be one too: a page of another site cannot reach it by a DNS name).
     addr: SocketAddr,
     feed: feed::Feed,
     redact: infra::redact::Redactor,
-    /// The agents' states, kept between requests.
+}
+
+/// One workspace served: the key requests name it by (`?ws=KEY`), where it is, and its
+/// agents' states, kept between requests.
+pub(super) struct Site {
+    key: String,
+    root: PathBuf,
     states: Mutex<engine::ops::inspect::StatesKept>,
 }
 
@@ -46,6 +54,10 @@ pub(crate) struct Options {
     pub(crate) listen: SocketAddr,
     pub(crate) print_token: bool,
     pub(crate) rotate_token: bool,
+    /// Every `-w` given: with more than one, those are served.
+    pub(crate) workspaces: Vec<PathBuf>,
+    /// Every workspace under the data root.
+    pub(crate) all: bool,
 }
 
 pub(crate) fn run(ctx: Ctx, options: Options) -> Result<(), CliError> {
@@ -54,31 +66,35 @@ pub(crate) fn run(ctx: Ctx, options: Options) -> Result<(), CliError> {
         ctx.out.line(&token(&token_file, false)?);
         return Ok(());
     }
-    let ws = ctx.workspace_making()?;
+    let served = served(&ctx, &options)?;
     let token = token(&token_file, options.rotate_token)?;
-    let (_, config) = ws.config("default").map_err(CliError::from)?;
-    let redact = infra::redact::Redactor::new(domain::tool_env::secret_values(ctx.env.vars(), &config));
-    let feed = feed::Feed::start(ws.layout.root().join("steps"), redact.clone())
+    // Every secret value any of their configs names is hidden from every answer.
+    let mut secrets = Vec::new();
+    for (_, ws) in &served {
+        let (_, config) = ws.config("default").map_err(CliError::from)?;
+        secrets.extend(domain::tool_env::secret_values(ctx.env.vars(), &config));
+    }
+    let redact = infra::redact::Redactor::new(secrets);
+    let sources: Vec<(String, PathBuf)> =
+        served.iter().map(|(key, ws)| (key.clone(), ws.layout.root().join("steps"))).collect();
+    let feed = feed::Feed::start(sources, redact.clone())
         .map_err(|e| CliError::runtime(format!("cannot watch the workspace's events: {e}")))?;
     let listener = TcpListener::bind(options.listen)
         .map_err(|e| CliError::usage(format!("cannot listen on {}: {e}", options.listen)))?;
     let addr = listener.local_addr().map_err(|e| CliError::runtime(format!("the listening socket: {e}")))?;
     let url = format!("http://{addr}/?token={token}");
     ctx.out.line(&url);
+    let roots: Vec<String> = served.iter().map(|(_, ws)| ws.layout.root().display().to_string()).collect();
     ctx.out.progress(&format!(
         "· serving {} on {addr}; the token is in {} (`offshoot serve --token` prints it again)",
-        ws.layout.root().display(),
+        roots.join(", "),
         token_file.display()
     ));
-    let server = Arc::new(Server {
-        workspace: ws.layout.root().to_owned(),
-        ctx: Mutex::new(ctx),
-        token,
-        addr,
-        feed,
-        redact,
-        states: Mutex::default(),
-    });
+    let sites = served
+        .into_iter()
+        .map(|(key, ws)| Site { key, root: ws.layout.root().to_owned(), states: Mutex::default() })
+        .collect();
+    let server = Arc::new(Server { sites, ctx: Mutex::new(ctx), token, addr, feed, redact });
     let open = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else { continue };
@@ -94,6 +110,55 @@ pub(crate) fn run(ctx: Ctx, options: Options) -> Result<(), CliError> {
         });
     }
     Ok(())
+}
+
+/// The workspaces to serve, each with its key: every one under the data root (`--all`),
+/// those `-w` names when it is given more than once, else the one the context selects
+/// (made if it is the default and missing). A key is the directory's name (made unique
+/// with `-2`, `-3`… when two share one).
+fn served(ctx: &Ctx, options: &Options) -> Result<Vec<(String, Workspace)>, CliError> {
+    let roots: Vec<PathBuf> = if options.all {
+        let under = ctx.data_root.join("workspaces");
+        let mut roots: Vec<PathBuf> = std::fs::read_dir(&under)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| ctx.looks_made(p))
+            .collect();
+        roots.sort();
+        if roots.is_empty() {
+            return Err(CliError::usage(format!("`--all`: there is no workspace under {} to serve", under.display()))
+                .hint("the first `offshoot prompt \"…\"` makes one"));
+        }
+        roots
+    } else if options.workspaces.len() > 1 {
+        options.workspaces.clone()
+    } else {
+        let ws = ctx.workspace_making()?;
+        return Ok(vec![(key_of(ws.layout.root(), &[]), ws)]);
+    };
+    let mut served: Vec<(String, Workspace)> = Vec::new();
+    for root in roots {
+        let ws = Workspace::open(&root).map_err(CliError::from)?;
+        let taken: Vec<&str> = served.iter().map(|(k, _)| k.as_str()).collect();
+        served.push((key_of(ws.layout.root(), &taken), ws));
+    }
+    Ok(served)
+}
+
+/// The key of the workspace at `root`: its directory's name, made unique among `taken`.
+fn key_of(root: &Path, taken: &[&str]) -> String {
+    let name = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "workspace".into());
+    let name: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    let mut key = name.clone();
+    let mut n = 1;
+    while taken.contains(&key.as_str()) {
+        n += 1;
+        key = format!("{name}-{n}");
+    }
+    key
 }
 
 /// One of the [`CONNECTIONS_MAX`] connections, given back when dropped.

@@ -15,12 +15,24 @@ pub(crate) struct Args {
     /// Replace the token with a new one (the old one no longer opens anything), then serve
     #[arg(long)]
     pub(crate) rotate_token: bool,
+    /// Serve every workspace under the data root (`-w` repeated serves those it names)
+    #[arg(long)]
+    pub(crate) all: bool,
 }
 
-pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
+/// `workspaces`: every `-w` given (the first is the context's).
+pub(crate) fn run(ctx: &Ctx, args: &Args, workspaces: &[std::path::PathBuf]) -> Result<(), CliError> {
+    if args.all && !workspaces.is_empty() {
+        return Err(CliError::usage("`--all` serves every workspace under the data root; it takes no `-w`"));
+    }
     // (Its own context: the server's threads outlive this borrow.)
     let own = Ctx::from_env(ctx.explicit_workspace().cloned(), ctx.out.json);
-    let options =
-        crate::cli::serve::Options { listen: args.listen, print_token: args.token, rotate_token: args.rotate_token };
+    let options = crate::cli::serve::Options {
+        listen: args.listen,
+        print_token: args.token,
+        rotate_token: args.rotate_token,
+        workspaces: workspaces.to_vec(),
+        all: args.all,
+    };
     crate::cli::serve::run(own, options)
 }

@@ -6,6 +6,9 @@ const token = new URLSearchParams(location.search).get("token") || "";
 const $ = (id) => document.getElementById(id);
 let agents = [];
 let questions = [];
+// The workspaces served, and the one shown (every call names it).
+let workspaces = [];
+let wsKey = null;
 let selected = null;
 let streaming = null;
 const timers = {};
@@ -16,6 +19,7 @@ function later(name, ms, fn) {
 }
 
 async function api(path, body) {
+  if (wsKey !== null) path += (path.includes("?") ? "&" : "?") + "ws=" + encodeURIComponent(wsKey);
   const options = { headers: { Authorization: "Bearer " + token } };
   if (body !== undefined) {
     options.method = "POST";
@@ -53,8 +57,22 @@ function facts(a) {
   return parts.join(" · ");
 }
 
+// The workspaces served, in the picker when there are several; the badge counts the
+// questions of all of them.
+async function loadWorkspaces() {
+  workspaces = (await api("/api/workspaces")).workspaces;
+  if (wsKey === null || !workspaces.some((w) => w.key === wsKey)) wsKey = workspaces.length ? workspaces[0].key : null;
+  const pick = $("workspace");
+  pick.hidden = workspaces.length < 2;
+  pick.replaceChildren(
+    ...workspaces.map((w) => new Option(w.key + " (" + w.agents + (w.questions ? ", " + w.questions + " waiting" : "") + ")", w.key)),
+  );
+  pick.value = wsKey;
+}
+
 async function loadAgents() {
   try {
+    if (workspaces.length > 1) await loadWorkspaces();
     const all = await api("/api/agents");
     agents = all.agents;
     questions = all.questions;
@@ -92,7 +110,8 @@ function drawTree() {
   const tree = build("");
   tree.id = "tree";
   $("tree").replaceWith(tree);
-  const count = questions.length;
+  const others = workspaces.filter((w) => w.key !== wsKey).reduce((n, w) => n + w.questions, 0);
+  const count = questions.length + others;
   $("attention").hidden = count === 0;
   $("attention").textContent = count + (count === 1 ? " question waits" : " questions wait");
   document.title = (count ? "(" + count + ") " : "") + "offshoot";
@@ -195,11 +214,14 @@ async function loadConversation() {
 }
 
 function onRecord(record) {
-  if (["agent", "step", "end", "asked", "answered", "usage", "delivered"].includes(record.type)) later("tree", 200, loadAgents);
+  const here = record.workspace === wsKey;
+  if (here && ["agent", "step", "end", "usage", "delivered"].includes(record.type)) later("tree", 200, loadAgents);
+  if (["asked", "answered"].includes(record.type)) later("tree", 200, loadAgents);
   if (record.type === "asked" && "Notification" in window && Notification.permission === "granted") {
-    new Notification("offshoot: " + record.agent + " needs you", { body: record.tool + ": " + record.why });
+    const where = workspaces.length > 1 ? " (" + record.workspace + ")" : "";
+    new Notification("offshoot: " + record.agent + where + " needs you", { body: record.tool + ": " + record.why });
   }
-  if (record.agent !== selected) return;
+  if (!here || record.agent !== selected) return;
   if (record.type === "text_delta") {
     if (!streaming) {
       streaming = el("li", "entry assistant live");
@@ -315,5 +337,20 @@ $("fork").onclick = act(async () => {
   await select(made.agent);
 });
 
-loadAgents();
-listen();
+$("workspace").onchange = () => {
+  wsKey = $("workspace").value;
+  selected = null;
+  $("actions").hidden = true;
+  $("conversation").replaceChildren();
+  $("request").hidden = $("diff").hidden = true;
+  $("title").textContent = "A new agent";
+  $("facts").textContent = "";
+  $("text").placeholder = "A goal for a new agent";
+  $("send").textContent = "Start";
+  loadAgents();
+};
+
+loadWorkspaces()
+  .catch(say)
+  .then(loadAgents)
+  .then(listen);
