@@ -8,7 +8,13 @@
 //! - from an events line appended to the moment a client of the event stream has it,
 //!   with 1 client and with 20 at once (median and p99 of 200 appends each, one every
 //!   20 ms, while the hundred write their own lines too);
-//! - the server's CPU while idle (no line written), and its peak memory.
+//! - the server's CPU while idle (no line written), and its peak memory;
+//! - the page usable: from a headless Chromium's navigation to the tree drawn with every
+//!   agent and the event stream open, on a server just started (its first tree reads
+//!   everything) and again five times (when `.ci/tools` has unpacked the browser);
+//! - a real driver's 30-step run against the scripted model server while the hundred
+//!   write, with no stream client and with 20 reading every event: what the clients
+//!   cost the drivers.
 //!
 //! `cargo bench --bench serve -- [IDLE SECONDS]` (default 60).
 
@@ -17,6 +23,8 @@ mod cpu;
 #[path = "support/memory.rs"]
 #[allow(dead_code, reason = "this bench reads another process's peak")]
 mod memory;
+#[path = "../tests/cli/support/server.rs"]
+mod model;
 #[path = "support/team.rs"]
 mod team;
 
@@ -36,6 +44,9 @@ use infra::lock::LockGuard;
 const CHILDREN: usize = 999;
 const WORKING: usize = 100;
 const PINGS: usize = 200;
+const DRIVEN_STEPS: usize = 30;
+const DRIVES: usize = 3;
+const PAGE_LOADS: usize = 6;
 
 fn append(ws: &Workspace, agent: &AgentId, line: &str) {
     let dir = ws.layout.steps(agent);
@@ -67,6 +78,77 @@ fn client(port: u16, token: &str, seen: mpsc::Sender<(String, Instant)>) {
             }
         }
     });
+}
+
+/// A stream client that reads every event and keeps none, until the server closes.
+fn reader(port: u16, token: &str) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(s, "GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {token}\r\n\r\n").expect("send");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+    });
+}
+
+/// `offshoot` on the bench's workspace, as its user runs it.
+fn offshoot(ws: &std::path::Path, home: &std::path::Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_offshoot"));
+    c.arg("-w")
+        .arg(ws)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("OFFSHOOT_HOME", home)
+        .env("ANTHROPIC_API_KEY", "bench-key");
+    c
+}
+
+/// A real agent's run of [`DRIVEN_STEPS`] bash steps and an answer, against `model`: its
+/// time, in ms.
+fn drive(ws: &std::path::Path, home: &std::path::Path, model: &model::Server, n: usize) -> f64 {
+    let steps = (0..DRIVEN_STEPS).map(|i| model::Turn::bash(&format!("b{i}"), "echo step"));
+    model.push_turns(steps.chain([model::Turn::text("driven")]));
+    let started = Instant::now();
+    let out = offshoot(ws, home).args(["prompt", "--name", &format!("Driven{n}"), "work"]).output().expect("prompt");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    started.elapsed().as_secs_f64() * 1000.0
+}
+
+/// The page on `url` in headless Chromium, loaded [`PAGE_LOADS`] times: the ms from each
+/// navigation to the tree drawn with every agent and the stream open; `None` when
+/// `.ci/tools` has not unpacked the browser.
+fn page_usable(url: &str, agents: usize) -> Option<Vec<f64>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tools = root.join("target/test-tools");
+    let browser = tools.join("bin/chromium-headless-shell");
+    if !browser.exists() {
+        return None;
+    }
+    let usable = format!(
+        "document.querySelectorAll('.agent').length === {agents} && document.querySelector('#status').textContent === 'live'"
+    );
+    let mut steps = vec![serde_json::json!(["wait", usable, 30])];
+    for _ in 1..PAGE_LOADS {
+        steps.push(serde_json::json!(["navigate"]));
+        steps.push(serde_json::json!(["wait", usable, 30]));
+    }
+    let plan = serde_json::json!({"browser": browser, "url": url, "steps": steps});
+    let mut python = Command::new("python3")
+        .arg(root.join("tests/serve/browser.py"))
+        .env("PYTHONPATH", tools.join("py"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    python.stdin.take().expect("stdin").write_all(plan.to_string().as_bytes()).expect("plan");
+    let out = python.wait_with_output().expect("browser");
+    assert!(out.status.success(), "the browser failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Vec<serde_json::Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let waits: Vec<&serde_json::Value> = seen.iter().filter(|s| s["step"] == "wait").collect();
+    assert!(waits.iter().all(|w| w["value"] == true), "the page never drew the tree: {seen:?}");
+    Some(waits.iter().filter_map(|w| w["ms"].as_f64()).collect())
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -114,14 +196,14 @@ fn main() {
         working.iter().map(|id| LockGuard::try_acquire(&ws.layout.lock(id)).expect("lock").expect("free")).collect();
 
     let home = root_dir.join("home");
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_offshoot"))
-        .arg("-w")
-        .arg(&ws_path)
+    // The scripted model server, for the real drivers run at the end.
+    let model = model::Server::start();
+    for (key, value) in [("providers.anthropic.base_url", model.url()), ("roles.worker.provider", "anthropic".into())] {
+        let set = offshoot(&ws_path, &home).args(["config", "set", key, &value]).output().expect("set");
+        assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
+    }
+    let mut serve = offshoot(&ws_path, &home)
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("OFFSHOOT_HOME", &home)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -131,6 +213,24 @@ fn main() {
     let (port, token) = url.trim().trim_start_matches("http://127.0.0.1:").split_once("/?token=").expect("url");
     let (port, token): (u16, String) = (port.parse().expect("port"), token.to_owned());
     let pid = serve.id();
+
+    // The page, first on the server just started (its first tree reads everything).
+    let url = format!("http://127.0.0.1:{port}/?token={token}");
+    match page_usable(&url, CHILDREN + 1) {
+        Some(loads) => {
+            let mut warm = loads[1..].to_vec();
+            warm.sort_by(f64::total_cmp);
+            println!(
+                "the page usable ({} agents drawn, stream open): first {:.0} ms, then median {:.0} ms, slowest {:.0} ms of {}",
+                CHILDREN + 1,
+                loads[0],
+                percentile(&warm, 0.5),
+                warm[warm.len() - 1],
+                warm.len()
+            );
+        }
+        None => println!("the page: not measured (run `.ci/tools` to unpack the browser)"),
+    }
 
     let mut tree = Vec::new();
     for _ in 0..10 {
@@ -190,6 +290,22 @@ fn main() {
     }
     busy.sort_by(f64::total_cmp);
     println!("GET /api/agents while the hundred write: median {:.1} ms, slowest {:.1} ms", busy[5], busy[9]);
+    // A real driver with no stream client, then with 20 reading every event.
+    let alone: Vec<f64> = (0..DRIVES).map(|n| drive(&ws_path, &home, &model, n)).collect();
+    for _ in 0..20 {
+        reader(port, &token);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let watched: Vec<f64> = (0..DRIVES).map(|n| drive(&ws_path, &home, &model, DRIVES + n)).collect();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "a driver's {DRIVEN_STEPS} steps, the hundred writing: {:.0} ms with no stream client, {:.0} ms with 20 (medians of {DRIVES}; {alone:.0?} and {watched:.0?})",
+        median(alone.clone()),
+        median(watched.clone())
+    );
     let pinged = &children[WORKING];
     for clients in [1, 20] {
         let (median, p99) = pings(&ws, pinged, port, &token, clients);
@@ -205,7 +321,7 @@ fn main() {
     std::thread::sleep(Duration::from_secs(idle));
     let (used, took) = (cpu::seconds(pid) - before, started.elapsed().as_secs_f64());
     println!(
-        "idle (21 streams open, nothing written): {used:.3} s of CPU over {took:.1} s = {:.3}% of a core",
+        "idle (the 20 readers' streams open, nothing written): {used:.3} s of CPU over {took:.1} s = {:.3}% of a core",
         100.0 * used / took
     );
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

@@ -3,10 +3,10 @@
 JSON on stdin — the browser to start, the URL to open, the steps — and prints one JSON
 line per step for the Rust test to assert on.
 
-Steps: ["wait", js, seconds] (until the expression is truthy; prints its value),
-["eval", js] (prints its value), ["click", css selector] (a real mouse click at the
-element's middle), ["viewport", width, height] (a phone's screen), ["screenshot", path]
-(a PNG of the page).
+Steps: ["wait", js, seconds] (until the expression is truthy; prints its value, and
+`ms` since the last navigation), ["eval", js] (prints its value), ["click", css
+selector] (a real mouse click at the element's middle), ["viewport", width, height] (a
+phone's screen), ["screenshot", path] (a PNG of the page), ["navigate"] (the URL again).
 """
 
 import asyncio
@@ -75,6 +75,7 @@ async def run(plan):
         async with websockets.connect(target["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024) as socket:
             page = Page(socket)
             await page.call("Page.enable")
+            navigated = time.time()
             await page.call("Page.navigate", url=plan["url"])
             for step in plan["steps"]:
                 verb = step[0]
@@ -90,10 +91,16 @@ async def run(plan):
                         if value:
                             break
                         await asyncio.sleep(0.1)
+                    # (`ms`: from the last navigation, for a bench's "usable in".)
+                    ms = round((time.time() - navigated) * 1000, 1)
                     if error:
-                        say(step=verb, expression=step[1], value=value, error=error)
+                        say(step=verb, expression=step[1], value=value, ms=ms, error=error)
                     else:
-                        say(step=verb, expression=step[1], value=value)
+                        say(step=verb, expression=step[1], value=value, ms=ms)
+                elif verb == "navigate":
+                    navigated = time.time()
+                    await page.call("Page.navigate", url=plan["url"])
+                    say(step=verb)
                 elif verb == "eval":
                     say(step=verb, expression=step[1], value=await page.eval(step[1]))
                 elif verb == "click":
