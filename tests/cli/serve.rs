@@ -443,6 +443,9 @@ fn a_steps_record_and_change_and_a_fork_made_here_are_what_the_cli_has() {
     assert_eq!(status, 200, "{step}");
     let cli: Value = serde_json::from_str(t.run(&["--json", "show", &id, "--step", "1"]).ok()).expect("json");
     assert_eq!(step["meta"], cli);
+    // The tree says which model the agent's last call went to.
+    let model = step["meta"]["model"].as_str().filter(|m| !m.is_empty()).expect("a model");
+    assert_eq!(served.get("/api/agents").1["agents"][0]["model"], model);
     assert!(step["response"].as_array().is_some_and(|r| !r.is_empty()), "{step}");
     assert_eq!(step["tools"][0]["input"]["name"], "write_file", "{step}");
     assert!(step["tools"][0]["output"].is_object(), "{step}");

@@ -293,6 +293,7 @@ mod tests {
             role: "worker".into(),
             state,
             steps: 2,
+            model: None,
             input_tokens: 100,
             output_tokens: 10,
             cost_usd: Some(0.5),

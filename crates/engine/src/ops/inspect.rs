@@ -61,6 +61,9 @@ pub struct AgentState {
     pub state: &'static str,
     /// Model calls made, as `show --step N` numbers them.
     pub steps: u32,
+    /// The model of its last call (before its first, its role's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// Of its own calls (a fork's inherited history is its origin's).
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -167,6 +170,7 @@ fn state_of(
             role: String::new(),
             state: "damaged",
             steps: step_count(ws, &l.id),
+            model: None,
             input_tokens: 0,
             output_tokens: 0,
             cost_usd: None,
@@ -204,7 +208,9 @@ fn state_of(
         Entry::Output { output, .. } => output.usage.input,
         _ => None,
     });
-    let context_window = config.as_ref().and_then(|c| c.role(&facts.role)).and_then(|r| r.context_window);
+    let role = config.as_ref().and_then(|c| c.role(&facts.role));
+    let context_window = role.and_then(|r| r.context_window);
+    let model = own.steps.last().map(|s| s.model.clone()).or_else(|| role.map(|r| r.model.clone()));
     let sum = |field: fn(&Usage) -> Option<u64>| own.steps.iter().map(|s| field(&s.usage).unwrap_or(0)).sum();
     // A fork keeps its origin's goal: what it was asked is its own first message.
     let origin = match (&facts.parent, &facts.forked_from) {
@@ -229,6 +235,7 @@ fn state_of(
         state,
         // (A call that failed or was cut off is not kept: it is no step of its.)
         steps: own.steps.iter().filter(|s| s.answered).count() as u32,
+        model,
         input_tokens: sum(|u| u.input),
         output_tokens: sum(|u| u.output),
         cost_usd,

@@ -50,7 +50,7 @@ const label = (a) => (a.name ? a.name + " " : "") + a.id;
 const money = (c) => (c == null ? "?" : "$" + c.toFixed(4));
 
 function facts(a) {
-  const parts = [a.role, a.state, "step " + a.steps, a.input_tokens + " in / " + a.output_tokens + " out", money(a.cost_usd)];
+  const parts = [a.role, a.state, "step " + a.steps, a.model || "?", a.input_tokens + " in / " + a.output_tokens + " out", money(a.cost_usd)];
   if (a.context_tokens != null && a.context_window) parts.push(Math.round((100 * a.context_tokens) / a.context_window) + "% ctx");
   if (a.compactions && a.compactions.length) parts.push(a.compactions.length + " compacted");
   if (a.origin) parts.push("fork of " + a.origin);
