@@ -36,17 +36,35 @@ fn agent_candidates() -> Vec<CompletionCandidate> {
 /// The workspace the words being completed give with `-w`/`--workspace`, else the one
 /// `OFFSHOOT_WORKSPACE` names.
 fn workspace_in_words() -> Option<PathBuf> {
-    let words: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let mut given = None;
-    for (i, w) in words.iter().enumerate() {
-        let Some(w) = w.to_str() else { continue };
+    // (The line being completed comes after the `--` the shell's script passes.)
+    let words: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let line = match words.iter().position(|w| w == "--") {
+        Some(at) => words[at + 1..].to_vec(),
+        None => words,
+    };
+    workspaces_in(line).pop().or_else(workspace_from_env)
+}
+
+/// Every workspace `words` (a command line after the program) give with `-w` or
+/// `--workspace`, in order, wherever they are (before `--`). (clap keeps a global
+/// option's values of one level only: `-w A serve -w B` parses as `-w B`.)
+pub(crate) fn workspaces_in(words: Vec<std::ffi::OsString>) -> Vec<PathBuf> {
+    let mut given = Vec::new();
+    let mut words = words.into_iter();
+    while let Some(word) = words.next() {
+        let Some(w) = word.to_str() else { continue };
+        if w == "--" {
+            break;
+        }
         if w == "-w" || w == "--workspace" {
-            given = words.get(i + 1).map(PathBuf::from);
-        } else if let Some(path) = w.strip_prefix("--workspace=") {
-            given = Some(PathBuf::from(path));
+            given.extend(words.next().map(PathBuf::from));
+        } else if let Some(path) = w.strip_prefix("--workspace=").or(w.strip_prefix("-w=")) {
+            given.push(PathBuf::from(path));
+        } else if let Some(path) = w.strip_prefix("-w").filter(|p| !p.is_empty()) {
+            given.push(PathBuf::from(path));
         }
     }
-    given.or_else(workspace_from_env)
+    given
 }
 
 /// The workspace `OFFSHOOT_WORKSPACE` names (an empty value names none).

@@ -119,7 +119,9 @@ pub(crate) fn run(cli: Cli) -> i32 {
     if let Some(problem) = ctx.roots_problem() {
         return finish(&ctx, Err(problem), false);
     }
-    if cli.workspace.len() > 1 && !matches!(cli.verb, Some(Verb::Serve(_))) {
+    // Every `-w` of the line, wherever it is.
+    let workspaces = complete::workspaces_in(std::env::args_os().skip(1).collect());
+    if workspaces.len().max(cli.workspace.len()) > 1 && !matches!(cli.verb, Some(Verb::Serve(_))) {
         let e = CliError::usage("`-w` names one workspace here; only `offshoot serve` takes several")
             .hint("give `-w` once, or serve them all with `offshoot serve -w A -w B` (or `--all`)");
         return finish(&ctx, Err(e), false);
@@ -173,7 +175,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),
         Verb::Acp(args) => verbs::acp::run(&ctx, args),
-        Verb::Serve(args) => verbs::serve::run(&ctx, args, &cli.workspace),
+        Verb::Serve(args) => verbs::serve::run(&ctx, args, &workspaces),
     };
     let runs = matches!(verb, Verb::Prompt(_) | Verb::Send(_) | Verb::Run(_) | Verb::Fork(_) | Verb::Demo(_));
     finish(&ctx, result, runs)

@@ -462,6 +462,7 @@ fn a_steps_record_and_change_and_a_fork_made_here_are_what_the_cli_has() {
         (r#"{"message":" "}"#, 400, "`message` is empty"),
         (r#"{"message":"x","step":9}"#, 404, "no step `9`"),
         (r#"{"message":"x","step":"2"}"#, 400, "`step` must be a step number"),
+        (r#"{"message":"x","step":-3}"#, 400, "not `-3`"),
     ] {
         let (got, answer) = served.post(&format!("/api/agents/{id}/forks"), body);
         assert_eq!(got, status, "{body}: {answer}");
@@ -489,13 +490,17 @@ fn several_workspaces_are_served_at_once_each_named_by_its_key() {
     server_b.push_turns([Turn::text("b done")]);
     a.run(&["prompt", "--name", "InA", "hello a"]).ok();
     b.run(&["prompt", "--name", "InB", "hello b"]).ok();
-    // `-w` twice is for `serve` alone.
-    let twice = a.run(&["-w", &b.ws.display().to_string(), "ls"]);
-    assert_eq!(twice.code, 2, "{}", twice.stderr);
-    assert!(twice.stderr.contains("only `offshoot serve` takes several"), "{}", twice.stderr);
-    let mut command = a.command();
-    command.arg("-w").arg(&b.ws);
-    let served = serve_with(command, &[]);
+    // `-w` twice is for `serve` alone, before the verb or after it.
+    for words in [["-w", &b.ws.display().to_string(), "ls"], ["ls", "-w", &b.ws.display().to_string()]] {
+        let twice = a.run(&words);
+        assert_eq!(twice.code, 2, "{words:?}: {}", twice.stderr);
+        assert!(twice.stderr.contains("only `offshoot serve` takes several"), "{}", twice.stderr);
+    }
+    // B named after the verb, relative to where serve runs (the drivers it starts for
+    // B's writes run elsewhere).
+    let b_root = b.ws.parent().and_then(|r| r.file_name()).expect("B's root").to_string_lossy().into_owned();
+    let relative = format!("../{b_root}/ws");
+    let served = serve_with(a.command(), &["-w", &relative]);
     // Both directories are named `ws`: the second's key is made unique.
     let (status, listed) = served.get("/api/workspaces");
     assert_eq!(status, 200, "{listed}");
@@ -573,6 +578,8 @@ fn all_serves_every_workspace_under_the_data_root_and_says_so_when_there_is_none
     // The default workspace made under the data root (a `config set` makes it).
     let made = t.command_bare().args(["config", "set", "budgets.max_depth", "3"]).output().expect("config");
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    // One a first use killed half-way left: passed over, not the end of all.
+    std::fs::create_dir_all(t.home.join("workspaces/broken/repo.git")).expect("broken");
     let served = serve_with(t.command_bare(), &["--all"]);
     let (status, listed) = served.get("/api/workspaces");
     assert_eq!(status, 200, "{listed}");

@@ -36,11 +36,12 @@ impl Deposit {
         }
     }
 
-    /// An agent's first message as its maker deposits it (its goal, from its parent; the
-    /// user's for a root), dated at its making: the same text when a driver makes it again
-    /// from the dispatch commit because the maker was killed before depositing it, so that
-    /// in a fleet a copy arriving after the other was delivered is known for it
-    /// ([`identity`]) and not delivered twice.
+    /// A child's first message as its maker deposits it (its goal, from its parent),
+    /// dated at its making: the same text when a driver makes it again from the dispatch
+    /// commit because the maker was killed before depositing it, so that in a fleet a
+    /// copy arriving after the other was delivered is known for it ([`identity`]) and
+    /// not delivered twice. (For a root, from the user; made again, it lacks the model
+    /// or thinking the user chose with it.)
     pub fn first_of(facts: &crate::agent::AgentFacts, goal: &str) -> Deposit {
         let from = facts.parent.as_deref().unwrap_or("user");
         Deposit { at: facts.created.clone(), ..Deposit::new(from, Timestamp::now(), goal) }

@@ -197,7 +197,13 @@ fn step_whole(ws: &Workspace, id: &AgentId, step: &str) -> Result<Value, Failed>
 /// What step `step` changed in the agent's files (`{"agent", "step", "diff"}`).
 fn step_diff(ws: &Workspace, id: &AgentId, step: &str) -> Result<Value, Failed> {
     let number = step_number(ws, id, step)?;
-    Ok(json!({"agent": id.as_str(), "step": number, "diff": inspect::step_diff(ws, id, number)?}))
+    let diff = inspect::step_diff(ws, id, number).map_err(|e| match e {
+        // (A record that does not say where its step began: nothing to diff, as a fork
+        // from it has nowhere to start.)
+        e @ inspect::InspectError::BadRecord { .. } => Failed(409, e.to_string()),
+        e => e.into(),
+    })?;
+    Ok(json!({"agent": id.as_str(), "step": number, "diff": diff}))
 }
 
 /// The agent's landed compactions, oldest first, each as `show --compaction N --json`.
@@ -422,7 +428,9 @@ pub(super) fn fork(server: &Server, ws: &Workspace, id: &str, body: Map<String, 
     let from = match body.get("step") {
         None | Some(Value::Null) => engine::agents::revision(ws, id.as_str())?,
         Some(Value::Number(n)) => {
-            let step = n.as_u64().and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+            let Some(step) = n.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|n| *n > 0) else {
+                return Err(Failed(400, format!("`step` must be a step number (1 or more), not `{n}`")));
+            };
             let number = step_number(ws, &id, &step.to_string())?;
             let meta = inspect::step_meta(ws, &id, number)?;
             if meta.commit.is_empty() {
@@ -430,7 +438,7 @@ pub(super) fn fork(server: &Server, ws: &Workspace, id: &str, body: Map<String, 
             }
             meta.commit
         }
-        Some(_) => return Err(Failed(400, "`step` must be a step number".into())),
+        Some(_) => return Err(Failed(400, "`step` must be a step number (1 or more)".into())),
     };
     let ctx = server.ctx.lock().map_err(|_| Failed(500, "the server's context is poisoned".into()))?;
     let start = engine::agents::Start {

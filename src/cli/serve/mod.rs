@@ -127,22 +127,35 @@ fn served(ctx: &Ctx, options: &Options) -> Result<Vec<(String, Workspace)>, CliE
             .filter(|p| ctx.looks_made(p))
             .collect();
         roots.sort();
-        if roots.is_empty() {
-            return Err(CliError::usage(format!("`--all`: there is no workspace under {} to serve", under.display()))
-                .hint("the first `offshoot prompt \"…\"` makes one"));
-        }
         roots
     } else if options.workspaces.len() > 1 {
-        options.workspaces.clone()
+        // (Absolute, as every `-w` is taken: the drivers it starts run elsewhere.)
+        options.workspaces.iter().cloned().map(crate::cli::ctx::real).collect()
     } else {
         let ws = ctx.workspace_making()?;
         return Ok(vec![(key_of(ws.layout.root(), &[]), ws)]);
     };
     let mut served: Vec<(String, Workspace)> = Vec::new();
     for root in roots {
-        let ws = Workspace::open(&root).map_err(CliError::from)?;
+        if served.iter().any(|(_, ws)| ws.layout.root() == root) {
+            continue;
+        }
+        let ws = match Workspace::open(&root) {
+            Ok(ws) => ws,
+            // (With `--all`, one that does not open is passed over, not the end of all.)
+            Err(e) if options.all => {
+                ctx.out.progress(&format!("· not served: {} ({e})", root.display()));
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let taken: Vec<&str> = served.iter().map(|(k, _)| k.as_str()).collect();
         served.push((key_of(ws.layout.root(), &taken), ws));
+    }
+    if served.is_empty() {
+        let under = ctx.data_root.join("workspaces");
+        return Err(CliError::usage(format!("`--all`: there is no workspace under {} to serve", under.display()))
+            .hint("the first `offshoot prompt \"…\"` makes one"));
     }
     Ok(served)
 }

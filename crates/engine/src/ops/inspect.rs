@@ -416,24 +416,18 @@ pub fn step_files(ws: &Workspace, id: &AgentId, step: u32) -> Result<StepFiles> 
 /// directory), as a unified diff: from the commit its request was made from to the one
 /// the next step's was (after its last step, the tip).
 pub fn step_diff(ws: &Workspace, id: &AgentId, step: u32) -> Result<String> {
-    let commit_of = |step: u32| -> Result<Option<CommitId>> {
+    let commit_of = |step: u32| -> Result<CommitId> {
         let meta = step_meta(ws, id, step)?;
-        Ok(meta.commit.parse::<CommitId>().ok())
-    };
-    let Some(from) = commit_of(step)? else {
-        return Err(InspectError::BadRecord {
+        meta.commit.parse::<CommitId>().map_err(|_| InspectError::BadRecord {
             step,
             path: ws.layout.step(id, step),
             reason: "it does not record the commit its request was made from".into(),
-        });
+        })
     };
+    let from = commit_of(step)?;
     let to = match step < step_count(ws, id) {
         true => commit_of(step + 1)?,
-        false => None,
-    };
-    let to = match to {
-        Some(to) => to,
-        None => ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()))?,
+        false => ws.repo.branch_tip(&id.branch())?.ok_or_else(|| AgentError::Unknown(id.to_string()))?,
     };
     let before = ws.repo.work_tree(from, domain::agent::DIR, None)?;
     let after = ws.repo.work_tree(to, domain::agent::DIR, None)?;
