@@ -205,7 +205,7 @@ impl Observer for Live<'_> {
             Event::Delivered { sender, .. } if sender != "user" => out.progress(&format!("· message from `{sender}`")),
             Event::Delivered { .. } => {}
             Event::Settled { tool_use_id } => out.progress(&format!("· settled interrupted call {tool_use_id}")),
-            Event::StepStarted { step, provider, model } => {
+            Event::StepStarted { step, provider, model, .. } => {
                 out.progress(&format!("· step {step} ({provider}/{model})"))
             }
             Event::AttemptFailed { attempt, error, retry_in_ms } => match retry_in_ms {
@@ -223,7 +223,7 @@ impl Observer for Live<'_> {
             }
             Event::Repaired(repair) => out.progress(&format!("· {}", events::repaired(repair))),
             Event::Warning(text) => out.progress(&format!("warning: {text}")),
-            Event::Usage { step, usage, cost_usd } => out.progress(&format!(
+            Event::Usage { step, usage, cost_usd, .. } => out.progress(&format!(
                 "· step {step} done: {}",
                 usage_words(
                     usage.input.unwrap_or(0),

@@ -45,6 +45,7 @@ mod serve;
 mod signals;
 mod snapshots;
 mod stress;
+mod telemetry;
 mod terminal;
 mod tools;
 mod transports;

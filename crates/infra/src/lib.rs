@@ -6,6 +6,7 @@ pub mod door;
 pub mod git;
 pub mod lock;
 pub mod mcp;
+pub mod otel;
 pub mod process;
 pub mod provider;
 pub mod redact;

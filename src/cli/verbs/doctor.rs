@@ -41,7 +41,12 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     if ctx.out.json {
         ctx.out.event(&json!({"type": "checked", "findings": findings.len(), "agents": checked.agents,
             "entries": checked.entries, "inbox_files": checked.inbox_files, "commits": checked.commits,
-            "objects": checked.objects}));
+            "objects": checked.objects, "spans_dropped": checked.spans_dropped}));
+    } else if checked.spans_dropped > 0 {
+        ctx.out.progress(&format!(
+            "· {} not sent to the trace collector (it was out of reach, or they came faster than it took them)",
+            infra::words::count(checked.spans_dropped, "span was", "spans were")
+        ));
     }
     if findings.is_empty() {
         if !ctx.out.json {

@@ -52,6 +52,8 @@ pub struct Checked {
     pub inbox_files: usize,
     pub commits: usize,
     pub objects: usize,
+    /// Trace spans the agents' runs could not send (not a finding: nothing to repair).
+    pub spans_dropped: u64,
 }
 
 /// Checks every invariant; the findings, and what was checked.
@@ -64,6 +66,7 @@ pub fn check(ws: &Workspace) -> Result<(Vec<Finding>, Checked), AgentError> {
     for l in &listed {
         checked.agents += 1;
         let id = &l.id;
+        checked.spans_dropped += crate::step::telemetry::dropped(&ws.layout.steps(id));
         if let Some(damage) = &l.damage {
             findings.push(Finding {
                 what: format!("agent `{id}`'s branch is damaged: {damage}"),

@@ -27,6 +27,8 @@ pub enum Event<'a> {
         step: u32,
         provider: &'a str,
         model: &'a str,
+        /// The commit its request was made from.
+        commit: &'a str,
     },
     Delta(&'a Delta),
     /// A model call ended: what it used and, at the configured price, cost.
@@ -34,6 +36,8 @@ pub enum Event<'a> {
         step: u32,
         usage: &'a Usage,
         cost_usd: Option<f64>,
+        /// Why the model stopped.
+        stop: &'a infra::provider::Stop,
     },
     AttemptFailed {
         attempt: u32,
@@ -247,10 +251,10 @@ pub(crate) fn record(event: &Event<'_>) -> Option<Record> {
         Event::Delta(_) => return None,
         Event::Delivered { sender, .. } => Record::Delivered { from: owned(sender) },
         Event::Settled { tool_use_id } => Record::Settled { tool_use_id: owned(tool_use_id) },
-        Event::StepStarted { step, provider, model } => {
+        Event::StepStarted { step, provider, model, .. } => {
             Record::Step { step: *step, provider: owned(provider), model: owned(model) }
         }
-        Event::Usage { step, usage, cost_usd } => {
+        Event::Usage { step, usage, cost_usd, .. } => {
             Record::Usage { step: *step, usage: (*usage).clone(), cost_usd: cost_usd.map(domain::budget::usd) }
         }
         Event::AttemptFailed { attempt, error, retry_in_ms } => {
@@ -476,7 +480,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let mut nobody = Nobody;
         let mut logged = Logged::new(&dir, "a", &mut nobody);
-        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m" });
+        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m", commit: "c" });
         logged.event(Event::Delta(&Delta::Text("half an ans".into())));
         logged.event(Event::AttemptFailed { attempt: 1, error: "reset", retry_in_ms: Some(10) });
         for piece in ["The ", "answer."] {
@@ -516,7 +520,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let mut nobody = Nobody;
         let mut logged = Logged::new(&dir, "a", &mut nobody);
-        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m" });
+        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m", commit: "c" });
         for piece in ["Which ", "file?"] {
             logged.event(Event::Delta(&Delta::Thinking(piece.into())));
         }
@@ -556,8 +560,8 @@ mod tests {
         let usage = Usage { input: Some(100), output: Some(20), ..Usage::default() };
         let input = serde_json::json!({"command": "ls"});
         let events = [
-            Event::StepStarted { step: 2, provider: "anthropic", model: "m" },
-            Event::Usage { step: 2, usage: &usage, cost_usd: Some(0.5) },
+            Event::StepStarted { step: 2, provider: "anthropic", model: "m", commit: "c" },
+            Event::Usage { step: 2, usage: &usage, cost_usd: Some(0.5), stop: &infra::provider::Stop::EndTurn },
             Event::ToolStarted { id: "t1", name: "bash", input: &input },
             Event::ToolFinished { id: "t1", name: "bash", is_error: false, summary: "exit code 0", output: "ok" },
             Event::Waiting { children: 3 },

@@ -10,5 +10,6 @@ pub(crate) mod gate;
 pub(crate) mod hooks;
 pub mod mcp;
 pub mod model;
+pub mod telemetry;
 pub(crate) mod toolcall;
 pub mod tools;

@@ -97,7 +97,9 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
     let mut index_lock = ws.layout.index(id).into_os_string();
     index_lock.push(".lock");
     let _ = std::fs::remove_file(index_lock);
-    let mut logged = events::Logged::new(&ws.layout.steps(id), id.as_str(), observer);
+    let logged = events::Logged::new(&ws.layout.steps(id), id.as_str(), observer);
+    // (Traced when the driver's variables name a collector: `step::telemetry`.)
+    let mut logged = crate::step::telemetry::Traced::new(ws, rt.env(), id, logged);
     let mut held = Some(lock);
     rt.interrupt().on_exit(Some(record_stop_on_exit(ws, rt, id)));
     let result = run_locked(ws, rt, id, &mut held, &mut logged);
@@ -153,7 +155,7 @@ fn run_locked(
     rt: &Runtime,
     id: &AgentId,
     lock: &mut Option<LockGuard>,
-    observer: &mut events::Logged<'_>,
+    observer: &mut crate::step::telemetry::Traced<'_>,
 ) -> Result<RunEnd> {
     let lock_path = ws.layout.lock(id);
     // A driver that starts is the agent revived. A stop mark set from here on is a

@@ -1,0 +1,208 @@
+//! OpenTelemetry traces: offshoot's drivers send OTLP/HTTP protobuf to a real receiver on
+//! loopback (tests/otel/receiver.py), which decodes each request with the official
+//! OpenTelemetry proto definitions (PyPI's opentelemetry-proto, installed by `.ci/tools`).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+
+use crate::support::server::Turn;
+use crate::support::wait::wait_for;
+use crate::support::workspace::{Dialect, TestWorkspace};
+
+/// A running OTLP receiver: its process, port, and the file its spans go to.
+struct Receiver {
+    child: Child,
+    port: u16,
+    spans: PathBuf,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Receiver {
+    fn start(dir: &Path) -> Receiver {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let spans = dir.join("spans.ndjson");
+        let _ = std::fs::remove_file(&spans);
+        let mut child = Command::new("python3")
+            .arg(root.join("tests/otel/receiver.py"))
+            .arg(&spans)
+            .env("PYTHONPATH", root.join("target/test-tools/py"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("the port");
+        Receiver { child, port: line.trim().parse().expect("a port"), spans }
+    }
+
+    /// Every span received so far.
+    fn spans(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.spans)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    }
+}
+
+/// `t` sending its traces to `receiver`.
+fn traced(t: &mut TestWorkspace, receiver: &Receiver) {
+    t.env("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://127.0.0.1:{}", receiver.port));
+    t.env("OTEL_EXPORTER_OTLP_HEADERS", "x-team=agents%20lab");
+    t.env("OTEL_SERVICE_NAME", "offshoot-test");
+}
+
+fn of<'a>(spans: &'a [Value], operation: &str) -> Vec<&'a Value> {
+    spans.iter().filter(|s| s["attributes"]["gen_ai.operation.name"] == operation).collect()
+}
+
+#[test]
+fn a_fan_out_is_one_trace_of_agent_call_and_tool_spans_with_the_genai_attributes() {
+    let (server, mut t) = TestWorkspace::served("otel-fan-out", Dialect::Anthropic);
+    let receiver = Receiver::start(&t.root);
+    traced(&mut t, &receiver);
+    let mut fan_out = Turn::text("");
+    fan_out.calls = ["Alpha", "Beta", "Gamma"]
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let input = json!({"role": "worker", "goal": format!("the part of {name}"), "name": name});
+            (format!("d{i}"), "dispatch".to_owned(), input.to_string())
+        })
+        .collect();
+    // (Its results may come one by one or together: a turn for each way.)
+    let noted = (0..3).map(|i| Turn::text(&format!("noted {i}")));
+    server.push_for("Lead", [fan_out, Turn::text("waiting")].into_iter().chain(noted));
+    for name in ["Alpha", "Beta", "Gamma"] {
+        server.push_for(name, [Turn::bash(&format!("{name}-b"), "echo part > part.txt"), Turn::text("my part done")]);
+    }
+    t.run(&["prompt", "--name", "Lead", "split the work in three"]).ok();
+    // Each driver sends its last spans before its run's end is logged.
+    wait_for("every agent's span", || of(&receiver.spans(), "invoke_agent").len() == 4);
+    let spans = receiver.spans();
+    let traces: std::collections::BTreeSet<&str> = spans.iter().filter_map(|s| s["trace_id"].as_str()).collect();
+    assert_eq!(traces.len(), 1, "one trace for the tree: {traces:?}");
+    let agents = t.agents();
+    let tree: Vec<Value> =
+        t.run(&["tree", "--json"]).ok().lines().map(|l| serde_json::from_str(l).expect("json")).collect();
+    let span_of = |id: &str| {
+        of(&spans, "invoke_agent")
+            .into_iter()
+            .find(|s| s["attributes"]["gen_ai.agent.id"] == id)
+            .cloned()
+            .expect("span")
+    };
+    let lead = t.id_of("Lead");
+    let lead_span = span_of(&lead);
+    assert_eq!(lead_span["parent_span_id"], "", "the root's span is the trace's root");
+    assert_eq!(lead_span["name"], "invoke_agent Lead");
+    for agent in &agents {
+        let id = agent["id"].as_str().expect("id");
+        let span = span_of(id);
+        // Under its parent agent's span.
+        if let Some(parent) = agent["parent"].as_str() {
+            assert_eq!(span["parent_span_id"], span_of(parent)["span_id"], "{id}'s parent");
+        }
+        assert_eq!(span["attributes"]["gen_ai.agent.name"], agent["name"]);
+        assert_eq!(span["attributes"]["offshoot.end"], "final_response");
+        // Its calls, each under it, as many as its steps, their tokens what `tree` counts.
+        let calls: Vec<&Value> =
+            of(&spans, "chat").into_iter().filter(|s| s["parent_span_id"] == span["span_id"]).collect();
+        assert_eq!(calls.len() as u64, agent["steps"].as_u64().expect("steps"), "{id}'s calls");
+        let tokens: i64 = calls
+            .iter()
+            .map(|c| {
+                c["attributes"]["gen_ai.usage.input_tokens"].as_i64().expect("input")
+                    + c["attributes"]["gen_ai.usage.output_tokens"].as_i64().expect("output")
+            })
+            .sum();
+        let counted = tree.iter().find(|a| a["id"] == id).and_then(|a| a["tokens"].as_i64()).expect("tree tokens");
+        assert_eq!(tokens, counted, "{id}'s tokens");
+        assert_eq!(
+            span["attributes"]["gen_ai.usage.input_tokens"].as_i64().unwrap_or(0)
+                + span["attributes"]["gen_ai.usage.output_tokens"].as_i64().unwrap_or(0),
+            counted
+        );
+        for call in &calls {
+            let a = &call["attributes"];
+            assert_eq!(a["gen_ai.provider.name"], "anthropic", "{call}");
+            assert_eq!(a["gen_ai.request.model"], "claude-sonnet-4-5", "{call}");
+            assert_eq!(a["gen_ai.agent.id"], id);
+            assert_eq!(call["kind"], 3, "a client span: {call}");
+            assert!(a["gen_ai.response.finish_reasons"].as_array().is_some_and(|r| r.len() == 1), "{call}");
+            // The commit its request was made from, in the workspace's repository.
+            let commit = a["offshoot.commit"].as_str().expect("commit");
+            assert_eq!(t.git(&["cat-file", "-t", commit]).trim(), "commit", "{commit}");
+            assert_eq!(a["offshoot.workspace"], t.ws.display().to_string());
+        }
+    }
+    // The tool calls: Lead's three dispatches, each child's bash.
+    let tools = of(&spans, "execute_tool");
+    let named = |name: &str| tools.iter().filter(|s| s["attributes"]["gen_ai.tool.name"] == name).count();
+    assert_eq!((named("dispatch"), named("bash")), (3, 3), "{tools:?}");
+    for tool in &tools {
+        assert_eq!(tool["attributes"]["offshoot.tool.outcome"], "ok", "{tool}");
+        assert!(tool["attributes"]["gen_ai.tool.call.id"].as_str().is_some_and(|c| !c.is_empty()), "{tool}");
+    }
+    // What the variables said: the service's name, the headers.
+    assert!(spans.iter().all(|s| s["service"] == "offshoot-test"), "{:?}", spans[0]);
+    assert!(spans.iter().all(|s| s["headers"]["x-team"] == "agents lab"), "{:?}", spans[0]);
+}
+
+#[test]
+fn a_driver_killed_and_relaunched_continues_the_same_trace_under_the_same_agent_span() {
+    let (server, mut t) = TestWorkspace::served("otel-crash", Dialect::Anthropic);
+    let receiver = Receiver::start(&t.root);
+    traced(&mut t, &receiver);
+    server.push_turns([Turn::bash("call_1", "echo $$ > started; sleep 30"), Turn::text("finished after the crash")]);
+    let id = t.run(&["prompt", "--detach", "--name", "Crashy", "do slow work"]).ok().trim().to_owned();
+    let tree = t.ws.join("agents").join(&id);
+    wait_for("the tool to start", || std::fs::read_to_string(tree.join("started")).is_ok_and(|s| s.ends_with('\n')));
+    // The first call's span is sent while the tool runs.
+    wait_for("the first call's span", || !of(&receiver.spans(), "chat").is_empty());
+    let driver_pid = t.driver_pid(&id).expect("the driver's pid").to_string();
+    assert!(Command::new("kill").args(["-9", &driver_pid]).status().expect("kill").success());
+    wait_for("the driver to let go", || t.agents()[0]["state"] != "running");
+    assert!(t.run(&["run", &id]).ok().contains("finished after the crash"));
+    wait_for("the agent's span", || of(&receiver.spans(), "invoke_agent").len() == 1);
+    let spans = receiver.spans();
+    let agent = of(&spans, "invoke_agent")[0].clone();
+    let calls = of(&spans, "chat");
+    assert_eq!(calls.len(), 2, "both calls, one from each driver: {calls:?}");
+    for span in &spans {
+        assert_eq!(span["trace_id"], agent["trace_id"], "one trace: {span}");
+    }
+    for call in &calls {
+        assert_eq!(call["parent_span_id"], agent["span_id"], "under the agent's one span: {call}");
+    }
+    let steps: Vec<i64> = calls.iter().filter_map(|c| c["attributes"]["offshoot.step"].as_i64()).collect();
+    assert_eq!(steps, [1, 2]);
+}
+
+#[test]
+fn with_the_collector_down_a_run_goes_on_as_ever_and_says_so_once() {
+    let (server, mut t) = TestWorkspace::served("otel-down", Dialect::Anthropic);
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
+    t.env("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://127.0.0.1:{closed}"));
+    server.push_turns([Turn::bash("b1", "echo one"), Turn::bash("b2", "echo two"), Turn::text("done anyway")]);
+    let run = t.run(&["prompt", "--name", "Unseen", "work"]);
+    assert!(run.ok().contains("done anyway"), "{}", run.stdout);
+    let id = t.id_of("Unseen");
+    let events = std::fs::read_to_string(t.steps_dir(&id).join("events.ndjson")).expect("events");
+    let warnings: Vec<&str> = events.lines().filter(|l| l.contains("traces could not be sent")).collect();
+    assert_eq!(warnings.len(), 1, "one warning: {events}");
+    assert_eq!(t.agents()[0]["state"], "done");
+    // What was lost is counted; `doctor` says so, and finds nothing wrong.
+    let doctor = t.run(&["doctor"]);
+    assert_eq!(doctor.code, 0, "{}", doctor.stderr);
+    assert!(doctor.stderr.contains("spans were not sent to the trace collector"), "{}", doctor.stderr);
+}
