@@ -152,6 +152,8 @@ fn a_fan_out_is_one_trace_of_agent_call_and_tool_spans_with_the_genai_attributes
         assert_eq!(tool["attributes"]["offshoot.tool.outcome"], "ok", "{tool}");
         assert!(tool["attributes"]["gen_ai.tool.call.id"].as_str().is_some_and(|c| !c.is_empty()), "{tool}");
     }
+    // No content unless asked for.
+    assert!(spans.iter().all(|s| s["attributes"].get("gen_ai.tool.call.arguments").is_none()), "{:?}", tools[0]);
     // What the variables said: the service's name, the headers.
     assert!(spans.iter().all(|s| s["service"] == "offshoot-test"), "{:?}", spans[0]);
     assert!(spans.iter().all(|s| s["headers"]["x-team"] == "agents lab"), "{:?}", spans[0]);
@@ -193,7 +195,9 @@ fn with_the_collector_down_a_run_goes_on_as_ever_and_says_so_once() {
     // A port nothing listens on.
     let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();
     t.env("OTEL_EXPORTER_OTLP_ENDPOINT", &format!("http://127.0.0.1:{closed}"));
-    server.push_turns([Turn::bash("b1", "echo one"), Turn::bash("b2", "echo two"), Turn::text("done anyway")]);
+    // The collector's key, in its headers: never a tool's to read.
+    t.env("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=hcik_01collectorkey");
+    server.push_turns([Turn::bash("b1", "env"), Turn::bash("b2", "echo two"), Turn::text("done anyway")]);
     let run = t.run(&["prompt", "--name", "Unseen", "work"]);
     assert!(run.ok().contains("done anyway"), "{}", run.stdout);
     let id = t.id_of("Unseen");
@@ -201,8 +205,93 @@ fn with_the_collector_down_a_run_goes_on_as_ever_and_says_so_once() {
     let warnings: Vec<&str> = events.lines().filter(|l| l.contains("traces could not be sent")).collect();
     assert_eq!(warnings.len(), 1, "one warning: {events}");
     assert_eq!(t.agents()[0]["state"], "done");
+    let env = server.result_text_for("Unseen", 1);
+    assert!(env.contains("PATH=") && !env.contains("hcik_01collectorkey"), "{env}");
     // What was lost is counted; `doctor` says so, and finds nothing wrong.
     let doctor = t.run(&["doctor"]);
     assert_eq!(doctor.code, 0, "{}", doctor.stderr);
     assert!(doctor.stderr.contains("spans were not sent to the trace collector"), "{}", doctor.stderr);
+}
+
+#[test]
+fn content_goes_into_spans_only_when_asked_and_never_a_key() {
+    let (server, mut t) = TestWorkspace::served("otel-content", Dialect::Anthropic);
+    let receiver = Receiver::start(&t.root);
+    traced(&mut t, &receiver);
+    t.env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true");
+    let key = "sk-ant-api03-Zq8xVb2LmN4pR7tYw";
+    t.env("ANTHROPIC_API_KEY", key);
+    server
+        .push_turns([Turn::bash("b1", "echo hello from the tool"), Turn::text(&format!("the key is {key}, as asked"))]);
+    t.run(&["prompt", "--name", "Talker", "talk"]).ok();
+    wait_for("the agent's span", || of(&receiver.spans(), "invoke_agent").len() == 1);
+    let spans = receiver.spans();
+    let tool = of(&spans, "execute_tool")[0].clone();
+    let arguments = tool["attributes"]["gen_ai.tool.call.arguments"].as_str().unwrap_or_default();
+    assert!(arguments.contains("echo hello from the tool"), "{tool}");
+    let result = tool["attributes"]["gen_ai.tool.call.result"].as_str().unwrap_or_default();
+    assert!(result.contains("hello from the tool"), "{tool}");
+    let answer = of(&spans, "chat")
+        .iter()
+        .find(|c| c["attributes"]["offshoot.step"] == 2)
+        .and_then(|c| c["attributes"]["gen_ai.output.messages"].as_str().map(str::to_owned))
+        .expect("the answer's content");
+    assert!(answer.contains("the key is [redacted") && !answer.contains(key), "{answer}");
+    let raw = std::fs::read_to_string(&receiver.spans).expect("spans");
+    assert!(!raw.contains(key), "no span carries the key");
+}
+
+#[test]
+fn a_compaction_is_its_compactors_span_under_the_agent_and_a_landing_event_on_the_agents() {
+    let (server, mut t) = TestWorkspace::served("otel-compact", Dialect::Anthropic);
+    let receiver = Receiver::start(&t.root);
+    traced(&mut t, &receiver);
+    server.push_for(
+        "Long",
+        [
+            Turn::bash("b1", "echo draft > notes.md"),
+            Turn::bash("b2", "echo two"),
+            Turn::bash("b3", "echo three"),
+            Turn::text("done for now"),
+        ],
+    );
+    t.run(&["prompt", "--name", "Long", "do three things"]).ok();
+    let id = t.id_of("Long");
+    server.push_matching(
+        "Compact the conversation of agent",
+        [
+            Turn::tool("c1", "write_summary", json!({"content": "Wrote notes.md, echoed two and three."})),
+            Turn::text("kept the facts"),
+        ],
+    );
+    let compactor = t.run(&["compact", "Long"]).ok().trim().to_owned();
+    let landed =
+        |spans: &[Value]| {
+            of(spans, "invoke_agent").into_iter().any(|s| {
+                s["attributes"]["gen_ai.agent.id"] == id.as_str()
+                    && s["events"].as_array().into_iter().flatten().any(|e| {
+                        e["name"] == "compaction" && e["attributes"]["offshoot.compaction.outcome"] == "landed"
+                    })
+            })
+        };
+    wait_for("the landing's event", || landed(&receiver.spans()));
+    let spans = receiver.spans();
+    let agent =
+        of(&spans, "invoke_agent").into_iter().find(|s| s["attributes"]["gen_ai.agent.id"] == id.as_str()).cloned();
+    let agent = agent.expect("the agent's span");
+    let worker = of(&spans, "invoke_agent")
+        .into_iter()
+        .find(|s| s["attributes"]["gen_ai.agent.id"] == compactor.as_str())
+        .cloned()
+        .expect("the compactor's span");
+    assert_eq!(worker["parent_span_id"], agent["span_id"], "the compactor under its agent");
+    assert_eq!(worker["attributes"]["offshoot.role"], "compactor");
+    assert!(spans.iter().all(|s| s["trace_id"] == agent["trace_id"]), "one trace");
+    let landed_event = spans
+        .iter()
+        .flat_map(|s| s["events"].as_array().into_iter().flatten())
+        .find(|e| e["attributes"]["offshoot.compaction.outcome"] == "landed")
+        .cloned()
+        .expect("landed");
+    assert_eq!(landed_event["attributes"]["offshoot.compaction.compactor"], compactor.as_str(), "{landed_event}");
 }

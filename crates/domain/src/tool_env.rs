@@ -7,8 +7,10 @@ use std::path::Path;
 
 use super::config::Config;
 
-/// Parts of a variable name that mark it as a secret (any case).
-const SECRET_MARKS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL"];
+/// Parts of a variable name that mark it as a secret (any case). `HEADERS`: headers for
+/// a service carry its credentials as often as not (`OTEL_EXPORTER_OTLP_HEADERS` holds a
+/// collector's API key).
+const SECRET_MARKS: &[&str] = &["KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "HEADERS"];
 
 /// Variables that would point git at another repository, index or identity.
 const GIT_VARIABLES: &[&str] = &[

@@ -159,6 +159,9 @@ struct Shared {
     failure: Mutex<Option<String>>,
     /// Whether a failure was ever kept (so it is said once).
     failed: AtomicU64,
+    /// Spans queued, and of those, the ones whose export was tried (sent or not).
+    queued: AtomicU64,
+    tried: AtomicU64,
 }
 
 /// Spans on their way to a collector.
@@ -180,6 +183,9 @@ impl Exporter {
             .with_endpoint(settings.endpoint.clone())
             .with_headers(headers)
             .with_timeout(EXPORT_TIMEOUT)
+            // (One attempt: a batch a collector refused is counted, not retried while
+            // the run waits for it at its end.)
+            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
             .build()
             .map_err(|e| OtelError::Start(e.to_string()))?;
         let resource = opentelemetry_sdk::Resource::builder_empty().with_service_name(settings.service.clone()).build();
@@ -202,8 +208,13 @@ impl Exporter {
     /// Queues `span` to be sent; never waits (a full queue drops it, counted).
     pub fn send(&self, span: Span) {
         let Some(queue) = &self.queue else { return };
-        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = queue.try_send(span) {
-            self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+        match queue.try_send(span) {
+            Ok(()) => {
+                self.shared.queued.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.shared.dropped.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -217,12 +228,18 @@ impl Exporter {
         self.shared.failure.lock().ok()?.take()
     }
 
-    /// Sends what is queued, waiting up to `within` for it; the thread ends. What came of
-    /// it all.
+    /// Sends what is queued, waiting up to `within` for it (not at all once sending has
+    /// failed: the collector is out of reach, and the rest is dropped); the thread ends.
+    /// What came of it all.
     pub fn finish(mut self, within: Duration) -> Finished {
         self.queue = None;
-        let sent = self.done.recv_timeout(within).is_ok();
-        Finished { all_sent: sent, dropped: self.dropped(), failure: self.failure() }
+        let within = if self.shared.failed.load(Ordering::Relaxed) > 0 { Duration::ZERO } else { within };
+        let ended = self.done.recv_timeout(within).is_ok();
+        let shared = &self.shared;
+        // (What was never tried is lost with the process.)
+        let untried = shared.queued.load(Ordering::Relaxed).saturating_sub(shared.tried.load(Ordering::Relaxed));
+        let dropped = self.dropped() + if ended { 0 } else { untried };
+        Finished { all_sent: ended, dropped, failure: self.failure() }
     }
 }
 
@@ -256,7 +273,9 @@ fn send_all(otlp: &opentelemetry_otlp::SpanExporter, spans: &Receiver<Span>, sha
             }
         }
         let count = batch.len() as u64;
-        if let Err(e) = futures_executor::block_on(otlp.export(batch)) {
+        let exported = futures_executor::block_on(otlp.export(batch));
+        shared.tried.fetch_add(count, Ordering::Relaxed);
+        if let Err(e) = exported {
             shared.dropped.fetch_add(count, Ordering::Relaxed);
             if shared.failed.fetch_add(1, Ordering::Relaxed) == 0
                 && let Ok(mut failure) = shared.failure.lock()

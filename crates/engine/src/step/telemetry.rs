@@ -49,7 +49,16 @@ pub mod names {
     pub const COMPACTOR: &str = "offshoot.compaction.compactor";
     pub const COMPACTION_OUTCOME: &str = "offshoot.compaction.outcome";
     pub const NOTE: &str = "offshoot.note";
+    /// With content captured: the answer, the tool call's input and its result.
+    pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+    pub const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+    pub const TOOL_RESULT: &str = "gen_ai.tool.call.result";
+    /// The variable that lets content into spans (`true`).
+    pub const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 }
+
+/// The most of one content attribute kept (the first part of it).
+const CONTENT_MAX: usize = 16 * 1024;
 
 /// The file of an agent's step records that counts the spans its runs could not send
 /// (`doctor` says how many).
@@ -81,8 +90,11 @@ struct On {
     made: SystemTime,
     ws_root: std::path::PathBuf,
     chat: Option<Chat>,
-    /// The tool calls under way, by id: when each began.
-    tools: HashMap<String, SystemTime>,
+    /// The tool calls under way, by id: when each began, and its input (captured).
+    tools: HashMap<String, (SystemTime, Option<String>)>,
+    /// With content captured (`CAPTURE_CONTENT`): what hides every secret value in it,
+    /// as the transcript views hide them.
+    content: Option<infra::redact::Redactor>,
     /// The step and commit of the last call, for the tools it asked for.
     last: Option<(u32, String)>,
     /// This run's calls, summed.
@@ -101,6 +113,8 @@ struct Chat {
     start: SystemTime,
     failed_attempts: u32,
     last_error: Option<String>,
+    /// Its answer's text as it streamed (kept only when content is captured).
+    text: String,
 }
 
 impl<'o> Traced<'o> {
@@ -109,7 +123,7 @@ impl<'o> Traced<'o> {
     pub(crate) fn new(ws: &Workspace, env: &crate::Env, id: &AgentId, mut logged: Logged<'o>) -> Traced<'o> {
         let on = match Settings::from_vars(|name| env.get(name).map(str::to_owned), None) {
             Ok(None) => None,
-            Ok(Some(settings)) => match On::start(ws, id, &settings) {
+            Ok(Some(settings)) => match On::start(ws, env, id, &settings) {
                 Ok(on) => Some(on),
                 Err(why) => {
                     logged.event(Event::Warning(&format!("no traces for this run: {why}")));
@@ -189,7 +203,13 @@ impl On {
                     start: SystemTime::now(),
                     failed_attempts: 0,
                     last_error: None,
+                    text: String::new(),
                 });
+            }
+            Event::Delta(infra::provider::Delta::Text(piece)) if self.content.is_some() => {
+                if let Some(chat) = &mut self.chat {
+                    chat.text.push_str(piece);
+                }
             }
             Event::AttemptFailed { error, .. } => {
                 if let Some(chat) = &mut self.chat {
@@ -198,10 +218,13 @@ impl On {
                 }
             }
             Event::Usage { usage, cost_usd, stop, .. } => self.end_chat(Some((usage, *cost_usd, stop))),
-            Event::ToolStarted { id, .. } => {
-                self.tools.insert((*id).to_owned(), SystemTime::now());
+            Event::ToolStarted { id, input, .. } => {
+                let input = self.captured(&input.to_string());
+                self.tools.insert((*id).to_owned(), (SystemTime::now(), input));
             }
-            Event::ToolFinished { id, name, is_error, summary, .. } => self.tool_finished(id, name, *is_error, summary),
+            Event::ToolFinished { id, name, is_error, summary, output } => {
+                self.tool_finished(id, name, *is_error, summary, output);
+            }
             Event::Compaction { compactor, outcome, note } => self.events.push(otel::Event {
                 name: "compaction".into(),
                 at: SystemTime::now(),
@@ -215,7 +238,7 @@ impl On {
         }
     }
 
-    fn start(ws: &Workspace, id: &AgentId, settings: &Settings) -> Result<On, String> {
+    fn start(ws: &Workspace, env: &crate::Env, id: &AgentId, settings: &Settings) -> Result<On, String> {
         let facts_of = |agent: &AgentId| {
             let tip = ws.repo.branch_tip(&agent.branch()).ok().flatten()?;
             crate::store::snapshot::read_facts(&ws.repo, tip).ok()
@@ -224,6 +247,13 @@ impl On {
         let root = id.root();
         let root_made = facts_of(&root).map(|f| f.created).unwrap_or_default();
         let trace = otel::derived_id(&["trace", root.as_str(), &root_made]);
+        let content = match env.get(names::CAPTURE_CONTENT).is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            true => {
+                let (_, config) = ws.config(&facts.lineage).map_err(|e| e.to_string())?;
+                Some(infra::redact::Redactor::new(domain::tool_env::secret_values(env.vars(), &config)))
+            }
+            false => None,
+        };
         let exporter = Exporter::start(settings).map_err(|e| e.to_string())?;
         Ok(On {
             exporter,
@@ -242,11 +272,22 @@ impl On {
             chat: None,
             tools: HashMap::new(),
             last: None,
+            content,
             input: 0,
             output: 0,
             cost: None,
             events: Vec::new(),
         })
+    }
+
+    /// `text` redacted and cut to [`CONTENT_MAX`], when content is captured.
+    fn captured(&self, text: &str) -> Option<String> {
+        let redacted = self.content.as_ref()?.redact(text);
+        let mut end = redacted.len().min(CONTENT_MAX);
+        while !redacted.is_char_boundary(end) {
+            end -= 1;
+        }
+        Some(redacted[..end].to_owned())
     }
 
     /// What every span of this agent carries.
@@ -308,6 +349,11 @@ impl On {
                 }
                 self.input += usage.input.unwrap_or(0);
                 self.output += usage.output.unwrap_or(0);
+                if let Some(text) = self.captured(&chat.text) {
+                    let message =
+                        serde_json::json!([{"role": "assistant", "parts": [{"type": "text", "content": text}]}]);
+                    span.attributes.push((names::OUTPUT_MESSAGES, Value::Str(message.to_string())));
+                }
             }
             None => {
                 let why = chat.last_error.clone().unwrap_or_else(|| "the call did not end in an answer".into());
@@ -319,8 +365,8 @@ impl On {
         self.exporter.send(span);
     }
 
-    fn tool_finished(&mut self, call: &str, name: &str, is_error: bool, summary: &str) {
-        let start = self.tools.remove(call).unwrap_or_else(SystemTime::now);
+    fn tool_finished(&mut self, call: &str, name: &str, is_error: bool, summary: &str, output: &str) {
+        let (start, input) = self.tools.remove(call).unwrap_or_else(|| (SystemTime::now(), None));
         let id = otel::derived_id(&["tool", &hex(&self.span), call]);
         let mut span = self.span(id, format!("execute_tool {name}"), start);
         span.attributes = self.common("execute_tool");
@@ -333,6 +379,12 @@ impl On {
         if let Some((step, commit)) = &self.last {
             span.attributes.push((names::STEP, Value::Int(i64::from(*step))));
             span.attributes.push((names::COMMIT, Value::Str(commit.clone())));
+        }
+        if let Some(input) = input {
+            span.attributes.push((names::TOOL_ARGUMENTS, Value::Str(input)));
+        }
+        if let Some(output) = self.captured(output) {
+            span.attributes.push((names::TOOL_RESULT, Value::Str(output)));
         }
         if is_error {
             span.attributes.push((names::ERROR_TYPE, Value::Str("tool_error".into())));
