@@ -416,7 +416,10 @@ fn delivered(t: &TestWorkspace, name: &str) -> Vec<(String, String)> {
 
 /// A laptop with a scripted server and remote `origin` (its config sent there), and a
 /// root `Lead` dispatching `children` in one step, each child answering after a bash call.
-fn fleet(name: &str, children: usize) -> (Daemon, PathBuf, crate::support::server::Server, TestWorkspace, String) {
+pub(crate) fn fleet(
+    name: &str,
+    children: usize,
+) -> (Daemon, PathBuf, crate::support::server::Server, TestWorkspace, String) {
     let root = served_root(name);
     let daemon = Daemon::start(&root);
     let url = daemon.url("fleet.git");

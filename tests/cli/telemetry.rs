@@ -81,9 +81,11 @@ fn a_fan_out_is_one_trace_of_agent_call_and_tool_spans_with_the_genai_attributes
     // (Its results may come one by one or together: a turn for each way.)
     let noted = (0..3).map(|i| Turn::text(&format!("noted {i}")));
     server.push_for("Lead", [fan_out, Turn::text("waiting")].into_iter().chain(noted));
-    for name in ["Alpha", "Beta", "Gamma"] {
+    for name in ["Alpha", "Beta"] {
         server.push_for(name, [Turn::bash(&format!("{name}-b"), "echo part > part.txt"), Turn::text("my part done")]);
     }
+    // Gamma's command fails, saying what is no trace's to carry.
+    server.push_for("Gamma", [Turn::bash("Gamma-b", "echo not-for-traces >&2; exit 3"), Turn::text("mine failed")]);
     t.run(&["prompt", "--name", "Lead", "split the work in three"]).ok();
     // Each driver sends its last spans before its run's end is logged.
     wait_for("every agent's span", || of(&receiver.spans(), "invoke_agent").len() == 4);
@@ -149,9 +151,13 @@ fn a_fan_out_is_one_trace_of_agent_call_and_tool_spans_with_the_genai_attributes
     let named = |name: &str| tools.iter().filter(|s| s["attributes"]["gen_ai.tool.name"] == name).count();
     assert_eq!((named("dispatch"), named("bash")), (3, 3), "{tools:?}");
     for tool in &tools {
-        assert_eq!(tool["attributes"]["offshoot.tool.outcome"], "ok", "{tool}");
+        let failed = tool["attributes"]["gen_ai.tool.call.id"] == "Gamma-b";
+        assert_eq!(tool["attributes"]["offshoot.tool.outcome"], if failed { "error" } else { "ok" }, "{tool}");
+        assert_eq!(tool["status"]["code"], if failed { 2 } else { 1 }, "{tool}");
         assert!(tool["attributes"]["gen_ai.tool.call.id"].as_str().is_some_and(|c| !c.is_empty()), "{tool}");
     }
+    let raw = std::fs::read_to_string(&receiver.spans).expect("spans");
+    assert!(!raw.contains("not-for-traces"), "a tool's output is content: not sent unless asked");
     // No content unless asked for.
     assert!(spans.iter().all(|s| s["attributes"].get("gen_ai.tool.call.arguments").is_none()), "{:?}", tools[0]);
     // What the variables said: the service's name, the headers.
@@ -294,4 +300,39 @@ fn a_compaction_is_its_compactors_span_under_the_agent_and_a_landing_event_on_th
         .cloned()
         .expect("landed");
     assert_eq!(landed_event["attributes"]["offshoot.compaction.compactor"], compactor.as_str(), "{landed_event}");
+}
+
+#[test]
+fn agents_a_worker_drives_on_another_machine_land_in_their_trees_one_trace() {
+    let (_daemon, root, _server, laptop, url) = crate::remote::fleet("otel-fleet", 2);
+    let receiver = Receiver::start(&root);
+    let endpoint = format!("http://127.0.0.1:{}", receiver.port);
+    let w =
+        crate::remote::machine_with("otel-fleet-worker", &url, &laptop, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
+    let worker = crate::remote::spawn_worker(&w, "w1", 3_000);
+    laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead the kids"]).ok();
+    crate::support::wait::wait_for_within("the tree done", std::time::Duration::from_secs(60), || {
+        crate::remote::tree_done(&laptop, 2)
+    });
+    crate::remote::stop_worker(worker);
+    let lead = laptop.id_of("Lead");
+    wait_for("each agent's span", || {
+        let spans = receiver.spans();
+        let ids: std::collections::BTreeSet<String> = of(&spans, "invoke_agent")
+            .iter()
+            .filter_map(|s| s["attributes"]["gen_ai.agent.id"].as_str().map(str::to_owned))
+            .collect();
+        ids.len() == 3
+    });
+    let spans = receiver.spans();
+    assert!(spans.iter().all(|s| s["trace_id"] == spans[0]["trace_id"]), "one trace");
+    let lead_span = of(&spans, "invoke_agent")
+        .into_iter()
+        .find(|s| s["attributes"]["gen_ai.agent.id"] == lead.as_str())
+        .cloned()
+        .expect("Lead's span");
+    for kid in of(&spans, "invoke_agent").into_iter().filter(|s| s["attributes"]["gen_ai.agent.id"] != lead.as_str()) {
+        assert_eq!(kid["parent_span_id"], lead_span["span_id"], "{kid}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
 }

@@ -92,9 +92,11 @@ struct On {
     chat: Option<Chat>,
     /// The tool calls under way, by id: when each began, and its input (captured).
     tools: HashMap<String, (SystemTime, Option<String>)>,
-    /// With content captured (`CAPTURE_CONTENT`): what hides every secret value in it,
-    /// as the transcript views hide them.
-    content: Option<infra::redact::Redactor>,
+    /// What hides every secret value in what a span says (errors, and content), as the
+    /// transcript views hide them.
+    redact: infra::redact::Redactor,
+    /// Content is captured (`CAPTURE_CONTENT`).
+    content: bool,
     /// The step and commit of the last call, for the tools it asked for.
     last: Option<(u32, String)>,
     /// This run's calls, summed.
@@ -206,7 +208,7 @@ impl On {
                     text: String::new(),
                 });
             }
-            Event::Delta(infra::provider::Delta::Text(piece)) if self.content.is_some() => {
+            Event::Delta(infra::provider::Delta::Text(piece)) if self.content => {
                 if let Some(chat) = &mut self.chat {
                     chat.text.push_str(piece);
                 }
@@ -247,13 +249,9 @@ impl On {
         let root = id.root();
         let root_made = facts_of(&root).map(|f| f.created).unwrap_or_default();
         let trace = otel::derived_id(&["trace", root.as_str(), &root_made]);
-        let content = match env.get(names::CAPTURE_CONTENT).is_some_and(|v| v.eq_ignore_ascii_case("true")) {
-            true => {
-                let (_, config) = ws.config(&facts.lineage).map_err(|e| e.to_string())?;
-                Some(infra::redact::Redactor::new(domain::tool_env::secret_values(env.vars(), &config)))
-            }
-            false => None,
-        };
+        let content = env.get(names::CAPTURE_CONTENT).is_some_and(|v| v.eq_ignore_ascii_case("true"));
+        let (_, config) = ws.config(&facts.lineage).map_err(|e| e.to_string())?;
+        let redact = infra::redact::Redactor::new(domain::tool_env::secret_values(env.vars(), &config));
         let exporter = Exporter::start(settings).map_err(|e| e.to_string())?;
         Ok(On {
             exporter,
@@ -272,6 +270,7 @@ impl On {
             chat: None,
             tools: HashMap::new(),
             last: None,
+            redact,
             content,
             input: 0,
             output: 0,
@@ -282,12 +281,17 @@ impl On {
 
     /// `text` redacted and cut to [`CONTENT_MAX`], when content is captured.
     fn captured(&self, text: &str) -> Option<String> {
-        let redacted = self.content.as_ref()?.redact(text);
+        self.content.then(|| self.said(text))
+    }
+
+    /// `text` (an error's words, content) redacted and cut to [`CONTENT_MAX`].
+    fn said(&self, text: &str) -> String {
+        let redacted = self.redact.redact(text);
         let mut end = redacted.len().min(CONTENT_MAX);
         while !redacted.is_char_boundary(end) {
             end -= 1;
         }
-        Some(redacted[..end].to_owned())
+        redacted[..end].to_owned()
     }
 
     /// What every span of this agent carries.
@@ -358,7 +362,7 @@ impl On {
             None => {
                 let why = chat.last_error.clone().unwrap_or_else(|| "the call did not end in an answer".into());
                 span.attributes.push((names::ERROR_TYPE, Value::Str("call_failed".into())));
-                span.error = Some(why);
+                span.error = Some(self.said(&why));
             }
         }
         self.last = Some((chat.step, chat.commit));
@@ -388,7 +392,8 @@ impl On {
         }
         if is_error {
             span.attributes.push((names::ERROR_TYPE, Value::Str("tool_error".into())));
-            span.error = Some(summary.to_owned());
+            // (What it said may quote its output: content, only when that is captured.)
+            span.error = Some(self.captured(summary).unwrap_or_else(|| "the tool call ended in an error".into()));
         }
         self.exporter.send(span);
     }
@@ -414,7 +419,7 @@ impl On {
             span.attributes.push((names::COMMIT, Value::Str(tip.to_string())));
         }
         if let End::Error { error, .. } = end {
-            span.error = Some(error.clone());
+            span.error = Some(self.said(error));
         }
         span.events = std::mem::take(&mut self.events);
         self.exporter.send(span);
