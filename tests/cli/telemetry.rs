@@ -227,19 +227,27 @@ fn content_goes_into_spans_only_when_asked_and_never_a_key() {
     t.env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true");
     let key = "sk-ant-api03-Zq8xVb2LmN4pR7tYw";
     t.env("ANTHROPIC_API_KEY", key);
-    server
-        .push_turns([Turn::bash("b1", "echo hello from the tool"), Turn::text(&format!("the key is {key}, as asked"))]);
+    // (A tool named with the key: a word the model chose, which names a span.)
+    server.push_turns([
+        Turn::tool("t0", key, json!({})),
+        Turn::bash("b1", "echo hello from the tool"),
+        Turn::text(&format!("the key is {key}, as asked")),
+    ]);
     t.run(&["prompt", "--name", "Talker", "talk"]).ok();
     wait_for("the agent's span", || of(&receiver.spans(), "invoke_agent").len() == 1);
     let spans = receiver.spans();
-    let tool = of(&spans, "execute_tool")[0].clone();
+    let tool = of(&spans, "execute_tool")
+        .into_iter()
+        .find(|s| s["attributes"]["gen_ai.tool.name"] == "bash")
+        .cloned()
+        .expect("the bash call's span");
     let arguments = tool["attributes"]["gen_ai.tool.call.arguments"].as_str().unwrap_or_default();
     assert!(arguments.contains("echo hello from the tool"), "{tool}");
     let result = tool["attributes"]["gen_ai.tool.call.result"].as_str().unwrap_or_default();
     assert!(result.contains("hello from the tool"), "{tool}");
     let answer = of(&spans, "chat")
         .iter()
-        .find(|c| c["attributes"]["offshoot.step"] == 2)
+        .find(|c| c["attributes"]["offshoot.step"] == 3)
         .and_then(|c| c["attributes"]["gen_ai.output.messages"].as_str().map(str::to_owned))
         .expect("the answer's content");
     assert!(answer.contains("the key is [redacted") && !answer.contains(key), "{answer}");

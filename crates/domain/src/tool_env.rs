@@ -147,8 +147,15 @@ pub fn secret_values<'b>(base: impl IntoIterator<Item = (&'b str, &'b str)>, con
     };
     // Values the config sets for tools under secret names are as secret.
     let servers = config.mcp_servers.values().flat_map(|s| s.env.iter()).chain(config.tool_env.set.iter());
+    let base: Vec<(&str, &str)> = base.into_iter().collect();
     let mut out: Vec<(String, String)> =
-        base.into_iter().filter(|(k, v)| hidden(k, v)).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+        base.iter().filter(|(k, v)| hidden(k, v)).map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    // Headers in a variable (`OTEL_EXPORTER_OTLP_HEADERS=x-team=KEY,…`): each value is a
+    // secret of its own, which a command might print without the rest.
+    for (name, value) in base.iter().filter(|(k, _)| k.to_ascii_uppercase().ends_with("HEADERS")) {
+        let values = infra::otel::header_values(value).into_iter().filter(|v| v.len() >= 8);
+        out.extend(values.map(|v| (format!("{name} value"), v)));
+    }
     out.extend(servers.filter(|(k, v)| hidden(k, v)).map(|(k, v)| (k.clone(), v.clone())));
     // An HTTP server's headers and the query of its URL carry credentials as often as
     // not (`X-Api-Key`, `?api_key=`): every value of eight bytes or more is hidden.
@@ -166,6 +173,15 @@ mod tests {
     use super::*;
     use crate::config::DEFAULT_FILES;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn each_value_of_a_headers_variable_is_a_secret_of_its_own() {
+        let config = Config::parse(DEFAULT_FILES[0].1, &|_| true).expect("config");
+        let base = [("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=hcKEYabcdefgh12345,x-short=ab")];
+        let hidden: Vec<String> = secret_values(base, &config).into_iter().map(|(_, v)| v).collect();
+        assert!(hidden.contains(&"hcKEYabcdefgh12345".to_owned()), "{hidden:?}");
+        assert!(!hidden.contains(&"ab".to_owned()), "{hidden:?}");
+    }
 
     #[test]
     fn a_placeholder_key_is_not_a_secret_and_a_short_password_is() {

@@ -70,6 +70,7 @@ impl Settings {
             (None, None) => return Ok(None),
         };
         if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            let endpoint = crate::git::transport::shown(&endpoint);
             return Err(OtelError::Endpoint { endpoint, reason: "it must start with http:// or https://".into() });
         }
         let protocol = set("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL").or_else(|| set("OTEL_EXPORTER_OTLP_PROTOCOL"));
@@ -83,6 +84,19 @@ impl Settings {
             service: set("OTEL_SERVICE_NAME").unwrap_or_else(|| "offshoot".into()),
         }))
     }
+}
+
+impl Settings {
+    /// The endpoint fit to show (a password or token in it left out).
+    pub fn shown_endpoint(&self) -> String {
+        crate::git::transport::shown(&self.endpoint)
+    }
+}
+
+/// The values of headers written as `OTEL_EXPORTER_OTLP_HEADERS` writes them: each is a
+/// secret of its own (a collector's key), whatever the others are.
+pub fn header_values(text: &str) -> Vec<String> {
+    parse_headers(text).into_iter().map(|(_, v)| v).collect()
 }
 
 /// `k=v,k2=v2`, each part percent-decoded, as the OTLP exporter specification writes
@@ -168,7 +182,6 @@ struct Shared {
 pub struct Exporter {
     queue: Option<SyncSender<Span>>,
     shared: Arc<Shared>,
-    done: Receiver<()>,
 }
 
 impl Exporter {
@@ -191,7 +204,6 @@ impl Exporter {
         let resource = opentelemetry_sdk::Resource::builder_empty().with_service_name(settings.service.clone()).build();
         otlp.set_resource(&resource);
         let (queue, spans) = std::sync::mpsc::sync_channel(QUEUE);
-        let (finished, done) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared::default());
         let theirs = shared.clone();
         std::thread::Builder::new()
@@ -199,10 +211,9 @@ impl Exporter {
             .spawn(move || {
                 send_all(&otlp, &spans, &theirs);
                 let _ = otlp.shutdown();
-                let _ = finished.send(());
             })
             .map_err(|e| OtelError::Start(e.to_string()))?;
-        Ok(Exporter { queue: Some(queue), shared, done })
+        Ok(Exporter { queue: Some(queue), shared })
     }
 
     /// Queues `span` to be sent; never waits (a full queue drops it, counted).
@@ -228,25 +239,36 @@ impl Exporter {
         self.shared.failure.lock().ok()?.take()
     }
 
-    /// Sends what is queued, waiting up to `within` for it (not at all once sending has
-    /// failed: the collector is out of reach, and the rest is dropped); the thread ends.
-    /// What came of it all.
-    pub fn finish(mut self, within: Duration) -> Finished {
-        self.queue = None;
-        let within = if self.shared.failed.load(Ordering::Relaxed) > 0 { Duration::ZERO } else { within };
-        let ended = self.done.recv_timeout(within).is_ok();
+    /// Waits up to `within` for what is queued to be sent (not at all once sending has
+    /// failed: the collector is out of reach); the exporter goes on. What came of it:
+    /// the spans dropped since the last flush (a span still waiting counts as dropped,
+    /// as the process may end).
+    pub fn flush(&self, within: Duration) -> Finished {
         let shared = &self.shared;
-        // (What was never tried is lost with the process.)
+        let until = Instant::now() + within;
+        let pending = || shared.queued.load(Ordering::Relaxed) > shared.tried.load(Ordering::Relaxed);
+        while pending() && shared.failed.load(Ordering::Relaxed) == 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // (A span still waiting when the time is up is counted: the process may end now.
+        // Should the run go on and send it after all, it was counted once too many.)
         let untried = shared.queued.load(Ordering::Relaxed).saturating_sub(shared.tried.load(Ordering::Relaxed));
-        let dropped = self.dropped() + if ended { 0 } else { untried };
-        Finished { all_sent: ended, dropped, failure: self.failure() }
+        let dropped = shared.dropped.swap(0, Ordering::Relaxed) + untried;
+        Finished { all_sent: untried == 0, dropped, failure: self.failure() }
     }
 }
 
-/// What an exporter came to.
+impl Drop for Exporter {
+    /// Closes the queue: the thread sends what is left and ends (or ends with the process).
+    fn drop(&mut self) {
+        self.queue = None;
+    }
+}
+
+/// What a flush came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
-    /// Its thread ended within the time given (the queue emptied, sent or not).
+    /// Every span queued was tried (sent, or its export failed) within the time given.
     pub all_sent: bool,
     /// Spans dropped (queue full, or their export failed).
     pub dropped: u64,
@@ -386,6 +408,13 @@ mod tests {
         assert!(matches!(Settings::from_vars(grpc, None), Err(OtelError::Protocol(p)) if p == "grpc"));
         let bad = vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "localhost:4318")]);
         assert!(matches!(Settings::from_vars(bad, None), Err(OtelError::Endpoint { .. })));
+        // A password in the URL is never shown.
+        let secret = vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://u:supersecretpassw0rd@c:4318")]);
+        let shown = Settings::from_vars(secret, None).expect("ok").expect("on").shown_endpoint();
+        assert!(!shown.contains("supersecretpassw0rd"), "{shown}");
+        let bad = vars(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "ftp://u:supersecretpassw0rd@c")]);
+        let said = Settings::from_vars(bad, None).expect_err("not http").to_string();
+        assert!(!said.contains("supersecretpassw0rd"), "{said}");
     }
 
     #[test]

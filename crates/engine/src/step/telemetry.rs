@@ -143,12 +143,12 @@ impl<'o> Traced<'o> {
     /// Ends the run with `end`: the agent's span sent, with what is left (waiting a
     /// little for it), then the log's last line.
     pub(crate) fn end(&mut self, end: End) {
-        if let Some(mut on) = self.on.take() {
+        if let Some(on) = &mut self.on {
             on.end_agent(&end);
-            let endpoint = on.endpoint.clone();
-            let sent = on.exporter.finish(FLUSH_WITHIN);
+            // (Tracing goes on: mail that came meanwhile starts another round.)
+            let sent = on.exporter.flush(FLUSH_WITHIN);
             if let Some(why) = sent.failure {
-                self.logged.event(Event::Warning(&failed(&endpoint, &why)));
+                self.logged.event(Event::Warning(&failed(&on.endpoint, &why)));
             }
             if sent.dropped > 0 {
                 count_dropped(&on.steps_dir, sent.dropped);
@@ -255,7 +255,7 @@ impl On {
         let exporter = Exporter::start(settings).map_err(|e| e.to_string())?;
         Ok(On {
             exporter,
-            endpoint: settings.endpoint.clone(),
+            endpoint: settings.shown_endpoint(),
             steps_dir: ws.layout.steps(id),
             span: agent_span(&trace, id.as_str()),
             parent: id.parent().map(|p| agent_span(&trace, p.as_str())),
@@ -366,7 +366,7 @@ impl On {
             }
         }
         self.last = Some((chat.step, chat.commit));
-        self.exporter.send(span);
+        self.send(span);
     }
 
     fn tool_finished(&mut self, call: &str, name: &str, is_error: bool, summary: &str, output: &str) {
@@ -395,7 +395,7 @@ impl On {
             // (What it said may quote its output: content, only when that is captured.)
             span.error = Some(self.captured(summary).unwrap_or_else(|| "the tool call ended in an error".into()));
         }
-        self.exporter.send(span);
+        self.send(span);
     }
 
     /// The agent's span, at the end of a run: from when the agent was made to now.
@@ -422,6 +422,26 @@ impl On {
             span.error = Some(self.said(error));
         }
         span.events = std::mem::take(&mut self.events);
+        self.send(span);
+        // (A next round of the same run has totals of its own.)
+        (self.input, self.output, self.cost) = (0, 0, None);
+    }
+
+    /// Sends `span` with every word in it a model or an agent could have chosen (a tool's
+    /// name, an agent's, a note) redacted, its name too.
+    fn send(&self, mut span: Span) {
+        span.name = self.redact.redact(&span.name);
+        let words = |list: &mut Vec<(&'static str, Value)>| {
+            for (_, value) in list.iter_mut() {
+                if let Value::Str(text) = value {
+                    *text = self.redact.redact(text);
+                }
+            }
+        };
+        words(&mut span.attributes);
+        for event in &mut span.events {
+            words(&mut event.attributes);
+        }
         self.exporter.send(span);
     }
 }
