@@ -65,7 +65,7 @@ fn of<'a>(spans: &'a [Value], operation: &str) -> Vec<&'a Value> {
 }
 
 #[test]
-fn a_fan_out_is_one_trace_of_agent_call_and_tool_spans_with_the_genai_attributes() {
+fn a_fan_out_and_a_compaction_are_one_trace_of_agent_call_and_tool_spans_with_the_genai_attributes() {
     let (server, mut t) = TestWorkspace::served("otel-fan-out", Dialect::Anthropic);
     let receiver = Receiver::start(&t.root);
     traced(&mut t, &receiver);
@@ -163,6 +163,36 @@ fn a_fan_out_is_one_trace_of_agent_call_and_tool_spans_with_the_genai_attributes
     // What the variables said: the service's name, the headers.
     assert!(spans.iter().all(|s| s["service"] == "offshoot-test"), "{:?}", spans[0]);
     assert!(spans.iter().all(|s| s["headers"]["x-team"] == "agents lab"), "{:?}", spans[0]);
+    // Then Lead's conversation compacted: the compactor's span under Lead's, in the same
+    // trace, and the landing an event of Lead's span.
+    server.push_matching(
+        "Compact the conversation of agent",
+        [
+            Turn::tool("c1", "write_summary", json!({"content": "Split the work in three; all three are done."})),
+            Turn::text("kept the facts"),
+        ],
+    );
+    let compactor = t.run(&["compact", "Lead"]).ok().trim().to_owned();
+    let landed = |spans: &[Value]| {
+        of(spans, "invoke_agent").into_iter().any(|s| {
+            s["events"].as_array().into_iter().flatten().any(|e| {
+                e["name"] == "compaction"
+                    && e["attributes"]["offshoot.compaction.outcome"] == "landed"
+                    && e["attributes"]["offshoot.compaction.compactor"] == compactor.as_str()
+            })
+        })
+    };
+    wait_for("the landing's event", || landed(&receiver.spans()));
+    let spans = receiver.spans();
+    let worker = span_in(&spans, &compactor);
+    assert_eq!(worker["parent_span_id"], lead_span["span_id"], "the compactor under Lead");
+    assert_eq!(worker["trace_id"], lead_span["trace_id"], "in the tree's trace");
+    assert_eq!(worker["attributes"]["offshoot.role"], "compactor");
+}
+
+/// The `invoke_agent` span of agent `id` among `spans`.
+fn span_in(spans: &[Value], id: &str) -> Value {
+    of(spans, "invoke_agent").into_iter().find(|s| s["attributes"]["gen_ai.agent.id"] == id).cloned().expect("span")
 }
 
 #[test]
