@@ -18,6 +18,8 @@
 //!
 //! `cargo bench --bench serve -- [IDLE SECONDS]` (default 60).
 
+#[path = "../tests/cli/support/browser.rs"]
+mod browser;
 #[path = "support/cpu.rs"]
 mod cpu;
 #[path = "support/memory.rs"]
@@ -118,12 +120,7 @@ fn drive(ws: &std::path::Path, home: &std::path::Path, model: &model::Server, n:
 /// navigation to the tree drawn with every agent and the stream open; `None` when
 /// `.ci/tools` has not unpacked the browser.
 fn page_usable(url: &str, agents: usize) -> Option<Vec<f64>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let tools = root.join("target/test-tools");
-    let browser = tools.join("bin/chromium-headless-shell");
-    if !browser.exists() {
-        return None;
-    }
+    let browser = browser::unpacked()?;
     let usable = format!(
         "document.querySelectorAll('.agent').length === {agents} && document.querySelector('#status').textContent === 'live'"
     );
@@ -132,20 +129,7 @@ fn page_usable(url: &str, agents: usize) -> Option<Vec<f64>> {
         steps.push(serde_json::json!(["navigate"]));
         steps.push(serde_json::json!(["wait", usable, 30]));
     }
-    let plan = serde_json::json!({"browser": browser, "url": url, "steps": steps});
-    let mut python = Command::new("python3")
-        .arg(root.join("tests/serve/browser.py"))
-        .env("PYTHONPATH", tools.join("py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    python.stdin.take().expect("stdin").write_all(plan.to_string().as_bytes()).expect("plan");
-    let out = python.wait_with_output().expect("browser");
-    assert!(out.status.success(), "the browser failed: {}", String::from_utf8_lossy(&out.stderr));
-    let seen: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect("JSON")).collect();
+    let seen = browser::browse(&browser, url, serde_json::Value::Array(steps));
     let waits: Vec<&serde_json::Value> = seen.iter().filter(|s| s["step"] == "wait").collect();
     assert!(waits.iter().all(|w| w["value"] == true), "the page never drew the tree: {seen:?}");
     Some(waits.iter().filter_map(|w| w["ms"].as_f64()).collect())

@@ -248,26 +248,8 @@ fn events_come_as_drivers_write_them_and_a_client_that_comes_back_misses_none() 
 
 /// The browser on `url` through `steps` (see tests/serve/browser.py); what it saw.
 fn browse(url: &str, steps: Value) -> Vec<Value> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let tools = root.join("target/test-tools");
-    let browser = match tools.join("bin/chromium-headless-shell") {
-        unpacked if unpacked.exists() => unpacked,
-        _ => "chromium-headless-shell".into(),
-    };
-    let plan = json!({"browser": browser, "url": url, "steps": steps});
-    let mut python = Command::new("python3")
-        .arg(root.join("tests/serve/browser.py"))
-        .env("PYTHONPATH", tools.join("py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    python.stdin.take().expect("stdin").write_all(plan.to_string().as_bytes()).expect("plan");
-    let out = python.wait_with_output().expect("browser");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "the browser failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
+    let browser = crate::support::browser::unpacked().unwrap_or_else(|| "chromium-headless-shell".into());
+    crate::support::browser::browse(&browser, url, steps)
 }
 
 #[test]

@@ -104,29 +104,9 @@ pub fn header_values(text: &str) -> Vec<String> {
 fn parse_headers(text: &str) -> Vec<(String, String)> {
     text.split(',')
         .filter_map(|pair| pair.split_once('='))
-        .map(|(k, v)| (percent_decoded(k.trim()), percent_decoded(v.trim())))
+        .map(|(k, v)| (crate::words::percent_decoded(k.trim()), crate::words::percent_decoded(v.trim())))
         .filter(|(k, _)| !k.is_empty())
         .collect()
-}
-
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
-            (b'%', Some(high), Some(low)) => {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// An attribute's value.
@@ -254,7 +234,7 @@ impl Exporter {
         // Should the run go on and send it after all, it was counted once too many.)
         let untried = shared.queued.load(Ordering::Relaxed).saturating_sub(shared.tried.load(Ordering::Relaxed));
         let dropped = shared.dropped.swap(0, Ordering::Relaxed) + untried;
-        Finished { all_sent: untried == 0, dropped, failure: self.failure() }
+        Finished { dropped, failure: self.failure() }
     }
 }
 
@@ -268,8 +248,6 @@ impl Drop for Exporter {
 /// What a flush came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finished {
-    /// Every span queued was tried (sent, or its export failed) within the time given.
-    pub all_sent: bool,
     /// Spans dropped (queue full, or their export failed).
     pub dropped: u64,
     /// Why sending failed, if it did and was not said yet.

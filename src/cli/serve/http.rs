@@ -138,28 +138,10 @@ fn read_line(input: &mut impl BufRead) -> Result<Option<String>, Refused> {
     String::from_utf8(line).map(Some).map_err(|_| Refused(400, "a request line or header is not UTF-8".into()))
 }
 
-/// `%XX` and `+` (a space, in a query) decoded; a malformed escape is kept as it is.
+/// `+` (a space, in a query) and `%XX` decoded; a malformed escape is kept as it is.
+/// (`+` first: `%2B` is a plus.)
 fn decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    infra::words::percent_decoded(&text.replace('+', " "))
 }
 
 /// An answer: status, content type, body, and headers of its own.

@@ -1,3 +1,4 @@
+pub mod browser;
 pub mod clean;
 pub mod daemon;
 pub mod https;
