@@ -13,7 +13,8 @@ the connection closed that long after, mid-turn). A fresh process (a new connect
 starts at every ["restart"]. The plan's "answers" are what the user chooses at each permission request,
 in turn: an option id, "cancelled", or "error" (a client that cannot answer). Its
 "mcp_servers" go with every new session. With "compaction", the client says it takes
-compaction updates, and prints each it is sent.
+compaction updates, and prints each it is sent; with "subagents", that it takes sub-sessions,
+and prints each `subagent_update` and each session a tool call's update names.
 """
 
 import asyncio
@@ -119,6 +120,20 @@ def compactions(event):
         say(event="compaction", id=update["compactionId"], status=update["status"], summary=summary)
 
 
+def subagents(event):
+    """A `subagent_update` the agent sent, and the sessions a call's update names, as they came."""
+    params = event.message.get("params", {})
+    update = params.get("update", {})
+    if event.message.get("method") != "session/update":
+        return
+    if update.get("sessionUpdate") == "subagent_update":
+        say(event="subagent", on=params.get("sessionId"), session=update["sessionId"], title=update.get("title"), state=update.get("state"))
+    if update.get("sessionUpdate") == "tool_call_update":
+        named = [c["sessionId"] for c in update.get("content") or [] if c.get("type") == "session"]
+        if named:
+            say(event="call_names", id=update["toolCallId"], sessions=named)
+
+
 async def run(plan):
     session = plan.get("session")
     steps = plan["steps"]
@@ -132,11 +147,16 @@ async def run(plan):
             recorder, *plan["command"], env=plan["env"], cwd=plan["cwd"], transport_kwargs=shutdown
         )
         async with spawned as (conn, proc):
-            if plan.get("compaction"):
-                # The package's schema has no `session.compaction` capability yet (nor the
-                # update): it is sent, and the updates seen, as the wire has them.
-                conn._conn.add_observer(compactions)
-                capabilities = {"session": {"compaction": {}}}
+            if plan.get("compaction") or plan.get("subagents"):
+                # The package's schema has no `session.compaction` or `subagents` capability
+                # yet (nor their updates): they are sent, and the updates seen, as the wire has them.
+                capabilities = {}
+                if plan.get("compaction"):
+                    conn._conn.add_observer(compactions)
+                    capabilities["session"] = {"compaction": {}}
+                if plan.get("subagents"):
+                    conn._conn.add_observer(subagents)
+                    capabilities["subagents"] = {}
                 init = await conn._conn.send_request(
                     "initialize", {"protocolVersion": acp.PROTOCOL_VERSION, "clientCapabilities": capabilities}
                 )

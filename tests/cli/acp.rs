@@ -686,3 +686,47 @@ fn a_refused_first_prompt_leaves_the_context_and_the_agent_goes_on_sound() {
     assert!(t.git(&["log", "--format=%s", &format!("agents/{session}")]).contains("The refused turn"));
     t.run(&["doctor"]).ok();
 }
+
+#[test]
+fn to_a_client_that_takes_sub_sessions_each_child_is_one_announced_on_its_parent_with_its_own_stream() {
+    let (server, t) = TestWorkspace::served("acp-subagents", Dialect::Anthropic);
+    let grandkid = Turn::tool("g1", "dispatch", json!({"role": "worker", "goal": "be grandkid", "name": "Grandkid"}));
+    server.push_for("Kid", [grandkid, Turn::text("kid waits"), Turn::text("kid done")]);
+    server
+        .push_for("Grandkid", [Turn::tool("b1", "bash", json!({"command": "echo deep"})), Turn::text("grandkid done")]);
+    let dispatch = Turn::tool("d1", "dispatch", json!({"role": "worker", "goal": "be kid", "name": "Kid"}));
+    // (The kid's results — it may say one while its own child works — may come one by
+    // one or together: a turn for each way.)
+    server.push_turns([dispatch, Turn::text("waiting"), Turn::text("noted"), Turn::text("noted")]);
+    let mut agent = t.command();
+    agent.arg("acp");
+    let seen = drive_with(&agent, &t.root, None, json!([["new"], ["prompt", "lead"]]), json!({"subagents": true}));
+    assert_eq!(events(&seen, "stopped").first().map(|e| &e["reason"]), Some(&json!("end_turn")), "{seen:?}");
+    let lead = events(&seen, "session")[0]["session"].as_str().expect("session").to_owned();
+    let (kid, grandkid) = (t.id_of("Kid"), t.id_of("Grandkid"));
+    // Each announced once running, on its own parent's session, before anything of it
+    // streams; and idle at its end, saying it ended its turn.
+    let position = |f: &dyn Fn(&Value) -> bool| seen.iter().position(f);
+    for (child, parent, title) in [(&kid, &lead, "Kid"), (&grandkid, &kid, "Grandkid")] {
+        let of: Vec<&Value> = events(&seen, "subagent").into_iter().filter(|e| e["session"] == **child).collect();
+        assert!(of.len() == 2 && of.iter().all(|e| e["on"] == **parent), "{child}: {of:?}");
+        assert_eq!((&of[0]["title"], &of[0]["state"]["state"]), (&json!(title), &json!("running")), "{of:?}");
+        assert_eq!(of[1]["state"]["state"], "idle", "{of:?}");
+        assert_eq!(of[1]["state"]["stopReason"], "end_turn", "{of:?}");
+        let announced = position(&|e| e["event"] == "subagent" && e["session"] == **child);
+        let streamed = position(&|e| e["event"] == "update" && e["session"] == **child);
+        assert!(announced < streamed && streamed.is_some(), "{child} streams before it is announced: {seen:?}");
+    }
+    // Under its own id, each child's words and calls: the grandkid's bash and its answer.
+    let under = |id: &str, kind: &str| -> String {
+        seen.iter().filter(|e| e["session"] == id && e["kind"] == kind).filter_map(|e| e["text"].as_str()).collect()
+    };
+    assert_eq!(under(&grandkid, "agent_message_chunk"), "grandkid done");
+    assert!(under(&grandkid, "tool_call_update").contains("deep"), "{seen:?}");
+    assert_eq!(under(&kid, "agent_message_chunk"), "kid waitskid done");
+    // None of a child's stream is the lead's, and the lead's dispatch call names its kid.
+    let lead_said = under(&lead, "agent_message_chunk");
+    assert!(lead_said.starts_with("waitingnoted") && !lead_said.contains("done"), "{lead_said}");
+    let named = events(&seen, "call_names");
+    assert!(named.iter().any(|e| e["id"] == "d1" && e["sessions"] == json!([kid])), "{named:?}");
+}

@@ -42,6 +42,8 @@ struct Shared {
     directories: bool,
     /// The client takes `compaction_update`s (it said so at `initialize`).
     compaction: AtomicBool,
+    /// The client takes sub-sessions (the unstable `subagents` capability).
+    subagents: AtomicBool,
     /// Why the last session was refused `auth_required` (a key not set), for
     /// `authenticate` to say again.
     missing_key: Mutex<Option<String>>,
@@ -65,6 +67,7 @@ pub(crate) fn serve(ctx: Ctx, options: Options) -> Result<(), CliError> {
         copy,
         directories,
         compaction: AtomicBool::new(false),
+        subagents: AtomicBool::new(false),
         missing_key: Mutex::new(None),
         sessions: sessions::Table::default(),
     });
@@ -88,6 +91,7 @@ async fn connect(shared: Arc<Shared>) -> Result<(), Error> {
             async move |request: InitializeRequest, responder, _cx| {
                 let compaction = request.client_capabilities.session.as_ref().is_some_and(|s| s.compaction.is_some());
                 s1.compaction.store(compaction, Ordering::Relaxed);
+                s1.subagents.store(request.client_capabilities.subagents.is_some(), Ordering::Relaxed);
                 responder.respond(initialized(request))
             },
             agent_client_protocol::on_receive_request!(),

@@ -204,7 +204,7 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
     let mut streamed = String::new();
     // The calls the editor was shown, by what they run: where a question points.
     let mut shown: HashMap<(String, String), String> = HashMap::new();
-    let mut children = super::children::Children::default();
+    let mut children = super::children::Children::new(shared.subagents.load(std::sync::atomic::Ordering::Relaxed));
     // (Whether the agent dispatched a child this turn: its records are read after its end.)
     let mut dispatched = false;
     let reason = loop {
@@ -227,10 +227,8 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
             let _ = cx.spawn(permission::ask(cx.clone(), ask));
         }
         if agent != named {
-            let update = ws.as_ref().and_then(|ws| children.update(ws, named, &agent, &record));
-            if let Some(update) = update
-                && cx.send_notification(SessionNotification::new(named.to_owned(), update)).is_err()
-            {
+            let sent = ws.as_ref().map_or_else(Vec::new, |ws| children.updates(ws, named, &agent, &record));
+            if sent.into_iter().any(|update| cx.send_notification(update).is_err()) {
                 break Ok(StopReason::Cancelled);
             }
             continue;
@@ -245,25 +243,11 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
         {
             agents_of::mirror(ws, &id);
         }
+        if let Record::ToolCall { tool_use_id, name, input } = &record {
+            dispatched |= name == "dispatch";
+            shown.insert((name.clone(), input.to_string()), tool_use_id.clone());
+        }
         let update = match &record {
-            Record::TextDelta { text } => {
-                streamed.push_str(text);
-                Some(updates::said(text))
-            }
-            Record::ThinkingDelta { text } => Some(updates::thought(text)),
-            Record::Text { text } => {
-                let rest = text.strip_prefix(streamed.as_str()).unwrap_or(text).to_owned();
-                streamed.clear();
-                (!rest.is_empty()).then(|| updates::said(&rest))
-            }
-            Record::ToolCall { tool_use_id, name, input } => {
-                dispatched |= name == "dispatch";
-                shown.insert((name.clone(), input.to_string()), tool_use_id.clone());
-                Some(updates::call(tool_use_id, name, input))
-            }
-            Record::ToolResult { tool_use_id, is_error, summary, output, .. } => {
-                Some(updates::result(tool_use_id, *is_error, if output.is_empty() { summary } else { output }))
-            }
             Record::Usage { usage, cost_usd, .. } => usage_update(shared, named, usage, *cost_usd, window),
             Record::Compaction { outcome, compactor, note }
                 if shared.compaction.load(std::sync::atomic::Ordering::Relaxed) =>
@@ -284,7 +268,7 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
                     End::Error { error, .. } => Err(internal(format!("the agent's run failed: {error}"))),
                 };
             }
-            _ => None,
+            _ => updates::of_record(&record, &mut streamed),
         };
         if let Some(update) = update
             && cx.send_notification(SessionNotification::new(named.to_owned(), update)).is_err()
@@ -298,9 +282,8 @@ pub(super) async fn follow(shared: &Shared, named: &str, turn: Turn, cx: &Connec
     while (dispatched || !children.is_empty())
         && let Ok(Some((agent, record))) = tokio::time::timeout(CATCH_UP, records.recv()).await
     {
-        let update = ws.as_ref().and_then(|ws| children.update(ws, named, &agent, &record));
-        if let Some(update) = update {
-            let _ = cx.send_notification(SessionNotification::new(named.to_owned(), update));
+        for update in ws.as_ref().map_or_else(Vec::new, |ws| children.updates(ws, named, &agent, &record)) {
+            let _ = cx.send_notification(update);
         }
     }
     drop(follower);

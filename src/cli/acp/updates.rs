@@ -10,7 +10,30 @@ use agent_client_protocol::v1::schema::{
 use serde_json::Value;
 
 use domain::transcript::Entry;
+use engine::step::events::Record;
 use infra::provider::Block;
+
+/// What the agent says, thinks and calls in `record`, as its session shows it;
+/// `streamed` is the text streamed since its last whole text (which says only the rest).
+pub(super) fn of_record(record: &Record, streamed: &mut String) -> Option<SessionUpdate> {
+    match record {
+        Record::TextDelta { text } => {
+            streamed.push_str(text);
+            Some(said(text))
+        }
+        Record::ThinkingDelta { text } => Some(thought(text)),
+        Record::Text { text } => {
+            let rest = text.strip_prefix(streamed.as_str()).unwrap_or(text).to_owned();
+            streamed.clear();
+            (!rest.is_empty()).then(|| said(&rest))
+        }
+        Record::ToolCall { tool_use_id, name, input } => Some(call(tool_use_id, name, input)),
+        Record::ToolResult { tool_use_id, is_error, summary, output, .. } => {
+            Some(result(tool_use_id, *is_error, if output.is_empty() { summary } else { output }))
+        }
+        _ => None,
+    }
+}
 
 /// A chunk of text the agent says.
 pub(super) fn said(text: &str) -> SessionUpdate {
