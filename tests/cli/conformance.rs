@@ -98,6 +98,17 @@ fn check(sub: &str, name: &str, body: &str, seen: &Seen, t: &TestWorkspace) -> V
     }
     expect(seen.code == 0, &format!("exit {}: {}", seen.code, seen.stderr));
     expect(seen.next.is_some(), "the next request was not sent or not accepted");
+    // The model that answered, as the provider named it, is kept with the answer (a
+    // recording that fails mid-stream is answered by the retry, not by it).
+    if let Some(model) = recorded_model(body).filter(|_| !name.starts_with("midstream")) {
+        let branch = format!("agents/{}", seen.id);
+        let files = t.git(&["ls-tree", "-r", "--name-only", &branch, ".offshoot/messages"]);
+        let kept = files.lines().filter(|f| f.ends_with(".json")).any(|f| {
+            let entry: Value = serde_json::from_str(&t.git(&["show", &format!("{branch}:{f}")])).unwrap_or_default();
+            entry.pointer("/response_model").and_then(Value::as_str) == Some(model.as_str())
+        });
+        expect(kept, &format!("answering model {model} not kept with the answer"));
+    }
     let echoed = seen.echoed();
     let blocks: Vec<&Value> = echoed.iter().flat_map(|m| m["content"].as_array().into_iter().flatten()).collect();
     let has_block = |kind: &str| blocks.iter().any(|b| b["type"] == kind);
@@ -155,6 +166,12 @@ fn check(sub: &str, name: &str, body: &str, seen: &Seen, t: &TestWorkspace) -> V
         expect(sent.contains(&raw), &format!("arguments {raw:?} not sent back as written (sent {sent:?})"));
     }
     wrong
+}
+
+/// The model a recording says answered (the first `"model"` of its events).
+fn recorded_model(body: &str) -> Option<String> {
+    let at = body.find("\"model\":\"")? + "\"model\":\"".len();
+    body[at..].split('"').next().map(str::to_owned)
 }
 
 /// The arguments text of each tool call a Chat or Responses recording carries, as the

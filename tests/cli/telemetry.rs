@@ -137,6 +137,8 @@ fn a_fan_out_and_a_compaction_are_one_trace_of_agent_call_and_tool_spans_with_th
             let a = &call["attributes"];
             assert_eq!(a["gen_ai.provider.name"], "anthropic", "{call}");
             assert_eq!(a["gen_ai.request.model"], "claude-sonnet-4-5", "{call}");
+            // (What the server said answered: the scripted server names itself.)
+            assert_eq!(a["gen_ai.response.model"], "scripted", "{call}");
             assert_eq!(a["gen_ai.agent.id"], id);
             assert_eq!(call["kind"], 3, "a client span: {call}");
             assert!(a["gen_ai.response.finish_reasons"].as_array().is_some_and(|r| r.len() == 1), "{call}");
@@ -373,4 +375,73 @@ fn agents_a_worker_drives_on_another_machine_land_in_their_trees_one_trace() {
         assert_eq!(kid["parent_span_id"], lead_span["span_id"], "{kid}");
     }
     let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn the_config_alone_sends_traces_with_each_policy_decision_and_the_requests_content() {
+    let (server, t) = TestWorkspace::served("otel-config", Dialect::Anthropic);
+    let receiver = Receiver::start(&t.root);
+    // No OTEL_* variable: the config says where traces go, and that content goes too.
+    t.set("telemetry.endpoint", &format!("http://127.0.0.1:{}", receiver.port));
+    t.set("telemetry.capture_content", "true");
+    t.set("permissions.deny", r#"["Bash(git push:*)"]"#);
+    t.set("permissions.allow", r#"["Bash(echo:*)"]"#);
+    t.set("roles.worker.permissions.ask", r#"["bash(rm:*)"]"#);
+    let guard = t.root.join("guard.sh");
+    std::fs::write(&guard, "grep -q forbidden && { echo 'not that' >&2; exit 2; }; exit 0\n").expect("guard");
+    t.set("hooks.PreToolUse", &format!(r#"[{{ matcher = "Bash", command = "sh {}" }}]"#, guard.display()));
+    server.push_turns([
+        Turn::bash("b1", "git push origin main"),
+        Turn::bash("b2", "echo allowed"),
+        Turn::bash("b3", "rm -f nothing-here"),
+        Turn::bash("b4", "true"),
+        Turn::bash("b5", "echo forbidden"),
+        Turn::text("done"),
+    ]);
+    t.run(&["prompt", "--name", "Ruled", "push it all"]).ok();
+    wait_for("the agent's span", || of(&receiver.spans(), "invoke_agent").len() == 1);
+    let spans = receiver.spans();
+    let decision = |call: &str| -> Option<Value> {
+        let span = of(&spans, "execute_tool").into_iter().find(|s| s["attributes"]["gen_ai.tool.call.id"] == call)?;
+        let events = span["events"].as_array()?;
+        events.iter().find(|e| e["name"] == "policy_decision").map(|e| e["attributes"].clone())
+    };
+    let refused = decision("b1").expect("b1's decision");
+    assert_eq!(refused["offshoot.policy.outcome"], "refused", "{refused}");
+    assert_eq!(refused["offshoot.policy.verdict"], "deny", "{refused}");
+    assert_eq!(refused["offshoot.policy.rule"], "Bash(git push:*)", "{refused}");
+    assert_eq!(refused["offshoot.policy.key"], "permissions.deny", "{refused}");
+    let allowed = decision("b2").expect("b2's decision");
+    assert_eq!(
+        (&allowed["offshoot.policy.outcome"], &allowed["offshoot.policy.verdict"]),
+        (&json!("ran"), &json!("allow"))
+    );
+    // An ask with no one to answer: asked, and the answer was no.
+    let asked = decision("b3").expect("b3's decision");
+    assert_eq!((&asked["offshoot.policy.verdict"], &asked["offshoot.policy.answer"]), (&json!("ask"), &json!("no")));
+    assert_eq!(asked["offshoot.policy.outcome"], "refused", "{asked}");
+    // A call no rule, mode or hook bore on carries no decision.
+    assert_eq!(decision("b4"), None);
+    // One the rules allow and a hook blocks: the hook's word.
+    let blocked = decision("b5").expect("b5's decision");
+    assert_eq!(blocked["offshoot.policy.outcome"], "refused", "{blocked}");
+    assert_eq!(blocked["offshoot.policy.hooks"], json!([format!("block: sh {}", guard.display())]), "{blocked}");
+    // The requests' content: the system prompt, and the messages up to each call.
+    let second = of(&spans, "chat").into_iter().find(|c| c["attributes"]["offshoot.step"] == 2).expect("step 2");
+    let input: Value = serde_json::from_str(second["attributes"]["gen_ai.input.messages"].as_str().expect("input"))
+        .expect("input messages are JSON");
+    let parts: Vec<&Value> =
+        input.as_array().expect("messages").iter().flat_map(|m| m["parts"].as_array().expect("parts")).collect();
+    assert_eq!(input[0]["role"], "user", "{input}");
+    assert!(
+        parts.iter().any(|p| p["type"] == "text" && p["content"].as_str().unwrap_or("").contains("push it all")),
+        "{input}"
+    );
+    assert!(parts.iter().any(|p| p["type"] == "tool_call" && p["id"] == "b1"), "{input}");
+    assert!(parts.iter().any(|p| p["type"] == "tool_call_response" && p["id"] == "b1"), "{input}");
+    let system = second["attributes"]["gen_ai.system_instructions"].as_str().expect("system instructions");
+    assert!(
+        serde_json::from_str::<Value>(system).is_ok_and(|s| s[0]["content"].as_str().is_some_and(|c| !c.is_empty())),
+        "{system}"
+    );
 }

@@ -286,6 +286,7 @@ mod tests {
                     }],
                     usage: Usage::default(),
                     stop: Stop::ToolUse,
+                    response_model: None,
                 },
             },
         ]

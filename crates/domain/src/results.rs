@@ -93,7 +93,12 @@ mod tests {
     }
 
     fn answer(n: u32) -> Entry {
-        let output = Output { content: vec![Block::text("done")], usage: Usage::default(), stop: Stop::EndTurn };
+        let output = Output {
+            content: vec![Block::text("done")],
+            usage: Usage::default(),
+            stop: Stop::EndTurn,
+            response_model: None,
+        };
         Entry::Output { number: n, model: "m".into(), output }
     }
 

@@ -239,7 +239,7 @@ mod tests {
         Entry::Output {
             number: n,
             model: "m".into(),
-            output: Output { content, usage: Usage::default(), stop: Stop::ToolUse },
+            output: Output { content, usage: Usage::default(), stop: Stop::ToolUse, response_model: None },
         }
     }
 

@@ -657,7 +657,7 @@ fn responses_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
     };
     push(
         "response.created",
-        json!({"response": {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}}),
+        json!({"response": {"id": "resp_1", "object": "response", "status": "in_progress", "model": "scripted", "output": []}}),
     );
     let mut output = Vec::new();
     if let Some((thinking, signature)) = &t.thinking {
@@ -716,7 +716,7 @@ fn responses_events(t: &Turn, truncated: bool) -> Vec<(String, String)> {
     } else {
         push(
             "response.completed",
-            json!({"response": {"id": "resp_1", "status": "completed", "incomplete_details": null, "output": output, "usage": usage}}),
+            json!({"response": {"id": "resp_1", "status": "completed", "model": "scripted", "incomplete_details": null, "output": output, "usage": usage}}),
         );
     }
     ev

@@ -11,9 +11,11 @@ use super::grant::{self, Holder};
 use infra::provider::Protocol;
 
 mod mcp;
+mod telemetry;
 mod validate;
 
 pub use mcp::{McpServer, STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS, check_server_name, check_servers};
+pub use telemetry::TelemetryConfig;
 
 pub const FILE: &str = "offshoot.toml";
 
@@ -66,6 +68,11 @@ pub struct Config {
     /// with `matcher`, `command`, `timeout`), in Claude Code's wire format.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub hooks: crate::hooks::Hooks,
+    /// Where traces of every agent go (OpenTelemetry, OTLP over HTTP) when the standard
+    /// variables do not say. A machine's own setting: a fleet worker keeps its own over
+    /// a remote's, as it does its providers.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub telemetry: TelemetryConfig,
     /// What project files the user trusted add (`offshoot config trust`): never read
     /// from `offshoot.toml`, set by the engine for a project's agents.
     #[serde(skip)]

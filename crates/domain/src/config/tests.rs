@@ -137,6 +137,9 @@ fn mcp_servers_are_checked_where_they_are_written() {
         ("[mcp_servers.a]\nurl = \"https://h\"\nbearer_token_env_var = \"PATH\"", "withheld from every command"),
         ("[mcp_servers.a]\ncommand = \"x\"\nheaders = { A = \"b\" }", "is for HTTP servers"),
         ("[mcp_servers.a]\ncommand = \"x\"\ntool_timeout_secs = 0", "must be at least 1"),
+        ("[telemetry]\nendpoint = \"localhost:4318\"", "telemetry.endpoint"),
+        ("[telemetry]\nendpoint = \"grpc://h:4317\"", "must start with http:// or https://"),
+        ("[telemetry]\nhost = \"h\"", "unknown field `host`"),
     ] {
         let error = refused(extra);
         assert!(error.contains(rule), "{extra}: {error}");

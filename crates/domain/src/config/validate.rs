@@ -50,6 +50,11 @@ impl Config {
             }
             _ => {}
         }
+        if let Some(url) = &self.telemetry.endpoint
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(fail("telemetry.endpoint".into(), format!("`{url}` must start with http:// or https://")));
+        }
         let keys = self.api_key_variables();
         if let Some(path) = self.tool_env.hidden_paths.iter().find(|p| !p.starts_with('/') && !p.starts_with("~/")) {
             return Err(fail(

@@ -29,6 +29,10 @@ pub enum Event<'a> {
         model: &'a str,
         /// The commit its request was made from.
         commit: &'a str,
+        /// What the request gives the model: its system prompt and messages (for
+        /// observers that show content; the events log does not).
+        system: &'a str,
+        messages: &'a [infra::provider::Message],
     },
     Delta(&'a Delta),
     /// A model call ended: what it used and, at the configured price, cost.
@@ -38,6 +42,8 @@ pub enum Event<'a> {
         cost_usd: Option<f64>,
         /// Why the model stopped.
         stop: &'a infra::provider::Stop,
+        /// The model that answered, as the provider named it.
+        model: Option<&'a str>,
     },
     AttemptFailed {
         attempt: u32,
@@ -57,6 +63,8 @@ pub enum Event<'a> {
         summary: &'a str,
         /// What the model is given back (its text).
         output: &'a str,
+        /// What the policy made of the call.
+        policy: &'a Policy,
     },
     /// The agent's directory needed mending before the driver could start.
     Repaired(Repair),
@@ -88,6 +96,29 @@ pub enum Event<'a> {
 
 pub trait Observer {
     fn event(&mut self, event: Event<'_>);
+}
+
+/// What the policy made of a tool call — the rules and the mode, the user's
+/// `PreToolUse` hooks, a question's answer — for observers that show decisions (traces;
+/// the call's record keeps them in full).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Policy {
+    /// The verdict of the rule or mode that applied (`allow`, `ask`, `deny`), the rule,
+    /// and the key that holds it.
+    pub rule: Option<(&'static str, String, String)>,
+    /// What each `PreToolUse` hook that decided something said: `outcome: command`.
+    pub hooks: Vec<String>,
+    /// A yes was needed, and who gave it (`None`: the answer was no).
+    pub asked: Option<Option<String>>,
+    /// It was refused before it ran.
+    pub refused: bool,
+}
+
+impl Policy {
+    /// Whether nothing of the policy bore on the call.
+    pub fn is_empty(&self) -> bool {
+        self.rule.is_none() && self.hooks.is_empty() && self.asked.is_none() && !self.refused
+    }
 }
 
 /// The file a driver's events are appended to, in the agent's step records.
@@ -263,7 +294,7 @@ pub(crate) fn record(event: &Event<'_>) -> Option<Record> {
         Event::ToolStarted { id, name, input } => {
             Record::ToolCall { tool_use_id: owned(id), name: owned(name), input: (*input).clone() }
         }
-        Event::ToolFinished { id, name, is_error, summary, output } => Record::ToolResult {
+        Event::ToolFinished { id, name, is_error, summary, output, .. } => Record::ToolResult {
             tool_use_id: owned(id),
             name: owned(name),
             is_error: *is_error,
@@ -480,7 +511,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let mut nobody = Nobody;
         let mut logged = Logged::new(&dir, "a", &mut nobody);
-        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m", commit: "c" });
+        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m", commit: "c", system: "", messages: &[] });
         logged.event(Event::Delta(&Delta::Text("half an ans".into())));
         logged.event(Event::AttemptFailed { attempt: 1, error: "reset", retry_in_ms: Some(10) });
         for piece in ["The ", "answer."] {
@@ -520,7 +551,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let mut nobody = Nobody;
         let mut logged = Logged::new(&dir, "a", &mut nobody);
-        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m", commit: "c" });
+        logged.event(Event::StepStarted { step: 1, provider: "p", model: "m", commit: "c", system: "", messages: &[] });
         for piece in ["Which ", "file?"] {
             logged.event(Event::Delta(&Delta::Thinking(piece.into())));
         }
@@ -560,10 +591,23 @@ mod tests {
         let usage = Usage { input: Some(100), output: Some(20), ..Usage::default() };
         let input = serde_json::json!({"command": "ls"});
         let events = [
-            Event::StepStarted { step: 2, provider: "anthropic", model: "m", commit: "c" },
-            Event::Usage { step: 2, usage: &usage, cost_usd: Some(0.5), stop: &infra::provider::Stop::EndTurn },
+            Event::StepStarted { step: 2, provider: "anthropic", model: "m", commit: "c", system: "s", messages: &[] },
+            Event::Usage {
+                step: 2,
+                usage: &usage,
+                cost_usd: Some(0.5),
+                stop: &infra::provider::Stop::EndTurn,
+                model: Some("m-1"),
+            },
             Event::ToolStarted { id: "t1", name: "bash", input: &input },
-            Event::ToolFinished { id: "t1", name: "bash", is_error: false, summary: "exit code 0", output: "ok" },
+            Event::ToolFinished {
+                id: "t1",
+                name: "bash",
+                is_error: false,
+                summary: "exit code 0",
+                output: "ok",
+                policy: &Policy::default(),
+            },
             Event::Waiting { children: 3 },
             Event::Compaction { compactor: "k7q2mx.1", outcome: "landed", note: "n" },
         ];

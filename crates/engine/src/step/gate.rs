@@ -9,6 +9,7 @@ use domain::question::{self, Question};
 use domain::{grant, permissions};
 
 use crate::step::call::{Call, ToolCallError};
+use crate::step::events::Policy;
 use crate::step::tools::ToolContext;
 use crate::step::{approval, hooks};
 
@@ -22,6 +23,8 @@ pub(crate) struct Passed {
     pub(crate) lent: Option<question::Escalation>,
     /// Who said yes, when one was needed.
     pub(crate) yes_from: Option<String>,
+    /// All of that in short, for traces.
+    pub(crate) policy: Policy,
 }
 
 /// Takes `call` through the gate; `could_run` says whether a tool would run it at all
@@ -83,6 +86,15 @@ pub(crate) fn pass(
         asking = Some(Question { why, escalation: Some(wanted), rule: None, ..ask_about(cx, name, input) });
     }
     let (mut lent, mut yes_from) = (None, None);
+    let mut policy = Policy {
+        rule: decision.map(|d| (d.verdict.word(), d.rule, d.key)),
+        hooks: heard
+            .iter()
+            .filter(|r| r.outcome != hooks::Outcome::Pass)
+            .map(|r| format!("{}: {}", r.outcome.word(), r.command))
+            .collect(),
+        ..Policy::default()
+    };
     // (A call no tool would run is refused as such, never put to a person.)
     if let Some(question) = asking.filter(|_| refusal.is_none() && could_run) {
         let permission_hooks = || hooks.run("PermissionRequest", json!({}));
@@ -106,8 +118,10 @@ pub(crate) fn pass(
         if let Some(e) = failed {
             return Err(e);
         }
+        policy.asked = Some(yes_from.clone());
     }
-    Ok(Passed { refusal, heard, lent, yes_from })
+    policy.refused = refusal.is_some();
+    Ok(Passed { refusal, heard, lent, yes_from, policy })
 }
 
 /// The user's hooks for one call: who it is, where, and with what environment.

@@ -39,6 +39,19 @@ pub(crate) enum Outcome {
     Failed,
 }
 
+impl Outcome {
+    /// The outcome as its record says it.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Allow => "allow",
+            Outcome::Block => "block",
+            Outcome::Ask => "ask",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
 /// What is sent with every event: who, where, and what.
 pub(crate) struct Who<'a> {
     pub agent: &'a str,

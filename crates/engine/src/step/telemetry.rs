@@ -17,7 +17,7 @@ use domain::id::AgentId;
 use infra::otel::{self, Exporter, Settings, Span, Value};
 use infra::provider::{Stop, Usage};
 
-use super::events::{End, Event, Logged, Observer};
+use super::events::{End, Event, Logged, Observer, Policy};
 use crate::store::workspace::Workspace;
 
 /// Every attribute name, in one place: the GenAI conventions are still "development"
@@ -29,6 +29,7 @@ pub mod names {
     pub const CONVERSATION_ID: &str = "gen_ai.conversation.id";
     pub const PROVIDER: &str = "gen_ai.provider.name";
     pub const REQUEST_MODEL: &str = "gen_ai.request.model";
+    pub const RESPONSE_MODEL: &str = "gen_ai.response.model";
     pub const INPUT_TOKENS: &str = "gen_ai.usage.input_tokens";
     pub const OUTPUT_TOKENS: &str = "gen_ai.usage.output_tokens";
     pub const CACHE_READ_TOKENS: &str = "gen_ai.usage.cache_read.input_tokens";
@@ -49,8 +50,18 @@ pub mod names {
     pub const COMPACTOR: &str = "offshoot.compaction.compactor";
     pub const COMPACTION_OUTCOME: &str = "offshoot.compaction.outcome";
     pub const NOTE: &str = "offshoot.note";
+    /// A tool call's `policy_decision` event: whether it ran, the rule's verdict, the
+    /// rule and its key, what the hooks decided, a question's answer.
+    pub const POLICY_OUTCOME: &str = "offshoot.policy.outcome";
+    pub const POLICY_VERDICT: &str = "offshoot.policy.verdict";
+    pub const POLICY_RULE: &str = "offshoot.policy.rule";
+    pub const POLICY_KEY: &str = "offshoot.policy.key";
+    pub const POLICY_HOOKS: &str = "offshoot.policy.hooks";
+    pub const POLICY_ANSWER: &str = "offshoot.policy.answer";
     /// With content captured: the answer, the tool call's input and its result.
     pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+    pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
+    pub const SYSTEM_INSTRUCTIONS: &str = "gen_ai.system_instructions";
     pub const TOOL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
     pub const TOOL_RESULT: &str = "gen_ai.tool.call.result";
     /// The variable that lets content into spans (`true`).
@@ -106,6 +117,15 @@ struct On {
     events: Vec<otel::Event>,
 }
 
+/// What a call's answer says of it.
+struct Answered<'a> {
+    usage: &'a Usage,
+    cost: Option<f64>,
+    stop: &'a Stop,
+    /// The model that answered, as the provider named it.
+    model: Option<&'a str>,
+}
+
 /// A model call under way.
 struct Chat {
     step: u32,
@@ -117,15 +137,22 @@ struct Chat {
     last_error: Option<String>,
     /// Its answer's text as it streamed (kept only when content is captured).
     text: String,
+    /// What it was given: its system prompt and messages, redacted (captured).
+    input: Option<(String, String)>,
 }
 
 impl<'o> Traced<'o> {
     /// The run of `id` in `ws`, logged by `logged`, traced when `env` (the driver's
     /// variables) names a collector; why it cannot be, said once in the log.
+    /// (`[telemetry]` of the agent's config when the variables do not say.)
     pub(crate) fn new(ws: &Workspace, env: &crate::Env, id: &AgentId, mut logged: Logged<'o>) -> Traced<'o> {
-        let on = match Settings::from_vars(|name| env.get(name).map(str::to_owned), None) {
+        let tip = ws.repo.branch_tip(&id.branch()).ok().flatten();
+        let facts = tip.and_then(|tip| crate::store::snapshot::read_facts(&ws.repo, tip).ok());
+        let config = facts.as_ref().and_then(|f| ws.config(&f.lineage).ok()).map(|(_, config)| config);
+        let endpoint = config.as_ref().and_then(|c| c.telemetry.endpoint.as_deref());
+        let on = match Settings::from_vars(|name| env.get(name).map(str::to_owned), endpoint) {
             Ok(None) => None,
-            Ok(Some(settings)) => match On::start(ws, env, id, &settings) {
+            Ok(Some(settings)) => match On::start(ws, env, id, &settings, facts.zip(config)) {
                 Ok(on) => Some(on),
                 Err(why) => {
                     logged.event(Event::Warning(&format!("no traces for this run: {why}")));
@@ -195,9 +222,11 @@ impl On {
     /// What `event` adds to the spans under way.
     fn observe(&mut self, event: &Event<'_>) {
         match event {
-            Event::StepStarted { step, provider, model, commit } => {
+            Event::StepStarted { step, provider, model, commit, system, messages } => {
                 self.end_chat(None);
+                let input = self.content.then(|| self.input_messages(system, messages));
                 self.chat = Some(Chat {
+                    input,
                     step: *step,
                     provider: (*provider).to_owned(),
                     model: (*model).to_owned(),
@@ -219,13 +248,15 @@ impl On {
                     chat.last_error = Some((*error).to_owned());
                 }
             }
-            Event::Usage { usage, cost_usd, stop, .. } => self.end_chat(Some((usage, *cost_usd, stop))),
+            Event::Usage { usage, cost_usd, stop, model, .. } => {
+                self.end_chat(Some(Answered { usage, cost: *cost_usd, stop, model: *model }))
+            }
             Event::ToolStarted { id, input, .. } => {
                 let input = self.captured(&input.to_string());
                 self.tools.insert((*id).to_owned(), (SystemTime::now(), input));
             }
-            Event::ToolFinished { id, name, is_error, summary, output } => {
-                self.tool_finished(id, name, *is_error, summary, output);
+            Event::ToolFinished { id, name, is_error, summary, output, policy } => {
+                self.tool_finished(id, name, (*is_error, summary, output), policy);
             }
             Event::Compaction { compactor, outcome, note } => self.events.push(otel::Event {
                 name: "compaction".into(),
@@ -240,17 +271,27 @@ impl On {
         }
     }
 
-    fn start(ws: &Workspace, env: &crate::Env, id: &AgentId, settings: &Settings) -> Result<On, String> {
+    /// `read`: the agent's facts and config.
+    fn start(
+        ws: &Workspace,
+        env: &crate::Env,
+        id: &AgentId,
+        settings: &Settings,
+        read: Option<(domain::agent::AgentFacts, domain::config::Config)>,
+    ) -> Result<On, String> {
+        let (facts, config) = read.ok_or_else(|| format!("agent `{id}` or its config does not read"))?;
         let facts_of = |agent: &AgentId| {
             let tip = ws.repo.branch_tip(&agent.branch()).ok().flatten()?;
             crate::store::snapshot::read_facts(&ws.repo, tip).ok()
         };
-        let facts = facts_of(id).ok_or_else(|| format!("agent `{id}` does not read"))?;
         let root = id.root();
         let root_made = facts_of(&root).map(|f| f.created).unwrap_or_default();
         let trace = otel::derived_id(&["trace", root.as_str(), &root_made]);
-        let content = env.get(names::CAPTURE_CONTENT).is_some_and(|v| v.eq_ignore_ascii_case("true"));
-        let (_, config) = ws.config(&facts.lineage).map_err(|e| e.to_string())?;
+        // (The variable, when set, says; else the config.)
+        let content = match env.get(names::CAPTURE_CONTENT).map(str::trim).filter(|v| !v.is_empty()) {
+            Some(v) => v.eq_ignore_ascii_case("true"),
+            None => config.telemetry.capture_content,
+        };
         let redact = infra::redact::Redactor::new(domain::tool_env::secret_values(env.vars(), &config));
         let exporter = Exporter::start(settings).map_err(|e| e.to_string())?;
         Ok(On {
@@ -294,6 +335,44 @@ impl On {
         redacted[..end].to_owned()
     }
 
+    /// A request's system prompt and messages as the conventions write them (JSON:
+    /// `[{"type": "text", "content"}]`, and `[{"role", "parts"}]` with text, tool call
+    /// and tool call response parts), every word redacted; of the messages, the latest
+    /// that fit in [`CONTENT_MAX`] (a whole message or none, so the JSON stays whole).
+    fn input_messages(&self, system: &str, messages: &[infra::provider::Message]) -> (String, String) {
+        use infra::provider::{Block, Role};
+        use serde_json::json;
+        let system = json!([{"type": "text", "content": self.said(system)}]).to_string();
+        let mut kept: Vec<String> = Vec::new();
+        let mut size = 2;
+        for message in messages.iter().rev() {
+            let parts: Vec<serde_json::Value> = message
+                .content
+                .iter()
+                .filter_map(|block| match block {
+                    Block::Text { text, .. } => Some(json!({"type": "text", "content": self.said(text)})),
+                    Block::ToolUse { id, name, input, .. } => Some(json!({"type": "tool_call", "id": id,
+                        "name": self.said(name), "arguments": self.said(&input.to_string())})),
+                    Block::ToolResult { tool_use_id, content, .. } => Some(json!({"type": "tool_call_response",
+                        "id": tool_use_id, "response": self.said(content)})),
+                    _ => None,
+                })
+                .collect();
+            let role = match message.role {
+                Role::User => "user",
+                Role::Assistant => "assistant",
+            };
+            let one = json!({"role": role, "parts": parts}).to_string();
+            size += one.len() + 1;
+            if size > CONTENT_MAX && !kept.is_empty() {
+                break;
+            }
+            kept.push(one);
+        }
+        kept.reverse();
+        (system, format!("[{}]", kept.join(",")))
+    }
+
     /// What every span of this agent carries.
     fn common(&self, operation: &str) -> Vec<(&'static str, Value)> {
         let mut list = vec![
@@ -323,8 +402,8 @@ impl On {
         }
     }
 
-    /// Ends the call under way: answered (`usage`) or not.
-    fn end_chat(&mut self, answered: Option<(&Usage, Option<f64>, &Stop)>) {
+    /// Ends the call under way: answered or not.
+    fn end_chat(&mut self, answered: Option<Answered<'_>>) {
         let Some(chat) = self.chat.take() else { return };
         let id = otel::derived_id(&["chat", &hex(&self.span), &chat.step.to_string()]);
         let mut span = self.span(id, format!("chat {}", chat.model), chat.start);
@@ -337,8 +416,12 @@ impl On {
             (names::COMMIT, Value::Str(chat.commit.clone())),
             (names::ATTEMPTS, Value::Int(i64::from(chat.failed_attempts + u32::from(answered.is_some())))),
         ]);
+        if let Some((system, input)) = &chat.input {
+            span.attributes.push((names::SYSTEM_INSTRUCTIONS, Value::Str(system.clone())));
+            span.attributes.push((names::INPUT_MESSAGES, Value::Str(input.clone())));
+        }
         match answered {
-            Some((usage, cost, stop)) => {
+            Some(Answered { usage, cost, stop, model }) => {
                 let tokens = |n: Option<u64>| Value::Int(n.unwrap_or(0).min(i64::MAX as u64) as i64);
                 span.attributes.extend([
                     (names::INPUT_TOKENS, tokens(usage.input)),
@@ -347,6 +430,9 @@ impl On {
                     (names::CACHE_WRITE_TOKENS, tokens(usage.cache_write)),
                     (names::FINISH_REASONS, Value::Strs(vec![finish_reason(stop)])),
                 ]);
+                if let Some(model) = model {
+                    span.attributes.push((names::RESPONSE_MODEL, Value::Str(model.to_owned())));
+                }
                 if let Some(cost) = cost {
                     span.attributes.push((names::COST_USD, Value::Float(cost)));
                     self.cost = Some(self.cost.unwrap_or(0.0) + cost);
@@ -369,7 +455,10 @@ impl On {
         self.send(span);
     }
 
-    fn tool_finished(&mut self, call: &str, name: &str, is_error: bool, summary: &str, output: &str) {
+    /// A tool call's span: `ended` is whether it ended in an error, its summary, and
+    /// what it gave the model; what the policy made of it is an event of the span.
+    fn tool_finished(&mut self, call: &str, name: &str, ended: (bool, &str, &str), policy: &Policy) {
+        let (is_error, summary, output) = ended;
         let (start, input) = self.tools.remove(call).unwrap_or_else(|| (SystemTime::now(), None));
         let id = otel::derived_id(&["tool", &hex(&self.span), call]);
         let mut span = self.span(id, format!("execute_tool {name}"), start);
@@ -394,6 +483,9 @@ impl On {
             span.attributes.push((names::ERROR_TYPE, Value::Str("tool_error".into())));
             // (What it said may quote its output: content, only when that is captured.)
             span.error = Some(self.captured(summary).unwrap_or_else(|| "the tool call ended in an error".into()));
+        }
+        if !policy.is_empty() {
+            span.events.push(policy_event(policy, start));
         }
         self.send(span);
     }
@@ -433,8 +525,10 @@ impl On {
         span.name = self.redact.redact(&span.name);
         let words = |list: &mut Vec<(&'static str, Value)>| {
             for (_, value) in list.iter_mut() {
-                if let Value::Str(text) = value {
-                    *text = self.redact.redact(text);
+                match value {
+                    Value::Str(text) => *text = self.redact.redact(text),
+                    Value::Strs(texts) => texts.iter_mut().for_each(|t| *t = self.redact.redact(t)),
+                    _ => {}
                 }
             }
         };
@@ -444,6 +538,27 @@ impl On {
         }
         self.exporter.send(span);
     }
+}
+
+/// What the policy made of a tool call, as an event at its start.
+fn policy_event(policy: &Policy, at: SystemTime) -> otel::Event {
+    let mut attributes =
+        vec![(names::POLICY_OUTCOME, Value::Str(if policy.refused { "refused" } else { "ran" }.into()))];
+    if let Some((verdict, rule, key)) = &policy.rule {
+        attributes.push((names::POLICY_VERDICT, Value::Str((*verdict).to_owned())));
+        attributes.push((names::POLICY_RULE, Value::Str(rule.clone())));
+        attributes.push((names::POLICY_KEY, Value::Str(key.clone())));
+    }
+    if !policy.hooks.is_empty() {
+        attributes.push((names::POLICY_HOOKS, Value::Strs(policy.hooks.clone())));
+    }
+    if let Some(answer) = &policy.asked {
+        attributes.push((
+            names::POLICY_ANSWER,
+            Value::Str(answer.as_ref().map_or("no".into(), |by| format!("yes from {by}"))),
+        ));
+    }
+    otel::Event { name: "policy_decision".into(), at, attributes }
 }
 
 fn finish_reason(stop: &Stop) -> String {

@@ -25,6 +25,8 @@ pub(crate) struct CallResult {
     pub(crate) cwd: Option<std::path::PathBuf>,
     /// Files for the harness's directory, committed with the result.
     pub(crate) harness_files: Vec<(String, Vec<u8>)>,
+    /// What the policy made of it.
+    pub(crate) policy: crate::step::events::Policy,
 }
 
 /// A tool-use id made safe as a directory name.
@@ -75,7 +77,7 @@ pub fn run(
     let mcp = cx.agent.and_then(|a| Some((a.mcp?, a.runtime))).filter(|(m, _)| m.offers(name).is_some());
     // The rules, the mode, the hooks and, for a call that needs a yes, its answer.
     let hooks = gate::Hooks::new(cx, call);
-    let gate::Passed { refusal, mut heard, lent, yes_from } =
+    let gate::Passed { refusal, mut heard, lent, yes_from, policy } =
         gate::pass(call, cx, handler.is_some() || mcp.is_some(), &hooks, &write_record)?;
     let lent_cx;
     let cx = match lent {
@@ -155,6 +157,7 @@ pub fn run(
         summary,
         cwd,
         harness_files,
+        policy,
     })
 }
 

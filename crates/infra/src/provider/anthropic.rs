@@ -260,6 +260,7 @@ pub struct StreamDecoder {
     usage: Usage,
     stop: Option<String>,
     done: bool,
+    model: Option<String>,
 }
 
 impl Decoder for StreamDecoder {
@@ -271,7 +272,10 @@ impl Decoder for StreamDecoder {
         let kind = str_at(&v, "/type").unwrap_or(event.event.as_str());
         let mut deltas = Vec::new();
         match kind {
-            "message_start" => self.read_usage(v.pointer("/message/usage")),
+            "message_start" => {
+                self.model = str_at(&v, "/message/model").map(str::to_owned);
+                self.read_usage(v.pointer("/message/usage"));
+            }
             "content_block_start" => {
                 let b = v.get("content_block").cloned().unwrap_or(Value::Null);
                 let partial = match str_at(&b, "/type").unwrap_or("") {
@@ -375,7 +379,7 @@ impl Decoder for StreamDecoder {
             Some(other) => Stop::Other(other.to_owned()),
             None => return Err(StreamError::Incomplete),
         };
-        Ok(Output { content, usage: self.usage, stop })
+        Ok(Output { content, usage: self.usage, stop, response_model: self.model })
     }
 }
 

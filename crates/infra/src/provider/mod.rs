@@ -176,6 +176,10 @@ pub struct Output {
     #[serde(default)]
     pub usage: Usage,
     pub stop: Stop,
+    /// The model that answered, as the provider named it (it may differ from the one
+    /// asked for: a dated version of an alias); `None` when the provider did not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_model: Option<String>,
 }
 
 impl Output {
@@ -322,6 +326,7 @@ mod tests {
             ],
             usage: Usage::default(),
             stop: Stop::EndTurn,
+            response_model: None,
         };
         assert_eq!(out.text(), "First message.\n\nSecond message.");
     }

@@ -132,6 +132,7 @@ pub struct StreamDecoder {
     done: bool,
     /// The text is (or holds) a refusal.
     refused: bool,
+    model: Option<String>,
 }
 
 impl Decoder for StreamDecoder {
@@ -150,6 +151,9 @@ impl Decoder for StreamDecoder {
             let message = str_at(err, "/message").unwrap_or("").to_owned();
             let retryable = kind.contains("overloaded") || kind.contains("server_error") || kind.contains("rate_limit");
             return Err(StreamError::Reported { kind, message, retryable });
+        }
+        if self.model.is_none() {
+            self.model = str_at(&v, "/model").filter(|m| !m.is_empty()).map(str::to_owned);
         }
         let mut deltas = Vec::new();
         if let Some(choice) = v.pointer("/choices/0") {
@@ -233,7 +237,7 @@ impl Decoder for StreamDecoder {
             "length" => Stop::MaxTokens,
             other => Stop::Other(other.to_owned()),
         };
-        Ok(Output { content, usage: self.usage, stop })
+        Ok(Output { content, usage: self.usage, stop, response_model: self.model })
     }
 }
 

@@ -90,6 +90,7 @@ pub struct StreamDecoder {
     status: Option<String>,
     incomplete_reason: Option<String>,
     done: bool,
+    model: Option<String>,
 }
 
 impl Decoder for StreamDecoder {
@@ -99,6 +100,9 @@ impl Decoder for StreamDecoder {
         }
         let v = json(&event.data)?;
         let kind = str_at(&v, "/type").unwrap_or(event.event.as_str()).to_owned();
+        if let Some(model) = str_at(&v, "/response/model") {
+            self.model = Some(model.to_owned());
+        }
         let mut deltas = Vec::new();
         match kind.as_str() {
             "response.output_text.delta" => deltas.push(Delta::Text(str_at(&v, "/delta").unwrap_or("").to_owned())),
@@ -185,6 +189,6 @@ impl Decoder for StreamDecoder {
             _ if refused => Stop::Refusal,
             _ => Stop::EndTurn,
         };
-        Ok(Output { content, usage: self.usage, stop })
+        Ok(Output { content, usage: self.usage, stop, response_model: self.model })
     }
 }

@@ -109,6 +109,7 @@ mod tests {
             }],
             usage: Default::default(),
             stop: crate::provider::Stop::ToolUse,
+            response_model: None,
         };
         let outputs = [call("a"), call("b"), call("c"), call("d")];
         let with = |ids: &[&str]| {

@@ -179,7 +179,14 @@ impl Driver<'_> {
             ..StepMeta::unwritten()
         };
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
-        observer.event(Event::StepStarted { step, provider: &plan.provider, model: &plan.model, commit: &meta.commit });
+        observer.event(Event::StepStarted {
+            step,
+            provider: &plan.provider,
+            model: &plan.model,
+            commit: &meta.commit,
+            system: &request.system,
+            messages: &request.messages,
+        });
 
         let response_path = dir.join("response.ndjson");
         let file = std::fs::File::create(&response_path).map_err(io(&response_path))?;
@@ -215,7 +222,13 @@ impl Driver<'_> {
                 self.last_call = Some(Some((input, measured)));
             }
             let cost_usd = config.prices.get(&plan.model).map(|p| domain::budget::cost(&output.usage, p));
-            recorder.observer.event(Event::Usage { step, usage: &output.usage, cost_usd, stop: &output.stop });
+            recorder.observer.event(Event::Usage {
+                step,
+                usage: &output.usage,
+                cost_usd,
+                stop: &output.stop,
+                model: output.response_model.as_deref(),
+            });
         }
         result.map(|output| (step, entry, output)).map_err(fail)
     }

@@ -256,6 +256,7 @@ impl Driver<'_> {
             is_error: result.is_error,
             summary: &result.summary,
             output,
+            policy: &result.policy,
         });
         if let Some(dir) = &result.cwd {
             self.set_cwd(dir)?;
