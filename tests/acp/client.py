@@ -131,7 +131,7 @@ def subagents(event):
     if update.get("sessionUpdate") == "tool_call_update":
         named = [c["sessionId"] for c in update.get("content") or [] if c.get("type") == "session"]
         if named:
-            say(event="call_names", id=update["toolCallId"], sessions=named)
+            say(event="call_names", on=params.get("sessionId"), id=update["toolCallId"], sessions=named)
 
 
 async def run(plan):

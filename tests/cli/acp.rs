@@ -728,5 +728,7 @@ fn to_a_client_that_takes_sub_sessions_each_child_is_one_announced_on_its_parent
     let lead_said = under(&lead, "agent_message_chunk");
     assert!(lead_said.starts_with("waitingnoted") && !lead_said.contains("done"), "{lead_said}");
     let named = events(&seen, "call_names");
-    assert!(named.iter().any(|e| e["id"] == "d1" && e["sessions"] == json!([kid])), "{named:?}");
+    assert!(named.iter().any(|e| e["id"] == "d1" && e["on"] == lead && e["sessions"] == json!([kid])), "{named:?}");
+    // (And the kid's call that dispatched the grandkid, on the kid's own session.)
+    assert!(named.iter().any(|e| e["id"] == "g1" && e["on"] == kid && e["sessions"] == json!([grandkid])), "{named:?}");
 }

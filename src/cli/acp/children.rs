@@ -22,10 +22,18 @@ use engine::store::workspace::Workspace;
 use super::updates;
 
 /// The dispatch call of each child seen so far (`None`: a child no call made), and,
-/// when the client takes sub-sessions, those announced with the text each streamed.
+/// when the client takes sub-sessions, those announced.
 pub(super) struct Children {
     calls: HashMap<String, Option<String>>,
-    sessions: Option<HashMap<String, String>>,
+    sessions: Option<HashMap<String, Sub>>,
+}
+
+/// An announced sub-session: the text it streamed since its last whole text, and
+/// whether the client was last told it is idle (a message may wake it again).
+#[derive(Default)]
+struct Sub {
+    streamed: String,
+    idle: bool,
 }
 
 impl Children {
@@ -54,24 +62,31 @@ impl Children {
             return Vec::new();
         }
         let mut out = self.announce(ws, session, &id);
-        if id.parent().is_some_and(|p| p.as_str() == session)
-            && let Some(update) = self.call_update(ws, agent, &id, record)
-        {
-            out.push(SessionNotification::new(session.to_owned(), update));
+        let parent = id.parent().map(|p| p.to_string()).unwrap_or_default();
+        // (The call that dispatched it is shown on its parent's session: the session's
+        // own, or a sub-session.)
+        let shown = parent == session || self.sessions.as_ref().is_some_and(|s| s.contains_key(&parent));
+        if shown && let Some(update) = self.call_update(ws, agent, &id, record) {
+            out.push(SessionNotification::new(parent.clone(), update));
         }
-        if let Some(streamed) = self.sessions.as_mut().and_then(|s| s.get_mut(agent)) {
-            let parent = id.parent().map(|p| p.to_string()).unwrap_or_default();
-            match record {
+        if let Some(sub) = self.sessions.as_mut().and_then(|s| s.get_mut(agent)) {
+            let state = match record {
                 Record::End(end) => {
-                    let idle = SubagentUpdate::new(agent.to_owned())
-                        .state(StateUpdate::Idle(IdleStateUpdate::new().stop_reason(stop_of(end))));
-                    out.push(SessionNotification::new(parent, SessionUpdate::SubagentUpdate(idle)));
+                    sub.idle = true;
+                    Some(StateUpdate::Idle(IdleStateUpdate::new().stop_reason(stop_of(end))))
                 }
-                _ => {
-                    if let Some(update) = updates::of_record(record, streamed) {
-                        out.push(SessionNotification::new(agent.to_owned(), update));
-                    }
+                Record::Step { .. } if sub.idle => {
+                    sub.idle = false;
+                    Some(StateUpdate::Running(RunningStateUpdate::new()))
                 }
+                _ => None,
+            };
+            if let Some(state) = state {
+                let update = SubagentUpdate::new(agent.to_owned()).state(state);
+                out.push(SessionNotification::new(parent, SessionUpdate::SubagentUpdate(update)));
+            }
+            if let Some(update) = updates::of_record(record, &mut sub.streamed) {
+                out.push(SessionNotification::new(agent.to_owned(), update));
             }
         }
         out
@@ -91,7 +106,7 @@ impl Children {
             .into_iter()
             .rev()
             .map(|agent| {
-                sessions.insert(agent.to_string(), String::new());
+                sessions.insert(agent.to_string(), Sub::default());
                 let facts = agents::facts_of(ws, &agent.branch()).ok();
                 let title = facts.as_ref().and_then(|f| f.name.clone()).unwrap_or_else(|| agent.to_string());
                 let mut update = SubagentUpdate::new(agent.to_string())

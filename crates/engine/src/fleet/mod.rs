@@ -2,5 +2,6 @@
 
 pub mod bundle;
 pub mod claims;
+pub(crate) mod rebase;
 pub mod remote;
 pub mod worker;

@@ -106,8 +106,8 @@ pub struct Policy {
     /// The verdict of the rule or mode that applied (`allow`, `ask`, `deny`), the rule,
     /// and the key that holds it.
     pub rule: Option<(&'static str, String, String)>,
-    /// What each `PreToolUse` hook that decided something said: `outcome: command`.
-    pub hooks: Vec<String>,
+    /// What each `PreToolUse` hook that decided something said, and its command.
+    pub hooks: Vec<(&'static str, String)>,
     /// A yes was needed, and who gave it (`None`: the answer was no).
     pub asked: Option<Option<String>>,
     /// It was refused before it ran.

@@ -91,7 +91,7 @@ pub(crate) fn pass(
         hooks: heard
             .iter()
             .filter(|r| r.outcome != hooks::Outcome::Pass)
-            .map(|r| format!("{}: {}", r.outcome.word(), r.command))
+            .map(|r| (r.outcome.word(), r.command.clone()))
             .collect(),
         ..Policy::default()
     };
@@ -120,7 +120,8 @@ pub(crate) fn pass(
         }
         policy.asked = Some(yes_from.clone());
     }
-    policy.refused = refusal.is_some();
+    // (A call no tool would run never ran, whatever the rules said of it.)
+    policy.refused = refusal.is_some() || !could_run;
     Ok(Passed { refusal, heard, lent, yes_from, policy })
 }
 

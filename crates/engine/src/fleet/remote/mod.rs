@@ -531,11 +531,11 @@ fn take_lineage(ws: &Workspace, lineage: &str, theirs: Oid, config: ConfigFrom) 
         None => config.template.to_owned(),
     };
     let theirs_text = text(theirs)?;
-    let rebased = crate::fleet::bundle::rebase_config(&theirs_text, &mine);
+    let rebased = crate::fleet::rebase::rebase_config(&theirs_text, &mine);
     if config.trust {
         // What trusting takes over: where the remote's differs from what would be kept.
         let yours = rebased.unwrap_or(mine);
-        let taken = crate::fleet::bundle::config_differences(&theirs_text, &yours);
+        let taken = crate::fleet::rebase::config_differences(&theirs_text, &yours);
         if ours.is_none_or(|o| remote::descends(&repo, theirs, o).unwrap_or(false)) {
             bundle::set_refs(&repo, &[(name, theirs)])?;
             return Ok(Taken::Moved(taken));
@@ -549,7 +549,7 @@ fn take_lineage(ws: &Workspace, lineage: &str, theirs: Oid, config: ConfigFrom) 
         Ok(rebased) => rebased,
         Err(why) => return Ok(Taken::Kept(format!("its config cannot take your settings: {why}"))),
     };
-    let kept = crate::fleet::bundle::config_differences(&theirs_text, &rebased);
+    let kept = crate::fleet::rebase::config_differences(&theirs_text, &rebased);
     let parents: Vec<Oid> = ours.into_iter().chain([theirs]).collect();
     let edits = [TreeEdit::Write { path: file.to_owned(), bytes: rebased.into_bytes() }];
     let message = "config: taken from a remote, with this user's providers, MCP servers, tool environment and sandbox";

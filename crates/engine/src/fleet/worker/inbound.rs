@@ -106,10 +106,10 @@ impl Worker<'_> {
     }
 
     /// Takes config lineage `lineage` at the remote's commit `theirs` as a commit on top of
-    /// it whose `offshoot.toml` has this worker's providers, MCP servers, tool
-    /// environment, budgets, prices, retry and sandbox (`bundle::rebase_config`), never
-    /// the remote's: a config is code here (a `command` provider runs a program, a base
-    /// URL receives the key). One that cannot be made so (a role whose provider this
+    /// it whose `offshoot.toml` has this worker's providers, MCP servers, hooks, rules,
+    /// tool environment, budgets, prices, retry, telemetry and each role's confinement
+    /// (`rebase::rebase_config`), never the remote's: a config is code here (a `command`
+    /// provider runs a program, a hook runs as this user, a base URL receives the key). One that cannot be made so (a role whose provider this
     /// worker lacks, with no worker role to fall back on) is left as it was here.
     fn rebase(&mut self, lineage: &str, theirs: Oid) {
         let ws = self.ws;
@@ -124,7 +124,7 @@ impl Worker<'_> {
             }
             let file = domain::config::FILE;
             let text = ws.repo.read_file(theirs, file)?.unwrap_or_default();
-            let rebased = crate::fleet::bundle::rebase_config(&String::from_utf8_lossy(&text), &self.options.mine)?;
+            let rebased = crate::fleet::rebase::rebase_config(&String::from_utf8_lossy(&text), &self.options.mine)?;
             let edits = [infra::git::TreeEdit::Write { path: file.to_owned(), bytes: rebased.into_bytes() }];
             let commit = ws.repo.commit_edits(
                 &[theirs],

@@ -18,6 +18,9 @@ use infra::otel::{self, Exporter, Settings, Span, Value};
 use infra::provider::{Stop, Usage};
 
 use super::events::{End, Event, Logged, Observer, Policy};
+use content::CONTENT_MAX;
+
+mod content;
 use crate::store::workspace::Workspace;
 
 /// Every attribute name, in one place: the GenAI conventions are still "development"
@@ -57,6 +60,8 @@ pub mod names {
     pub const POLICY_RULE: &str = "offshoot.policy.rule";
     pub const POLICY_KEY: &str = "offshoot.policy.key";
     pub const POLICY_HOOKS: &str = "offshoot.policy.hooks";
+    /// With content captured: the commands of those hooks.
+    pub const POLICY_HOOK_COMMANDS: &str = "offshoot.policy.hook_commands";
     pub const POLICY_ANSWER: &str = "offshoot.policy.answer";
     /// With content captured: the answer, the tool call's input and its result.
     pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
@@ -67,9 +72,6 @@ pub mod names {
     /// The variable that lets content into spans (`true`).
     pub const CAPTURE_CONTENT: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
 }
-
-/// The most of one content attribute kept (the first part of it).
-const CONTENT_MAX: usize = 16 * 1024;
 
 /// The file of an agent's step records that counts the spans its runs could not send
 /// (`doctor` says how many).
@@ -224,7 +226,7 @@ impl On {
         match event {
             Event::StepStarted { step, provider, model, commit, system, messages } => {
                 self.end_chat(None);
-                let input = self.content.then(|| self.input_messages(system, messages));
+                let input = self.content.then(|| content::input_messages(&self.redact, system, messages));
                 self.chat = Some(Chat {
                     input,
                     step: *step,
@@ -252,7 +254,7 @@ impl On {
                 self.end_chat(Some(Answered { usage, cost: *cost_usd, stop, model: *model }))
             }
             Event::ToolStarted { id, input, .. } => {
-                let input = self.captured(&input.to_string());
+                let input = self.content.then(|| content::arguments(&self.redact, input, CONTENT_MAX));
                 self.tools.insert((*id).to_owned(), (SystemTime::now(), input));
             }
             Event::ToolFinished { id, name, is_error, summary, output, policy } => {
@@ -327,50 +329,7 @@ impl On {
 
     /// `text` (an error's words, content) redacted and cut to [`CONTENT_MAX`].
     fn said(&self, text: &str) -> String {
-        let redacted = self.redact.redact(text);
-        let mut end = redacted.len().min(CONTENT_MAX);
-        while !redacted.is_char_boundary(end) {
-            end -= 1;
-        }
-        redacted[..end].to_owned()
-    }
-
-    /// A request's system prompt and messages as the conventions write them (JSON:
-    /// `[{"type": "text", "content"}]`, and `[{"role", "parts"}]` with text, tool call
-    /// and tool call response parts), every word redacted; of the messages, the latest
-    /// that fit in [`CONTENT_MAX`] (a whole message or none, so the JSON stays whole).
-    fn input_messages(&self, system: &str, messages: &[infra::provider::Message]) -> (String, String) {
-        use infra::provider::{Block, Role};
-        use serde_json::json;
-        let system = json!([{"type": "text", "content": self.said(system)}]).to_string();
-        let mut kept: Vec<String> = Vec::new();
-        let mut size = 2;
-        for message in messages.iter().rev() {
-            let parts: Vec<serde_json::Value> = message
-                .content
-                .iter()
-                .filter_map(|block| match block {
-                    Block::Text { text, .. } => Some(json!({"type": "text", "content": self.said(text)})),
-                    Block::ToolUse { id, name, input, .. } => Some(json!({"type": "tool_call", "id": id,
-                        "name": self.said(name), "arguments": self.said(&input.to_string())})),
-                    Block::ToolResult { tool_use_id, content, .. } => Some(json!({"type": "tool_call_response",
-                        "id": tool_use_id, "response": self.said(content)})),
-                    _ => None,
-                })
-                .collect();
-            let role = match message.role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            let one = json!({"role": role, "parts": parts}).to_string();
-            size += one.len() + 1;
-            if size > CONTENT_MAX && !kept.is_empty() {
-                break;
-            }
-            kept.push(one);
-        }
-        kept.reverse();
-        (system, format!("[{}]", kept.join(",")))
+        content::said(&self.redact, text, CONTENT_MAX)
     }
 
     /// What every span of this agent carries.
@@ -485,7 +444,7 @@ impl On {
             span.error = Some(self.captured(summary).unwrap_or_else(|| "the tool call ended in an error".into()));
         }
         if !policy.is_empty() {
-            span.events.push(policy_event(policy, start));
+            span.events.push(policy_event(policy, start, self.content));
         }
         self.send(span);
     }
@@ -540,8 +499,9 @@ impl On {
     }
 }
 
-/// What the policy made of a tool call, as an event at its start.
-fn policy_event(policy: &Policy, at: SystemTime) -> otel::Event {
+/// What the policy made of a tool call, as an event at its start; the hooks' commands
+/// (a token may be written in one) only with `content`.
+fn policy_event(policy: &Policy, at: SystemTime, content: bool) -> otel::Event {
     let mut attributes =
         vec![(names::POLICY_OUTCOME, Value::Str(if policy.refused { "refused" } else { "ran" }.into()))];
     if let Some((verdict, rule, key)) = &policy.rule {
@@ -550,7 +510,12 @@ fn policy_event(policy: &Policy, at: SystemTime) -> otel::Event {
         attributes.push((names::POLICY_KEY, Value::Str(key.clone())));
     }
     if !policy.hooks.is_empty() {
-        attributes.push((names::POLICY_HOOKS, Value::Strs(policy.hooks.clone())));
+        let outcomes = policy.hooks.iter().map(|(outcome, _)| (*outcome).to_owned()).collect();
+        attributes.push((names::POLICY_HOOKS, Value::Strs(outcomes)));
+        if content {
+            let commands = policy.hooks.iter().map(|(_, command)| command.clone()).collect();
+            attributes.push((names::POLICY_HOOK_COMMANDS, Value::Strs(commands)));
+        }
     }
     if let Some(answer) = &policy.asked {
         attributes.push((
