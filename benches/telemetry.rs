@@ -10,6 +10,8 @@
 
 #[path = "../tests/cli/support/clean.rs"]
 mod clean;
+#[path = "support/scripted.rs"]
+mod scripted;
 #[path = "../tests/cli/support/server.rs"]
 mod server;
 
@@ -99,15 +101,7 @@ fn main() {
     let runs = args.get(1).copied().unwrap_or(7);
     let base = std::env::var_os("OFFSHOOT_BENCH_DIR").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let root = base.join(format!("offshoot-bench-telemetry-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(&root).expect("root");
-    let made = clean::offshoot(&root.join("home"), &root).arg("new").arg(root.join("ws")).output().expect("new");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
-    let model = Server::start();
-    for (key, value) in [("providers.anthropic.base_url", model.url()), ("roles.worker.provider", "anthropic".into())] {
-        let set = offshoot(&root, None).args(["config", "set", key, &value]).output().expect("set");
-        assert!(set.status.success(), "{}", String::from_utf8_lossy(&set.stderr));
-    }
+    let model = scripted::workspace(&root, &|| offshoot(&root, None));
     let (port, requests, bytes) = sink();
     let on = format!("http://127.0.0.1:{port}");
     let closed = TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port();

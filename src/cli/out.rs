@@ -223,10 +223,15 @@ impl Out {
     }
 
     /// How many columns a line of progress may take: the terminal's width when stderr is
-    /// one (a line cut to it never wraps), else 100.
+    /// one (a line cut to it never wraps), else 100. The terminal is asked only when
+    /// there is one: off a terminal, crossterm falls back to running `tput` twice, each
+    /// a walk of `PATH` — four processes a step for every headless run.
     pub(crate) fn width(&self) -> usize {
+        if !std::io::stderr().is_terminal() {
+            return 100;
+        }
         match ratatui::crossterm::terminal::size() {
-            Ok((cols, _)) if std::io::stderr().is_terminal() => usize::from(cols).max(20),
+            Ok((cols, _)) => usize::from(cols).max(20),
             _ => 100,
         }
     }

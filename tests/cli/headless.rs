@@ -29,6 +29,24 @@ fn stdout_carries_the_final_answer_alone_and_the_narration_goes_to_stderr() {
 }
 
 #[test]
+fn a_headless_run_starts_no_process_to_ask_a_terminal_it_has_not_got_its_width() {
+    let (server, mut t) = TestWorkspace::served("headless-no-tput", Dialect::Anthropic);
+    // A `tput` first on PATH that leaves a mark: crossterm runs it to learn a width when
+    // stderr is not a terminal.
+    let bin = t.root.join("marking-bin");
+    std::fs::create_dir_all(&bin).expect("bin");
+    let mark = t.root.join("tput-ran");
+    std::fs::write(bin.join("tput"), format!("#!/bin/sh\necho \"$@\" >> {}\necho 80\n", mark.display())).expect("tput");
+    std::process::Command::new("chmod").args(["+x", &bin.join("tput").display().to_string()]).status().expect("chmod");
+    t.env("PATH", &format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default()));
+    server.push_turns([Turn::bash("s1", "echo one"), Turn::bash("s2", "echo two"), Turn::text("done")]);
+    let run = t.run(&["prompt", "count"]);
+    assert_eq!(run.ok(), "done\n");
+    assert!(run.stderr.contains("· step 2"), "{}", run.stderr);
+    assert!(!mark.exists(), "tput ran: {:?}", std::fs::read_to_string(&mark));
+}
+
+#[test]
 fn diff_on_a_terminal_colours_its_lines_and_shows_an_escape_in_them_as_text() {
     let (server, t, _repo) = crate::project::project("headless-diff-colour");
     server.push_turns([Turn::bash("c1", "printf 'plain\\n\\033]0;title\\007\\n' >> b.txt"), Turn::text("done")]);
