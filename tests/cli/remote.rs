@@ -293,7 +293,9 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
     git(&b_git, &["init", "-q", "--bare"]);
     let daemon = Daemon::start(&served);
     let url = daemon.url("shared.git");
-    let lease = Duration::from_millis(600);
+    // (Long enough that a loaded machine's fetches between renewals stay well within
+    // a quarter lease.)
+    let lease = Duration::from_millis(1600);
     let (mut a, mut b) = (Claims::new(&a_git, &url, "A", lease), Claims::new(&b_git, &url, "B", lease));
     let look = |git_dir: &Path, claims: &mut Claims| {
         let listed =
@@ -308,7 +310,7 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
     assert_eq!(b.claim("x", Instant::now()).expect("claim"), Claimed::Busy { holder: "A".into() });
     // Renewed within the lease: still busy to the watcher, however long it watches.
     for _ in 0..3 {
-        std::thread::sleep(lease / 3);
+        std::thread::sleep(lease / 4);
         assert!(a.renew(lease / 4, Instant::now()).expect("renew").is_empty());
         look(&b_git, &mut b);
         assert!(matches!(b.claim("x", Instant::now()).expect("claim"), Claimed::Busy { .. }));
@@ -338,6 +340,51 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
     let shared = served.join("shared.git");
     let listed = git(&shared, &["for-each-ref", "--format=%(refname)", "refs/offshoot/claims/"]);
     assert_eq!(listed, claim_ref("y"));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_worker_renews_all_its_claims_in_one_push_and_learns_in_it_which_it_lost() {
+    use engine::fleet::claims::{Claimed, Claims, claim_ref};
+    use std::time::{Duration, Instant};
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("remote-renew-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let served = root.join("served");
+    bare(&served, "shared.git");
+    let shared = served.join("shared.git");
+    // Every push the remote takes leaves a line.
+    let pushes = root.join("pushes");
+    let hook = shared.join("hooks/post-receive");
+    std::fs::create_dir_all(hook.parent().expect("hooks")).expect("hooks");
+    std::fs::write(&hook, format!("#!/bin/sh\necho push >> {}\n", pushes.display())).expect("hook");
+    std::process::Command::new("chmod").args(["+x", &hook.display().to_string()]).status().expect("chmod");
+    let count = || std::fs::read_to_string(&pushes).unwrap_or_default().lines().count();
+    let mine = root.join("w.git");
+    git(&mine, &["init", "-q", "--bare"]);
+    let daemon = Daemon::start(&served);
+    let url = daemon.url("shared.git");
+    let mut claims = Claims::new(&mine, &url, "W", Duration::from_secs(60));
+    let ids: Vec<String> = (0..40).map(|i| format!("a{i:02}")).collect();
+    for id in &ids {
+        assert_eq!(claims.claim(id, Instant::now()).expect("claim"), Claimed::Mine { took_over: false });
+    }
+    let before = count();
+    assert_eq!(before, ids.len(), "one push a claim made");
+    let values = || git(&shared, &["for-each-ref", "--format=%(objectname)", "refs/offshoot/claims/"]);
+    let made = values();
+    assert!(claims.renew(Duration::ZERO, Instant::now()).expect("renew").is_empty());
+    assert_eq!(count(), before + 1, "forty claims renewed in one push");
+    assert!(made.lines().zip(values().lines()).all(|(a, b)| a != b), "every claim's lease moved");
+    // Another worker took one over (the claim moved on the remote): the next renewal,
+    // still one push, learns it lost that one and renews the rest.
+    let theirs = root.join("theirs-lease");
+    std::fs::write(&theirs, "worker O\nserial 9\nnonce 00000001\n").expect("lease");
+    let blob = git(&shared, &["hash-object", "-w", &theirs.display().to_string()]);
+    git(&shared, &["update-ref", &claim_ref("a07"), &blob]);
+    let lost = claims.renew(Duration::ZERO, Instant::now()).expect("renew");
+    assert_eq!(lost, ["a07".to_owned()]);
+    assert_eq!(count(), before + 2, "in one push");
+    assert!(!claims.holds("a07") && ids.iter().filter(|id| *id != "a07").all(|id| claims.holds(id)));
     let _ = std::fs::remove_dir_all(&root);
 }
 

@@ -182,23 +182,35 @@ impl Claims {
         }
     }
 
-    /// Renews every claim held whose last renewal is older than `every`; returns those
-    /// lost (another worker took them over: stop driving them).
+    /// Renews every claim held whose last renewal is older than `every`, all in one
+    /// push, however many (one push a claim made a worker holding many claims on a slow
+    /// remote renew each too late, for ever); returns those lost (another worker took
+    /// them over: stop driving them).
     pub fn renew(&mut self, every: Duration, now: Instant) -> Result<Vec<String>, GitError> {
-        let due: Vec<String> = self
+        let mut due: Vec<(String, Held)> = self
             .held
             .iter()
             .filter(|(_, h)| now.duration_since(h.renewed) >= every)
-            .map(|(id, _)| id.clone())
+            .map(|(id, h)| (id.clone(), h.clone()))
             .collect();
-        let mut lost = Vec::new();
-        for id in due {
-            let held = self.held[&id].clone();
+        due.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut swaps = Vec::new();
+        let mut renewed = Vec::new();
+        for (id, held) in &due {
             let lease = Lease { worker: self.worker.clone(), serial: held.serial + 1, nonce: crate::random_u32() };
             let value = self.blob(&lease)?;
-            match remote::compare_and_swap(&self.git_dir, &self.url, &claim_ref(&id), Some(held.value), value)? {
+            swaps.push((claim_ref(id), Some(held.value), Some(value)));
+            renewed.push((value, lease.serial));
+        }
+        if swaps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let swapped = remote::compare_and_swap_each(&self.git_dir, &self.url, &swaps)?;
+        let mut lost = Vec::new();
+        for (((id, _), (value, serial)), swap) in due.into_iter().zip(renewed).zip(swapped) {
+            match swap {
                 Swap::Done => {
-                    self.held.insert(id, Held { value, serial: lease.serial, renewed: now });
+                    self.held.insert(id, Held { value, serial, renewed: now });
                 }
                 Swap::Moved { .. } | Swap::Refused(_) => {
                     self.held.remove(&id);

@@ -33,22 +33,51 @@ pub enum Swap {
 /// `git_dir`, sent with what it reaches) if, and only if, it points at `expected` now
 /// (`None`: if it does not exist).
 pub fn compare_and_swap(git_dir: &Path, url: &str, refname: &str, expected: Option<Oid>, new: Oid) -> Result<Swap> {
+    let mut swapped = compare_and_swap_each(git_dir, url, &[(refname.to_owned(), expected, Some(new))])?;
+    Ok(swapped.pop().unwrap_or_else(|| Swap::Refused("the server said nothing of the ref".into())))
+}
+
+/// [`compare_and_swap`] of many refs in one push (one connection, however many): each
+/// `(ref, expected, new)` — `new` `None` deletes it — goes through or not on its own.
+/// Returns how each went, in order.
+pub fn compare_and_swap_each(
+    git_dir: &Path,
+    url: &str,
+    swaps: &[(String, Option<Oid>, Option<Oid>)],
+) -> Result<Vec<Swap>> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
-    // libgit2 pushes local refs: a temporary one names the new value.
+    // libgit2 pushes local refs: a temporary one names each new value.
     static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    // Not under `refs/offshoot/` (marks): one a kill left is swept by the next worker.
-    let temp = format!("refs/outgoing/cas/{}-{serial}", std::process::id());
-    repo.reference(&temp, new, true, "push").map_err(lib(format!("write {temp}")))?;
-    let update = Update { local: Some(temp.clone()), remote: refname.to_owned(), expect: Expect::Exactly(expected) };
-    let pushed = push(git_dir, url, std::slice::from_ref(&update));
-    let _ = repo.find_reference(&temp).and_then(|mut r| r.delete());
-    Ok(match pushed?.pop() {
-        Some(Outcome::Done(_)) => Swap::Done,
-        Some(Outcome::Moved { found }) => Swap::Moved { found },
-        Some(Outcome::Refused(words)) => Swap::Refused(words),
-        Some(Outcome::Withheld) | None => Swap::Refused("the server said nothing of the ref".into()),
-    })
+    let mut temps = Vec::new();
+    let mut updates = Vec::new();
+    for (refname, expected, new) in swaps {
+        let local = match new {
+            Some(new) => {
+                let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // Not under `refs/offshoot/` (marks): one a kill left is swept by the next worker.
+                let temp = format!("refs/outgoing/cas/{}-{serial}", std::process::id());
+                repo.reference(&temp, *new, true, "push").map_err(lib(format!("write {temp}")))?;
+                temps.push(temp.clone());
+                Some(temp)
+            }
+            None => None,
+        };
+        updates.push(Update { local, remote: refname.clone(), expect: Expect::Exactly(*expected) });
+    }
+    let pushed = push(git_dir, url, &updates);
+    for temp in &temps {
+        let _ = repo.find_reference(temp).and_then(|mut r| r.delete());
+    }
+    let mut outcomes = pushed?.into_iter();
+    Ok(swaps
+        .iter()
+        .map(|_| match outcomes.next() {
+            Some(Outcome::Done(_)) => Swap::Done,
+            Some(Outcome::Moved { found }) => Swap::Moved { found },
+            Some(Outcome::Refused(words)) => Swap::Refused(words),
+            Some(Outcome::Withheld) | None => Swap::Refused("the server said nothing of the ref".into()),
+        })
+        .collect())
 }
 
 /// What a pushed ref must be on the remote for its update to go through.

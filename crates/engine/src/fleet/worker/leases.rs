@@ -21,9 +21,10 @@ pub(super) struct Leases {
 
 /// The lease keeper, a thread of its own so that no round, however long (a fetch or push
 /// waiting on a slow remote, many agents to send), delays a renewal: every eighth of a
-/// lease it renews each claim due (a quarter lease old), and kills the driver of each
-/// claim not renewed for half a lease (the worker no longer counts itself its holder:
-/// another may take it over after a whole lease). It ends with its worker.
+/// lease it renews each claim due (a quarter lease old), all in one push, and kills the
+/// driver of each claim not renewed for half a lease (the worker no longer counts itself
+/// its holder: another may take it over after a whole lease) and of each claim lost.
+/// It ends with its worker.
 pub(super) fn lease_keeper(layout: Layout, leases: Weak<Leases>, lease: Duration) {
     std::thread::spawn(move || {
         loop {
@@ -31,14 +32,14 @@ pub(super) fn lease_keeper(layout: Layout, leases: Weak<Leases>, lease: Duration
             let Some(leases) = leases.upgrade() else { return };
             let Ok(mut claims) = leases.claims.lock() else { return };
             // Out of reach: nothing renewed, and the fence below does its work.
-            if let Ok(lost) = claims.renew(lease / 4, Instant::now())
-                && let Ok(mut shared) = leases.lost.lock()
-            {
-                shared.extend(lost);
+            let lost = claims.renew(lease / 4, Instant::now()).unwrap_or_default();
+            if let Ok(mut shared) = leases.lost.lock() {
+                shared.extend(lost.iter().cloned());
             }
             let now = Instant::now();
+            // (One taken over is fenced at once, as one gone stale.)
             let stale: Vec<String> =
-                claims.held().filter(|(id, _)| !claims.fresh(id, now)).map(|(id, _)| id.clone()).collect();
+                claims.held().filter(|(id, _)| !claims.fresh(id, now)).map(|(id, _)| id.clone()).chain(lost).collect();
             drop(claims);
             for id in stale.iter().filter_map(|id| AgentId::parse(id).ok()) {
                 kill_driver_at(&layout, &id);
