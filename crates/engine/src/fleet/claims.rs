@@ -85,6 +85,10 @@ pub struct Claims {
     /// Each other claim's value, and since when this worker has seen it unchanged.
     watched: HashMap<String, (Oid, Instant)>,
     held: HashMap<String, Held>,
+    /// The values the last renewal that failed tried to write, by claim (and their
+    /// serials): its push may have reached the remote before the error came back, so a
+    /// claim found at one of them is still this worker's.
+    unsure: HashMap<String, (Oid, u64)>,
 }
 
 impl Claims {
@@ -97,6 +101,7 @@ impl Claims {
             lease,
             watched: HashMap::new(),
             held: HashMap::new(),
+            unsure: HashMap::new(),
         }
     }
 
@@ -205,12 +210,25 @@ impl Claims {
         if swaps.is_empty() {
             return Ok(Vec::new());
         }
-        let swapped = remote::compare_and_swap_each(&self.git_dir, &self.url, &swaps)?;
+        let swapped = match remote::compare_and_swap_each(&self.git_dir, &self.url, &swaps) {
+            Ok(swapped) => swapped,
+            Err(e) => {
+                self.unsure = due.iter().map(|(id, _)| id.clone()).zip(renewed).collect();
+                return Err(e);
+            }
+        };
+        let unsure = std::mem::take(&mut self.unsure);
         let mut lost = Vec::new();
-        for (((id, _), (value, serial)), swap) in due.into_iter().zip(renewed).zip(swapped) {
+        for (((id, held), (value, serial)), swap) in due.into_iter().zip(renewed).zip(swapped) {
             match swap {
                 Swap::Done => {
                     self.held.insert(id, Held { value, serial, renewed: now });
+                }
+                // The failed renewal did reach the remote: still this worker's, renewed
+                // then (when exactly is not known: as of before it, still due).
+                Swap::Moved { found: Some(found) } if unsure.get(&id).is_some_and(|(v, _)| *v == found) => {
+                    let serial = unsure[&id].1;
+                    self.held.insert(id, Held { value: found, serial, renewed: held.renewed });
                 }
                 Swap::Moved { .. } | Swap::Refused(_) => {
                     self.held.remove(&id);
