@@ -23,7 +23,7 @@ fn landed(t: &TestWorkspace, id: &str) -> bool {
 }
 
 /// An agent that took four model calls: three `bash` steps and an answer.
-fn long_agent(server: &Server, t: &TestWorkspace) -> String {
+pub(crate) fn long_agent(server: &Server, t: &TestWorkspace) -> String {
     server.push_for(
         "Long",
         [

@@ -292,17 +292,7 @@ fn a_compaction_is_its_compactors_span_under_the_agent_and_a_landing_event_on_th
     let (server, mut t) = TestWorkspace::served("otel-compact", Dialect::Anthropic);
     let receiver = Receiver::start(&t.root);
     traced(&mut t, &receiver);
-    server.push_for(
-        "Long",
-        [
-            Turn::bash("b1", "echo draft > notes.md"),
-            Turn::bash("b2", "echo two"),
-            Turn::bash("b3", "echo three"),
-            Turn::text("done for now"),
-        ],
-    );
-    t.run(&["prompt", "--name", "Long", "do three things"]).ok();
-    let id = t.id_of("Long");
+    let id = crate::compaction::long_agent(&server, &t);
     server.push_matching(
         "Compact the conversation of agent",
         [

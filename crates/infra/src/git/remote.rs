@@ -50,21 +50,25 @@ pub fn compare_and_swap_each(
     static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut temps = Vec::new();
     let mut updates = Vec::new();
-    for (refname, expected, new) in swaps {
-        let local = match new {
-            Some(new) => {
-                let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                // Not under `refs/offshoot/` (marks): one a kill left is swept by the next worker.
-                let temp = format!("refs/outgoing/cas/{}-{serial}", std::process::id());
-                repo.reference(&temp, *new, true, "push").map_err(lib(format!("write {temp}")))?;
-                temps.push(temp.clone());
-                Some(temp)
-            }
-            None => None,
-        };
-        updates.push(Update { local, remote: refname.clone(), expect: Expect::Exactly(*expected) });
-    }
-    let pushed = push(git_dir, url, &updates);
+    let mut made = || -> Result<()> {
+        for (refname, expected, new) in swaps {
+            let local = match new {
+                Some(new) => {
+                    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // Not under `refs/offshoot/` (marks): one a kill left is swept by the next worker.
+                    let temp = format!("refs/outgoing/cas/{}-{serial}", std::process::id());
+                    repo.reference(&temp, *new, true, "push").map_err(lib(format!("write {temp}")))?;
+                    temps.push(temp.clone());
+                    Some(temp)
+                }
+                None => None,
+            };
+            updates.push(Update { local, remote: refname.clone(), expect: Expect::Exactly(*expected) });
+        }
+        Ok(())
+    };
+    // (The temporary refs go whatever happens, those made before a failure too.)
+    let pushed = made().and_then(|()| push(git_dir, url, &updates));
     for temp in &temps {
         let _ = repo.find_reference(temp).and_then(|mut r| r.delete());
     }
