@@ -86,6 +86,15 @@ impl Passes {
         }
     }
 
+    /// Asks for a pass without waiting for it.
+    fn nudge(&self) {
+        let (lock, cvar) = &*self.0;
+        if let Ok(mut counts) = lock.lock() {
+            counts.asked += 1;
+            cvar.notify_all();
+        }
+    }
+
     /// Catches up until `agent`'s run's end has been shown (its driver writes it a
     /// moment after handing over its answer), for 300 ms at most (an agent that answered
     /// and still waits for agents of its own writes its end later).
@@ -179,6 +188,9 @@ impl Follower {
 
     fn stop(&mut self) {
         self.done.store(true, Ordering::Relaxed);
+        // Woken now rather than at the end of its wait (a run's end waited up to a
+        // poll for nothing).
+        self.passes.nudge();
         if let Some(handle) = self.handle.take() {
             let _ = handle.join();
         }

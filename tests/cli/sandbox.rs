@@ -560,3 +560,42 @@ fn a_workspace_named_through_a_link_is_known_by_its_real_place() {
     let real = std::fs::canonicalize(&t.ws).expect("real");
     assert_eq!(dot_git.trim(), format!("gitdir: {}/gits/{}", real.display(), t.only_agent()));
 }
+
+/// The pid and name (`comm`) of each process whose parent is `parent`.
+fn children_of(parent: u32) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid …`: the name may hold anything but ends at the last `)`.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let ppid = stat[close + 1..].split_whitespace().nth(1).and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            found.push((pid, stat[open + 1..close].to_owned()));
+        }
+    }
+    found
+}
+
+#[test]
+fn commands_start_through_the_helpers_own_small_binary() {
+    let (server, t) = TestWorkspace::served("sandbox-small-helper", Dialect::Anthropic);
+    server.push_turns([Turn::bash("s1", "touch started && sleep 2 && echo slept"), Turn::text("done")]);
+    let mut prompt = t.command().args(["prompt", "wait a little"]).spawn().expect("prompt");
+    // While the command sleeps, the driver's child that started it is the helper's own
+    // binary, not a second copy of the whole harness.
+    let started = std::time::Instant::now();
+    let agents = t.ws.join("agents");
+    let begun =
+        || std::fs::read_dir(&agents).into_iter().flatten().flatten().any(|a| a.path().join("started").exists());
+    while !begun() && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let helpers = children_of(prompt.id());
+    assert!(prompt.wait().expect("prompt").success());
+    assert!(begun(), "the command never began");
+    // (`comm` is the name cut to 15 bytes.)
+    assert!(helpers.iter().any(|(_, name)| name == "offshoot-sandbo"), "{helpers:?}");
+    assert!(!helpers.iter().any(|(_, name)| name == "offshoot"), "{helpers:?}");
+    assert_eq!(server.result_text(1), "exit code 0\n<stdout>\nslept\n</stdout>");
+}

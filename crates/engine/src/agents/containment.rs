@@ -282,12 +282,12 @@ pub fn confinement(at: &Site, role: &RoleConfig, stores: &Stores) -> Option<Conf
 }
 
 /// The jail that enforces `confinement` on commands started through the sandbox
-/// helper `helper` (this binary), as this machine can.
-pub(crate) fn jail(confinement: &Confinement, helper: &Path, env: &Env) -> Result<Jail, SandboxError> {
-    let support = support(helper, env);
+/// helper of `exe` (this binary; see [`sandbox::helper_program`]), as this machine can.
+pub(crate) fn jail(confinement: &Confinement, exe: &Path, env: &Env) -> Result<Jail, SandboxError> {
+    let support = support(exe, env);
     let rules = sandbox::rules(confinement, abi(env), support.namespaces.is_ok())?;
     Ok(Jail {
-        helper: helper.to_owned(),
+        helper: sandbox::helper_program(exe),
         rules,
         namespaces: support.namespaces.is_ok(),
         network: confinement.network,
@@ -384,14 +384,14 @@ pub(crate) fn resolved(role: &RoleConfig) -> RoleConfig {
 }
 
 /// What this machine lets the sandbox helper do, found once per process by running
-/// it (`helper` is this binary); [`NO_NAMESPACES_VARIABLE`] pretends there are no
+/// the helper of `exe` (this binary); [`NO_NAMESPACES_VARIABLE`] pretends there are no
 /// user namespaces.
-pub(crate) fn support(helper: &Path, env: &Env) -> Support {
+pub(crate) fn support(exe: &Path, env: &Env) -> Support {
     static FOUND: OnceLock<Support> = OnceLock::new();
     if env.get(NO_NAMESPACES_VARIABLE) == Some("1") {
         return Support::without_namespaces(&format!("{NO_NAMESPACES_VARIABLE}=1"));
     }
-    FOUND.get_or_init(|| sandbox::probe(helper)).clone()
+    FOUND.get_or_init(|| sandbox::probe(&sandbox::helper_program(exe))).clone()
 }
 
 /// The Landlock ABI to plan with: the kernel's, lowered by [`ABI_CAP_VARIABLE`].

@@ -24,6 +24,8 @@ use super::seccomp;
 pub const ARG: &str = "__sandbox";
 /// The helper's argument that asks what this machine supports.
 pub(crate) const PROBE: &str = "--probe";
+/// The helper's argument that asks which offshoot it belongs to (its version).
+pub(crate) const VERSION: &str = "--version";
 
 /// What the helper was asked to do.
 #[derive(Debug, Default, PartialEq)]
@@ -92,6 +94,10 @@ fn parse(args: Vec<OsString>) -> Result<Plan, String> {
 pub fn main(args: Vec<OsString>) -> ! {
     if args.first().is_some_and(|a| a == PROBE) {
         probe()
+    }
+    if args.first().is_some_and(|a| a == VERSION) {
+        let _ = std::io::stdout().write_all(concat!(env!("CARGO_PKG_VERSION"), "\n").as_bytes());
+        exit_now(0)
     }
     match parse(args) {
         Ok(plan) => run(&plan),

@@ -185,13 +185,45 @@ fn parse_probe(output: &str) -> Support {
     support
 }
 
+/// The name of the helper's own binary, installed beside `offshoot`.
+pub const HELPER_BINARY: &str = "offshoot-sandbox";
+
+/// The program that runs as the sandbox helper of the offshoot binary `exe`: the
+/// [`HELPER_BINARY`] beside it when there is one of the same version (a command's start
+/// then loads a small program, not the whole harness), else `exe` itself. Asked once
+/// per process.
+pub fn helper_program(exe: &Path) -> PathBuf {
+    static CHOSEN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    CHOSEN.get_or_init(|| choose_helper(exe)).clone()
+}
+
+/// [`helper_program`], asked again.
+fn choose_helper(exe: &Path) -> PathBuf {
+    let beside = exe.with_file_name(HELPER_BINARY);
+    let args = [OsStr::new(helper::ARG), OsStr::new(helper::VERSION)];
+    let same = ask(&beside, &args).is_ok_and(|said| said.trim() == env!("CARGO_PKG_VERSION"));
+    if same { beside } else { exe.to_owned() }
+}
+
 /// Runs the helper's probe (`helper` is this binary) and reads its answer.
 pub fn probe(helper: &Path) -> Support {
     let args = probe_args();
     let args: Vec<&OsStr> = args.iter().map(OsString::as_os_str).collect();
+    match ask(helper, &args) {
+        Ok(said) => parse_probe(&said),
+        Err(e) => Support::without_namespaces(&format!("the sandbox helper did not start: {e}")),
+    }
+}
+
+/// What `program` with `args` printed, run unconfined with nothing of ours, within
+/// ten seconds.
+fn ask(program: &Path, args: &[&OsStr]) -> Result<String, String> {
+    if !std::fs::metadata(program).is_ok_and(|m| m.is_file()) {
+        return Err(format!("{} is not a file", program.display()));
+    }
     let spec = super::process::Spec {
-        program: helper,
-        args: &args,
+        program,
+        args,
         cwd: Path::new("/"),
         env: &[],
         group: super::process::Group::Own,
@@ -206,8 +238,48 @@ pub fn probe(helper: &Path) -> Support {
         timeout: Some(std::time::Duration::from_secs(10)),
         idle: None,
     };
-    match super::process::run(&spec, &limits, super::process::Io::default()) {
-        Ok(done) => parse_probe(&String::from_utf8_lossy(&done.stdout.head)),
-        Err(e) => Support::without_namespaces(&format!("the sandbox helper did not start: {e}")),
+    let done = super::process::run(&spec, &limits, super::process::Io::default()).map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&done.stdout.head).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory of its own under the temporary one, made empty.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("offshoot-helper-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch");
+        dir
+    }
+
+    /// A program beside `exe` named as the helper, printing `said` when asked.
+    fn beside(exe: &Path, said: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let path = exe.with_file_name(HELPER_BINARY);
+        std::fs::write(&path, format!("#!/bin/sh\n[ \"$1 $2\" = \"__sandbox --version\" ] && echo {said}\n"))
+            .expect("helper");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("mode");
+    }
+
+    #[test]
+    fn the_helper_beside_is_used_only_when_it_is_of_this_version() {
+        let dir = scratch("choose");
+        let exe = dir.join("offshoot");
+        // None beside: this binary.
+        assert_eq!(choose_helper(&exe), exe);
+        // Another version beside (an upgrade that replaced only `offshoot`): this binary.
+        beside(&exe, "0.0.0-other");
+        assert_eq!(choose_helper(&exe), exe);
+        // A directory by that name: this binary.
+        std::fs::remove_file(exe.with_file_name(HELPER_BINARY)).expect("remove");
+        std::fs::create_dir(exe.with_file_name(HELPER_BINARY)).expect("dir");
+        assert_eq!(choose_helper(&exe), exe);
+        std::fs::remove_dir(exe.with_file_name(HELPER_BINARY)).expect("remove");
+        // This version beside: the helper.
+        beside(&exe, env!("CARGO_PKG_VERSION"));
+        assert_eq!(choose_helper(&exe), dir.join(HELPER_BINARY));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
