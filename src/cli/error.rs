@@ -253,7 +253,9 @@ fn call_error(call: &CallError, message: String, at: Option<(&str, u32)>) -> Cli
         | CallError::Stream { attempts, .. }
             if *attempts > 1 =>
         {
-            err.hint(format!("gave up after {attempts} attempts; `retry.max_attempts` in the config sets how many"))
+            err.hint(format!(
+                "gave up after {attempts} attempts; `retry.patience_secs` and `retry.max_attempts` in the config set how long and how many"
+            ))
         }
         CallError::Connect { .. } => err.hint("check the provider's `base_url` (or its `base_url_env` variable)"),
         CallError::Stream { source: StreamError::Reported { kind, .. }, .. }

@@ -85,6 +85,59 @@ fn overloaded_past_max_attempts_fails_and_keeps_nothing() {
 }
 
 #[test]
+fn a_provider_down_past_the_patience_ends_the_call_in_about_that_time_and_is_called_an_outage() {
+    let (server, t) = TestWorkspace::served("fault-patience", Dialect::Anthropic);
+    // Attempts without number, every one refused with 503: patience alone ends the call.
+    t.set("retry.max_attempts", "100000");
+    t.set("retry.patience_secs", "1");
+    server.push(Reply::Turn(Turn::bash("b1", "echo one")));
+    for _ in 0..1000 {
+        server.push(Reply::Status {
+            code: 503,
+            retry_after: None,
+            body: error_body("anthropic", "api_error", "down for maintenance"),
+        });
+    }
+    let started = std::time::Instant::now();
+    let run = t.run(&["prompt", "hello"]);
+    let took = started.elapsed();
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("HTTP 503") && run.stderr.contains("retry.patience_secs"), "{}", run.stderr);
+    // (Backoff of 5 to 20 ms: a second's patience is tens of attempts.)
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(20), "{took:?}");
+    let m = meta(&t, &t.only_agent(), 2);
+    assert!(m["attempts"].as_array().expect("attempts").len() > 5, "{m}");
+    assert_eq!(m["outage"], true, "{m}");
+    // A refusal of the request is not an outage.
+    let (server, t) = TestWorkspace::served("fault-refused", Dialect::Anthropic);
+    server.push(Reply::Turn(Turn::bash("b1", "echo one")));
+    server.push(Reply::Status {
+        code: 400,
+        retry_after: None,
+        body: error_body("anthropic", "invalid_request_error", "no"),
+    });
+    assert_eq!(t.run(&["prompt", "hello"]).code, 1);
+    assert_eq!(meta(&t, &t.only_agent(), 2).get("outage"), None);
+}
+
+#[test]
+fn an_attempt_past_the_call_timeout_is_cut_and_retried_however_steadily_it_streams() {
+    let (server, t) = TestWorkspace::served("fault-call-timeout", Dialect::Anthropic);
+    t.set("providers.anthropic.call_timeout_secs", "1");
+    // Every event in time for the idle timeout, the whole far past the call's.
+    server.push(Reply::Paced(Turn::text("an answer that never ends in time"), Duration::from_millis(400)));
+    server.push(Reply::Turn(Turn::text("in time")));
+    let run = t.run(&["prompt", "hello"]);
+    assert!(run.ok().ends_with("in time\n"), "{}", run.stdout);
+    let m = meta(&t, &t.only_agent(), 1);
+    let attempts = m["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2, "{m}");
+    assert!(attempts[0]["error"].as_str().expect("error").to_lowercase().contains("timeout"), "{}", attempts[0]);
+    let log = t.run(&["log", &t.only_agent()]);
+    assert!(!log.ok().contains("never ends"), "{}", log.stdout);
+}
+
+#[test]
 fn truncated_output_is_refused_and_never_executed() {
     for dialect in [Dialect::Anthropic, Dialect::Chat, Dialect::Responses] {
         let (server, t) = TestWorkspace::served(&format!("fault-trunc-{dialect:?}"), dialect);

@@ -9,7 +9,7 @@ use std::process::{Child, Command};
 use infra::git::remote::{Swap, compare_and_swap};
 
 use crate::support::daemon::Daemon;
-use crate::support::server::Turn;
+use crate::support::server::{Reply, Turn, error_body};
 use crate::support::workspace::{Dialect, TestWorkspace};
 
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -858,9 +858,11 @@ fn an_agent_whose_drivers_keep_failing_on_a_worker_is_reported_dead_once_and_lef
     laptop.set("retry.max_attempts", "1");
     laptop.run(&["push"]).ok();
     let w = machine("fleet-dies-worker", &url, &laptop);
-    // The worker's own provider leads nowhere.
+    // The worker's own provider refuses every request (a scripted server with no reply
+    // to give): a refusal, not an outage, which would pause it instead.
+    let refusing = crate::support::server::Server::start();
     let template = w.home.join("template/offshoot.toml");
-    let text = std::fs::read_to_string(&template).expect("template").replace(&server.url(), "http://127.0.0.1:9");
+    let text = std::fs::read_to_string(&template).expect("template").replace(&server.url(), &refusing.url());
     std::fs::write(&template, text).expect("template");
     let worker = spawn_worker(&w, "w", 3_000);
     laptop.run(&["prompt", "--on", "origin", "--name", "Doomed", "say hi"]).ok();
@@ -877,6 +879,71 @@ fn an_agent_whose_drivers_keep_failing_on_a_worker_is_reported_dead_once_and_lef
     // One when its goal came, three at the step it died at.
     assert_eq!(log.matches(&format!("started a driver for `{id}`")).count(), 4, "{log}");
     assert_eq!(log.matches("died three times").count(), 1, "{log}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn an_agent_whose_provider_is_down_is_paused_on_a_worker_not_reported_dead() {
+    let (_daemon, root, server, laptop, url) = fleet("fleet-outage", 0);
+    laptop.run(&["push"]).ok();
+    let w = machine("fleet-outage-worker", &url, &laptop);
+    // One attempt a driver: each launch meets the outage and ends.
+    let template = w.home.join("template/offshoot.toml");
+    let text = std::fs::read_to_string(&template).expect("template");
+    assert!(text.contains("max_attempts = 30"), "{text}");
+    std::fs::write(&template, text.replace("max_attempts = 30", "max_attempts = 1")).expect("template");
+    // Down for five launches — more than the three that would mark it dead — then back.
+    for _ in 0..5 {
+        server.push(Reply::Status { code: 503, retry_after: None, body: error_body("anthropic", "api_error", "down") });
+    }
+    server.push(Reply::Turn(Turn::text("back at last")));
+    let worker = spawn_worker(&w, "w", 1_000);
+    laptop.run(&["prompt", "--on", "origin", "--name", "Patient", "say hi"]).ok();
+    let id = laptop.id_of("Patient");
+    crate::support::wait::wait_for_within("its answer on the laptop", std::time::Duration::from_secs(60), || {
+        laptop.run(&["pull"]).ok();
+        laptop.run(&["log", &id]).stdout.contains("back at last")
+    });
+    stop_worker(worker);
+    let log = worker_log(&w);
+    // Five launches met the outage; the first had moved the agent on (its goal
+    // delivered), so four were paused, none counted towards its death.
+    assert_eq!(log.matches(&format!("paused `{id}`")).count(), 4, "{log}");
+    assert_eq!(log.matches(&format!("started a driver for `{id}`")).count(), 6, "{log}");
+    assert!(log.contains("HTTP 503"), "{log}");
+    assert!(!log.contains("died"), "{log}");
+    let served = root.join("fleet.git");
+    assert_eq!(git(&served, &["for-each-ref", &format!("refs/offshoot/died/{id}")]), "");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn concurrent_commands_of_one_workspace_wait_for_each_others_fetch_instead_of_failing() {
+    let (_daemon, root, _server, laptop, url) = fleet("fleet-concurrent", 0);
+    let other = machine("fleet-concurrent-other", &url, &laptop);
+    for round in 0..4 {
+        // Something new on the remote each round, so every fetch has refs to move.
+        for n in 0..3 {
+            other.run(&["prompt", "--name", &format!("R{round}x{n}"), &format!("round {round} agent {n}")]).ok();
+        }
+        other.run(&["push"]).ok();
+        let pulls: Vec<std::process::Child> = (0..4)
+            .map(|_| {
+                laptop
+                    .command()
+                    .arg("pull")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("pull")
+            })
+            .collect();
+        for pull in pulls {
+            let out = pull.wait_with_output().expect("pull");
+            assert!(out.status.success(), "round {round}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    assert_eq!(laptop.agents().len(), 12);
     let _ = std::fs::remove_dir_all(&root);
 }
 

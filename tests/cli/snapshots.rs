@@ -83,6 +83,7 @@ fn errors_and_their_hints() {
     server.push(Reply::Turn(Turn::text("hi")));
     t.run(&["prompt", "--name", "Solo", "hello"]).ok();
     // A step that fails on every attempt leaves the agent `failed`, and `ls` says why.
+    t.set("retry.max_attempts", "4");
     for _ in 0..4 {
         server.push(Reply::Status {
             code: 529,

@@ -356,6 +356,7 @@ fn ls_says_why_an_agent_needs_a_run() {
     let (server, t) = TestWorkspace::served("verbs-why", Dialect::Anthropic);
     server.push(Reply::Turn(Turn::text("hi")));
     t.run(&["prompt", "--name", "Ada", "hello"]).ok();
+    t.set("retry.max_attempts", "4");
     for _ in 0..4 {
         server.push(Reply::Status {
             code: 529,

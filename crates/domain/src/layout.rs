@@ -69,6 +69,12 @@ impl Layout {
         self.root.join("tmp").join(id.as_str())
     }
 
+    /// The lock a command holds while it moves this workspace's mirrors of remote
+    /// `name` (a fetch, a push's own updates): commands of one workspace take turns.
+    pub fn mirrors_lock(&self, name: &str) -> PathBuf {
+        self.root.join("tmp").join(format!("mirrors-{name}.lock"))
+    }
+
     /// Present when `offshoot worker` drives this workspace's agents: only those it
     /// claimed (`worker/claims/<id>`) get a driver here.
     pub fn worker(&self) -> PathBuf {

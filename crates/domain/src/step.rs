@@ -65,6 +65,10 @@ pub struct StepMeta {
     /// The offshoot that assembled the request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// The call failed on faults worth retrying that outlasted its retries (the
+    /// provider down or unreachable), not on a refusal: a worker pauses the agent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outage: bool,
 }
 
 /// A request body as it went out: how long it was and its SHA-256.
@@ -96,6 +100,7 @@ impl StepMeta {
             sent: None,
             measured_bytes: None,
             version: None,
+            outage: false,
         }
     }
 

@@ -72,6 +72,23 @@ impl LockGuard {
         Self::take(path, true)
     }
 
+    /// Takes the lock, waiting for its holder to let go (making the file if need be).
+    pub fn acquire_waiting(path: &Path) -> Result<LockGuard, LockError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(|source| LockError::Open { path: path.to_owned(), source })?;
+        loop {
+            match ofd_lock(&file, libc::F_OFD_SETLKW, libc::F_WRLCK as libc::c_short) {
+                Ok(_) => return Ok(LockGuard { file }),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(source) => return Err(LockError::Lock { path: path.to_owned(), source }),
+            }
+        }
+    }
+
     fn take(path: &Path, making: bool) -> Result<Option<LockGuard>, LockError> {
         let mut file = OpenOptions::new()
             .create(true)
@@ -168,6 +185,20 @@ mod tests {
             let again = LockGuard::try_acquire(&path).expect("lock");
             assert!(again.is_some());
         }
+        // A waiter gets the lock once its holder lets go, not before.
+        let held = LockGuard::try_acquire(&path).expect("lock").expect("free");
+        let waiting = {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let got = LockGuard::acquire_waiting(&path).expect("wait");
+                (std::time::Instant::now(), got)
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let let_go = std::time::Instant::now();
+        drop(held);
+        let (got_at, _got) = waiting.join().expect("waiter");
+        assert!(got_at >= let_go);
         let _ = std::fs::remove_file(&path);
     }
 }

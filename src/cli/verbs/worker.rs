@@ -80,6 +80,11 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Event::Delivered { agent, from } => format!("delivered a message from `{from}` to `{agent}`"),
             Event::Started { agent } => format!("started a driver for `{agent}`"),
             Event::Stopped { agent } => format!("stopped `{agent}` as asked through the remote"),
+            Event::Paused { agent, why } => {
+                format!(
+                    "paused `{agent}`: its provider stayed down past the retries ({why}); its driver starts again after a lease"
+                )
+            }
             Event::Died { agent } => {
                 format!("`{agent}` died three times at the same step (its parent, if any, was told)")
             }

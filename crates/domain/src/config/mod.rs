@@ -8,12 +8,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::grant::{self, Holder};
-use infra::provider::Protocol;
 
+mod calls;
 mod mcp;
 mod telemetry;
 mod validate;
 
+pub use calls::{ProviderConfig, RetryConfig};
 pub use mcp::{McpServer, STARTUP_TIMEOUT_SECS, TOOL_TIMEOUT_SECS, check_server_name, check_servers};
 pub use telemetry::TelemetryConfig;
 
@@ -155,37 +156,6 @@ pub(crate) struct GitConfig {
     /// Default: `<name>@offshoot.invalid`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) email: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ProviderConfig {
-    pub protocol: Protocol,
-    /// Where the API lives (HTTP protocols).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_url: Option<String>,
-    /// An environment variable that, when set, overrides `base_url`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub base_url_env: Option<String>,
-    /// The environment variable holding the API key; keys are never written in config.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub api_key_env: Option<String>,
-    /// `replay`: the recording's path inside the config tree.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub recording: Option<String>,
-    /// `command`: the program and its arguments.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
-    /// Seconds a stream may stay silent before the attempt counts as failed.
-    #[serde(default = "default_idle_timeout")]
-    pub idle_timeout_secs: u64,
-    /// `openai-chat`: the request field carrying the output limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_tokens_field: Option<String>,
-}
-
-fn default_idle_timeout() -> u64 {
-    120
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -514,33 +484,6 @@ fn default_max_depth() -> u32 {
 impl Default for BudgetConfig {
     fn default() -> Self {
         BudgetConfig { max_depth: 5, max_tokens: None, max_cost_usd: None, max_wall_seconds: None, max_steps: None }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RetryConfig {
-    #[serde(default = "default_max_attempts")]
-    pub max_attempts: u32,
-    #[serde(default = "default_initial_backoff")]
-    pub initial_backoff_ms: u64,
-    #[serde(default = "default_max_backoff")]
-    pub max_backoff_ms: u64,
-}
-
-fn default_max_attempts() -> u32 {
-    4
-}
-fn default_initial_backoff() -> u64 {
-    500
-}
-fn default_max_backoff() -> u64 {
-    30_000
-}
-
-impl Default for RetryConfig {
-    fn default() -> Self {
-        RetryConfig { max_attempts: 4, initial_backoff_ms: 500, max_backoff_ms: 30_000 }
     }
 }
 

@@ -76,6 +76,9 @@ impl Config {
         if self.retry.max_attempts == 0 {
             return Err(fail("retry.max_attempts".into(), "must be at least 1".into()));
         }
+        if self.retry.patience_secs == 0 {
+            return Err(fail("retry.patience_secs".into(), "must be at least 1".into()));
+        }
         if self.retry.initial_backoff_ms > self.retry.max_backoff_ms {
             return Err(fail(
                 "retry.initial_backoff_ms".into(),
@@ -276,6 +279,9 @@ fn check_provider(
     }
     if p.idle_timeout_secs == 0 {
         return Err(fail(key("idle_timeout_secs"), "must be at least 1".into()));
+    }
+    if p.call_timeout_secs == 0 {
+        return Err(fail(key("call_timeout_secs"), "must be at least 1".into()));
     }
     if let Some(url) = &p.base_url
         && !(url.starts_with("http://") || url.starts_with("https://"))

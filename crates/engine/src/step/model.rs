@@ -38,6 +38,11 @@ impl ModelError {
     pub(crate) fn is_truncated(&self) -> bool {
         matches!(self, ModelError::Call(CallError::Truncated { .. }))
     }
+
+    /// Whether the provider was down past the retries ([`CallError::is_outage`]).
+    pub(crate) fn is_outage(&self) -> bool {
+        matches!(self, ModelError::Call(e) if e.is_outage())
+    }
 }
 
 /// Everything needed to call one role's model, resolved and checked.
@@ -86,6 +91,7 @@ pub fn plan(config: &Config, lineage: &str, role: &str, env: &Env) -> Result<Pla
             max_attempts: config.retry.max_attempts,
             initial_backoff: Duration::from_millis(config.retry.initial_backoff_ms),
             max_backoff: Duration::from_millis(config.retry.max_backoff_ms),
+            patience: Duration::from_secs(config.retry.patience_secs),
         },
     })
 }
@@ -157,10 +163,12 @@ impl Client {
         let settings = HttpSettings {
             base_url: base_url.clone(),
             idle_timeout: Duration::from_secs(plan.config.idle_timeout_secs.max(1)),
+            call_timeout: Duration::from_secs(plan.config.call_timeout_secs.max(1)),
             connect_timeout: Duration::from_secs(10),
             retry: plan.retry.clone(),
         };
-        let cache_key = format!("{base_url}|{}|{:?}", plan.config.idle_timeout_secs, plan.retry);
+        let cache_key =
+            format!("{base_url}|{}|{}|{:?}", plan.config.idle_timeout_secs, plan.config.call_timeout_secs, plan.retry);
         let transport = self.transports.entry(cache_key).or_insert_with(|| Transport::new(settings));
         Ok(transport.call(&wire, &decoder, observer)?)
     }

@@ -12,6 +12,8 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+    /// No attempt starts once this long has passed since the first began.
+    pub patience: Duration,
 }
 
 /// Where to send and how long a silent stream may last.
@@ -19,6 +21,8 @@ pub struct RetryPolicy {
 pub struct HttpSettings {
     pub base_url: String,
     pub idle_timeout: Duration,
+    /// The longest one attempt may take in all (a stream kept alive without end).
+    pub call_timeout: Duration,
     pub connect_timeout: Duration,
     pub retry: RetryPolicy,
 }
@@ -48,15 +52,28 @@ pub trait Observer {
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
     #[error("HTTP {status} from {url}: {body}")]
-    Status { url: String, status: u16, body: String, attempts: u32 },
+    Status { url: String, status: u16, body: String, attempts: u32, outage: bool },
     #[error("cannot reach {url}: {message}")]
-    Connect { url: String, message: String, attempts: u32 },
+    Connect { url: String, message: String, attempts: u32, outage: bool },
     #[error("{source}")]
-    Stream { source: StreamError, attempts: u32 },
+    Stream { source: StreamError, attempts: u32, outage: bool },
     #[error("the answer was cut off at the output limit{}; a cut-off answer is never used", output_tokens.map(|n| format!(" ({n} token{})", if n == 1 { "" } else { "s" })).unwrap_or_default())]
     Truncated { output_tokens: Option<u64> },
     #[error("{0}")]
     Other(String),
+}
+
+impl CallError {
+    /// Whether the call ended on a fault worth retrying that lasted past the retries
+    /// (the provider down, overloaded or unreachable), not on a refusal of the request.
+    pub fn is_outage(&self) -> bool {
+        match self {
+            CallError::Status { outage, .. } | CallError::Connect { outage, .. } | CallError::Stream { outage, .. } => {
+                *outage
+            }
+            CallError::Truncated { .. } | CallError::Other(_) => false,
+        }
+    }
 }
 
 /// One failed attempt, with whether to try again and how soon the server asked.
@@ -79,6 +96,7 @@ impl Transport {
             .http_status_as_error(false)
             .timeout_connect(Some(settings.connect_timeout))
             .timeout_per_read(Some(settings.idle_timeout))
+            .timeout_global(Some(settings.call_timeout))
             .user_agent(concat!("offshoot/", env!("CARGO_PKG_VERSION")))
             .build();
         Transport { agent: config.into(), settings }
@@ -94,6 +112,7 @@ impl Transport {
     ) -> Result<Output, CallError> {
         let url = format!("{}{}", self.settings.base_url.trim_end_matches('/'), wire.path);
         let policy = &self.settings.retry;
+        let first = Instant::now();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -115,13 +134,14 @@ impl Transport {
                     record.status = failure.status;
                     record.error = Some(failure.error.to_string());
                     record.millis = started.elapsed().as_millis() as u64;
-                    let again = failure.retryable && attempt < policy.max_attempts;
-                    let wait = again.then(|| backoff(policy, attempt, failure.retry_after));
+                    let wait = (failure.retryable && attempt < policy.max_attempts)
+                        .then(|| backoff(policy, attempt, failure.retry_after))
+                        .filter(|wait| first.elapsed() + *wait <= policy.patience);
                     record.retry_after_ms = wait.map(|w| w.as_millis() as u64);
                     observer.attempt_ended(&record);
                     match wait {
                         Some(wait) => std::thread::sleep(wait),
-                        None => return Err(with_attempts(failure.error, attempt)),
+                        None => return Err(given_up(failure.error, attempt, failure.retryable)),
                     }
                 }
             }
@@ -150,7 +170,13 @@ impl Transport {
             observer.raw(attempt, &sse::Event { event: format!("http-{status}"), data: body.clone() });
             let retryable = matches!(status, 408 | 409 | 429 | 500..=599);
             return Err(Failure {
-                error: CallError::Status { url: url.to_owned(), status, body: summarize(&body), attempts: 0 },
+                error: CallError::Status {
+                    url: url.to_owned(),
+                    status,
+                    body: summarize(&body),
+                    attempts: 0,
+                    outage: false,
+                },
                 retryable,
                 retry_after,
                 status: Some(status),
@@ -167,7 +193,7 @@ impl Transport {
         let mut buf = vec![0u8; 16 * 1024];
         let stream_failure = |source: StreamError| Failure {
             retryable: source.retryable(),
-            error: CallError::Stream { source, attempts: 0 },
+            error: CallError::Stream { source, attempts: 0, outage: false },
             retry_after: None,
             status: Some(status),
         };
@@ -180,6 +206,7 @@ impl Transport {
                             url: url.to_owned(),
                             message: format!("stream broke: {e}"),
                             attempts: 0,
+                            outage: false,
                         },
                         retryable: true,
                         retry_after: None,
@@ -225,18 +252,20 @@ fn parser_finish(parser: &mut sse::Parser) -> Vec<sse::Event> {
 fn connect_failure(url: &str, e: &ureq::Error) -> Failure {
     let retryable = !matches!(e, ureq::Error::BadUri(_) | ureq::Error::Http(_));
     Failure {
-        error: CallError::Connect { url: url.to_owned(), message: e.to_string(), attempts: 0 },
+        error: CallError::Connect { url: url.to_owned(), message: e.to_string(), attempts: 0, outage: false },
         retryable,
         retry_after: None,
         status: None,
     }
 }
 
-fn with_attempts(error: CallError, n: u32) -> CallError {
+/// The error a call gave up with after `n` attempts, the last `retryable`.
+fn given_up(error: CallError, n: u32, retryable: bool) -> CallError {
+    let outage = retryable;
     match error {
-        CallError::Status { url, status, body, .. } => CallError::Status { url, status, body, attempts: n },
-        CallError::Connect { url, message, .. } => CallError::Connect { url, message, attempts: n },
-        CallError::Stream { source, .. } => CallError::Stream { source, attempts: n },
+        CallError::Status { url, status, body, .. } => CallError::Status { url, status, body, attempts: n, outage },
+        CallError::Connect { url, message, .. } => CallError::Connect { url, message, attempts: n, outage },
+        CallError::Stream { source, .. } => CallError::Stream { source, attempts: n, outage },
         other => other,
     }
 }

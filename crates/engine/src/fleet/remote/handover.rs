@@ -16,6 +16,7 @@ use crate::store::workspace::Workspace;
 /// anything is out of place there (a name taken meanwhile); the caller then removes
 /// the agent here.
 pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize> {
+    let _turn = super::turn(ws, remote)?;
     let seen = fetch(ws, remote)?;
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| RemoteError::Unknown(id.to_string()))?;
     let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
@@ -91,6 +92,7 @@ pub(super) fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
 /// Sends message `text` (a rendered deposit) to agent `to` through `remote`, for
 /// whichever worker drives it: a create-only inbox ref there.
 pub fn send_to(ws: &Workspace, remote: &Remote, to: &AgentId, text: &str) -> Result<()> {
+    let _turn = super::turn(ws, remote)?;
     let seen = fetch(ws, remote)?;
     if !seen.repo.contains_key(&format!("refs/heads/{}", to.branch())) {
         return Err(RemoteError::Refused {
@@ -151,6 +153,7 @@ pub(crate) fn stop_request(id: &AgentId) -> String {
 /// Asks the workers of `remote` to stop `id` and every agent below it the remote has
 /// (as `stop` does here): a stop request for each, in one push. Returns the agents asked.
 pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<AgentId>> {
+    let _turn = super::turn(ws, remote)?;
     let seen = fetch(ws, remote)?;
     let below = format!("{}.", id.branch());
     let tree: Vec<AgentId> = seen

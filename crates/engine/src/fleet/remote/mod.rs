@@ -149,8 +149,21 @@ impl Seen {
     }
 }
 
+/// Waits for this workspace's other commands to be done with `remote`, then holds it
+/// until the guard goes: a command's fetch into the mirrors, what it takes in from them
+/// and its pushes are one turn (two at once collide on git's ref locks and on the
+/// branches they take in). Taken once per command, never nested.
+pub(crate) fn turn(ws: &Workspace, remote: &Remote) -> Result<LockGuard> {
+    let path = ws.layout.mirrors_lock(&remote.name);
+    let fail = |reason: Cause| RemoteError::Write { path: path.display().to_string(), reason };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| fail(e.into()))?;
+    }
+    LockGuard::acquire_waiting(&path).map_err(|e| fail(e.into()))
+}
+
 /// Fetches everything of the remote into the mirrors, dropping mirrored refs it no
-/// longer has.
+/// longer has; the caller holds its [`turn`].
 pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
     let unreachable = |e: GitError| unreachable(remote, e);
     let r = &remote.name;
@@ -187,6 +200,7 @@ pub struct Pushed {
 /// to `remote`: branches and records only forward, a mark only from the value last seen
 /// there (a mark this workspace removed since is removed there).
 pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
+    let _turn = turn(ws, remote)?;
     // What was last seen there, before this fetch: a mark is this workspace's to send
     // only when it changed here since.
     let mirrors = format!("refs/mirrors/{}/", remote.name);
@@ -396,6 +410,7 @@ pub struct ConfigFrom<'a> {
 /// `project.git`'s branches. `fresh`: the workspace was just made to be the remote's
 /// (`new --from`), so its own beginnings (`project.git`'s `main`) give way.
 pub fn pull(ws: &Workspace, remote: &Remote, fresh: bool, config: ConfigFrom) -> Result<Pulled> {
+    let _turn = turn(ws, remote)?;
     let seen = fetch(ws, remote)?;
     let mut pulled = Pulled::default();
     let door = Beneath::open(ws.layout.root())

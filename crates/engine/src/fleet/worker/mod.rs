@@ -108,6 +108,12 @@ pub enum Event {
     Died {
         agent: String,
     },
+    /// Its driver ended because its provider stayed down past the retries: started
+    /// again after a lease, and not counted towards its death.
+    Paused {
+        agent: String,
+        why: String,
+    },
     /// Stopped as asked through the remote (`stop --on`).
     Stopped {
         agent: String,
@@ -153,6 +159,10 @@ struct Launched {
     times: u32,
     /// The last one (pid, start time).
     driver: Option<(u32, u64)>,
+    /// The agent's newest step record when the last one started: a newer one is its.
+    records_before: Option<u32>,
+    /// Not started again before this: its last driver ended on an outage.
+    paused_until: Option<Instant>,
 }
 
 impl Launched {
@@ -263,6 +273,8 @@ impl<'w> Worker<'w> {
                 self.lose(&id, on);
             }
         }
+        // (A command of the user's in this workspace waits for the round, and it for that.)
+        let _turn = remote::turn(self.ws, &self.remote)?;
         let seen = remote::fetch(self.ws, &self.remote)?;
         let listed: Vec<(String, Oid)> = seen.repo.iter().map(|(n, o)| (n.clone(), *o)).collect();
         // Seen now, after the fetch (which may have taken long): a value is only as old
@@ -298,6 +310,7 @@ impl<'w> Worker<'w> {
         while self.owned.keys().any(|id| driven_here(self.ws, id)) && Instant::now() < settled {
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _turn = remote::turn(self.ws, &self.remote)?;
         let seen = remote::fetch(self.ws, &self.remote)?;
         self.publish(&seen, on)?;
         for id in self.owned.keys().cloned().collect::<Vec<_>>() {
@@ -333,12 +346,13 @@ impl<'w> Worker<'w> {
         let crate::agents::runtime::Woken::Launched(pid) = self.rt.wake(id).map_err(local)? else { return Ok(()) };
         on(Event::Started { agent: id.to_string() });
         let driver = infra::process::start_time(pid).map(|s| (pid, s));
+        let records_before = newest_record(self.ws, id);
         if let (Some(owned), Some(tip)) = (self.owned.get_mut(id), tip) {
             let times = match owned.launched {
                 Some(l) if l.tip == tip => l.times + 1,
                 _ => 1,
             };
-            owned.launched = Some(Launched { tip, times, driver });
+            owned.launched = Some(Launched { tip, times, driver, records_before, paused_until: None });
         }
         Ok(())
     }
@@ -384,6 +398,19 @@ impl<'w> Worker<'w> {
         let ws = self.ws;
         match self.owned[id].launched {
             Some(l) if l.tip == tip && l.alive() => {}
+            Some(l) if l.tip == tip && l.paused_until.is_some_and(|until| Instant::now() < until) => {}
+            Some(l) if l.tip == tip && l.paused_until.is_none() && outage_since(ws, id, l.records_before).is_some() => {
+                // Its provider was down past the retries: nothing wrong with the agent.
+                let why = outage_since(ws, id, l.records_before).unwrap_or_default();
+                if let Some(owned) = self.owned.get_mut(id) {
+                    owned.launched = Some(Launched {
+                        times: l.times.saturating_sub(1),
+                        paused_until: Some(Instant::now() + self.options.lease),
+                        ..l
+                    });
+                }
+                on(Event::Paused { agent: id.to_string(), why });
+            }
             Some(l) if l.tip == tip && l.times >= LAUNCHES_BEFORE_DEATH => {
                 // Started at this tip time and again, and gone without moving it.
                 ws.repo.set_mark(Mark::Died.kind(), id.as_str(), tip.to_string().as_bytes())?;
@@ -555,4 +582,18 @@ impl<'w> Worker<'w> {
         }
         Ok(())
     }
+}
+
+/// The number of `id`'s newest step record here.
+fn newest_record(ws: &Workspace, id: &AgentId) -> Option<u32> {
+    crate::store::step_record::numbers(&ws.layout.steps(id)).into_iter().max()
+}
+
+/// What the call of `id`'s newest step record said, when that record is newer than
+/// `before` and its call ended on an outage (its provider down past the retries).
+fn outage_since(ws: &Workspace, id: &AgentId, before: Option<u32>) -> Option<String> {
+    let newest = newest_record(ws, id).filter(|n| Some(*n) > before)?;
+    let record = crate::store::step_record::StepRecord::open(&ws.layout, id, newest)?;
+    let meta: domain::step::StepMeta = serde_json::from_slice(&record.read("meta.json")?).ok()?;
+    meta.outage.then(|| meta.error.unwrap_or_default())
 }

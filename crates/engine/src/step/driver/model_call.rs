@@ -214,6 +214,7 @@ impl Driver<'_> {
         meta.usage = Some(usage);
         meta.outcome = outcome;
         meta.error = error;
+        meta.outage = result.as_ref().err().is_some_and(ModelError::is_outage);
         meta.entry = result.as_ref().ok().map(|_| entry.clone());
         meta.sent = sent;
         write_atomically(&meta_path, &serde_json::to_vec_pretty(&meta).unwrap_or_default()).map_err(io(&meta_path))?;
