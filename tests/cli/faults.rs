@@ -135,6 +135,16 @@ fn an_attempt_past_the_call_timeout_is_cut_and_retried_however_steadily_it_strea
     assert!(attempts[0]["error"].as_str().expect("error").to_lowercase().contains("timeout"), "{}", attempts[0]);
     let log = t.run(&["log", &t.only_agent()]);
     assert!(!log.ok().contains("never ends"), "{}", log.stdout);
+    // Answers that keep running past the deadline are not an outage: a worker would
+    // count the launch towards the agent's death rather than pay for it again forever.
+    t.set("retry.max_attempts", "2");
+    for _ in 0..2 {
+        server.push(Reply::Paced(Turn::text("an answer that never ends in time"), Duration::from_millis(400)));
+    }
+    assert_eq!(t.run(&["send", &t.only_agent(), "again"]).code, 1);
+    let m = meta(&t, &t.only_agent(), 2);
+    assert_eq!(m["attempts"].as_array().map(Vec::len), Some(2), "{m}");
+    assert_eq!(m.get("outage"), None, "{m}");
 }
 
 #[test]

@@ -892,12 +892,14 @@ fn an_agent_whose_provider_is_down_is_paused_on_a_worker_not_reported_dead() {
     let text = std::fs::read_to_string(&template).expect("template");
     assert!(text.contains("max_attempts = 30"), "{text}");
     std::fs::write(&template, text.replace("max_attempts = 30", "max_attempts = 1")).expect("template");
-    // Down for five launches — more than the three that would mark it dead — then back.
-    for _ in 0..5 {
+    // Down for four launches — the last three at one tip, which would mark it dead —
+    // then back.
+    for _ in 0..4 {
         server.push(Reply::Status { code: 503, retry_after: None, body: error_body("anthropic", "api_error", "down") });
     }
     server.push(Reply::Turn(Turn::text("back at last")));
-    let worker = spawn_worker(&w, "w", 1_000);
+    // (Paused for a lease, then two, then four: half a second to start with.)
+    let worker = spawn_worker(&w, "w", 500);
     laptop.run(&["prompt", "--on", "origin", "--name", "Patient", "say hi"]).ok();
     let id = laptop.id_of("Patient");
     crate::support::wait::wait_for_within("its answer on the laptop", std::time::Duration::from_secs(60), || {
@@ -906,10 +908,10 @@ fn an_agent_whose_provider_is_down_is_paused_on_a_worker_not_reported_dead() {
     });
     stop_worker(worker);
     let log = worker_log(&w);
-    // Five launches met the outage; the first had moved the agent on (its goal
-    // delivered), so four were paused, none counted towards its death.
-    assert_eq!(log.matches(&format!("paused `{id}`")).count(), 4, "{log}");
-    assert_eq!(log.matches(&format!("started a driver for `{id}`")).count(), 6, "{log}");
+    // Four launches met the outage; the first had moved the agent on (its goal
+    // delivered), so three were paused, none counted towards its death.
+    assert_eq!(log.matches(&format!("paused `{id}`")).count(), 3, "{log}");
+    assert_eq!(log.matches(&format!("started a driver for `{id}`")).count(), 5, "{log}");
     assert!(log.contains("HTTP 503"), "{log}");
     assert!(!log.contains("died"), "{log}");
     let served = root.join("fleet.git");

@@ -126,6 +126,11 @@ fn branch_ref(branch: &str) -> String {
 /// - strict object creation off: it re-reads every entry of each tree being written
 ///   to check it exists; our trees only name objects we just wrote or read, and the
 ///   check made each commit's cost grow with the transcript's length;
+/// - strict hash verification off: libgit2 hashed every object it read again, with
+///   collision-detecting SHA-1 (a thousand-step transcript's tree is ~100 KB, read
+///   each step, and every object again when packed). Git itself does not verify on
+///   read; what comes from elsewhere (a fetch, a bundle) is hashed by the indexer as it
+///   arrives, and what we write is hashed as it is written;
 /// - no system, global or XDG git config: the harness never depends on the user's git
 ///   settings (identity, filters, autocrlf), and libgit2 stops re-checking those files
 ///   on every operation.
@@ -134,6 +139,7 @@ fn configure_libgit2() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         git2::opts::strict_object_creation(false);
+        git2::opts::strict_hash_verification(false);
         for level in [git2::ConfigLevel::System, git2::ConfigLevel::Global, git2::ConfigLevel::XDG] {
             // SAFETY: runs once, inside call_once, before this process opens any
             // repository, so no other libgit2 call can race it.

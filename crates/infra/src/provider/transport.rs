@@ -80,6 +80,11 @@ impl CallError {
 struct Failure {
     error: CallError,
     retryable: bool,
+    /// The fault says the provider is down, overloaded or unreachable for now (a 5xx,
+    /// a 429, a refused or broken connection, a hung stream), not that the request,
+    /// the account or the setup is wrong, nor that an answer ran past the call's
+    /// deadline.
+    outage: bool,
     retry_after: Option<Duration>,
     status: Option<u16>,
 }
@@ -112,7 +117,9 @@ impl Transport {
     ) -> Result<Output, CallError> {
         let url = format!("{}{}", self.settings.base_url.trim_end_matches('/'), wire.path);
         let policy = &self.settings.retry;
-        let first = Instant::now();
+        // Patience counts from the first failure: time an answer spent streaming well
+        // before it broke is not time the provider was down.
+        let mut failing_since: Option<Instant> = None;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -134,14 +141,15 @@ impl Transport {
                     record.status = failure.status;
                     record.error = Some(failure.error.to_string());
                     record.millis = started.elapsed().as_millis() as u64;
-                    let wait = (failure.retryable && attempt < policy.max_attempts)
-                        .then(|| backoff(policy, attempt, failure.retry_after))
-                        .filter(|wait| first.elapsed() + *wait <= policy.patience);
+                    let failing = failing_since.get_or_insert_with(Instant::now).elapsed();
+                    // (A wait past the patience is cut to it: one last attempt at its end.)
+                    let wait = (failure.retryable && attempt < policy.max_attempts && failing < policy.patience)
+                        .then(|| backoff(policy, attempt, failure.retry_after).min(policy.patience - failing));
                     record.retry_after_ms = wait.map(|w| w.as_millis() as u64);
                     observer.attempt_ended(&record);
                     match wait {
                         Some(wait) => std::thread::sleep(wait),
-                        None => return Err(given_up(failure.error, attempt, failure.retryable)),
+                        None => return Err(given_up(failure.error, attempt, failure.outage)),
                     }
                 }
             }
@@ -168,8 +176,11 @@ impl Transport {
             let mut body = String::new();
             let _ = response.into_body().into_reader().take(64 * 1024).read_to_string(&mut body);
             observer.raw(attempt, &sse::Event { event: format!("http-{status}"), data: body.clone() });
-            let retryable = matches!(status, 408 | 409 | 429 | 500..=599);
+            // An account out of quota is told so by a 429 too: asking again cannot help.
+            let quota = body.contains("insufficient_quota");
+            let retryable = matches!(status, 408 | 409 | 429 | 500..=599) && !quota;
             return Err(Failure {
+                outage: matches!(status, 408 | 429 | 500..=599) && !quota,
                 error: CallError::Status {
                     url: url.to_owned(),
                     status,
@@ -193,6 +204,7 @@ impl Transport {
         let mut buf = vec![0u8; 16 * 1024];
         let stream_failure = |source: StreamError| Failure {
             retryable: source.retryable(),
+            outage: source.retryable(),
             error: CallError::Stream { source, attempts: 0, outage: false },
             retry_after: None,
             status: Some(status),
@@ -209,6 +221,7 @@ impl Transport {
                             outage: false,
                         },
                         retryable: true,
+                        outage: !past_deadline(&e),
                         retry_after: None,
                         status: Some(status),
                     });
@@ -251,7 +264,15 @@ fn parser_finish(parser: &mut sse::Parser) -> Vec<sse::Event> {
 
 fn connect_failure(url: &str, e: &ureq::Error) -> Failure {
     let retryable = !matches!(e, ureq::Error::BadUri(_) | ureq::Error::Http(_));
+    // Not a certificate, a proxy setting or a bad address: those stay wrong.
+    let outage = match e {
+        ureq::Error::Timeout(t) => *t != ureq::Timeout::Global,
+        ureq::Error::Io(e) => !past_deadline(e),
+        ureq::Error::ConnectionFailed | ureq::Error::HostNotFound => true,
+        _ => false,
+    };
     Failure {
+        outage,
         error: CallError::Connect { url: url.to_owned(), message: e.to_string(), attempts: 0, outage: false },
         retryable,
         retry_after: None,
@@ -259,9 +280,16 @@ fn connect_failure(url: &str, e: &ureq::Error) -> Failure {
     }
 }
 
-/// The error a call gave up with after `n` attempts, the last `retryable`.
-fn given_up(error: CallError, n: u32, retryable: bool) -> CallError {
-    let outage = retryable;
+/// Whether a read or write ended because the attempt ran past its whole deadline
+/// (`call_timeout_secs`).
+fn past_deadline(e: &std::io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<ureq::Error>())
+        .is_some_and(|inner| matches!(inner, ureq::Error::Timeout(ureq::Timeout::Global)))
+}
+
+/// The error a call gave up with after `n` attempts, the last an `outage`.
+fn given_up(error: CallError, n: u32, outage: bool) -> CallError {
     match error {
         CallError::Status { url, status, body, .. } => CallError::Status { url, status, body, attempts: n, outage },
         CallError::Connect { url, message, .. } => CallError::Connect { url, message, attempts: n, outage },

@@ -24,8 +24,62 @@ use super::seccomp;
 pub const ARG: &str = "__sandbox";
 /// The helper's argument that asks what this machine supports.
 pub(crate) const PROBE: &str = "--probe";
-/// The helper's argument that asks which offshoot it belongs to (its version).
+/// The helper's argument that asks which offshoot it belongs to.
 pub(crate) const VERSION: &str = "--version";
+
+/// Which build of the helper this is: the package's version and a hash of the
+/// sandbox's own source, so a helper left from another build of the same version (a
+/// `cargo run` that rebuilt only `offshoot`, a copy beside an older one) is told apart.
+pub(crate) const BUILD: &str = const_format_build();
+
+/// FNV-1a over the sandbox's source files.
+const SOURCE_HASH: u64 = {
+    let parts: [&[u8]; 5] = [
+        include_bytes!("helper.rs"),
+        include_bytes!("enforce.rs"),
+        include_bytes!("seccomp.rs"),
+        include_bytes!("landlock.rs"),
+        include_bytes!("mod.rs"),
+    ];
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut p = 0;
+    while p < parts.len() {
+        let mut i = 0;
+        while i < parts[p].len() {
+            hash ^= parts[p][i] as u64;
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            i += 1;
+        }
+        p += 1;
+    }
+    hash
+};
+
+/// `<version> <hash as 16 hex digits>`, made at compile time.
+const fn const_format_build() -> &'static str {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    const VERSION_BYTES: &[u8] = env!("CARGO_PKG_VERSION").as_bytes();
+    const LEN: usize = VERSION_BYTES.len() + 1 + 16;
+    const BYTES: [u8; LEN] = {
+        let mut out = [0u8; LEN];
+        let mut i = 0;
+        while i < VERSION_BYTES.len() {
+            out[i] = VERSION_BYTES[i];
+            i += 1;
+        }
+        out[i] = b' ';
+        let mut d = 0;
+        while d < 16 {
+            out[i + 1 + d] = HEX[((SOURCE_HASH >> (60 - 4 * d)) & 0xf) as usize];
+            d += 1;
+        }
+        out
+    };
+    match std::str::from_utf8(&BYTES) {
+        Ok(s) => s,
+        Err(_) => "",
+    }
+}
 
 /// What the helper was asked to do.
 #[derive(Debug, Default, PartialEq)]
@@ -96,7 +150,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         probe()
     }
     if args.first().is_some_and(|a| a == VERSION) {
-        let _ = std::io::stdout().write_all(concat!(env!("CARGO_PKG_VERSION"), "\n").as_bytes());
+        let _ = std::io::stdout().write_all(format!("{BUILD}\n").as_bytes());
         exit_now(0)
     }
     match parse(args) {

@@ -189,9 +189,9 @@ fn parse_probe(output: &str) -> Support {
 pub const HELPER_BINARY: &str = "offshoot-sandbox";
 
 /// The program that runs as the sandbox helper of the offshoot binary `exe`: the
-/// [`HELPER_BINARY`] beside it when there is one of the same version (a command's start
-/// then loads a small program, not the whole harness), else `exe` itself. Asked once
-/// per process.
+/// [`HELPER_BINARY`] beside it when there is one of the same build (a command's start
+/// then loads a small program, not the whole harness) that this user or root owns and
+/// nobody else may write, else `exe` itself. Asked once per process.
 pub fn helper_program(exe: &Path) -> PathBuf {
     static CHOSEN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     CHOSEN.get_or_init(|| choose_helper(exe)).clone()
@@ -199,9 +199,16 @@ pub fn helper_program(exe: &Path) -> PathBuf {
 
 /// [`helper_program`], asked again.
 fn choose_helper(exe: &Path) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
     let beside = exe.with_file_name(HELPER_BINARY);
+    // Never one found from a working directory, nor one another user could have put
+    // or changed there.
+    let trusted = exe.is_absolute()
+        && std::fs::symlink_metadata(&beside).is_ok_and(|m| {
+            m.is_file() && (m.uid() == helper::effective_uid() || m.uid() == 0) && m.mode() & 0o022 == 0
+        });
     let args = [OsStr::new(helper::ARG), OsStr::new(helper::VERSION)];
-    let same = ask(&beside, &args).is_ok_and(|said| said.trim() == env!("CARGO_PKG_VERSION"));
+    let same = trusted && ask(&beside, &args).is_ok_and(|said| said.trim() == helper::BUILD);
     if same { beside } else { exe.to_owned() }
 }
 
@@ -245,6 +252,7 @@ fn ask(program: &Path, args: &[&OsStr]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     /// A directory of its own under the temporary one, made empty.
     fn scratch(name: &str) -> PathBuf {
@@ -256,30 +264,54 @@ mod tests {
 
     /// A program beside `exe` named as the helper, printing `said` when asked.
     fn beside(exe: &Path, said: &str) {
-        use std::os::unix::fs::PermissionsExt;
         let path = exe.with_file_name(HELPER_BINARY);
+        let _ = std::fs::remove_file(&path);
         std::fs::write(&path, format!("#!/bin/sh\n[ \"$1 $2\" = \"__sandbox --version\" ] && echo {said}\n"))
             .expect("helper");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("mode");
     }
 
+    /// [`choose_helper`], asked again for a moment while it does not answer `want`: a
+    /// script just written cannot be run while a process another test thread forked
+    /// still holds it open for writing (ETXTBSY), which reads as no helper.
+    fn settled_choice(exe: &Path, want: &Path) -> PathBuf {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let chosen = choose_helper(exe);
+            if chosen == want || std::time::Instant::now() > until {
+                return chosen;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     #[test]
-    fn the_helper_beside_is_used_only_when_it_is_of_this_version() {
+    fn the_helper_beside_is_used_only_when_it_is_this_build_and_only_ours_to_write() {
         let dir = scratch("choose");
         let exe = dir.join("offshoot");
+        let helper = dir.join(HELPER_BINARY);
         // None beside: this binary.
         assert_eq!(choose_helper(&exe), exe);
-        // Another version beside (an upgrade that replaced only `offshoot`): this binary.
+        // Another version beside (an upgrade that replaced only `offshoot`), or this
+        // version of another build (`cargo run` rebuilt only `offshoot`): this binary.
         beside(&exe, "0.0.0-other");
         assert_eq!(choose_helper(&exe), exe);
-        // A directory by that name: this binary.
-        std::fs::remove_file(exe.with_file_name(HELPER_BINARY)).expect("remove");
-        std::fs::create_dir(exe.with_file_name(HELPER_BINARY)).expect("dir");
-        assert_eq!(choose_helper(&exe), exe);
-        std::fs::remove_dir(exe.with_file_name(HELPER_BINARY)).expect("remove");
-        // This version beside: the helper.
         beside(&exe, env!("CARGO_PKG_VERSION"));
-        assert_eq!(choose_helper(&exe), dir.join(HELPER_BINARY));
+        assert_eq!(choose_helper(&exe), exe);
+        // A directory by that name: this binary.
+        std::fs::remove_file(&helper).expect("remove");
+        std::fs::create_dir(&helper).expect("dir");
+        assert_eq!(choose_helper(&exe), exe);
+        std::fs::remove_dir(&helper).expect("remove");
+        // This build beside: the helper.
+        beside(&exe, helper::BUILD);
+        assert_eq!(settled_choice(&exe, &helper), helper);
+        // The same, but others may write it, or named from a relative path: this binary.
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o777)).expect("mode");
+        assert_eq!(choose_helper(&exe), exe);
+        std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).expect("mode");
+        let relative = Path::new("offshoot");
+        assert_eq!(choose_helper(relative), relative);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

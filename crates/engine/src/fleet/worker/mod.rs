@@ -163,6 +163,8 @@ struct Launched {
     records_before: Option<u32>,
     /// Not started again before this: its last driver ended on an outage.
     paused_until: Option<Instant>,
+    /// How many times it was paused at this tip (each pause twice the one before).
+    pauses: u32,
 }
 
 impl Launched {
@@ -177,6 +179,9 @@ impl Launched {
 /// How many drivers started at one tip must end without moving it before the agent is
 /// reported dead (the first may meet a driver still letting go, or be killed).
 const LAUNCHES_BEFORE_DEATH: u32 = 3;
+
+/// The longest an agent is paused for an outage before its driver is tried again.
+const LONGEST_PAUSE: Duration = Duration::from_secs(600);
 
 /// An agent this worker drives.
 struct Owned {
@@ -342,17 +347,18 @@ impl<'w> Worker<'w> {
     /// Starts a driver for `id` (unless one runs), counting those started at its tip.
     fn start(&mut self, id: &AgentId, on: &mut dyn FnMut(Event)) -> Result<()> {
         let tip = self.ws.repo.branch_tip(&id.branch())?;
+        // Before it starts: a record its driver writes at once is newer.
+        let records_before = newest_record(self.ws, id);
         // A driver that holds it drains its inbox before it lets go: nothing started.
         let crate::agents::runtime::Woken::Launched(pid) = self.rt.wake(id).map_err(local)? else { return Ok(()) };
         on(Event::Started { agent: id.to_string() });
         let driver = infra::process::start_time(pid).map(|s| (pid, s));
-        let records_before = newest_record(self.ws, id);
         if let (Some(owned), Some(tip)) = (self.owned.get_mut(id), tip) {
-            let times = match owned.launched {
-                Some(l) if l.tip == tip => l.times + 1,
-                _ => 1,
+            let (times, pauses) = match owned.launched {
+                Some(l) if l.tip == tip => (l.times + 1, l.pauses),
+                _ => (1, 0),
             };
-            owned.launched = Some(Launched { tip, times, driver, records_before, paused_until: None });
+            owned.launched = Some(Launched { tip, times, driver, records_before, paused_until: None, pauses });
         }
         Ok(())
     }
@@ -401,11 +407,14 @@ impl<'w> Worker<'w> {
             Some(l) if l.tip == tip && l.paused_until.is_some_and(|until| Instant::now() < until) => {}
             Some(l) if l.tip == tip && l.paused_until.is_none() && outage_since(ws, id, l.records_before).is_some() => {
                 // Its provider was down past the retries: nothing wrong with the agent.
+                // Paused for a lease, twice that the next time, up to ten minutes.
                 let why = outage_since(ws, id, l.records_before).unwrap_or_default();
+                let pause = self.options.lease.saturating_mul(1 << l.pauses.min(16)).min(LONGEST_PAUSE);
                 if let Some(owned) = self.owned.get_mut(id) {
                     owned.launched = Some(Launched {
                         times: l.times.saturating_sub(1),
-                        paused_until: Some(Instant::now() + self.options.lease),
+                        paused_until: Some(Instant::now() + pause),
+                        pauses: l.pauses + 1,
                         ..l
                     });
                 }
