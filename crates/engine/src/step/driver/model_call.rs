@@ -102,8 +102,7 @@ impl Driver<'_> {
         }
         let mut request = context::assemble(&snapshot, model, role.max_output_tokens, &role.context);
         request.reasoning = crate::step::model::reasoning_at(&self.ws.repo, tip, role)?;
-        let bytes = request_json(&request);
-        let measured = context::measured_bytes(&request, bytes.len() as u64);
+        let measured = context::measured_bytes(&request, request_json_len(&request));
         // A request past the role's window is never sent.
         if let Some(window) = role.context_window {
             let last = match self.last_call {
@@ -243,6 +242,27 @@ pub fn request_json(request: &infra::provider::Request) -> Vec<u8> {
     bytes
 }
 
+/// The length of [`request_json`], counted as it is written rather than kept (at a
+/// thousand steps the request is hundreds of kilobytes, and the window check needs
+/// only its size).
+fn request_json_len(request: &infra::provider::Request) -> u64 {
+    struct Counter(u64);
+    impl std::io::Write for Counter {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    match serde_json::to_writer(&mut counter, request) {
+        Ok(()) => counter.0 + 1,
+        Err(_) => 1,
+    }
+}
+
 /// Writes `bytes` to a temporary name beside `path`, then renames it into place, so
 /// a reader sees the old file or the new one, never half of one.
 pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -281,5 +301,24 @@ impl CallObserver for Recorder<'_> {
             });
         }
         self.attempts.push(record.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use infra::provider::{Block, Message, Request, Role};
+
+    #[test]
+    fn the_counted_length_is_the_written_ones() {
+        let request = Request {
+            model: "m".into(),
+            max_output_tokens: 10,
+            system: "say \"hi\"\n\tand go — ünïcode".into(),
+            tools: Vec::new(),
+            messages: vec![Message { role: Role::User, content: vec![Block::text("a \\ b \u{1} c")] }],
+            reasoning: None,
+        };
+        assert_eq!(request_json_len(&request), request_json(&request).len() as u64);
     }
 }
