@@ -72,6 +72,8 @@ pub(crate) enum Verb {
     Push(verbs::sync::PushArgs),
     Pull(verbs::sync::PullArgs),
     Worker(verbs::worker::Args),
+    #[command(subcommand)]
+    Fleet(verbs::fleet::Args),
     Diff(verbs::diff::Args),
     Export(verbs::export::Args),
     Apply(verbs::apply::Args),
@@ -171,6 +173,7 @@ pub(crate) fn run(cli: Cli) -> i32 {
         Verb::Push(args) => verbs::sync::push(&ctx, args),
         Verb::Pull(args) => verbs::sync::pull(&ctx, args),
         Verb::Worker(args) => verbs::worker::run(&ctx, args),
+        Verb::Fleet(args) => verbs::fleet::run(&ctx, args),
         Verb::Tool(args) => verbs::tool::run(&ctx, args),
         Verb::Demo(args) => verbs::demo::run(&ctx, args),
         Verb::Completions(args) => verbs::completions::run(&ctx, args),

@@ -950,6 +950,50 @@ fn concurrent_commands_of_one_workspace_wait_for_each_others_fetch_instead_of_fa
 }
 
 #[test]
+fn fleet_status_says_the_queue_its_age_the_claims_and_their_workers() {
+    let (_daemon, root, server, laptop, url) = fleet("fleet-status", 0);
+    let w = machine("fleet-status-worker", &url, &laptop);
+    let status = || json_of(&laptop.run(&["--json", "fleet", "status"]));
+    // Nothing handed yet.
+    let empty = status();
+    assert_eq!(
+        (empty["trees"].as_u64(), empty["waiting"].as_u64(), empty["claimed"].as_u64()),
+        (Some(0), Some(0), Some(0))
+    );
+    assert_eq!(empty["oldest_waiting_secs"], serde_json::Value::Null);
+    for name in ["Ant", "Bee"] {
+        laptop.run(&["prompt", "--on", "origin", "--name", name, "say hi"]).ok();
+    }
+    // Two trees, nobody driving them: both wait.
+    let queued = status();
+    assert_eq!((queued["trees"].as_u64(), queued["agents"].as_u64()), (Some(2), Some(2)), "{queued}");
+    assert_eq!((queued["waiting"].as_u64(), queued["claimed"].as_u64()), (Some(2), Some(0)), "{queued}");
+    assert!(queued["oldest_waiting_secs"].as_u64().is_some_and(|s| s < 120), "{queued}");
+    // A worker takes them; their calls take a while.
+    server.latency(std::time::Duration::from_secs(3));
+    let worker = spawn_worker(&w, "w-status", 3_000);
+    crate::support::wait::wait_for_within("both claimed", std::time::Duration::from_secs(30), || {
+        status()["claimed"].as_u64() == Some(2)
+    });
+    let busy = status();
+    assert_eq!(busy["waiting"].as_u64(), Some(0), "{busy}");
+    assert_eq!(busy["workers"], serde_json::json!([{"name": "w-status", "claims": 2}]), "{busy}");
+    // Done and let go: nothing waits, nothing is claimed.
+    server.latency(std::time::Duration::ZERO);
+    crate::support::wait::wait_for_within("both done and let go", std::time::Duration::from_secs(60), || {
+        let s = status();
+        s["claimed"].as_u64() == Some(0) && s["waiting"].as_u64() == Some(0)
+    });
+    stop_worker(worker);
+    let words = laptop.run(&["fleet", "status", "origin"]);
+    assert!(words.ok().contains("origin: 2 tree(s) handed to the fleet, 2 agent(s); 0 waiting"), "{}", words.stdout);
+    let unknown = laptop.run(&["fleet", "status", "nowhere"]);
+    assert_eq!(unknown.code, 2, "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("no remote `nowhere`"), "{}", unknown.stderr);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
 fn pull_follow_brings_what_the_remote_gets_until_it_is_stopped() {
     let (_daemon, root, _server, laptop, url) = fleet("fleet-follow", 0);
     let mut watcher = TestWorkspace::new("fleet-follow-watcher");

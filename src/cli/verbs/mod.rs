@@ -13,6 +13,7 @@ pub(crate) mod dispatch;
 pub(crate) mod doctor;
 pub(crate) mod eval;
 pub(crate) mod export;
+pub(crate) mod fleet;
 pub(crate) mod fork;
 pub(crate) mod gc;
 pub(crate) mod log;

@@ -301,22 +301,34 @@ pub(crate) fn work_left(
     if inbox::has_pending(&ws.layout, id) {
         return Ok(Some("mail undelivered"));
     }
+    let replied = ws.repo.mark(REPLIED, id.as_str())?;
     let entries = loader.entries(&ws.repo, tip)?;
+    Ok(work_in(entries, id, tip, parent, replied.as_deref()))
+}
+
+/// What is left for a driver in the transcript `entries` of `id` at `tip`, whose
+/// `replied` mark holds what it holds (mail aside).
+pub(crate) fn work_in(
+    entries: &[transcript::Entry],
+    id: &AgentId,
+    tip: CommitId,
+    parent: Option<&str>,
+    replied: Option<&[u8]>,
+) -> Option<&'static str> {
     if entries.is_empty() {
-        return Ok(Some(GOAL_UNDELIVERED));
+        return Some(GOAL_UNDELIVERED);
     }
     if !transcript::unanswered_calls(entries).is_empty() {
-        return Ok(Some("tool calls cut short"));
+        return Some("tool calls cut short");
     }
     if transcript::warrants_call(entries) {
-        return Ok(Some("a model call due"));
+        return Some("a model call due");
     }
-    let replied = ws.repo.mark(REPLIED, id.as_str())?;
     if transcript::final_text(entries).is_some()
-        && replied.as_deref() != Some(tip.to_string().as_bytes())
+        && replied != Some(tip.to_string().as_bytes())
         && matches!(results::reply(entries, id.as_str(), parent), Reply::To(_))
     {
-        return Ok(Some("an answer never delivered"));
+        return Some("an answer never delivered");
     }
-    Ok(None)
+    None
 }

@@ -357,6 +357,12 @@ impl Repo {
         Ok(c.parent_id(0).ok())
     }
 
+    /// When `commit` was made, as its committer says (seconds since the epoch).
+    pub fn commit_time(&self, commit: Oid) -> Result<i64> {
+        let c = self.repo.find_commit(commit).map_err(lib(format!("read commit {commit}")))?;
+        Ok(c.time().seconds())
+    }
+
     /// The id of what is at `path` in `commit` (a blob or a tree), if anything is.
     pub fn entry_id(&self, commit: Oid, path: &str) -> Result<Option<Oid>> {
         let tree = self.tree_of(commit)?;

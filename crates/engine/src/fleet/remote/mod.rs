@@ -9,6 +9,7 @@
 //! `refs/mirrors/<remote>/` of each repository: the expected values of the next push.
 
 mod handover;
+mod status;
 
 use crate::Cause;
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use domain::marks::Shelf;
 use handover::mark_handed;
 pub(crate) use handover::stop_request;
 pub use handover::{hand_over, handed, send_to, stop_on};
+pub use status::{FleetStatus, WorkerClaims, status};
 
 /// The marks that travel with their agents ([`Mark::travels`]).
 pub(super) fn travelling() -> impl Iterator<Item = Mark> {
