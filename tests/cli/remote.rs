@@ -964,7 +964,14 @@ fn fleet_status_says_the_queue_its_age_the_claims_and_their_workers() {
     for name in ["Ant", "Bee"] {
         laptop.run(&["prompt", "--on", "origin", "--name", name, "say hi"]).ok();
     }
-    // Two trees, nobody driving them: both wait.
+    // Two trees, nobody driving them: both wait, here as on the remote.
+    let listed = |t: &TestWorkspace| -> Vec<(String, Option<String>)> {
+        t.agents()
+            .iter()
+            .map(|a| (a["state"].as_str().unwrap_or("").to_owned(), a["worker"].as_str().map(str::to_owned)))
+            .collect()
+    };
+    assert_eq!(listed(&laptop), vec![("waiting".to_owned(), None); 2]);
     let queued = status();
     assert_eq!((queued["trees"].as_u64(), queued["agents"].as_u64()), (Some(2), Some(2)), "{queued}");
     assert_eq!((queued["waiting"].as_u64(), queued["claimed"].as_u64()), (Some(2), Some(0)), "{queued}");
@@ -978,6 +985,11 @@ fn fleet_status_says_the_queue_its_age_the_claims_and_their_workers() {
     let busy = status();
     assert_eq!(busy["waiting"].as_u64(), Some(0), "{busy}");
     assert_eq!(busy["workers"], serde_json::json!([{"name": "w-status", "claims": 2}]), "{busy}");
+    // The laptop, once it pulls, shows them running on that worker (never `failed`).
+    laptop.run(&["pull"]).ok();
+    assert_eq!(listed(&laptop), vec![("running".to_owned(), Some("w-status".to_owned())); 2]);
+    let tree = laptop.run(&["tree"]);
+    assert!(tree.ok().contains("running on worker `w-status`"), "{}", tree.stdout);
     // Done and let go: nothing waits, nothing is claimed.
     server.latency(std::time::Duration::ZERO);
     crate::support::wait::wait_for_within("both done and let go", std::time::Duration::from_secs(60), || {
@@ -985,6 +997,8 @@ fn fleet_status_says_the_queue_its_age_the_claims_and_their_workers() {
         s["claimed"].as_u64() == Some(0) && s["waiting"].as_u64() == Some(0)
     });
     stop_worker(worker);
+    laptop.run(&["pull"]).ok();
+    assert_eq!(listed(&laptop), vec![("done".to_owned(), None); 2]);
     let words = laptop.run(&["fleet", "status", "origin"]);
     assert!(words.ok().contains("origin: 2 tree(s) handed to the fleet, 2 agent(s); 0 waiting"), "{}", words.stdout);
     let unknown = laptop.run(&["fleet", "status", "nowhere"]);

@@ -305,6 +305,7 @@ mod tests {
             origin: None,
             why: (state == "failed").then(|| "boom".to_owned()),
             compactions: Vec::new(),
+            worker: None,
         }
     }
 

@@ -92,6 +92,9 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         if let Some(why) = &s.why {
             ctx.out.line(&format!("{:<wi$}  ↳ {}", "", crate::cli::progress::one_line(why, 120)));
         }
+        if let Some(worker) = &s.worker {
+            ctx.out.line(&format!("{:<wi$}  ↳ driven by worker `{worker}` (as of the last pull)", ""));
+        }
     }
     if unpriced {
         ctx.out.progress(

@@ -144,7 +144,7 @@ fn draw(
     let on_disk = disk(id);
     if ctx.out.json {
         let mut line = json!({
-            "type": "tree", "id": s.id, "name": s.name, "role": s.role, "state": s.state, "parent": s.parent,
+            "type": "tree", "id": s.id, "name": s.name, "role": s.role, "state": s.state, "worker": s.worker, "parent": s.parent,
             "origin": s.origin, "depth": depth,
             "steps": own.steps, "tokens": own.tokens, "cost_usd": own.cost_usd.map(usd),
             "context_tokens": s.context_tokens, "context_window": s.context_window,
@@ -184,11 +184,15 @@ fn draw(
             }
         };
         let on_disk = on_disk.map(|b| format!(", {:.1} MiB on disk", b as f64 / 1_048_576.0)).unwrap_or_default();
+        let state = match &s.worker {
+            Some(worker) => format!("{} on worker `{worker}`", s.state),
+            None => s.state.to_owned(),
+        };
         ctx.out.line(&format!(
             "{lead}{}{name} [{}] {}  {}, {} tokens, {}{fill}{on_disk}{compacted}{subtree}",
             s.id,
             s.role,
-            s.state,
+            state,
             infra::words::count(own.steps, "step", "steps"),
             infra::words::thousands(own.tokens),
             own.cost()

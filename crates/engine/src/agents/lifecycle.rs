@@ -301,34 +301,33 @@ pub(crate) fn work_left(
     if inbox::has_pending(&ws.layout, id) {
         return Ok(Some("mail undelivered"));
     }
-    let replied = ws.repo.mark(REPLIED, id.as_str())?;
     let entries = loader.entries(&ws.repo, tip)?;
-    Ok(work_in(entries, id, tip, parent, replied.as_deref()))
+    Ok(work_in(entries, id, tip, parent, || ws.repo.mark(REPLIED, id.as_str()))?)
 }
 
-/// What is left for a driver in the transcript `entries` of `id` at `tip`, whose
-/// `replied` mark holds what it holds (mail aside).
-pub(crate) fn work_in(
-    entries: &[transcript::Entry],
+/// What is left for a driver in the transcript `entries` of `id` at `tip` (mail
+/// aside); `replied` reads its `replied` mark, only when an answer may be owed.
+pub(crate) fn work_in<E>(
+    entries: &[Entry],
     id: &AgentId,
     tip: CommitId,
     parent: Option<&str>,
-    replied: Option<&[u8]>,
-) -> Option<&'static str> {
+    replied: impl FnOnce() -> std::result::Result<Option<Vec<u8>>, E>,
+) -> std::result::Result<Option<&'static str>, E> {
     if entries.is_empty() {
-        return Some(GOAL_UNDELIVERED);
+        return Ok(Some(GOAL_UNDELIVERED));
     }
     if !transcript::unanswered_calls(entries).is_empty() {
-        return Some("tool calls cut short");
+        return Ok(Some("tool calls cut short"));
     }
     if transcript::warrants_call(entries) {
-        return Some("a model call due");
+        return Ok(Some("a model call due"));
     }
     if transcript::final_text(entries).is_some()
-        && replied != Some(tip.to_string().as_bytes())
         && matches!(results::reply(entries, id.as_str(), parent), Reply::To(_))
+        && replied()?.as_deref() != Some(tip.to_string().as_bytes())
     {
-        return Some("an answer never delivered");
+        return Ok(Some("an answer never delivered"));
     }
-    None
+    Ok(None)
 }

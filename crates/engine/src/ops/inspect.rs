@@ -86,6 +86,10 @@ pub struct AgentState {
     /// Its landed compactions, oldest first: how many passes (compactors started) each took.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub compactions: Vec<u32>,
+    /// The worker of its remote driving it, as this workspace last saw the remote (a
+    /// tree handed to a fleet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
 }
 
 pub fn states(ws: &Workspace) -> Result<Vec<AgentState>> {
@@ -182,17 +186,25 @@ fn state_of(
             created: String::new(),
             why: None,
             compactions: Vec::new(),
+            worker: None,
         });
     };
     let running = LockGuard::is_held(&ws.layout.lock(&l.id)).unwrap_or(false);
-    let state = if running {
+    let call_due = transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty();
+    // A tree handed to a remote is driven by its workers: one with work (as this
+    // workspace last saw the remote) runs on the worker that claimed it, or waits for
+    // one. (A claim on one with nothing to do says nothing: a killed worker's stays.)
+    let handed_work = crate::fleet::remote::handed(ws, &l.id)
+        && (entries.is_empty() || call_due || crate::fleet::remote::mail_waiting(ws, &l.id));
+    let worker = if running || !handed_work { None } else { crate::fleet::remote::claimed_by(ws, &l.id) };
+    let state = if running || worker.is_some() {
         "running"
     } else if ws.repo.mark(crate::agents::lifecycle::STOPPED, l.id.as_str())?.is_some() {
         "stopped"
-    } else if inbox::has_pending(&ws.layout, &l.id) || entries.is_empty() {
+    } else if inbox::has_pending(&ws.layout, &l.id) || entries.is_empty() || handed_work {
         // (An empty transcript: its goal is not delivered yet.)
         "waiting"
-    } else if transcript::warrants_call(entries) || !transcript::unanswered_calls(entries).is_empty() {
+    } else if call_due {
         "failed"
     } else {
         "done"
@@ -247,6 +259,7 @@ fn state_of(
         origin,
         why: matches!(state, "failed" | "stopped").then(|| last_run_end(ws, &l.id)).flatten(),
         compactions,
+        worker,
     })
 }
 

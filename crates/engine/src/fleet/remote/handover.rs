@@ -2,11 +2,13 @@
 //! sent to one there (`send --on`), a stop asked of a tree there (`stop --on`).
 
 use domain::id::AgentId;
+use domain::inbox::Header;
 use domain::marks::{Mark, Shelf};
 use infra::git::bundle;
 use infra::git::remote::{self, Expect, Outcome, Update};
 
 use super::*;
+use crate::agents::lifecycle;
 use crate::store::workspace::Workspace;
 
 /// Hands agent `id`, just made here and never driven, to the workers of `remote`: its
@@ -77,6 +79,49 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
 /// such): no driver of this workspace may drive it.
 pub fn handed(ws: &Workspace, id: &AgentId) -> bool {
     ws.layout.handed(&id.root()).exists()
+}
+
+/// The worker that claimed `id`, as this workspace last saw its remote (its mirror of
+/// the claim, as of the last fetch): for a tree handed to a remote only.
+pub fn claimed_by(ws: &Workspace, id: &AgentId) -> Option<String> {
+    if !handed(ws, id) {
+        return None;
+    }
+    // (Under whichever name this workspace knows the remote by.)
+    let mirrors = super::repo_mirror("*", &Shelf::Claims.ref_name(id.as_str()));
+    let (_, blob) = bundle::refs(&ws.layout.repo(), &[mirrors]).ok()?.into_iter().next()?;
+    let lease = ws.repo.read_blob(blob).ok()?;
+    crate::fleet::claims::Lease::parse(&String::from_utf8_lossy(&lease)).map(|l| l.worker)
+}
+
+/// Whether messages to `id` wait on its remote, as this workspace last saw it: for a
+/// tree handed to a remote only.
+pub fn mail_waiting(ws: &Workspace, id: &AgentId) -> bool {
+    let mirrors = format!("{}*", super::repo_mirror("*", &super::inbox_prefix(id.as_str())));
+    handed(ws, id) && bundle::refs(&ws.layout.repo(), &[mirrors]).is_ok_and(|r| !r.is_empty())
+}
+
+/// The first 14 digits of `text` (a time as `YYYYMMDDhhmmss`, whatever its punctuation).
+pub(crate) fn stamp(text: &str) -> String {
+    text.chars().filter(char::is_ascii_digit).take(14).collect()
+}
+
+/// Whether the message at inbox ref `name` (whose `blob` the remote holds) revives
+/// `id`: one from the user that came after the stop in its `stopped` mark, if a stop
+/// asked through the remote set it.
+pub(crate) fn revives(ws: &Workspace, id: &AgentId, name: &str, blob: Oid) -> bool {
+    let from_user = bundle::blob(&ws.layout.repo(), blob)
+        .and_then(|b| Header::parse(&String::from_utf8_lossy(&b)).map(|h| h.from))
+        .is_some_and(|from| from == "user");
+    if !from_user {
+        return false;
+    }
+    let Some(mark) = ws.repo.mark(lifecycle::STOPPED, id.as_str()).ok().flatten() else { return true };
+    let mark = String::from_utf8_lossy(&mark);
+    let message = name.rsplit('/').next().unwrap_or("");
+    let held = mark.lines().any(|l| l.strip_prefix("held ") == Some(message));
+    let asked = mark.lines().find_map(|l| l.strip_prefix("asked ")).map(stamp);
+    !held && asked.is_none_or(|asked| stamp(message) >= asked)
 }
 
 /// Notes that `id` is driven by a remote's workers: no driver starts for it here.

@@ -3,7 +3,7 @@
 //! waited, the claims and the workers holding them. One fetch; nothing is written but
 //! the mirrors.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use domain::id::AgentId;
 use domain::marks::{Mark, Shelf};
@@ -46,16 +46,23 @@ pub fn status(ws: &Workspace, remote: &Remote) -> Result<FleetStatus> {
     let seen = fetch(ws, remote)?;
     let now = infra::time::Timestamp::now().unix_seconds();
     let fleet = Mark::Fleet.prefix();
-    let roots: Vec<&str> = seen.under(&fleet).filter_map(|(n, _)| n.strip_prefix(&fleet)).collect();
+    let roots: HashSet<&str> = seen.under(&fleet).filter_map(|(n, _)| n.strip_prefix(&fleet)).collect();
     let mut status = FleetStatus { remote: remote.name.clone(), trees: roots.len(), ..FleetStatus::default() };
+    let in_fleet = |id: &AgentId| roots.contains(id.root().as_str());
+    // Claims of the fleet's agents (a remote's other refs under that name say nothing).
     let claims = Shelf::Claims.prefix();
     let mut by_worker: BTreeMap<String, usize> = BTreeMap::new();
-    let mut claimed: Vec<&str> = Vec::new();
+    let mut claimed: HashSet<AgentId> = HashSet::new();
     for (name, blob) in seen.under(&claims) {
-        let Some(id) = name.strip_prefix(&claims) else { continue };
-        claimed.push(id);
-        let lease = ws.repo.read_blob(blob).ok().and_then(|b| Lease::parse(&String::from_utf8_lossy(&b)));
-        *by_worker.entry(lease.map_or_else(|| "(unreadable lease)".to_owned(), |l| l.worker)).or_default() += 1;
+        let Some(id) = name.strip_prefix(&claims).and_then(|k| AgentId::parse(k).ok()).filter(in_fleet) else {
+            continue;
+        };
+        claimed.insert(id);
+        // (A lease is a few lines: a larger blob is not read.)
+        let small = ws.repo.blob_len(blob).is_ok_and(|n| n <= 4096);
+        let lease = small.then(|| ws.repo.read_blob(blob).ok()).flatten();
+        let worker = lease.and_then(|b| Lease::parse(&String::from_utf8_lossy(&b))).map(|l| l.worker);
+        *by_worker.entry(worker.unwrap_or_else(|| "(unreadable lease)".to_owned())).or_default() += 1;
     }
     status.claimed = claimed.len();
     status.workers = by_worker.into_iter().map(|(name, claims)| WorkerClaims { name, claims }).collect();
@@ -63,11 +70,11 @@ pub fn status(ws: &Workspace, remote: &Remote) -> Result<FleetStatus> {
     let mut oldest: Option<u64> = None;
     for (name, tip) in seen.under("refs/heads/agents/") {
         let Some(id) = name.strip_prefix("refs/heads/agents/").and_then(|k| AgentId::parse(k).ok()) else { continue };
-        if !roots.contains(&id.root().as_str()) {
+        if !in_fleet(&id) {
             continue;
         }
         status.agents += 1;
-        if claimed.contains(&id.as_str()) {
+        if claimed.contains(&id) {
             continue;
         }
         if let Some(since) = waiting_since(ws, &seen, &mut loader, &id, tip)? {
@@ -80,8 +87,8 @@ pub fn status(ws: &Workspace, remote: &Remote) -> Result<FleetStatus> {
 }
 
 /// When the work `id` has at `tip` began to wait (seconds since the epoch), if it has
-/// any a worker would take: mail on the remote, or what its transcript leaves for a
-/// driver. One dead at its tip, or stopped with no mail, has none.
+/// any a worker would take: mail on the remote (for a stopped agent, only mail that
+/// revives it), or what its transcript leaves for a driver. One dead at its tip has none.
 fn waiting_since(
     ws: &Workspace,
     seen: &Seen,
@@ -89,47 +96,48 @@ fn waiting_since(
     id: &AgentId,
     tip: infra::git::CommitId,
 ) -> Result<Option<u64>> {
-    let mark = |m: Mark| seen.repo.get(&m.ref_name(id)).and_then(|o| ws.repo.read_blob(*o).ok());
-    if mark(Mark::Died).is_some_and(|b| b == tip.to_string().as_bytes()) {
+    // (Marks compared by their blob's id: a remote's blob is not read for it.)
+    let is = |m: Mark, value: &str| {
+        seen.repo.get(&m.ref_name(id)).is_some_and(|o| infra::git::blob_id(value.as_bytes()) == Some(*o))
+    };
+    if is(Mark::Died, &tip.to_string()) {
         return Ok(None);
     }
-    // Mail: from the oldest message's time, which its name begins with.
-    let first_mail =
-        seen.under(&inbox_prefix(id.as_str())).filter_map(|(n, _)| stamp_seconds(n.rsplit('/').next()?)).min();
-    if let Some(at) = first_mail {
-        return Ok(Some(at));
+    let tip_time = || ws.repo.commit_time(tip).map(|t| t.max(0) as u64);
+    // Mail: from the oldest message's time, which its name begins with (the tip's time
+    // for one without).
+    let stopped = seen.repo.contains_key(&Mark::Stopped.ref_name(id));
+    let mail: Vec<Option<u64>> = seen
+        .under(&inbox_prefix(id.as_str()))
+        .filter(|(n, blob)| !stopped || super::revives(ws, id, n, *blob))
+        .map(|(n, _)| stamp_seconds(n.rsplit('/').next().unwrap_or("")))
+        .collect();
+    if !mail.is_empty() {
+        return Ok(Some(match mail.iter().flatten().min() {
+            Some(at) => *at,
+            None => tip_time()?,
+        }));
     }
-    if mark(Mark::Stopped).is_some() {
+    if stopped {
         return Ok(None);
     }
     let parent = id.parent().map(|p| p.to_string());
     // One whose transcript does not read is passed over, as workers pass it over.
     let Ok(entries) = loader.entries(&ws.repo, tip) else { return Ok(None) };
-    let replied = mark(Mark::Replied);
-    if lifecycle::work_in(entries, id, tip, parent.as_deref(), replied.as_deref()).is_none() {
+    let replied =
+        || -> Result<Option<Vec<u8>>> { Ok(is(Mark::Replied, &tip.to_string()).then(|| tip.to_string().into_bytes())) };
+    if lifecycle::work_in(entries, id, tip, parent.as_deref(), replied)?.is_none() {
         return Ok(None);
     }
-    Ok(Some(ws.repo.commit_time(tip)?.max(0) as u64))
+    Ok(Some(tip_time()?))
 }
 
 /// The time a message's ref name begins with (`YYYYMMDDhhmmss`, UTC), in seconds since
-/// the epoch.
+/// the epoch (by the sender's clock).
 fn stamp_seconds(name: &str) -> Option<u64> {
-    let digits = name.get(..14).filter(|d| d.bytes().all(|b| b.is_ascii_digit()))?;
-    let n = |r: std::ops::Range<usize>| digits[r].parse::<u64>().ok();
-    let (year, month, day) = (n(0..4)?, n(4..6)?, n(6..8)?);
-    let (hour, minute, second) = (n(8..10)?, n(10..12)?, n(12..14)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || year < 1970 {
-        return None;
-    }
-    // Days since the epoch of a proleptic Gregorian date (civil-from-days, reversed).
-    let (y, m) = if month <= 2 { (year - 1, month + 9) } else { (year, month - 3) };
-    let era = y / 400;
-    let yoe = y - era * 400;
-    let doy = (153 * m + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = (era * 146_097 + doe).checked_sub(719_468)?;
-    Some(days * 86_400 + hour * 3_600 + minute * 60 + second)
+    let d = name.get(..14).filter(|d| d.bytes().all(|b| b.is_ascii_digit()))?;
+    let text = format!("{}-{}-{}T{}:{}:{}Z", &d[..4], &d[4..6], &d[6..8], &d[8..10], &d[10..12], &d[12..14]);
+    infra::time::parse_unix_seconds(&text)
 }
 
 #[cfg(test)]
@@ -142,6 +150,7 @@ mod tests {
         assert_eq!(stamp_seconds("20261207123456-000001-abc"), Some(1_796_646_896));
         assert_eq!(stamp_seconds("20000229000000-x"), Some(951_782_400));
         assert_eq!(stamp_seconds("00000000000000-x"), None);
+        assert_eq!(stamp_seconds("20261207993456-x"), None);
         assert_eq!(stamp_seconds("2026120712345"), None);
         assert_eq!(stamp_seconds("2026x207123456-x"), None);
     }

@@ -12,7 +12,6 @@ use domain::marks::Shelf;
 use std::time::{Duration, Instant};
 
 use domain::id::AgentId;
-use domain::inbox::Header;
 use domain::marks::Mark;
 use infra::git::remote::{self as wire, Expect, Update};
 use infra::git::{CommitId as Oid, bundle};
@@ -32,33 +31,10 @@ pub(super) fn asked(seen: &Seen) -> Vec<(AgentId, Oid)> {
     seen.under(&prefix).filter_map(|(n, o)| Some((AgentId::parse(n.strip_prefix(&prefix)?).ok()?, o))).collect()
 }
 
-/// The first 14 digits of `text` (a time as `YYYYMMDDhhmmss`, whatever its punctuation).
-fn stamp(text: &str) -> String {
-    text.chars().filter(char::is_ascii_digit).take(14).collect()
-}
-
-/// Whether the message at inbox ref `name` (whose `blob` the remote holds) revives
-/// `id`: one from the user that came after the stop in its `stopped` mark, if a stop
-/// asked through the remote set it.
-pub(super) fn revives(ws: &Workspace, id: &AgentId, name: &str, blob: Oid) -> bool {
-    let from_user = bundle::blob(&ws.layout.repo(), blob)
-        .and_then(|b| Header::parse(&String::from_utf8_lossy(&b)).map(|h| h.from))
-        .is_some_and(|from| from == "user");
-    if !from_user {
-        return false;
-    }
-    let Some(mark) = ws.repo.mark(lifecycle::STOPPED, id.as_str()).ok().flatten() else { return true };
-    let mark = String::from_utf8_lossy(&mark);
-    let message = name.rsplit('/').next().unwrap_or("");
-    let held = mark.lines().any(|l| l.strip_prefix("held ") == Some(message));
-    let asked = mark.lines().find_map(|l| l.strip_prefix("asked ")).map(stamp);
-    !held && asked.is_none_or(|asked| stamp(message) >= asked)
-}
-
 /// Whether the remote holds a message that revives `id` (see [`revives`]).
 pub(super) fn user_mail(ws: &Workspace, seen: &Seen, id: &AgentId) -> bool {
     let prefix = inbox_prefix(id.as_str());
-    seen.under(&prefix).any(|(n, blob)| revives(ws, id, n, blob))
+    seen.under(&prefix).any(|(n, blob)| remote::revives(ws, id, n, blob))
 }
 
 /// A stop this worker carried out, until its request is withdrawn.
@@ -221,7 +197,7 @@ impl Worker<'_> {
             || mail
             || lifecycle::work_left(ws, &mut loader, id, tip, parent.as_deref()).map_or(true, |w| w.is_some())
             || self.below_at_work(seen, id, &mut loader)?;
-        let when = bundle::blob(&ws.layout.repo(), asked).map(|b| stamp(&String::from_utf8_lossy(&b)));
+        let when = bundle::blob(&ws.layout.repo(), asked).map(|b| remote::stamp(&String::from_utf8_lossy(&b)));
         let held: String =
             seen.under(&prefix).filter_map(|(n, _)| n.strip_prefix(&prefix)).map(|m| format!("held {m}\n")).collect();
         let words = when.map(|when| format!("asked {when}\n{held}"));
