@@ -997,6 +997,25 @@ fn fleet_status_says_the_queue_its_age_the_claims_and_their_workers() {
         s["claimed"].as_u64() == Some(0) && s["waiting"].as_u64() == Some(0)
     });
     stop_worker(worker);
+    // A claim a killed worker left on an agent with nothing to do says nothing.
+    let served = root.join("fleet.git");
+    let ant = laptop.id_of("Ant");
+    let lease = std::process::Command::new("git")
+        .args(["-c", "safe.directory=*", "--git-dir", &served.display().to_string(), "hash-object", "-w", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().expect("stdin").write_all(b"worker ghost\nserial 1\nnonce 00000001\n")?;
+            c.wait_with_output()
+        })
+        .expect("hash");
+    let lease = String::from_utf8_lossy(&lease.stdout).trim().to_owned();
+    git(&served, &["update-ref", &format!("refs/offshoot/claims/{ant}"), &lease]);
+    let ghost = status();
+    assert_eq!((ghost["claimed"].as_u64(), ghost["waiting"].as_u64()), (Some(0), Some(0)), "{ghost}");
+    assert_eq!(ghost["workers"], serde_json::json!([]), "{ghost}");
     laptop.run(&["pull"]).ok();
     assert_eq!(listed(&laptop), vec![("done".to_owned(), None); 2]);
     let words = laptop.run(&["fleet", "status", "origin"]);

@@ -3,7 +3,7 @@
 //! waited, the claims and the workers holding them. One fetch; nothing is written but
 //! the mirrors.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use domain::id::AgentId;
 use domain::marks::{Mark, Shelf};
@@ -27,10 +27,11 @@ pub struct FleetStatus {
     /// How long the oldest of them has waited, in seconds: since its oldest message on
     /// the remote, or else since its last commit.
     pub oldest_waiting_secs: Option<u64>,
-    /// Agents some worker claims (each worker's lease, as the remote holds it; whether a
-    /// lease is still renewed only its watchers can tell, over a lease).
+    /// Agents with work that some worker claims (each worker's lease, as the remote holds
+    /// it; whether a lease is still renewed only its watchers can tell, over a lease). A
+    /// claim on an agent with nothing to do is not counted: a killed worker's stays.
     pub claimed: usize,
-    /// The workers holding claims, by name, with how many each.
+    /// The workers holding those claims, by name, with how many each.
     pub workers: Vec<WorkerClaims>,
 }
 
@@ -49,23 +50,21 @@ pub fn status(ws: &Workspace, remote: &Remote) -> Result<FleetStatus> {
     let roots: HashSet<&str> = seen.under(&fleet).filter_map(|(n, _)| n.strip_prefix(&fleet)).collect();
     let mut status = FleetStatus { remote: remote.name.clone(), trees: roots.len(), ..FleetStatus::default() };
     let in_fleet = |id: &AgentId| roots.contains(id.root().as_str());
-    // Claims of the fleet's agents (a remote's other refs under that name say nothing).
+    // Claims of the fleet's agents (a remote's other refs under that name say nothing),
+    // with the worker each lease names.
     let claims = Shelf::Claims.prefix();
-    let mut by_worker: BTreeMap<String, usize> = BTreeMap::new();
-    let mut claimed: HashSet<AgentId> = HashSet::new();
+    let mut claimed: HashMap<AgentId, String> = HashMap::new();
     for (name, blob) in seen.under(&claims) {
         let Some(id) = name.strip_prefix(&claims).and_then(|k| AgentId::parse(k).ok()).filter(in_fleet) else {
             continue;
         };
-        claimed.insert(id);
         // (A lease is a few lines: a larger blob is not read.)
         let small = ws.repo.blob_len(blob).is_ok_and(|n| n <= 4096);
         let lease = small.then(|| ws.repo.read_blob(blob).ok()).flatten();
         let worker = lease.and_then(|b| Lease::parse(&String::from_utf8_lossy(&b))).map(|l| l.worker);
-        *by_worker.entry(worker.unwrap_or_else(|| "(unreadable lease)".to_owned())).or_default() += 1;
+        claimed.insert(id, worker.unwrap_or_else(|| "(unreadable lease)".to_owned()));
     }
-    status.claimed = claimed.len();
-    status.workers = by_worker.into_iter().map(|(name, claims)| WorkerClaims { name, claims }).collect();
+    let mut by_worker: BTreeMap<String, usize> = BTreeMap::new();
     let mut loader = Loader::default();
     let mut oldest: Option<u64> = None;
     for (name, tip) in seen.under("refs/heads/agents/") {
@@ -74,14 +73,22 @@ pub fn status(ws: &Workspace, remote: &Remote) -> Result<FleetStatus> {
             continue;
         }
         status.agents += 1;
-        if claimed.contains(&id) {
+        let Some(since) = waiting_since(ws, &seen, &mut loader, &id, tip)? else {
+            // Nothing to do: a claim on it says nothing (a killed worker's stays).
             continue;
-        }
-        if let Some(since) = waiting_since(ws, &seen, &mut loader, &id, tip)? {
-            status.waiting += 1;
-            oldest = Some(oldest.map_or(since, |o| o.min(since)));
+        };
+        match claimed.get(&id) {
+            Some(worker) => {
+                status.claimed += 1;
+                *by_worker.entry(worker.clone()).or_default() += 1;
+            }
+            None => {
+                status.waiting += 1;
+                oldest = Some(oldest.map_or(since, |o| o.min(since)));
+            }
         }
     }
+    status.workers = by_worker.into_iter().map(|(name, claims)| WorkerClaims { name, claims }).collect();
     status.oldest_waiting_secs = oldest.map(|since| now.saturating_sub(since));
     Ok(status)
 }
