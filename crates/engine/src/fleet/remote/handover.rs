@@ -89,7 +89,7 @@ pub fn claimed_by(ws: &Workspace, id: &AgentId) -> Option<String> {
     }
     // (Under whichever name this workspace knows the remote by.)
     let mirrors = super::repo_mirror("*", &Shelf::Claims.ref_name(id.as_str()));
-    let (_, blob) = bundle::refs(&ws.layout.repo(), &[mirrors]).ok()?.into_iter().next()?;
+    let (_, blob) = ws.repo.refs_matching(&mirrors).ok()?.into_iter().next()?;
     let lease = ws.repo.read_blob(blob).ok()?;
     crate::fleet::claims::Lease::parse(&String::from_utf8_lossy(&lease)).map(|l| l.worker)
 }
@@ -98,7 +98,7 @@ pub fn claimed_by(ws: &Workspace, id: &AgentId) -> Option<String> {
 /// tree handed to a remote only.
 pub fn mail_waiting(ws: &Workspace, id: &AgentId) -> bool {
     let mirrors = format!("{}*", super::repo_mirror("*", &super::inbox_prefix(id.as_str())));
-    handed(ws, id) && bundle::refs(&ws.layout.repo(), &[mirrors]).is_ok_and(|r| !r.is_empty())
+    handed(ws, id) && ws.repo.refs_matching(&mirrors).is_ok_and(|r| !r.is_empty())
 }
 
 /// The first 14 digits of `text` (a time as `YYYYMMDDhhmmss`, whatever its punctuation).

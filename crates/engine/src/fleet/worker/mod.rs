@@ -402,13 +402,19 @@ impl<'w> Worker<'w> {
     /// for the fleet: the `died` mark travels) instead.
     fn start_counted(&mut self, id: &AgentId, tip: Oid, on: &mut dyn FnMut(Event)) -> Result<()> {
         let ws = self.ws;
-        match self.owned[id].launched {
-            Some(l) if l.tip == tip && l.alive() => {}
-            Some(l) if l.tip == tip && l.paused_until.is_some_and(|until| Instant::now() < until) => {}
-            Some(l) if l.tip == tip && l.paused_until.is_none() && outage_since(ws, id, l.records_before).is_some() => {
+        let launched = self.owned[id].launched.filter(|l| l.tip == tip);
+        let alive = launched.is_some_and(|l| l.alive());
+        // Why its last driver ended, when its provider's outage ended it (read once).
+        let outage = launched
+            .filter(|l| !alive && l.paused_until.is_none())
+            .and_then(|l| outage_since(ws, id, l.records_before));
+        match launched {
+            Some(_) if alive => {}
+            Some(l) if l.paused_until.is_some_and(|until| Instant::now() < until) => {}
+            Some(l) if outage.is_some() => {
                 // Its provider was down past the retries: nothing wrong with the agent.
                 // Paused for a lease, twice that the next time, up to ten minutes.
-                let why = outage_since(ws, id, l.records_before).unwrap_or_default();
+                let why = outage.unwrap_or_default();
                 let pause = self.options.lease.saturating_mul(1 << l.pauses.min(16)).min(LONGEST_PAUSE);
                 if let Some(owned) = self.owned.get_mut(id) {
                     owned.launched = Some(Launched {
@@ -420,7 +426,7 @@ impl<'w> Worker<'w> {
                 }
                 on(Event::Paused { agent: id.to_string(), why });
             }
-            Some(l) if l.tip == tip && l.times >= LAUNCHES_BEFORE_DEATH => {
+            Some(l) if l.times >= LAUNCHES_BEFORE_DEATH => {
                 // Started at this tip time and again, and gone without moving it.
                 ws.repo.set_mark(Mark::Died.kind(), id.as_str(), tip.to_string().as_bytes())?;
                 if let Some(parent) = id.parent() {
