@@ -245,7 +245,13 @@ fn a_hook_left_running_by_a_killed_driver_is_ended_by_the_next() {
     let hook: u32 = std::fs::read_to_string(&pid_file).expect("pid").trim().parse().expect("a pid");
     let driver = t.running_driver(&id).expect("the driver");
     assert!(std::process::Command::new("kill").args(["-9", &driver.to_string()]).status().expect("kill").success());
-    crate::support::wait::wait_for("the driver to go", || t.running_driver(&id).is_none());
+    // Gone with all it held: a killed process shows as a zombie while another of its
+    // threads still exits, and its files (the agent's lock among them) close only then —
+    // a `run` meanwhile finds the agent busy and only follows it.
+    let fds = format!("/proc/{driver}/fd");
+    crate::support::wait::wait_for("the driver to go", || {
+        t.running_driver(&id).is_none() && std::fs::read_dir(&fds).map_or(true, |mut d| d.next().is_none())
+    });
     assert!(crate::support::workspace::running(hook), "the hook outlives its driver until the next one");
     t.set("hooks.PreToolUse", "[]");
     server.push_turns([Turn::text("done")]);
