@@ -307,6 +307,9 @@ impl From<DriverError> for CliError {
 fn driver_error(e: DriverError) -> CliError {
     let shell = match &e {
             DriverError::Unknown(_) => shell(Kind::Usage),
+            DriverError::NotClaimed { .. } => shell(Kind::Usage).hint(
+                "`offshoot worker` here drives what it claims; to work on an agent yourself, `offshoot pull` it into another workspace",
+            ),
             DriverError::Interrupted { id, reason } => CliError {
                 kind: Kind::Signal(reason.signal()),
                 error: Box::new(Said(String::new())),

@@ -672,6 +672,114 @@ fn two_workers_and_a_laptop_finish_a_root_with_ten_children_while_one_worker_is_
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Step records per agent of `t`'s workspace.
+fn records_by_agent(t: &TestWorkspace) -> std::collections::BTreeMap<String, usize> {
+    std::fs::read_dir(t.ws.join("steps"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .map(|id| (id.clone(), t.step_records(&id).len()))
+        .collect()
+}
+
+/// Agents whose driver runs in `t`'s workspace.
+fn drivers_running(t: &TestWorkspace) -> Vec<String> {
+    std::fs::read_dir(t.ws.join("locks"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|id| t.running_driver(id).is_some())
+        .collect()
+}
+
+#[test]
+fn a_killed_workers_drivers_stop_at_their_next_step_and_its_workspace_starts_no_driver_after() {
+    let root = served_root("fleet-dead");
+    let daemon = Daemon::start(&root);
+    let url = daemon.url("fleet.git");
+    let (server, laptop) = fleet_at("fleet-dead", 4, &url, &[]);
+    // Children of eight steps each: a driver left running would go on for all of them.
+    let steps = 8;
+    server.respond_with(move |text: &str| {
+        let results = text.matches(r#""type":"tool_result""#).count();
+        if text.contains("Your name is Lead.") {
+            if results == 0 {
+                let calls = (1..=4)
+                    .map(|i| {
+                        let input = serde_json::json!({"role": "worker", "goal": format!("task {i}"), "name": format!("Kid{i}")});
+                        (format!("d{i}"), "dispatch".to_owned(), input.to_string())
+                    })
+                    .collect();
+                return Turn { calls, ..Turn::default() };
+            }
+            let back = (1..=4).filter(|i| text.contains(&format!("kid {i} done"))).count();
+            return Turn::text(if back == 4 { "all kids are back" } else { "dispatched them all" });
+        }
+        match (1..=4).find(|i| text.contains(&format!("Your name is Kid{i}."))) {
+            Some(i) if results < steps => Turn::bash(&format!("b{results}"), &format!("echo {results} >> kid{i}.txt")),
+            Some(i) => Turn::text(&format!("kid {i} done")),
+            None => Turn::text("nothing more"),
+        }
+    });
+    server.latency(std::time::Duration::from_millis(200));
+    let machines = [machine("fleet-dead-a", &url, &laptop), machine("fleet-dead-b", &url, &laptop)];
+    let lease = 1_500;
+    let a = spawn_worker(&machines[0], "a", lease);
+    laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead four kids"]).ok();
+    // Killed while drivers it started are at work on children.
+    crate::support::wait::wait_for_within("worker a driving children", std::time::Duration::from_secs(60), || {
+        records_by_agent(&machines[0]).iter().filter(|(id, n)| id.contains('.') && **n >= 2).count() >= 2
+    });
+    // A second worker in its workspace is refused while it runs.
+    let second = machines[0].run(&["worker", "--name", "a2"]);
+    assert_ne!(second.code, 0, "{}", second.stderr);
+    assert!(second.stderr.contains("another worker"), "{}", second.stderr);
+    let _ = Command::new("kill").args(["-KILL", &a.0.id().to_string()]).status();
+    let mut a = a;
+    let _ = a.0.wait();
+    let at_kill = records_by_agent(&machines[0]);
+    let b = spawn_worker(&machines[1], "b", lease);
+    let started = std::time::Instant::now();
+    while !tree_done(&laptop, 4) {
+        if started.elapsed() > std::time::Duration::from_secs(300) {
+            panic!("the tree never finished\n{}", stalled(&laptop, &root, &machines));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    stop_worker(b);
+    each_result_once(&laptop, "Lead", 4);
+    // The dead worker's drivers ended at their next step: the call in flight at the kill
+    // is the most made twice.
+    crate::support::wait::wait_for_within("a's drivers gone", std::time::Duration::from_secs(20), || {
+        drivers_running(&machines[0]).is_empty()
+    });
+    let after = records_by_agent(&machines[0]);
+    for (id, n) in &after {
+        let before = at_kill.get(id).copied().unwrap_or(0);
+        assert!(*n <= before + 1, "`{id}` went on from {before} to {n} steps after its worker died");
+    }
+    // Its workspace: neither scan, run nor doctor starts a driver for what it held.
+    let held: Vec<String> = worker_log(&machines[0])
+        .lines()
+        .filter_map(|l| l.strip_prefix("· claimed `")?.strip_suffix('`').map(str::to_owned))
+        .collect();
+    assert!(!held.is_empty(), "{}", worker_log(&machines[0]));
+    let scanned = machines[0].run(&["scan"]);
+    assert_eq!(scanned.code, 0, "{}", scanned.stderr);
+    assert!(scanned.stdout.contains("to the fleet"), "{}", scanned.stdout);
+    assert!(!scanned.stdout.contains("relaunched"), "{}", scanned.stdout);
+    let ran = machines[0].run(&["run", &held[0]]);
+    assert_ne!(ran.code, 0, "{}", ran.stdout);
+    assert!(ran.stderr.contains("belongs to the fleet"), "{}", ran.stderr);
+    machines[0].run(&["doctor"]);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(drivers_running(&machines[0]), Vec::<String>::new());
+    assert_eq!(records_by_agent(&machines[0]), after, "a step was taken in the dead worker's workspace");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 #[test]
 fn workers_racing_for_the_same_agents_each_agent_is_driven_by_one_and_written_by_it_only() {
     let (_daemon, root, server, laptop, url) = fleet("fleet-race", 0);

@@ -98,6 +98,12 @@ impl Layout {
         self.worker().join("claims").join(id.as_str())
     }
 
+    /// The lock a running `offshoot worker` holds on this workspace for its whole life:
+    /// its claim files mean something only while it is held.
+    pub fn worker_lock(&self) -> PathBuf {
+        self.worker().join("lock")
+    }
+
     /// Where the stderr of the MCP servers of agent `agent` (or of `mcp tools`) goes:
     /// inside the workspace's internals, which no agent reads (a server's stderr may carry
     /// what its `env` holds).

@@ -27,6 +27,9 @@ pub(crate) fn run(ctx: &Ctx, _args: &Args) -> Result<(), CliError> {
             Finding::Died { agent, why, told: None } => {
                 format!("died {agent} ({why}; dead again after a relaunch): a root, nobody to tell; `offshoot log {agent}` shows why")
             }
+            Finding::Fleet { agent, why } => format!(
+                "left {agent} to the fleet ({why}): in a worker's workspace only a running `offshoot worker` starts drivers, for the agents it claimed"
+            ),
             Finding::Released { agent, name: Some(name) } => {
                 format!("released the claims of {agent} ({name}): its maker died before it was made")
             }

@@ -170,13 +170,9 @@ impl Runtime {
     /// new one finds the lock busy and exits quietly. In a worker's workspace, only an
     /// agent its worker claimed gets one (`None`: left to the fleet).
     pub fn launch(&self, id: &AgentId) -> Result<Option<u32>> {
-        // A worker's workspace: its claims decide. Any other: not a tree handed to a
-        // remote's workers.
-        let elsewhere = match self.layout.worker().exists() {
-            true => !self.layout.worker_claim(id).exists(),
-            false => self.layout.handed(&id.root()).exists(),
-        };
-        if elsewhere {
+        // A worker's workspace: its running worker's claims decide. Any other: not a
+        // tree handed to a remote's workers.
+        if !drivable_here(&self.layout, id) || self.layout.handed(&id.root()).exists() {
             return Ok(None);
         }
         let log = self.layout.driver_log(id);
@@ -234,4 +230,15 @@ impl Runtime {
         }
         Ok(Stopped::Signalled(pid))
     }
+}
+
+/// Whether a driver may drive `id` in the workspace at `layout`: anywhere but in a
+/// worker's workspace, where only the agents its running worker holds the claim of may
+/// be driven (a worker killed -9 leaves its claim files; other workers take its agents
+/// over, so its workspace's `scan`, `run` or orphaned drivers must not go on with them).
+pub fn drivable_here(layout: &Layout, id: &AgentId) -> bool {
+    if !layout.worker().exists() {
+        return true;
+    }
+    layout.worker_claim(id).exists() && LockGuard::is_held(&layout.worker_lock()).unwrap_or(false)
 }

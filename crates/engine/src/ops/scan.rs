@@ -33,6 +33,9 @@ pub enum Finding {
     Relaunched { agent: String, why: &'static str, pid: Option<u32> },
     /// Dead again at the same commit: its parent (if any) was told.
     Died { agent: String, why: &'static str, told: Option<String> },
+    /// Left alone in a worker's workspace: the fleet's workers drive it, and only a
+    /// running worker here starts drivers, for the agents it claimed.
+    Fleet { agent: String, why: &'static str },
     /// An agent that was being made when its maker died: its id (and name) claims were
     /// released.
     Released { agent: String, name: Option<String> },
@@ -113,6 +116,11 @@ pub fn scan(ws: &Workspace, rt: &Runtime) -> Result<Vec<Finding>> {
         let Some(why) = left_undone(ws, &mut loader, &l.id, l.tip, facts.parent.as_deref())? else { continue };
         let tip = l.tip.to_string();
         if ws.repo.mark(DIED, l.id.as_str())?.as_deref() == Some(tip.as_bytes()) {
+            continue;
+        }
+        // (Neither relaunched nor reported dead: its worker, or another, decides.)
+        if ws.layout.worker().exists() {
+            found.push(Finding::Fleet { agent: l.id.to_string(), why });
             continue;
         }
         let relaunched = ws.repo.mark(RELAUNCHED, l.id.as_str())?.map(|m| String::from_utf8_lossy(&m).into_owned());

@@ -27,6 +27,7 @@ use domain::id::AgentId;
 use domain::marks::Shelf;
 use domain::marks::{Epitaph, Mark};
 use infra::git::{CommitId as Oid, GitError, bundle};
+use infra::lock::{LockGuard, Probe};
 
 use crate::agents::runtime::Runtime;
 use crate::fleet::claims::{Claimed, Claims};
@@ -53,6 +54,8 @@ pub enum WorkerError {
     Git(#[from] GitError),
     #[error("{0}")]
     Local(#[source] crate::Cause),
+    #[error("{0}")]
+    Busy(String),
 }
 
 type Result<T> = std::result::Result<T, WorkerError>;
@@ -215,6 +218,9 @@ pub struct Worker<'w> {
     stopping: HashMap<AgentId, stops::Stopping>,
     /// When it last swept what killed processes left in its repositories.
     swept: Option<Instant>,
+    /// Its lock on the workspace (`Layout::worker_lock`): its claim files count only
+    /// while it lives.
+    _held: LockGuard,
     pub tally: Tally,
 }
 
@@ -226,6 +232,15 @@ impl<'w> Worker<'w> {
     /// A worker of `remote` in `ws`, which from now on starts drivers only for the
     /// agents it claims. Claims a previous worker here held are not its own.
     pub fn new(ws: &'w Workspace, rt: &'w Runtime, remote: Remote, options: Options) -> Result<Worker<'w>> {
+        std::fs::create_dir_all(ws.layout.worker()).map_err(local)?;
+        // One worker a workspace: the claims and drivers here are its alone.
+        let Some(held) = LockGuard::try_acquire(&ws.layout.worker_lock()).map_err(local)? else {
+            let by = match LockGuard::probe(&ws.layout.worker_lock()) {
+                Ok(Probe::Held(Some(holder))) => format!(" (pid {})", holder.pid),
+                _ => String::new(),
+            };
+            return Err(WorkerError::Busy(format!("another worker{by} already drives this workspace")));
+        };
         let claims_dir = ws.layout.worker().join("claims");
         let _ = std::fs::remove_dir_all(&claims_dir);
         std::fs::create_dir_all(&claims_dir).map_err(local)?;
@@ -257,6 +272,7 @@ impl<'w> Worker<'w> {
             leases,
             stopping: HashMap::new(),
             swept: None,
+            _held: held,
             tally: Tally::default(),
         })
     }

@@ -19,6 +19,10 @@ use infra::sandbox::SandboxError;
 pub enum DriverError {
     #[error("agent `{0}` does not exist")]
     Unknown(String),
+    #[error(
+        "agent `{id}` belongs to the fleet: in a worker's workspace only a running `offshoot worker` drives an agent, one whose claim it holds on the remote"
+    )]
+    NotClaimed { id: AgentId },
     #[error("cannot wake agent `{id}`: {reason}")]
     Wake {
         id: AgentId,

@@ -91,6 +91,9 @@ pub fn run(ws: &Workspace, rt: &Runtime, id: &AgentId, observer: &mut dyn Observ
     let Some(lock) = LockGuard::try_acquire(&lock_path)? else {
         return Ok(RunEnd::Busy);
     };
+    if !agents::runtime::drivable_here(&ws.layout, id) {
+        return Err(DriverError::NotClaimed { id: id.clone() });
+    }
     // Only this agent's driver writes its branch: a lock file there now was left by a
     // driver killed in the middle of a ref update, and would stop every commit.
     ws.repo.remove_branch_lock(&id.branch());
@@ -455,6 +458,12 @@ impl<'a> Driver<'a> {
     fn turn(&mut self, observer: &mut dyn Observer) -> Result<Turn> {
         if let Some(reason) = self.runtime.interrupt().reason() {
             return Err(DriverError::Interrupted { id: self.id.clone(), reason });
+        }
+        // Each step, on a worker: its worker still runs and still holds the agent (one
+        // killed -9 leaves its drivers behind; the agent is another worker's by now, so
+        // at most the call in flight is made twice).
+        if !agents::runtime::drivable_here(&self.ws.layout, &self.id) {
+            return Err(DriverError::NotClaimed { id: self.id.clone() });
         }
         self.config_due = true;
         let mut tip = self.tip()?;
