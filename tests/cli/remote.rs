@@ -311,7 +311,8 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
     // Renewed within the lease: still busy to the watcher, however long it watches.
     for _ in 0..3 {
         std::thread::sleep(lease / 4);
-        assert!(a.renew(lease / 4, Instant::now()).expect("renew").is_empty());
+        let renewal = a.renew(lease / 4, Instant::now()).expect("renew");
+        assert!(renewal.lost.is_empty() && renewal.dropped.is_empty(), "{renewal:?}");
         look(&b_git, &mut b);
         assert!(matches!(b.claim("x", Instant::now()).expect("claim"), Claimed::Busy { .. }));
     }
@@ -324,7 +325,11 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
     assert!(matches!(b.claim("x", Instant::now()).expect("claim"), Claimed::Busy { .. }));
     std::thread::sleep(lease.saturating_sub(silent.elapsed()) + Duration::from_millis(20));
     assert_eq!(b.claim("x", Instant::now()).expect("claim"), Claimed::Mine { took_over: true });
-    assert_eq!(a.renew(Duration::ZERO, Instant::now()).expect("renew"), vec!["x".to_owned()], "A learns it lost x");
+    assert_eq!(
+        a.renew(Duration::ZERO, Instant::now()).expect("renew").lost,
+        vec!["x".to_owned()],
+        "A learns it lost x"
+    );
     assert!(!a.holds("x"));
     // Two racing for a claim nobody holds: exactly one gets it.
     let (mut c, mut d) = (Claims::new(&a_git, &url, "C", lease), Claims::new(&b_git, &url, "D", lease));
@@ -372,7 +377,8 @@ fn a_worker_renews_all_its_claims_in_one_push_and_learns_in_it_which_it_lost() {
     assert_eq!(before, ids.len(), "one push a claim made");
     let values = || git(&shared, &["for-each-ref", "--format=%(objectname)", "refs/offshoot/claims/"]);
     let made = values();
-    assert!(claims.renew(Duration::ZERO, Instant::now()).expect("renew").is_empty());
+    let renewal = claims.renew(Duration::ZERO, Instant::now()).expect("renew");
+    assert!(renewal.lost.is_empty() && renewal.dropped.is_empty(), "{renewal:?}");
     assert_eq!(count(), before + 1, "forty claims renewed in one push");
     assert!(made.lines().zip(values().lines()).all(|(a, b)| a != b), "every claim's lease moved");
     // Another worker took one over (the claim moved on the remote): the next renewal,
@@ -381,10 +387,24 @@ fn a_worker_renews_all_its_claims_in_one_push_and_learns_in_it_which_it_lost() {
     std::fs::write(&theirs, "worker O\nserial 9\nnonce 00000001\n").expect("lease");
     let blob = git(&shared, &["hash-object", "-w", &theirs.display().to_string()]);
     git(&shared, &["update-ref", &claim_ref("a07"), &blob]);
-    let lost = claims.renew(Duration::ZERO, Instant::now()).expect("renew");
+    let lost = claims.renew(Duration::ZERO, Instant::now()).expect("renew").lost;
     assert_eq!(lost, ["a07".to_owned()]);
     assert_eq!(count(), before + 2, "in one push");
     assert!(!claims.holds("a07") && ids.iter().filter(|id| *id != "a07").all(|id| claims.holds(id)));
+    // Ten more claimed, and ten let go, each in one push.
+    let more: Vec<String> = (0..10).map(|i| format!("b{i:02}")).collect();
+    let got = claims.claim_each(&more, Instant::now()).expect("claim");
+    assert!(got.iter().all(|g| *g == Claimed::Mine { took_over: false }), "{got:?}");
+    assert_eq!(count(), before + 3, "ten claims made in one push");
+    claims.release_each(&more).expect("release");
+    assert_eq!(count(), before + 4, "ten let go in one push");
+    assert!(!git(&shared, &["for-each-ref", "--format=%(refname)", "refs/offshoot/claims/"]).contains("/b0"));
+    // A claim the worker could not renew within half a lease is let go, not renewed.
+    let later = Instant::now() + Duration::from_secs(31);
+    let renewal = claims.renew(Duration::ZERO, later).expect("renew");
+    assert_eq!(renewal.dropped.len(), ids.len() - 1, "{renewal:?}");
+    assert_eq!(count(), before + 5, "let go in one push");
+    assert_eq!(git(&shared, &["for-each-ref", "--format=%(refname)", "refs/offshoot/claims/"]), claim_ref("a07"));
     let _ = std::fs::remove_dir_all(&root);
 }
 
@@ -408,6 +428,11 @@ pub(crate) fn machine_with(name: &str, url: &str, laptop: &TestWorkspace, env: &
 /// A worker of remote `origin` run from `t`'s workspace, its stderr appended to
 /// `<root>/worker.log`.
 pub(crate) fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> WorkerProcess {
+    spawn_worker_with(t, name, lease_ms, 4)
+}
+
+/// [`spawn_worker`] driving up to `max_agents` at once.
+pub(crate) fn spawn_worker_with(t: &TestWorkspace, name: &str, lease_ms: u64, max_agents: usize) -> WorkerProcess {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(t.root.join("worker.log")).expect("log");
     t.command()
         .args([
@@ -419,7 +444,7 @@ pub(crate) fn spawn_worker(t: &TestWorkspace, name: &str, lease_ms: u64) -> Work
             "--interval-ms",
             "50",
             "--max-agents",
-            "4",
+            &max_agents.to_string(),
         ])
         .stdout(std::process::Stdio::null())
         .stderr(log)
@@ -777,6 +802,64 @@ fn a_killed_workers_drivers_stop_at_their_next_step_and_its_workspace_starts_no_
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(drivers_running(&machines[0]), Vec::<String>::new());
     assert_eq!(records_by_agent(&machines[0]), after, "a step was taken in the dead worker's workspace");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn a_worker_on_a_slow_remote_lets_go_at_once_drops_claims_it_cannot_keep_and_finishes_every_agent() {
+    use crate::support::proxy::SlowProxy;
+    use std::time::{Duration, Instant};
+    let kids = 30;
+    let root = served_root("fleet-slow");
+    let daemon = Daemon::start(&root);
+    let direct = daemon.url("fleet.git");
+    let port: u16 =
+        direct.rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).expect("port");
+    // Every connection of the worker's waits 250 ms before it reaches the remote.
+    let proxy = SlowProxy::start(port, Duration::from_millis(250));
+    let (server, laptop) = fleet_at("fleet-slow", kids, &direct, &[]);
+    // Calls long against the lease: many claims held at once, each through many renewals.
+    server.latency(Duration::from_secs(3));
+    let w = machine("fleet-slow-w", &proxy.url("fleet.git"), &laptop);
+    let lease = 3_000;
+    let started = |log: &str| log.matches("· started a driver for").count();
+    let first = spawn_worker_with(&w, "one", lease, 40);
+    laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead the kids"]).ok();
+    crate::support::wait::wait_for_within("the kids at work", Duration::from_secs(90), || {
+        started(&worker_log(&w)) > kids / 2
+    });
+    // Ctrl-C with many claims and calls in flight: all let go in a few pushes.
+    let asked = Instant::now();
+    stop_worker(first);
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(5), "SIGTERM took {took:?}\n{}", worker_log(&w));
+    let released = worker_log(&w).matches("· let go of `").count();
+    assert!(released > kids / 2, "{}", worker_log(&w));
+    let claims = git(&root.join("fleet.git"), &["for-each-ref", "refs/offshoot/claims/"]);
+    assert!(claims.is_empty(), "claims left on the remote: {claims}");
+    // Its successor there; then the remote gets too slow to renew within half a lease.
+    let before = started(&worker_log(&w));
+    let _second = spawn_worker_with(&w, "two", lease, 40);
+    crate::support::wait::wait_for_within("the kids at work again", Duration::from_secs(90), || {
+        started(&worker_log(&w)) - before > kids / 2
+    });
+    // Out of reach for longer than half a lease: once it is back, the claims gone stale
+    // are let go, not renewed (their drivers were fenced), and claimed afresh.
+    proxy.set_delay(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_millis(lease * 3 / 4));
+    proxy.set_delay(Duration::from_millis(250));
+    crate::support::wait::wait_for_within("claims let go", Duration::from_secs(60), || {
+        worker_log(&w).contains("could not be renewed within half a lease")
+    });
+    let finishing = Instant::now();
+    while !tree_done(&laptop, kids) {
+        if finishing.elapsed() > Duration::from_secs(240) {
+            panic!("the tree never finished\n{}", stalled(&laptop, &root, std::slice::from_ref(&w)));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    each_result_once(&laptop, "Lead", kids);
+    assert!(proxy.connections() > 0);
     let _ = std::fs::remove_dir_all(&root);
 }
 

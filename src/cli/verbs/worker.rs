@@ -74,6 +74,9 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Event::Claimed { agent, took_over: false } => format!("claimed `{agent}`"),
             Event::Claimed { agent, took_over: true } => format!("took `{agent}` over (its lease ran out)"),
             Event::Lost { agent } => format!("lost `{agent}` to another worker; its driver here was killed"),
+            Event::Dropped { agent } => format!(
+                "let go of `{agent}`: its claim could not be renewed within half a lease (the remote is too slow or out of reach); its driver here was killed"
+            ),
             Event::Released { agent } => format!("let go of `{agent}`"),
             Event::Pushed { agent, tip } => format!("sent `{agent}` at {}", &tip[..12.min(tip.len())]),
             Event::Forwarded { to, from } => format!("sent a message from `{from}` to `{to}`"),
@@ -115,8 +118,15 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         ctx.out.event(&json!({"type": "tally", "worker": name, "tally": tally}));
     } else {
         ctx.out.progress(&format!(
-            "· worker `{name}` stopped: {} claimed ({} taken over), {} lost, {} steps sent, {} messages sent, {} delivered, {} conflicts",
-            tally.claimed, tally.took_over, tally.lost, tally.steps_pushed, tally.sent, tally.delivered, tally.conflicts
+            "· worker `{name}` stopped: {} claimed ({} taken over), {} lost, {} let go unrenewed, {} steps sent, {} messages sent, {} delivered, {} conflicts",
+            tally.claimed,
+            tally.took_over,
+            tally.lost,
+            tally.dropped,
+            tally.steps_pushed,
+            tally.sent,
+            tally.delivered,
+            tally.conflicts
         ));
     }
     shut.map_err(|e| CliError::runtime(format!("letting go of its agents: {e}")))

@@ -2,6 +2,7 @@ pub mod browser;
 pub mod clean;
 pub mod daemon;
 pub mod https;
+pub mod proxy;
 pub mod pty;
 pub mod server;
 pub mod ssh;

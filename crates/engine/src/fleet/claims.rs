@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use infra::git::CommitId as Oid;
 use infra::git::GitError;
-use infra::git::remote::{self, Expect, Outcome, Swap, Update};
+use infra::git::remote::{self, Swap};
 
 /// The ref of `id`'s claim.
 pub fn claim_ref(id: &str) -> String {
@@ -65,6 +65,15 @@ pub(crate) struct Held {
     pub(crate) renewed: Instant,
 }
 
+/// What a renewal pass came to.
+#[derive(Debug, Default)]
+pub struct Renewal {
+    /// Claims another worker took over: stop driving them.
+    pub lost: Vec<String>,
+    /// Claims not renewed within half a lease, let go instead of renewed.
+    pub dropped: Vec<String>,
+}
+
 /// What trying to claim an agent came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claimed {
@@ -84,6 +93,8 @@ pub struct Claims {
     lease: Duration,
     /// Each other claim's value, and since when this worker has seen it unchanged.
     watched: HashMap<String, (Oid, Instant)>,
+    /// The worker each lease value seen names (read once per value).
+    holders: HashMap<Oid, Option<String>>,
     held: HashMap<String, Held>,
     /// The values the last renewal that failed tried to write, by claim (and their
     /// serials): its push may have reached the remote before the error came back, so a
@@ -100,6 +111,7 @@ impl Claims {
             worker: worker.to_owned(),
             lease,
             watched: HashMap::new(),
+            holders: HashMap::new(),
             held: HashMap::new(),
             unsure: HashMap::new(),
         }
@@ -140,6 +152,31 @@ impl Claims {
                 }
             }
         }
+        let values: std::collections::HashSet<Oid> = self.watched.values().map(|(v, _)| *v).collect();
+        self.holders.retain(|v, _| values.contains(v));
+        for value in values {
+            if !self.holders.contains_key(&value) {
+                let holder = infra::git::bundle::blob(&self.git_dir, value)
+                    .and_then(|b| Lease::parse(&String::from_utf8_lossy(&b)))
+                    .map(|l| l.worker);
+                self.holders.insert(value, holder);
+            }
+        }
+    }
+
+    /// The workers whose leases this worker has seen change within the last lease, and
+    /// itself: those alive, as far as it knows.
+    pub(crate) fn workers(&self, now: Instant) -> Vec<String> {
+        let mut workers: Vec<String> = self
+            .watched
+            .values()
+            .filter(|(_, since)| now.duration_since(*since) < self.lease)
+            .filter_map(|(value, _)| self.holders.get(value).cloned().flatten())
+            .chain([self.worker.clone()])
+            .collect();
+        workers.sort();
+        workers.dedup();
+        workers
     }
 
     fn blob(&self, lease: &Lease) -> Result<Oid, GitError> {
@@ -149,49 +186,76 @@ impl Claims {
     /// Tries to claim `id`: create-only when nobody holds it, a takeover when the lease
     /// seen has not changed for a whole lease.
     pub fn claim(&mut self, id: &str, now: Instant) -> Result<Claimed, GitError> {
-        if self.held.contains_key(id) {
-            return Ok(Claimed::Mine { took_over: false });
-        }
-        let expected = match self.watched.get(id) {
-            None => None,
-            Some((value, since)) => {
-                if now.duration_since(*since) < self.lease {
-                    let holder = infra::git::bundle::blob(&self.git_dir, *value)
-                        .and_then(|b| Lease::parse(&String::from_utf8_lossy(&b)))
-                        .map(|l| l.worker)
-                        .unwrap_or_else(|| "another worker".into());
-                    return Ok(Claimed::Busy { holder });
-                }
-                Some(*value)
+        let mut claimed = self.claim_each(&[id.to_owned()], now)?;
+        Ok(claimed.pop().unwrap_or(Claimed::Lost))
+    }
+
+    /// [`Claims::claim`] of each of `ids`, all in one push (each going through or not on
+    /// its own); how each went, in order.
+    pub fn claim_each(&mut self, ids: &[String], now: Instant) -> Result<Vec<Claimed>, GitError> {
+        let mut decided: Vec<Option<Claimed>> = Vec::new();
+        let mut swaps = Vec::new();
+        let mut leases = Vec::new();
+        for id in ids {
+            if self.held.contains_key(id) {
+                decided.push(Some(Claimed::Mine { took_over: false }));
+                continue;
             }
+            let expected = match self.watched.get(id) {
+                None => None,
+                Some((value, since)) if now.duration_since(*since) < self.lease => {
+                    let holder = self.holders.get(value).cloned().flatten();
+                    decided.push(Some(Claimed::Busy { holder: holder.unwrap_or_else(|| "another worker".into()) }));
+                    continue;
+                }
+                Some((value, _)) => Some(*value),
+            };
+            let serial = expected
+                .and_then(|v| infra::git::bundle::blob(&self.git_dir, v))
+                .and_then(|b| Lease::parse(&String::from_utf8_lossy(&b)))
+                .map_or(0, |l| l.serial + 1);
+            let lease = Lease { worker: self.worker.clone(), serial, nonce: crate::random_u32() };
+            let value = self.blob(&lease)?;
+            swaps.push((claim_ref(id), expected, Some(value)));
+            leases.push((id, expected, value, serial));
+            decided.push(None);
+        }
+        let swapped = match swaps.is_empty() {
+            true => Vec::new(),
+            false => remote::compare_and_swap_each(&self.git_dir, &self.url, &swaps)?,
         };
-        let serial = expected
-            .and_then(|v| infra::git::bundle::blob(&self.git_dir, v))
-            .and_then(|b| Lease::parse(&String::from_utf8_lossy(&b)))
-            .map_or(0, |l| l.serial + 1);
-        let lease = Lease { worker: self.worker.clone(), serial, nonce: crate::random_u32() };
-        let value = self.blob(&lease)?;
-        match remote::compare_and_swap(&self.git_dir, &self.url, &claim_ref(id), expected, value)? {
-            Swap::Done => {
-                self.held.insert(id.to_owned(), Held { value, serial, renewed: now });
-                self.watched.remove(id);
-                Ok(Claimed::Mine { took_over: expected.is_some() })
+        let mut outcomes = leases.into_iter().zip(swapped);
+        let mut claimed = Vec::new();
+        for decision in decided {
+            if let Some(decision) = decision {
+                claimed.push(decision);
+                continue;
             }
-            Swap::Moved { found } => {
-                if let Some(found) = found {
-                    self.watched.insert(id.to_owned(), (found, now));
+            let Some(((id, expected, value, serial), swap)) = outcomes.next() else { break };
+            claimed.push(match swap {
+                Swap::Done => {
+                    self.held.insert(id.to_owned(), Held { value, serial, renewed: now });
+                    self.watched.remove(id);
+                    Claimed::Mine { took_over: expected.is_some() }
                 }
-                Ok(Claimed::Lost)
-            }
-            Swap::Refused(_) => Ok(Claimed::Lost),
+                Swap::Moved { found } => {
+                    if let Some(found) = found {
+                        self.watched.insert(id.to_owned(), (found, now));
+                    }
+                    Claimed::Lost
+                }
+                Swap::Refused(_) => Claimed::Lost,
+            });
         }
+        Ok(claimed)
     }
 
     /// Renews every claim held whose last renewal is older than `every`, all in one
     /// push, however many (one push a claim made a worker holding many claims on a slow
-    /// remote renew each too late, for ever); returns those lost (another worker took
-    /// them over: stop driving them).
-    pub fn renew(&mut self, every: Duration, now: Instant) -> Result<Vec<String>, GitError> {
+    /// remote renew each too late, for ever). A claim it could not keep fresh (its driver
+    /// fenced) is let go in the same push instead: renewing it would keep from the
+    /// fleet an agent this worker may not drive, for as long as it stays too slow.
+    pub fn renew(&mut self, every: Duration, now: Instant) -> Result<Renewal, GitError> {
         let mut due: Vec<(String, Held)> = self
             .held
             .iter()
@@ -200,26 +264,42 @@ impl Claims {
             .collect();
         due.sort_by(|a, b| a.0.cmp(&b.0));
         let mut swaps = Vec::new();
+        // Each due claim's new value and serial; `None`: let go.
         let mut renewed = Vec::new();
         for (id, held) in &due {
+            if !self.fresh(id, now) {
+                swaps.push((claim_ref(id), Some(held.value), None));
+                renewed.push(None);
+                continue;
+            }
             let lease = Lease { worker: self.worker.clone(), serial: held.serial + 1, nonce: crate::random_u32() };
             let value = self.blob(&lease)?;
             swaps.push((claim_ref(id), Some(held.value), Some(value)));
-            renewed.push((value, lease.serial));
+            renewed.push(Some((value, lease.serial)));
         }
         if swaps.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Renewal::default());
         }
         let swapped = match remote::compare_and_swap_each(&self.git_dir, &self.url, &swaps) {
             Ok(swapped) => swapped,
             Err(e) => {
-                self.unsure = due.iter().map(|(id, _)| id.clone()).zip(renewed).collect();
+                let tried = due.iter().zip(&renewed).filter_map(|((id, _), r)| r.map(|r| (id.clone(), r)));
+                self.unsure = tried.collect();
                 return Err(e);
             }
         };
         let unsure = std::mem::take(&mut self.unsure);
-        let mut lost = Vec::new();
-        for (((id, held), (value, serial)), swap) in due.into_iter().zip(renewed).zip(swapped) {
+        let mut renewal = Renewal::default();
+        for (((id, held), renewed), swap) in due.into_iter().zip(renewed).zip(swapped) {
+            let Some((value, serial)) = renewed else {
+                // Let go; or found taken over, so lost.
+                self.held.remove(&id);
+                match swap {
+                    Swap::Done => renewal.dropped.push(id),
+                    Swap::Moved { .. } | Swap::Refused(_) => renewal.lost.push(id),
+                }
+                continue;
+            };
             match swap {
                 Swap::Done => {
                     self.held.insert(id, Held { value, serial, renewed: now });
@@ -232,11 +312,11 @@ impl Claims {
                 }
                 Swap::Moved { .. } | Swap::Refused(_) => {
                     self.held.remove(&id);
-                    lost.push(id);
+                    renewal.lost.push(id);
                 }
             }
         }
-        Ok(lost)
+        Ok(renewal)
     }
 
     /// Stops counting `id` as held (another worker moved its branch: the claim is
@@ -247,11 +327,21 @@ impl Claims {
 
     /// Lets `id` go: its claim is deleted if it is still this worker's.
     pub fn release(&mut self, id: &str) -> Result<(), GitError> {
-        let Some(held) = self.held.remove(id) else { return Ok(()) };
-        let update = Update { local: None, remote: claim_ref(id), expect: Expect::Exactly(Some(held.value)) };
-        match remote::push(&self.git_dir, &self.url, &[update])?.pop() {
-            Some(Outcome::Done(_) | Outcome::Moved { .. } | Outcome::Refused(_) | Outcome::Withheld) | None => Ok(()),
+        self.release_each(&[id.to_owned()])
+    }
+
+    /// Lets each of `ids` go, all in one push: each claim is deleted if it is still this
+    /// worker's (one another took over stays theirs). Counted as let go whatever the
+    /// push came to: one not deleted expires with its lease.
+    pub fn release_each(&mut self, ids: &[String]) -> Result<(), GitError> {
+        let deletes: Vec<(String, Option<Oid>, Option<Oid>)> = ids
+            .iter()
+            .filter_map(|id| self.held.remove(id).map(|held| (claim_ref(id), Some(held.value), None)))
+            .collect();
+        if deletes.is_empty() {
+            return Ok(());
         }
+        remote::compare_and_swap_each(&self.git_dir, &self.url, &deletes).map(|_| ())
     }
 }
 

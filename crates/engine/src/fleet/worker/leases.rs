@@ -8,22 +8,24 @@ use domain::id::AgentId;
 use domain::layout::Layout;
 use infra::lock::{LockGuard, Probe};
 
-use crate::fleet::claims::Claims;
+use crate::fleet::claims::{Claims, Renewal};
 use crate::store::inbox;
 use crate::store::workspace::Workspace;
 
 /// A worker's claims, shared between its rounds and its lease keeper.
 pub(super) struct Leases {
     pub(super) claims: Mutex<Claims>,
-    /// Claims the keeper found taken over: the round lets go of their agents.
-    pub(super) lost: Mutex<Vec<String>>,
+    /// Claims the keeper found taken over, or let go as it could not keep them fresh:
+    /// the round lets go of their agents.
+    pub(super) gone: Mutex<Renewal>,
 }
 
 /// The lease keeper, a thread of its own so that no round, however long (a fetch or push
 /// waiting on a slow remote, many agents to send), delays a renewal: every eighth of a
 /// lease it renews each claim due (a quarter lease old), all in one push, and kills the
 /// driver of each claim not renewed for half a lease (the worker no longer counts itself
-/// its holder: another may take it over after a whole lease) and of each claim lost.
+/// its holder: another may take it over after a whole lease; the next pass lets it go),
+/// and of each claim lost.
 /// It ends with its worker.
 pub(super) fn lease_keeper(layout: Layout, leases: Weak<Leases>, lease: Duration) {
     std::thread::spawn(move || {
@@ -32,14 +34,16 @@ pub(super) fn lease_keeper(layout: Layout, leases: Weak<Leases>, lease: Duration
             let Some(leases) = leases.upgrade() else { return };
             let Ok(mut claims) = leases.claims.lock() else { return };
             // Out of reach: nothing renewed, and the fence below does its work.
-            let lost = claims.renew(lease / 4, Instant::now()).unwrap_or_default();
-            if let Ok(mut shared) = leases.lost.lock() {
-                shared.extend(lost.iter().cloned());
+            let renewal = claims.renew(lease / 4, Instant::now()).unwrap_or_default();
+            let gone: Vec<String> = renewal.lost.iter().chain(&renewal.dropped).cloned().collect();
+            if let Ok(mut shared) = leases.gone.lock() {
+                shared.lost.extend(renewal.lost);
+                shared.dropped.extend(renewal.dropped);
             }
             let now = Instant::now();
-            // (One taken over is fenced at once, as one gone stale.)
+            // (One taken over or let go is fenced at once, as one gone stale.)
             let stale: Vec<String> =
-                claims.held().filter(|(id, _)| !claims.fresh(id, now)).map(|(id, _)| id.clone()).chain(lost).collect();
+                claims.held().filter(|(id, _)| !claims.fresh(id, now)).map(|(id, _)| id.clone()).chain(gone).collect();
             drop(claims);
             for id in stale.iter().filter_map(|id| AgentId::parse(id).ok()) {
                 kill_driver_at(&layout, &id);

@@ -24,18 +24,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use domain::id::AgentId;
-use domain::marks::Shelf;
 use domain::marks::{Epitaph, Mark};
 use infra::git::{CommitId as Oid, GitError, bundle};
 use infra::lock::{LockGuard, Probe};
 
 use crate::agents::runtime::Runtime;
-use crate::fleet::claims::{Claimed, Claims};
+use crate::fleet::claims::{Claims, Renewal};
 use crate::fleet::remote::{self, Remote, RemoteError, Seen, inbox_prefix};
 use crate::store::snapshot::Loader;
 use crate::store::workspace::Workspace;
 use crate::{agents::lifecycle, store::inbox};
 
+mod claiming;
 mod inbound;
 mod leases;
 mod publish;
@@ -90,6 +90,11 @@ pub enum Event {
     Lost {
         agent: String,
     },
+    /// Let go because its claim could not be renewed within half a lease (a remote too
+    /// slow or out of reach): its driver here killed, the agent free for any worker.
+    Dropped {
+        agent: String,
+    },
     Released {
         agent: String,
     },
@@ -130,6 +135,8 @@ pub struct Tally {
     pub claimed: u64,
     pub took_over: u64,
     pub lost: u64,
+    /// Claims let go because they could not be renewed within half a lease.
+    pub dropped: u64,
     pub(crate) released: u64,
     pub steps_pushed: u64,
     /// Claims another worker moved first, and pushes refused because a ref had moved.
@@ -207,6 +214,8 @@ pub struct Worker<'w> {
     /// one still without it a whole lease later has lost it with a dead worker, and gets
     /// it from its dispatch commit.
     unstarted: HashMap<AgentId, Instant>,
+    /// Agents with work it has not claimed: since when it has seen each waiting.
+    waiting: HashMap<AgentId, Instant>,
     /// What `work_left` said of agents it does not drive, by tip and `replied` mark.
     work_seen: HashMap<AgentId, (LookedAt, Option<&'static str>)>,
     /// Config lineages as taken in: the remote's commit, and the commit made of it here.
@@ -258,7 +267,7 @@ impl<'w> Worker<'w> {
         }
         let claims = Claims::new(&ws.layout.repo(), &remote.url, &options.name, options.lease);
 
-        let leases = Arc::new(Leases { claims: Mutex::new(claims), lost: Mutex::new(Vec::new()) });
+        let leases = Arc::new(Leases { claims: Mutex::new(claims), gone: Mutex::new(Renewal::default()) });
         lease_keeper(ws.layout.clone(), Arc::downgrade(&leases), options.lease);
         Ok(Worker {
             ws,
@@ -267,6 +276,7 @@ impl<'w> Worker<'w> {
             options,
             owned: HashMap::new(),
             unstarted: HashMap::new(),
+            waiting: HashMap::new(),
             rebased: HashMap::new(),
             work_seen: HashMap::new(),
             leases,
@@ -286,12 +296,12 @@ impl<'w> Worker<'w> {
             self.ws.sweep_leftovers();
             self.swept = Some(Instant::now());
         }
-        let lost: Vec<String> = std::mem::take(
-            &mut *self.leases.lost.lock().map_err(|_| WorkerError::Local("the lease keeper panicked".into()))?,
+        let gone: Renewal = std::mem::take(
+            &mut *self.leases.gone.lock().map_err(|_| WorkerError::Local("the lease keeper panicked".into()))?,
         );
-        for id in lost {
-            if let Ok(id) = AgentId::parse(&id) {
-                self.lose(&id, on);
+        for (id, dropped) in gone.lost.iter().map(|id| (id, false)).chain(gone.dropped.iter().map(|id| (id, true))) {
+            if let Ok(id) = AgentId::parse(id) {
+                self.lose(&id, dropped, on);
             }
         }
         // (A command of the user's in this workspace waits for the round, and it for that.)
@@ -334,12 +344,8 @@ impl<'w> Worker<'w> {
         let _turn = remote::turn(self.ws, &self.remote)?;
         let seen = remote::fetch(self.ws, &self.remote)?;
         self.publish(&seen, on)?;
-        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
-            self.claims()?.release(id.as_str())?;
-            let _ = std::fs::remove_file(self.ws.layout.worker_claim(&id));
-            drop_inbox(self.ws, &id);
-            on(Event::Released { agent: id.to_string() });
-        }
+        let all: Vec<AgentId> = self.owned.keys().cloned().collect();
+        self.release(&all, on)?;
         self.owned.clear();
         // An ordinary workspace again: its agents' drivers may start here (a tree handed
         // to the fleet still never does).
@@ -347,7 +353,9 @@ impl<'w> Worker<'w> {
         Ok(())
     }
 
-    fn lose(&mut self, id: &AgentId, on: &mut dyn FnMut(Event)) {
+    /// Stops driving `id`: another worker took its claim over, or (`dropped`) this one
+    /// let it go, unable to keep it fresh.
+    fn lose(&mut self, id: &AgentId, dropped: bool, on: &mut dyn FnMut(Event)) {
         kill_driver(self.ws, id);
         if let Ok(mut claims) = self.claims() {
             claims.forget(id.as_str());
@@ -356,8 +364,13 @@ impl<'w> Worker<'w> {
         let _ = std::fs::remove_file(self.ws.layout.worker_claim(id));
         self.owned.remove(id);
         self.stopping.remove(id);
-        self.tally.lost += 1;
-        on(Event::Lost { agent: id.to_string() });
+        if dropped {
+            self.tally.dropped += 1;
+            on(Event::Dropped { agent: id.to_string() });
+        } else {
+            self.tally.lost += 1;
+            on(Event::Lost { agent: id.to_string() });
+        }
     }
 
     /// Starts a driver for `id` (unless one runs), counting those started at its tip.
@@ -455,161 +468,6 @@ impl<'w> Worker<'w> {
                 on(Event::Died { agent: id.to_string() });
             }
             _ => self.start(id, on)?,
-        }
-        Ok(())
-    }
-
-    /// Claims agents with work nobody drives, up to `max_agents`.
-    fn claim_work(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
-        let ws = self.ws;
-        if self.owned.len() >= self.options.max_agents {
-            return Ok(());
-        }
-        let mut loader = Loader::default();
-        let mut candidates: Vec<(AgentId, Oid)> = seen
-            .repo
-            .iter()
-            .filter_map(|(n, o)| Some((AgentId::parse(n.strip_prefix("refs/heads/agents/")?).ok()?, *o)))
-            .filter(|(id, _)| !self.owned.contains_key(id))
-            .collect();
-        // Workers start at different places, so they do not all reach for the same one.
-        if !candidates.is_empty() {
-            let offset = crate::random_u32() as usize % candidates.len();
-            candidates.rotate_left(offset);
-        }
-        let inbox = Shelf::Inbox.prefix();
-        let with_mail: HashSet<&str> =
-            seen.under(&inbox).filter_map(|(n, _)| n.strip_prefix(&inbox)?.split('/').next()).collect();
-        let replied = |id: &AgentId| seen.repo.get(&Mark::Replied.ref_name(id)).copied();
-        let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
-        // A few at a time: the next round sees what other workers claimed meanwhile, so
-        // workers starting together do not all reach for the same agents.
-        let mut budget = (self.options.max_agents / 8).max(2);
-        for (id, tip) in candidates {
-            if self.owned.len() >= self.options.max_agents || budget == 0 {
-                break;
-            }
-            // Held by another worker, as far as this one has seen: not even looked at.
-            if self.claims()?.busy(id.as_str(), Instant::now()) {
-                continue;
-            }
-            let root = id.root();
-            let fleet = seen.repo.contains_key(&Mark::Fleet.ref_name(&root));
-            if !fleet || driven_here(ws, &id) || ws.repo.branch_tip(&id.branch())? != Some(tip) {
-                continue;
-            }
-            // A stopped agent waits (a child's result with it) until the user writes to it.
-            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() && !stops::user_mail(ws, seen, &id);
-            // (While a stop is asked of it, only carrying it out is work.)
-            let revived = stopped && !asked.contains(&id) && stops::user_mail(ws, seen, &id);
-            if (stopped && !revived)
-                || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes())
-            {
-                continue;
-            }
-            let mail = with_mail.contains(id.as_str());
-            let parent = id.parent().map(|p| p.to_string());
-            // What its transcript says is known for this tip (and answer paid) already.
-            let key = (tip, replied(&id));
-            let left = match self.work_seen.get(&id) {
-                Some((at, left)) if *at == key => *left,
-                _ => {
-                    // One that does not read is passed over, not the round's failure.
-                    let left = lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten();
-                    self.work_seen.insert(id.clone(), (key, left));
-                    left
-                }
-            };
-            // A stop asked of it is carried out by whoever holds it.
-            let work = revived
-                || asked.contains(&id)
-                || match (mail, left) {
-                    (true, _) => true,
-                    (false, Some(lifecycle::GOAL_UNDELIVERED)) => {
-                        let since = *self.unstarted.entry(id.clone()).or_insert_with(Instant::now);
-                        since.elapsed() >= self.options.lease
-                    }
-                    (false, left) => left.is_some(),
-                };
-            if !work {
-                continue;
-            }
-            self.unstarted.remove(&id);
-            // Not on a lineage this worker could not make its own (its drivers would only
-            // fail, and report the agent dead for the whole fleet).
-            let lineage = crate::store::snapshot::read_facts(&ws.repo, tip).map(|f| f.lineage).unwrap_or_default();
-            if !self.rebased.contains_key(&lineage) {
-                continue;
-            }
-            let claimed = self.claims()?.claim(id.as_str(), Instant::now())?;
-            match claimed {
-                Claimed::Mine { took_over } => {
-                    budget -= 1;
-                    std::fs::write(ws.layout.worker_claim(&id), self.options.name.as_bytes()).map_err(local)?;
-                    self.owned.insert(id.clone(), Owned { pushed: tip, launched: None, records_at: None });
-                    self.tally.claimed += 1;
-                    if took_over {
-                        self.tally.took_over += 1;
-                    }
-                    on(Event::Claimed { agent: id.to_string(), took_over });
-                }
-                Claimed::Lost => {
-                    budget = budget.saturating_sub(1);
-                    self.tally.conflicts += 1;
-                }
-                Claimed::Busy { .. } => {}
-            }
-        }
-        Ok(())
-    }
-
-    /// Lets go of its agents with nothing left to do and nothing left to send.
-    fn let_go_of_idle(&mut self, seen: &Seen, dirty: &HashSet<AgentId>, on: &mut dyn FnMut(Event)) -> Result<()> {
-        let ws = self.ws;
-        let mut loader = Loader::default();
-        // What is here, read once.
-        let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
-        // A stop asked of it is carried out, and withdrawn, by it first.
-        let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
-        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
-            if dirty.contains(&id) || driven_here(ws, &id) || self.stopping.contains_key(&id) || asked.contains(&id) {
-                continue;
-            }
-            let Some(tip) = ws.repo.branch_tip(&id.branch())? else { continue };
-            let owned = &self.owned[&id];
-            let starting = owned.launched.is_some_and(|l| l.alive());
-            // A stopped agent's mail waits for it on the remote, not held here (a message of
-            // the user's that revives it has it claimed again).
-            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some() && !stops::user_mail(ws, seen, &id);
-            if tip != owned.pushed || starting || (!stopped && inbox::has_pending(&ws.layout, &id)) {
-                continue;
-            }
-            if !stopped && seen.under(&inbox_prefix(id.as_str())).next().is_some() {
-                continue;
-            }
-            // A mark not yet there (`died`, `replied` set this round) goes first.
-            let unsent = remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)).any(|m| {
-                let name = m.ref_name(&id);
-                here.get(&name) != seen.repo.get(&name)
-            });
-            if unsent {
-                continue;
-            }
-            if self.sending(&id) {
-                continue;
-            }
-            let parent = id.parent().map(|p| p.to_string());
-            let stopped = ws.repo.mark(lifecycle::STOPPED, id.as_str())?.is_some()
-                || ws.repo.mark(Mark::Died.kind(), id.as_str())?.as_deref() == Some(tip.to_string().as_bytes());
-            if !stopped && lifecycle::work_left(ws, &mut loader, &id, tip, parent.as_deref()).ok().flatten().is_some() {
-                continue;
-            }
-            self.claims()?.release(id.as_str())?;
-            let _ = std::fs::remove_file(ws.layout.worker_claim(&id));
-            drop_inbox(ws, &id);
-            self.owned.remove(&id);
-            self.tally.released += 1;
-            on(Event::Released { agent: id.to_string() });
         }
         Ok(())
     }

@@ -162,7 +162,7 @@ impl Worker<'_> {
                 }
                 (Outcome::Moved { .. } | Outcome::Refused(_), Some(id)) => {
                     moved = true;
-                    self.lose(&id, on);
+                    self.lose(&id, false, on);
                 }
                 (Outcome::Moved { .. }, None) => {
                     moved = true;
