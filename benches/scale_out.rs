@@ -11,8 +11,11 @@
 //! until the other has taken over every one, with leases of LEASE_MS.
 //!
 //! Run: `cargo bench --bench scale_out -- [AGENTS] [LATENCY_MS] [PER_WORKER] [LEASE_MS]
-//! [TAKEOVER_ONLY]` (default 300 2000 100 5000 0). For the take-over the model answers
-//! after 60 s, so the killed worker's agents are all mid-call when it dies.
+//! [MODE] [WORKERS]` (default 300 2000 100 5000 0 3). MODE 0 measures 1 to WORKERS
+//! workers and the take-over, 1 the take-over only, 2 the workers only. For the
+//! take-over the model answers after 60 s, so the killed worker's agents are all
+//! mid-call when it dies. Each worker's own CPU (user + system, from `/proc`) is
+//! reported per agent; its drivers' and the daemon's are not in it.
 
 #[path = "../tests/cli/support/clean.rs"]
 mod clean;
@@ -114,6 +117,17 @@ fn events(child: &mut Child) -> std::sync::mpsc::Receiver<(Instant, serde_json::
     events
 }
 
+/// The CPU time process `pid` has used so far (user + system), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    // (Clock ticks at the kernel's USER_HZ, 100 on Linux.)
+    ticks as f64 / 100.0
+}
+
 fn stop(mut child: Child) {
     let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
     let _ = child.wait();
@@ -123,11 +137,12 @@ fn main() {
     let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let arg = |i: usize, default: u64| args.get(i).copied().unwrap_or(default);
     let (agents, latency_ms, per_worker, lease_ms) = (arg(0, 300), arg(1, 2000), arg(2, 100), arg(3, 5000));
-    let takeover_only = arg(4, 0) == 1;
+    let (takeover_only, no_takeover, most_workers) = (arg(4, 0) == 1, arg(4, 0) == 2, arg(5, 3));
     let server = Server::start_with(false);
     server.latency(Duration::from_millis(latency_ms));
     server.endless_text("done");
-    let root = std::env::temp_dir().join(format!("offshoot-bench-scale-out-{}", std::process::id()));
+    let base = std::env::var_os("OFFSHOOT_BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let root = base.join(format!("offshoot-bench-scale-out-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let (served, home) = (root.join("served"), root.join("home"));
     std::fs::create_dir_all(&served).expect("served");
@@ -164,10 +179,10 @@ fn main() {
     println!("scale_out: {agents} agents, model latency {latency_ms} ms, up to {per_worker} agents per worker");
     println!("handing over: {handing:.1} s ({:.0} ms per `prompt --on`)", handing * 1000.0 / agents as f64);
     println!();
-    println!("workers  wall s  agents/s  vs 1 worker  claims  conflicts  conflict rate");
+    println!("workers  wall s  agents/s  vs 1 worker  claims  conflicts  conflict rate  worker CPU/agent (each)");
 
     let mut one = None;
-    for workers in (1..=3u64).filter(|_| !takeover_only) {
+    for workers in (1..=most_workers).filter(|_| !takeover_only) {
         let repo = format!("run-{workers}.git");
         let url = bench.fresh_remote(&repo);
         let spaces: Vec<PathBuf> = (0..workers).map(|w| bench.workspace(&format!("w{workers}-{w}"), &url)).collect();
@@ -182,6 +197,7 @@ fn main() {
             std::thread::sleep(Duration::from_millis(250));
         }
         let wall = started.elapsed().as_secs_f64();
+        let cpu: Vec<f64> = children.iter().map(|c| cpu_seconds(c.id())).collect();
         children.into_iter().for_each(stop);
         let (mut claims, mut conflicts) = (0, 0);
         for stream in streams {
@@ -195,11 +211,18 @@ fn main() {
         let throughput = agents as f64 / wall;
         let base = *one.get_or_insert(throughput);
         let rate = conflicts as f64 / (claims + conflicts).max(1) as f64;
+        let per_agent: Vec<String> = cpu.iter().map(|s| format!("{:.1} ms", s * 1000.0 / agents as f64)).collect();
         println!(
-            "{workers:>7}  {wall:>6.1}  {throughput:>8.2}  {:>10.2}x  {claims:>6}  {conflicts:>9}  {:>12.1}%",
+            "{workers:>7}  {wall:>6.1}  {throughput:>8.2}  {:>10.2}x  {claims:>6}  {conflicts:>9}  {:>12.1}%  {}",
             throughput / base,
-            rate * 100.0
+            rate * 100.0,
+            per_agent.join(", ")
         );
+    }
+    if no_takeover {
+        drop(bench);
+        let _ = std::fs::remove_dir_all(&root);
+        return;
     }
 
     // Take-over: a worker's machine dies while it holds agents, all in a model call.

@@ -820,11 +820,12 @@ fn a_worker_on_a_slow_remote_lets_go_at_once_drops_claims_it_cannot_keep_and_fin
     let (server, laptop) = fleet_at("fleet-slow", kids, &direct, &[]);
     // Calls long against the lease: many claims held at once, each through many renewals.
     server.latency(Duration::from_secs(3));
+    laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead the kids"]).ok();
+    // (Made from a remote already holding a handed tree.)
     let w = machine("fleet-slow-w", &proxy.url("fleet.git"), &laptop);
     let lease = 3_000;
     let started = |log: &str| log.matches("· started a driver for").count();
     let first = spawn_worker_with(&w, "one", lease, 40);
-    laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead the kids"]).ok();
     crate::support::wait::wait_for_within("the kids at work", Duration::from_secs(90), || {
         started(&worker_log(&w)) > kids / 2
     });
@@ -1352,8 +1353,11 @@ fn stop_on_stops_a_handed_tree_where_it_runs_and_a_message_revives_one_of_it() {
     assert_eq!(lead["state"], "stopped", "a child's result does not wake a stopped agent");
     stop_worker(worker);
 
-    // A message sent before a stop waits: it does not revive what the stop stopped.
-    laptop.run(&["send", "--on", "origin", "Kid2", "wake up and go on"]).ok();
+    // A message sent before a stop (a second or more) waits: it does not revive what the
+    // stop stopped. And the send said it might.
+    let sent = laptop.run(&["send", "--on", "origin", "Kid2", "wake up and go on"]);
+    assert!(sent.stderr.contains("a `stop --on` asked before it is delivered holds it"), "{}", sent.stderr);
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
     laptop.run(&["stop", "--on", "origin", "Kid2"]).ok();
     let worker = spawn_worker(&w, "w2", 3_000);
     crate::support::wait::wait_for_within("the second stop withdrawn", std::time::Duration::from_secs(30), || {
@@ -1364,6 +1368,38 @@ fn stop_on_stops_a_handed_tree_where_it_runs_and_a_message_revives_one_of_it() {
     let kid2 = laptop.agents().into_iter().find(|a| a["name"] == "Kid2").expect("Kid2");
     assert_eq!(kid2["state"], "stopped", "{}", worker_log(&w));
     assert!(!delivered(&laptop, "Kid2").iter().any(|(_, t)| t.contains("wake up")));
+    stop_worker(worker);
+
+    // A message and a stop that race: the later to reach the remote wins, and what each
+    // command said holds either way. The request says which came first: one there when
+    // the message came was withdrawn by it; one made after lists the message as held.
+    let (sent, stopped) = std::thread::scope(|s| {
+        let sent = s.spawn(|| laptop.run(&["send", "--on", "origin", "Lead", "wake up and go on"]));
+        let stopped = s.spawn(|| laptop.run(&["stop", "--on", "origin", "Lead"]));
+        (sent.join().expect("send"), stopped.join().expect("stop"))
+    });
+    assert_eq!((sent.code, stopped.code), (0, 0), "{}\n{}", sent.stderr, stopped.stderr);
+    let lead_id = laptop.id_of("Lead");
+    let request =
+        git(&served, &["for-each-ref", "--format=%(objectname)", &format!("refs/offshoot/stop-requests/{lead_id}")]);
+    let message_first =
+        !request.is_empty() && git(&served, &["cat-file", "-p", &request]).contains(&format!("held {lead_id}/"));
+    let worker = spawn_worker(&w, "w3", 3_000);
+    crate::support::wait::wait_for_within("the race settled", std::time::Duration::from_secs(60), || {
+        git(&served, &["for-each-ref", "refs/offshoot/stop-requests"]).is_empty()
+            && git(&served, &["for-each-ref", "refs/offshoot/claims"]).is_empty()
+    });
+    if message_first {
+        // The stop came later: the message waits, and the next one revives it with both.
+        laptop.run(&["pull"]).ok();
+        assert!(!delivered(&laptop, "Lead").iter().any(|(_, t)| t.contains("wake up and go on")));
+        laptop.run(&["send", "--on", "origin", "Lead", "now go on"]).ok();
+    }
+    crate::support::wait::wait_for_within("Lead revived by the message", std::time::Duration::from_secs(60), || {
+        laptop.run(&["pull"]).ok();
+        delivered(&laptop, "Lead").iter().any(|(_, t)| t.contains("wake up and go on"))
+            && laptop.agents().iter().any(|a| a["name"] == "Lead" && a["state"] == "done")
+    });
     stop_worker(worker);
     for t in [&laptop, &w] {
         t.run(&["doctor"]).ok();

@@ -42,7 +42,10 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         if ctx.out.json {
             ctx.out.event(&serde_json::json!({"type": "sent", "agent": id.as_str(), "driver": "remote"}));
         } else {
-            ctx.out.progress(&format!("· sent to `{id}` through `{}`; its worker delivers it", remote.name));
+            ctx.out.progress(&format!(
+                "· sent to `{id}` through `{}`; its worker delivers it (a `stop --on` asked before it is delivered holds it for the agent's next message)",
+                remote.name
+            ));
         }
         return Ok(());
     }

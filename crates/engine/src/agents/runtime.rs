@@ -172,7 +172,11 @@ impl Runtime {
     pub fn launch(&self, id: &AgentId) -> Result<Option<u32>> {
         // A worker's workspace: its running worker's claims decide. Any other: not a
         // tree handed to a remote's workers.
-        if !drivable_here(&self.layout, id) || self.layout.handed(&id.root()).exists() {
+        let elsewhere = match self.layout.worker().exists() {
+            true => !drivable_here(&self.layout, id),
+            false => self.layout.handed(&id.root()).exists(),
+        };
+        if elsewhere {
             return Ok(None);
         }
         let log = self.layout.driver_log(id);

@@ -106,6 +106,11 @@ pub(crate) fn stamp(text: &str) -> String {
     text.chars().filter(char::is_ascii_digit).take(14).collect()
 }
 
+/// The line of a stop request, and of the `stopped` mark it sets, saying that its `held`
+/// lines are the messages on the remote when the stop was asked (a request without it,
+/// from an older offshoot, holds those older than its time).
+pub(crate) const INBOX_SEEN: &str = "inbox as seen";
+
 /// Whether the message at inbox ref `name` (whose `blob` the remote holds) revives
 /// `id`: one from the user that came after the stop in its `stopped` mark, if a stop
 /// asked through the remote set it.
@@ -120,6 +125,9 @@ pub(crate) fn revives(ws: &Workspace, id: &AgentId, name: &str, blob: Oid) -> bo
     let mark = String::from_utf8_lossy(&mark);
     let message = name.rsplit('/').next().unwrap_or("");
     let held = mark.lines().any(|l| l.strip_prefix("held ") == Some(message));
+    if mark.lines().any(|l| l == INBOX_SEEN) {
+        return !held;
+    }
     let asked = mark.lines().find_map(|l| l.strip_prefix("asked ")).map(stamp);
     !held && asked.is_none_or(|asked| stamp(message) >= asked)
 }
@@ -217,7 +225,16 @@ pub fn stop_on(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<Vec<Agen
     if !seen.repo.contains_key(&Mark::Fleet.ref_name(&root)) {
         return Err(RemoteError::NotHanded { remote: remote.name.clone(), id: id.to_string() });
     }
-    let asked = format!("stop asked at {} ({:08x})\n", infra::time::Timestamp::now(), crate::random_u32());
+    // With the messages for the tree on the remote as asked: those wait for the agent's
+    // next message; one that arrives later revives it after the stop (the later wins).
+    let mut asked =
+        format!("stop asked at {} ({:08x})\n{INBOX_SEEN}\n", infra::time::Timestamp::now(), crate::random_u32());
+    for agent in &tree {
+        let prefix = super::inbox_prefix(agent.as_str());
+        for (name, _) in seen.under(&prefix) {
+            asked.push_str(&format!("held {agent}/{}\n", &name[prefix.len()..]));
+        }
+    }
     let blob = remote::write_blob(&ws.layout.repo(), asked.as_bytes())?;
     let local = format!("refs/outgoing/stop-{:08x}", crate::random_u32());
     bundle::set_refs(&ws.layout.repo(), &[(local.clone(), blob)])?;

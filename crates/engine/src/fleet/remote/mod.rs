@@ -27,8 +27,8 @@ use domain::marks::Shelf;
 
 use handover::mark_handed;
 pub(crate) use handover::stop_request;
+pub(crate) use handover::{INBOX_SEEN, revives, stamp};
 pub use handover::{claimed_by, hand_over, handed, mail_waiting, send_to, stop_on};
-pub(crate) use handover::{revives, stamp};
 pub use status::{FleetStatus, WorkerClaims, status};
 
 /// The marks that travel with their agents ([`Mark::travels`]).

@@ -4,9 +4,12 @@
 //!
 //! A stop carried out here says in the agent's `stopped` mark, after the tip, when it
 //! was asked (`asked <digits>`) and which messages were on the remote for the agent then
-//! (`held <name>`), so a message from the user revives the agent only if it came after
-//! the stop: one sent before waits, as it would in a stopped agent's inbox on one machine.
-//! (Times are to the second: a message of the same second that arrived later revives.)
+//! when it was asked (`held <name>`: the request lists them, as `stop --on` saw them), so a
+//! message from the user revives the agent only if it reached the remote after the stop
+//! was asked: one there before waits for the next, as it would in a stopped agent's
+//! inbox on one machine. A message and a stop that race: the later wins (a message there
+//! first waits; a stop there first is withdrawn by the message's push, or, carried out,
+//! the message revives the agent after it), and `send --on` says a stop may hold it.
 
 use domain::marks::Shelf;
 use std::time::{Duration, Instant};
@@ -197,10 +200,24 @@ impl Worker<'_> {
             || mail
             || lifecycle::work_left(ws, &mut loader, id, tip, parent.as_deref()).map_or(true, |w| w.is_some())
             || self.below_at_work(seen, id, &mut loader)?;
-        let when = bundle::blob(&ws.layout.repo(), asked).map(|b| remote::stamp(&String::from_utf8_lossy(&b)));
-        let held: String =
-            seen.under(&prefix).filter_map(|(n, _)| n.strip_prefix(&prefix)).map(|m| format!("held {m}\n")).collect();
-        let words = when.map(|when| format!("asked {when}\n{held}"));
+        let request = bundle::blob(&ws.layout.repo(), asked).map(|b| String::from_utf8_lossy(&b).into_owned());
+        let when = request.as_deref().map(remote::stamp);
+        // Held: the messages the remote had for it when the stop was asked (the request
+        // lists them). One that arrived later (racing the stop, or on its way when it was
+        // carried out) revives the agent after the stop, as a message after a stop does
+        // on one machine. (An older request, listing none: those sent before its time.)
+        let listed = request.as_deref().filter(|r| r.lines().any(|l| l == remote::INBOX_SEEN));
+        let held: String = seen
+            .under(&prefix)
+            .filter_map(|(n, _)| n.strip_prefix(&prefix))
+            .filter(|m| match listed {
+                Some(request) => request.lines().any(|l| l.strip_prefix("held ") == Some(&format!("{id}/{m}"))),
+                None => when.as_ref().is_none_or(|when| remote::stamp(m) < *when),
+            })
+            .map(|m| format!("held {m}\n"))
+            .collect();
+        let seen_line = if listed.is_some() { format!("{}\n", remote::INBOX_SEEN) } else { String::new() };
+        let words = when.map(|when| format!("asked {when}\n{seen_line}{held}"));
         let mark = |tip: Oid| match &words {
             Some(words) => format!("{tip}\n{words}"),
             None => tip.to_string(),
