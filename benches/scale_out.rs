@@ -11,8 +11,12 @@
 //! until the other has taken over every one, with leases of LEASE_MS.
 //!
 //! Run: `cargo bench --bench scale_out -- [AGENTS] [LATENCY_MS] [PER_WORKER] [LEASE_MS]
-//! [MODE] [WORKERS]` (default 300 2000 100 5000 0 3). MODE 0 measures 1 to WORKERS
-//! workers and the take-over, 1 the take-over only, 2 the workers only. For the
+//! [MODE] [WORKERS] [HISTORY]` (default 300 2000 100 5000 0 3 0). MODE 0 measures 1 to
+//! WORKERS workers and the take-over, 1 the take-over only, 2 the workers only. With
+//! HISTORY, one worker then drives the same agents on a remote that also holds HISTORY
+//! finished agents (copies, under new ids, of the refs of those the one-worker run
+//! finished, their objects reached through `objects/info/alternates`), and `prompt --on`
+//! is timed there. For the
 //! take-over the model answers after 60 s, so the killed worker's agents are all
 //! mid-call when it dies. Each worker's own CPU (user + system, from `/proc`) is
 //! reported per agent; its drivers' and the daemon's are not in it.
@@ -117,6 +121,58 @@ fn events(child: &mut Child) -> std::sync::mpsc::Receiver<(Instant, serde_json::
     events
 }
 
+/// `history.git`: the agents handed over, waiting, beside `history` finished ones made of
+/// the refs of those `run-1.git` finished (its objects shared), each under a new id.
+fn with_history(bench: &Bench, history: u64) -> String {
+    let url = bench.fresh_remote("history.git");
+    let done = bench.served.join("run-1.git");
+    let alternates = bench.served.join("history.git/objects/info/alternates");
+    std::fs::write(&alternates, format!("{}\n", done.join("objects").display())).expect("alternates");
+    let listed = bench.git("run-1.git", &["for-each-ref", "--format=%(objectname) %(refname)"]);
+    let refs: Vec<(&str, &str)> = listed.lines().filter_map(|l| l.split_once(' ')).collect();
+    let ids: Vec<&str> = refs.iter().filter_map(|(_, n)| n.strip_prefix("refs/heads/agents/")).collect();
+    // Each finished agent's refs (its id their last part), and its project branch by name.
+    let names: std::collections::HashMap<&str, &str> = refs
+        .iter()
+        .filter_map(|(oid, n)| Some((n.strip_prefix("refs/offshoot/names/")?, *oid)))
+        .filter_map(|(name, oid)| {
+            let id = bench.git("run-1.git", &["cat-file", "-p", oid]);
+            let id = ids.iter().find(|i| **i == id.trim())?;
+            Some((*id, name))
+        })
+        .collect();
+    let mut script = String::new();
+    for n in 0..history {
+        let id = ids[n as usize % ids.len()];
+        let new = format!("hist{n:06}");
+        for (oid, name) in &refs {
+            if name.rsplit('/').next() == Some(id) && !name.starts_with("refs/offshoot/names/") {
+                script.push_str(&format!("create {}{new} {oid}\n", &name[..name.len() - id.len()]));
+            }
+        }
+        if let Some((oid, _)) =
+            names.get(id).and_then(|name| refs.iter().find(|(_, r)| *r == format!("refs/project/heads/{name}")))
+        {
+            script.push_str(&format!("create refs/project/heads/Hist{n:06} {oid}\n"));
+        }
+    }
+    let mut child = Command::new("git")
+        .arg("--git-dir")
+        .arg(bench.served.join("history.git"))
+        .args(["update-ref", "--stdin"])
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("git");
+    std::io::Write::write_all(child.stdin.as_mut().expect("stdin"), script.as_bytes()).expect("refs");
+    assert!(child.wait().expect("git").success());
+    bench.git("history.git", &["pack-refs", "--all"]);
+    let count = bench.git("history.git", &["for-each-ref", "--format=x"]).lines().count();
+    println!();
+    println!("history.git: {count} refs ({history} finished agents added)");
+    url
+}
+
 /// The CPU time process `pid` has used so far (user + system), in seconds.
 fn cpu_seconds(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -137,7 +193,7 @@ fn main() {
     let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let arg = |i: usize, default: u64| args.get(i).copied().unwrap_or(default);
     let (agents, latency_ms, per_worker, lease_ms) = (arg(0, 300), arg(1, 2000), arg(2, 100), arg(3, 5000));
-    let (takeover_only, no_takeover, most_workers) = (arg(4, 0) == 1, arg(4, 0) == 2, arg(5, 3));
+    let (takeover_only, no_takeover, most_workers, history) = (arg(4, 0) == 1, arg(4, 0) == 2, arg(5, 3), arg(6, 0));
     let server = Server::start_with(false);
     server.latency(Duration::from_millis(latency_ms));
     server.endless_text("done");
@@ -218,6 +274,43 @@ fn main() {
             rate * 100.0,
             per_agent.join(", ")
         );
+    }
+    if history > 0 && !takeover_only {
+        let url = with_history(&bench, history);
+        let ws = bench.workspace("history-w", &url);
+        let started = Instant::now();
+        let mut child = bench.worker(&ws, "h0", per_worker, 30_000);
+        let stream = events(&mut child);
+        std::thread::sleep(Duration::from_millis(500));
+        while !bench.settled("history.git") {
+            assert!(started.elapsed() < Duration::from_secs(1800), "the worker never finished on history.git");
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let wall = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(child.id());
+        stop(child);
+        let claims: u64 = stream
+            .try_iter()
+            .filter(|(_, e)| e["type"] == "tally")
+            .map(|(_, e)| e["tally"]["claimed"].as_u64().unwrap_or(0))
+            .sum();
+        println!();
+        println!(
+            "with {history} finished agents on the remote: {wall:.1} s, {:.2} agents/s, {claims} claims, worker CPU {:.1} ms per agent",
+            agents as f64 / wall,
+            cpu * 1000.0 / agents as f64
+        );
+        bench.run(&["-w", &laptop_arg, "remote", "add", "hist", &url]);
+        bench.run(&["-w", &laptop_arg, "push", "hist"]);
+        let mut times: Vec<f64> = (0..5)
+            .map(|n| {
+                let at = Instant::now();
+                bench.run(&["-w", &laptop_arg, "prompt", "--on", "hist", "--name", &format!("Late{n}"), "Say done."]);
+                at.elapsed().as_secs_f64() * 1000.0
+            })
+            .collect();
+        times.sort_by(f64::total_cmp);
+        println!("`prompt --on` there: median {:.0} ms (of 5: {:.0}–{:.0} ms)", times[2], times[0], times[4]);
     }
     if no_takeover {
         drop(bench);

@@ -37,6 +37,8 @@ fn file_tools_write_only_in_their_own_directory_and_read_no_internals() {
         Turn::tool("c12", "cd", json!({"path": "../../repo.git"})),
         Turn::tool("c13", "read_file", json!({"path": "/etc/hostname"})),
         Turn::tool("c14", "write_file", json!({"path": "sub/../inside.txt", "content": "fine"})),
+        // (A worker's outbox: every tree's mail it carries.)
+        Turn::tool("c15", "read_file", json!({"path": "../../worker/outbox/a/m.md"})),
         Turn::text("contained"),
     ]);
     t.run(&["prompt", "--name", "Prisoner", "try to get out"]).ok();
@@ -62,6 +64,7 @@ fn file_tools_write_only_in_their_own_directory_and_read_no_internals() {
     assert!(r(12).starts_with("`../../repo.git` is in the workspace's internals"), "{}", r(12));
     assert!(r(13).starts_with("`/etc/hostname`: lines 1-1 of 1"), "{}", r(13));
     assert!(r(14).starts_with("created `sub/../inside.txt`"), "{}", r(14));
+    assert!(r(15).starts_with("`../../worker/outbox/a/m.md` is in the workspace's internals"), "{}", r(15));
     // Nothing was written anywhere it should not be.
     assert!(!t.ws.join("agents/x.txt").exists() && !std::path::Path::new(&outside).exists());
     assert!(!t.root.join("via-link.txt").exists() && !t.ws.join("agents/escape.txt").exists());

@@ -116,6 +116,9 @@ pub enum Shelf {
     StopRequests,
     /// `inbox/<id>/<message>` → a message on its way to the agent.
     Inbox,
+    /// `workers/<name>` → a worker's presence, renewed as its claims are: the workers
+    /// alive, for each to know whom an agent is preferred by.
+    Workers,
 }
 
 impl Shelf {
@@ -127,6 +130,7 @@ impl Shelf {
             Shelf::Records => "records",
             Shelf::StopRequests => "stop-requests",
             Shelf::Inbox => "inbox",
+            Shelf::Workers => "workers",
         }
     }
 
@@ -181,7 +185,7 @@ mod tests {
         kinds.dedup();
         assert_eq!(kinds.len(), Mark::ALL.len());
         assert!(kinds.iter().all(|k| !k.is_empty() && !k.contains('/')));
-        for shelf in [Shelf::Claims, Shelf::Records, Shelf::StopRequests, Shelf::Inbox] {
+        for shelf in [Shelf::Claims, Shelf::Records, Shelf::StopRequests, Shelf::Inbox, Shelf::Workers] {
             assert!(!kinds.contains(&shelf.dir()), "{} is a mark's too", shelf.dir());
         }
     }

@@ -221,6 +221,8 @@ pub(crate) fn path_policy(at: &Site, role: &RoleConfig, stores: &Stores) -> Path
             Place::new(ws.join("repo.git"), internals),
             Place::new(ws.join("index"), internals),
             Place::new(ws.join("inbox"), internals),
+            // (A worker's outbox holds the mail of every tree it drives.)
+            Place::new(ws.join("worker"), internals),
             Place::new(ws.join("steps"), internals),
             Place::new(ws.join("locks"), internals),
             Place::new(ws.join("tmp"), internals),

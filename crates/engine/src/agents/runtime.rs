@@ -172,11 +172,7 @@ impl Runtime {
     pub fn launch(&self, id: &AgentId) -> Result<Option<u32>> {
         // A worker's workspace: its running worker's claims decide. Any other: not a
         // tree handed to a remote's workers.
-        let elsewhere = match self.layout.worker().exists() {
-            true => !drivable_here(&self.layout, id),
-            false => self.layout.handed(&id.root()).exists(),
-        };
-        if elsewhere {
+        if !drivable_here(&self.layout, id) {
             return Ok(None);
         }
         let log = self.layout.driver_log(id);
@@ -236,13 +232,15 @@ impl Runtime {
     }
 }
 
-/// Whether a driver may drive `id` in the workspace at `layout`: anywhere but in a
-/// worker's workspace, where only the agents its running worker holds the claim of may
-/// be driven (a worker killed -9 leaves its claim files; other workers take its agents
-/// over, so its workspace's `scan`, `run` or orphaned drivers must not go on with them).
+/// Whether a driver may drive `id` in the workspace at `layout`. In a worker's
+/// workspace, only an agent its running worker holds the claim of (a worker killed -9
+/// leaves its claim files; other workers take its agents over, so its workspace's
+/// `scan`, `run` or orphaned drivers must not go on with them). In any other, one not
+/// in a tree handed to a remote's workers (a worker's workspace once its worker let go
+/// is one: a driver it started that outlived it must not go on there).
 pub fn drivable_here(layout: &Layout, id: &AgentId) -> bool {
-    if !layout.worker().exists() {
-        return true;
+    match layout.worker().exists() {
+        true => layout.worker_claim(id).exists() && LockGuard::is_held(&layout.worker_lock()).unwrap_or(false),
+        false => !layout.handed(&id.root()).exists(),
     }
-    layout.worker_claim(id).exists() && LockGuard::is_held(&layout.worker_lock()).unwrap_or(false)
 }

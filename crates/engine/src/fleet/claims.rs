@@ -26,6 +26,15 @@ pub fn claim_ref(id: &str) -> String {
     domain::marks::Shelf::Claims.ref_name(id)
 }
 
+/// The ref of worker `name`'s presence.
+fn presence_ref(name: &str) -> String {
+    domain::marks::Shelf::Workers.ref_name(name)
+}
+
+/// How many leases a presence unchanged lives before any worker removes it (a worker
+/// killed never removes its own).
+const PRESENCE_LEFT_FOR: u32 = 10;
+
 /// A lease as its blob says it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Lease {
@@ -63,7 +72,35 @@ pub(crate) struct Held {
     pub(crate) serial: u64,
     /// When the remote last took a write of it.
     pub(crate) renewed: Instant,
+    /// Whether its last renewal came after it had gone stale (its driver fenced): one
+    /// stale again at the next is one this worker cannot keep fresh, and is let go.
+    pub(crate) late: bool,
 }
+
+/// Claims to make in one push, as [`Claims::plan`] decided them.
+pub struct ClaimPlan {
+    /// Each id's outcome when decided without the remote (held already, or busy).
+    decided: Vec<Option<Claimed>>,
+    /// The rest: (id, value expected there, value written, serial), in order.
+    leases: Vec<(String, Option<Oid>, Oid, u64)>,
+    /// Their compare-and-swaps, for [`push`].
+    pub swaps: Vec<Swap3>,
+}
+
+/// Pushes `swaps` to the remote at `url`, objects from `git_dir`, in one push; how each
+/// went, in order. (Without a worker's claims locked: its lease keeper goes on meanwhile.)
+pub fn push(git_dir: &Path, url: &str, swaps: &[Swap3]) -> Result<Vec<Swap>, GitError> {
+    if swaps.is_empty() {
+        return Ok(Vec::new());
+    }
+    remote::compare_and_swap_each(git_dir, url, swaps)
+}
+
+/// One ref's compare-and-swap: (ref, expected, new; `None` deletes).
+pub type Swap3 = (String, Option<Oid>, Option<Oid>);
+
+/// A swap of a lease ref, with the value it writes and its serial.
+type Written = (Swap3, (Oid, u64));
 
 /// What a renewal pass came to.
 #[derive(Debug, Default)]
@@ -95,6 +132,10 @@ pub struct Claims {
     watched: HashMap<String, (Oid, Instant)>,
     /// The worker each lease value seen names (read once per value).
     holders: HashMap<Oid, Option<String>>,
+    /// Other workers' presences: value, and since when seen unchanged.
+    present: HashMap<String, (Oid, Instant)>,
+    /// Its own presence as last written (value, serial, when), if the remote took it.
+    presence: Option<(Oid, u64, Instant)>,
     held: HashMap<String, Held>,
     /// The values the last renewal that failed tried to write, by claim (and their
     /// serials): its push may have reached the remote before the error came back, so a
@@ -112,6 +153,8 @@ impl Claims {
             lease,
             watched: HashMap::new(),
             holders: HashMap::new(),
+            present: HashMap::new(),
+            presence: None,
             held: HashMap::new(),
             unsure: HashMap::new(),
         }
@@ -140,6 +183,15 @@ impl Claims {
 
     /// Notes the claims the remote holds now (`id` → value), from a fetch's listing.
     pub fn observe(&mut self, listed: &[(String, Oid)], now: Instant) {
+        let workers = presence_ref("");
+        let current: HashMap<&str, Oid> =
+            listed.iter().filter_map(|(n, o)| n.strip_prefix(&workers).map(|w| (w, *o))).collect();
+        self.present.retain(|w, _| current.contains_key(w.as_str()));
+        for (worker, value) in current.into_iter().filter(|(w, _)| *w != self.worker) {
+            if self.present.get(worker).is_none_or(|(seen, _)| *seen != value) {
+                self.present.insert(worker.to_owned(), (value, now));
+            }
+        }
         let prefix = claim_ref("");
         let current: HashMap<&str, Oid> =
             listed.iter().filter_map(|(n, o)| n.strip_prefix(&prefix).map(|id| (id, *o))).collect();
@@ -172,6 +224,12 @@ impl Claims {
             .values()
             .filter(|(_, since)| now.duration_since(*since) < self.lease)
             .filter_map(|(value, _)| self.holders.get(value).cloned().flatten())
+            .chain(
+                self.present
+                    .iter()
+                    .filter(|(_, (_, since))| now.duration_since(*since) < self.lease)
+                    .map(|(w, _)| w.clone()),
+            )
             .chain([self.worker.clone()])
             .collect();
         workers.sort();
@@ -193,19 +251,26 @@ impl Claims {
     /// [`Claims::claim`] of each of `ids`, all in one push (each going through or not on
     /// its own); how each went, in order.
     pub fn claim_each(&mut self, ids: &[String], now: Instant) -> Result<Vec<Claimed>, GitError> {
-        let mut decided: Vec<Option<Claimed>> = Vec::new();
-        let mut swaps = Vec::new();
-        let mut leases = Vec::new();
+        let plan = self.plan(ids, now)?;
+        let swapped = push(&self.git_dir, &self.url, &plan.swaps)?;
+        Ok(self.settle(plan, swapped, now))
+    }
+
+    /// What claiming each of `ids` takes: the compare-and-swaps to push, with what is
+    /// known without the remote.
+    pub fn plan(&mut self, ids: &[String], now: Instant) -> Result<ClaimPlan, GitError> {
+        let mut plan = ClaimPlan { decided: Vec::new(), leases: Vec::new(), swaps: Vec::new() };
         for id in ids {
             if self.held.contains_key(id) {
-                decided.push(Some(Claimed::Mine { took_over: false }));
+                plan.decided.push(Some(Claimed::Mine { took_over: false }));
                 continue;
             }
             let expected = match self.watched.get(id) {
                 None => None,
                 Some((value, since)) if now.duration_since(*since) < self.lease => {
                     let holder = self.holders.get(value).cloned().flatten();
-                    decided.push(Some(Claimed::Busy { holder: holder.unwrap_or_else(|| "another worker".into()) }));
+                    let holder = holder.unwrap_or_else(|| "another worker".into());
+                    plan.decided.push(Some(Claimed::Busy { holder }));
                     continue;
                 }
                 Some((value, _)) => Some(*value),
@@ -216,17 +281,18 @@ impl Claims {
                 .map_or(0, |l| l.serial + 1);
             let lease = Lease { worker: self.worker.clone(), serial, nonce: crate::random_u32() };
             let value = self.blob(&lease)?;
-            swaps.push((claim_ref(id), expected, Some(value)));
-            leases.push((id, expected, value, serial));
-            decided.push(None);
+            plan.swaps.push((claim_ref(id), expected, Some(value)));
+            plan.leases.push((id.clone(), expected, value, serial));
+            plan.decided.push(None);
         }
-        let swapped = match swaps.is_empty() {
-            true => Vec::new(),
-            false => remote::compare_and_swap_each(&self.git_dir, &self.url, &swaps)?,
-        };
-        let mut outcomes = leases.into_iter().zip(swapped);
+        Ok(plan)
+    }
+
+    /// Takes in how `plan`'s push went (`swapped`, in order): how each claim came out.
+    pub fn settle(&mut self, plan: ClaimPlan, swapped: Vec<Swap>, now: Instant) -> Vec<Claimed> {
+        let mut outcomes = plan.leases.into_iter().zip(swapped);
         let mut claimed = Vec::new();
-        for decision in decided {
+        for decision in plan.decided {
             if let Some(decision) = decision {
                 claimed.push(decision);
                 continue;
@@ -234,28 +300,35 @@ impl Claims {
             let Some(((id, expected, value, serial), swap)) = outcomes.next() else { break };
             claimed.push(match swap {
                 Swap::Done => {
-                    self.held.insert(id.to_owned(), Held { value, serial, renewed: now });
-                    self.watched.remove(id);
+                    self.watched.remove(&id);
+                    self.held.insert(id, Held { value, serial, renewed: now, late: false });
                     Claimed::Mine { took_over: expected.is_some() }
                 }
                 Swap::Moved { found } => {
                     if let Some(found) = found {
-                        self.watched.insert(id.to_owned(), (found, now));
+                        self.watched.insert(id, (found, now));
                     }
                     Claimed::Lost
                 }
                 Swap::Refused(_) => Claimed::Lost,
             });
         }
-        Ok(claimed)
+        claimed
     }
 
     /// Renews every claim held whose last renewal is older than `every`, all in one
     /// push, however many (one push a claim made a worker holding many claims on a slow
-    /// remote renew each too late, for ever). A claim it could not keep fresh (its driver
-    /// fenced) is let go in the same push instead: renewing it would keep from the
-    /// fleet an agent this worker may not drive, for as long as it stays too slow.
-    pub fn renew(&mut self, every: Duration, now: Instant) -> Result<Renewal, GitError> {
+    /// remote renew each too late, for ever). A claim stale (not renewed within half a
+    /// lease: its driver fenced) is renewed once; stale again at the next renewal, it is
+    /// one this worker cannot keep fresh, and is let go in that push instead, after
+    /// `before_drop` has fenced it here: renewing it would keep from the fleet an agent
+    /// this worker may not drive, for as long as it stays too slow.
+    pub fn renew(
+        &mut self,
+        every: Duration,
+        now: Instant,
+        before_drop: &mut dyn FnMut(&str),
+    ) -> Result<Renewal, GitError> {
         let mut due: Vec<(String, Held)> = self
             .held
             .iter()
@@ -264,10 +337,13 @@ impl Claims {
             .collect();
         due.sort_by(|a, b| a.0.cmp(&b.0));
         let mut swaps = Vec::new();
-        // Each due claim's new value and serial; `None`: let go.
+        // Each due claim's new value and serial, and whether it was stale; `None`: let go.
         let mut renewed = Vec::new();
         for (id, held) in &due {
-            if !self.fresh(id, now) {
+            let stale = !self.fresh(id, now);
+            if stale && held.late {
+                // Fenced here before anyone may take it: its driver gone, its file too.
+                before_drop(id);
                 swaps.push((claim_ref(id), Some(held.value), None));
                 renewed.push(None);
                 continue;
@@ -275,15 +351,26 @@ impl Claims {
             let lease = Lease { worker: self.worker.clone(), serial: held.serial + 1, nonce: crate::random_u32() };
             let value = self.blob(&lease)?;
             swaps.push((claim_ref(id), Some(held.value), Some(value)));
-            renewed.push(Some((value, lease.serial)));
+            renewed.push(Some((value, lease.serial, stale)));
         }
+        // Its presence (when due), and others' long silent, in the same push.
+        let presence = self.presence_swap(every, now)?;
+        let extra = presence.iter().cloned().chain(self.sweep_swaps(now)).collect::<Vec<_>>();
+        let first_extra = swaps.len();
+        swaps.extend(extra.iter().map(|(swap, _)| swap.clone()));
         if swaps.is_empty() {
             return Ok(Renewal::default());
         }
         let swapped = match remote::compare_and_swap_each(&self.git_dir, &self.url, &swaps) {
-            Ok(swapped) => swapped,
+            Ok(mut swapped) => {
+                let tail = swapped.split_off(first_extra.min(swapped.len()));
+                if let (Some((_, written)), Some(outcome)) = (presence, tail.first()) {
+                    self.presence_written(written, outcome, now);
+                }
+                swapped
+            }
             Err(e) => {
-                let tried = due.iter().zip(&renewed).filter_map(|((id, _), r)| r.map(|r| (id.clone(), r)));
+                let tried = due.iter().zip(&renewed).filter_map(|((id, _), r)| r.map(|(v, s, _)| (id.clone(), (v, s))));
                 self.unsure = tried.collect();
                 return Err(e);
             }
@@ -291,24 +378,31 @@ impl Claims {
         let unsure = std::mem::take(&mut self.unsure);
         let mut renewal = Renewal::default();
         for (((id, held), renewed), swap) in due.into_iter().zip(renewed).zip(swapped) {
-            let Some((value, serial)) = renewed else {
-                // Let go; or found taken over, so lost.
-                self.held.remove(&id);
+            // A failed renewal that did reach the remote: still this worker's, with that value.
+            let ours = |found: &Option<Oid>| unsure.get(&id).filter(|(v, _)| Some(*v) == *found).copied();
+            let Some((value, serial, stale)) = renewed else {
                 match swap {
                     Swap::Done => renewal.dropped.push(id),
-                    Swap::Moved { .. } | Swap::Refused(_) => renewal.lost.push(id),
+                    // Its value is the lost renewal's: let go at the next pass.
+                    Swap::Moved { found } if ours(&found).is_some() => {
+                        let (value, serial) = ours(&found).unwrap_or((held.value, held.serial));
+                        self.held.insert(id, Held { value, serial, ..held });
+                    }
+                    Swap::Moved { .. } | Swap::Refused(_) => {
+                        self.held.remove(&id);
+                        renewal.lost.push(id);
+                    }
                 }
                 continue;
             };
             match swap {
                 Swap::Done => {
-                    self.held.insert(id, Held { value, serial, renewed: now });
+                    self.held.insert(id, Held { value, serial, renewed: now, late: stale });
                 }
-                // The failed renewal did reach the remote: still this worker's, renewed
-                // then (when exactly is not known: as of before it, still due).
-                Swap::Moved { found: Some(found) } if unsure.get(&id).is_some_and(|(v, _)| *v == found) => {
-                    let serial = unsure[&id].1;
-                    self.held.insert(id, Held { value: found, serial, renewed: held.renewed });
+                // (When exactly it was renewed is not known: as of before it, still due.)
+                Swap::Moved { found } if ours(&found).is_some() => {
+                    let (value, serial) = ours(&found).unwrap_or((value, serial));
+                    self.held.insert(id, Held { value, serial, ..held });
                 }
                 Swap::Moved { .. } | Swap::Refused(_) => {
                     self.held.remove(&id);
@@ -317,6 +411,60 @@ impl Claims {
             }
         }
         Ok(renewal)
+    }
+
+    /// Its presence's update, when one is due: (the swap, what it writes and its serial).
+    fn presence_swap(&mut self, every: Duration, now: Instant) -> Result<Option<Written>, GitError> {
+        if self.presence.is_some_and(|(_, _, at)| now.duration_since(at) < every) {
+            return Ok(None);
+        }
+        let (expected, serial) = self.presence.map_or((None, 0), |(v, s, _)| (Some(v), s + 1));
+        let lease = Lease { worker: self.worker.clone(), serial, nonce: crate::random_u32() };
+        let value = self.blob(&lease)?;
+        Ok(Some(((presence_ref(&self.worker), expected, Some(value)), (value, serial))))
+    }
+
+    fn presence_written(&mut self, (value, serial): (Oid, u64), outcome: &Swap, now: Instant) {
+        self.presence = match outcome {
+            Swap::Done => Some((value, serial, now)),
+            // A write of its own whose answer was lost: taken as it is.
+            Swap::Moved { found: Some(found) } => Some((*found, serial, now)),
+            // Removed (swept as long silent): made afresh next time.
+            Swap::Moved { found: None } | Swap::Refused(_) => None,
+        };
+    }
+
+    /// Removals of presences silent for [`PRESENCE_LEFT_FOR`] leases (a few a push).
+    fn sweep_swaps(&self, now: Instant) -> Vec<Written> {
+        self.present
+            .iter()
+            .filter(|(_, (_, since))| now.duration_since(*since) >= self.lease * PRESENCE_LEFT_FOR)
+            .take(8)
+            .map(|(w, (v, _))| ((presence_ref(w), Some(*v), None), (*v, 0)))
+            .collect()
+    }
+
+    /// Says on the remote that this worker is alive (its presence), at once: other
+    /// workers count it when they choose which agents to reach for.
+    pub fn announce(&mut self, now: Instant) -> Result<(), GitError> {
+        let Some((swap, written)) = self.presence_swap(Duration::ZERO, now)? else { return Ok(()) };
+        let outcome = remote::compare_and_swap_each(&self.git_dir, &self.url, &[swap])?;
+        if let Some(outcome) = outcome.first() {
+            self.presence_written(written, outcome, now);
+        }
+        Ok(())
+    }
+
+    /// Lets every claim of `ids` go and withdraws its presence, all in one push.
+    pub fn leave(&mut self, ids: &[String]) -> Result<(), GitError> {
+        let mut swaps = self.release_swaps(ids);
+        if let Some((value, _, _)) = self.presence.take() {
+            swaps.push((presence_ref(&self.worker), Some(value), None));
+        }
+        if swaps.is_empty() {
+            return Ok(());
+        }
+        remote::compare_and_swap_each(&self.git_dir, &self.url, &swaps).map(|_| ())
     }
 
     /// Stops counting `id` as held (another worker moved its branch: the claim is
@@ -334,14 +482,16 @@ impl Claims {
     /// worker's (one another took over stays theirs). Counted as let go whatever the
     /// push came to: one not deleted expires with its lease.
     pub fn release_each(&mut self, ids: &[String]) -> Result<(), GitError> {
-        let deletes: Vec<(String, Option<Oid>, Option<Oid>)> = ids
-            .iter()
-            .filter_map(|id| self.held.remove(id).map(|held| (claim_ref(id), Some(held.value), None)))
-            .collect();
+        let deletes = self.release_swaps(ids);
         if deletes.is_empty() {
             return Ok(());
         }
         remote::compare_and_swap_each(&self.git_dir, &self.url, &deletes).map(|_| ())
+    }
+
+    /// The deletions of the claims of `ids` this worker holds, no longer counted held.
+    pub(crate) fn release_swaps(&mut self, ids: &[String]) -> Vec<Swap3> {
+        ids.iter().filter_map(|id| self.held.remove(id).map(|held| (claim_ref(id), Some(held.value), None))).collect()
     }
 }
 

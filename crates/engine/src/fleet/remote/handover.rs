@@ -133,7 +133,7 @@ pub(crate) fn revives(ws: &Workspace, id: &AgentId, name: &str, blob: Oid) -> bo
 }
 
 /// Notes that `id` is driven by a remote's workers: no driver starts for it here.
-pub(super) fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
+pub(crate) fn mark_handed(ws: &Workspace, id: &AgentId) -> Result<()> {
     let path = ws.layout.handed(id);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)

@@ -25,7 +25,7 @@ use infra::lock::LockGuard;
 use crate::store::workspace::Workspace;
 use domain::marks::Shelf;
 
-use handover::mark_handed;
+pub(crate) use handover::mark_handed;
 pub(crate) use handover::stop_request;
 pub(crate) use handover::{INBOX_SEEN, revives, stamp};
 pub use handover::{claimed_by, hand_over, handed, mail_waiting, send_to, stop_on};

@@ -31,7 +31,9 @@ pub struct FleetStatus {
     /// it; whether a lease is still renewed only its watchers can tell, over a lease). A
     /// claim on an agent with nothing to do is not counted: a killed worker's stays.
     pub claimed: usize,
-    /// The workers holding those claims, by name, with how many each.
+    /// The workers holding those claims, and those present on the remote with none (a
+    /// worker renews its presence every quarter lease; a killed one's is swept by the
+    /// others after ten leases), by name, with how many each.
     pub workers: Vec<WorkerClaims>,
 }
 
@@ -64,7 +66,9 @@ pub fn status(ws: &Workspace, remote: &Remote) -> Result<FleetStatus> {
         let worker = lease.and_then(|b| Lease::parse(&String::from_utf8_lossy(&b))).map(|l| l.worker);
         claimed.insert(id, worker.unwrap_or_else(|| "(unreadable lease)".to_owned()));
     }
-    let mut by_worker: BTreeMap<String, usize> = BTreeMap::new();
+    let present = Shelf::Workers.prefix();
+    let mut by_worker: BTreeMap<String, usize> =
+        seen.under(&present).filter_map(|(n, _)| n.strip_prefix(&present)).map(|w| (w.to_owned(), 0)).collect();
     let mut loader = Loader::default();
     let mut oldest: Option<u64> = None;
     for (name, tip) in seen.under("refs/heads/agents/") {

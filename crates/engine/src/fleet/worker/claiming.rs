@@ -9,9 +9,9 @@ use domain::marks::{Mark, Shelf};
 use infra::git::CommitId as Oid;
 
 use super::leases::{driven_here, drop_inbox};
-use super::{Event, Owned, Result, Worker, local, stops};
+use super::{Event, Owned, Result, Worker, stops};
 use crate::agents::lifecycle;
-use crate::fleet::claims::Claimed;
+use crate::fleet::claims::{self, Claimed};
 use crate::fleet::remote::{self, Seen, inbox_prefix};
 use crate::store::inbox;
 use crate::store::snapshot::Loader;
@@ -37,7 +37,9 @@ impl Worker<'_> {
     pub(super) fn claim_work(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
         let ws = self.ws;
         let free = self.options.max_agents.saturating_sub(self.owned.len());
-        if free == 0 {
+        // (Its first round only looks: the workers that came up with it have said so by
+        // the next, and it knows whom each agent is preferred by.)
+        if free == 0 || self.tally.rounds < 2 {
             return Ok(());
         }
         let mut loader = Loader::default();
@@ -115,11 +117,22 @@ impl Worker<'_> {
         }
         let chosen = self.choose(wanted, free)?;
         let ids: Vec<String> = chosen.iter().map(|(id, _)| id.to_string()).collect();
-        let claimed = self.claims()?.claim_each(&ids, Instant::now())?;
+        // (The push without its claims locked: the lease keeper goes on meanwhile.)
+        let plan = self.claims()?.plan(&ids, Instant::now())?;
+        let swapped = claims::push(&ws.layout.repo(), &self.remote.url, &plan.swaps)?;
+        let claimed = self.claims()?.settle(plan, swapped, Instant::now());
+        let mut unkept = Vec::new();
         for ((id, tip), claimed) in chosen.into_iter().zip(claimed) {
             match claimed {
                 Claimed::Mine { took_over } => {
-                    std::fs::write(ws.layout.worker_claim(&id), self.options.name.as_bytes()).map_err(local)?;
+                    // Its tree is the fleet's: once this worker has let go, no driver
+                    // starts for it here (`drivable_here`).
+                    let handed = remote::mark_handed(ws, &id.root()).is_ok();
+                    if !handed || std::fs::write(ws.layout.worker_claim(&id), self.options.name.as_bytes()).is_err() {
+                        // Not drivable here without it: let go again.
+                        unkept.push(id.to_string());
+                        continue;
+                    }
                     self.owned.insert(id.clone(), Owned { pushed: tip, launched: None, records_at: None });
                     self.waiting.remove(&id);
                     self.tally.claimed += 1;
@@ -132,6 +145,8 @@ impl Worker<'_> {
                 Claimed::Busy { .. } => {}
             }
         }
+        let swaps = self.claims()?.release_swaps(&unkept);
+        claims::push(&ws.layout.repo(), &self.remote.url, &swaps)?;
         Ok(())
     }
 
@@ -144,16 +159,21 @@ impl Worker<'_> {
         let keep: HashSet<&AgentId> = wanted.iter().map(|(id, _)| id).collect();
         self.waiting.retain(|id, _| keep.contains(id));
         let patience = self.options.lease / 8;
-        let mut ranked: Vec<(bool, Instant, (AgentId, Oid))> = Vec::new();
+        // Its own first, longest waiting first; then others' left waiting, in an order of
+        // its own (each worker's differs, so two reaching for them seldom collide).
+        let mut ranked: Vec<(bool, Instant, u64, (AgentId, Oid))> = Vec::new();
         for (id, tip) in wanted {
             let since = *self.waiting.entry(id.clone()).or_insert(now);
             let preferred = workers.iter().max_by_key(|w| rank(w, id.as_str())).is_none_or(|w| *w == me);
-            if preferred || now.duration_since(since) >= patience {
-                ranked.push((!preferred, since, (id, tip)));
+            if preferred {
+                ranked.push((false, since, 0, (id, tip)));
+            } else if now.duration_since(since) >= patience {
+                let order = u64::MAX - rank(&me, id.as_str());
+                ranked.push((true, now, order, (id, tip)));
             }
         }
-        ranked.sort_by_key(|r| (r.0, r.1));
-        Ok(ranked.into_iter().take(free).map(|(_, _, chosen)| chosen).collect())
+        ranked.sort_by_key(|r| (r.0, r.1, r.2));
+        Ok(ranked.into_iter().take(free).map(|(_, _, _, chosen)| chosen).collect())
     }
 
     /// Lets go of its agents with nothing left to do and nothing left to send.
@@ -208,13 +228,13 @@ impl Worker<'_> {
         self.release(&idle, on)
     }
 
-    /// Lets go of `ids`, their claims deleted in one push.
+    /// Lets go of `ids`: here first (no driver may start for them once their files are
+    /// gone), then their claims deleted in one push (one the push does not delete
+    /// expires with its lease).
     pub(super) fn release(&mut self, ids: &[AgentId], on: &mut dyn FnMut(Event)) -> Result<()> {
         if ids.is_empty() {
             return Ok(());
         }
-        let names: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
-        self.claims()?.release_each(&names)?;
         for id in ids {
             let _ = std::fs::remove_file(self.ws.layout.worker_claim(id));
             drop_inbox(self.ws, id);
@@ -222,6 +242,9 @@ impl Worker<'_> {
             self.tally.released += 1;
             on(Event::Released { agent: id.to_string() });
         }
+        let names: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        let swaps = self.claims()?.release_swaps(&names);
+        claims::push(&self.ws.layout.repo(), &self.remote.url, &swaps)?;
         Ok(())
     }
 }

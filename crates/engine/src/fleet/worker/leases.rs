@@ -24,8 +24,8 @@ pub(super) struct Leases {
 /// waiting on a slow remote, many agents to send), delays a renewal: every eighth of a
 /// lease it renews each claim due (a quarter lease old), all in one push, and kills the
 /// driver of each claim not renewed for half a lease (the worker no longer counts itself
-/// its holder: another may take it over after a whole lease; the next pass lets it go),
-/// and of each claim lost.
+/// its holder: another may take it over after a whole lease), and of each claim lost. A
+/// claim stale at two renewals in a row is one it cannot keep fresh: let go instead.
 /// It ends with its worker.
 pub(super) fn lease_keeper(layout: Layout, leases: Weak<Leases>, lease: Duration) {
     std::thread::spawn(move || {
@@ -34,7 +34,13 @@ pub(super) fn lease_keeper(layout: Layout, leases: Weak<Leases>, lease: Duration
             let Some(leases) = leases.upgrade() else { return };
             let Ok(mut claims) = leases.claims.lock() else { return };
             // Out of reach: nothing renewed, and the fence below does its work.
-            let renewal = claims.renew(lease / 4, Instant::now()).unwrap_or_default();
+            let mut fence = |id: &str| {
+                if let Ok(id) = AgentId::parse(id) {
+                    let _ = std::fs::remove_file(layout.worker_claim(&id));
+                    kill_driver_at(&layout, &id);
+                }
+            };
+            let renewal = claims.renew(lease / 4, Instant::now(), &mut fence).unwrap_or_default();
             let gone: Vec<String> = renewal.lost.iter().chain(&renewal.dropped).cloned().collect();
             if let Ok(mut shared) = leases.gone.lock() {
                 shared.lost.extend(renewal.lost);

@@ -265,7 +265,10 @@ impl<'w> Worker<'w> {
         for (name, _) in bundle::refs(&ws.layout.repo(), &[format!("{OUTGOING}*")])? {
             ws.repo.delete_ref(&name)?;
         }
-        let claims = Claims::new(&ws.layout.repo(), &remote.url, &options.name, options.lease);
+        let mut claims = Claims::new(&ws.layout.repo(), &remote.url, &options.name, options.lease);
+        // Known to the other workers before it reaches for any agent (out of reach: its
+        // lease keeper says so later).
+        let _ = claims.announce(Instant::now());
 
         let leases = Arc::new(Leases { claims: Mutex::new(claims), gone: Mutex::new(Renewal::default()) });
         lease_keeper(ws.layout.clone(), Arc::downgrade(&leases), options.lease);
@@ -334,8 +337,9 @@ impl<'w> Worker<'w> {
     /// Kills every driver, sends what they committed, lets go of every claim, and leaves
     /// the workspace as it was before it was a worker's.
     pub fn shut_down(&mut self, on: &mut dyn FnMut(Event)) -> Result<()> {
+        // Each driver, holding its agent or still starting.
         for id in self.owned.keys() {
-            kill_driver(self.ws, id);
+            self.end_driver(id);
         }
         let settled = Instant::now() + Duration::from_secs(5);
         while self.owned.keys().any(|id| driven_here(self.ws, id)) && Instant::now() < settled {
@@ -345,6 +349,9 @@ impl<'w> Worker<'w> {
         let seen = remote::fetch(self.ws, &self.remote)?;
         self.publish(&seen, on)?;
         let all: Vec<AgentId> = self.owned.keys().cloned().collect();
+        let names: Vec<String> = all.iter().map(|id| id.to_string()).collect();
+        // Its claims and its presence, in one push.
+        self.claims()?.leave(&names)?;
         self.release(&all, on)?;
         self.owned.clear();
         // An ordinary workspace again: its agents' drivers may start here (a tree handed

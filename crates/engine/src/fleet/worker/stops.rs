@@ -60,7 +60,7 @@ impl Worker<'_> {
     }
 
     /// Kills `id`'s driver, holding it or still starting.
-    fn end_driver(&self, id: &AgentId) {
+    pub(super) fn end_driver(&self, id: &AgentId) {
         kill_driver(self.ws, id);
         if let Some((pid, _)) =
             self.owned.get(id).and_then(|o| o.launched).and_then(|l| l.alive().then_some(l.driver)?)
