@@ -75,7 +75,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
             Event::Claimed { agent, took_over: true } => format!("took `{agent}` over (its lease ran out)"),
             Event::Lost { agent } => format!("lost `{agent}` to another worker; its driver here was killed"),
             Event::Dropped { agent } => format!(
-                "let go of `{agent}`: its claim could not be renewed within half a lease (the remote is too slow or out of reach); its driver here was killed"
+                "let go of `{agent}`: its claim went unrenewed for half a lease twice in a row (the remote is too slow or out of reach); its driver here was killed"
             ),
             Event::Released { agent } => format!("let go of `{agent}`"),
             Event::Pushed { agent, tip } => format!("sent `{agent}` at {}", &tip[..12.min(tip.len())]),

@@ -187,6 +187,27 @@ pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
     Ok(Seen { repo, project })
 }
 
+/// What this workspace last fetched of `remote` (its mirrors), without asking it: for a
+/// command whose pushes are compare-and-swaps anyway, so a fetch of everything the
+/// remote holds (its cost growing with every agent ever handed to it) buys nothing.
+pub(super) fn mirrored(ws: &Workspace, remote: &Remote) -> Result<Seen> {
+    let r = &remote.name;
+    let unmirror = |refs: Vec<(String, Oid)>, from: &str, to: &str| -> BTreeMap<String, Oid> {
+        refs.into_iter().filter_map(|(n, o)| n.strip_prefix(from).map(|rest| (format!("{to}{rest}"), o))).collect()
+    };
+    let repo = unmirror(
+        bundle::refs(&ws.layout.repo(), &[format!("refs/mirrors/{r}/*")])?,
+        &format!("refs/mirrors/{r}/"),
+        "refs/",
+    );
+    let project = unmirror(
+        bundle::refs(&ws.layout.project(), &[format!("refs/mirrors/{r}/heads/*")])?,
+        &format!("refs/mirrors/{r}/heads/"),
+        "refs/heads/",
+    );
+    Ok(Seen { repo, project })
+}
+
 /// What a push did.
 #[derive(Debug, Default, serde::Serialize)]
 pub struct Pushed {

@@ -90,8 +90,9 @@ pub enum Event {
     Lost {
         agent: String,
     },
-    /// Let go because its claim could not be renewed within half a lease (a remote too
-    /// slow or out of reach): its driver here killed, the agent free for any worker.
+    /// Let go because its claim went unrenewed for half a lease at two renewals in a row
+    /// (a remote too slow or out of reach): its driver here killed, the agent free for
+    /// any worker.
     Dropped {
         agent: String,
     },
