@@ -76,6 +76,16 @@ fn a_ref_moves_on_a_remote_only_from_where_it_was_expected_and_of_two_racers_one
 }
 
 #[test]
+fn a_worker_name_that_cannot_name_a_ref_is_refused_naming_the_rule() {
+    let t = TestWorkspace::new("worker-names");
+    for bad in [".w", "w.", "a..b", "w.lock", "w/x", ""] {
+        let run = t.run(&["worker", "--name", bad]);
+        assert_eq!(run.code, 2, "{bad}: {}", run.stderr);
+        assert!(run.stderr.contains(&format!("worker name `{bad}` must be")), "{bad}: {}", run.stderr);
+    }
+}
+
+#[test]
 fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
     let t = TestWorkspace::new("remote-verbs");
     let added = t.run(&["remote", "add", "fleet", "git://127.0.0.1:9418/shared.git"]);

@@ -87,6 +87,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
                 );
             }
             ws.repo.remove_remote(name).map_err(git)?;
+            engine::fleet::remote::forget_mirrors(&ws, name).map_err(super::sync::error)?;
             ctx.out.progress(&format!("· removed remote `{name}` (nothing on it changed)"));
         }
     }

@@ -40,11 +40,19 @@ fn default_name() -> String {
 
 pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
     let ws = ctx.workspace()?;
-    let remote = remote::resolve(&ws, args.remote.as_deref()).map_err(super::sync::error)?;
     let name = args.name.clone().unwrap_or_else(default_name);
-    if name.is_empty() || name.len() > 100 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) {
-        return Err(CliError::usage(format!("worker name `{name}` must be 1 to 100 letters, digits, `-`, `_` or `.`")));
+    // (A ref name on the remote too: no `.` at either end, no `..`, no `.lock` ending.)
+    let ref_safe = !name.starts_with('.') && !name.ends_with('.') && !name.contains("..") && !name.ends_with(".lock");
+    if name.is_empty()
+        || name.len() > 100
+        || !ref_safe
+        || !name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err(CliError::usage(format!(
+            "worker name `{name}` must be 1 to 100 letters, digits, `-`, `_` or `.`, with no `.` at either end, no `..` and no `.lock` ending"
+        )));
     }
+    let remote = remote::resolve(&ws, args.remote.as_deref()).map_err(super::sync::error)?;
     // Before any thread starts: no network call of a round outlives a quarter lease.
     let lease = Duration::from_millis(args.lease_ms);
     let bound = (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(30));

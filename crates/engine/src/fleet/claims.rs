@@ -136,6 +136,8 @@ pub struct Claims {
     present: HashMap<String, (Oid, Instant)>,
     /// Its own presence as last written (value, serial, when), if the remote took it.
     presence: Option<(Oid, u64, Instant)>,
+    /// Set by [`Claims::leave`]: no presence is written again.
+    left: bool,
     held: HashMap<String, Held>,
     /// The values the last renewal that failed tried to write, by claim (and their
     /// serials): its push may have reached the remote before the error came back, so a
@@ -155,6 +157,7 @@ impl Claims {
             holders: HashMap::new(),
             present: HashMap::new(),
             presence: None,
+            left: false,
             held: HashMap::new(),
             unsure: HashMap::new(),
         }
@@ -382,7 +385,10 @@ impl Claims {
             let ours = |found: &Option<Oid>| unsure.get(&id).filter(|(v, _)| Some(*v) == *found).copied();
             let Some((value, serial, stale)) = renewed else {
                 match swap {
-                    Swap::Done => renewal.dropped.push(id),
+                    Swap::Done => {
+                        self.held.remove(&id);
+                        renewal.dropped.push(id);
+                    }
                     // Its value is the lost renewal's: let go at the next pass.
                     Swap::Moved { found } if ours(&found).is_some() => {
                         let (value, serial) = ours(&found).unwrap_or((held.value, held.serial));
@@ -415,7 +421,7 @@ impl Claims {
 
     /// Its presence's update, when one is due: (the swap, what it writes and its serial).
     fn presence_swap(&mut self, every: Duration, now: Instant) -> Result<Option<Written>, GitError> {
-        if self.presence.is_some_and(|(_, _, at)| now.duration_since(at) < every) {
+        if self.left || self.presence.is_some_and(|(_, _, at)| now.duration_since(at) < every) {
             return Ok(None);
         }
         let (expected, serial) = self.presence.map_or((None, 0), |(v, s, _)| (Some(v), s + 1));
@@ -457,6 +463,7 @@ impl Claims {
 
     /// Lets every claim of `ids` go and withdraws its presence, all in one push.
     pub fn leave(&mut self, ids: &[String]) -> Result<(), GitError> {
+        self.left = true;
         let mut swaps = self.release_swaps(ids);
         if let Some((value, _, _)) = self.presence.take() {
             swaps.push((presence_ref(&self.worker), Some(value), None));

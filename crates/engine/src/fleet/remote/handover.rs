@@ -22,7 +22,7 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
     // Every update below is create-only or a fast-forward, checked by the remote as it
     // takes the push: nothing fetched first (on a remote of 1,000 agents, fetching it
     // all made a hand-over take 700 ms, and more with every agent).
-    let seen = super::mirrored(ws, remote)?;
+    let seen = mirrored(ws, remote)?;
     let tip = ws.repo.branch_tip(&id.branch())?.ok_or_else(|| RemoteError::Unknown(id.to_string()))?;
     let facts = crate::store::snapshot::read_facts(&ws.repo, tip)
         .map_err(|e| RemoteError::Write { path: format!("agents/{id}"), reason: e.into() })?;
@@ -76,6 +76,38 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
     let project = project_updates(ws, &seen, false)?;
     let _ = remote::push(&ws.layout.project(), &remote.url, &project);
     Ok(pending.len())
+}
+
+/// What this workspace last fetched of `remote` (its mirrors), without asking it: for a
+/// command whose pushes are compare-and-swaps anyway, so a fetch of everything the
+/// remote holds (its cost growing with every agent ever handed to it) buys nothing.
+fn mirrored(ws: &Workspace, remote: &Remote) -> Result<Seen> {
+    let r = &remote.name;
+    let unmirror = |refs: Vec<(String, Oid)>, from: &str, to: &str| -> BTreeMap<String, Oid> {
+        refs.into_iter().filter_map(|(n, o)| n.strip_prefix(from).map(|rest| (format!("{to}{rest}"), o))).collect()
+    };
+    let repo = unmirror(
+        bundle::refs(&ws.layout.repo(), &[format!("refs/mirrors/{r}/*")])?,
+        &format!("refs/mirrors/{r}/"),
+        "refs/",
+    );
+    let project = unmirror(
+        bundle::refs(&ws.layout.project(), &[format!("refs/mirrors/{r}/heads/*")])?,
+        &format!("refs/mirrors/{r}/heads/"),
+        "refs/heads/",
+    );
+    Ok(Seen { repo, project })
+}
+
+/// Drops what this workspace mirrors of remote `name` (when it is removed: a remote
+/// added again under that name, elsewhere, must not be taken for what it held).
+pub fn forget_mirrors(ws: &Workspace, name: &str) -> Result<()> {
+    for git_dir in [ws.layout.repo(), ws.layout.project()] {
+        for (mirror, _) in bundle::refs(&git_dir, &[format!("refs/mirrors/{name}/*")])? {
+            remote::delete_ref(&git_dir, &mirror)?;
+        }
+    }
+    Ok(())
 }
 
 /// Whether `id`'s tree is driven by a remote's workers (handed over here, or pulled as

@@ -28,7 +28,7 @@ use domain::marks::Shelf;
 pub(crate) use handover::mark_handed;
 pub(crate) use handover::stop_request;
 pub(crate) use handover::{INBOX_SEEN, revives, stamp};
-pub use handover::{claimed_by, hand_over, handed, mail_waiting, send_to, stop_on};
+pub use handover::{claimed_by, forget_mirrors, hand_over, handed, mail_waiting, send_to, stop_on};
 pub use status::{FleetStatus, WorkerClaims, status};
 
 /// The marks that travel with their agents ([`Mark::travels`]).
@@ -184,27 +184,6 @@ pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
     let listed = remote::fetch(&ws.layout.project(), &remote.url, &project_specs).map_err(unreachable)?;
     let project: BTreeMap<String, Oid> =
         listed.iter().filter_map(|(n, o)| n.strip_prefix("refs/project/").map(|l| (format!("refs/{l}"), *o))).collect();
-    Ok(Seen { repo, project })
-}
-
-/// What this workspace last fetched of `remote` (its mirrors), without asking it: for a
-/// command whose pushes are compare-and-swaps anyway, so a fetch of everything the
-/// remote holds (its cost growing with every agent ever handed to it) buys nothing.
-pub(super) fn mirrored(ws: &Workspace, remote: &Remote) -> Result<Seen> {
-    let r = &remote.name;
-    let unmirror = |refs: Vec<(String, Oid)>, from: &str, to: &str| -> BTreeMap<String, Oid> {
-        refs.into_iter().filter_map(|(n, o)| n.strip_prefix(from).map(|rest| (format!("{to}{rest}"), o))).collect()
-    };
-    let repo = unmirror(
-        bundle::refs(&ws.layout.repo(), &[format!("refs/mirrors/{r}/*")])?,
-        &format!("refs/mirrors/{r}/"),
-        "refs/",
-    );
-    let project = unmirror(
-        bundle::refs(&ws.layout.project(), &[format!("refs/mirrors/{r}/heads/*")])?,
-        &format!("refs/mirrors/{r}/heads/"),
-        "refs/heads/",
-    );
     Ok(Seen { repo, project })
 }
 

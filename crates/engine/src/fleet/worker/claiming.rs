@@ -118,9 +118,11 @@ impl Worker<'_> {
         let chosen = self.choose(wanted, free)?;
         let ids: Vec<String> = chosen.iter().map(|(id, _)| id.to_string()).collect();
         // (The push without its claims locked: the lease keeper goes on meanwhile.)
-        let plan = self.claims()?.plan(&ids, Instant::now())?;
+        // (Each lease counted from before its push: a watcher's clock starts later.)
+        let now = Instant::now();
+        let plan = self.claims()?.plan(&ids, now)?;
         let swapped = claims::push(&ws.layout.repo(), &self.remote.url, &plan.swaps)?;
-        let claimed = self.claims()?.settle(plan, swapped, Instant::now());
+        let claimed = self.claims()?.settle(plan, swapped, now);
         let mut unkept = Vec::new();
         for ((id, tip), claimed) in chosen.into_iter().zip(claimed) {
             match claimed {
@@ -235,6 +237,15 @@ impl Worker<'_> {
         if ids.is_empty() {
             return Ok(());
         }
+        self.let_go_here(ids, on);
+        let names: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+        let swaps = self.claims()?.release_swaps(&names);
+        claims::push(&self.ws.layout.repo(), &self.remote.url, &swaps)?;
+        Ok(())
+    }
+
+    /// Lets go of `ids` here: their claim files, inboxes and bookkeeping.
+    pub(super) fn let_go_here(&mut self, ids: &[AgentId], on: &mut dyn FnMut(Event)) {
         for id in ids {
             let _ = std::fs::remove_file(self.ws.layout.worker_claim(id));
             drop_inbox(self.ws, id);
@@ -242,9 +253,5 @@ impl Worker<'_> {
             self.tally.released += 1;
             on(Event::Released { agent: id.to_string() });
         }
-        let names: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
-        let swaps = self.claims()?.release_swaps(&names);
-        claims::push(&self.ws.layout.repo(), &self.remote.url, &swaps)?;
-        Ok(())
     }
 }

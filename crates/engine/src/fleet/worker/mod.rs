@@ -351,9 +351,9 @@ impl<'w> Worker<'w> {
         self.publish(&seen, on)?;
         let all: Vec<AgentId> = self.owned.keys().cloned().collect();
         let names: Vec<String> = all.iter().map(|id| id.to_string()).collect();
-        // Its claims and its presence, in one push.
+        // Fenced here first; then its claims and its presence, in one push.
+        self.let_go_here(&all, on);
         self.claims()?.leave(&names)?;
-        self.release(&all, on)?;
         self.owned.clear();
         // An ordinary workspace again: its agents' drivers may start here (a tree handed
         // to the fleet still never does).
