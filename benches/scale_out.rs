@@ -11,8 +11,9 @@
 //! until the other has taken over every one, with leases of LEASE_MS.
 //!
 //! Run: `cargo bench --bench scale_out -- [AGENTS] [LATENCY_MS] [PER_WORKER] [LEASE_MS]
-//! [MODE] [WORKERS] [HISTORY]` (default 300 2000 100 5000 0 3 0). MODE 0 measures 1 to
-//! WORKERS workers and the take-over, 1 the take-over only, 2 the workers only. With
+//! [MODE] [WORKERS] [HISTORY] [STEPS]` (default 300 2000 100 5000 0 3 0 10). MODE 0
+//! measures 1 to WORKERS workers and the take-over, 1 the take-over only, 2 the workers
+//! only, 3 agents of STEPS steps here against the same on one worker. With
 //! HISTORY, one worker then drives the same agents on a remote that also holds HISTORY
 //! finished agents (copies, under new ids, of the refs of those the one-worker run
 //! finished, their objects reached through `objects/info/alternates`), and `prompt --on`
@@ -121,6 +122,57 @@ fn events(child: &mut Child) -> std::sync::mpsc::Receiver<(Instant, serde_json::
     events
 }
 
+/// MODE 3: `agents` agents of `steps` steps each (a `bash echo` a step, then an answer)
+/// run here, all at once (`prompt --detach`), then the same handed to one worker: the
+/// wall time of each, and what a step costs beyond the model's latency.
+fn steps_here_and_on_a_worker(bench: &Bench, laptop: &str, agents: u64, steps: u64, latency_ms: u64, per_worker: u64) {
+    let calls = (steps + 1) as f64;
+    let all_done = |prefix: &str| {
+        let listed = bench.run(&["-w", laptop, "ls", "--json"]);
+        let mine: Vec<serde_json::Value> = listed
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|a| a["name"].as_str().is_some_and(|n| n.starts_with(prefix)))
+            .collect();
+        mine.len() as u64 == agents && mine.iter().all(|a| a["state"] == "done")
+    };
+    let started = Instant::now();
+    for n in 0..agents {
+        bench.run(&["-w", laptop, "prompt", "--detach", "--name", &format!("Here{n}"), "Go."]);
+    }
+    while !all_done("Here") {
+        assert!(started.elapsed() < Duration::from_secs(600), "the agents here never finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let here = started.elapsed().as_secs_f64();
+    for n in 0..agents {
+        bench.run(&["-w", laptop, "prompt", "--on", "origin", "--name", &format!("There{n}"), "Go."]);
+    }
+    let url = bench.fresh_remote("steps.git");
+    let ws = bench.workspace("steps-w", &url);
+    let started = Instant::now();
+    let mut child = bench.worker(&ws, "s0", per_worker, 30_000);
+    let _stream = events(&mut child);
+    std::thread::sleep(Duration::from_millis(500));
+    while !bench.settled("steps.git") {
+        assert!(started.elapsed() < Duration::from_secs(600), "the worker never finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let there = started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(child.id());
+    stop(child);
+    let latency = latency_ms as f64 / 1000.0;
+    let (over_here, over_there) = (here / calls - latency, there / calls - latency);
+    println!("scale_out steps: {agents} agents x {steps} steps (+ the answer), model latency {latency_ms} ms");
+    println!("here:        {here:.2} s wall, {:.0} ms a step beyond the model", over_here * 1000.0);
+    println!(
+        "on a worker: {there:.2} s wall, {:.0} ms a step beyond the model ({:.2}x here); worker CPU {:.1} ms a step",
+        over_there * 1000.0,
+        over_there / over_here.max(1e-9),
+        cpu * 1000.0 / (agents as f64 * calls)
+    );
+}
+
 /// `history.git`: the agents handed over, waiting, beside `history` finished ones made of
 /// the refs of those `run-1.git` finished (its objects shared), each under a new id.
 fn with_history(bench: &Bench, history: u64) -> String {
@@ -196,7 +248,9 @@ fn main() {
     let (takeover_only, no_takeover, most_workers, history) = (arg(4, 0) == 1, arg(4, 0) == 2, arg(5, 3), arg(6, 0));
     let server = Server::start_with(false);
     server.latency(Duration::from_millis(latency_ms));
-    server.endless_text("done");
+    if arg(4, 0) != 3 {
+        server.endless_text("done");
+    }
     let base = std::env::var_os("OFFSHOOT_BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let root = base.join(format!("offshoot-bench-scale-out-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
@@ -227,6 +281,13 @@ fn main() {
     std::fs::write(bench.home.join("template/offshoot.toml"), &config.stdout).expect("template");
     bench.run(&["-w", &laptop_arg, "remote", "add", "origin", &bench.daemon.url("handed.git")]);
     bench.run(&["-w", &laptop_arg, "push"]);
+    if arg(4, 0) == 3 {
+        server.endless_steps(arg(7, 10) as usize);
+        steps_here_and_on_a_worker(&bench, &laptop_arg, agents, arg(7, 10), latency_ms, per_worker);
+        drop(bench);
+        let _ = std::fs::remove_dir_all(&root);
+        return;
+    }
     let started = Instant::now();
     for n in (0..agents).filter(|_| !takeover_only) {
         bench.run(&["-w", &laptop_arg, "prompt", "--on", "origin", "--name", &format!("Agent{n}"), "Say done."]);
