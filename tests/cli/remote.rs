@@ -889,6 +889,49 @@ fn a_worker_on_a_slow_remote_lets_go_at_once_fences_what_it_cannot_renew_and_fin
 }
 
 #[test]
+fn a_worker_killed_while_its_pushes_cross_a_slow_remote_loses_and_repeats_no_result() {
+    use crate::support::proxy::SlowProxy;
+    use std::time::Duration;
+    let root = served_root("fleet-killpush");
+    let daemon = Daemon::start(&root);
+    let direct = daemon.url("fleet.git");
+    let port: u16 =
+        direct.rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).expect("port");
+    // Each of the first worker's connections waits 600 ms: most of its time is inside a
+    // fetch or one of its batched pushes (claims, publish, releases, renewals).
+    let proxy = SlowProxy::start(port, Duration::from_millis(600));
+    let (server, laptop) = fleet_at("fleet-killpush", 8, &direct, &[]);
+    server.latency(Duration::from_millis(300));
+    laptop.run(&["push"]).ok();
+    let slow = machine("fleet-killpush-a", &proxy.url("fleet.git"), &laptop);
+    let fast = machine("fleet-killpush-b", &direct, &laptop);
+    let a = spawn_worker_with(&slow, "a", 3_000, 20);
+    laptop.run(&["prompt", "--on", "origin", "--name", "Lead", "lead eight kids"]).ok();
+    crate::support::wait::wait_for_within("a claiming children", Duration::from_secs(60), || {
+        worker_log(&slow).lines().filter(|l| l.starts_with("· claimed `") && l.contains('.')).count() >= 2
+    });
+    // Into its next round: a batched push is under way.
+    std::thread::sleep(Duration::from_millis(700));
+    kill_machine(&slow, a);
+    let b = spawn_worker_with(&fast, "b", 3_000, 20);
+    let started = std::time::Instant::now();
+    while !tree_done(&laptop, 8) {
+        if started.elapsed() > Duration::from_secs(240) {
+            panic!("the tree never finished\n{}", stalled(&laptop, &root, &[slow, fast]));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    stop_worker(b);
+    each_result_once(&laptop, "Lead", 8);
+    let served = root.join("fleet.git");
+    for branch in git(&served, &["for-each-ref", "--format=%(refname)", "refs/heads/agents/"]).lines() {
+        forward_only(&served, branch);
+    }
+    assert!(worker_log(&fast).contains("over (its lease ran out)"), "{}", worker_log(&fast));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
 fn workers_racing_for_the_same_agents_each_agent_is_driven_by_one_and_written_by_it_only() {
     let (_daemon, root, server, laptop, url) = fleet("fleet-race", 0);
     for i in 1..=4 {
