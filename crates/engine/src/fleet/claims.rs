@@ -132,8 +132,11 @@ pub struct Claims {
     watched: HashMap<String, (Oid, Instant)>,
     /// The worker each lease value seen names (read once per value).
     holders: HashMap<Oid, Option<String>>,
-    /// Other workers' presences: value, and since when seen unchanged.
-    present: HashMap<String, (Oid, Instant)>,
+    /// Other workers' presences: value, since when seen unchanged, and the most agents
+    /// it says it drives at once.
+    present: HashMap<String, (Oid, Instant, Option<usize>)>,
+    /// The most agents this worker drives at once, said in its presence.
+    capacity: Option<usize>,
     /// Its own presence as last written (value, serial, when), if the remote took it.
     presence: Option<(Oid, u64, Instant)>,
     /// Set by [`Claims::leave`]: no presence is written again.
@@ -156,6 +159,7 @@ impl Claims {
             watched: HashMap::new(),
             holders: HashMap::new(),
             present: HashMap::new(),
+            capacity: None,
             presence: None,
             left: false,
             held: HashMap::new(),
@@ -191,8 +195,10 @@ impl Claims {
             listed.iter().filter_map(|(n, o)| n.strip_prefix(&workers).map(|w| (w, *o))).collect();
         self.present.retain(|w, _| current.contains_key(w.as_str()));
         for (worker, value) in current.into_iter().filter(|(w, _)| *w != self.worker) {
-            if self.present.get(worker).is_none_or(|(seen, _)| *seen != value) {
-                self.present.insert(worker.to_owned(), (value, now));
+            if self.present.get(worker).is_none_or(|(seen, _, _)| *seen != value) {
+                let blob = infra::git::bundle::blob(&self.git_dir, value).unwrap_or_default();
+                let max = String::from_utf8_lossy(&blob).lines().find_map(|l| l.strip_prefix("max ")?.parse().ok());
+                self.present.insert(worker.to_owned(), (value, now, max));
             }
         }
         let prefix = claim_ref("");
@@ -230,7 +236,7 @@ impl Claims {
             .chain(
                 self.present
                     .iter()
-                    .filter(|(_, (_, since))| now.duration_since(*since) < self.lease)
+                    .filter(|(_, (_, since, _))| now.duration_since(*since) < self.lease)
                     .map(|(w, _)| w.clone()),
             )
             .chain([self.worker.clone()])
@@ -419,6 +425,30 @@ impl Claims {
         Ok(renewal)
     }
 
+    /// Says in its presence that it drives at most `max` agents at once.
+    pub fn set_capacity(&mut self, max: usize) {
+        self.capacity = Some(max);
+    }
+
+    /// Whether `worker` has room for another agent, as far as this one has seen: fewer
+    /// live claims than the most its presence says it drives. One that says nothing has
+    /// none (others then take what it is preferred for, once it has waited).
+    pub(crate) fn room(&self, worker: &str, now: Instant) -> bool {
+        if worker == self.worker {
+            return self.capacity.is_some_and(|max| self.held.len() < max);
+        }
+        let Some(max) = self.present.get(worker).and_then(|(_, _, max)| *max) else { return false };
+        let holds = self
+            .watched
+            .values()
+            .filter(|(value, since)| {
+                now.duration_since(*since) < self.lease
+                    && self.holders.get(value).is_some_and(|h| h.as_deref() == Some(worker))
+            })
+            .count();
+        holds < max
+    }
+
     /// Its presence's update, when one is due: (the swap, what it writes and its serial).
     fn presence_swap(&mut self, every: Duration, now: Instant) -> Result<Option<Written>, GitError> {
         if self.left || self.presence.is_some_and(|(_, _, at)| now.duration_since(at) < every) {
@@ -426,7 +456,11 @@ impl Claims {
         }
         let (expected, serial) = self.presence.map_or((None, 0), |(v, s, _)| (Some(v), s + 1));
         let lease = Lease { worker: self.worker.clone(), serial, nonce: crate::random_u32() };
-        let value = self.blob(&lease)?;
+        let mut text = lease.render();
+        if let Some(max) = self.capacity {
+            text.push_str(&format!("max {max}\n"));
+        }
+        let value = remote::write_blob(&self.git_dir, text.as_bytes())?;
         Ok(Some(((presence_ref(&self.worker), expected, Some(value)), (value, serial))))
     }
 
@@ -444,9 +478,9 @@ impl Claims {
     fn sweep_swaps(&self, now: Instant) -> Vec<Written> {
         self.present
             .iter()
-            .filter(|(_, (_, since))| now.duration_since(*since) >= self.lease * PRESENCE_LEFT_FOR)
+            .filter(|(_, (_, since, _))| now.duration_since(*since) >= self.lease * PRESENCE_LEFT_FOR)
             .take(8)
-            .map(|(w, (v, _))| ((presence_ref(w), Some(*v), None), (*v, 0)))
+            .map(|(w, (v, _, _))| ((presence_ref(w), Some(*v), None), (*v, 0)))
             .collect()
     }
 

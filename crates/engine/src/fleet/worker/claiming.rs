@@ -161,17 +161,23 @@ impl Worker<'_> {
         let keep: HashSet<&AgentId> = wanted.iter().map(|(id, _)| id).collect();
         self.waiting.retain(|id, _| keep.contains(id));
         let patience = self.options.lease / 8;
-        // Its own first, longest waiting first; then others' left waiting, in an order of
-        // its own (each worker's differs, so two reaching for them seldom collide).
-        let mut ranked: Vec<(bool, Instant, u64, (AgentId, Oid))> = Vec::new();
+        // Whether each worker has room, as far as this one has seen.
+        let rooms: HashMap<&String, bool> = {
+            let claims = self.claims()?;
+            workers.iter().map(|w| (w, claims.room(w, now))).collect()
+        };
+        // Its own first, longest waiting first; then others' left waiting while their
+        // preferred worker is full (or says nothing), newest first: the other end of the
+        // order that worker takes them in once it has room.
+        let mut ranked: Vec<(bool, u128, u64, (AgentId, Oid))> = Vec::new();
         for (id, tip) in wanted {
             let since = *self.waiting.entry(id.clone()).or_insert(now);
-            let preferred = workers.iter().max_by_key(|w| rank(w, id.as_str())).is_none_or(|w| *w == me);
-            if preferred {
-                ranked.push((false, since, 0, (id, tip)));
-            } else if now.duration_since(since) >= patience {
-                let order = u64::MAX - rank(&me, id.as_str());
-                ranked.push((true, now, order, (id, tip)));
+            let waited = now.duration_since(since);
+            let owner = workers.iter().max_by_key(|w| rank(w, id.as_str()));
+            if owner.is_none_or(|w| *w == me) {
+                ranked.push((false, u128::MAX - waited.as_nanos(), 0, (id, tip)));
+            } else if waited >= patience && owner.is_some_and(|w| !rooms.get(w).copied().unwrap_or(false)) {
+                ranked.push((true, waited.as_nanos(), u64::MAX - rank(&me, id.as_str()), (id, tip)));
             }
         }
         ranked.sort_by_key(|r| (r.0, r.1, r.2));

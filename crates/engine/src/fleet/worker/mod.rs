@@ -267,6 +267,7 @@ impl<'w> Worker<'w> {
             ws.repo.delete_ref(&name)?;
         }
         let mut claims = Claims::new(&ws.layout.repo(), &remote.url, &options.name, options.lease);
+        claims.set_capacity(options.max_agents);
         // Known to the other workers before it reaches for any agent (out of reach: its
         // lease keeper says so later).
         let _ = claims.announce(Instant::now());
