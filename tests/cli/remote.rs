@@ -121,6 +121,12 @@ fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
     assert_eq!(t.run(&["remote", "list"]).ok(), "fleet\tgit://127.0.0.1:9418/shared.git\n");
     // It is the harness's repository's remote, as plain git sees it.
     assert_eq!(t.git(&["remote", "get-url", "fleet"]).trim(), "git://127.0.0.1:9418/shared.git");
+    // Removed, it leaves no mirror behind: one added again under its name, elsewhere, is
+    // not taken for what the old one held.
+    let config = t.git(&["rev-parse", "config/default"]);
+    t.git(&["update-ref", "refs/mirrors/fleet/heads/config/default", config.trim()]);
+    t.run(&["remote", "remove", "fleet"]).ok();
+    assert_eq!(t.git(&["for-each-ref", "refs/mirrors/"]).trim(), "");
 }
 
 /// A bare repository `name` under `served`, for a daemon to serve.
