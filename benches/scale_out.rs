@@ -100,6 +100,30 @@ impl Bench {
             .expect("worker")
     }
 
+    /// One worker `name` (a workspace of its own made from `url`) driving remote `repo`
+    /// until it settles: the wall time, the worker's CPU seconds, and its events.
+    fn one_worker(
+        &self,
+        repo: &str,
+        url: &str,
+        name: &str,
+        per_worker: u64,
+    ) -> (f64, f64, std::sync::mpsc::Receiver<(Instant, serde_json::Value)>) {
+        let ws = self.workspace(&format!("{name}-w"), url);
+        let started = Instant::now();
+        let mut child = self.worker(&ws, name, per_worker, 30_000);
+        let stream = events(&mut child);
+        std::thread::sleep(Duration::from_millis(500));
+        while !self.settled(repo) {
+            assert!(started.elapsed() < Duration::from_secs(1800), "worker {name} never finished on {repo}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let wall = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds(child.id());
+        stop(child);
+        (wall, cpu, stream)
+    }
+
     /// Whether the remote has no message waiting and no claim held.
     fn settled(&self, repo: &str) -> bool {
         self.git(repo, &["for-each-ref", "--count=1", "refs/offshoot/inbox/", "refs/offshoot/claims/"])
@@ -149,18 +173,7 @@ fn steps_here_and_on_a_worker(bench: &Bench, laptop: &str, agents: u64, steps: u
         bench.run(&["-w", laptop, "prompt", "--on", "origin", "--name", &format!("There{n}"), "Go."]);
     }
     let url = bench.fresh_remote("steps.git");
-    let ws = bench.workspace("steps-w", &url);
-    let started = Instant::now();
-    let mut child = bench.worker(&ws, "s0", per_worker, 30_000);
-    let _stream = events(&mut child);
-    std::thread::sleep(Duration::from_millis(500));
-    while !bench.settled("steps.git") {
-        assert!(started.elapsed() < Duration::from_secs(600), "the worker never finished");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let there = started.elapsed().as_secs_f64();
-    let cpu = cpu_seconds(child.id());
-    stop(child);
+    let (there, cpu, _) = bench.one_worker("steps.git", &url, "s0", per_worker);
     let latency = latency_ms as f64 / 1000.0;
     let (over_here, over_there) = (here / calls - latency, there / calls - latency);
     println!("scale_out steps: {agents} agents x {steps} steps (+ the answer), model latency {latency_ms} ms");
@@ -338,18 +351,7 @@ fn main() {
     }
     if history > 0 && !takeover_only {
         let url = with_history(&bench, history);
-        let ws = bench.workspace("history-w", &url);
-        let started = Instant::now();
-        let mut child = bench.worker(&ws, "h0", per_worker, 30_000);
-        let stream = events(&mut child);
-        std::thread::sleep(Duration::from_millis(500));
-        while !bench.settled("history.git") {
-            assert!(started.elapsed() < Duration::from_secs(1800), "the worker never finished on history.git");
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        let wall = started.elapsed().as_secs_f64();
-        let cpu = cpu_seconds(child.id());
-        stop(child);
+        let (wall, cpu, stream) = bench.one_worker("history.git", &url, "h0", per_worker);
         let claims: u64 = stream
             .try_iter()
             .filter(|(_, e)| e["type"] == "tally")

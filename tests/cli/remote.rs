@@ -836,10 +836,8 @@ fn a_worker_on_a_slow_remote_lets_go_at_once_fences_what_it_cannot_renew_and_fin
     let root = served_root("fleet-slow");
     let daemon = Daemon::start(&root);
     let direct = daemon.url("fleet.git");
-    let port: u16 =
-        direct.rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).expect("port");
     // Every connection of the worker's waits 250 ms before it reaches the remote.
-    let proxy = SlowProxy::start(port, Duration::from_millis(250));
+    let proxy = SlowProxy::in_front_of(&direct, Duration::from_millis(250));
     let (server, laptop) = fleet_at("fleet-slow", kids, &direct, &[]);
     // Calls long against the lease: many claims held at once, each through many renewals.
     server.latency(Duration::from_secs(3));
@@ -901,11 +899,9 @@ fn a_worker_killed_while_its_pushes_cross_a_slow_remote_loses_and_repeats_no_res
     let root = served_root("fleet-killpush");
     let daemon = Daemon::start(&root);
     let direct = daemon.url("fleet.git");
-    let port: u16 =
-        direct.rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).expect("port");
     // Each of the first worker's connections waits 600 ms: most of its time is inside a
     // fetch or one of its batched pushes (claims, publish, releases, renewals).
-    let proxy = SlowProxy::start(port, Duration::from_millis(600));
+    let proxy = SlowProxy::in_front_of(&direct, Duration::from_millis(600));
     let (server, laptop) = fleet_at("fleet-killpush", 8, &direct, &[]);
     server.latency(Duration::from_millis(300));
     laptop.run(&["push"]).ok();

@@ -86,8 +86,9 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
                     CliError::usage(format!("there is no remote `{name}`")).hint("`offshoot remote list` lists them")
                 );
             }
-            ws.repo.remove_remote(name).map_err(git)?;
+            // Mirrors first: a remove killed between the two is done again in full.
             engine::fleet::remote::forget_mirrors(&ws, name).map_err(super::sync::error)?;
+            ws.repo.remove_remote(name).map_err(git)?;
             ctx.out.progress(&format!("· removed remote `{name}` (nothing on it changed)"));
         }
     }

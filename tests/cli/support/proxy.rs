@@ -15,6 +15,13 @@ pub struct SlowProxy {
 }
 
 impl SlowProxy {
+    /// Relays to the `git daemon` serving `url` (`git://127.0.0.1:<port>/…`), each
+    /// connection held back `delay` first.
+    pub fn in_front_of(url: &str, delay: Duration) -> SlowProxy {
+        let port = url.strip_prefix("git://127.0.0.1:").and_then(|rest| rest.split('/').next());
+        SlowProxy::start(port.and_then(|p| p.parse().ok()).expect("a daemon's port"), delay)
+    }
+
     /// Relays to `127.0.0.1:upstream`, each connection held back `delay` first.
     pub fn start(upstream: u16, delay: Duration) -> SlowProxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
