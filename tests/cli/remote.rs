@@ -110,6 +110,7 @@ fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
         (vec!["remote", "add", "opt2", "--", "-oProxyCommand=x:r.git"], "is not one ssh may be given"),
         (vec!["remote", "add", "port", "ssh://host:http/r.git"], "is not a number"),
         (vec!["remote", "add", "crlf", "https://x%0ahost=github.com@127.0.0.1/r.git"], "control character"),
+        (vec!["remote", "add", "team/fleet", "git://127.0.0.1:9418/r.git"], "has a `/`"),
         (vec!["remote", "remove", "nowhere"], "there is no remote `nowhere`"),
     ] {
         let run = t.run(&args);
@@ -123,10 +124,16 @@ fn remotes_are_added_listed_and_removed_and_bad_ones_refused_naming_the_rule() {
     assert_eq!(t.git(&["remote", "get-url", "fleet"]).trim(), "git://127.0.0.1:9418/shared.git");
     // Removed, it leaves no mirror behind: one added again under its name, elsewhere, is
     // not taken for what the old one held.
+    // (Mirrors are kept beside the refs, `mirrors/<remote>/`; an older version kept
+    // them among the refs.)
     let config = t.git(&["rev-parse", "config/default"]);
+    let kept = t.ws.join("repo.git/mirrors/fleet/heads/config");
+    std::fs::create_dir_all(&kept).expect("mirrors");
+    std::fs::write(kept.join("default"), &config).expect("mirror");
     t.git(&["update-ref", "refs/mirrors/fleet/heads/config/default", config.trim()]);
     t.run(&["remote", "remove", "fleet"]).ok();
     assert_eq!(t.git(&["for-each-ref", "refs/mirrors/"]).trim(), "");
+    assert!(!t.ws.join("repo.git/mirrors/fleet").exists());
 }
 
 /// A bare repository `name` under `served`, for a daemon to serve.
@@ -314,9 +321,13 @@ fn a_claim_is_held_by_one_worker_renewed_taken_over_only_after_a_silent_lease_an
     let lease = Duration::from_millis(1600);
     let (mut a, mut b) = (Claims::new(&a_git, &url, "A", lease), Claims::new(&b_git, &url, "B", lease));
     let look = |git_dir: &Path, claims: &mut Claims| {
-        let listed =
-            infra::git::remote::fetch(git_dir, &url, &["+refs/offshoot/*:refs/mirrors/origin/offshoot/*".to_owned()])
-                .expect("fetch");
+        let listed = infra::git::remote::fetch(
+            git_dir,
+            &url,
+            &["+refs/offshoot/*:refs/mirrors/origin/offshoot/*".to_owned()],
+            &[],
+        )
+        .expect("fetch");
         claims.observe(&listed, Instant::now());
     };
 

@@ -57,7 +57,7 @@ pub(crate) fn run(ctx: &Ctx, args: &Args) -> Result<(), CliError> {
         Args::Add { name, url } => {
             if !infra::git::valid_remote_name(name) {
                 return Err(CliError::usage(format!(
-                    "remote name `{name}` is not one git takes (e.g. `origin`, `fleet`)"
+                    "remote name `{name}` is not one git takes, or has a `/` (e.g. `origin`, `fleet`)"
                 )));
             }
             if let Some(problem) = url_problem(url) {

@@ -90,8 +90,9 @@ pub fn collect(ws: &Workspace, here: Option<&Path>, prune_after: Duration) -> Re
     }
     directory::sweep_trash(ws);
     let before = SystemTime::now().checked_sub(prune_after).unwrap_or(SystemTime::UNIX_EPOCH);
-    let prune = Prune { roots: roots(ws), before };
-    collected.repo = pack::consolidate(&ws.layout.repo(), Some(&prune))?;
+    // (Nothing is let go when the mirrors cannot be read: what they reach would be.)
+    let prune = roots(ws).map(|roots| Prune { roots, before });
+    collected.repo = pack::consolidate(&ws.layout.repo(), prune.as_ref())?;
     // Agents' own gits borrow project.git's objects and keep refs of their own: what
     // they reach is theirs to say, so nothing there is let go.
     collected.project = pack::consolidate(&ws.layout.project(), None)?;
@@ -101,8 +102,14 @@ pub fn collect(ws: &Workspace, here: Option<&Path>, prune_after: Duration) -> Re
 /// What `repo.git` must keep beyond what its refs reach: the blobs every agent's index
 /// names (a driver reuses them for files it finds unchanged), and the commits every
 /// step record names (`show --step N --request` assembles the request from them).
-fn roots(ws: &Workspace) -> Vec<infra::git::ObjectId> {
-    let mut roots = Vec::new();
+fn roots(ws: &Workspace) -> Option<Vec<infra::git::ObjectId>> {
+    // What this workspace last saw of its remotes (kept beside the refs, not among them).
+    let mut roots: Vec<infra::git::ObjectId> =
+        infra::git::mirrors::refs(&ws.layout.repo(), &format!("{}*/", infra::git::mirrors::ROOT))
+            .ok()?
+            .into_iter()
+            .map(|(_, oid)| oid)
+            .collect();
     let index = ws.layout.root().join("index");
     for file in std::fs::read_dir(&index).into_iter().flatten().flatten() {
         roots.extend(pack::index_blobs(&file.path()));
@@ -118,5 +125,5 @@ fn roots(ws: &Workspace) -> Vec<infra::git::ObjectId> {
             roots.extend([meta.commit, meta.config].iter().filter_map(|c| infra::git::ObjectId::from_str(c).ok()));
         }
     }
-    roots
+    Some(roots)
 }

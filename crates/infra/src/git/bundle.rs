@@ -169,6 +169,14 @@ pub fn missing_below(git_dir: &Path, oid: Oid) -> Result<Option<Oid>> {
     Ok(None)
 }
 
+/// The values of refs `names` (each exact: `None` when there is none, or it cannot be
+/// read — whoever wants it written writes it over), looked up one by one: for a few
+/// names among many refs, where a glob would list them all.
+pub fn ref_targets(git_dir: &Path, names: &[String]) -> Result<Vec<Option<Oid>>> {
+    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
+    Ok(names.iter().map(|name| repo.refname_to_id(name).ok()).collect())
+}
+
 /// Points each of `refs` where it says, in the repository at `git_dir`.
 pub fn set_refs(git_dir: &Path, refs: &[(String, Oid)]) -> Result<()> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;

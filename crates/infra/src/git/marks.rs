@@ -51,13 +51,6 @@ impl Repo {
         file_age(&self.repo.path().join(harness_ref(kind, key)))
     }
 
-    /// The refs matching `glob` (`refs/mirrors/*/offshoot/claims/<id>`), with their ids,
-    /// from this open repository.
-    pub fn refs_matching(&self, glob: &str) -> Result<Vec<(String, git2::Oid)>> {
-        let refs = self.repo.references_glob(glob).map_err(lib(format!("list {glob}")))?;
-        Ok(refs.flatten().filter_map(|r| Some((r.name().ok()?.to_owned(), r.target()?))).collect())
-    }
-
     /// The keys of the marks `refs/offshoot/<kind>/<prefix>*`.
     pub fn marks(&self, kind: &str, prefix: &str) -> Result<Vec<String>> {
         let base = harness_ref(kind, "");

@@ -15,6 +15,7 @@ mod health;
 mod loose;
 mod marks;
 mod merge;
+pub mod mirrors;
 mod names;
 pub mod pack;
 mod project;
@@ -312,18 +313,26 @@ impl Repo {
     }
 
     /// Branches under `prefix` (e.g. `agents/`), with their tips.
+    /// (Listed from the names, each looked up: see `mirrors::names_under`.)
     pub fn branches(&self, prefix: &str) -> Result<Vec<(String, Oid)>> {
-        let glob = format!("refs/heads/{prefix}*");
-        let refs = self.repo.references_glob(&glob).map_err(lib("list branches"))?;
         let mut out = Vec::new();
-        for r in refs {
-            let r = r.map_err(lib("read branch"))?;
-            if let (Ok(name), Some(id)) = (r.name(), r.target()) {
-                out.push((name.trim_start_matches("refs/heads/").to_owned(), id));
+        for name in mirrors::names_under(self.repo.path(), &format!("refs/heads/{prefix}"))? {
+            // (One that cannot be read — cut, an invalid name — is passed over, as
+            // libgit2's iterator did.)
+            if let Ok(Some(id)) = self.ref_target(&name) {
+                out.push((name["refs/heads/".len()..].to_owned(), id));
             }
         }
-        out.sort();
         Ok(out)
+    }
+
+    /// The value of ref `name` (a full name), if it exists.
+    pub fn ref_target(&self, name: &str) -> Result<Option<Oid>> {
+        match self.repo.refname_to_id(name) {
+            Ok(id) => Ok(Some(id)),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(source) => Err(GitError::Lib { what: format!("read {name}"), source }),
+        }
     }
 
     /// Creates `refs/heads/<branch>` at `commit`; refuses if it exists.
@@ -600,8 +609,9 @@ impl Repo {
 }
 
 /// Whether git takes `name` as a remote's name.
+/// (No `/`: a remote's mirrors are one directory named after it.)
 pub fn valid_remote_name(name: &str) -> bool {
-    git2::Remote::is_valid_name(name) && !name.starts_with('-')
+    git2::Remote::is_valid_name(name) && !name.starts_with('-') && !name.contains('/')
 }
 
 /// Whether `name` can be a branch (`refs/heads/<name>` is a valid reference name).

@@ -222,10 +222,11 @@ fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Resu
 }
 
 /// Fetches from the repository at `url` what `refspecs` (`+src:dst`, each source a
-/// prefix ending in `*`) name, the local refs they map to written, in one connection;
-/// returns every ref the remote advertised, by name. Local refs a refspec maps to that
-/// the remote no longer has are removed.
-pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(String, Oid)>> {
+/// prefix ending in `*`) name, in one connection, and makes the local refs under each
+/// `dst` exactly what the remote has under its `src` ([`super::mirrors::mirror`]: only
+/// what changed is written; refs under `hot`, local names, stay loose, the others are
+/// packed as they accumulate). Returns every ref the remote advertised, by name.
+pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String], hot: &[String]) -> Result<Vec<(String, Oid)>> {
     let shown = super::transport::shown(url);
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let mut remote = anonymous(&repo, url)?;
@@ -234,64 +235,71 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String]) -> Result<Vec<(Stri
         .list()
         .map_err(lib(format!("list the refs of {shown}")))?
         .iter()
-        .filter(|h| h.name().starts_with("refs/"))
+        // Only names git allows (what the server says is not trusted: `refs/heads/../x`
+        // would be a path out of the repository, `x^{}` a peeled value, not a ref).
+        .filter(|h| h.name().starts_with("refs/") && git2::Reference::is_valid_name(h.name()))
         .map(|h| (h.name().to_owned(), h.oid()))
         .collect();
-    // Nothing to ask for (an empty repository): asking would only be refused.
-    let sources: Vec<&str> = refspecs
-        .iter()
-        .map(|s| s.trim_start_matches('+').split(':').next().unwrap_or("").trim_end_matches('*'))
-        .collect();
-    // Mirrored refs the remote no longer has go first (one could stand where the remote
-    // now has refs below it: `x` then `x/y`).
-    let advertised: std::collections::HashSet<&str> = listed.iter().map(|(n, _)| n.as_str()).collect();
-    for spec in refspecs {
-        let Some((src, dst)) = spec.trim_start_matches('+').split_once(':') else { continue };
-        let (Some(src), Some(dst)) = (src.strip_suffix('*'), dst.strip_suffix('*')) else { continue };
-        for reference in repo.references_glob(&format!("{dst}*")).map_err(lib("list mirrors"))?.flatten() {
-            let Ok(name) = reference.name().map(str::to_owned) else { continue };
-            let theirs = format!("{src}{}", &name[dst.len()..]);
-            if !advertised.contains(theirs.as_str()) {
-                super::delete_ref(&repo, &name)?;
-            }
+    let mut downloaded = false;
+    let mut download = |had: &[Oid]| -> Result<()> {
+        if std::mem::replace(&mut downloaded, true) {
+            return Ok(());
         }
-    }
-    if listed.iter().any(|(name, _)| sources.iter().any(|s| name.starts_with(s))) {
+        // What the mirrors about to move held, named for the while as refs: libgit2 says
+        // it has only what refs reach, and the mirrors are none (see `mirrors`).
+        let haves = Haves::name(&repo, had);
         let mut options = git2::FetchOptions::new();
         options.download_tags(git2::AutotagOption::None);
         // A fetch killed while it wrote the shallow roots leaves their lock behind.
-        let mut downloaded = remote.download(refspecs, Some(&mut options));
-        if downloaded.as_ref().is_err_and(|e| e.code() == git2::ErrorCode::Locked) {
+        let mut got = remote.download(refspecs, Some(&mut options));
+        if got.as_ref().is_err_and(|e| e.code() == git2::ErrorCode::Locked) {
             sweep_stale_locks(git_dir, &["shallow.lock"]);
-            downloaded = remote.download(refspecs, Some(&mut options));
+            got = remote.download(refspecs, Some(&mut options));
         }
-        downloaded.map_err(lib(format!("fetch from {shown}")))?;
-        let mut tries = 0;
-        loop {
-            let mut callbacks = RemoteCallbacks::new();
-            let updated = remote.update_tips(
-                Some(&mut callbacks),
-                git2::RemoteUpdateFlags::UPDATE_FETCHHEAD,
-                git2::AutotagOption::None,
-                None,
-            );
-            match updated {
-                Err(e)
-                    if (e.code() == git2::ErrorCode::Locked || e.message().contains("failed to lock")) && tries < 3 =>
-                {
-                    tries += 1;
-                    let dirs: Vec<&str> = refspecs
-                        .iter()
-                        .filter_map(|s| s.split_once(':').map(|(_, d)| d.trim_end_matches('*')))
-                        .collect();
-                    sweep_stale_locks(git_dir, &dirs);
-                }
-                other => break other.map_err(lib(format!("write what was fetched from {shown}")))?,
-            }
-        }
+        drop(haves);
+        got.map_err(lib(format!("fetch from {shown}")))
+    };
+    for spec in refspecs {
+        let Some((src, dst)) = spec.trim_start_matches('+').split_once(':') else { continue };
+        let (Some(src), Some(dst)) = (src.strip_suffix('*'), dst.strip_suffix('*')) else { continue };
+        let wanted: std::collections::BTreeMap<String, Oid> =
+            listed.iter().filter_map(|(n, o)| n.strip_prefix(src).map(|rest| (format!("{dst}{rest}"), *o))).collect();
+        super::mirrors::mirror(git_dir, dst, &wanted, hot, &mut download)?;
     }
     let _ = remote.disconnect();
     Ok(listed)
+}
+
+/// Temporary refs (`refs/outgoing/haves/`, swept with the rest of `refs/outgoing/` if a
+/// kill leaves them) naming commits this repository has, removed when it goes.
+struct Haves<'r> {
+    repo: &'r Repository,
+    names: Vec<String>,
+}
+
+impl<'r> Haves<'r> {
+    /// (At most 64: libgit2 offers its first 256 haves by date, and these are the
+    /// newest a fetch needs.)
+    fn name(repo: &'r Repository, oids: &[Oid]) -> Haves<'r> {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut names = Vec::new();
+        for oid in oids.iter().filter(|o| repo.find_commit(**o).is_ok()).take(64) {
+            let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("refs/outgoing/haves/{}-{serial}", std::process::id());
+            if repo.reference(&name, *oid, true, "fetch").is_ok() {
+                names.push(name);
+            }
+        }
+        Haves { repo, names }
+    }
+}
+
+impl Drop for Haves<'_> {
+    fn drop(&mut self) {
+        for name in &self.names {
+            let _ = super::delete_ref(self.repo, name);
+        }
+    }
 }
 
 /// A connection-to-be to `url`, ssh and https made reachable first.

@@ -4,8 +4,8 @@
 use domain::id::AgentId;
 use domain::inbox::Header;
 use domain::marks::{Mark, Shelf};
-use infra::git::bundle;
 use infra::git::remote::{self, Expect, Outcome, Update};
+use infra::git::{bundle, mirrors};
 
 use super::*;
 use crate::agents::lifecycle;
@@ -73,7 +73,7 @@ pub fn hand_over(ws: &Workspace, remote: &Remote, id: &AgentId) -> Result<usize>
     }
     // The project branches it starts from, so a worker can make its directory.
     // (Not fatal: the agent is there; a worker without its branch starts it from `main`.)
-    let project = project_updates(ws, &seen, false)?;
+    let project = project_updates(ws, &seen, false, None)?;
     let _ = remote::push(&ws.layout.project(), &remote.url, &project);
     Ok(pending.len())
 }
@@ -87,12 +87,12 @@ fn mirrored(ws: &Workspace, remote: &Remote) -> Result<Seen> {
         refs.into_iter().filter_map(|(n, o)| n.strip_prefix(from).map(|rest| (format!("{to}{rest}"), o))).collect()
     };
     let repo = unmirror(
-        bundle::refs(&ws.layout.repo(), &[format!("refs/mirrors/{r}/*")])?,
+        mirrors::refs(&ws.layout.repo(), &format!("refs/mirrors/{r}/"))?,
         &format!("refs/mirrors/{r}/"),
         "refs/",
     );
     let project = unmirror(
-        bundle::refs(&ws.layout.project(), &[format!("refs/mirrors/{r}/heads/*")])?,
+        mirrors::refs(&ws.layout.project(), &format!("refs/mirrors/{r}/heads/"))?,
         &format!("refs/mirrors/{r}/heads/"),
         "refs/heads/",
     );
@@ -102,10 +102,10 @@ fn mirrored(ws: &Workspace, remote: &Remote) -> Result<Seen> {
 /// Drops what this workspace mirrors of remote `name` (when it is removed: a remote
 /// added again under that name, elsewhere, must not be taken for what it held).
 pub fn forget_mirrors(ws: &Workspace, name: &str) -> Result<()> {
+    // (In the remote's turn: a worker's round here would write them again.)
+    let _turn = super::turn(ws, &Remote { name: name.to_owned(), url: String::new() })?;
     for git_dir in [ws.layout.repo(), ws.layout.project()] {
-        for (mirror, _) in bundle::refs(&git_dir, &[format!("refs/mirrors/{name}/*")])? {
-            remote::delete_ref(&git_dir, &mirror)?;
-        }
+        mirrors::forget(&git_dir, name)?;
     }
     Ok(())
 }
@@ -123,8 +123,13 @@ pub fn claimed_by(ws: &Workspace, id: &AgentId) -> Option<String> {
         return None;
     }
     // (Under whichever name this workspace knows the remote by.)
-    let mirrors = super::repo_mirror("*", &Shelf::Claims.ref_name(id.as_str()));
-    let (_, blob) = ws.repo.refs_matching(&mirrors).ok()?.into_iter().next()?;
+    // (By prefix: `claims/<id>` would also find `claims/<id>.1`, its child's.)
+    let claim = Shelf::Claims.ref_name(id.as_str());
+    let tail = claim.trim_start_matches("refs/");
+    let (_, blob) = mirrors::refs(&ws.layout.repo(), &super::repo_mirror("*", &claim))
+        .ok()?
+        .into_iter()
+        .find(|(name, _)| name.ends_with(&format!("/{tail}")))?;
     let lease = ws.repo.read_blob(blob).ok()?;
     crate::fleet::claims::Lease::parse(&String::from_utf8_lossy(&lease)).map(|l| l.worker)
 }
@@ -132,8 +137,8 @@ pub fn claimed_by(ws: &Workspace, id: &AgentId) -> Option<String> {
 /// Whether messages to `id` wait on its remote, as this workspace last saw it: for a
 /// tree handed to a remote only.
 pub fn mail_waiting(ws: &Workspace, id: &AgentId) -> bool {
-    let mirrors = format!("{}*", super::repo_mirror("*", &super::inbox_prefix(id.as_str())));
-    handed(ws, id) && ws.repo.refs_matching(&mirrors).is_ok_and(|r| !r.is_empty())
+    let inbox = super::repo_mirror("*", &super::inbox_prefix(id.as_str()));
+    handed(ws, id) && mirrors::refs(&ws.layout.repo(), &inbox).is_ok_and(|r| !r.is_empty())
 }
 
 /// The first 14 digits of `text` (a time as `YYYYMMDDhhmmss`, whatever its punctuation).

@@ -174,14 +174,19 @@ pub(super) fn fetch(ws: &Workspace, remote: &Remote) -> Result<Seen> {
         format!("+refs/heads/*:refs/mirrors/{r}/heads/*"),
         format!("+{}*:refs/mirrors/{r}/offshoot/*", infra::git::HARNESS_REFS),
     ];
-    let listed = remote::fetch(&ws.layout.repo(), &remote.url, &repo_specs).map_err(unreachable)?;
+    // Work in flight comes and goes every round: never packed.
+    let hot: Vec<String> = [Shelf::Claims, Shelf::Inbox, Shelf::StopRequests, Shelf::Workers]
+        .iter()
+        .map(|shelf| repo_mirror(r, &shelf.prefix()))
+        .collect();
+    let listed = remote::fetch(&ws.layout.repo(), &remote.url, &repo_specs, &hot).map_err(unreachable)?;
     let repo: BTreeMap<String, Oid> = listed
         .iter()
         .filter(|(n, _)| n.starts_with("refs/heads/") || n.starts_with(infra::git::HARNESS_REFS))
         .cloned()
         .collect();
     let project_specs = vec![format!("+refs/project/heads/*:refs/mirrors/{r}/heads/*")];
-    let listed = remote::fetch(&ws.layout.project(), &remote.url, &project_specs).map_err(unreachable)?;
+    let listed = remote::fetch(&ws.layout.project(), &remote.url, &project_specs, &[]).map_err(unreachable)?;
     let project: BTreeMap<String, Oid> =
         listed.iter().filter_map(|(n, o)| n.strip_prefix("refs/project/").map(|l| (format!("refs/{l}"), *o))).collect();
     Ok(Seen { repo, project })
@@ -207,7 +212,7 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
     // What was last seen there, before this fetch: a mark is this workspace's to send
     // only when it changed here since.
     let mirrors = format!("refs/mirrors/{}/", remote.name);
-    let before: BTreeMap<String, Oid> = bundle::refs(&ws.layout.repo(), &[format!("{mirrors}*")])?
+    let before: BTreeMap<String, Oid> = infra::git::mirrors::refs(&ws.layout.repo(), &mirrors)?
         .into_iter()
         .map(|(n, o)| (format!("refs/{}", &n[mirrors.len()..]), o))
         .collect();
@@ -271,33 +276,43 @@ pub fn push(ws: &Workspace, remote: &Remote) -> Result<Pushed> {
     }
     let mut pushed = Pushed::default();
     let outcomes = remote::push(&ws.layout.repo(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
-    settle(&mut pushed, &updates, outcomes, |name, value| {
-        let mirror = repo_mirror(&remote.name, name);
-        match value {
-            Some(oid) => bundle::set_refs(&ws.layout.repo(), &[(mirror, oid)]),
-            None => ws.repo.delete_ref(&mirror),
-        }
-    })?;
+    let mirrors = format!("refs/mirrors/{}/", remote.name);
+    let mut moved = Vec::new();
+    settle(&mut pushed, &updates, outcomes, |name, value| moved.push((repo_mirror(&remote.name, name), value)));
+    infra::git::mirrors::set(&ws.layout.repo(), &mirrors, &moved)?;
 
-    let updates = project_updates(ws, &seen, false)?;
+    let updates = project_updates(ws, &seen, false, None)?;
     let outcomes = remote::push(&ws.layout.project(), &remote.url, &updates).map_err(|e| unreachable(remote, e))?;
+    let mut moved = Vec::new();
     settle(&mut pushed, &updates, outcomes, |name, value| {
         let local = format!("refs/{}", name.trim_start_matches("refs/project/"));
-        let mirror = project_mirror(&remote.name, &local);
-        match value {
-            Some(oid) => bundle::set_refs(&ws.layout.project(), &[(mirror, oid)]),
-            None => remote::delete_ref(&ws.layout.project(), &mirror),
-        }
-    })?;
+        moved.push((project_mirror(&remote.name, &local), value));
+    });
+    infra::git::mirrors::set(&ws.layout.project(), &mirrors, &moved)?;
     Ok(pushed)
 }
 
 /// `project.git`'s branches that differ from the remote's, each to be sent forward only
 /// (`only_ahead`: only those whose remote value is behind them here).
-pub(super) fn project_updates(ws: &Workspace, seen: &Seen, only_ahead: bool) -> Result<Vec<Update>> {
+/// With `only`, of those branches alone (looked up, not listed).
+pub(super) fn project_updates(
+    ws: &Workspace,
+    seen: &Seen,
+    only_ahead: bool,
+    only: Option<&[String]>,
+) -> Result<Vec<Update>> {
     let project = ws.layout.project();
     let mut updates = Vec::new();
-    for (name, oid) in bundle::refs(&project, &["refs/heads/*".to_owned()])? {
+    let branches: Vec<(String, Oid)> = match only {
+        None => bundle::refs(&project, &["refs/heads/*".to_owned()])?,
+        Some(names) => names
+            .iter()
+            .cloned()
+            .zip(bundle::ref_targets(&project, names)?)
+            .filter_map(|(n, o)| Some((n, o?)))
+            .collect(),
+    };
+    for (name, oid) in branches {
         let theirs = seen.project.get(&name).copied();
         if theirs == Some(oid)
             || (only_ahead && theirs.is_some_and(|t| !remote::descends(&project, oid, t).unwrap_or(false)))
@@ -316,16 +331,11 @@ pub(super) fn unreachable(remote: &Remote, e: GitError) -> RemoteError {
 }
 
 /// Files each outcome of `updates` in `pushed`, and mirrors what was sent.
-fn settle(
-    pushed: &mut Pushed,
-    updates: &[Update],
-    outcomes: Vec<Outcome>,
-    mut mirror: impl FnMut(&str, Option<Oid>) -> std::result::Result<(), GitError>,
-) -> Result<()> {
+fn settle(pushed: &mut Pushed, updates: &[Update], outcomes: Vec<Outcome>, mut mirror: impl FnMut(&str, Option<Oid>)) {
     for (update, outcome) in updates.iter().zip(outcomes) {
         match outcome {
             Outcome::Done(value) => {
-                mirror(&update.remote, value)?;
+                mirror(&update.remote, value);
                 pushed.sent.push(update.remote.clone());
             }
             Outcome::Moved { .. } => pushed.behind.push(update.remote.clone()),
@@ -333,7 +343,6 @@ fn settle(
             Outcome::Withheld => pushed.behind.push(update.remote.clone()),
         }
     }
-    Ok(())
 }
 
 /// Points `refs/offshoot/records/<id>` at a commit of `id`'s step records (`base`'s,

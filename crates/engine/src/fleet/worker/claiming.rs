@@ -193,8 +193,7 @@ impl Worker<'_> {
     ) -> Result<()> {
         let ws = self.ws;
         let mut loader = Loader::default();
-        // What is here, read once.
-        let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
+        let here = super::publish::Here(ws);
         // A stop asked of it is carried out, and withdrawn, by it first.
         let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         let mut idle = Vec::new();
@@ -215,10 +214,11 @@ impl Worker<'_> {
                 continue;
             }
             // A mark not yet there (`died`, `replied` set this round) goes first.
-            let unsent = remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)).any(|m| {
-                let name = m.ref_name(&id);
-                here.get(&name) != seen.repo.get(&name)
-            });
+            let mut unsent = false;
+            for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
+                let name = mark.ref_name(&id);
+                unsent |= here.get(&name)?.as_ref() != seen.repo.get(&name);
+            }
             if unsent {
                 continue;
             }

@@ -221,6 +221,8 @@ pub struct Worker<'w> {
     work_seen: HashMap<AgentId, (LookedAt, Option<&'static str>)>,
     /// Config lineages as taken in: the remote's commit, and the commit made of it here.
     rebased: HashMap<String, (Oid, Oid)>,
+    /// What its last take-in saw (`None`: the next looks at everything).
+    took_in: Option<inbound::TookIn>,
     /// Its claims, renewed by a thread of their own (see [`lease_keeper`]).
     leases: Arc<Leases>,
     /// Agents it stopped as asked, with the request carried out (withdrawn once what the
@@ -283,6 +285,7 @@ impl<'w> Worker<'w> {
             unstarted: HashMap::new(),
             waiting: HashMap::new(),
             rebased: HashMap::new(),
+            took_in: None,
             work_seen: HashMap::new(),
             leases,
             stopping: HashMap::new(),

@@ -32,9 +32,8 @@ impl Worker<'_> {
                 tips.insert(id.clone(), tip);
             }
         }
-        // What is here, read once.
-        let here: HashMap<String, Oid> = ws.repo.all_refs()?.into_iter().collect();
-        let (mut updates, names) = made_here(ws, seen, &here, &mine)?;
+        let here = Here(ws);
+        let (mut updates, names) = made_here(ws, seen, &mine)?;
         // Messages: each with the step that sent it.
         let outgoing = self.outgoing(seen, &tips)?;
         for message in &outgoing {
@@ -92,7 +91,7 @@ impl Worker<'_> {
         id: &AgentId,
         tip: Oid,
         seen: &Seen,
-        here: &HashMap<String, Oid>,
+        here: &Here<'_>,
         updates: &mut Vec<Update>,
     ) -> Result<()> {
         let ws = self.ws;
@@ -114,14 +113,14 @@ impl Worker<'_> {
             if value.is_some() && value != base {
                 updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
             }
-        } else if let Some(value) = here.get(&records)
-            && seen.repo.get(&records) != Some(value)
+        } else if let Some(value) = here.get(&records)?
+            && seen.repo.get(&records) != Some(&value)
         {
             updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
         }
         for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
             let name = mark.ref_name(id);
-            let (ours, there) = (here.get(&name).copied(), seen.repo.get(&name).copied());
+            let (ours, there) = (here.get(&name)?, seen.repo.get(&name).copied());
             if ours != there {
                 let local = ours.map(|_| name.clone());
                 updates.push(Update { local, remote: name, expect: Expect::Exactly(there) });
@@ -194,8 +193,7 @@ impl Worker<'_> {
         let ws = self.ws;
         for message in outgoing {
             let Some(i) = updates.iter().position(|u| u.remote == message.remote_ref) else { continue };
-            let ours =
-                bundle::refs(&ws.layout.repo(), std::slice::from_ref(&message.local_ref))?.first().map(|(_, o)| *o);
+            let ours = ws.repo.ref_target(&message.local_ref)?;
             let sent = match &outcomes[i] {
                 Outcome::Done(_) => true,
                 // The same message (its name is its content), sent before a crash cut a
@@ -224,13 +222,11 @@ impl Worker<'_> {
                 own.insert(format!("refs/heads/{}", facts.project_branch()));
             }
         }
-        let mut updates = remote::project_updates(self.ws, seen, true)?;
-        updates.retain(|u| u.local.as_ref().is_some_and(|l| own.contains(l)));
-        let tips = bundle::refs(
-            &self.ws.layout.project(),
-            &updates.iter().filter_map(|u| u.local.clone()).collect::<Vec<_>>(),
-        )?;
-        self.ws.project.check_sent(&tips.into_iter().map(|(_, o)| o).collect::<Vec<_>>())?;
+        let own: Vec<String> = own.into_iter().collect();
+        let updates = remote::project_updates(self.ws, seen, true, Some(&own))?;
+        let names: Vec<String> = updates.iter().filter_map(|u| u.local.clone()).collect();
+        let tips: Vec<Oid> = bundle::ref_targets(&self.ws.layout.project(), &names)?.into_iter().flatten().collect();
+        self.ws.project.check_sent(&tips)?;
         if !updates.is_empty() {
             wire::push(&self.ws.layout.project(), &self.remote.url, &updates)
                 .map_err(|e| remote::unreachable(&self.remote, e))?;
@@ -332,37 +328,56 @@ type MadeHere = (Vec<Update>, Vec<(AgentId, Update)>);
 /// The agents its drivers made that the remote does not have yet (they exist there
 /// before the step that made them), with their id claims; and their names, which go on
 /// their own after (a name taken there meanwhile must not hold back the rest).
-fn made_here(ws: &Workspace, seen: &Seen, here: &HashMap<String, Oid>, mine: &[AgentId]) -> Result<MadeHere> {
+fn made_here(ws: &Workspace, seen: &Seen, mine: &[AgentId]) -> Result<MadeHere> {
+    let here = Here(ws);
     let mut updates = Vec::new();
     let mut names = Vec::new();
-    let name_claims: Vec<(&String, &Oid)> = here.iter().filter(|(n, _)| Mark::Names.key_of(n).is_some()).collect();
-    for (branch, tip) in ws.repo.branches("agents/")? {
-        let name = format!("refs/heads/{branch}");
-        let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
-        let made_by_mine = id.parent().is_some_and(|p| mine.contains(&p));
-        if !made_by_mine {
-            continue;
-        }
-        // (A child already there may still lack its name there: a worker killed between
-        // a round's two pushes sent the branch and not the name. It goes now.)
-        if !seen.repo.contains_key(&name) {
-            // (From the tip listed now, pinned: see `own_updates`.)
-            let pinned = format!("{OUTGOING}tips/{branch}");
-            bundle::set_refs(&ws.layout.repo(), &[(pinned.clone(), tip)])?;
-            updates.push(Update { local: Some(pinned), remote: name, expect: Expect::Exactly(None) });
-            let ids = Mark::Ids.ref_name(&id);
-            if here.contains_key(&ids) && !seen.repo.contains_key(&ids) {
-                updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
+    for parent in mine {
+        for (branch, tip) in ws.repo.branches(&format!("{}.", parent.branch()))? {
+            let name = format!("refs/heads/{branch}");
+            let Ok(id) = AgentId::parse(branch.trim_start_matches("agents/")) else { continue };
+            if id.parent().as_ref() != Some(parent) {
+                continue;
             }
-        }
-        for (mark, value) in &name_claims {
-            if !seen.repo.contains_key(*mark) && ws.repo.read_blob(**value).is_ok_and(|b| b == id.as_str().as_bytes()) {
+            // (A child already there may still lack its name there: a worker killed between
+            // a round's two pushes sent the branch and not the name. It goes now.)
+            if !seen.repo.contains_key(&name) {
+                // (From the tip listed now, pinned: see `own_updates`.)
+                let pinned = format!("{OUTGOING}tips/{branch}");
+                bundle::set_refs(&ws.layout.repo(), &[(pinned.clone(), tip)])?;
+                updates.push(Update { local: Some(pinned), remote: name, expect: Expect::Exactly(None) });
+                let ids = Mark::Ids.ref_name(&id);
+                if here.get(&ids)?.is_some() && !seen.repo.contains_key(&ids) {
+                    updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
+                }
+            }
+            // Its name, claimed here for it and not there yet.
+            let Some(name) = crate::store::snapshot::read_facts(&ws.repo, tip).ok().and_then(|f| f.name) else {
+                continue;
+            };
+            let mark = Mark::Names.ref_name(&name);
+            let claimed = match seen.repo.contains_key(&mark) {
+                true => None,
+                false => here.get(&mark)?,
+            };
+            if claimed.is_some_and(|v| ws.repo.read_blob(v).is_ok_and(|b| b == id.as_str().as_bytes())) {
                 names.push((
                     id.clone(),
-                    Update { local: Some((*mark).clone()), remote: (*mark).clone(), expect: Expect::Exactly(None) },
+                    Update { local: Some(mark.clone()), remote: mark, expect: Expect::Exactly(None) },
                 ));
             }
         }
     }
     Ok((updates, names))
+}
+
+/// Refs of `repo.git`, each looked up when asked: a round asks of a few among every
+/// agent's (listing them all cost a round as much as the remote held).
+pub(super) struct Here<'a>(pub(super) &'a Workspace);
+
+impl Here<'_> {
+    /// (An error is no answer: taken for "absent", a mark would be removed fleet-wide.)
+    pub(super) fn get(&self, name: &str) -> Result<Option<Oid>> {
+        Ok(self.0.repo.ref_target(name)?)
+    }
 }

@@ -168,7 +168,7 @@ impl Worker<'_> {
             if stopping.killed {
                 lifecycle::tell_parent_if_untold(ws, self.rt, id).map_err(local)?;
             }
-            let here = bundle::refs(&ws.layout.repo(), std::slice::from_ref(&stopped_ref))?.first().map(|(_, o)| *o);
+            let here = ws.repo.ref_target(&stopped_ref)?;
             if tip != self.owned[id].pushed || here != seen.repo.get(&stopped_ref).copied() || self.sending(id) {
                 return Ok(None);
             }
