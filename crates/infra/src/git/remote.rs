@@ -47,16 +47,13 @@ pub fn compare_and_swap_each(
 ) -> Result<Vec<Swap>> {
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     // libgit2 pushes local refs: a temporary one names each new value.
-    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let mut temps = Vec::new();
     let mut updates = Vec::new();
     let mut made = || -> Result<()> {
         for (refname, expected, new) in swaps {
             let local = match new {
                 Some(new) => {
-                    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    // Not under `refs/offshoot/` (marks): one a kill left is swept by the next worker.
-                    let temp = format!("refs/outgoing/cas/{}-{serial}", std::process::id());
+                    let temp = temp_ref("cas");
                     repo.reference(&temp, *new, true, "push").map_err(lib(format!("write {temp}")))?;
                     temps.push(temp.clone());
                     Some(temp)
@@ -270,8 +267,16 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String], hot: &[String]) -> 
     Ok(listed)
 }
 
-/// Temporary refs (`refs/outgoing/haves/`, swept with the rest of `refs/outgoing/` if a
-/// kill leaves them) naming commits this repository has, removed when it goes.
+/// A name for a temporary ref of this process, `refs/outgoing/<kind>/<pid>-<n>`: not
+/// under `refs/offshoot/` (marks). One a kill leaves is swept by the next worker
+/// started in the workspace (elsewhere it stays, naming an object the repository has).
+fn temp_ref(kind: &str) -> String {
+    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("refs/outgoing/{kind}/{}-{serial}", std::process::id())
+}
+
+/// Temporary refs ([`temp_ref`]) naming commits this repository has, removed when it goes.
 struct Haves<'r> {
     repo: &'r Repository,
     names: Vec<String>,
@@ -281,11 +286,9 @@ impl<'r> Haves<'r> {
     /// (At most 64: libgit2 offers its first 256 haves by date, and these are the
     /// newest a fetch needs.)
     fn name(repo: &'r Repository, oids: &[Oid]) -> Haves<'r> {
-        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let mut names = Vec::new();
         for oid in oids.iter().filter(|o| repo.find_commit(**o).is_ok()).take(64) {
-            let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let name = format!("refs/outgoing/haves/{}-{serial}", std::process::id());
+            let name = temp_ref("haves");
             if repo.reference(&name, *oid, true, "fetch").is_ok() {
                 names.push(name);
             }

@@ -193,7 +193,6 @@ impl Worker<'_> {
     ) -> Result<()> {
         let ws = self.ws;
         let mut loader = Loader::default();
-        let here = super::publish::Here(ws);
         // A stop asked of it is carried out, and withdrawn, by it first.
         let asked: HashSet<AgentId> = stops::asked(seen).into_iter().map(|(id, _)| id).collect();
         let mut idle = Vec::new();
@@ -217,7 +216,7 @@ impl Worker<'_> {
             let mut unsent = false;
             for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
                 let name = mark.ref_name(&id);
-                unsent |= here.get(&name)?.as_ref() != seen.repo.get(&name);
+                unsent |= ws.repo.ref_target(&name)?.as_ref() != seen.repo.get(&name);
             }
             if unsent {
                 continue;

@@ -147,22 +147,26 @@ impl Worker<'_> {
     ) -> Result<()> {
         let ws = self.ws;
         let repo = ws.layout.repo();
-        let others = |id: &AgentId| !self.owned.contains_key(id) && !driven_here(ws, id);
-        // What is here of them, read once: only what differs is written.
-        let mut wanted: Vec<String> = names.to_vec();
-        for id in agents.iter().filter(|id| others(id)) {
-            wanted.push(format!("refs/heads/{}", id.branch()));
-            wanted.extend(remote::travelling().filter(|m| !matches!(m, Mark::Names)).map(|m| m.ref_name(id)));
-            wanted.push(Shelf::Records.ref_name(id));
-        }
-        // (A whole pass lists them all at once; otherwise each is looked up.)
+        // Those it does not drive (one lock probe each).
+        let others: HashSet<&AgentId> =
+            agents.iter().filter(|id| !self.owned.contains_key(*id) && !driven_here(ws, id)).collect();
+        // What is here of them, read once: only what differs is written. (A whole pass
+        // lists every ref at once; otherwise each is looked up.)
         let here: HashMap<String, Oid> = match whole {
             true => ws.repo.all_refs()?.into_iter().collect(),
-            false => bundle::ref_targets(&repo, &wanted)?
-                .into_iter()
-                .zip(wanted)
-                .filter_map(|(oid, name)| Some((name, oid?)))
-                .collect(),
+            false => {
+                let mut wanted: Vec<String> = names.to_vec();
+                for id in &others {
+                    wanted.push(format!("refs/heads/{}", id.branch()));
+                    wanted.extend(remote::travelling().filter(|m| !matches!(m, Mark::Names)).map(|m| m.ref_name(id)));
+                    wanted.push(Shelf::Records.ref_name(id));
+                }
+                bundle::ref_targets(&repo, &wanted)?
+                    .into_iter()
+                    .zip(wanted)
+                    .filter_map(|(oid, name)| Some((name, oid?)))
+                    .collect()
+            }
         };
         let mut sets: Vec<(String, Oid)> = Vec::new();
         let mut deletes: Vec<String> = Vec::new();
@@ -170,7 +174,7 @@ impl Worker<'_> {
         for id in agents {
             let name = format!("refs/heads/{}", id.branch());
             let Some(theirs) = seen.repo.get(&name) else { continue };
-            if !others(id) {
+            if !others.contains(id) {
                 if !self.owned.contains_key(id) {
                     now.again.insert(id.clone());
                 }

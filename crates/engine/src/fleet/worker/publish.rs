@@ -32,7 +32,6 @@ impl Worker<'_> {
                 tips.insert(id.clone(), tip);
             }
         }
-        let here = Here(ws);
         let (mut updates, names) = made_here(ws, seen, &mine)?;
         // Messages: each with the step that sent it.
         let outgoing = self.outgoing(seen, &tips)?;
@@ -47,7 +46,7 @@ impl Worker<'_> {
         for id in &mine {
             let Some(tip) = tips.get(id).copied() else { continue };
             let before = updates.len();
-            self.own_updates(id, tip, seen, &here, &mut updates)?;
+            self.own_updates(id, tip, seen, &mut updates)?;
             if updates.len() > before {
                 dirty.insert(id.clone());
             }
@@ -86,14 +85,7 @@ impl Worker<'_> {
 
     /// What agent `id` of its own (at `tip`) has to send: its records, its marks, its
     /// branch.
-    fn own_updates(
-        &mut self,
-        id: &AgentId,
-        tip: Oid,
-        seen: &Seen,
-        here: &Here<'_>,
-        updates: &mut Vec<Update>,
-    ) -> Result<()> {
+    fn own_updates(&mut self, id: &AgentId, tip: Oid, seen: &Seen, updates: &mut Vec<Update>) -> Result<()> {
         let ws = self.ws;
         let records = Shelf::Records.ref_name(id);
         // Records are gathered again only when the agent moved on, or its newest one
@@ -113,14 +105,14 @@ impl Worker<'_> {
             if value.is_some() && value != base {
                 updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
             }
-        } else if let Some(value) = here.get(&records)?
+        } else if let Some(value) = ws.repo.ref_target(&records)?
             && seen.repo.get(&records) != Some(&value)
         {
             updates.push(Update { local: Some(records.clone()), remote: records, expect: Expect::FastForward });
         }
         for mark in remote::travelling().filter(|m| !matches!(m, Mark::Ids | Mark::Names)) {
             let name = mark.ref_name(id);
-            let (ours, there) = (here.get(&name)?, seen.repo.get(&name).copied());
+            let (ours, there) = (ws.repo.ref_target(&name)?, seen.repo.get(&name).copied());
             if ours != there {
                 let local = ours.map(|_| name.clone());
                 updates.push(Update { local, remote: name, expect: Expect::Exactly(there) });
@@ -329,7 +321,6 @@ type MadeHere = (Vec<Update>, Vec<(AgentId, Update)>);
 /// before the step that made them), with their id claims; and their names, which go on
 /// their own after (a name taken there meanwhile must not hold back the rest).
 fn made_here(ws: &Workspace, seen: &Seen, mine: &[AgentId]) -> Result<MadeHere> {
-    let here = Here(ws);
     let mut updates = Vec::new();
     let mut names = Vec::new();
     for parent in mine {
@@ -347,7 +338,7 @@ fn made_here(ws: &Workspace, seen: &Seen, mine: &[AgentId]) -> Result<MadeHere> 
                 bundle::set_refs(&ws.layout.repo(), &[(pinned.clone(), tip)])?;
                 updates.push(Update { local: Some(pinned), remote: name, expect: Expect::Exactly(None) });
                 let ids = Mark::Ids.ref_name(&id);
-                if here.get(&ids)?.is_some() && !seen.repo.contains_key(&ids) {
+                if ws.repo.ref_target(&ids)?.is_some() && !seen.repo.contains_key(&ids) {
                     updates.push(Update { local: Some(ids.clone()), remote: ids, expect: Expect::Exactly(None) });
                 }
             }
@@ -358,7 +349,7 @@ fn made_here(ws: &Workspace, seen: &Seen, mine: &[AgentId]) -> Result<MadeHere> 
             let mark = Mark::Names.ref_name(&name);
             let claimed = match seen.repo.contains_key(&mark) {
                 true => None,
-                false => here.get(&mark)?,
+                false => ws.repo.ref_target(&mark)?,
             };
             if claimed.is_some_and(|v| ws.repo.read_blob(v).is_ok_and(|b| b == id.as_str().as_bytes())) {
                 names.push((
@@ -369,15 +360,4 @@ fn made_here(ws: &Workspace, seen: &Seen, mine: &[AgentId]) -> Result<MadeHere> 
         }
     }
     Ok((updates, names))
-}
-
-/// Refs of `repo.git`, each looked up when asked: a round asks of a few among every
-/// agent's (listing them all cost a round as much as the remote held).
-pub(super) struct Here<'a>(pub(super) &'a Workspace);
-
-impl Here<'_> {
-    /// (An error is no answer: taken for "absent", a mark would be removed fleet-wide.)
-    pub(super) fn get(&self, name: &str) -> Result<Option<Oid>> {
-        Ok(self.0.repo.ref_target(name)?)
-    }
 }
