@@ -45,40 +45,92 @@ pub fn compare_and_swap_each(
     url: &str,
     swaps: &[(String, Option<Oid>, Option<Oid>)],
 ) -> Result<Vec<Swap>> {
+    Ok(push_parts(git_dir, url, &[], &[], swaps, Some(&[]))?.swaps)
+}
+
+/// How each part of a [`push_parts`] went, in the order each was given.
+#[derive(Debug, Default)]
+pub struct Parts {
+    pub whole: Vec<Outcome>,
+    pub each: Vec<Outcome>,
+    pub swaps: Vec<Swap>,
+}
+
+/// One push (one connection unless a ref is out of place) of three parts: `whole`, all
+/// or nothing as [`push_whole`]'s; `each`, each update on its own as [`push`]'s; and
+/// `swaps`, compare-and-swaps of values not named here (`(ref, expected, new)`, as
+/// [`compare_and_swap_each`]'s). A ref out of place in one part holds back no other part.
+///
+/// With `narrow`, the push sees of the remote's refs only those it moves and those
+/// `narrow` names (over git://, ssh and https; a local path shows it all): what it sends
+/// is what the new values reach beyond the old values of those, so `narrow` should name
+/// the refs whose history a new ref continues (an agent's parent's branch for a child
+/// made from it). Without, libgit2 reads every commit the remote advertises that this
+/// repository holds, and its tree, at every push.
+pub fn push_parts(
+    git_dir: &Path,
+    url: &str,
+    whole: &[Update],
+    each: &[Update],
+    swaps: &[(String, Option<Oid>, Option<Oid>)],
+    narrow: Option<&[String]>,
+) -> Result<Parts> {
+    if whole.is_empty() && each.is_empty() && swaps.is_empty() {
+        return Ok(Parts::default());
+    }
     let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
-    // libgit2 pushes local refs: a temporary one names each new value.
+    let pusher = pusher(git_dir)?;
+    // libgit2 pushes local refs: a temporary one of the pusher's names each new value.
     let mut temps = Vec::new();
     let mut updates = Vec::new();
     let mut made = || -> Result<()> {
-        for (refname, expected, new) in swaps {
+        let given = whole.iter().chain(each).map(|u| {
+            let new = u.local.as_ref().map(|l| repo.refname_to_id(l).map_err(lib(format!("read {l}")))).transpose();
+            new.map(|new| (u.remote.clone(), u.expect, new))
+        });
+        let swapped =
+            swaps.iter().map(|(remote, expected, new)| Ok((remote.clone(), Expect::Exactly(*expected), *new)));
+        for update in given.chain(swapped) {
+            let (remote, expect, new) = update?;
             let local = match new {
                 Some(new) => {
-                    let temp = temp_ref("cas");
-                    repo.reference(&temp, *new, true, "push").map_err(lib(format!("write {temp}")))?;
+                    let temp = temp_ref("push");
+                    pusher.reference(&temp, new, true, "push").map_err(lib(format!("write {temp}")))?;
                     temps.push(temp.clone());
                     Some(temp)
                 }
                 None => None,
             };
-            updates.push(Update { local, remote: refname.clone(), expect: Expect::Exactly(*expected) });
+            updates.push(Update { local, remote, expect });
         }
         Ok(())
     };
+    let wholly: Vec<bool> = (0..whole.len() + each.len() + swaps.len()).map(|i| i < whole.len()).collect();
+    let _narrowing = narrow.map(|also| {
+        let moved = whole.iter().chain(each).map(|u| u.remote.clone()).chain(swaps.iter().map(|s| s.0.clone()));
+        super::transport::narrowing(moved.chain(also.iter().cloned()))
+    });
     // (The temporary refs go whatever happens, those made before a failure too.)
-    let pushed = made().and_then(|()| push(git_dir, url, &updates));
+    let pushed = made().and_then(|()| push_with(&pusher, url, &updates, &wholly));
     for temp in &temps {
-        let _ = repo.find_reference(temp).and_then(|mut r| r.delete());
+        let _ = pusher.find_reference(temp).and_then(|mut r| r.delete());
     }
-    let mut outcomes = pushed?.into_iter();
-    Ok(swaps
-        .iter()
-        .map(|_| match outcomes.next() {
-            Some(Outcome::Done(_)) => Swap::Done,
-            Some(Outcome::Moved { found }) => Swap::Moved { found },
-            Some(Outcome::Refused(words)) => Swap::Refused(words),
-            Some(Outcome::Withheld) | None => Swap::Refused("the server said nothing of the ref".into()),
-        })
-        .collect())
+    let mut outcomes = pushed?;
+    let swapped = outcomes.split_off(whole.len() + each.len());
+    let each_went = outcomes.split_off(whole.len());
+    Ok(Parts {
+        whole: outcomes,
+        each: each_went,
+        swaps: swapped
+            .into_iter()
+            .map(|outcome| match outcome {
+                Outcome::Done(_) => Swap::Done,
+                Outcome::Moved { found } => Swap::Moved { found },
+                Outcome::Refused(words) => Swap::Refused(words),
+                Outcome::Withheld => Swap::Refused("the server said nothing of the ref".into()),
+            })
+            .collect(),
+    })
 }
 
 /// What a pushed ref must be on the remote for its update to go through.
@@ -117,7 +169,7 @@ pub enum Outcome {
 /// as expected is cancelled whole (libgit2 decides before sending anything) and pushed
 /// again without it. Returns an outcome per update, in order.
 pub fn push(git_dir: &Path, url: &str, updates: &[Update]) -> Result<Vec<Outcome>> {
-    push_with(git_dir, url, updates, false)
+    Ok(push_parts(git_dir, url, &[], updates, &[], None)?.each)
 }
 
 /// [`push`], all or nothing as far as the client decides: when one ref is not as
@@ -125,12 +177,13 @@ pub fn push(git_dir: &Path, url: &str, updates: &[Update]) -> Result<Vec<Outcome
 /// still refuse one ref and take the rest, as git's `receive-pack` does without the
 /// `atomic` capability, which libgit2 does not ask for.)
 pub fn push_whole(git_dir: &Path, url: &str, updates: &[Update]) -> Result<Vec<Outcome>> {
-    push_with(git_dir, url, updates, true)
+    Ok(push_parts(git_dir, url, updates, &[], &[], None)?.whole)
 }
 
-fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Result<Vec<Outcome>> {
+/// Pushes `updates` from `repo`, those marked in `whole` all or nothing
+/// among themselves, the rest each on its own (see [`push_parts`]).
+fn push_with(repo: &Repository, url: &str, updates: &[Update], whole: &[bool]) -> Result<Vec<Outcome>> {
     let shown = super::transport::shown(url);
-    let repo = Repository::open_bare(git_dir).map_err(lib(format!("open {}", git_dir.display())))?;
     let mut outcomes: Vec<Option<Outcome>> = vec![None; updates.len()];
     loop {
         let pending: Vec<usize> = (0..updates.len()).filter(|i| outcomes[*i].is_none()).collect();
@@ -173,7 +226,7 @@ fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Resu
             });
             let mut options = PushOptions::new();
             options.remote_callbacks(callbacks);
-            let mut remote = anonymous(&repo, url)?;
+            let mut remote = anonymous(repo, url)?;
             // Forced as far as libgit2 goes: the checks above are the compare.
             let specs: Vec<String> = pending
                 .iter()
@@ -185,12 +238,13 @@ fn push_with(git_dir: &Path, url: &str, updates: &[Update], whole: bool) -> Resu
             remote.push(&specs, Some(&mut options))
         };
         let moved = moved.into_inner();
+        let moved_whole = moved.iter().any(|(i, _)| whole[*i]);
         if !moved.is_empty() {
             for (i, found) in moved {
                 outcomes[i] = Some(Outcome::Moved { found });
             }
-            if whole {
-                for outcome in outcomes.iter_mut().filter(|o| o.is_none()) {
+            if moved_whole {
+                for (outcome, _) in outcomes.iter_mut().zip(whole).filter(|(o, w)| o.is_none() && **w) {
                     *outcome = Some(Outcome::Withheld);
                 }
             }
@@ -265,6 +319,33 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String], hot: &[String]) -> 
     }
     let _ = remote.disconnect();
     Ok(listed)
+}
+
+/// The repository the pushes from `git_dir` are made from, made the first time:
+/// `<git_dir>/pushing`, holding only the temporary refs of the pushes under way, and
+/// reading `git_dir`'s objects as its alternates. libgit2 lists every ref of the
+/// repository it pushes from at each push (its pack writer looks for tags among them),
+/// and `git_dir`'s name every agent ever seen here.
+fn pusher(git_dir: &Path) -> Result<Repository> {
+    let dir = git_dir.join("pushing");
+    let open = || Repository::open_bare(&dir).map_err(lib(format!("open {}", dir.display())));
+    if dir.join("HEAD").is_file() {
+        return open();
+    }
+    // Made aside and put in place whole (two processes may make it at once).
+    let aside = git_dir.join(format!("{}.{}", temp_ref("pushing").replace('/', "-"), "new"));
+    let made = (|| -> std::io::Result<()> {
+        std::fs::create_dir_all(aside.join("refs"))?;
+        std::fs::create_dir_all(aside.join("objects/info"))?;
+        std::fs::write(aside.join("HEAD"), "ref: refs/heads/main\n")?;
+        // (Relative to its own objects directory.)
+        std::fs::write(aside.join("objects/info/alternates"), "../../objects\n")?;
+        std::fs::rename(&aside, &dir)
+    })();
+    if made.is_err() {
+        let _ = std::fs::remove_dir_all(&aside);
+    }
+    open()
 }
 
 /// A name for a temporary ref of this process, `refs/outgoing/<kind>/<pid>-<n>`: not

@@ -357,7 +357,7 @@ pub(super) fn commit_records(ws: &Workspace, id: &AgentId, base: Option<Oid>, ne
         let newest = files.iter().filter_map(|(p, _)| crate::store::step_record::number_of(top(p))).max();
         files.retain(|(p, _)| crate::store::step_record::number_of(top(p)) != newest);
     }
-    let mine = bundle::refs(&ws.layout.repo(), std::slice::from_ref(&name))?.first().map(|(_, o)| *o);
+    let mine = ws.repo.ref_target(&name)?;
     // Forward from what the remote has, else from what was made here before.
     let parent = base.or(mine);
     let known = match parent {

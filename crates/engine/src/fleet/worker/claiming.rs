@@ -1,5 +1,5 @@
-//! What a worker reaches for and lets go of: claims of agents with work, all made in
-//! one push a round; claims of agents with nothing left, all let go in one push.
+//! What a worker reaches for and lets go of: claims of agents with work, and of agents
+//! with nothing left, let go; both in the round's one push.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -11,10 +11,11 @@ use infra::git::CommitId as Oid;
 use super::leases::{driven_here, drop_inbox};
 use super::{Event, Owned, Result, Worker, stops};
 use crate::agents::lifecycle;
-use crate::fleet::claims::{self, Claimed};
+use crate::fleet::claims::{self, ClaimPlan, Claimed, Swap3};
 use crate::fleet::remote::{self, Seen, inbox_prefix};
 use crate::store::inbox;
 use crate::store::snapshot::Loader;
+use infra::git::remote::Swap;
 
 /// Where worker `worker` ranks agent `id` (FNV-1a of both): the worker ranking an agent
 /// highest among those alive is its preferred holder.
@@ -27,6 +28,21 @@ fn rank(worker: &str, id: &str) -> u64 {
     hash
 }
 
+/// The claims a round reaches for (see [`Worker::claim_work`]).
+#[derive(Default)]
+pub(super) struct Claiming {
+    chosen: Vec<(AgentId, Oid)>,
+    /// The claims' compare-and-swaps, and when they were planned.
+    plan: Option<(ClaimPlan, Instant)>,
+}
+
+impl Claiming {
+    /// Its compare-and-swaps, to push.
+    pub(super) fn swaps(&self) -> &[Swap3] {
+        self.plan.as_ref().map_or(&[], |(plan, _)| &plan.swaps)
+    }
+}
+
 impl Worker<'_> {
     /// Claims agents with work nobody drives, up to `max_agents`, all in one push. First
     /// those this worker is the preferred holder of among the workers it knows to be
@@ -34,13 +50,16 @@ impl Worker<'_> {
     /// for each agent, so workers reaching at once seldom reach for the same agents);
     /// then any other left waiting for an eighth of a lease (its preferred worker is full,
     /// or gone).
-    pub(super) fn claim_work(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
+    ///
+    /// What it reaches for, to be pushed with the round's other updates; [`Worker::claimed`]
+    /// takes in how that went.
+    pub(super) fn claim_work(&mut self, seen: &Seen) -> Result<Claiming> {
         let ws = self.ws;
         let free = self.options.max_agents.saturating_sub(self.owned.len());
         // (Its first round only looks: the workers that came up with it have said so by
         // the next, and it knows whom each agent is preferred by.)
         if free == 0 || self.tally.rounds < 2 {
-            return Ok(());
+            return Ok(Claiming::default());
         }
         let mut loader = Loader::default();
         let candidates: Vec<(AgentId, Oid)> = seen
@@ -121,7 +140,20 @@ impl Worker<'_> {
         // (Each lease counted from before its push: a watcher's clock starts later.)
         let now = Instant::now();
         let plan = self.claims()?.plan(&ids, now)?;
-        let swapped = claims::push(&ws.layout.repo(), &self.remote.url, &plan.swaps)?;
+        Ok(Claiming { chosen, plan: Some((plan, now)) })
+    }
+
+    /// Takes in how the claims of `claiming` went (`swapped`, in order); returns the
+    /// agents it holds now.
+    pub(super) fn claimed(
+        &mut self,
+        claiming: Claiming,
+        swapped: Vec<Swap>,
+        on: &mut dyn FnMut(Event),
+    ) -> Result<Vec<AgentId>> {
+        let ws = self.ws;
+        let Claiming { chosen, plan: Some((plan, now)) } = claiming else { return Ok(Vec::new()) };
+        let mut mine = Vec::new();
         let claimed = self.claims()?.settle(plan, swapped, now);
         let mut unkept = Vec::new();
         for ((id, tip), claimed) in chosen.into_iter().zip(claimed) {
@@ -142,6 +174,7 @@ impl Worker<'_> {
                         self.tally.took_over += 1;
                     }
                     on(Event::Claimed { agent: id.to_string(), took_over });
+                    mine.push(id);
                 }
                 Claimed::Lost => self.tally.conflicts += 1,
                 Claimed::Busy { .. } => {}
@@ -149,7 +182,7 @@ impl Worker<'_> {
         }
         let swaps = self.claims()?.release_swaps(&unkept);
         claims::push(&ws.layout.repo(), &self.remote.url, &swaps)?;
-        Ok(())
+        Ok(mine)
     }
 
     /// Of the agents with work `wanted`, those this worker reaches for now, at most
@@ -184,13 +217,14 @@ impl Worker<'_> {
         Ok(ranked.into_iter().take(free).map(|(_, _, _, chosen)| chosen).collect())
     }
 
-    /// Lets go of its agents with nothing left to do and nothing left to send.
+    /// Lets go of its agents with nothing left to do and nothing left to send: here at
+    /// once; their claims' deletions are returned, for the round's push.
     pub(super) fn let_go_of_idle(
         &mut self,
         seen: &Seen,
         dirty: &HashSet<AgentId>,
         on: &mut dyn FnMut(Event),
-    ) -> Result<()> {
+    ) -> Result<Vec<Swap3>> {
         let ws = self.ws;
         let mut loader = Loader::default();
         // A stop asked of it is carried out, and withdrawn, by it first.
@@ -232,21 +266,11 @@ impl Worker<'_> {
             }
             idle.push(id);
         }
-        self.release(&idle, on)
-    }
-
-    /// Lets go of `ids`: here first (no driver may start for them once their files are
-    /// gone), then their claims deleted in one push (one the push does not delete
-    /// expires with its lease).
-    pub(super) fn release(&mut self, ids: &[AgentId], on: &mut dyn FnMut(Event)) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        self.let_go_here(ids, on);
-        let names: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
-        let swaps = self.claims()?.release_swaps(&names);
-        claims::push(&self.ws.layout.repo(), &self.remote.url, &swaps)?;
-        Ok(())
+        // Here first (no driver may start for them once their files are gone); a claim
+        // the push does not delete expires with its lease.
+        self.let_go_here(&idle, on);
+        let names: Vec<String> = idle.iter().map(|id| id.to_string()).collect();
+        Ok(self.claims()?.release_swaps(&names))
     }
 
     /// Lets go of `ids` here: their claim files, inboxes and bookkeeping.

@@ -299,16 +299,26 @@ impl Worker<'_> {
     }
 
     /// Messages the remote holds for agents it drives: each delivered here unless one
-    /// of the same identity is held (pending here, or in the transcript); deleted there
-    /// once the transcript the remote has holds it.
-    pub(super) fn deliver(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<()> {
+    /// of the same identity is held (pending here, or in the transcript). Returns the
+    /// deletions, for the round's push, of those the transcript the remote has holds.
+    /// (`only`: of those agents alone.)
+    pub(super) fn deliver(
+        &mut self,
+        seen: &Seen,
+        only: Option<&[AgentId]>,
+        on: &mut dyn FnMut(Event),
+    ) -> Result<Vec<Update>> {
         let ws = self.ws;
         let mut settled = Vec::new();
         let mut woken = HashSet::new();
         // (A stopped one, or one a stop is asked of, is not started here: `drive` revives
         // a stopped one for a message of the user's sent after its stop.)
         let asked: HashSet<AgentId> = super::stops::asked(seen).into_iter().map(|(id, _)| id).collect();
-        for id in self.owned.keys().cloned().collect::<Vec<_>>() {
+        let ids: Vec<AgentId> = match only {
+            Some(only) => only.iter().filter(|id| self.owned.contains_key(*id)).cloned().collect(),
+            None => self.owned.keys().cloned().collect(),
+        };
+        for id in ids {
             let prefix = inbox_prefix(id.as_str());
             let waiting: Vec<(&str, Oid)> = seen.under(&prefix).collect();
             if waiting.is_empty() {
@@ -351,10 +361,6 @@ impl Worker<'_> {
                 }
             }
         }
-        if !settled.is_empty() {
-            wire::push(&ws.layout.repo(), &self.remote.url, &settled)
-                .map_err(|e| remote::unreachable(&self.remote, e))?;
-        }
         for id in woken {
             if self.fresh(&id)
                 && !asked.contains(&id)
@@ -364,6 +370,6 @@ impl Worker<'_> {
                 self.start(&id, on)?;
             }
         }
-        Ok(())
+        Ok(settled)
     }
 }

@@ -1,13 +1,15 @@
 //! `offshoot worker`: drives agents of a remote from this workspace (one made by `new
 //! --from`), with as many other workers on other machines as there are.
 //!
-//! Each round it fetches; renews its claims (one lost is let go at once: its driver
-//! killed, nothing of it sent again); sends, in one push, the agents its drivers made,
-//! the messages its agents sent whose cause is in that push, and each of its agents'
-//! records, marks and branch — the branch only from the tip it last pushed, so a worker
-//! that lost the agent writes nothing; takes every other agent as the remote has it;
-//! delivers the messages the remote holds for its agents; starts drivers; claims agents
-//! with work; lets go of its agents that have none.
+//! Each round it fetches; takes every other agent as the remote has it; delivers the
+//! messages the remote holds for its agents; starts drivers; lets go of its agents that
+//! have no work and claims agents with work. Then one push carries the round: the agents
+//! its drivers made, the messages its agents sent whose cause is in that push, and each
+//! of its agents' records, marks and branch (all or nothing; the branch only from the
+//! tip it last pushed, so a worker that lost the agent writes nothing); the deletions of
+//! the messages delivered; its releases and its claims (each on its own). The drivers of
+//! the agents it has just claimed start at once. Its claims are renewed by a thread of
+//! their own (one lost is let go at once: its driver killed, nothing of it sent again).
 //!
 //! Every message between agents travels through the remote here (the workspace's
 //! `worker/` directory turns deposits into outbox files): a message is put on the
@@ -25,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use domain::id::AgentId;
 use domain::marks::{Epitaph, Mark};
+use infra::git::remote as wire;
 use infra::git::{CommitId as Oid, GitError, bundle};
 use infra::lock::{LockGuard, Probe};
 
@@ -319,13 +322,34 @@ impl<'w> Worker<'w> {
         // Seen now, after the fetch (which may have taken long): a value is only as old
         // as this worker knows it to be.
         self.claims()?.observe(&listed, Instant::now());
-        let dirty = self.publish(&seen, on)?;
+        let publishing = self.publishing(&seen)?;
         self.take_in(&seen)?;
         self.stop_asked(&seen, on)?;
-        self.deliver(&seen, on)?;
+        let delivered = self.deliver(&seen, None, on)?;
         self.drive(&seen, on)?;
-        self.claim_work(&seen, on)?;
-        self.let_go_of_idle(&seen, &dirty, on)?;
+        // (Let go of first: the claims made in the same push may take their places.)
+        let mut swaps = self.let_go_of_idle(&seen, &publishing.dirty, on)?;
+        let releases = swaps.len();
+        let claiming = self.claim_work(&seen)?;
+        swaps.extend_from_slice(claiming.swaps());
+        // Everything the round sends, in one push: a ref out of place in one part holds
+        // back no other.
+        // (Seeing of the remote's refs only those it moves, and the branches its new
+        // agents were made from.)
+        let forked = publish::forked_from(&publishing.updates);
+        let repo = self.ws.layout.repo();
+        let mut went =
+            wire::push_parts(&repo, &self.remote.url, &publishing.updates, &delivered, &swaps, Some(&forked))
+                .map_err(|e| remote::unreachable(&self.remote, e))?;
+        self.published(&seen, publishing, &went.whole, on)?;
+        let claimed = went.swaps.split_off(releases);
+        let claimed = self.claimed(claiming, claimed, on)?;
+        // The messages that are its new agents' work, delivered and their drivers
+        // started now rather than a round later (what else they have, `drive` starts
+        // next round).
+        if !claimed.is_empty() {
+            self.deliver(&seen, Some(&claimed), on)?;
+        }
         Ok(())
     }
 

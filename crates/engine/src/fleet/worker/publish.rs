@@ -18,12 +18,35 @@ use crate::store::inbox;
 use crate::store::snapshot::Loader;
 use crate::store::workspace::Workspace;
 
+/// What a round sends of its own agents, made ready by [`Worker::publishing`] and taken
+/// back in by [`Worker::published`] once its push has gone.
+pub(super) struct Publishing {
+    /// All or nothing: the agents made here, the messages going with their cause, its
+    /// agents' records, marks and branches.
+    pub(super) updates: Vec<Update>,
+    /// The names of the agents made here, sent once they are there.
+    names: Vec<(AgentId, Update)>,
+    outgoing: Vec<Outgoing>,
+    /// The agents something is sent for.
+    pub(super) dirty: HashSet<AgentId>,
+}
+
 impl Worker<'_> {
-    /// Sends, in one push: agents made here by agents it drives (create-only), the
-    /// messages whose cause goes with it, and its agents' records, marks and branches
-    /// (each branch from the tip last pushed). Returns the agents something was sent
-    /// for, or was to be.
+    /// Sends, in one push, what [`Worker::publishing`] makes ready, and takes in how it
+    /// went. Returns the agents something was sent for, or was to be.
     pub(super) fn publish(&mut self, seen: &Seen, on: &mut dyn FnMut(Event)) -> Result<HashSet<AgentId>> {
+        let publishing = self.publishing(seen)?;
+        let outcomes = wire::push_whole(&self.ws.layout.repo(), &self.remote.url, &publishing.updates)
+            .map_err(|e| remote::unreachable(&self.remote, e))?;
+        let dirty = publishing.dirty.clone();
+        self.published(seen, publishing, &outcomes, on)?;
+        Ok(dirty)
+    }
+
+    /// What to send, all or nothing: agents made here by agents it drives (create-only),
+    /// the messages whose cause goes with them, and its agents' records, marks and
+    /// branches (each branch from the tip last pushed).
+    pub(super) fn publishing(&mut self, seen: &Seen) -> Result<Publishing> {
         let ws = self.ws;
         let mine: Vec<AgentId> = self.owned.keys().filter(|id| self.fresh(id)).cloned().collect();
         let mut tips: HashMap<AgentId, Oid> = HashMap::new();
@@ -51,6 +74,21 @@ impl Worker<'_> {
                 dirty.insert(id.clone());
             }
         }
+        Ok(Publishing { updates, names, outgoing, dirty })
+    }
+
+    /// Takes in how `publishing`'s updates went (`outcomes`, in order); then sends the
+    /// names of the agents made here that are there now, and the project branches of the
+    /// agents it holds.
+    pub(super) fn published(
+        &mut self,
+        seen: &Seen,
+        publishing: Publishing,
+        outcomes: &[Outcome],
+        on: &mut dyn FnMut(Event),
+    ) -> Result<()> {
+        let ws = self.ws;
+        let Publishing { updates, names, outgoing, .. } = publishing;
         let there = |id: &AgentId| seen.repo.contains_key(&format!("refs/heads/{}", id.branch()));
         if updates.is_empty() {
             // (Names of children there already, that did not go with them.)
@@ -59,28 +97,24 @@ impl Worker<'_> {
                 wire::push(&ws.layout.repo(), &self.remote.url, &late)
                     .map_err(|e| remote::unreachable(&self.remote, e))?;
             }
-            self.push_project(seen)?;
-            return Ok(dirty);
+            return self.push_project(seen);
         }
-        let outcomes = wire::push_whole(&ws.layout.repo(), &self.remote.url, &updates)
-            .map_err(|e| remote::unreachable(&self.remote, e))?;
-        self.settle(&updates, &outcomes, on);
+        self.settle(&updates, outcomes, on);
         // The names of the agents there now: made there by this push, or before it.
         let made: Vec<Update> = names
             .into_iter()
             .filter(|(id, _)| {
                 let branch = format!("refs/heads/{}", id.branch());
                 there(id)
-                    || updates.iter().zip(&outcomes).any(|(u, o)| u.remote == branch && matches!(o, Outcome::Done(_)))
+                    || updates.iter().zip(outcomes).any(|(u, o)| u.remote == branch && matches!(o, Outcome::Done(_)))
             })
             .map(|(_, update)| update)
             .collect();
         if !made.is_empty() {
             wire::push(&ws.layout.repo(), &self.remote.url, &made).map_err(|e| remote::unreachable(&self.remote, e))?;
         }
-        self.settle_messages(&outgoing, &updates, &outcomes, on)?;
-        self.push_project(seen)?;
-        Ok(dirty)
+        self.settle_messages(&outgoing, &updates, outcomes, on)?;
+        self.push_project(seen)
     }
 
     /// What agent `id` of its own (at `tip`) has to send: its records, its marks, its
@@ -312,6 +346,25 @@ fn caused(ws: &Workspace, text: &str, sender: &AgentId, to: &AgentId, tip: Oid) 
         }
     }
     Ok(false)
+}
+
+/// The branches on the remote the agent branches of `updates` were made from: each
+/// one's ancestors' (a child starts at its parent's tip), so that a push seeing only the
+/// refs it moves and these still sends a new child only what its parent's branch there
+/// does not hold.
+pub(super) fn forked_from(updates: &[Update]) -> Vec<String> {
+    let mut forked = Vec::new();
+    for update in updates {
+        let Some(id) = update.remote.strip_prefix("refs/heads/agents/").and_then(|a| AgentId::parse(a).ok()) else {
+            continue;
+        };
+        let mut parent = id.parent();
+        while let Some(id) = parent {
+            forked.push(format!("refs/heads/{}", id.branch()));
+            parent = id.parent();
+        }
+    }
+    forked
 }
 
 /// What [`made_here`] publishes: the updates, and the name claims that go after them.

@@ -84,7 +84,7 @@ impl SmartSubtransport for Https {
             Service::UploadPackLs | Service::ReceivePackLs => {
                 let mut exchange = exchange;
                 exchange.advertise().map_err(net_error)?;
-                Ok(Box::new(exchange))
+                Ok(super::narrow::narrowed(service, Box::new(exchange)))
             }
             Service::UploadPack | Service::ReceivePack => Ok(Box::new(exchange)),
         }

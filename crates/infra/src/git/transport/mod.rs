@@ -1,6 +1,8 @@
-//! ssh and https remotes. libgit2 is built here without libssh2 and without TLS (no C
-//! library to build or install for either), so both are subtransports of ours under its
-//! smart protocol: libgit2 speaks git's protocol, these only carry its bytes.
+//! ssh, https and git:// remotes. libgit2 is built here without libssh2 and without TLS
+//! (no C library to build or install for either), so both are subtransports of ours under
+//! its smart protocol: libgit2 speaks git's protocol, these only carry its bytes. git://
+//! is ours too, so that every one of them can narrow a push's ref advertisement
+//! ([`narrowing`]).
 //!
 //! - ssh runs the user's `ssh` as git does — `ssh [-p port] [user@]host "git-upload-pack
 //!   '<path>'"`, or `GIT_SSH_COMMAND` / `GIT_SSH` when set — with the user's keys, agent,
@@ -12,9 +14,14 @@
 //!   helpers, which are told whether they worked). The roots trusted are Mozilla's, or
 //!   those in `GIT_SSL_CAINFO` / `SSL_CERT_FILE` when set.
 
+mod daemon;
 mod https;
+mod narrow;
 mod ssh;
 
+pub(crate) use narrow::narrowing;
+
+use daemon::Daemon;
 use https::{Https, HttpsTarget, agent};
 use ssh::{Ssh, SshTarget};
 
@@ -85,6 +92,8 @@ pub(crate) fn register() -> Result<(), String> {
                     git2::transport::register(scheme, |remote| Transport::smart(remote, false, Ssh))
                         .map_err(|e| format!("register {scheme}: {}", e.message()))?;
                 }
+                git2::transport::register("git", |remote| Transport::smart(remote, false, Daemon))
+                    .map_err(|e| format!("register git: {}", e.message()))?;
                 git2::transport::register("https", |remote| {
                     let agent = agent().map_err(net_error)?;
                     Transport::smart(remote, true, Https { credential: Arc::default(), agent })

@@ -116,7 +116,8 @@ impl SmartSubtransport for Ssh {
         };
         let mut served = process::serve(&spec, None).map_err(net_error)?;
         let (input, output) = served.pipes().ok_or_else(|| net_error("ssh has no pipes"))?;
-        Ok(Box::new(SshStream { served, input: input.into(), output: output.into(), host: target.host }))
+        let stream = SshStream { served, input: input.into(), output: output.into(), host: target.host };
+        Ok(super::narrow::narrowed(service, Box::new(stream)))
     }
 
     fn close(&self) -> Result<(), git2::Error> {
