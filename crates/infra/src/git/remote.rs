@@ -106,10 +106,10 @@ pub fn push_parts(
         Ok(())
     };
     let wholly: Vec<bool> = (0..whole.len() + each.len() + swaps.len()).map(|i| i < whole.len()).collect();
-    let _narrowing = narrow.map(|also| {
+    let _narrowing = super::transport::narrowing(narrow.map(|also| {
         let moved = whole.iter().chain(each).map(|u| u.remote.clone()).chain(swaps.iter().map(|s| s.0.clone()));
-        super::transport::narrowing(moved.chain(also.iter().cloned()))
-    });
+        moved.chain(also.iter().cloned()).collect()
+    }));
     // (The temporary refs go whatever happens, those made before a failure too.)
     let pushed = made().and_then(|()| push_with(&pusher, url, &updates, &wholly));
     for temp in &temps {
@@ -321,13 +321,18 @@ pub fn fetch(git_dir: &Path, url: &str, refspecs: &[String], hot: &[String]) -> 
     Ok(listed)
 }
 
+/// Where the repository the pushes from `git_dir` are made from is ([`pusher`]).
+pub fn pushing(git_dir: &Path) -> std::path::PathBuf {
+    git_dir.join("pushing")
+}
+
 /// The repository the pushes from `git_dir` are made from, made the first time:
 /// `<git_dir>/pushing`, holding only the temporary refs of the pushes under way, and
 /// reading `git_dir`'s objects as its alternates. libgit2 lists every ref of the
 /// repository it pushes from at each push (its pack writer looks for tags among them),
 /// and `git_dir`'s name every agent ever seen here.
 fn pusher(git_dir: &Path) -> Result<Repository> {
-    let dir = git_dir.join("pushing");
+    let dir = pushing(git_dir);
     let open = || Repository::open_bare(&dir).map_err(lib(format!("open {}", dir.display())));
     if dir.join("HEAD").is_file() {
         return open();
@@ -349,8 +354,9 @@ fn pusher(git_dir: &Path) -> Result<Repository> {
 }
 
 /// A name for a temporary ref of this process, `refs/outgoing/<kind>/<pid>-<n>`: not
-/// under `refs/offshoot/` (marks). One a kill leaves is swept by the next worker
-/// started in the workspace (elsewhere it stays, naming an object the repository has).
+/// under `refs/offshoot/` (marks). One a kill leaves (in the git directory, or in its
+/// `pushing/`) is swept by the next worker started in the workspace (elsewhere it
+/// stays, naming an object the repository has).
 fn temp_ref(kind: &str) -> String {
     static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

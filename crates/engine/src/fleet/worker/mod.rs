@@ -271,6 +271,8 @@ impl<'w> Worker<'w> {
         for (name, _) in bundle::refs(&ws.layout.repo(), &[format!("{OUTGOING}*")])? {
             ws.repo.delete_ref(&name)?;
         }
+        // (And those of the pushes a kill cut short, in the repository pushes go from.)
+        let _ = std::fs::remove_dir_all(wire::pushing(&ws.layout.repo()).join(OUTGOING));
         let mut claims = Claims::new(&ws.layout.repo(), &remote.url, &options.name, options.lease);
         claims.set_capacity(options.max_agents);
         // Known to the other workers before it reaches for any agent (out of reach: its
@@ -322,11 +324,12 @@ impl<'w> Worker<'w> {
         // Seen now, after the fetch (which may have taken long): a value is only as old
         // as this worker knows it to be.
         self.claims()?.observe(&listed, Instant::now());
-        let publishing = self.publishing(&seen)?;
         self.take_in(&seen)?;
         self.stop_asked(&seen, on)?;
         let delivered = self.deliver(&seen, None, on)?;
         self.drive(&seen, on)?;
+        // (Made ready close to the push: only agents whose claims are fresh now are sent.)
+        let publishing = self.publishing(&seen)?;
         // (Let go of first: the claims made in the same push may take their places.)
         let mut swaps = self.let_go_of_idle(&seen, &publishing.dirty, on)?;
         let releases = swaps.len();
@@ -341,9 +344,10 @@ impl<'w> Worker<'w> {
         let mut went =
             wire::push_parts(&repo, &self.remote.url, &publishing.updates, &delivered, &swaps, Some(&forked))
                 .map_err(|e| remote::unreachable(&self.remote, e))?;
-        self.published(&seen, publishing, &went.whole, on)?;
+        // (The claims first: they are the remote's now, whatever the pushes after do.)
         let claimed = went.swaps.split_off(releases);
         let claimed = self.claimed(claiming, claimed, on)?;
+        self.published(&seen, publishing, &went.whole, on)?;
         // The messages that are its new agents' work, delivered and their drivers
         // started now rather than a round later (what else they have, `drive` starts
         // next round).

@@ -29,14 +29,17 @@ impl DaemonTarget {
         let (host, port) = match authority.strip_prefix('[') {
             Some(bracketed) => {
                 let (inside, after) = bracketed.split_once(']').ok_or("a `[` without its `]`")?;
-                (inside, after.strip_prefix(':'))
+                match after {
+                    "" => (inside, None),
+                    after => (inside, Some(after.strip_prefix(':').ok_or("something after the `]`")?)),
+                }
             }
             None => match authority.split_once(':') {
                 Some((host, port)) => (host, Some(port)),
                 None => (authority, None),
             },
         };
-        let port = match port {
+        let port = match port.filter(|p| !p.is_empty()) {
             Some(port) => port.parse::<u16>().map_err(|_| "its port is not a number".to_owned())?,
             None => PORT,
         };
@@ -101,7 +104,8 @@ mod tests {
             target("127.0.0.1:9555", "127.0.0.1", 9555, "/a/r.git")
         );
         assert_eq!(DaemonTarget::parse("git://[::1]:9/r"), target("[::1]:9", "::1", 9, "/r"));
-        for refused in ["git://h", "git://h:port/x", "git:///x", "git://h/x\ny", "https://h/x"] {
+        assert_eq!(DaemonTarget::parse("git://h:/r"), target("h:", "h", 9418, "/r"));
+        for refused in ["git://h", "git://h:port/x", "git:///x", "git://h/x\ny", "https://h/x", "git://[::1]junk/r"] {
             assert!(DaemonTarget::parse(refused).is_err(), "{refused}");
         }
     }

@@ -18,19 +18,21 @@ thread_local! {
     static SEEN: RefCell<Option<HashSet<String>>> = const { RefCell::new(None) };
 }
 
-/// While it lives, a push on this thread sees only the refs of `names` advertised.
-pub(crate) struct Narrowing(());
+/// While it lives, a push on this thread sees only the refs it was made with (`None`:
+/// all of them); then what was seen before.
+pub(crate) struct Narrowing(Option<HashSet<String>>);
 
-/// Narrows the ref advertisement of the pushes made on this thread to `names` until the
-/// guard is dropped.
-pub(crate) fn narrowing(names: impl IntoIterator<Item = String>) -> Narrowing {
-    SEEN.with(|seen| *seen.borrow_mut() = Some(names.into_iter().collect()));
-    Narrowing(())
+/// Narrows the ref advertisement of the pushes made on this thread to `names` (`None`:
+/// none narrowed) until the guard is dropped.
+pub(crate) fn narrowing(names: Option<Vec<String>>) -> Narrowing {
+    let before = SEEN.with(|seen| seen.replace(names.map(|n| n.into_iter().collect())));
+    Narrowing(before)
 }
 
 impl Drop for Narrowing {
     fn drop(&mut self) {
-        SEEN.with(|seen| *seen.borrow_mut() = None);
+        let before = self.0.take();
+        SEEN.with(|seen| *seen.borrow_mut() = before);
     }
 }
 
@@ -39,7 +41,7 @@ impl Drop for Narrowing {
 pub(super) fn narrowed(service: Service, stream: Box<dyn SmartSubtransportStream>) -> Box<dyn SmartSubtransportStream> {
     match (service, SEEN.with(|seen| seen.borrow().clone())) {
         (Service::ReceivePackLs, Some(kept)) => {
-            Box::new(Narrowed { inner: stream, kept, state: State::Before, out: Vec::new(), at: 0 })
+            Box::new(Narrowed { inner: stream, kept, state: State::Before, out: Vec::new(), at: 0, dropped: 0 })
         }
         _ => stream,
     }
@@ -63,6 +65,8 @@ struct Narrowed {
     /// What is ready for libgit2, read from `at`.
     out: Vec<u8>,
     at: usize,
+    /// The bytes of the ref lines read (bounded, however few are kept).
+    dropped: u64,
 }
 
 /// An object id of the advertisement: 40 or 64 hex digits.
@@ -115,9 +119,18 @@ impl Narrowed {
         self.take_ref(payload)
     }
 
-    /// One ref line of the advertisement: passed on if kept (the first passed carrying
-    /// the capabilities of the first read).
+    /// One line of the ref list: a ref passed on if kept (the first passed carrying the
+    /// capabilities of the first read), anything else (an `ERR`) as it is.
     fn take_ref(&mut self, payload: Vec<u8>) -> std::io::Result<()> {
+        let is_ref = payload.iter().position(|b| *b == b' ').is_some_and(|end| is_id(&payload[..end]));
+        if !is_ref {
+            self.out.extend(pkt_line(&payload));
+            return Ok(());
+        }
+        self.dropped += payload.len() as u64;
+        if self.dropped > super::ADVERTISEMENT_MAX {
+            return Err(std::io::Error::other("the remote's ref advertisement is too large"));
+        }
         let State::Refs { capabilities, passed } = &mut self.state else { return Ok(()) };
         let body = payload.strip_suffix(b"\n").unwrap_or(&payload);
         let (line, caps) = match body.iter().position(|b| *b == 0) {
@@ -194,7 +207,7 @@ mod tests {
     }
 
     fn read_through(sent: Vec<u8>, kept: &[&str]) -> String {
-        let _narrow = narrowing(kept.iter().map(|k| (*k).to_owned()));
+        let _narrow = narrowing(Some(kept.iter().map(|k| (*k).to_owned()).collect()));
         let mut stream = narrowed(Service::ReceivePackLs, Box::new(Canned(std::io::Cursor::new(sent))));
         let mut seen = Vec::new();
         stream.read_to_end(&mut seen).expect("read");
@@ -215,6 +228,11 @@ mod tests {
         let none = read_through(sent.clone(), &[]);
         assert!(none.starts_with(&format!("{}{} capabilities^{{}}\0report-status", "0057", "0".repeat(40))), "{none}");
         assert!(none.ends_with("0000000eunpack ok\n0000"), "{none}");
+        // A server's error inside the list reaches libgit2 as it was said.
+        let mut refused = pkt_line(format!("{a} refs/heads/one\0caps\n").as_bytes());
+        refused.extend(pkt_line(b"ERR access denied\n"));
+        refused.extend(b"0000");
+        assert!(read_through(refused, &[]).starts_with("0016ERR access denied\n"));
         // An https reply's service line and its flush come first, untouched.
         let mut https = pkt_line(b"# service=git-receive-pack\n");
         https.extend(b"0000");
@@ -230,7 +248,7 @@ mod tests {
         let mut seen = Vec::new();
         stream.read_to_end(&mut seen).expect("read");
         assert_eq!(seen, sent);
-        let _narrow = narrowing([]);
+        let _narrow = narrowing(Some(Vec::new()));
         let mut stream = narrowed(Service::UploadPackLs, Box::new(Canned(std::io::Cursor::new(sent.clone()))));
         let mut seen = Vec::new();
         stream.read_to_end(&mut seen).expect("read");
