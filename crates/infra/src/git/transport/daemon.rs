@@ -6,7 +6,7 @@ use std::net::{TcpStream, ToSocketAddrs};
 
 use git2::transport::{Service, SmartSubtransport, SmartSubtransportStream};
 
-use super::{CONNECT_MS, IO_MS, bound, net_error, plain, service_name, shown};
+use super::{CONNECT_MS, IO_MS, bound, host_and_port, net_error, plain, service_name, shown};
 
 /// git's own port for git://.
 const PORT: u16 = 9418;
@@ -26,19 +26,7 @@ impl DaemonTarget {
         let (authority, path) = rest.split_once('/').ok_or("no path")?;
         plain("host", authority)?;
         plain("path", path)?;
-        let (host, port) = match authority.strip_prefix('[') {
-            Some(bracketed) => {
-                let (inside, after) = bracketed.split_once(']').ok_or("a `[` without its `]`")?;
-                match after {
-                    "" => (inside, None),
-                    after => (inside, Some(after.strip_prefix(':').ok_or("something after the `]`")?)),
-                }
-            }
-            None => match authority.split_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (authority, None),
-            },
-        };
+        let (host, port) = host_and_port(authority)?;
         let port = match port.filter(|p| !p.is_empty()) {
             Some(port) => port.parse::<u16>().map_err(|_| "its port is not a number".to_owned())?,
             None => PORT,

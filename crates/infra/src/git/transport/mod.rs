@@ -153,6 +153,21 @@ pub fn shown(url: &str) -> String {
     format!("{scheme}://{user}{password}@{host}{}", &rest[authority.len()..])
 }
 
+/// `host[:port]` or `[v6 address][:port]` split into the host and the port as written
+/// (ssh's and git://'s addresses alike).
+fn host_and_port(hostport: &str) -> Result<(&str, Option<&str>), String> {
+    match hostport.strip_prefix('[') {
+        Some(bracketed) => {
+            let (inside, after) = bracketed.split_once(']').ok_or("a `[` without its `]`")?;
+            match after {
+                "" => Ok((inside, None)),
+                after => Ok((inside, Some(after.strip_prefix(':').ok_or("something after the `]`")?))),
+            }
+        }
+        None => Ok(hostport.split_once(':').map_or((hostport, None), |(host, port)| (host, Some(port)))),
+    }
+}
+
 /// Refuses a control character (a line break would add lines to what a credential
 /// helper is told; a NUL would cut an argument short) in `what` of an address.
 fn plain(what: &str, text: &str) -> Result<(), String> {

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use git2::transport::{Service, SmartSubtransport, SmartSubtransportStream};
 
-use super::{IO_MS, SCP, bound, environment, net_error, percent_decode, plain, service_name, shown, var};
+use super::{
+    IO_MS, SCP, bound, environment, host_and_port, net_error, percent_decode, plain, service_name, shown, var,
+};
 use crate::process::{self, Group, Served, Spec};
 
 /// Where an ssh remote is: `[user@]host`, a port, and the path as the remote command
@@ -37,19 +39,7 @@ impl SshTarget {
             Some((user, hostport)) => (Some(user), hostport),
             None => (None, authority),
         };
-        let (host, port) = match hostport.strip_prefix('[') {
-            Some(bracketed) => {
-                let (inside, after) = bracketed.split_once(']').ok_or("a `[` without its `]`")?;
-                match after {
-                    "" => (inside, None),
-                    after => (inside, Some(after.strip_prefix(':').ok_or("something after the `]`")?)),
-                }
-            }
-            None => match hostport.split_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (hostport, None),
-            },
-        };
+        let (host, port) = host_and_port(hostport)?;
         let port = port.map(|p| p.parse::<u16>().map_err(|_| "its port is not a number".to_owned())).transpose()?;
         plain("host", authority)?;
         plain("path", &path)?;
